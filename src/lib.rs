@@ -1,0 +1,6 @@
+//! holdfast: a Try-Confirm/Cancel coordinator for time-limited reservations.
+//!
+//! See `ARCHITECTURE.md` for the map of this crate.
+
+pub mod proto;
+pub mod server;
