@@ -2,5 +2,13 @@
 //!
 //! See `ARCHITECTURE.md` for the map of this crate.
 
+pub mod api;
+pub mod app;
+pub mod config;
+pub mod coordinator;
+pub mod domain;
 pub mod proto;
+pub mod registry;
 pub mod server;
+pub mod store;
+pub mod telemetry;

@@ -1,0 +1,55 @@
+-- The coordinator's durable record: one row per reservation, one row per hold (branch).
+-- Times come from the database clock (clock_timestamp()), never from application hosts.
+
+CREATE TABLE reservations (
+    id                    uuid        PRIMARY KEY,
+    request_id            text        NOT NULL,
+    holder                text        NOT NULL,
+    state                 text        NOT NULL CHECK (state IN ('TRYING', 'HELD', 'CONFIRMING', 'CONFIRMED',
+                                                     'CANCELLING', 'CANCELLED', 'EXPIRED', 'REJECTED', 'FAILED')),
+    -- The terminal state a CANCELLING reservation ends in; fixed when the release is decided.
+    release_outcome       text        CHECK (release_outcome IN ('CANCELLED', 'EXPIRED', 'REJECTED', 'FAILED')),
+    -- Secret needed for Confirm/Cancel/Extend. Kept so an idempotent Reserve can answer it again;
+    -- never returned by reads.
+    hold_token            text        NOT NULL,
+    ttl_ms                bigint      NOT NULL CHECK (ttl_ms > 0),
+    created_at            timestamptz NOT NULL DEFAULT clock_timestamp(),
+    updated_at            timestamptz NOT NULL DEFAULT clock_timestamp(),
+    expires_at            timestamptz NOT NULL,
+    extensions_used       integer     NOT NULL DEFAULT 0,
+    labels                jsonb       NOT NULL DEFAULT '{}'::jsonb,
+    cancel_reason         text,
+    rejection_participant text,
+    rejection_resource    text,
+    rejection_reason      text,
+    late_payment_honored  boolean     NOT NULL DEFAULT false,
+    -- Bumped on every state change; watchers compare it.
+    version               bigint      NOT NULL DEFAULT 1,
+    UNIQUE (holder, request_id)
+);
+
+-- Paging newest first, overall and per holder.
+CREATE INDEX reservations_by_created ON reservations (created_at DESC, id DESC);
+CREATE INDEX reservations_by_holder ON reservations (holder, created_at DESC, id DESC);
+-- Work that still needs driving (reaper, recovery): small, because most rows are terminal.
+CREATE INDEX reservations_open ON reservations (expires_at)
+    WHERE state IN ('TRYING', 'HELD', 'CONFIRMING', 'CANCELLING');
+
+CREATE TABLE branches (
+    reservation_id uuid        NOT NULL REFERENCES reservations (id) ON DELETE CASCADE,
+    -- Position in canonical (participant, resource) order.
+    position       integer     NOT NULL,
+    -- The participant-level TCC branch: shared by all holds of one participant in a reservation.
+    branch_id      uuid        NOT NULL,
+    participant    text        NOT NULL,
+    resource       text        NOT NULL,
+    quantity       bigint      NOT NULL CHECK (quantity >= 1),
+    during_start   timestamptz,
+    during_end     timestamptz,
+    state          text        NOT NULL CHECK (state IN ('PENDING', 'HELD', 'REJECTED', 'CONFIRMED',
+                                                         'CANCELLED', 'HOLD_LOST')),
+    attempts       integer     NOT NULL DEFAULT 0,
+    last_error     text,
+    PRIMARY KEY (reservation_id, position),
+    CHECK ((during_start IS NULL) = (during_end IS NULL) AND (during_start IS NULL OR during_start < during_end))
+);

@@ -1,0 +1,174 @@
+//! Translation between `tcc.v1` messages and domain types. Malformed fields become
+//! [`FieldError`]s naming the field.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::domain::validate::{FieldError, ReserveInput};
+use crate::domain::{BranchState, Hold, Interval, Reservation, State};
+use crate::proto;
+
+pub fn timestamp(t: DateTime<Utc>) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: t.timestamp(),
+        nanos: i32::try_from(t.timestamp_subsec_nanos()).unwrap_or(0),
+    }
+}
+
+pub fn from_timestamp(
+    field: &str,
+    t: &prost_types::Timestamp,
+) -> Result<DateTime<Utc>, FieldError> {
+    u32::try_from(t.nanos)
+        .ok()
+        .and_then(|nanos| DateTime::from_timestamp(t.seconds, nanos))
+        .ok_or_else(|| FieldError::new(field, "is not a valid timestamp"))
+}
+
+/// A non-negative protobuf duration.
+pub fn from_duration(field: &str, d: &prost_types::Duration) -> Result<Duration, FieldError> {
+    let secs = u64::try_from(d.seconds).ok();
+    let nanos = u32::try_from(d.nanos).ok().filter(|n| *n < 1_000_000_000);
+    match (secs, nanos) {
+        (Some(s), Some(n)) => Ok(Duration::new(s, n)),
+        _ => Err(FieldError::new(field, "must be a positive duration")),
+    }
+}
+
+pub fn duration(d: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    }
+}
+
+fn interval(field: &str, i: &proto::Interval) -> Result<Interval, FieldError> {
+    let start = i
+        .start
+        .as_ref()
+        .ok_or_else(|| FieldError::new(format!("{field}.start"), "is required"))?;
+    let end = i
+        .end
+        .as_ref()
+        .ok_or_else(|| FieldError::new(format!("{field}.end"), "is required"))?;
+    Ok(Interval {
+        start: from_timestamp(&format!("{field}.start"), start)?,
+        end: from_timestamp(&format!("{field}.end"), end)?,
+    })
+}
+
+/// A Reserve request, still to be validated.
+pub fn reserve_input(req: proto::ReserveRequest) -> Result<ReserveInput, FieldError> {
+    let ttl = req
+        .ttl
+        .as_ref()
+        .map(|d| from_duration("ttl", d))
+        .transpose()?;
+    let holds = req
+        .holds
+        .into_iter()
+        .enumerate()
+        .map(|(i, h)| {
+            Ok(Hold {
+                during: h
+                    .during
+                    .as_ref()
+                    .map(|d| interval(&format!("holds[{i}].during"), d))
+                    .transpose()?,
+                participant: h.participant,
+                resource: h.resource,
+                quantity: h.quantity,
+            })
+        })
+        .collect::<Result<Vec<_>, FieldError>>()?;
+    Ok(ReserveInput {
+        request_id: req.request_id,
+        holder: req.holder,
+        ttl,
+        holds,
+        labels: req.labels,
+    })
+}
+
+pub fn state(s: State) -> proto::reservation::State {
+    use proto::reservation::State as P;
+    match s {
+        State::Trying => P::Trying,
+        State::Held => P::Held,
+        State::Confirming => P::Confirming,
+        State::Confirmed => P::Confirmed,
+        State::Cancelling => P::Cancelling,
+        State::Cancelled => P::Cancelled,
+        State::Expired => P::Expired,
+        State::Rejected => P::Rejected,
+        State::Failed => P::Failed,
+    }
+}
+
+/// A state filter; `STATE_UNSPECIFIED` means none.
+pub fn state_filter(value: i32) -> Result<Option<State>, FieldError> {
+    use proto::reservation::State as P;
+    let p = P::try_from(value).map_err(|_| FieldError::new("state", "is not a known state"))?;
+    Ok(State::ALL.into_iter().find(|s| state(*s) == p))
+}
+
+pub fn branch_state(s: BranchState) -> proto::branch::State {
+    use proto::branch::State as P;
+    match s {
+        BranchState::Pending => P::Pending,
+        BranchState::Held => P::Held,
+        BranchState::Rejected => P::Rejected,
+        BranchState::Confirmed => P::Confirmed,
+        BranchState::Cancelled => P::Cancelled,
+        BranchState::HoldLost => P::HoldLost,
+    }
+}
+
+/// Which reservations may carry their secret.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Token {
+    /// Only the answer to Reserve.
+    Include,
+    Omit,
+}
+
+pub fn reservation(r: Reservation, token: Token) -> proto::Reservation {
+    proto::Reservation {
+        id: r.id.to_string(),
+        request_id: r.request_id,
+        holder: r.holder,
+        state: state(r.state).into(),
+        hold_token: match token {
+            Token::Include => r.hold_token.expose().to_owned(),
+            Token::Omit => String::new(),
+        },
+        created_at: Some(timestamp(r.created_at)),
+        expires_at: Some(timestamp(r.expires_at)),
+        extensions_used: r.extensions_used,
+        branches: r
+            .branches
+            .into_iter()
+            .map(|b| proto::Branch {
+                participant: b.hold.participant,
+                resource: b.hold.resource,
+                quantity: b.hold.quantity,
+                during: b.hold.during.map(|d| proto::Interval {
+                    start: Some(timestamp(d.start)),
+                    end: Some(timestamp(d.end)),
+                }),
+                state: branch_state(b.state).into(),
+                attempts: b.attempts,
+                last_error: b.last_error.unwrap_or_default(),
+            })
+            .collect(),
+        rejection: r.rejection.map(|x| proto::Rejection {
+            participant: x.participant,
+            resource: x.resource,
+            reason: x.reason,
+        }),
+        refund: None,
+        late_payment_honored: r.late_payment_honored,
+        labels: r.labels.into_iter().collect(),
+    }
+}

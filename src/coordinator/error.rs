@@ -1,0 +1,100 @@
+//! The coordinator's errors: every way a request can fail, in domain terms. The API layer maps
+//! them to gRPC statuses in one place (`api::error`).
+
+use uuid::Uuid;
+
+use crate::domain::validate::FieldError;
+use crate::domain::{Rejection, Reservation, State};
+use crate::store::StoreError;
+
+/// Why a coordinator operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    InvalidArgument(#[from] FieldError),
+
+    #[error("reservation {0} not found")]
+    NotFound(Uuid),
+
+    #[error("{field}: no participant named {name:?} is registered")]
+    UnknownParticipant { field: String, name: String },
+
+    #[error("hold_token does not match reservation {0}; nothing was changed")]
+    TokenMismatch(Uuid),
+
+    #[error(
+        "reservation {id} was rejected: {participant} cannot hold {resource}: {reason}; nothing is held",
+        id = .reservation.id,
+        participant = .rejection.participant,
+        resource = .rejection.resource,
+        reason = .rejection.reason
+    )]
+    InsufficientCapacity {
+        reservation: Box<Reservation>,
+        rejection: Rejection,
+    },
+
+    #[error(
+        "participant {participant} could not be reached while placing reservation {reservation_id} ({detail}); nothing stays held"
+    )]
+    ParticipantUnavailable {
+        reservation_id: Uuid,
+        participant: String,
+        detail: String,
+    },
+
+    #[error("the hold of reservation {0} expired; reserve again")]
+    HoldExpired(Uuid),
+
+    #[error("reservation {id} is {state}: it can no longer be changed this way")]
+    Closed { id: Uuid, state: State },
+
+    #[error("reservation {0} is still placing its holds; retry once it is HELD")]
+    NotHeld(Uuid),
+
+    #[error(
+        "reservation {id} cannot be extended further (extensions used: {used}, max_extensions: {max}, max_ttl: {max_ttl_secs}s)"
+    )]
+    ExtensionLimit {
+        id: Uuid,
+        used: i32,
+        max: i32,
+        max_ttl_secs: u64,
+    },
+
+    #[error(
+        "request_id {request_id:?} of holder {holder:?} was already used for reservation {existing} with a different request body"
+    )]
+    RequestIdReused {
+        holder: String,
+        request_id: String,
+        existing: Uuid,
+    },
+
+    #[error("storage unavailable: {0}")]
+    Store(#[from] StoreError),
+
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// The reservation the error is about, when there is one.
+    pub fn reservation_id(&self) -> Option<Uuid> {
+        match self {
+            Error::NotFound(id)
+            | Error::TokenMismatch(id)
+            | Error::HoldExpired(id)
+            | Error::NotHeld(id)
+            | Error::Closed { id, .. }
+            | Error::ExtensionLimit { id, .. } => Some(*id),
+            Error::InsufficientCapacity { reservation, .. } => Some(reservation.id),
+            Error::ParticipantUnavailable { reservation_id, .. } => Some(*reservation_id),
+            Error::RequestIdReused { existing, .. } => Some(*existing),
+            Error::InvalidArgument(_)
+            | Error::UnknownParticipant { .. }
+            | Error::Store(_)
+            | Error::Internal(_) => None,
+        }
+    }
+}

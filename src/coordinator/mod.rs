@@ -1,0 +1,487 @@
+//! The coordinator: the reservation lifecycle driven across participants.
+//!
+//! Reserve places holds one participant at a time in canonical order, all-or-nothing.
+//! Confirm and Cancel take their decision durably (in the store, under the row lock) before
+//! any participant hears of it, then fan out in parallel. Release (cancel, expiry, rejection)
+//! goes through one path, [`Coordinator::drive_release`]; confirmation through
+//! [`Coordinator::drive_confirm`].
+
+pub mod error;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures_util::future::join_all;
+use uuid::Uuid;
+
+pub use error::Error;
+
+use crate::domain::lifecycle::Refusal;
+use crate::domain::validate::{self, FieldError, Limits, ReserveInput};
+use crate::domain::{
+    BranchState, Decision, HoldToken, ListQuery, ParticipantBranch, Rejection, Reservation, State,
+    TryOutcome, Verdict,
+};
+use crate::registry::Registry;
+use crate::store::{BranchReport, Created, Decided, Store};
+
+/// Lifecycle policy beyond the input limits.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    /// How many times Extend may succeed per reservation.
+    pub max_extensions: i32,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy { max_extensions: 1 }
+    }
+}
+
+/// A page of reservations and the cursor of the next page.
+#[derive(Debug)]
+pub struct Page {
+    pub reservations: Vec<Reservation>,
+    pub next: Option<(DateTime<Utc>, Uuid)>,
+}
+
+/// Drives reservations through their lifecycle.
+#[derive(Clone)]
+pub struct Coordinator {
+    store: Arc<dyn Store>,
+    registry: Registry,
+    limits: Limits,
+    policy: Policy,
+}
+
+/// Parses a reservation id field.
+fn parse_id(field: &str, value: &str) -> Result<Uuid, FieldError> {
+    if value.is_empty() {
+        return Err(FieldError::new(field, "is required"));
+    }
+    Uuid::parse_str(value).map_err(|_| FieldError::new(field, "must be a UUID"))
+}
+
+/// Checks a presented token's shape (not its value).
+fn check_token(value: &str) -> Result<(), FieldError> {
+    if value.is_empty() {
+        return Err(FieldError::new("hold_token", "is required"));
+    }
+    if value.len() > 256 {
+        return Err(FieldError::new("hold_token", "must be at most 256 bytes"));
+    }
+    Ok(())
+}
+
+impl Coordinator {
+    pub fn new(
+        store: Arc<dyn Store>,
+        registry: Registry,
+        limits: Limits,
+        policy: Policy,
+    ) -> Coordinator {
+        Coordinator {
+            store,
+            registry,
+            limits,
+            policy,
+        }
+    }
+
+    /// The input limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Records a reservation and places its holds, in canonical order, all-or-nothing.
+    pub async fn reserve(&self, input: ReserveInput) -> Result<Reservation, Error> {
+        let participants: Vec<String> = input.holds.iter().map(|h| h.participant.clone()).collect();
+        let new = validate::reserve(input, &self.limits)?;
+        for (i, name) in participants.iter().enumerate() {
+            if self.registry.get(name).is_none() {
+                return Err(Error::UnknownParticipant {
+                    field: format!("holds[{i}].participant"),
+                    name: name.clone(),
+                });
+            }
+        }
+        let token = HoldToken::generate()
+            .map_err(|e| Error::Internal(format!("no randomness for a hold token: {e}")))?;
+        match self.store.create(&new, &token).await? {
+            Created::Existing(existing) if new.same_body_as(&existing) => Ok(existing),
+            Created::Existing(existing) => Err(Error::RequestIdReused {
+                holder: new.holder,
+                request_id: new.request_id,
+                existing: existing.id,
+            }),
+            Created::New(created) => self.place_holds(created).await,
+        }
+    }
+
+    /// Try, one participant at a time; the first refusal or unknown outcome stops the fan-out
+    /// and releases whatever may have been placed.
+    async fn place_holds(&self, r: Reservation) -> Result<Reservation, Error> {
+        let groups = r.participant_branches();
+        let mut reports = Vec::with_capacity(groups.len());
+        for group in &groups {
+            let first_resource = group
+                .holds
+                .first()
+                .map(|h| h.resource.clone())
+                .unwrap_or_default();
+            let outcome = match self.registry.get(&group.participant) {
+                Some(p) => {
+                    p.try_hold(r.id, group.branch_id, &r.holder, &group.holds, r.expires_at)
+                        .await
+                }
+                None => Err(crate::registry::CallError {
+                    refused: true,
+                    message: "participant is no longer registered".into(),
+                }),
+            };
+            match outcome {
+                Ok(TryOutcome::Held) => reports.push(BranchReport {
+                    branch_id: group.branch_id,
+                    state: BranchState::Held,
+                    error: None,
+                }),
+                Ok(TryOutcome::Rejected { reason }) => {
+                    reports.push(BranchReport {
+                        branch_id: group.branch_id,
+                        state: BranchState::Rejected,
+                        error: None,
+                    });
+                    let rejection = Rejection {
+                        participant: group.participant.clone(),
+                        resource: first_resource,
+                        reason,
+                    };
+                    let released = self.abort_placement(r.id, &rejection, &reports).await?;
+                    return Err(Error::InsufficientCapacity {
+                        reservation: Box::new(released),
+                        rejection,
+                    });
+                }
+                Err(e) => {
+                    // Outcome unknown (or refused outright): stays PENDING with one attempt,
+                    // so the release below cancels it too.
+                    tracing::warn!(reservation_id = %r.id, participant = %group.participant, error = %e, "try failed");
+                    reports.push(BranchReport {
+                        branch_id: group.branch_id,
+                        state: BranchState::Pending,
+                        error: Some(e.message.clone()),
+                    });
+                    let rejection = Rejection {
+                        participant: group.participant.clone(),
+                        resource: first_resource,
+                        reason: if e.refused {
+                            e.message.clone()
+                        } else {
+                            format!("participant unavailable: {}", e.message)
+                        },
+                    };
+                    let released = self.abort_placement(r.id, &rejection, &reports).await?;
+                    return Err(if e.refused {
+                        Error::InsufficientCapacity {
+                            reservation: Box::new(released),
+                            rejection,
+                        }
+                    } else {
+                        Error::ParticipantUnavailable {
+                            reservation_id: r.id,
+                            participant: group.participant.clone(),
+                            detail: e.message,
+                        }
+                    });
+                }
+            }
+        }
+        Ok(self.store.record_held(r.id, &reports).await?)
+    }
+
+    async fn abort_placement(
+        &self,
+        id: Uuid,
+        rejection: &Rejection,
+        reports: &[BranchReport],
+    ) -> Result<Reservation, Error> {
+        let recorded = self.store.record_rejected(id, rejection, reports).await?;
+        self.drive_release(recorded).await
+    }
+
+    /// Confirms a held reservation.
+    pub async fn confirm(&self, id: &str, token: &str) -> Result<Reservation, Error> {
+        let id = parse_id("reservation_id", id)?;
+        check_token(token)?;
+        let (verdict, r) = self.decide(id, token, &Decision::Confirm).await?;
+        match verdict {
+            Verdict::Transition { .. } => self.drive_confirm(r).await,
+            Verdict::AlreadyDone => Ok(r),
+            Verdict::Expire => {
+                self.drive_release(r).await?;
+                Err(Error::HoldExpired(id))
+            }
+            Verdict::Extend { .. } => Err(Error::Internal("confirm judged as extend".into())),
+            Verdict::Refuse(refusal) => Err(self.refusal(refusal, &r)),
+        }
+    }
+
+    /// Releases a reservation.
+    pub async fn cancel(&self, id: &str, token: &str, reason: &str) -> Result<Reservation, Error> {
+        let id = parse_id("reservation_id", id)?;
+        check_token(token)?;
+        validate::reason("reason", reason, &self.limits)?;
+        let decision = Decision::Cancel {
+            reason: (!reason.is_empty()).then(|| reason.to_owned()),
+        };
+        let (verdict, r) = self.decide(id, token, &decision).await?;
+        match verdict {
+            Verdict::Transition { .. } | Verdict::Expire => self.drive_release(r).await,
+            Verdict::AlreadyDone => Ok(r),
+            Verdict::Extend { .. } => Err(Error::Internal("cancel judged as extend".into())),
+            Verdict::Refuse(refusal) => Err(self.refusal(refusal, &r)),
+        }
+    }
+
+    /// Pushes `expires_at` of a held reservation out by `ttl` (default: its original ttl).
+    pub async fn extend(
+        &self,
+        id: &str,
+        token: &str,
+        ttl: Option<Duration>,
+    ) -> Result<Reservation, Error> {
+        let id = parse_id("reservation_id", id)?;
+        check_token(token)?;
+        let by = match ttl {
+            Some(t) => Some(validate::ttl("ttl", t, &self.limits)?),
+            None => None,
+        };
+        // Without a ttl the original one applies; it is only known under the lock, so the
+        // store reads it from the snapshot when `by` is zero.
+        let current = self.store.get(id).await?.ok_or(Error::NotFound(id))?;
+        let decision = Decision::Extend {
+            by: by.unwrap_or(current.ttl),
+            max_extensions: self.policy.max_extensions,
+            max_ttl: self.limits.max_ttl,
+        };
+        let (verdict, r) = self.decide(id, token, &decision).await?;
+        match verdict {
+            Verdict::Extend { .. } => Ok(r),
+            Verdict::Expire => {
+                self.drive_release(r).await?;
+                Err(Error::HoldExpired(id))
+            }
+            Verdict::Refuse(refusal) => Err(self.refusal(refusal, &r)),
+            Verdict::AlreadyDone | Verdict::Transition { .. } => {
+                Err(Error::Internal("extend judged as another decision".into()))
+            }
+        }
+    }
+
+    async fn decide(
+        &self,
+        id: Uuid,
+        token: &str,
+        decision: &Decision,
+    ) -> Result<(Verdict, Reservation), Error> {
+        match self.store.decide(id, token, decision).await? {
+            Decided::NotFound => Err(Error::NotFound(id)),
+            Decided::TokenMismatch => Err(Error::TokenMismatch(id)),
+            Decided::Judged {
+                verdict,
+                reservation,
+            } => Ok((verdict, *reservation)),
+        }
+    }
+
+    fn refusal(&self, refusal: Refusal, r: &Reservation) -> Error {
+        match refusal {
+            Refusal::HoldExpired => Error::HoldExpired(r.id),
+            Refusal::Closed => Error::Closed {
+                id: r.id,
+                state: r.state,
+            },
+            Refusal::NotHeld => Error::NotHeld(r.id),
+            Refusal::ExtensionLimit => Error::ExtensionLimit {
+                id: r.id,
+                used: r.extensions_used,
+                max: self.policy.max_extensions,
+                max_ttl_secs: self.limits.max_ttl.as_secs(),
+            },
+        }
+    }
+
+    /// Reads one reservation.
+    pub async fn get(&self, id: &str) -> Result<Reservation, Error> {
+        let id = parse_id("reservation_id", id)?;
+        self.store.get(id).await?.ok_or(Error::NotFound(id))
+    }
+
+    /// Lists reservations newest first.
+    pub async fn list(&self, mut query: ListQuery) -> Result<Page, Error> {
+        if let Some(h) = &query.holder {
+            validate::identifier("holder", h, self.limits.max_id_bytes)?;
+        }
+        let page_size = if query.limit == 0 {
+            self.limits.default_page_size
+        } else {
+            query.limit.min(self.limits.max_page_size)
+        };
+        query.limit = page_size + 1;
+        let mut reservations = self.store.list(&query).await?;
+        let next = if reservations.len() > page_size as usize {
+            reservations.truncate(page_size as usize);
+            reservations.last().map(|r| (r.created_at, r.id))
+        } else {
+            None
+        };
+        Ok(Page { reservations, next })
+    }
+
+    /// Tells every participant to finalise its branch, in parallel, and records the answers.
+    /// A participant that does not answer leaves the reservation CONFIRMING: its outcome is
+    /// fixed, and recovery finishes it.
+    pub async fn drive_confirm(&self, r: Reservation) -> Result<Reservation, Error> {
+        let pending: Vec<ParticipantBranch> = r
+            .participant_branches()
+            .into_iter()
+            .filter(|b| !matches!(b.state, BranchState::Confirmed | BranchState::HoldLost))
+            .collect();
+        let calls = pending.iter().map(|b| async {
+            let result = match self.registry.get(&b.participant) {
+                Some(p) => p.confirm(r.id, b.branch_id).await,
+                None => Err(crate::registry::CallError {
+                    refused: false,
+                    message: format!("participant {:?} is not registered", b.participant),
+                }),
+            };
+            match result {
+                Ok(state @ (BranchState::Confirmed | BranchState::HoldLost)) => BranchReport {
+                    branch_id: b.branch_id,
+                    state,
+                    error: None,
+                },
+                // The participant released it (Confirm after Cancel): the hold is gone.
+                Ok(BranchState::Cancelled) => {
+                    tracing::error!(reservation_id = %r.id, participant = %b.participant, "participant had released a hold being confirmed");
+                    BranchReport {
+                        branch_id: b.branch_id,
+                        state: BranchState::HoldLost,
+                        error: Some("participant had released the hold".into()),
+                    }
+                }
+                Ok(other) => BranchReport {
+                    branch_id: b.branch_id,
+                    state: b.state,
+                    error: Some(format!("unexpected answer {} to Confirm", other.as_str())),
+                },
+                Err(e) => BranchReport {
+                    branch_id: b.branch_id,
+                    state: b.state,
+                    error: Some(e.message),
+                },
+            }
+        });
+        let reports = join_all(calls).await;
+        let settled = reports
+            .iter()
+            .all(|rep| rep.error.is_none() || rep.state == BranchState::HoldLost);
+        let lost = reports.iter().any(|rep| rep.state == BranchState::HoldLost)
+            || r.branches.iter().any(|b| b.state == BranchState::HoldLost);
+        let finish = settled.then_some(if lost {
+            State::Failed
+        } else {
+            State::Confirmed
+        });
+        if lost {
+            tracing::error!(reservation_id = %r.id, "a participant lost a granted hold; reservation FAILED");
+        }
+        Ok(self
+            .store
+            .record_phase(r.id, State::Confirming, &reports, finish)
+            .await?)
+    }
+
+    /// Tells every participant that may hold something to release it, in parallel, and
+    /// records the answers. The one release path: cancel, expiry and rejection all use it.
+    pub async fn drive_release(&self, r: Reservation) -> Result<Reservation, Error> {
+        if r.stored_state != State::Cancelling {
+            return Ok(r);
+        }
+        let to_release: Vec<ParticipantBranch> = release_candidates(&r);
+        let calls = to_release.iter().map(|b| async {
+            let result = match self.registry.get(&b.participant) {
+                Some(p) => p.cancel(r.id, b.branch_id).await,
+                None => Err(crate::registry::CallError {
+                    refused: false,
+                    message: format!("participant {:?} is not registered", b.participant),
+                }),
+            };
+            match result {
+                Ok(BranchState::Cancelled) => BranchReport {
+                    branch_id: b.branch_id,
+                    state: BranchState::Cancelled,
+                    error: None,
+                },
+                Ok(BranchState::Confirmed) => {
+                    tracing::error!(reservation_id = %r.id, participant = %b.participant, "participant had confirmed a branch being released");
+                    BranchReport {
+                        branch_id: b.branch_id,
+                        state: BranchState::Confirmed,
+                        error: Some("participant had confirmed the branch".into()),
+                    }
+                }
+                Ok(other) => BranchReport {
+                    branch_id: b.branch_id,
+                    state: b.state,
+                    error: Some(format!("unexpected answer {} to Cancel", other.as_str())),
+                },
+                Err(e) => BranchReport {
+                    branch_id: b.branch_id,
+                    state: b.state,
+                    error: Some(e.message),
+                },
+            }
+        });
+        let reports = join_all(calls).await;
+        let inconsistent = reports
+            .iter()
+            .any(|rep| rep.state == BranchState::Confirmed);
+        let settled = reports.iter().all(|rep| rep.error.is_none()) || inconsistent;
+        let finish = if inconsistent {
+            Some(State::Failed)
+        } else if settled {
+            Some(r.release_outcome.unwrap_or(State::Cancelled))
+        } else {
+            None
+        };
+        Ok(self
+            .store
+            .record_phase(r.id, State::Cancelling, &reports, finish)
+            .await?)
+    }
+}
+
+/// Branches that may hold something at their participant: held ones, and ones whose Try was
+/// sent without a definite answer. Never-tried and rejected ones are left alone.
+fn release_candidates(r: &Reservation) -> Vec<ParticipantBranch> {
+    let tried: HashSet<Uuid> = r
+        .branches
+        .iter()
+        .filter(|b| b.attempts > 0)
+        .map(|b| b.branch_id)
+        .collect();
+    r.participant_branches()
+        .into_iter()
+        .filter(|b| match b.state {
+            BranchState::Held => true,
+            BranchState::Pending => tried.contains(&b.branch_id),
+            BranchState::Rejected
+            | BranchState::Cancelled
+            | BranchState::Confirmed
+            | BranchState::HoldLost => false,
+        })
+        .collect()
+}

@@ -1,0 +1,260 @@
+//! The coordinator's domain: reservations, their branches, hold tokens, and the lifecycle
+//! rules. Pure types and logic; no I/O, no prost, no SQL.
+
+pub mod lifecycle;
+pub mod token;
+pub mod validate;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+pub use lifecycle::{Decision, Verdict};
+pub use token::HoldToken;
+
+/// A reservation's global state (SPEC section 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum State {
+    Trying,
+    Held,
+    Confirming,
+    Confirmed,
+    Cancelling,
+    Cancelled,
+    Expired,
+    Rejected,
+    Failed,
+}
+
+impl State {
+    /// All states, for parsing and tests.
+    pub const ALL: [State; 9] = [
+        State::Trying,
+        State::Held,
+        State::Confirming,
+        State::Confirmed,
+        State::Cancelling,
+        State::Cancelled,
+        State::Expired,
+        State::Rejected,
+        State::Failed,
+    ];
+
+    /// The name stored in the database and shown in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Trying => "TRYING",
+            State::Held => "HELD",
+            State::Confirming => "CONFIRMING",
+            State::Confirmed => "CONFIRMED",
+            State::Cancelling => "CANCELLING",
+            State::Cancelled => "CANCELLED",
+            State::Expired => "EXPIRED",
+            State::Rejected => "REJECTED",
+            State::Failed => "FAILED",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(s: &str) -> Option<State> {
+        State::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    /// Terminal states never change again (except the honoured late payment out of EXPIRED).
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            State::Confirmed | State::Cancelled | State::Expired | State::Rejected | State::Failed
+        )
+    }
+}
+
+impl fmt::Display for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The state of one hold at its participant, as the coordinator knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BranchState {
+    Pending,
+    Held,
+    Rejected,
+    Confirmed,
+    Cancelled,
+    HoldLost,
+}
+
+impl BranchState {
+    const ALL: [BranchState; 6] = [
+        BranchState::Pending,
+        BranchState::Held,
+        BranchState::Rejected,
+        BranchState::Confirmed,
+        BranchState::Cancelled,
+        BranchState::HoldLost,
+    ];
+
+    /// The name stored in the database and shown in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BranchState::Pending => "PENDING",
+            BranchState::Held => "HELD",
+            BranchState::Rejected => "REJECTED",
+            BranchState::Confirmed => "CONFIRMED",
+            BranchState::Cancelled => "CANCELLED",
+            BranchState::HoldLost => "HOLD_LOST",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(s: &str) -> Option<BranchState> {
+        BranchState::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+/// A half-open time slot `[start, end)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Interval {
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+}
+
+/// One thing to hold at one participant.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Hold {
+    pub participant: String,
+    pub resource: String,
+    pub quantity: i64,
+    pub during: Option<Interval>,
+}
+
+impl Hold {
+    /// The canonical placement order: participant, then resource (then slot, for rooms).
+    pub fn canonical_key(&self) -> (&str, &str, Option<Interval>) {
+        (&self.participant, &self.resource, self.during)
+    }
+}
+
+/// A hold as recorded in a reservation, with its progress at the participant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Branch {
+    /// The participant-level branch id (shared by all of one participant's holds).
+    pub branch_id: Uuid,
+    pub hold: Hold,
+    pub state: BranchState,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+}
+
+/// Why a reservation was rejected: the first hold that could not be placed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    pub participant: String,
+    pub resource: String,
+    pub reason: String,
+}
+
+/// A reservation as stored, with the state every reader should see.
+#[derive(Clone, Debug)]
+pub struct Reservation {
+    pub id: Uuid,
+    pub request_id: String,
+    pub holder: String,
+    /// The state readers see: a `HELD` reservation whose `expires_at` passed (database clock)
+    /// reads as `EXPIRED` even before the reaper releases it.
+    pub state: State,
+    /// The state as stored.
+    pub stored_state: State,
+    /// Where a `CANCELLING` reservation ends.
+    pub release_outcome: Option<State>,
+    pub hold_token: HoldToken,
+    pub ttl: Duration,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    pub extensions_used: i32,
+    pub labels: BTreeMap<String, String>,
+    pub branches: Vec<Branch>,
+    pub rejection: Option<Rejection>,
+    pub late_payment_honored: bool,
+    pub version: i64,
+}
+
+impl Reservation {
+    /// The branches grouped per participant, in canonical order: one TCC branch each.
+    pub fn participant_branches(&self) -> Vec<ParticipantBranch> {
+        let mut out: Vec<ParticipantBranch> = Vec::new();
+        for b in &self.branches {
+            match out.last_mut() {
+                Some(last) if last.branch_id == b.branch_id => last.holds.push(b.hold.clone()),
+                _ => out.push(ParticipantBranch {
+                    branch_id: b.branch_id,
+                    participant: b.hold.participant.clone(),
+                    holds: vec![b.hold.clone()],
+                    state: b.state,
+                }),
+            }
+        }
+        out
+    }
+}
+
+/// One participant's share of a reservation: what one Try/Confirm/Cancel call covers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParticipantBranch {
+    pub branch_id: Uuid,
+    pub participant: String,
+    /// Sorted by resource.
+    pub holds: Vec<Hold>,
+    pub state: BranchState,
+}
+
+/// A validated Reserve request, holds in canonical order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewReservation {
+    pub request_id: String,
+    pub holder: String,
+    pub ttl: Duration,
+    pub holds: Vec<Hold>,
+    pub labels: BTreeMap<String, String>,
+}
+
+impl NewReservation {
+    /// Whether an existing reservation was created from the same request body (for idempotency).
+    pub fn same_body_as(&self, r: &Reservation) -> bool {
+        self.request_id == r.request_id
+            && self.holder == r.holder
+            && self.ttl == r.ttl
+            && self.labels == r.labels
+            && self.holds.len() == r.branches.len()
+            && self
+                .holds
+                .iter()
+                .zip(&r.branches)
+                .all(|(h, b)| *h == b.hold)
+    }
+}
+
+/// A participant's answer to Try.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TryOutcome {
+    Held,
+    Rejected { reason: String },
+}
+
+/// A participant's answer to Confirm or Cancel: the branch's state there afterwards.
+pub type BranchOutcome = BranchState;
+
+/// Filters and paging for listing reservations.
+#[derive(Clone, Debug, Default)]
+pub struct ListQuery {
+    pub holder: Option<String>,
+    pub state: Option<State>,
+    pub limit: u32,
+    /// Keyset cursor: list strictly after this (created_at, id), newest first.
+    pub after: Option<(DateTime<Utc>, Uuid)>,
+}

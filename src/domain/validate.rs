@@ -1,0 +1,280 @@
+//! Input validation for the coordinator: every limit of SPEC 3.2, checked before any write,
+//! each failure naming the offending field.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::time::Duration;
+
+use super::{Hold, NewReservation};
+
+/// Bounds on every input (SPEC 3.2). Configurable; these defaults are the SPEC's.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Max bytes of `request_id`, `holder`, `resource`, `participant`.
+    pub max_id_bytes: usize,
+    pub max_holds: usize,
+    pub min_ttl: Duration,
+    pub max_ttl: Duration,
+    pub default_ttl: Duration,
+    pub max_labels: usize,
+    /// Max bytes of each label key and value, and of a cancel reason.
+    pub max_label_bytes: usize,
+    pub max_page_size: u32,
+    pub default_page_size: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_id_bytes: 128,
+            max_holds: 64,
+            min_ttl: Duration::from_secs(1),
+            max_ttl: Duration::from_secs(3600),
+            default_ttl: Duration::from_secs(600),
+            max_labels: 16,
+            max_label_bytes: 256,
+            max_page_size: 500,
+            default_page_size: 50,
+        }
+    }
+}
+
+/// A malformed or out-of-bounds field. Displays as `<field> <problem>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    pub field: String,
+    pub problem: String,
+}
+
+impl FieldError {
+    pub fn new(field: impl Into<String>, problem: impl Into<String>) -> FieldError {
+        FieldError {
+            field: field.into(),
+            problem: problem.into(),
+        }
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.field, self.problem)
+    }
+}
+
+impl std::error::Error for FieldError {}
+
+/// A Reserve request as received, before validation.
+#[derive(Clone, Debug, Default)]
+pub struct ReserveInput {
+    pub request_id: String,
+    pub holder: String,
+    pub ttl: Option<Duration>,
+    pub holds: Vec<Hold>,
+    pub labels: HashMap<String, String>,
+}
+
+/// Checks a required identifier: non-empty, at most `max` bytes, no control characters.
+pub fn identifier(field: &str, value: &str, max: usize) -> Result<(), FieldError> {
+    if value.is_empty() {
+        return Err(FieldError::new(field, "is required"));
+    }
+    if value.len() > max {
+        return Err(FieldError::new(
+            field,
+            format!("must be at most {max} bytes (got {})", value.len()),
+        ));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(FieldError::new(
+            field,
+            "must not contain control characters",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a ttl against the limits.
+pub fn ttl(field: &str, ttl: Duration, limits: &Limits) -> Result<Duration, FieldError> {
+    if ttl < limits.min_ttl || ttl > limits.max_ttl {
+        return Err(FieldError::new(
+            field,
+            format!(
+                "must be between {}s and {}s (got {:.3}s)",
+                limits.min_ttl.as_secs(),
+                limits.max_ttl.as_secs(),
+                ttl.as_secs_f64()
+            ),
+        ));
+    }
+    Ok(ttl)
+}
+
+/// Checks a free-text reason.
+pub fn reason(field: &str, value: &str, limits: &Limits) -> Result<(), FieldError> {
+    if value.len() > limits.max_label_bytes {
+        return Err(FieldError::new(
+            field,
+            format!("must be at most {} bytes", limits.max_label_bytes),
+        ));
+    }
+    Ok(())
+}
+
+/// Validates a Reserve request and puts its holds in canonical order.
+pub fn reserve(input: ReserveInput, limits: &Limits) -> Result<NewReservation, FieldError> {
+    identifier("request_id", &input.request_id, limits.max_id_bytes)?;
+    identifier("holder", &input.holder, limits.max_id_bytes)?;
+    let ttl = ttl("ttl", input.ttl.unwrap_or(limits.default_ttl), limits)?;
+
+    if input.holds.is_empty() {
+        return Err(FieldError::new("holds", "must contain at least 1 hold"));
+    }
+    if input.holds.len() > limits.max_holds {
+        return Err(FieldError::new(
+            "holds",
+            format!(
+                "must contain at most {} holds (got {})",
+                limits.max_holds,
+                input.holds.len()
+            ),
+        ));
+    }
+    for (i, h) in input.holds.iter().enumerate() {
+        identifier(
+            &format!("holds[{i}].participant"),
+            &h.participant,
+            limits.max_id_bytes,
+        )?;
+        identifier(
+            &format!("holds[{i}].resource"),
+            &h.resource,
+            limits.max_id_bytes,
+        )?;
+        if h.quantity < 1 {
+            return Err(FieldError::new(
+                format!("holds[{i}].quantity"),
+                format!("must be >= 1 (got {})", h.quantity),
+            ));
+        }
+        if let Some(d) = h.during
+            && d.start >= d.end
+        {
+            return Err(FieldError::new(
+                format!("holds[{i}].during"),
+                "end must be after start",
+            ));
+        }
+    }
+    // A resource listed twice would be held twice by one branch: ambiguous, so refused.
+    let mut seen: HashMap<(&str, &str, Option<super::Interval>), usize> = HashMap::new();
+    for (i, h) in input.holds.iter().enumerate() {
+        if let Some(first) = seen.insert(h.canonical_key(), i) {
+            return Err(FieldError::new(
+                format!("holds[{i}]"),
+                format!("repeats holds[{first}] (same participant, resource and slot)"),
+            ));
+        }
+    }
+
+    if input.labels.len() > limits.max_labels {
+        return Err(FieldError::new(
+            "labels",
+            format!(
+                "must have at most {} entries (got {})",
+                limits.max_labels,
+                input.labels.len()
+            ),
+        ));
+    }
+    let labels: BTreeMap<String, String> = input.labels.into_iter().collect();
+    for (k, v) in &labels {
+        if k.is_empty() || k.len() > limits.max_label_bytes {
+            return Err(FieldError::new(
+                format!("labels[{k:?}]"),
+                format!("key must be 1..{} bytes", limits.max_label_bytes),
+            ));
+        }
+        if v.len() > limits.max_label_bytes {
+            return Err(FieldError::new(
+                format!("labels[{k:?}]"),
+                format!("value must be at most {} bytes", limits.max_label_bytes),
+            ));
+        }
+    }
+
+    let mut holds = input.holds;
+    holds.sort_by(|a, b| a.canonical_key().cmp(&b.canonical_key()));
+    Ok(NewReservation {
+        request_id: input.request_id,
+        holder: input.holder,
+        ttl,
+        holds,
+        labels,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold(p: &str, r: &str, q: i64) -> Hold {
+        Hold {
+            participant: p.into(),
+            resource: r.into(),
+            quantity: q,
+            during: None,
+        }
+    }
+
+    fn input() -> ReserveInput {
+        ReserveInput {
+            request_id: "r1".into(),
+            holder: "u1".into(),
+            ttl: None,
+            holds: vec![
+                hold("stock", "b", 1),
+                hold("seats", "z", 1),
+                hold("seats", "a", 1),
+            ],
+            labels: HashMap::new(),
+        }
+    }
+
+    #[test]
+    fn sorts_holds_canonically_and_defaults_ttl() {
+        let r = reserve(input(), &Limits::default()).unwrap();
+        let keys: Vec<_> = r
+            .holds
+            .iter()
+            .map(|h| (h.participant.as_str(), h.resource.as_str()))
+            .collect();
+        assert_eq!(keys, [("seats", "a"), ("seats", "z"), ("stock", "b")]);
+        assert_eq!(r.ttl, Duration::from_secs(600));
+    }
+
+    #[test]
+    fn names_the_offending_field() {
+        let l = Limits::default();
+        let mut i = input();
+        i.holds[2].quantity = 0;
+        assert_eq!(reserve(i, &l).unwrap_err().field, "holds[2].quantity");
+        let mut i = input();
+        i.request_id = "x".repeat(129);
+        assert_eq!(reserve(i, &l).unwrap_err().field, "request_id");
+        let mut i = input();
+        i.holder.clear();
+        assert_eq!(reserve(i, &l).unwrap_err().field, "holder");
+        let mut i = input();
+        i.ttl = Some(Duration::from_millis(500));
+        assert_eq!(reserve(i, &l).unwrap_err().field, "ttl");
+        let mut i = input();
+        i.holds = (0..65).map(|n| hold("seats", &n.to_string(), 1)).collect();
+        assert_eq!(reserve(i, &l).unwrap_err().field, "holds");
+        let mut i = input();
+        i.holds.push(hold("seats", "a", 2));
+        assert_eq!(reserve(i, &l).unwrap_err().field, "holds[3]");
+        let mut i = input();
+        i.labels = (0..17).map(|n| (n.to_string(), String::new())).collect();
+        assert_eq!(reserve(i, &l).unwrap_err().field, "labels");
+    }
+}

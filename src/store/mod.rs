@@ -1,0 +1,110 @@
+//! Durable storage of reservations: one trait, one implementation per database.
+//!
+//! The only module that issues SQL for the coordinator. Every state change is a conditional
+//! UPDATE whose row count decides the outcome, inside a transaction holding the row lock.
+
+pub mod postgres;
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use crate::domain::{
+    BranchState, Decision, HoldToken, ListQuery, NewReservation, Rejection, Reservation, State,
+    Verdict,
+};
+
+pub use postgres::PgStore;
+
+/// A storage failure. Callers treat all of them as "outcome unknown, retry later".
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migrating the schema: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A row the schema promises is missing or unreadable.
+    #[error("corrupt record: {0}")]
+    Corrupt(String),
+}
+
+/// What `create` found.
+#[derive(Debug)]
+pub enum Created {
+    /// Recorded now, in `TRYING`.
+    New(Reservation),
+    /// A reservation with this (holder, request_id) already existed.
+    Existing(Reservation),
+}
+
+/// What `decide` found and did.
+#[derive(Debug)]
+pub enum Decided {
+    NotFound,
+    /// The token did not match; nothing changed.
+    TokenMismatch,
+    /// The verdict of the lifecycle rules; when it is a change, it has been committed and
+    /// `reservation` shows the state after it.
+    Judged {
+        verdict: Verdict,
+        reservation: Box<Reservation>,
+    },
+}
+
+/// A participant's answer for one participant-level branch, to record.
+#[derive(Clone, Debug)]
+pub struct BranchReport {
+    pub branch_id: Uuid,
+    /// The branch's state now (unchanged when the call failed).
+    pub state: BranchState,
+    /// Why the call failed, when it did.
+    pub error: Option<String>,
+}
+
+/// The coordinator's storage.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Records a new reservation in `TRYING` with `expires_at = now + ttl` (database clock),
+    /// or finds the existing one with the same (holder, request_id).
+    async fn create(&self, new: &NewReservation, token: &HoldToken) -> Result<Created, StoreError>;
+
+    /// Reads one reservation.
+    async fn get(&self, id: Uuid) -> Result<Option<Reservation>, StoreError>;
+
+    /// Lists reservations newest first.
+    async fn list(&self, query: &ListQuery) -> Result<Vec<Reservation>, StoreError>;
+
+    /// Under the row lock: checks the token, judges the decision with
+    /// [`crate::domain::lifecycle::decide`], and applies the verdict.
+    async fn decide(
+        &self,
+        id: Uuid,
+        presented_token: &str,
+        decision: &Decision,
+    ) -> Result<Decided, StoreError>;
+
+    /// `TRYING -> HELD`: every branch holds. Returns the reservation as it is afterwards
+    /// (unchanged if it had left `TRYING` meanwhile).
+    async fn record_held(
+        &self,
+        id: Uuid,
+        reports: &[BranchReport],
+    ) -> Result<Reservation, StoreError>;
+
+    /// `TRYING -> CANCELLING` ending `REJECTED`: a Try was refused or its outcome is unknown.
+    async fn record_rejected(
+        &self,
+        id: Uuid,
+        rejection: &Rejection,
+        reports: &[BranchReport],
+    ) -> Result<Reservation, StoreError>;
+
+    /// Records the answers of a Confirm or Cancel fan-out; when `finish` is set and the
+    /// reservation is still in `from`, moves it to that terminal state in the same transaction.
+    async fn record_phase(
+        &self,
+        id: Uuid,
+        from: State,
+        reports: &[BranchReport],
+        finish: Option<State>,
+    ) -> Result<Reservation, StoreError>;
+}

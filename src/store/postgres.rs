@@ -1,0 +1,593 @@
+//! The coordinator's store on PostgreSQL.
+//!
+//! Decisions read `clock_timestamp()`, so every replica agrees on what "expired" means.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use super::{BranchReport, Created, Decided, Store, StoreError};
+use crate::domain::lifecycle::{self, Snapshot};
+use crate::domain::{
+    Branch, BranchState, Decision, Hold, HoldToken, Interval, ListQuery, NewReservation, Rejection,
+    Reservation, State, Verdict,
+};
+
+/// The coordinator's schema, embedded in the binary.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/coordinator");
+
+/// Columns of `reservations` every read needs, plus whether a HELD one lapsed (lazy expiry).
+/// Macros rather than consts so queries stay `&'static str` (sqlx refuses built strings).
+macro_rules! reservation_columns {
+    () => {
+        "id, request_id, holder, state, release_outcome, hold_token, ttl_ms, \
+         created_at, expires_at, extensions_used, labels, rejection_participant, \
+         rejection_resource, rejection_reason, late_payment_honored, version, \
+         (state = 'HELD' AND expires_at <= clock_timestamp()) AS lapsed"
+    };
+}
+
+macro_rules! branch_columns {
+    () => {
+        "reservation_id, branch_id, participant, resource, quantity, \
+         during_start, during_end, state, attempts, last_error"
+    };
+}
+
+/// Reservations on PostgreSQL.
+#[derive(Clone, Debug)]
+pub struct PgStore {
+    pool: PgPool,
+}
+
+impl PgStore {
+    /// Connects a pool of `max_connections` to `url`.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<PgStore, StoreError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect(url)
+            .await?;
+        Ok(PgStore { pool })
+    }
+
+    /// Wraps an existing pool.
+    pub fn from_pool(pool: PgPool) -> PgStore {
+        PgStore { pool }
+    }
+
+    /// Applies pending migrations. Safe to run concurrently from several replicas (sqlx takes
+    /// an advisory lock).
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+
+    /// The underlying pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct ReservationRow {
+    id: Uuid,
+    request_id: String,
+    holder: String,
+    state: String,
+    release_outcome: Option<String>,
+    hold_token: String,
+    ttl_ms: i64,
+    created_at: DateTime<Utc>,
+    expires_at: DateTime<Utc>,
+    extensions_used: i32,
+    labels: Json<BTreeMap<String, String>>,
+    rejection_participant: Option<String>,
+    rejection_resource: Option<String>,
+    rejection_reason: Option<String>,
+    late_payment_honored: bool,
+    version: i64,
+    lapsed: bool,
+}
+
+#[derive(sqlx::FromRow)]
+struct BranchRow {
+    reservation_id: Uuid,
+    branch_id: Uuid,
+    participant: String,
+    resource: String,
+    quantity: i64,
+    during_start: Option<DateTime<Utc>>,
+    during_end: Option<DateTime<Utc>>,
+    state: String,
+    attempts: i32,
+    last_error: Option<String>,
+}
+
+fn parse_state(s: &str) -> Result<State, StoreError> {
+    State::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown reservation state {s:?}")))
+}
+
+impl ReservationRow {
+    fn into_domain(self, branches: Vec<Branch>) -> Result<Reservation, StoreError> {
+        let stored_state = parse_state(&self.state)?;
+        let release_outcome = self
+            .release_outcome
+            .as_deref()
+            .map(parse_state)
+            .transpose()?;
+        let rejection = match (
+            self.rejection_participant,
+            self.rejection_resource,
+            self.rejection_reason,
+        ) {
+            (Some(participant), Some(resource), reason) => Some(Rejection {
+                participant,
+                resource,
+                reason: reason.unwrap_or_default(),
+            }),
+            _ => None,
+        };
+        Ok(Reservation {
+            id: self.id,
+            request_id: self.request_id,
+            holder: self.holder,
+            state: if self.lapsed {
+                State::Expired
+            } else {
+                stored_state
+            },
+            stored_state,
+            release_outcome,
+            hold_token: HoldToken::from_stored(self.hold_token),
+            ttl: Duration::from_millis(u64::try_from(self.ttl_ms).unwrap_or(0)),
+            created_at: self.created_at,
+            expires_at: self.expires_at,
+            extensions_used: self.extensions_used,
+            labels: self.labels.0,
+            branches,
+            rejection,
+            late_payment_honored: self.late_payment_honored,
+            version: self.version,
+        })
+    }
+}
+
+impl BranchRow {
+    fn into_domain(self) -> Result<Branch, StoreError> {
+        let state = BranchState::parse(&self.state)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown branch state {:?}", self.state)))?;
+        let during = match (self.during_start, self.during_end) {
+            (Some(start), Some(end)) => Some(Interval { start, end }),
+            _ => None,
+        };
+        Ok(Branch {
+            branch_id: self.branch_id,
+            hold: Hold {
+                participant: self.participant,
+                resource: self.resource,
+                quantity: self.quantity,
+                during,
+            },
+            state,
+            attempts: self.attempts,
+            last_error: self.last_error,
+        })
+    }
+}
+
+/// Reads one reservation with its branches, optionally locking its row.
+async fn load(
+    conn: &mut PgConnection,
+    id: Uuid,
+    lock: bool,
+) -> Result<Option<Reservation>, StoreError> {
+    let sql = if lock {
+        concat!(
+            "SELECT ",
+            reservation_columns!(),
+            " FROM reservations WHERE id = $1 FOR UPDATE"
+        )
+    } else {
+        concat!(
+            "SELECT ",
+            reservation_columns!(),
+            " FROM reservations WHERE id = $1"
+        )
+    };
+    let Some(row) = sqlx::query_as::<_, ReservationRow>(sql)
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let branches = sqlx::query_as::<_, BranchRow>(concat!(
+        "SELECT ",
+        branch_columns!(),
+        " FROM branches WHERE reservation_id = $1 ORDER BY position"
+    ))
+    .bind(id)
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .map(BranchRow::into_domain)
+    .collect::<Result<Vec<_>, _>>()?;
+    row.into_domain(branches).map(Some)
+}
+
+/// Loads a reservation that must exist (we hold its id from a row we just wrote).
+async fn load_existing(conn: &mut PgConnection, id: Uuid) -> Result<Reservation, StoreError> {
+    load(conn, id, false)
+        .await?
+        .ok_or_else(|| StoreError::Corrupt(format!("reservation {id} vanished")))
+}
+
+/// Records each participant's answer on its branch rows.
+async fn apply_reports(
+    conn: &mut PgConnection,
+    id: Uuid,
+    reports: &[BranchReport],
+) -> Result<(), StoreError> {
+    if reports.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<Uuid> = reports.iter().map(|r| r.branch_id).collect();
+    let states: Vec<&str> = reports.iter().map(|r| r.state.as_str()).collect();
+    let errors: Vec<Option<&str>> = reports.iter().map(|r| r.error.as_deref()).collect();
+    sqlx::query(
+        "UPDATE branches b \
+         SET state = u.state, attempts = b.attempts + 1, last_error = u.error \
+         FROM UNNEST($2::uuid[], $3::text[], $4::text[]) AS u(branch_id, state, error) \
+         WHERE b.reservation_id = $1 AND b.branch_id = u.branch_id",
+    )
+    .bind(id)
+    .bind(&ids)
+    .bind(&states)
+    .bind(&errors)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Moves a reservation `from -> to` if it is still in `from`; the row count decides.
+async fn transition(
+    conn: &mut PgConnection,
+    id: Uuid,
+    from: State,
+    to: State,
+) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "UPDATE reservations SET state = $3, version = version + 1, updated_at = clock_timestamp() \
+         WHERE id = $1 AND state = $2",
+    )
+    .bind(id)
+    .bind(from.as_str())
+    .bind(to.as_str())
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    Ok(done == 1)
+}
+
+/// `HELD -> CANCELLING` ending `EXPIRED`, only if the database clock says the hold lapsed.
+async fn expire(conn: &mut PgConnection, id: Uuid) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "UPDATE reservations SET state = 'CANCELLING', release_outcome = 'EXPIRED', \
+         version = version + 1, updated_at = clock_timestamp() \
+         WHERE id = $1 AND state = 'HELD' AND expires_at <= clock_timestamp()",
+    )
+    .bind(id)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    Ok(done == 1)
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn create(&self, new: &NewReservation, token: &HoldToken) -> Result<Created, StoreError> {
+        let id = Uuid::now_v7();
+        let ttl_ms = i64::try_from(new.ttl.as_millis()).unwrap_or(i64::MAX);
+        let mut tx = self.pool.begin().await?;
+        let inserted = sqlx::query(
+            "INSERT INTO reservations (id, request_id, holder, state, hold_token, ttl_ms, expires_at, labels) \
+             VALUES ($1, $2, $3, 'TRYING', $4, $5, clock_timestamp() + $5 * interval '1 millisecond', $6) \
+             ON CONFLICT (holder, request_id) DO NOTHING",
+        )
+        .bind(id)
+        .bind(&new.request_id)
+        .bind(&new.holder)
+        .bind(token.expose())
+        .bind(ttl_ms)
+        .bind(Json(&new.labels))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if inserted == 0 {
+            // The conflicting row is committed (ON CONFLICT waited for its transaction).
+            tx.rollback().await?;
+            let mut conn = self.pool.acquire().await?;
+            let existing: Option<Uuid> = sqlx::query_scalar(
+                "SELECT id FROM reservations WHERE holder = $1 AND request_id = $2",
+            )
+            .bind(&new.holder)
+            .bind(&new.request_id)
+            .fetch_optional(&mut *conn)
+            .await?;
+            let existing = existing.ok_or_else(|| {
+                StoreError::Corrupt("request_id conflicted but no reservation found".into())
+            })?;
+            return Ok(Created::Existing(load_existing(&mut conn, existing).await?));
+        }
+
+        // One participant-level branch id per participant, shared by its holds.
+        let mut branch_ids: HashMap<&str, Uuid> = HashMap::new();
+        let n = new.holds.len();
+        let (mut positions, mut bids, mut parts, mut resources, mut qtys, mut starts, mut ends) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        for (i, h) in new.holds.iter().enumerate() {
+            positions.push(i32::try_from(i).unwrap_or(i32::MAX));
+            bids.push(
+                *branch_ids
+                    .entry(&h.participant)
+                    .or_insert_with(Uuid::new_v4),
+            );
+            parts.push(h.participant.as_str());
+            resources.push(h.resource.as_str());
+            qtys.push(h.quantity);
+            starts.push(h.during.map(|d| d.start));
+            ends.push(h.during.map(|d| d.end));
+        }
+        sqlx::query(
+            "INSERT INTO branches (reservation_id, position, branch_id, participant, resource, quantity, \
+                                   during_start, during_end, state) \
+             SELECT $1, u.* , 'PENDING' FROM UNNEST($2::int[], $3::uuid[], $4::text[], $5::text[], \
+                                            $6::bigint[], $7::timestamptz[], $8::timestamptz[]) AS u",
+        )
+        .bind(id)
+        .bind(&positions)
+        .bind(&bids)
+        .bind(&parts)
+        .bind(&resources)
+        .bind(&qtys)
+        .bind(&starts)
+        .bind(&ends)
+        .execute(&mut *tx)
+        .await?;
+        let created = load_existing(&mut tx, id).await?;
+        tx.commit().await?;
+        Ok(Created::New(created))
+    }
+
+    async fn get(&self, id: Uuid) -> Result<Option<Reservation>, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        load(&mut conn, id, false).await
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Vec<Reservation>, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        let (after_ts, after_id) = match query.after {
+            Some((ts, id)) => (Some(ts), Some(id)),
+            None => (None, None),
+        };
+        let rows = sqlx::query_as::<_, ReservationRow>(concat!(
+            "SELECT ",
+            reservation_columns!(),
+            " FROM reservations \
+             WHERE ($1::text IS NULL OR holder = $1) \
+               AND ($2::text IS NULL OR \
+                    (CASE WHEN state = 'HELD' AND expires_at <= clock_timestamp() \
+                          THEN 'EXPIRED' ELSE state END) = $2) \
+               AND ($3::timestamptz IS NULL OR (created_at, id) < ($3, $4)) \
+             ORDER BY created_at DESC, id DESC LIMIT $5"
+        ))
+        .bind(query.holder.as_deref())
+        .bind(query.state.map(State::as_str))
+        .bind(after_ts)
+        .bind(after_id)
+        .bind(i64::from(query.limit))
+        .fetch_all(&mut *conn)
+        .await?;
+        let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
+        let mut branches: HashMap<Uuid, Vec<Branch>> = HashMap::new();
+        for b in sqlx::query_as::<_, BranchRow>(concat!(
+            "SELECT ",
+            branch_columns!(),
+            " FROM branches WHERE reservation_id = ANY($1) \
+             ORDER BY reservation_id, position"
+        ))
+        .bind(&ids)
+        .fetch_all(&mut *conn)
+        .await?
+        {
+            let rid = b.reservation_id;
+            branches.entry(rid).or_default().push(b.into_domain()?);
+        }
+        rows.into_iter()
+            .map(|r| {
+                let bs = branches.remove(&r.id).unwrap_or_default();
+                r.into_domain(bs)
+            })
+            .collect()
+    }
+
+    async fn decide(
+        &self,
+        id: Uuid,
+        presented_token: &str,
+        decision: &Decision,
+    ) -> Result<Decided, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let Some(current) = load(&mut tx, id, true).await? else {
+            return Ok(Decided::NotFound);
+        };
+        if !current.hold_token.matches(presented_token) {
+            return Ok(Decided::TokenMismatch);
+        }
+        let snapshot = Snapshot {
+            state: current.stored_state,
+            release_outcome: current.release_outcome,
+            expired: current.state == State::Expired && current.stored_state == State::Held,
+            created_at: current.created_at,
+            expires_at: current.expires_at,
+            extensions_used: current.extensions_used,
+        };
+        let mut verdict = lifecycle::decide(&snapshot, decision);
+        let changed = match &verdict {
+            Verdict::Transition {
+                to: State::Confirming,
+                ..
+            } => {
+                // The database clock at the UPDATE is the arbiter of "before expires_at".
+                let confirmed = sqlx::query(
+                    "UPDATE reservations SET state = 'CONFIRMING', version = version + 1, \
+                     updated_at = clock_timestamp() \
+                     WHERE id = $1 AND state = 'HELD' AND clock_timestamp() < expires_at",
+                )
+                .bind(id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+                    == 1;
+                if !confirmed {
+                    // Lapsed between the read and the update.
+                    verdict = Verdict::Expire;
+                    expire(&mut tx, id).await?
+                } else {
+                    true
+                }
+            }
+            Verdict::Transition {
+                to,
+                release_outcome,
+            } => {
+                let reason = match decision {
+                    Decision::Cancel { reason } => reason.as_deref(),
+                    _ => None,
+                };
+                sqlx::query(
+                    "UPDATE reservations SET state = $2, release_outcome = $3, cancel_reason = $4, \
+                     version = version + 1, updated_at = clock_timestamp() \
+                     WHERE id = $1 AND state = 'HELD'",
+                )
+                .bind(id)
+                .bind(to.as_str())
+                .bind(release_outcome.map(State::as_str))
+                .bind(reason)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+                    == 1
+            }
+            Verdict::Expire => expire(&mut tx, id).await?,
+            Verdict::Extend { by } => {
+                let by_ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+                sqlx::query(
+                    "UPDATE reservations SET expires_at = expires_at + $2 * interval '1 millisecond', \
+                     extensions_used = extensions_used + 1, version = version + 1, \
+                     updated_at = clock_timestamp() \
+                     WHERE id = $1 AND state = 'HELD' AND clock_timestamp() < expires_at",
+                )
+                .bind(id)
+                .bind(by_ms)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+                    == 1
+            }
+            Verdict::AlreadyDone | Verdict::Refuse(_) => false,
+        };
+        let reservation = if changed {
+            let after = load_existing(&mut tx, id).await?;
+            tx.commit().await?;
+            after
+        } else {
+            tx.rollback().await?;
+            current
+        };
+        Ok(Decided::Judged {
+            verdict,
+            reservation: Box::new(reservation),
+        })
+    }
+
+    async fn record_held(
+        &self,
+        id: Uuid,
+        reports: &[BranchReport],
+    ) -> Result<Reservation, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        if transition(&mut tx, id, State::Trying, State::Held).await? {
+            apply_reports(&mut tx, id, reports).await?;
+        }
+        let after = load_existing(&mut tx, id).await?;
+        tx.commit().await?;
+        Ok(after)
+    }
+
+    async fn record_rejected(
+        &self,
+        id: Uuid,
+        rejection: &Rejection,
+        reports: &[BranchReport],
+    ) -> Result<Reservation, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let done = sqlx::query(
+            "UPDATE reservations SET state = 'CANCELLING', release_outcome = 'REJECTED', \
+             rejection_participant = $2, rejection_resource = $3, rejection_reason = $4, \
+             version = version + 1, updated_at = clock_timestamp() \
+             WHERE id = $1 AND state = 'TRYING'",
+        )
+        .bind(id)
+        .bind(&rejection.participant)
+        .bind(&rejection.resource)
+        .bind(&rejection.reason)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if done == 1 {
+            apply_reports(&mut tx, id, reports).await?;
+        }
+        let after = load_existing(&mut tx, id).await?;
+        tx.commit().await?;
+        Ok(after)
+    }
+
+    async fn record_phase(
+        &self,
+        id: Uuid,
+        from: State,
+        reports: &[BranchReport],
+        finish: Option<State>,
+    ) -> Result<Reservation, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        // Lock first, so two drivers of one reservation record their answers one after the other.
+        let still_there: Option<String> =
+            sqlx::query_scalar("SELECT state FROM reservations WHERE id = $1 FOR UPDATE")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if still_there.as_deref() == Some(from.as_str()) {
+            apply_reports(&mut tx, id, reports).await?;
+            if let Some(to) = finish {
+                transition(&mut tx, id, from, to).await?;
+            }
+        }
+        let after = load_existing(&mut tx, id).await?;
+        tx.commit().await?;
+        Ok(after)
+    }
+}

@@ -1,0 +1,394 @@
+//! Shared helpers: a real coordinator on a loopback port against a fresh Postgres database,
+//! and small in-test participants (real tonic servers) that record every call and can be
+//! told to reject, fail, stall or be down.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use holdfast::app::{self, CoordinatorSettings};
+use holdfast::coordinator::Policy;
+use holdfast::domain::validate::Limits;
+use holdfast::proto;
+use holdfast::proto::coordinator_client::CoordinatorClient;
+use holdfast::registry::ParticipantEndpoint;
+use holdfast::store::PgStore;
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
+
+/// A running coordinator.
+pub struct TestApp {
+    pub client: CoordinatorClient<Channel>,
+    pub addr: SocketAddr,
+    pub pool: PgPool,
+    _shutdown: oneshot::Sender<()>,
+}
+
+pub fn settings(participants: &[(&str, &str)]) -> CoordinatorSettings {
+    CoordinatorSettings {
+        participants: participants
+            .iter()
+            .map(|(name, url)| ParticipantEndpoint {
+                name: (*name).to_owned(),
+                url: (*url).to_owned(),
+                timeout: Duration::from_secs(2),
+            })
+            .collect(),
+        limits: Limits::default(),
+        policy: Policy::default(),
+    }
+}
+
+/// Starts the coordinator on 127.0.0.1:0 against `pool` (a fresh database per test).
+pub async fn spawn_app(pool: PgPool, settings: CoordinatorSettings) -> TestApp {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = oneshot::channel::<()>();
+    let store = PgStore::from_pool(pool.clone());
+    // Migrate before serving so the first request never races the schema.
+    store.migrate().await.unwrap();
+    tokio::spawn(async move {
+        app::serve_coordinator(settings, store, listener, async {
+            let _ = rx.await;
+        })
+        .await
+        .unwrap();
+    });
+    let client = CoordinatorClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    TestApp {
+        client,
+        addr,
+        pool,
+        _shutdown: tx,
+    }
+}
+
+/// Starts a coordinator whose participants are `names` as fakes sharing one call log.
+pub async fn spawn_with_fakes(pool: PgPool, names: &[&str]) -> (TestApp, Fakes) {
+    let log = CallLog::default();
+    let mut fakes = HashMap::new();
+    for name in names {
+        fakes.insert((*name).to_owned(), spawn_fake(name, log.clone()).await);
+    }
+    let urls: Vec<(String, String)> = fakes
+        .iter()
+        .map(|(n, f)| (n.clone(), f.url.clone()))
+        .collect();
+    let pairs: Vec<(&str, &str)> = urls.iter().map(|(n, u)| (n.as_str(), u.as_str())).collect();
+    let app = spawn_app(pool, settings(&pairs)).await;
+    (
+        app,
+        Fakes {
+            log,
+            by_name: fakes,
+        },
+    )
+}
+
+/// One recorded participant call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Call {
+    pub participant: String,
+    pub method: &'static str,
+    pub branch_id: String,
+    pub resources: Vec<String>,
+}
+
+/// Every call to every fake of one test, in arrival order.
+#[derive(Clone, Default)]
+pub struct CallLog(Arc<Mutex<Vec<Call>>>);
+
+impl CallLog {
+    fn push(&self, call: Call) {
+        self.0.lock().unwrap().push(call);
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// `participant.Method` strings, in order.
+    pub fn summary(&self) -> Vec<String> {
+        self.calls()
+            .iter()
+            .map(|c| format!("{}.{}", c.participant, c.method))
+            .collect()
+    }
+
+    pub fn count(&self, participant: &str, method: &str) -> usize {
+        self.calls()
+            .iter()
+            .filter(|c| c.participant == participant && c.method == method)
+            .count()
+    }
+}
+
+/// How a fake behaves; flip at any time.
+#[derive(Default)]
+pub struct Behaviour {
+    /// Answer Try with REJECTED.
+    pub reject: AtomicBool,
+    /// Fail the next N Try calls with UNAVAILABLE (after recording them).
+    pub fail_tries: AtomicUsize,
+    /// Fail the next N Confirm calls with UNAVAILABLE.
+    pub fail_confirms: AtomicUsize,
+    /// Hold Try calls for 30 s (longer than any test's participant timeout).
+    pub stall_tries: AtomicBool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FakeBranch {
+    Held,
+    Confirmed,
+    Cancelled,
+}
+
+/// The business effects a fake applied, per branch id.
+#[derive(Default)]
+pub struct FakeState {
+    pub branches: HashMap<String, (FakeBranch, Vec<String>)>,
+    pub confirm_effects: usize,
+    pub cancel_effects: usize,
+}
+
+struct Fake {
+    name: String,
+    log: CallLog,
+    behaviour: Arc<Behaviour>,
+    state: Arc<Mutex<FakeState>>,
+}
+
+pub struct FakeHandle {
+    pub url: String,
+    pub behaviour: Arc<Behaviour>,
+    pub state: Arc<Mutex<FakeState>>,
+}
+
+impl FakeHandle {
+    /// Resources currently held (tried, neither confirmed nor cancelled).
+    pub fn held(&self) -> Vec<String> {
+        let st = self.state.lock().unwrap();
+        let mut v: Vec<String> = st
+            .branches
+            .values()
+            .filter(|(s, _)| *s == FakeBranch::Held)
+            .flat_map(|(_, r)| r.clone())
+            .collect();
+        v.sort();
+        v
+    }
+
+    pub fn effects(&self) -> (usize, usize) {
+        let st = self.state.lock().unwrap();
+        (st.confirm_effects, st.cancel_effects)
+    }
+}
+
+pub struct Fakes {
+    pub log: CallLog,
+    pub by_name: HashMap<String, FakeHandle>,
+}
+
+impl Fakes {
+    pub fn get(&self, name: &str) -> &FakeHandle {
+        &self.by_name[name]
+    }
+}
+
+#[tonic::async_trait]
+impl proto::participant_server::Participant for Fake {
+    async fn r#try(
+        &self,
+        request: Request<proto::TryRequest>,
+    ) -> Result<Response<proto::TryResponse>, Status> {
+        let req = request.into_inner();
+        let resources: Vec<String> = req.items.iter().map(|h| h.resource.clone()).collect();
+        self.log.push(Call {
+            participant: self.name.clone(),
+            method: "Try",
+            branch_id: req.branch_id.clone(),
+            resources: resources.clone(),
+        });
+        if self.behaviour.stall_tries.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        }
+        if self
+            .behaviour
+            .fail_tries
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(Status::unavailable("fake participant failing on purpose"));
+        }
+        if self.behaviour.reject.load(Ordering::SeqCst) {
+            return Ok(Response::new(proto::TryResponse {
+                outcome: proto::try_response::Outcome::Rejected.into(),
+                reason: "sold out".into(),
+            }));
+        }
+        let mut st = self.state.lock().unwrap();
+        // Cancel-before-Try leaves a tombstone: the late Try is a no-op rejection.
+        if let Some((FakeBranch::Cancelled, _)) = st.branches.get(&req.branch_id) {
+            return Ok(Response::new(proto::TryResponse {
+                outcome: proto::try_response::Outcome::Rejected.into(),
+                reason: "branch already cancelled".into(),
+            }));
+        }
+        st.branches
+            .entry(req.branch_id)
+            .or_insert((FakeBranch::Held, resources));
+        Ok(Response::new(proto::TryResponse {
+            outcome: proto::try_response::Outcome::Held.into(),
+            reason: String::new(),
+        }))
+    }
+
+    async fn confirm(
+        &self,
+        request: Request<proto::BranchRequest>,
+    ) -> Result<Response<proto::BranchResponse>, Status> {
+        let req = request.into_inner();
+        self.log.push(Call {
+            participant: self.name.clone(),
+            method: "Confirm",
+            branch_id: req.branch_id.clone(),
+            resources: vec![],
+        });
+        if self
+            .behaviour
+            .fail_confirms
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(Status::unavailable("fake participant failing on purpose"));
+        }
+        let mut st = self.state.lock().unwrap();
+        let state = match st.branches.get(&req.branch_id).map(|(s, _)| *s) {
+            Some(FakeBranch::Held) => {
+                st.confirm_effects += 1;
+                if let Some(b) = st.branches.get_mut(&req.branch_id) {
+                    b.0 = FakeBranch::Confirmed;
+                }
+                proto::branch::State::Confirmed
+            }
+            Some(FakeBranch::Confirmed) => proto::branch::State::Confirmed,
+            Some(FakeBranch::Cancelled) => proto::branch::State::Cancelled,
+            None => proto::branch::State::HoldLost,
+        };
+        Ok(Response::new(proto::BranchResponse {
+            state: state.into(),
+        }))
+    }
+
+    async fn cancel(
+        &self,
+        request: Request<proto::BranchRequest>,
+    ) -> Result<Response<proto::BranchResponse>, Status> {
+        let req = request.into_inner();
+        self.log.push(Call {
+            participant: self.name.clone(),
+            method: "Cancel",
+            branch_id: req.branch_id.clone(),
+            resources: vec![],
+        });
+        let mut st = self.state.lock().unwrap();
+        let state = match st.branches.get(&req.branch_id).map(|(s, _)| *s) {
+            Some(FakeBranch::Held) => {
+                st.cancel_effects += 1;
+                if let Some(b) = st.branches.get_mut(&req.branch_id) {
+                    b.0 = FakeBranch::Cancelled;
+                }
+                proto::branch::State::Cancelled
+            }
+            Some(FakeBranch::Confirmed) => proto::branch::State::Confirmed,
+            Some(FakeBranch::Cancelled) => proto::branch::State::Cancelled,
+            None => {
+                st.branches
+                    .insert(req.branch_id, (FakeBranch::Cancelled, vec![]));
+                proto::branch::State::Cancelled
+            }
+        };
+        Ok(Response::new(proto::BranchResponse {
+            state: state.into(),
+        }))
+    }
+}
+
+/// Starts a fake participant on 127.0.0.1:0.
+pub async fn spawn_fake(name: &str, log: CallLog) -> FakeHandle {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let behaviour = Arc::new(Behaviour::default());
+    let state = Arc::new(Mutex::new(FakeState::default()));
+    let fake = Fake {
+        name: name.to_owned(),
+        log,
+        behaviour: behaviour.clone(),
+        state: state.clone(),
+    };
+    tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(proto::participant_server::ParticipantServer::new(fake))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+            .await
+            .unwrap();
+    });
+    FakeHandle {
+        url,
+        behaviour,
+        state,
+    }
+}
+
+/// A URL where nothing listens.
+pub async fn closed_url() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    url
+}
+
+pub fn hold(participant: &str, resource: &str) -> proto::Hold {
+    proto::Hold {
+        participant: participant.into(),
+        resource: resource.into(),
+        quantity: 1,
+        during: None,
+    }
+}
+
+pub fn reserve_request(request_id: &str, holds: Vec<proto::Hold>) -> proto::ReserveRequest {
+    proto::ReserveRequest {
+        request_id: request_id.into(),
+        holder: "user-1".into(),
+        ttl: None,
+        holds,
+        labels: Default::default(),
+    }
+}
+
+pub fn state_of(r: &proto::Reservation) -> proto::reservation::State {
+    proto::reservation::State::try_from(r.state).unwrap()
+}
+
+/// The ErrorInfo reason of an error status (and checks its domain).
+pub fn reason(status: &Status) -> String {
+    use tonic_types::StatusExt;
+    let info = status
+        .get_details_error_info()
+        .unwrap_or_else(|| panic!("no ErrorInfo in {status:?}"));
+    assert_eq!(info.domain, "tcc.v1");
+    info.reason
+}
+
+pub fn error_metadata(status: &Status) -> HashMap<String, String> {
+    use tonic_types::StatusExt;
+    status.get_details_error_info().unwrap().metadata
+}

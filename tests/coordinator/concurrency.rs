@@ -1,0 +1,112 @@
+//! Many real concurrent clients against one reservation: exactly one decision wins.
+
+use holdfast::proto;
+use holdfast::proto::reservation::State;
+use sqlx::PgPool;
+use tonic::Code;
+
+use crate::common::*;
+
+#[sqlx::test(migrations = false)]
+async fn fifty_confirm_and_cancel_races_end_in_exactly_one_outcome(pool: PgPool) {
+    let (app, fakes) = spawn_with_fakes(pool, &["seats", "stock"]).await;
+    for round in 0..3 {
+        let r = app
+            .client
+            .clone()
+            .reserve(reserve_request(
+                &format!("race-{round}"),
+                vec![hold("seats", &format!("A{round}")), hold("stock", "sku-1")],
+            ))
+            .await
+            .unwrap()
+            .into_inner();
+        let mut tasks = Vec::new();
+        for i in 0..50 {
+            // Each task its own connection: real concurrent clients.
+            let addr = app.addr;
+            let (id, token) = (r.id.clone(), r.hold_token.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut client =
+                    proto::coordinator_client::CoordinatorClient::connect(format!("http://{addr}"))
+                        .await
+                        .unwrap();
+                if i % 2 == 0 {
+                    (
+                        "confirm",
+                        client
+                            .confirm(proto::ConfirmRequest {
+                                reservation_id: id,
+                                hold_token: token,
+                                payment: None,
+                            })
+                            .await,
+                    )
+                } else {
+                    (
+                        "cancel",
+                        client
+                            .cancel(proto::CancelRequest {
+                                reservation_id: id,
+                                hold_token: token,
+                                reason: String::new(),
+                            })
+                            .await,
+                    )
+                }
+            }));
+        }
+        let mut ok = (0, 0);
+        for t in tasks {
+            let (kind, result) = t.await.unwrap();
+            match result {
+                Ok(resp) => {
+                    let st = state_of(resp.get_ref());
+                    if kind == "confirm" {
+                        assert!(matches!(st, State::Confirmed | State::Confirming));
+                        ok.0 += 1;
+                    } else {
+                        assert!(matches!(st, State::Cancelled | State::Cancelling));
+                        ok.1 += 1;
+                    }
+                }
+                Err(e) => {
+                    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+                    assert_eq!(reason(&e), "RESERVATION_CLOSED");
+                }
+            }
+        }
+        assert!(
+            (ok.0 == 25 && ok.1 == 0) || (ok.0 == 0 && ok.1 == 25),
+            "one side wins entirely, the other is refused: {ok:?}"
+        );
+        let fin = app
+            .client
+            .clone()
+            .get_reservation(proto::GetReservationRequest {
+                reservation_id: r.id.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let won_confirm = ok.0 == 25;
+        assert_eq!(
+            state_of(&fin),
+            if won_confirm {
+                State::Confirmed
+            } else {
+                State::Cancelled
+            }
+        );
+    }
+    // Three rounds: every branch got exactly one second-phase effect overall.
+    for name in ["seats", "stock"] {
+        let (c, x) = fakes.get(name).effects();
+        assert_eq!(c + x, 3, "{name}: confirms {c} + cancels {x}");
+        assert_eq!(
+            fakes.log.count(name, "Confirm") + fakes.log.count(name, "Cancel"),
+            3,
+            "{name}: exactly one second-phase call per reservation"
+        );
+    }
+}

@@ -1,0 +1,364 @@
+//! Reserve, Confirm, Cancel, Extend and Watch through their states, including idempotent
+//! repeats, closed reservations, wrong tokens and expiry.
+
+use std::time::Duration;
+
+use holdfast::proto;
+use holdfast::proto::reservation::State;
+use sqlx::PgPool;
+use tonic::Code;
+
+use crate::common::*;
+
+#[sqlx::test(migrations = false)]
+async fn reserve_then_confirm(pool: PgPool) {
+    let (mut app, fakes) = spawn_with_fakes(pool, &["seats", "stock"]).await;
+    let r = app
+        .client
+        .reserve(reserve_request(
+            "r1",
+            vec![hold("seats", "A1"), hold("stock", "sku-9")],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(&r), State::Held);
+    assert_eq!(r.hold_token.len(), 64, "token carries 256 bits");
+    assert!(r.expires_at.unwrap().seconds > r.created_at.unwrap().seconds);
+    assert_eq!(fakes.get("seats").held(), ["A1"]);
+    assert_eq!(fakes.get("stock").held(), ["sku-9"]);
+
+    let c = app
+        .client
+        .confirm(proto::ConfirmRequest {
+            reservation_id: r.id.clone(),
+            hold_token: r.hold_token.clone(),
+            payment: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(&c), State::Confirmed);
+    assert!(c.hold_token.is_empty(), "Confirm never returns the token");
+    assert!(
+        c.branches
+            .iter()
+            .all(|b| b.state == i32::from(proto::branch::State::Confirmed))
+    );
+    assert_eq!(fakes.get("seats").effects(), (1, 0));
+    assert_eq!(fakes.get("stock").effects(), (1, 0));
+
+    // A repeat answers the same, with no further participant effect.
+    let again = app
+        .client
+        .confirm(proto::ConfirmRequest {
+            reservation_id: r.id.clone(),
+            hold_token: r.hold_token.clone(),
+            payment: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(&again), State::Confirmed);
+    assert_eq!(fakes.log.count("seats", "Confirm"), 1);
+
+    // Cancel after Confirm is refused.
+    let err = app
+        .client
+        .cancel(proto::CancelRequest {
+            reservation_id: r.id.clone(),
+            hold_token: r.hold_token.clone(),
+            reason: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert_eq!(reason(&err), "RESERVATION_CLOSED");
+    assert_eq!(error_metadata(&err)["reservation_id"], r.id);
+    assert_eq!(fakes.get("seats").effects(), (1, 0));
+}
+
+#[sqlx::test(migrations = false)]
+async fn reserve_then_cancel(pool: PgPool) {
+    let (mut app, fakes) = spawn_with_fakes(pool, &["seats", "stock"]).await;
+    let r = app
+        .client
+        .reserve(reserve_request(
+            "r1",
+            vec![hold("seats", "A1"), hold("stock", "sku-9")],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let cancel = proto::CancelRequest {
+        reservation_id: r.id.clone(),
+        hold_token: r.hold_token.clone(),
+        reason: "changed my mind".into(),
+    };
+    let c = app
+        .client
+        .cancel(cancel.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(&c), State::Cancelled);
+    assert!(fakes.get("seats").held().is_empty());
+    assert!(fakes.get("stock").held().is_empty());
+    assert_eq!(fakes.get("seats").effects(), (0, 1));
+
+    let again = app.client.cancel(cancel).await.unwrap().into_inner();
+    assert_eq!(state_of(&again), State::Cancelled);
+    assert_eq!(
+        fakes.log.count("seats", "Cancel"),
+        1,
+        "a repeat calls no one"
+    );
+
+    let err = app
+        .client
+        .confirm(proto::ConfirmRequest {
+            reservation_id: r.id.clone(),
+            hold_token: r.hold_token.clone(),
+            payment: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&err), "RESERVATION_CLOSED");
+    assert_eq!(fakes.log.count("seats", "Confirm"), 0);
+}
+
+#[sqlx::test(migrations = false)]
+async fn reserve_is_idempotent_on_holder_and_request_id(pool: PgPool) {
+    let (mut app, fakes) = spawn_with_fakes(pool, &["seats"]).await;
+    let req = reserve_request("order-7", vec![hold("seats", "A1"), hold("seats", "A2")]);
+    let first = app.client.reserve(req.clone()).await.unwrap().into_inner();
+    let second = app.client.reserve(req.clone()).await.unwrap().into_inner();
+    assert_eq!(first.id, second.id);
+    assert_eq!(
+        first.hold_token, second.hold_token,
+        "the same token comes back"
+    );
+    assert_eq!(fakes.log.count("seats", "Try"), 1, "holds placed once");
+
+    // The same holds listed in another order are the same body.
+    let mut reordered = req.clone();
+    reordered.holds.reverse();
+    assert_eq!(
+        app.client.reserve(reordered).await.unwrap().into_inner().id,
+        first.id
+    );
+
+    // Another holder may use the same request_id.
+    let mut other_holder = req.clone();
+    other_holder.holder = "user-2".into();
+    other_holder.holds = vec![hold("seats", "B1")];
+    let other = app.client.reserve(other_holder).await.unwrap().into_inner();
+    assert_ne!(other.id, first.id);
+
+    // A different body under the same key is refused and changes nothing.
+    let mut changed = req.clone();
+    changed.holds.push(hold("seats", "A3"));
+    let err = app.client.reserve(changed).await.unwrap_err();
+    assert_eq!(err.code(), Code::AlreadyExists);
+    assert_eq!(reason(&err), "REQUEST_ID_REUSED");
+    assert_eq!(error_metadata(&err)["reservation_id"], first.id);
+    assert_eq!(fakes.get("seats").held(), ["A1", "A2", "B1"]);
+
+    // Still the same reservation, whatever its state now.
+    app.client
+        .cancel(proto::CancelRequest {
+            reservation_id: first.id.clone(),
+            hold_token: first.hold_token.clone(),
+            reason: String::new(),
+        })
+        .await
+        .unwrap();
+    let after = app.client.reserve(req).await.unwrap().into_inner();
+    assert_eq!(after.id, first.id);
+    assert_eq!(state_of(&after), State::Cancelled);
+}
+
+#[sqlx::test(migrations = false)]
+async fn wrong_token_changes_nothing(pool: PgPool) {
+    let (mut app, fakes) = spawn_with_fakes(pool, &["seats"]).await;
+    let r = app
+        .client
+        .reserve(reserve_request("r1", vec![hold("seats", "A1")]))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut wrong = r.hold_token.clone();
+    wrong.replace_range(0..1, if wrong.starts_with('0') { "1" } else { "0" });
+    for token in [wrong.clone(), "x".into()] {
+        let err = app
+            .client
+            .confirm(proto::ConfirmRequest {
+                reservation_id: r.id.clone(),
+                hold_token: token.clone(),
+                payment: None,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::PermissionDenied);
+        assert_eq!(reason(&err), "HOLD_TOKEN_MISMATCH");
+        assert!(!err.message().contains(&r.hold_token), "never echo a token");
+        let err = app
+            .client
+            .cancel(proto::CancelRequest {
+                reservation_id: r.id.clone(),
+                hold_token: token,
+                reason: String::new(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(reason(&err), "HOLD_TOKEN_MISMATCH");
+    }
+    let now = app
+        .client
+        .get_reservation(proto::GetReservationRequest {
+            reservation_id: r.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(&now), State::Held);
+    assert_eq!(
+        fakes.log.summary(),
+        ["seats.Try"],
+        "no participant heard of it"
+    );
+}
+
+#[sqlx::test(migrations = false)]
+async fn confirm_after_ttl_ran_out_is_hold_expired(pool: PgPool) {
+    let (mut app, fakes) = spawn_with_fakes(pool, &["seats"]).await;
+    let mut req = reserve_request("r1", vec![hold("seats", "A1")]);
+    req.ttl = Some(prost_types::Duration {
+        seconds: 1,
+        nanos: 0,
+    });
+    let r = app.client.reserve(req).await.unwrap().into_inner();
+    let get = proto::GetReservationRequest {
+        reservation_id: r.id.clone(),
+    };
+    // Wait for the database clock to pass expires_at: the event under test is time passing.
+    loop {
+        let now = app
+            .client
+            .get_reservation(get.clone())
+            .await
+            .unwrap()
+            .into_inner();
+        if state_of(&now) == State::Expired {
+            break;
+        }
+        assert_eq!(state_of(&now), State::Held);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let err = app
+        .client
+        .confirm(proto::ConfirmRequest {
+            reservation_id: r.id.clone(),
+            hold_token: r.hold_token.clone(),
+            payment: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert_eq!(reason(&err), "HOLD_EXPIRED");
+    assert_eq!(
+        fakes.get("seats").effects(),
+        (0, 1),
+        "released, never confirmed"
+    );
+    let now = app.client.get_reservation(get).await.unwrap().into_inner();
+    assert_eq!(state_of(&now), State::Expired);
+
+    // Extend after expiry is refused the same way.
+    let err = app
+        .client
+        .extend(proto::ExtendRequest {
+            reservation_id: r.id.clone(),
+            hold_token: r.hold_token.clone(),
+            ttl: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&err), "HOLD_EXPIRED");
+}
+
+#[sqlx::test(migrations = false)]
+async fn extend_once_then_limit(pool: PgPool) {
+    let (mut app, _fakes) = spawn_with_fakes(pool, &["seats"]).await;
+    let r = app
+        .client
+        .reserve(reserve_request("r1", vec![hold("seats", "A1")]))
+        .await
+        .unwrap()
+        .into_inner();
+    let extend = proto::ExtendRequest {
+        reservation_id: r.id.clone(),
+        hold_token: r.hold_token.clone(),
+        ttl: Some(prost_types::Duration {
+            seconds: 60,
+            nanos: 0,
+        }),
+    };
+    let e = app
+        .client
+        .extend(extend.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(e.extensions_used, 1);
+    assert_eq!(
+        e.expires_at.unwrap().seconds - r.expires_at.unwrap().seconds,
+        60
+    );
+    let err = app.client.extend(extend).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert_eq!(reason(&err), "EXTENSION_LIMIT_REACHED");
+}
+
+#[sqlx::test(migrations = false)]
+async fn watch_streams_changes_and_ends_after_terminal(pool: PgPool) {
+    let (mut app, _fakes) = spawn_with_fakes(pool, &["seats"]).await;
+    let r = app
+        .client
+        .reserve(reserve_request("r1", vec![hold("seats", "A1")]))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut stream = app
+        .client
+        .watch_reservation(proto::WatchReservationRequest {
+            reservation_id: r.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = stream.message().await.unwrap().unwrap();
+    assert_eq!(state_of(&first), State::Held);
+    assert!(first.hold_token.is_empty());
+    app.client
+        .confirm(proto::ConfirmRequest {
+            reservation_id: r.id.clone(),
+            hold_token: r.hold_token.clone(),
+            payment: None,
+        })
+        .await
+        .unwrap();
+    let mut seen = vec![];
+    while let Some(msg) = tokio::time::timeout(Duration::from_secs(10), stream.message())
+        .await
+        .expect("watch must end after the terminal state")
+        .unwrap()
+    {
+        seen.push(state_of(&msg));
+    }
+    assert_eq!(seen.last(), Some(&State::Confirmed));
+    assert!(
+        seen.iter()
+            .all(|s| matches!(s, State::Confirming | State::Confirmed))
+    );
+}

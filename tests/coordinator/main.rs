@@ -1,0 +1,10 @@
+//! The coordinator suite: a real coordinator over gRPC on loopback, a fresh Postgres database
+//! per test, and in-test participants that record their calls.
+
+mod common;
+
+mod concurrency;
+mod fanout;
+mod lifecycle;
+mod service;
+mod validation;
