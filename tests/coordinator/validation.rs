@@ -9,7 +9,7 @@ use tonic_types::StatusExt;
 use crate::common::*;
 
 /// A change that makes a request invalid.
-type Mutation = Box<dyn Fn(&mut proto::ReserveRequest)>;
+type Mutation<'a> = Box<dyn Fn(&mut proto::ReserveRequest) + 'a>;
 
 fn base() -> proto::ReserveRequest {
     reserve_request("r1", vec![hold("seats", "A1")])
