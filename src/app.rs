@@ -60,9 +60,16 @@ pub async fn serve_coordinator(
         settings.limits,
         settings.policy,
     );
+    let (stop_recovery, stop) = tokio::sync::watch::channel(false);
+    let recovery = tokio::spawn(coordinator.clone().run_recovery(stop));
     let api = CoordinatorApi::new(coordinator, registry);
     let routes = tonic::service::Routes::new(api.into_server());
     tracing::info!(addr = %listener.local_addr()?, "coordinator serving");
-    crate::server::serve(listener, routes, &["tcc.v1.Coordinator"], shutdown).await?;
+    let served = crate::server::serve(listener, routes, &["tcc.v1.Coordinator"], shutdown).await;
+    // In-flight calls are done; work left unfinished stays leased until its lease ends, then
+    // any instance recovers it.
+    let _ = stop_recovery.send(true);
+    let _ = recovery.await;
+    served?;
     Ok(())
 }

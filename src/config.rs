@@ -84,6 +84,22 @@ pub struct CoordinatorArgs {
     /// How many times a reservation may be extended.
     #[arg(long, env = "HOLDFAST_MAX_EXTENSIONS", default_value_t = 1)]
     pub max_extensions: i32,
+
+    /// How long an instance owns work it drives before another replica may take it over.
+    #[arg(long, env = "HOLDFAST_LEASE", default_value = "30s", value_parser = parse_duration)]
+    pub lease: Duration,
+
+    /// How often the reaper/recovery looks for due work.
+    #[arg(long, env = "HOLDFAST_SWEEP_INTERVAL", default_value = "250ms", value_parser = parse_duration)]
+    pub sweep_interval: Duration,
+
+    /// First retry delay of an unfinished confirm/release (doubles per attempt, with jitter).
+    #[arg(long, env = "HOLDFAST_RETRY_BASE", default_value = "200ms", value_parser = parse_duration)]
+    pub retry_base: Duration,
+
+    /// Longest retry delay.
+    #[arg(long, env = "HOLDFAST_RETRY_CAP", default_value = "30s", value_parser = parse_duration)]
+    pub retry_cap: Duration,
 }
 
 impl CoordinatorArgs {
@@ -120,8 +136,24 @@ impl CoordinatorArgs {
         if self.max_extensions < 0 {
             return Err("--max-extensions must be >= 0".into());
         }
+        if self.lease < self.participant_timeout * 2 {
+            return Err("--lease must be at least twice --participant-timeout".into());
+        }
+        if self.retry_base.is_zero() || self.retry_cap < self.retry_base {
+            return Err("--retry-base must be > 0 and <= --retry-cap".into());
+        }
+        if self.sweep_interval.is_zero() {
+            return Err("--sweep-interval must be > 0".into());
+        }
         Ok(Policy {
             max_extensions: self.max_extensions,
+            lease: self.lease,
+            backoff: crate::store::Backoff {
+                base: self.retry_base,
+                cap: self.retry_cap,
+            },
+            sweep_interval: self.sweep_interval,
+            ..Policy::default()
         })
     }
 }

@@ -2,7 +2,8 @@
 //! and the three TCC calls translated to domain outcomes.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -77,17 +78,30 @@ pub struct ParticipantHandle {
     name: String,
     timeout: Duration,
     client: ParticipantClient<Channel>,
+    health: tonic_health::pb::health_client::HealthClient<Channel>,
+    /// The last call could not reach it (or failed); cleared by the next success.
+    failing: Arc<AtomicBool>,
+    events: Arc<Events>,
+}
+
+/// Participants that answered again after failing, for recovery to retry their backlog.
+#[derive(Debug, Default)]
+struct Events {
+    came_back: Mutex<Vec<String>>,
+    notify: tokio::sync::Notify,
 }
 
 /// Every participant the coordinator knows, by name.
 #[derive(Clone, Debug, Default)]
 pub struct Registry {
     participants: Arc<HashMap<String, ParticipantHandle>>,
+    events: Arc<Events>,
 }
 
 impl Registry {
     /// Builds the registry. Channels connect lazily and reconnect by themselves.
     pub fn new(endpoints: &[ParticipantEndpoint]) -> Result<Registry, RegistryError> {
+        let events = Arc::new(Events::default());
         let mut participants = HashMap::new();
         for ep in endpoints {
             let endpoint = Endpoint::from_shared(ep.url.clone())
@@ -101,10 +115,14 @@ impl Registry {
                 .tcp_nodelay(true)
                 .http2_keep_alive_interval(Duration::from_secs(30))
                 .keep_alive_while_idle(true);
+            let channel = endpoint.connect_lazy();
             let handle = ParticipantHandle {
                 name: ep.name.clone(),
                 timeout: ep.timeout,
-                client: ParticipantClient::new(endpoint.connect_lazy()),
+                client: ParticipantClient::new(channel.clone()),
+                health: tonic_health::pb::health_client::HealthClient::new(channel),
+                failing: Arc::new(AtomicBool::new(false)),
+                events: events.clone(),
             };
             if participants.insert(ep.name.clone(), handle).is_some() {
                 return Err(RegistryError::Duplicate(ep.name.clone()));
@@ -112,7 +130,29 @@ impl Registry {
         }
         Ok(Registry {
             participants: Arc::new(participants),
+            events,
         })
+    }
+
+    /// Participants whose last call failed.
+    pub fn failing(&self) -> Vec<&ParticipantHandle> {
+        self.participants
+            .values()
+            .filter(|p| p.failing.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// Names of participants that answered again since the last call, oldest first.
+    pub fn take_came_back(&self) -> Vec<String> {
+        match self.events.came_back.lock() {
+            Ok(mut v) => std::mem::take(&mut *v),
+            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+        }
+    }
+
+    /// Resolves when some participant answers again after failing.
+    pub async fn came_back(&self) {
+        self.events.notify.notified().await;
     }
 
     /// The participant registered under `name`.
@@ -165,6 +205,47 @@ impl ParticipantHandle {
         &self.name
     }
 
+    /// Remembers whether the participant answered; a first answer after failures is announced.
+    fn observe<T>(&self, result: &Result<T, CallError>) {
+        match result {
+            Err(e) if !e.refused => {
+                self.failing.store(true, Ordering::Relaxed);
+            }
+            _ => {
+                if self.failing.swap(false, Ordering::Relaxed) {
+                    tracing::info!(participant = %self.name, "participant answers again");
+                    match self.events.came_back.lock() {
+                        Ok(mut v) => v.push(self.name.clone()),
+                        Err(poisoned) => poisoned.into_inner().push(self.name.clone()),
+                    }
+                    self.events.notify.notify_waiters();
+                }
+            }
+        }
+    }
+
+    /// Asks the participant's health service whether it serves; records the answer like a call.
+    pub async fn probe(&self) -> bool {
+        let mut req = tonic::Request::new(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        });
+        req.set_timeout(self.timeout.min(Duration::from_secs(1)));
+        let result = match self.health.clone().check(req).await {
+            Ok(resp)
+                if resp.get_ref().status
+                    == i32::from(
+                        tonic_health::pb::health_check_response::ServingStatus::Serving,
+                    ) =>
+            {
+                Ok(())
+            }
+            Ok(_) => Err(CallError::protocol("not serving".into())),
+            Err(s) => Err(CallError::from_status(&s)),
+        };
+        self.observe(&result);
+        result.is_ok()
+    }
+
     fn request<T>(&self, msg: T) -> tonic::Request<T> {
         let mut req = tonic::Request::new(msg);
         req.set_timeout(self.timeout);
@@ -187,13 +268,14 @@ impl ParticipantHandle {
             items: items.iter().map(to_proto_hold).collect(),
             expires_at: Some(to_timestamp(expires_at)),
         });
-        let resp = self
+        let result = self
             .client
             .clone()
             .r#try(req)
             .await
-            .map_err(|s| CallError::from_status(&s))?
-            .into_inner();
+            .map_err(|s| CallError::from_status(&s));
+        self.observe(&result);
+        let resp = result?.into_inner();
         use proto::try_response::Outcome;
         match Outcome::try_from(resp.outcome) {
             Ok(Outcome::Held) => Ok(TryOutcome::Held),
@@ -221,12 +303,14 @@ impl ParticipantHandle {
             reservation_id: reservation_id.to_string(),
             branch_id: branch_id.to_string(),
         });
-        let resp = self
+        let result = self
             .client
             .clone()
             .confirm(req)
             .await
-            .map_err(|s| CallError::from_status(&s))?;
+            .map_err(|s| CallError::from_status(&s));
+        self.observe(&result);
+        let resp = result?;
         branch_state_from_proto(resp.get_ref().state).ok_or_else(|| {
             CallError::protocol(format!(
                 "participant answered Confirm with state {}",
@@ -245,12 +329,14 @@ impl ParticipantHandle {
             reservation_id: reservation_id.to_string(),
             branch_id: branch_id.to_string(),
         });
-        let resp = self
+        let result = self
             .client
             .clone()
             .cancel(req)
             .await
-            .map_err(|s| CallError::from_status(&s))?;
+            .map_err(|s| CallError::from_status(&s));
+        self.observe(&result);
+        let resp = result?;
         branch_state_from_proto(resp.get_ref().state).ok_or_else(|| {
             CallError::protocol(format!(
                 "participant answered Cancel with state {}",

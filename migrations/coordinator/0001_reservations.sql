@@ -25,6 +25,14 @@ CREATE TABLE reservations (
     late_payment_honored  boolean     NOT NULL DEFAULT false,
     -- Bumped on every state change; watchers compare it.
     version               bigint      NOT NULL DEFAULT 1,
+    -- Work lease: the coordinator instance driving this reservation, and until when. Another
+    -- instance takes the work over only after lease_until (claimed with FOR UPDATE SKIP LOCKED).
+    lease_owner           uuid,
+    lease_until           timestamptz,
+    -- When recovery should next drive a CONFIRMING/CANCELLING reservation (backoff), and how
+    -- many times it has tried.
+    next_attempt_at       timestamptz,
+    recovery_attempts     integer     NOT NULL DEFAULT 0,
     UNIQUE (holder, request_id)
 );
 
@@ -32,7 +40,7 @@ CREATE TABLE reservations (
 CREATE INDEX reservations_by_created ON reservations (created_at DESC, id DESC);
 CREATE INDEX reservations_by_holder ON reservations (holder, created_at DESC, id DESC);
 -- Work that still needs driving (reaper, recovery): small, because most rows are terminal.
-CREATE INDEX reservations_open ON reservations (expires_at)
+CREATE INDEX reservations_open ON reservations (state, expires_at)
     WHERE state IN ('TRYING', 'HELD', 'CONFIRMING', 'CANCELLING');
 
 CREATE TABLE branches (

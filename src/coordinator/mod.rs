@@ -7,6 +7,7 @@
 //! [`Coordinator::drive_confirm`].
 
 pub mod error;
+pub mod recovery;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -25,18 +26,36 @@ use crate::domain::{
     TryOutcome, Verdict,
 };
 use crate::registry::Registry;
-use crate::store::{BranchReport, Created, Decided, Store};
+use crate::store::{Backoff, BranchReport, Created, Decided, Store, WorkLease};
 
-/// Lifecycle policy beyond the input limits.
+/// Lifecycle and recovery policy beyond the input limits.
 #[derive(Clone, Debug)]
 pub struct Policy {
     /// How many times Extend may succeed per reservation.
     pub max_extensions: i32,
+    /// How long an instance owns a reservation it drives before another may take it over.
+    /// Must exceed the longest fan-out (participant timeout x participants).
+    pub lease: Duration,
+    /// Retry schedule of confirm/release fan-outs that did not finish.
+    pub backoff: Backoff,
+    /// How often the reaper and recovery look for due work when idle.
+    pub sweep_interval: Duration,
+    /// Reservations claimed per sweep.
+    pub sweep_batch: u32,
 }
 
 impl Default for Policy {
     fn default() -> Self {
-        Policy { max_extensions: 1 }
+        Policy {
+            max_extensions: 1,
+            lease: Duration::from_secs(30),
+            backoff: Backoff {
+                base: Duration::from_millis(200),
+                cap: Duration::from_secs(30),
+            },
+            sweep_interval: Duration::from_millis(250),
+            sweep_batch: 64,
+        }
     }
 }
 
@@ -50,6 +69,8 @@ pub struct Page {
 /// Drives reservations through their lifecycle.
 #[derive(Clone)]
 pub struct Coordinator {
+    /// This instance, as a lease owner.
+    instance: Uuid,
     store: Arc<dyn Store>,
     registry: Registry,
     limits: Limits,
@@ -83,10 +104,18 @@ impl Coordinator {
         policy: Policy,
     ) -> Coordinator {
         Coordinator {
+            instance: Uuid::new_v4(),
             store,
             registry,
             limits,
             policy,
+        }
+    }
+
+    fn lease(&self) -> WorkLease {
+        WorkLease {
+            owner: self.instance,
+            duration: self.policy.lease,
         }
     }
 
@@ -109,7 +138,7 @@ impl Coordinator {
         }
         let token = HoldToken::generate()
             .map_err(|e| Error::Internal(format!("no randomness for a hold token: {e}")))?;
-        match self.store.create(&new, &token).await? {
+        match self.store.create(&new, &token, self.lease()).await? {
             Created::Existing(existing) if new.same_body_as(&existing) => Ok(existing),
             Created::Existing(existing) => Err(Error::RequestIdReused {
                 holder: new.holder,
@@ -125,7 +154,13 @@ impl Coordinator {
     async fn place_holds(&self, r: Reservation) -> Result<Reservation, Error> {
         let groups = r.participant_branches();
         let mut reports = Vec::with_capacity(groups.len());
+        let mut leased_at = std::time::Instant::now();
         for group in &groups {
+            // A long placement keeps its lease, so no other instance releases it meanwhile.
+            if leased_at.elapsed() > self.policy.lease / 2 {
+                self.store.renew_lease(r.id, self.lease()).await?;
+                leased_at = std::time::Instant::now();
+            }
             let first_resource = group
                 .holds
                 .first()
@@ -207,7 +242,10 @@ impl Coordinator {
         rejection: &Rejection,
         reports: &[BranchReport],
     ) -> Result<Reservation, Error> {
-        let recorded = self.store.record_rejected(id, rejection, reports).await?;
+        let recorded = self
+            .store
+            .record_rejected(id, Some(rejection), reports)
+            .await?;
         self.drive_release(recorded).await
     }
 
@@ -286,7 +324,7 @@ impl Coordinator {
         token: &str,
         decision: &Decision,
     ) -> Result<(Verdict, Reservation), Error> {
-        match self.store.decide(id, token, decision).await? {
+        match self.store.decide(id, token, decision, self.lease()).await? {
             Decided::NotFound => Err(Error::NotFound(id)),
             Decided::TokenMismatch => Err(Error::TokenMismatch(id)),
             Decided::Judged {
@@ -400,7 +438,13 @@ impl Coordinator {
         }
         Ok(self
             .store
-            .record_phase(r.id, State::Confirming, &reports, finish)
+            .record_phase(
+                r.id,
+                State::Confirming,
+                &reports,
+                finish,
+                self.policy.backoff,
+            )
             .await?)
     }
 
@@ -459,7 +503,13 @@ impl Coordinator {
         };
         Ok(self
             .store
-            .record_phase(r.id, State::Cancelling, &reports, finish)
+            .record_phase(
+                r.id,
+                State::Cancelling,
+                &reports,
+                finish,
+                self.policy.backoff,
+            )
             .await?)
     }
 }

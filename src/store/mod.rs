@@ -50,6 +50,21 @@ pub enum Decided {
     },
 }
 
+/// How one coordinator instance claims work: it owns what it drives until `duration` passes,
+/// after which another instance may take it over.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkLease {
+    pub owner: Uuid,
+    pub duration: std::time::Duration,
+}
+
+/// Retry schedule of unfinished work: `min(cap, base * 2^attempts)`, with jitter.
+#[derive(Clone, Copy, Debug)]
+pub struct Backoff {
+    pub base: std::time::Duration,
+    pub cap: std::time::Duration,
+}
+
 /// A participant's answer for one participant-level branch, to record.
 #[derive(Clone, Debug)]
 pub struct BranchReport {
@@ -65,7 +80,13 @@ pub struct BranchReport {
 pub trait Store: Send + Sync + 'static {
     /// Records a new reservation in `TRYING` with `expires_at = now + ttl` (database clock),
     /// or finds the existing one with the same (holder, request_id).
-    async fn create(&self, new: &NewReservation, token: &HoldToken) -> Result<Created, StoreError>;
+    /// The new reservation is leased to `lease.owner` while its holds are placed.
+    async fn create(
+        &self,
+        new: &NewReservation,
+        token: &HoldToken,
+        lease: WorkLease,
+    ) -> Result<Created, StoreError>;
 
     /// Reads one reservation.
     async fn get(&self, id: Uuid) -> Result<Option<Reservation>, StoreError>;
@@ -74,12 +95,14 @@ pub trait Store: Send + Sync + 'static {
     async fn list(&self, query: &ListQuery) -> Result<Vec<Reservation>, StoreError>;
 
     /// Under the row lock: checks the token, judges the decision with
-    /// [`crate::domain::lifecycle::decide`], and applies the verdict.
+    /// [`crate::domain::lifecycle::decide`], and applies the verdict. A decision that starts a
+    /// fan-out leases the reservation to `lease.owner`.
     async fn decide(
         &self,
         id: Uuid,
         presented_token: &str,
         decision: &Decision,
+        lease: WorkLease,
     ) -> Result<Decided, StoreError>;
 
     /// `TRYING -> HELD`: every branch holds. Returns the reservation as it is afterwards
@@ -90,21 +113,38 @@ pub trait Store: Send + Sync + 'static {
         reports: &[BranchReport],
     ) -> Result<Reservation, StoreError>;
 
-    /// `TRYING -> CANCELLING` ending `REJECTED`: a Try was refused or its outcome is unknown.
+    /// `TRYING -> CANCELLING` ending `REJECTED`: a Try was refused or its outcome is unknown
+    /// (no `rejection` when the placer itself stopped).
     async fn record_rejected(
         &self,
         id: Uuid,
-        rejection: &Rejection,
+        rejection: Option<&Rejection>,
         reports: &[BranchReport],
     ) -> Result<Reservation, StoreError>;
 
     /// Records the answers of a Confirm or Cancel fan-out; when `finish` is set and the
     /// reservation is still in `from`, moves it to that terminal state in the same transaction.
+    /// Otherwise gives up the lease and schedules the next attempt by `backoff`.
     async fn record_phase(
         &self,
         id: Uuid,
         from: State,
         reports: &[BranchReport],
         finish: Option<State>,
+        backoff: Backoff,
     ) -> Result<Reservation, StoreError>;
+
+    /// Claims up to `limit` reservations that need driving and whose lease is free: expired
+    /// `HELD` ones (moved to `CANCELLING` ending `EXPIRED` in the same statement), `TRYING` ones
+    /// abandoned by their placer, and `CONFIRMING`/`CANCELLING` ones whose retry is due.
+    async fn claim_due(&self, lease: WorkLease, limit: u32) -> Result<Vec<Uuid>, StoreError>;
+
+    /// Extends `lease.owner`'s lease on a reservation it is still driving; false if it lost it.
+    async fn renew_lease(&self, id: Uuid, lease: WorkLease) -> Result<bool, StoreError>;
+
+    /// Makes every unfinished reservation waiting on `participant` due now (it came back).
+    async fn wake_backlog(&self, participant: &str) -> Result<u64, StoreError>;
+
+    /// How many reservations are waiting to be driven to their outcome.
+    async fn backlog(&self) -> Result<i64, StoreError>;
 }

@@ -11,7 +11,7 @@ use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::{BranchReport, Created, Decided, Store, StoreError};
+use super::{Backoff, BranchReport, Created, Decided, Store, StoreError, WorkLease};
 use crate::domain::lifecycle::{self, Snapshot};
 use crate::domain::{
     Branch, BranchState, Decision, Hold, HoldToken, Interval, ListQuery, NewReservation, Rejection,
@@ -255,6 +255,24 @@ async fn apply_reports(
     Ok(())
 }
 
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Leases a reservation to `lease.owner` (it is about to drive it).
+async fn take_lease(conn: &mut PgConnection, id: Uuid, lease: WorkLease) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE reservations SET lease_owner = $2, \
+         lease_until = clock_timestamp() + $3 * interval '1 millisecond' WHERE id = $1",
+    )
+    .bind(id)
+    .bind(lease.owner)
+    .bind(millis(lease.duration))
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
 /// Moves a reservation `from -> to` if it is still in `from`; the row count decides.
 async fn transition(
     conn: &mut PgConnection,
@@ -291,13 +309,20 @@ async fn expire(conn: &mut PgConnection, id: Uuid) -> Result<bool, StoreError> {
 
 #[async_trait]
 impl Store for PgStore {
-    async fn create(&self, new: &NewReservation, token: &HoldToken) -> Result<Created, StoreError> {
+    async fn create(
+        &self,
+        new: &NewReservation,
+        token: &HoldToken,
+        lease: WorkLease,
+    ) -> Result<Created, StoreError> {
         let id = Uuid::now_v7();
         let ttl_ms = i64::try_from(new.ttl.as_millis()).unwrap_or(i64::MAX);
         let mut tx = self.pool.begin().await?;
         let inserted = sqlx::query(
-            "INSERT INTO reservations (id, request_id, holder, state, hold_token, ttl_ms, expires_at, labels) \
-             VALUES ($1, $2, $3, 'TRYING', $4, $5, clock_timestamp() + $5 * interval '1 millisecond', $6) \
+            "INSERT INTO reservations (id, request_id, holder, state, hold_token, ttl_ms, expires_at, \
+                                       labels, lease_owner, lease_until) \
+             VALUES ($1, $2, $3, 'TRYING', $4, $5, clock_timestamp() + $5 * interval '1 millisecond', \
+                     $6, $7, clock_timestamp() + $8 * interval '1 millisecond') \
              ON CONFLICT (holder, request_id) DO NOTHING",
         )
         .bind(id)
@@ -306,6 +331,8 @@ impl Store for PgStore {
         .bind(token.expose())
         .bind(ttl_ms)
         .bind(Json(&new.labels))
+        .bind(lease.owner)
+        .bind(millis(lease.duration))
         .execute(&mut *tx)
         .await?
         .rows_affected();
@@ -429,6 +456,7 @@ impl Store for PgStore {
         id: Uuid,
         presented_token: &str,
         decision: &Decision,
+        lease: WorkLease,
     ) -> Result<Decided, StoreError> {
         let mut tx = self.pool.begin().await?;
         let Some(current) = load(&mut tx, id, true).await? else {
@@ -511,6 +539,9 @@ impl Store for PgStore {
             Verdict::AlreadyDone | Verdict::Refuse(_) => false,
         };
         let reservation = if changed {
+            if matches!(verdict, Verdict::Transition { .. } | Verdict::Expire) {
+                take_lease(&mut tx, id, lease).await?;
+            }
             let after = load_existing(&mut tx, id).await?;
             tx.commit().await?;
             after
@@ -532,6 +563,12 @@ impl Store for PgStore {
         let mut tx = self.pool.begin().await?;
         if transition(&mut tx, id, State::Trying, State::Held).await? {
             apply_reports(&mut tx, id, reports).await?;
+            sqlx::query(
+                "UPDATE reservations SET lease_owner = NULL, lease_until = NULL WHERE id = $1",
+            )
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         }
         let after = load_existing(&mut tx, id).await?;
         tx.commit().await?;
@@ -541,7 +578,7 @@ impl Store for PgStore {
     async fn record_rejected(
         &self,
         id: Uuid,
-        rejection: &Rejection,
+        rejection: Option<&Rejection>,
         reports: &[BranchReport],
     ) -> Result<Reservation, StoreError> {
         let mut tx = self.pool.begin().await?;
@@ -552,9 +589,9 @@ impl Store for PgStore {
              WHERE id = $1 AND state = 'TRYING'",
         )
         .bind(id)
-        .bind(&rejection.participant)
-        .bind(&rejection.resource)
-        .bind(&rejection.reason)
+        .bind(rejection.map(|r| r.participant.as_str()))
+        .bind(rejection.map(|r| r.resource.as_str()))
+        .bind(rejection.map(|r| r.reason.as_str()))
         .execute(&mut *tx)
         .await?
         .rows_affected();
@@ -572,6 +609,7 @@ impl Store for PgStore {
         from: State,
         reports: &[BranchReport],
         finish: Option<State>,
+        backoff: Backoff,
     ) -> Result<Reservation, StoreError> {
         let mut tx = self.pool.begin().await?;
         // Lock first, so two drivers of one reservation record their answers one after the other.
@@ -582,12 +620,102 @@ impl Store for PgStore {
                 .await?;
         if still_there.as_deref() == Some(from.as_str()) {
             apply_reports(&mut tx, id, reports).await?;
-            if let Some(to) = finish {
-                transition(&mut tx, id, from, to).await?;
-            }
+            let finished = match finish {
+                Some(to) => transition(&mut tx, id, from, to).await?,
+                None => false,
+            };
+            // Finished or not, this driver is done with it: free the lease. Unfinished work
+            // waits out its backoff (with jitter, so a herd of retries spreads out).
+            sqlx::query(
+                "UPDATE reservations SET lease_owner = NULL, lease_until = NULL, \
+                 next_attempt_at = CASE WHEN $2 THEN NULL ELSE clock_timestamp() + \
+                     least($4::float8, $3::float8 * power(2, least(recovery_attempts, 30))) \
+                     * (0.5 + random() / 2) * interval '1 millisecond' END, \
+                 recovery_attempts = CASE WHEN $2 THEN recovery_attempts ELSE recovery_attempts + 1 END \
+                 WHERE id = $1",
+            )
+            .bind(id)
+            .bind(finished)
+            .bind(millis(backoff.base) as f64)
+            .bind(millis(backoff.cap) as f64)
+            .execute(&mut *tx)
+            .await?;
         }
         let after = load_existing(&mut tx, id).await?;
         tx.commit().await?;
         Ok(after)
+    }
+
+    async fn claim_due(&self, lease: WorkLease, limit: u32) -> Result<Vec<Uuid>, StoreError> {
+        // Expiry is decided here, by the database clock, in the same statement that claims the
+        // row: a Confirm racing it waits on the row lock and then sees CANCELLING.
+        let ids: Vec<Uuid> = sqlx::query_scalar(
+            "WITH due AS ( \
+                SELECT id FROM reservations \
+                WHERE state IN ('TRYING', 'HELD', 'CONFIRMING', 'CANCELLING') \
+                  AND (lease_until IS NULL OR lease_until < clock_timestamp()) \
+                  AND CASE state \
+                        WHEN 'HELD' THEN expires_at <= clock_timestamp() \
+                        ELSE coalesce(next_attempt_at, '-infinity') <= clock_timestamp() \
+                      END \
+                ORDER BY coalesce(next_attempt_at, expires_at) \
+                LIMIT $3 \
+                FOR UPDATE SKIP LOCKED) \
+             UPDATE reservations r SET \
+                lease_owner = $1, \
+                lease_until = clock_timestamp() + $2 * interval '1 millisecond', \
+                state = CASE WHEN r.state = 'HELD' THEN 'CANCELLING' ELSE r.state END, \
+                release_outcome = CASE WHEN r.state = 'HELD' THEN 'EXPIRED' ELSE r.release_outcome END, \
+                version = CASE WHEN r.state = 'HELD' THEN r.version + 1 ELSE r.version END, \
+                updated_at = CASE WHEN r.state = 'HELD' THEN clock_timestamp() ELSE r.updated_at END \
+             FROM due WHERE r.id = due.id \
+             RETURNING r.id",
+        )
+        .bind(lease.owner)
+        .bind(millis(lease.duration))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(ids)
+    }
+
+    async fn renew_lease(&self, id: Uuid, lease: WorkLease) -> Result<bool, StoreError> {
+        let renewed = sqlx::query(
+            "UPDATE reservations SET lease_until = clock_timestamp() + $3 * interval '1 millisecond' \
+             WHERE id = $1 AND lease_owner = $2",
+        )
+        .bind(id)
+        .bind(lease.owner)
+        .bind(millis(lease.duration))
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(renewed == 1)
+    }
+
+    async fn wake_backlog(&self, participant: &str) -> Result<u64, StoreError> {
+        let woken = sqlx::query(
+            "UPDATE reservations r SET next_attempt_at = clock_timestamp() \
+             WHERE r.state IN ('CONFIRMING', 'CANCELLING') \
+               AND r.next_attempt_at > clock_timestamp() \
+               AND EXISTS (SELECT 1 FROM branches b WHERE b.reservation_id = r.id \
+                           AND b.participant = $1 AND b.last_error IS NOT NULL)",
+        )
+        .bind(participant)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(woken)
+    }
+
+    async fn backlog(&self) -> Result<i64, StoreError> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM reservations \
+             WHERE state IN ('TRYING', 'CONFIRMING', 'CANCELLING') \
+                OR (state = 'HELD' AND expires_at <= clock_timestamp())",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(n)
     }
 }

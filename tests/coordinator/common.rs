@@ -141,6 +141,8 @@ pub struct Behaviour {
     pub fail_confirms: AtomicUsize,
     /// Hold Try calls for 30 s (longer than any test's participant timeout).
     pub stall_tries: AtomicBool,
+    /// Hold Confirm calls for 30 s.
+    pub stall_confirms: AtomicBool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -166,7 +168,9 @@ struct Fake {
 }
 
 pub struct FakeHandle {
+    pub name: String,
     pub url: String,
+    pub log: CallLog,
     pub behaviour: Arc<Behaviour>,
     pub state: Arc<Mutex<FakeState>>,
 }
@@ -261,6 +265,9 @@ impl proto::participant_server::Participant for Fake {
             branch_id: req.branch_id.clone(),
             resources: vec![],
         });
+        if self.behaviour.stall_confirms.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        }
         if self
             .behaviour
             .fail_confirms
@@ -324,26 +331,149 @@ impl proto::participant_server::Participant for Fake {
 /// Starts a fake participant on 127.0.0.1:0.
 pub async fn spawn_fake(name: &str, log: CallLog) -> FakeHandle {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let behaviour = Arc::new(Behaviour::default());
-    let state = Arc::new(Mutex::new(FakeState::default()));
-    let fake = Fake {
+    let addr = listener.local_addr().unwrap();
+    let handle = FakeHandle {
         name: name.to_owned(),
+        url: format!("http://{addr}"),
         log,
-        behaviour: behaviour.clone(),
-        state: state.clone(),
+        behaviour: Arc::new(Behaviour::default()),
+        state: Arc::new(Mutex::new(FakeState::default())),
     };
-    tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .add_service(proto::participant_server::ParticipantServer::new(fake))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+    handle.serve(listener);
+    handle
+}
+
+impl FakeHandle {
+    fn serve(&self, listener: TcpListener) {
+        let fake = Fake {
+            name: self.name.clone(),
+            log: self.log.clone(),
+            behaviour: self.behaviour.clone(),
+            state: self.state.clone(),
+        };
+        tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(proto::participant_server::ParticipantServer::new(fake))
+                .add_service(tonic_health::server::health_reporter().1)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+                .await
+                .unwrap();
+        });
+    }
+}
+
+/// A TCP relay in front of a server, standing for the network: `cut` drops every connection
+/// and refuses new ones (an outage, as the client sees it); `restore` accepts again.
+pub struct Relay {
+    pub url: String,
+    addr: SocketAddr,
+    target: SocketAddr,
+    tasks: Mutex<Option<tokio::task::JoinSet<()>>>,
+}
+
+impl Relay {
+    pub async fn start(target_url: &str) -> Relay {
+        let target: SocketAddr = target_url.trim_start_matches("http://").parse().unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let relay = Relay {
+            url: format!("http://{addr}"),
+            addr,
+            target,
+            tasks: Mutex::new(None),
+        };
+        relay.accept(listener);
+        relay
+    }
+
+    fn accept(&self, listener: TcpListener) {
+        let target = self.target;
+        let mut set = tokio::task::JoinSet::new();
+        set.spawn(async move {
+            let mut conns = tokio::task::JoinSet::new();
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                conns.spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+        *self.tasks.lock().unwrap() = Some(set);
+    }
+
+    /// Drops every connection and stops listening.
+    pub async fn cut(&self) {
+        let tasks = self.tasks.lock().unwrap().take();
+        if let Some(mut set) = tasks {
+            set.shutdown().await;
+        }
+    }
+
+    /// Listens again on the same address.
+    pub async fn restore(&self) {
+        let listener = TcpListener::bind(self.addr).await.unwrap();
+        self.accept(listener);
+    }
+}
+
+/// A coordinator in its own runtime, so a test can kill it the way a crash would: every task
+/// (RPCs in flight, recovery) stops at once, mid-step, with nothing cleaned up.
+pub struct KillableApp {
+    pub addr: SocketAddr,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl KillableApp {
+    pub async fn client(&self) -> CoordinatorClient<Channel> {
+        CoordinatorClient::connect(format!("http://{}", self.addr))
+            .await
+            .unwrap()
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl Drop for KillableApp {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Starts a coordinator on its own runtime and connection pool against `pool`'s database.
+pub async fn spawn_killable(pool: &PgPool, settings: CoordinatorSettings) -> KillableApp {
+    let options = (*pool.connect_options()).clone();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    std_listener.set_nonblocking(true).unwrap();
+    let addr = std_listener.local_addr().unwrap();
+    let (ready_tx, ready_rx) = oneshot::channel();
+    runtime.spawn(async move {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(8)
+            .connect_with(options)
+            .await
+            .unwrap();
+        let store = PgStore::from_pool(pool);
+        store.migrate().await.unwrap();
+        let listener = TcpListener::from_std(std_listener).unwrap();
+        let _ = ready_tx.send(());
+        app::serve_coordinator(settings, store, listener, std::future::pending())
             .await
             .unwrap();
     });
-    FakeHandle {
-        url,
-        behaviour,
-        state,
+    ready_rx.await.unwrap();
+    KillableApp {
+        addr,
+        runtime: Some(runtime),
     }
 }
 

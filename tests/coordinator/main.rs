@@ -6,5 +6,6 @@ mod common;
 mod concurrency;
 mod fanout;
 mod lifecycle;
+mod recovery;
 mod service;
 mod validation;

@@ -1,0 +1,277 @@
+//! Every reservation reaches a terminal state: the reaper releases lapsed holds, recovery
+//! finishes decided fan-outs after participant outages and coordinator crashes, and replicas
+//! sharing one database split the work without doing any of it twice.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use holdfast::app::CoordinatorSettings;
+use holdfast::proto;
+use holdfast::proto::reservation::State;
+use holdfast::store::Backoff;
+use sqlx::PgPool;
+
+use crate::common::*;
+
+async fn stored_state(pool: &PgPool, id: &str) -> String {
+    sqlx::query_scalar("SELECT state FROM reservations WHERE id = $1::uuid")
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// Polls the database until `cond` holds; panics after `limit`.
+async fn eventually<F, Fut>(limit: Duration, what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while !cond().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn quick(mut s: CoordinatorSettings, lease: Duration) -> CoordinatorSettings {
+    s.policy.lease = lease;
+    s.policy.sweep_interval = Duration::from_millis(100);
+    s
+}
+
+#[sqlx::test(migrations = false)]
+async fn the_reaper_releases_a_lapsed_hold_within_about_a_second(pool: PgPool) {
+    let (mut app, fakes) = spawn_with_fakes(pool.clone(), &["seats"]).await;
+    let mut req = reserve_request("r1", vec![hold("seats", "A1")]);
+    req.ttl = Some(prost_types::Duration {
+        seconds: 1,
+        nanos: 0,
+    });
+    let r = app.client.reserve(req).await.unwrap().into_inner();
+    // Nobody calls the coordinator again: only the reaper can release it.
+    eventually(Duration::from_secs(5), "EXPIRED", || async {
+        stored_state(&pool, &r.id).await == "EXPIRED"
+    })
+    .await;
+    assert_eq!(fakes.get("seats").effects(), (0, 1));
+    assert!(fakes.get("seats").held().is_empty());
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_participant_back_from_an_outage_gets_its_backlog_at_once(pool: PgPool) {
+    let log = CallLog::default();
+    let seats = spawn_fake("seats", log.clone()).await;
+    let stock = spawn_fake("stock", log.clone()).await;
+    let network = Relay::start(&stock.url).await;
+    let mut s = settings(&[("seats", &seats.url), ("stock", &network.url)]);
+    for p in &mut s.participants {
+        p.timeout = Duration::from_millis(500);
+    }
+    // A minute of backoff: only the come-back signal can explain a prompt finish.
+    s.policy.backoff = Backoff {
+        base: Duration::from_secs(60),
+        cap: Duration::from_secs(60),
+    };
+    let mut app = spawn_app(pool.clone(), s).await;
+    let r = app
+        .client
+        .reserve(reserve_request(
+            "r1",
+            vec![hold("seats", "A1"), hold("stock", "sku-1")],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    network.cut().await;
+    let c = app
+        .client
+        .confirm(proto::ConfirmRequest {
+            reservation_id: r.id.clone(),
+            hold_token: r.hold_token.clone(),
+            payment: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(&c), State::Confirming);
+    let mut watch = app
+        .client
+        .watch_reservation(proto::WatchReservationRequest {
+            reservation_id: r.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    network.restore().await;
+    let mut last = State::Confirming;
+    let finished = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(m) = watch.message().await.unwrap() {
+            last = state_of(&m);
+        }
+    })
+    .await;
+    assert!(
+        finished.is_ok(),
+        "not finished promptly; last state {last:?}"
+    );
+    assert_eq!(last, State::Confirmed);
+    assert_eq!(stock.effects(), (1, 0));
+    assert_eq!(seats.effects(), (1, 0));
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_dead_coordinators_half_placed_reservation_is_released_by_another(pool: PgPool) {
+    let log = CallLog::default();
+    let a = spawn_fake("a", log.clone()).await;
+    let b = spawn_fake("b", log.clone()).await;
+    b.behaviour.stall_tries.store(true, Ordering::SeqCst);
+    let s = quick(
+        settings(&[("a", &a.url), ("b", &b.url)]),
+        Duration::from_secs(2),
+    );
+    let mut first = spawn_killable(&pool, s.clone()).await;
+    let mut client = first.client().await;
+    let pending = tokio::spawn(async move {
+        client
+            .reserve(reserve_request("r1", vec![hold("a", "1"), hold("b", "2")]))
+            .await
+    });
+    eventually(Duration::from_secs(5), "b.Try", || async {
+        log.count("b", "Try") == 1
+    })
+    .await;
+    assert_eq!(a.held(), ["1"]);
+    first.kill();
+    assert!(pending.await.unwrap().is_err(), "the caller saw the crash");
+    b.behaviour.stall_tries.store(false, Ordering::SeqCst);
+
+    let _second = spawn_killable(&pool, s).await;
+    let id: String = sqlx::query_scalar("SELECT id::text FROM reservations")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(10), "REJECTED", || async {
+        stored_state(&pool, &id).await == "REJECTED"
+    })
+    .await;
+    assert!(a.held().is_empty(), "a's hold released");
+    assert!(b.held().is_empty());
+    assert_eq!(log.count("a", "Cancel"), 1);
+    assert_eq!(
+        log.count("b", "Cancel"),
+        1,
+        "b's unknown Try is cancelled too"
+    );
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_coordinator_dying_mid_confirm_is_finished_by_another_exactly_once(pool: PgPool) {
+    let log = CallLog::default();
+    let seats = spawn_fake("seats", log.clone()).await;
+    let stock = spawn_fake("stock", log.clone()).await;
+    let s = quick(
+        settings(&[("seats", &seats.url), ("stock", &stock.url)]),
+        Duration::from_secs(2),
+    );
+    let mut first = spawn_killable(&pool, s.clone()).await;
+    let mut client = first.client().await;
+    let r = client
+        .reserve(reserve_request(
+            "r1",
+            vec![hold("seats", "A1"), hold("stock", "sku-1")],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    // seats confirms at once; stock's Confirm hangs: the coordinator dies between the two.
+    stock.behaviour.stall_confirms.store(true, Ordering::SeqCst);
+    let (id, token) = (r.id.clone(), r.hold_token.clone());
+    let pending = tokio::spawn(async move {
+        client
+            .confirm(proto::ConfirmRequest {
+                reservation_id: id,
+                hold_token: token,
+                payment: None,
+            })
+            .await
+    });
+    eventually(Duration::from_secs(5), "both Confirms sent", || async {
+        log.count("seats", "Confirm") == 1 && log.count("stock", "Confirm") == 1
+    })
+    .await;
+    assert_eq!(stored_state(&pool, &r.id).await, "CONFIRMING");
+    first.kill();
+    let _ = pending.await;
+    stock
+        .behaviour
+        .stall_confirms
+        .store(false, Ordering::SeqCst);
+
+    let _second = spawn_killable(&pool, s).await;
+    eventually(Duration::from_secs(10), "CONFIRMED", || async {
+        stored_state(&pool, &r.id).await == "CONFIRMED"
+    })
+    .await;
+    assert_eq!(seats.effects(), (1, 0), "seats confirmed exactly once");
+    assert_eq!(stock.effects(), (1, 0), "stock confirmed exactly once");
+}
+
+#[sqlx::test(migrations = false)]
+async fn two_replicas_release_200_lapsed_reservations_once_each_even_if_one_dies(pool: PgPool) {
+    let log = CallLog::default();
+    let seats = spawn_fake("seats", log.clone()).await;
+    let s = quick(settings(&[("seats", &seats.url)]), Duration::from_secs(2));
+    let mut one = spawn_killable(&pool, s.clone()).await;
+    let two = spawn_killable(&pool, s).await;
+
+    // 200 reservations, made concurrently through both replicas, all lapsing within moments.
+    let mut tasks = Vec::new();
+    for worker in 0..20 {
+        let mut client = if worker % 2 == 0 {
+            one.client().await
+        } else {
+            two.client().await
+        };
+        tasks.push(tokio::spawn(async move {
+            for i in 0..10 {
+                let n = worker * 10 + i;
+                let mut req =
+                    reserve_request(&format!("r{n}"), vec![hold("seats", &format!("S{n}"))]);
+                req.holder = format!("user-{n}");
+                req.ttl = Some(prost_types::Duration {
+                    seconds: 2,
+                    nanos: 0,
+                });
+                client.reserve(req).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(seats.held().len(), 200);
+
+    // Kill one replica once releasing has begun; the other must finish alone.
+    eventually(Duration::from_secs(10), "first releases", || async {
+        seats.effects().1 >= 10
+    })
+    .await;
+    one.kill();
+    eventually(Duration::from_secs(30), "all EXPIRED", || async {
+        let n: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM reservations WHERE state = 'EXPIRED'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        n == 200
+    })
+    .await;
+    assert_eq!(seats.effects(), (0, 200), "each released exactly once");
+    assert!(seats.held().is_empty());
+    assert!(log.count("seats", "Cancel") >= 200);
+    drop(two);
+}
