@@ -85,6 +85,18 @@ pub struct CoordinatorArgs {
     #[arg(long, env = "HOLDFAST_MAX_EXTENSIONS", default_value_t = 1)]
     pub max_extensions: i32,
 
+    /// Live reservations (placing or held) one holder may have at once.
+    #[arg(
+        long,
+        env = "HOLDFAST_MAX_ACTIVE_HOLDS_PER_HOLDER",
+        default_value_t = 5
+    )]
+    pub max_active_holds_per_holder: u32,
+
+    /// Live reservations across all holders (0: no cap). A cap serialises Reserves.
+    #[arg(long, env = "HOLDFAST_MAX_ACTIVE_HOLDS_TOTAL", default_value_t = 0)]
+    pub max_active_holds_total: u32,
+
     /// How long an instance owns work it drives before another replica may take it over.
     #[arg(long, env = "HOLDFAST_LEASE", default_value = "30s", value_parser = parse_duration)]
     pub lease: Duration,
@@ -153,6 +165,10 @@ impl CoordinatorArgs {
                 cap: self.retry_cap,
             },
             sweep_interval: self.sweep_interval,
+            hold_limits: crate::store::HoldLimits {
+                per_holder: self.max_active_holds_per_holder,
+                total: self.max_active_holds_total,
+            },
             ..Policy::default()
         })
     }

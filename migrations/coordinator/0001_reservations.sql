@@ -39,6 +39,8 @@ CREATE TABLE reservations (
 -- Paging newest first, overall and per holder.
 CREATE INDEX reservations_by_created ON reservations (created_at DESC, id DESC);
 CREATE INDEX reservations_by_holder ON reservations (holder, created_at DESC, id DESC);
+-- Hold limits count a holder's live reservations.
+CREATE INDEX reservations_live_by_holder ON reservations (holder) WHERE state IN ('TRYING', 'HELD');
 -- Work that still needs driving (reaper, recovery): small, because most rows are terminal.
 CREATE INDEX reservations_open ON reservations (state, expires_at)
     WHERE state IN ('TRYING', 'HELD', 'CONFIRMING', 'CANCELLING');

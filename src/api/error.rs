@@ -128,6 +128,27 @@ impl From<Error> for Status {
                 ]),
                 &err,
             ),
+            Error::HoldLimit {
+                holder,
+                limit,
+                scope,
+            } => status(
+                Code::ResourceExhausted,
+                "HOLD_LIMIT_EXCEEDED",
+                message,
+                meta(&[
+                    ("holder", holder.clone()),
+                    ("limit", limit.to_string()),
+                    (
+                        "scope",
+                        match scope {
+                            crate::store::LimitScope::Holder => "holder".into(),
+                            crate::store::LimitScope::Total => "total".into(),
+                        },
+                    ),
+                ]),
+                &err,
+            ),
             Error::Store(e) => {
                 // Details stay in the log: a caller can only retry.
                 tracing::error!(error = %e, "storage failure");

@@ -5,7 +5,7 @@ use uuid::Uuid;
 
 use crate::domain::validate::FieldError;
 use crate::domain::{Rejection, Reservation, State};
-use crate::store::StoreError;
+use crate::store::{LimitScope, StoreError};
 
 /// Why a coordinator operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +71,16 @@ pub enum Error {
         existing: Uuid,
     },
 
+    #[error("{}", match scope {
+        LimitScope::Holder => format!("holder {holder:?} already has {limit} live reservations (max_active_holds_per_holder); confirm or cancel one first"),
+        LimitScope::Total => format!("the coordinator already has {limit} live reservations (global cap); retry later"),
+    })]
+    HoldLimit {
+        holder: String,
+        limit: u32,
+        scope: LimitScope,
+    },
+
     #[error("storage unavailable: {0}")]
     Store(#[from] StoreError),
 
@@ -93,6 +103,7 @@ impl Error {
             Error::RequestIdReused { existing, .. } => Some(*existing),
             Error::InvalidArgument(_)
             | Error::UnknownParticipant { .. }
+            | Error::HoldLimit { .. }
             | Error::Store(_)
             | Error::Internal(_) => None,
         }

@@ -26,7 +26,9 @@ use crate::domain::{
     TryOutcome, Verdict,
 };
 use crate::registry::Registry;
-use crate::store::{Backoff, BranchReport, Created, Decided, Store, WorkLease};
+use crate::store::{
+    Backoff, BranchReport, Created, Decided, HoldLimits, LimitScope, Store, WorkLease,
+};
 
 /// Lifecycle and recovery policy beyond the input limits.
 #[derive(Clone, Debug)]
@@ -42,6 +44,8 @@ pub struct Policy {
     pub sweep_interval: Duration,
     /// Reservations claimed per sweep.
     pub sweep_batch: u32,
+    /// Caps on live reservations, per holder and overall.
+    pub hold_limits: HoldLimits,
 }
 
 impl Default for Policy {
@@ -55,6 +59,10 @@ impl Default for Policy {
             },
             sweep_interval: Duration::from_millis(250),
             sweep_batch: 64,
+            hold_limits: HoldLimits {
+                per_holder: 5,
+                total: 0,
+            },
         }
     }
 }
@@ -138,7 +146,19 @@ impl Coordinator {
         }
         let token = HoldToken::generate()
             .map_err(|e| Error::Internal(format!("no randomness for a hold token: {e}")))?;
-        match self.store.create(&new, &token, self.lease()).await? {
+        match self
+            .store
+            .create(&new, &token, self.lease(), self.policy.hold_limits)
+            .await?
+        {
+            Created::LimitReached(scope) => Err(Error::HoldLimit {
+                holder: new.holder,
+                limit: match scope {
+                    LimitScope::Holder => self.policy.hold_limits.per_holder,
+                    LimitScope::Total => self.policy.hold_limits.total,
+                },
+                scope,
+            }),
             Created::Existing(existing) if new.same_body_as(&existing) => Ok(existing),
             Created::Existing(existing) => Err(Error::RequestIdReused {
                 holder: new.holder,

@@ -34,6 +34,23 @@ pub enum Created {
     New(Reservation),
     /// A reservation with this (holder, request_id) already existed.
     Existing(Reservation),
+    /// Nothing recorded: the holder (or everyone) has as many live reservations as allowed.
+    LimitReached(LimitScope),
+}
+
+/// Which hold limit was reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitScope {
+    Holder,
+    Total,
+}
+
+/// Caps on live (TRYING, or HELD and unexpired) reservations.
+#[derive(Clone, Copy, Debug)]
+pub struct HoldLimits {
+    pub per_holder: u32,
+    /// 0: no global cap.
+    pub total: u32,
 }
 
 /// What `decide` found and did.
@@ -80,12 +97,14 @@ pub struct BranchReport {
 pub trait Store: Send + Sync + 'static {
     /// Records a new reservation in `TRYING` with `expires_at = now + ttl` (database clock),
     /// or finds the existing one with the same (holder, request_id).
-    /// The new reservation is leased to `lease.owner` while its holds are placed.
+    /// The new reservation is leased to `lease.owner` while its holds are placed. The hold
+    /// limits are checked and the row inserted atomically.
     async fn create(
         &self,
         new: &NewReservation,
         token: &HoldToken,
         lease: WorkLease,
+        limits: HoldLimits,
     ) -> Result<Created, StoreError>;
 
     /// Reads one reservation.

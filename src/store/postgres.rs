@@ -11,7 +11,9 @@ use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::{Backoff, BranchReport, Created, Decided, Store, StoreError, WorkLease};
+use super::{
+    Backoff, BranchReport, Created, Decided, HoldLimits, LimitScope, Store, StoreError, WorkLease,
+};
 use crate::domain::lifecycle::{self, Snapshot};
 use crate::domain::{
     Branch, BranchState, Decision, Hold, HoldToken, Interval, ListQuery, NewReservation, Rejection,
@@ -38,6 +40,9 @@ macro_rules! branch_columns {
          during_start, during_end, state, attempts, last_error"
     };
 }
+
+/// Advisory lock key serialising Reserves while a global hold cap is configured.
+const GLOBAL_LIMIT_LOCK: i64 = 0x686f_6c64_6661_7374; // "holdfast"
 
 /// Reservations on PostgreSQL.
 #[derive(Clone, Debug)]
@@ -314,10 +319,52 @@ impl Store for PgStore {
         new: &NewReservation,
         token: &HoldToken,
         lease: WorkLease,
+        limits: HoldLimits,
     ) -> Result<Created, StoreError> {
         let id = Uuid::now_v7();
         let ttl_ms = i64::try_from(new.ttl.as_millis()).unwrap_or(i64::MAX);
         let mut tx = self.pool.begin().await?;
+        // One holder's Reserves run this transaction one at a time, so counting its live holds
+        // and inserting are one atomic step. (A separate statement: the count below must see
+        // what committed while we waited for the lock.)
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+            .bind(&new.holder)
+            .execute(&mut *tx)
+            .await?;
+        if limits.total > 0 {
+            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind(GLOBAL_LIMIT_LOCK)
+                .execute(&mut *tx)
+                .await?;
+        }
+        let (existing, live_for_holder): (Option<Uuid>, i64) = sqlx::query_as(
+            "SELECT (SELECT id FROM reservations WHERE holder = $1 AND request_id = $2), \
+                    (SELECT count(*) FROM reservations WHERE holder = $1 AND state IN ('TRYING', 'HELD') \
+                       AND (state = 'TRYING' OR expires_at > clock_timestamp()))",
+        )
+        .bind(&new.holder)
+        .bind(&new.request_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        if let Some(existing) = existing {
+            let found = load_existing(&mut tx, existing).await?;
+            tx.rollback().await?;
+            return Ok(Created::Existing(found));
+        }
+        if live_for_holder >= i64::from(limits.per_holder) {
+            return Ok(Created::LimitReached(LimitScope::Holder));
+        }
+        if limits.total > 0 {
+            let live: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM reservations WHERE state IN ('TRYING', 'HELD') \
+                   AND (state = 'TRYING' OR expires_at > clock_timestamp())",
+            )
+            .fetch_one(&mut *tx)
+            .await?;
+            if live >= i64::from(limits.total) {
+                return Ok(Created::LimitReached(LimitScope::Total));
+            }
+        }
         let inserted = sqlx::query(
             "INSERT INTO reservations (id, request_id, holder, state, hold_token, ttl_ms, expires_at, \
                                        labels, lease_owner, lease_until) \
@@ -337,20 +384,10 @@ impl Store for PgStore {
         .await?
         .rows_affected();
         if inserted == 0 {
-            // The conflicting row is committed (ON CONFLICT waited for its transaction).
-            tx.rollback().await?;
-            let mut conn = self.pool.acquire().await?;
-            let existing: Option<Uuid> = sqlx::query_scalar(
-                "SELECT id FROM reservations WHERE holder = $1 AND request_id = $2",
-            )
-            .bind(&new.holder)
-            .bind(&new.request_id)
-            .fetch_optional(&mut *conn)
-            .await?;
-            let existing = existing.ok_or_else(|| {
-                StoreError::Corrupt("request_id conflicted but no reservation found".into())
-            })?;
-            return Ok(Created::Existing(load_existing(&mut conn, existing).await?));
+            // Unreachable under the holder lock; the unique index stays the last word.
+            return Err(StoreError::Corrupt(
+                "request_id conflicted under the holder lock".into(),
+            ));
         }
 
         // One participant-level branch id per participant, shared by its holds.

@@ -110,3 +110,70 @@ async fn fifty_confirm_and_cancel_races_end_in_exactly_one_outcome(pool: PgPool)
         );
     }
 }
+
+#[sqlx::test(migrations = false)]
+async fn twenty_concurrent_reserves_by_one_holder_with_limit_five(pool: PgPool) {
+    let (app, fakes) = spawn_with_fakes(pool, &["seats"]).await;
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let addr = app.addr;
+        tasks.push(tokio::spawn(async move {
+            let mut client =
+                proto::coordinator_client::CoordinatorClient::connect(format!("http://{addr}"))
+                    .await
+                    .unwrap();
+            client
+                .reserve(reserve_request(
+                    &format!("r{i}"),
+                    vec![hold("seats", &format!("A{i}"))],
+                ))
+                .await
+        }));
+    }
+    let mut won = Vec::new();
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(r) => won.push(r.into_inner()),
+            Err(e) => {
+                assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+                assert_eq!(reason(&e), "HOLD_LIMIT_EXCEEDED");
+                assert_eq!(error_metadata(&e)["limit"], "5");
+            }
+        }
+    }
+    assert_eq!(won.len(), 5, "exactly the limit succeeds");
+    assert_eq!(
+        fakes.get("seats").held().len(),
+        5,
+        "refused ones placed nothing"
+    );
+
+    // Releasing one frees a slot; an idempotent repeat of a live one is never refused.
+    let mut client = app.client.clone();
+    client
+        .cancel(proto::CancelRequest {
+            reservation_id: won[0].id.clone(),
+            hold_token: won[0].hold_token.clone(),
+            reason: String::new(),
+        })
+        .await
+        .unwrap();
+    let repeat = client
+        .reserve(reserve_request(
+            &won[1].request_id,
+            vec![hold("seats", &won[1].branches[0].resource)],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(repeat.id, won[1].id);
+    client
+        .reserve(reserve_request("fresh", vec![hold("seats", "B1")]))
+        .await
+        .unwrap();
+    let err = client
+        .reserve(reserve_request("one-too-many", vec![hold("seats", "B2")]))
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&err), "HOLD_LIMIT_EXCEEDED");
+}
