@@ -2,5 +2,7 @@
 //!
 //! See `ARCHITECTURE.md` for the map of this crate.
 
+pub mod participant;
+pub mod participants;
 pub mod proto;
 pub mod server;
