@@ -84,3 +84,98 @@ async fn expired_hold_is_kept_until_the_grace_has_passed(pool: PgPool) {
         p.stop().await;
     }
 }
+
+/// The periodic sweep (the SDK's public `reclaim_orphans`) used in-process, through the
+/// domain API rather than gRPC.
+#[sqlx::test(migrations = false)]
+async fn sweep_reclaims_orphans_through_the_domain_api(pool: PgPool) {
+    use holdfast::participant::{
+        BranchAnswer, BranchCtx, BranchKey, Item, ParticipantService, TryOutcome,
+    };
+    use holdfast::participants::{MIGRATOR, admin::Inventory, stock::Stock};
+
+    MIGRATOR.run(&pool).await.expect("migrate");
+    let mut conn = pool.acquire().await.expect("conn");
+    Stock.put(&mut conn, "sku-1", 5).await.expect("put");
+    let service =
+        ParticipantService::new("stock", Stock, pool.clone()).with_orphan_grace(Duration::ZERO);
+    let past = chrono::Utc::now() - chrono::Duration::minutes(5);
+    let branch = |id: &str, expires_at| BranchCtx {
+        key: BranchKey {
+            reservation_id: format!("r-{id}"),
+            branch_id: format!("b-{id}"),
+        },
+        holder: "alice".into(),
+        items: vec![Item {
+            resource: "sku-1".into(),
+            quantity: 2,
+            during: None,
+        }],
+        expires_at,
+        hold_until: expires_at,
+    };
+    let orphan = branch("orphan", past);
+    let live = branch("live", chrono::Utc::now() + chrono::Duration::minutes(10));
+    assert_eq!(
+        service.try_branch(&orphan).await.expect("try"),
+        TryOutcome::Held
+    );
+    assert_eq!(
+        service.try_branch(&live).await.expect("try"),
+        TryOutcome::Held
+    );
+
+    assert_eq!(
+        service.reclaim_orphans(10).await.expect("sweep"),
+        1,
+        "only the orphan"
+    );
+    assert_eq!(
+        service.reclaim_orphans(10).await.expect("sweep"),
+        0,
+        "never twice"
+    );
+    let counts = Stock
+        .get(&mut conn, "sku-1")
+        .await
+        .expect("get")
+        .expect("exists");
+    assert_eq!((counts.available, counts.held), (3, 2));
+    assert_eq!(
+        service.confirm_branch(&orphan.key).await.expect("confirm"),
+        BranchAnswer::HoldLost
+    );
+    assert_eq!(
+        service.confirm_branch(&live.key).await.expect("confirm"),
+        BranchAnswer::Confirmed
+    );
+}
+
+/// A Confirm whose business code finds part of the hold gone answers HOLD_LOST, undoes its
+/// partial confirm and releases the rest, so nothing is left hanging.
+#[sqlx::test(migrations = false)]
+async fn confirm_finding_part_of_the_hold_gone_releases_the_rest(pool: PgPool) {
+    let mut p = spawn_participant(Kind::Seats, pool.clone()).await;
+    p.put("A1", 1).await;
+    p.put("A2", 1).await;
+    let req = try_request(vec![hold("A1", 1, None), hold("A2", 1, None)]);
+    assert_eq!(outcome(&p.try_(req.clone()).await), Outcome::Held);
+    // Someone (an operator, a bug) freed A2 behind the barrier's back.
+    sqlx::query("UPDATE seat SET state = 'available', reservation_id = NULL, branch_id = NULL WHERE resource = 'A2'")
+        .execute(&pool)
+        .await
+        .expect("free A2");
+    assert_eq!(p.confirm(&req).await, State::HoldLost);
+    assert_eq!(
+        counts(&mut p, "A1").await,
+        (1, 0, 0),
+        "A1 released, not confirmed"
+    );
+    assert_eq!(counts(&mut p, "A2").await, (1, 0, 0));
+    assert_eq!(
+        p.confirm(&req).await,
+        State::HoldLost,
+        "repeat answers the same"
+    );
+    p.stop().await;
+}
