@@ -64,7 +64,20 @@ pub struct Item {
     pub during: Option<Slot>,
 }
 
-/// Everything the business code knows about a branch.
+/// A Try in domain terms: what [`ParticipantService::try_branch`] takes.
+#[derive(Clone, Debug)]
+pub struct TryBranch {
+    /// Which branch.
+    pub key: BranchKey,
+    /// Who holds the reservation; 1..=128 bytes.
+    pub holder: String,
+    /// The items, in any order (the SDK validates and sorts them).
+    pub items: Vec<Item>,
+    /// When the reservation lapses (the coordinator's clock).
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Everything the business code knows about a branch (built by the SDK).
 ///
 /// For Confirm and Cancel, `items`, `holder`, `expires_at` and `hold_until` are those the
 /// branch's Try recorded.

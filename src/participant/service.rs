@@ -12,7 +12,7 @@ use tonic::{Request, Response, Status};
 use super::barrier::{self, Phase};
 use super::{
     BranchAnswer, BranchCtx, BranchKey, ConfirmOutcome, Item, Resource, ResourceError, Slot,
-    TryOutcome,
+    TryBranch, TryOutcome,
 };
 use crate::proto::participant_server::{Participant, ParticipantServer};
 use crate::proto::{BranchRequest, BranchResponse, TryRequest, TryResponse, branch, try_response};
@@ -95,9 +95,10 @@ impl<R: Resource> ParticipantService<R> {
     /// Returns the first answer for a repeat, `Rejected` for a Try arriving after the branch
     /// was cancelled. A business rejection (or SQLSTATE 23P01) rolls the business change back
     /// and records the rejection. When a rejected Try finds orphaned holds, they are reclaimed
-    /// and the Try is run once more.
-    pub async fn try_branch(&self, branch: &BranchCtx) -> Result<TryOutcome, ResourceError> {
-        self.resource.validate(&branch.items)?;
+    /// and the Try is run once more. Invalid input is `ResourceError::InvalidArgument`.
+    pub async fn try_branch(&self, request: TryBranch) -> Result<TryOutcome, ResourceError> {
+        let branch = self.branch_ctx(request)?;
+        let branch = &branch;
         let mut reclaimed = false;
         loop {
             let mut tx = self.pool.begin().await?;
@@ -255,28 +256,75 @@ impl<R: Resource> ParticipantService<R> {
         })
     }
 
-    /// Turns a wire Try into a validated branch, naming the offending field on failure.
-    fn branch_from_request(&self, req: TryRequest) -> Result<BranchCtx, ResourceError> {
-        let key = key_from_parts(req.reservation_id, req.branch_id)?;
-        check_id("holder", &req.holder)?;
-        let expires_at = req
-            .expires_at
-            .ok_or_else(|| ResourceError::invalid("expires_at", "is required"))
-            .and_then(|ts| timestamp("expires_at", ts))?;
+    /// Validates a Try (naming the offending field), sorts its items into lock order and
+    /// computes how long the hold is kept (`expires_at + orphan_grace`).
+    fn branch_ctx(&self, request: TryBranch) -> Result<BranchCtx, ResourceError> {
+        check_id("reservation_id", &request.key.reservation_id)?;
+        check_id("branch_id", &request.key.branch_id)?;
+        check_id("holder", &request.holder)?;
+        let mut items = request.items;
+        check_items(&items)?;
+        // Before sorting, so field names index the caller's list.
+        self.resource.validate(&items)?;
+        // Items arrive sorted; sort again so a careless caller cannot break the lock order.
+        items.sort_by(|a, b| (&a.resource, a.during).cmp(&(&b.resource, b.during)));
         let grace = chrono::Duration::from_std(self.orphan_grace)
             .map_err(|_| ResourceError::Internal("orphan grace out of range".to_owned()))?;
-        let hold_until = expires_at
+        let hold_until = request
+            .expires_at
             .checked_add_signed(grace)
             .ok_or_else(|| ResourceError::invalid("expires_at", "is out of range"))?;
-        let items = items_from_request(req.items)?;
         Ok(BranchCtx {
-            key,
-            holder: req.holder,
+            key: request.key,
+            holder: request.holder,
             items,
-            expires_at,
+            expires_at: request.expires_at,
             hold_until,
         })
     }
+}
+
+/// Converts a wire Try to domain terms; only wire-level checks (timestamps) happen here.
+fn try_branch_from_wire(req: TryRequest) -> Result<TryBranch, ResourceError> {
+    let expires_at = req
+        .expires_at
+        .ok_or_else(|| ResourceError::invalid("expires_at", "is required"))
+        .and_then(|ts| timestamp("expires_at", ts))?;
+    let items = req
+        .items
+        .into_iter()
+        .enumerate()
+        .map(|(i, hold)| {
+            let during = match hold.during {
+                None => None,
+                Some(interval) => {
+                    let at = |field: &str, ts: Option<prost_types::Timestamp>| {
+                        let field = format!("items[{i}].during.{field}");
+                        ts.ok_or_else(|| ResourceError::invalid(&field, "is required"))
+                            .and_then(|ts| timestamp(&field, ts))
+                    };
+                    Some(Slot {
+                        start: at("start", interval.start)?,
+                        end: at("end", interval.end)?,
+                    })
+                }
+            };
+            Ok(Item {
+                resource: hold.resource,
+                quantity: hold.quantity,
+                during,
+            })
+        })
+        .collect::<Result<Vec<_>, ResourceError>>()?;
+    Ok(TryBranch {
+        key: BranchKey {
+            reservation_id: req.reservation_id,
+            branch_id: req.branch_id,
+        },
+        holder: req.holder,
+        items,
+        expires_at,
+    })
 }
 
 /// Opens the savepoint that brackets the business change, so a rejection can undo it while
@@ -324,66 +372,43 @@ fn timestamp(field: &str, ts: prost_types::Timestamp) -> Result<DateTime<Utc>, R
     DateTime::<Utc>::from_timestamp_micros(at.timestamp_micros()).ok_or_else(invalid)
 }
 
-/// Validates items and returns them sorted by (resource, slot), the lock order.
-fn items_from_request(holds: Vec<crate::proto::Hold>) -> Result<Vec<Item>, ResourceError> {
-    if holds.is_empty() {
+/// Checks what every participant needs of items: some, not too many, named, positive,
+/// proper slots, no duplicates.
+fn check_items(items: &[Item]) -> Result<(), ResourceError> {
+    if items.is_empty() {
         return Err(ResourceError::invalid("items", "must not be empty"));
     }
-    if holds.len() > MAX_ITEMS {
+    if items.len() > MAX_ITEMS {
         return Err(ResourceError::invalid(
             "items",
             format!("must hold at most {MAX_ITEMS} items"),
         ));
     }
-    let mut items = Vec::with_capacity(holds.len());
-    let mut seen: HashMap<(String, Option<Slot>), usize> = HashMap::new();
-    for (i, hold) in holds.into_iter().enumerate() {
-        check_id(&format!("items[{i}].resource"), &hold.resource)?;
-        if hold.quantity < 1 {
+    let mut seen: HashMap<(&str, Option<Slot>), usize> = HashMap::new();
+    for (i, item) in items.iter().enumerate() {
+        check_id(&format!("items[{i}].resource"), &item.resource)?;
+        if item.quantity < 1 {
             return Err(ResourceError::invalid(
                 format!("items[{i}].quantity"),
                 "must be >= 1",
             ));
         }
-        let during = match hold.during {
-            None => None,
-            Some(interval) => {
-                let start = interval
-                    .start
-                    .ok_or_else(|| {
-                        ResourceError::invalid(format!("items[{i}].during.start"), "is required")
-                    })
-                    .and_then(|ts| timestamp(&format!("items[{i}].during.start"), ts))?;
-                let end = interval
-                    .end
-                    .ok_or_else(|| {
-                        ResourceError::invalid(format!("items[{i}].during.end"), "is required")
-                    })
-                    .and_then(|ts| timestamp(&format!("items[{i}].during.end"), ts))?;
-                if end <= start {
-                    return Err(ResourceError::invalid(
-                        format!("items[{i}].during.end"),
-                        "must be after during.start",
-                    ));
-                }
-                Some(Slot { start, end })
-            }
-        };
-        if let Some(first) = seen.insert((hold.resource.clone(), during), i) {
+        if let Some(slot) = item.during
+            && slot.end <= slot.start
+        {
+            return Err(ResourceError::invalid(
+                format!("items[{i}].during.end"),
+                "must be after during.start",
+            ));
+        }
+        if let Some(first) = seen.insert((item.resource.as_str(), item.during), i) {
             return Err(ResourceError::invalid(
                 format!("items[{i}]"),
                 format!("duplicates items[{first}]"),
             ));
         }
-        items.push(Item {
-            resource: hold.resource,
-            quantity: hold.quantity,
-            during,
-        });
     }
-    // Items arrive sorted; sort again so a careless caller cannot break the lock order.
-    items.sort_by(|a, b| (&a.resource, a.during).cmp(&(&b.resource, b.during)));
-    Ok(items)
+    Ok(())
 }
 
 fn branch_response(answer: BranchAnswer) -> Response<BranchResponse> {
@@ -400,8 +425,8 @@ fn branch_response(answer: BranchAnswer) -> Response<BranchResponse> {
 #[tonic::async_trait]
 impl<R: Resource> Participant for ParticipantService<R> {
     async fn r#try(&self, request: Request<TryRequest>) -> Result<Response<TryResponse>, Status> {
-        let branch = self.branch_from_request(request.into_inner())?;
-        let outcome = self.try_branch(&branch).await?;
+        let branch = try_branch_from_wire(request.into_inner())?;
+        let outcome = self.try_branch(branch).await?;
         let (outcome, reason) = match outcome {
             TryOutcome::Held => (try_response::Outcome::Held, String::new()),
             TryOutcome::Rejected(reason) => (try_response::Outcome::Rejected, reason),

@@ -90,7 +90,7 @@ async fn expired_hold_is_kept_until_the_grace_has_passed(pool: PgPool) {
 #[sqlx::test(migrations = false)]
 async fn sweep_reclaims_orphans_through_the_domain_api(pool: PgPool) {
     use holdfast::participant::{
-        BranchAnswer, BranchCtx, BranchKey, Item, ParticipantService, TryOutcome,
+        BranchAnswer, BranchKey, Item, ParticipantService, TryBranch, TryOutcome,
     };
     use holdfast::participants::{MIGRATOR, admin::Inventory, stock::Stock};
 
@@ -100,7 +100,7 @@ async fn sweep_reclaims_orphans_through_the_domain_api(pool: PgPool) {
     let service =
         ParticipantService::new("stock", Stock, pool.clone()).with_orphan_grace(Duration::ZERO);
     let past = chrono::Utc::now() - chrono::Duration::minutes(5);
-    let branch = |id: &str, expires_at| BranchCtx {
+    let branch = |id: &str, expires_at| TryBranch {
         key: BranchKey {
             reservation_id: format!("r-{id}"),
             branch_id: format!("b-{id}"),
@@ -112,16 +112,15 @@ async fn sweep_reclaims_orphans_through_the_domain_api(pool: PgPool) {
             during: None,
         }],
         expires_at,
-        hold_until: expires_at,
     };
     let orphan = branch("orphan", past);
     let live = branch("live", chrono::Utc::now() + chrono::Duration::minutes(10));
     assert_eq!(
-        service.try_branch(&orphan).await.expect("try"),
+        service.try_branch(orphan.clone()).await.expect("try"),
         TryOutcome::Held
     );
     assert_eq!(
-        service.try_branch(&live).await.expect("try"),
+        service.try_branch(live.clone()).await.expect("try"),
         TryOutcome::Held
     );
 
