@@ -115,15 +115,26 @@ pub(crate) async fn lock(
     participant: &str,
     key: &BranchKey,
 ) -> Result<Barrier, ResourceError> {
-    sqlx::query(
+    let inserted = sqlx::query(
         "INSERT INTO tcc_barrier (participant, reservation_id, branch_id, state) \
-         VALUES ($1, $2, $3, 'trying') ON CONFLICT DO NOTHING",
+         VALUES ($1, $2, $3, 'trying') ON CONFLICT DO NOTHING RETURNING 1",
     )
     .bind(participant)
     .bind(&key.reservation_id)
     .bind(&key.branch_id)
-    .execute(&mut *conn)
+    .fetch_optional(&mut *conn)
     .await?;
+    if inserted.is_some() {
+        // Our own uncommitted insert: already locked, nothing recorded yet.
+        return Ok(Barrier {
+            phase: Phase::Trying,
+            try_answer: None,
+            holder: String::new(),
+            items: Value::Array(Vec::new()),
+            expires_at: None,
+            hold_until: None,
+        });
+    }
     let row = sqlx::query(concat!(
         "SELECT ",
         barrier_columns!(),
