@@ -238,21 +238,32 @@ pub(crate) async fn orphans_exist(
     Ok(exists)
 }
 
-/// Locks one orphaned held branch, skipping rows another transaction is deciding.
+/// Locks one orphaned held branch. With `skip_locked`, rows another transaction holds are
+/// skipped (background sweeps never queue behind each other); without it the call waits for
+/// them, so a Try that needs capacity sees a release in progress through to its end.
 pub(crate) async fn lock_next_orphan(
     conn: &mut PgConnection,
     participant: &str,
+    skip_locked: bool,
 ) -> Result<Option<(BranchKey, Barrier)>, ResourceError> {
-    let row = sqlx::query(concat!(
-        "SELECT reservation_id, branch_id, ",
-        barrier_columns!(),
-        " FROM tcc_barrier \
-         WHERE participant = $1 AND state = 'held' AND reclaim_after <= clock_timestamp() \
-         ORDER BY reclaim_after LIMIT 1 FOR UPDATE SKIP LOCKED"
-    ))
-    .bind(participant)
-    .fetch_optional(&mut *conn)
-    .await?;
+    let query = if skip_locked {
+        sqlx::query(concat!(
+            "SELECT reservation_id, branch_id, ",
+            barrier_columns!(),
+            " FROM tcc_barrier \
+             WHERE participant = $1 AND state = 'held' AND reclaim_after <= clock_timestamp() \
+             ORDER BY reclaim_after LIMIT 1 FOR UPDATE SKIP LOCKED"
+        ))
+    } else {
+        sqlx::query(concat!(
+            "SELECT reservation_id, branch_id, ",
+            barrier_columns!(),
+            " FROM tcc_barrier \
+             WHERE participant = $1 AND state = 'held' AND reclaim_after <= clock_timestamp() \
+             ORDER BY reclaim_after LIMIT 1 FOR UPDATE"
+        ))
+    };
+    let row = query.bind(participant).fetch_optional(&mut *conn).await?;
     let Some(row) = row else { return Ok(None) };
     let key = BranchKey {
         reservation_id: row.try_get("reservation_id")?,

@@ -137,7 +137,7 @@ impl<R: Resource> ParticipantService<R> {
                         // resources, which must not nest inside our resource locks.
                         tx.rollback().await?;
                         reclaimed = true;
-                        self.reclaim_orphans(LAZY_RECLAIM_BATCH).await?;
+                        self.reclaim(LAZY_RECLAIM_BATCH, false).await?;
                         continue;
                     }
                     barrier::record_try(&mut tx, &self.name, branch, Phase::Rejected, &outcome)
@@ -218,12 +218,19 @@ impl<R: Resource> ParticipantService<R> {
 
     /// Releases up to `limit` holds past `expires_at + orphan_grace` that the coordinator never
     /// released, each in its own transaction; their later Confirm answers `HOLD_LOST`.
-    /// Returns how many were reclaimed. Safe to run concurrently with anything.
+    /// Returns how many were reclaimed. Safe to run concurrently with anything: branches
+    /// another call is deciding are skipped.
     pub async fn reclaim_orphans(&self, limit: usize) -> Result<usize, ResourceError> {
+        self.reclaim(limit, true).await
+    }
+
+    async fn reclaim(&self, limit: usize, skip_locked: bool) -> Result<usize, ResourceError> {
         let mut reclaimed = 0;
         while reclaimed < limit {
             let mut tx = self.pool.begin().await?;
-            let Some((key, found)) = barrier::lock_next_orphan(&mut tx, &self.name).await? else {
+            let Some((key, found)) =
+                barrier::lock_next_orphan(&mut tx, &self.name, skip_locked).await?
+            else {
                 break;
             };
             self.resource.cancel(&mut tx, &found.ctx(&key)?).await?;
@@ -245,7 +252,8 @@ impl<R: Resource> ParticipantService<R> {
     pub fn spawn_reclaimer(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
+            // The first sweep waits a period: startup is busy enough.
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
