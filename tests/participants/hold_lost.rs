@@ -178,3 +178,60 @@ async fn confirm_finding_part_of_the_hold_gone_releases_the_rest(pool: PgPool) {
     );
     p.stop().await;
 }
+
+/// Confirms racing a sweep (here from a second, in-process replica of the same participant):
+/// each orphan ends either confirmed or reclaimed, never both, and the counts agree.
+#[sqlx::test(migrations = false)]
+async fn confirm_racing_the_sweep_decides_each_branch_once(pool: PgPool) {
+    use holdfast::participant::ParticipantService;
+    use holdfast::participants::stock::Stock;
+
+    let settings = ParticipantSettings {
+        kind: Kind::Stock,
+        orphan_grace: Duration::ZERO,
+    };
+    let mut p = spawn_with(settings, pool.clone()).await;
+    p.put("sku-1", 20).await;
+    let mut branches = Vec::new();
+    for _ in 0..20 {
+        let mut req = try_request(vec![hold("sku-1", 1, None)]);
+        req.expires_at = Some(from_now(-60));
+        assert_eq!(outcome(&p.try_(req.clone()).await), Outcome::Held);
+        branches.push(req);
+    }
+    let replica =
+        ParticipantService::new("stock", Stock, pool.clone()).with_orphan_grace(Duration::ZERO);
+    let sweep = tokio::spawn(async move { replica.reclaim_orphans(100).await });
+    let mut confirms = Vec::new();
+    for req in &branches {
+        let mut client = p.new_client().await;
+        let branch = branch_request(req);
+        confirms.push(tokio::spawn(async move { client.confirm(branch).await }));
+    }
+    let mut confirmed: i64 = 0;
+    let mut lost: usize = 0;
+    for call in confirms {
+        let state = call
+            .await
+            .expect("join")
+            .expect("confirm")
+            .into_inner()
+            .state;
+        match State::try_from(state).expect("state") {
+            State::Confirmed => confirmed += 1,
+            State::HoldLost => lost += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let reclaimed = sweep.await.expect("join").expect("sweep");
+    assert_eq!(confirmed as usize + lost, 20);
+    assert_eq!(
+        reclaimed, lost,
+        "every lost hold was reclaimed by the sweep, once"
+    );
+    assert_eq!(
+        counts(&mut p, "sku-1").await,
+        (20 - confirmed, 0, confirmed)
+    );
+    p.stop().await;
+}
