@@ -22,6 +22,19 @@
 //! (sorted by resource, then slot start) and use `clock_timestamp()` for time decisions.
 //! A business "can't" is `TryOutcome::Rejected`; an exclusion-constraint violation (SQLSTATE
 //! 23P01) raised by business SQL is turned into a rejection by the SDK as well.
+//!
+//! Writing one (see `examples/my_participant.rs`): apply the barrier schema
+//! (`crate::participants::MIGRATOR`, or copy `0001_barrier.sql` into your migrations),
+//! implement [`Resource`], and serve `ParticipantService::new(name, resource, pool)
+//! .into_server()` with [`crate::server::serve`].
+//!
+//! Answers per barrier phase (Try / Confirm / Cancel):
+//! - none yet: hold / `HOLD_LOST` (and the late Try is refused) / `CANCELLED` (ditto);
+//! - held: first answer / confirm or `HOLD_LOST` / release, `CANCELLED`;
+//! - rejected: first answer / `HOLD_LOST` / `CANCELLED` (recorded);
+//! - confirmed: first answer / `CONFIRMED` / `CONFIRMED` (refused, unchanged);
+//! - cancelled: first answer or `REJECTED` / `CANCELLED` (refused, unchanged) / `CANCELLED`;
+//! - hold lost: first answer or `REJECTED` / `HOLD_LOST` / `CANCELLED` (nothing is held).
 
 mod barrier;
 mod error;

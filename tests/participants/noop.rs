@@ -38,3 +38,33 @@ async fn storm_holds_every_branch_once(pool: PgPool) {
     assert_eq!(counts(&mut p, "x").await, (0, 100, 0));
     p.stop().await;
 }
+
+#[sqlx::test(migrations = false)]
+async fn health_reports_the_participant_services(pool: PgPool) {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+
+    let p = spawn_participant(Kind::Payments, pool.clone()).await;
+    let channel = tonic::transport::Channel::from_shared(p.url.clone())
+        .expect("url")
+        .connect()
+        .await
+        .expect("connect");
+    let mut health = HealthClient::new(channel);
+    for service in [
+        "tcc.v1.Participant",
+        "tcc.v1.ResourceAdmin",
+        "tcc.v1.Payments",
+    ] {
+        let status = health
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .expect(service)
+            .into_inner()
+            .status;
+        assert_eq!(status, 1, "{service} SERVING");
+    }
+    p.stop().await;
+}
