@@ -100,3 +100,29 @@ async fn bad_requests_are_invalid_argument_naming_the_field(pool: PgPool) {
     assert_eq!(counts(&mut p, "A1").await, (1, 0, 0));
     p.stop().await;
 }
+
+#[sqlx::test(migrations = false)]
+async fn database_gone_is_unavailable_without_details(pool: PgPool) {
+    let mut p = spawn_participant(Kind::Seats, pool.clone()).await;
+    p.put("A1", 1).await;
+    pool.close().await;
+    let req = try_request(vec![hold("A1", 1, None)]);
+    let err = p
+        .participant
+        .r#try(req.clone())
+        .await
+        .expect_err("no database");
+    assert_eq!(err.code(), tonic::Code::Unavailable);
+    assert!(
+        !err.message().to_lowercase().contains("pool"),
+        "{}",
+        err.message()
+    );
+    let err = p
+        .participant
+        .cancel(branch_request(&req))
+        .await
+        .expect_err("no database");
+    assert_eq!(err.code(), tonic::Code::Unavailable);
+    p.stop().await;
+}
