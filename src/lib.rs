@@ -7,6 +7,8 @@ pub mod app;
 pub mod config;
 pub mod coordinator;
 pub mod domain;
+pub mod participant;
+pub mod participants;
 pub mod proto;
 pub mod registry;
 pub mod server;

@@ -1,0 +1,89 @@
+//! A user's own participant in under a page: car-park bays with a counter of free spaces.
+//! Only the business SQL is written here; the SDK's barrier makes every call idempotent and
+//! safe against disorder. Run: `DATABASE_URL=postgres://postgres@127.0.0.1/parking
+//! cargo run --example my_participant`, then point the coordinator at http://127.0.0.1:50070.
+
+use holdfast::participant::{
+    BranchCtx, ConfirmOutcome, ParticipantService, Resource, ResourceError, TryOutcome,
+};
+use sqlx::PgConnection;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS bay (id text PRIMARY KEY, free bigint NOT NULL CHECK (free >= 0));
+CREATE TABLE IF NOT EXISTS bay_hold (branch_id text, bay text, spaces bigint, state text,
+                                     PRIMARY KEY (branch_id, bay));
+INSERT INTO bay VALUES ('level-1', 40) ON CONFLICT DO NOTHING;";
+
+struct CarPark;
+
+#[async_trait::async_trait]
+impl Resource for CarPark {
+    async fn try_hold(
+        &self,
+        db: &mut PgConnection,
+        b: &BranchCtx,
+    ) -> Result<TryOutcome, ResourceError> {
+        for item in &b.items {
+            // Guarded decrement under the bay's row lock; zero rows means "full".
+            let taken = sqlx::query("UPDATE bay SET free = free - $2 WHERE id = $1 AND free >= $2")
+                .bind(&item.resource)
+                .bind(item.quantity)
+                .execute(&mut *db)
+                .await?;
+            if taken.rows_affected() == 0 {
+                return Ok(TryOutcome::Rejected(format!("{} is full", item.resource)));
+            }
+            sqlx::query("INSERT INTO bay_hold VALUES ($1, $2, $3, 'held')")
+                .bind(&b.key.branch_id)
+                .bind(&item.resource)
+                .bind(item.quantity)
+                .execute(&mut *db)
+                .await?;
+        }
+        Ok(TryOutcome::Held)
+    }
+
+    async fn confirm(
+        &self,
+        db: &mut PgConnection,
+        b: &BranchCtx,
+    ) -> Result<ConfirmOutcome, ResourceError> {
+        let done = sqlx::query(
+            "UPDATE bay_hold SET state = 'confirmed' WHERE branch_id = $1 AND state = 'held'",
+        )
+        .bind(&b.key.branch_id)
+        .execute(&mut *db)
+        .await?;
+        Ok(if done.rows_affected() == b.items.len() as u64 {
+            ConfirmOutcome::Confirmed
+        } else {
+            ConfirmOutcome::HoldLost
+        })
+    }
+
+    async fn cancel(&self, db: &mut PgConnection, b: &BranchCtx) -> Result<(), ResourceError> {
+        // Spaces come back only through the winning held -> cancelled transition.
+        sqlx::query("WITH r AS (UPDATE bay_hold SET state = 'cancelled' WHERE branch_id = $1 AND state = 'held' \
+                     RETURNING bay, spaces) UPDATE bay SET free = free + r.spaces FROM r WHERE bay.id = r.bay")
+            .bind(&b.key.branch_id).execute(&mut *db).await?;
+        Ok(())
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let pool = sqlx::PgPool::connect(&std::env::var("DATABASE_URL")?).await?;
+    holdfast::participants::MIGRATOR.run(&pool).await?; // the barrier table
+    sqlx::raw_sql(SCHEMA).execute(&pool).await?;
+    let service = ParticipantService::new("car-park", CarPark, pool);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:50070").await?;
+    let routes = tonic::service::Routes::new(service.into_server());
+    holdfast::server::serve(
+        listener,
+        routes,
+        &["tcc.v1.Participant"],
+        holdfast::server::shutdown_signal(),
+    )
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,179 @@
+//! The participant SDK: turns a service's business logic into a `tcc.v1.Participant`.
+//!
+//! An author implements [`Resource`] - what Try, Confirm and Cancel mean for their data, each
+//! run inside a database transaction the SDK opens - and serves [`ParticipantService`]. The
+//! SDK keeps a *barrier* row per branch (table `tcc_barrier`, migration
+//! `migrations/participants/0001_barrier.sql`) in the same local transaction as the business
+//! change, which gives, with no code from the author:
+//!
+//! - idempotence: a repeated Try/Confirm/Cancel changes nothing and returns the first answer;
+//! - disorder safety: a Cancel before its Try records the branch as cancelled and the late
+//!   Try answers `REJECTED` without touching the business data;
+//! - refusal without change of Confirm after Cancel (answers `CANCELLED`) and Cancel after
+//!   Confirm (answers `CONFIRMED`);
+//! - atomicity: a rejected or failed Try leaves no hold; a rejection is remembered so a repeat
+//!   answers the same;
+//! - serialisation: concurrent calls for one branch lock its barrier row, never both apply;
+//! - orphan reclaim: a hold is released by the participant itself only after
+//!   `expires_at + orphan_grace` ([`ParticipantService::reclaim_orphans`], also run lazily
+//!   when a Try is rejected while orphans exist); a later Confirm answers `HOLD_LOST`.
+//!
+//! Business code must lock the resources it touches in the order of the items it is given
+//! (sorted by resource, then slot start) and use `clock_timestamp()` for time decisions.
+//! A business "can't" is `TryOutcome::Rejected`; an exclusion-constraint violation (SQLSTATE
+//! 23P01) raised by business SQL is turned into a rejection by the SDK as well.
+//!
+//! Writing one (see `examples/my_participant.rs`): apply the barrier schema
+//! (`crate::participants::MIGRATOR`, or copy `0001_barrier.sql` into your migrations),
+//! implement [`Resource`], and serve `ParticipantService::new(name, resource, pool)
+//! .into_server()` with [`crate::server::serve`].
+//!
+//! Answers per barrier phase (Try / Confirm / Cancel):
+//! - none yet: hold / `HOLD_LOST` (and the late Try is refused) / `CANCELLED` (ditto);
+//! - held: first answer / confirm or `HOLD_LOST` / release, `CANCELLED`;
+//! - rejected: first answer / `HOLD_LOST` / `CANCELLED` (recorded);
+//! - confirmed: first answer / `CONFIRMED` / `CONFIRMED` (refused, unchanged);
+//! - cancelled: first answer or `REJECTED` / `CANCELLED` (refused, unchanged) / `CANCELLED`;
+//! - hold lost: first answer or `REJECTED` / `HOLD_LOST` / `CANCELLED` (nothing is held).
+
+mod barrier;
+mod error;
+mod service;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
+
+pub use barrier::{BranchCounts, branch_counts};
+pub use error::ResourceError;
+pub use service::{DEFAULT_ORPHAN_GRACE, ParticipantService};
+
+/// Identifies one branch: one participant's share of one reservation.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BranchKey {
+    /// The coordinator's reservation id.
+    pub reservation_id: String,
+    /// The branch id, unique per (reservation, participant).
+    pub branch_id: String,
+}
+
+/// A half-open time slot `[start, end)`, for slot resources such as rooms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Slot {
+    /// Inclusive start.
+    pub start: DateTime<Utc>,
+    /// Exclusive end; always after `start`.
+    pub end: DateTime<Utc>,
+}
+
+/// One thing a branch holds at this participant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Item {
+    /// Resource id within this participant (seat, SKU, room, account); 1..=128 bytes.
+    pub resource: String,
+    /// Units to hold; always >= 1 (seats and rooms: 1; payments: minor units).
+    pub quantity: i64,
+    /// The slot, for slot resources.
+    pub during: Option<Slot>,
+}
+
+/// A Try in domain terms: what [`ParticipantService::try_branch`] takes.
+#[derive(Clone, Debug)]
+pub struct TryBranch {
+    /// Which branch.
+    pub key: BranchKey,
+    /// Who holds the reservation; 1..=128 bytes.
+    pub holder: String,
+    /// The items, in any order (the SDK validates and sorts them).
+    pub items: Vec<Item>,
+    /// When the reservation lapses (the coordinator's clock).
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Everything the business code knows about a branch (built by the SDK).
+///
+/// For Confirm and Cancel, `items`, `holder`, `expires_at` and `hold_until` are those the
+/// branch's Try recorded.
+#[derive(Clone, Debug)]
+pub struct BranchCtx {
+    /// Which branch.
+    pub key: BranchKey,
+    /// Who holds the reservation.
+    pub holder: String,
+    /// The branch's items, sorted by (resource, slot start), without duplicates.
+    pub items: Vec<Item>,
+    /// When the reservation lapses (the coordinator's clock).
+    pub expires_at: DateTime<Utc>,
+    /// `expires_at + orphan_grace`: the participant keeps the hold at least until then unless
+    /// the coordinator releases it. Worth storing on hold rows for people reading them.
+    pub hold_until: DateTime<Utc>,
+}
+
+/// The business answer to a Try.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TryOutcome {
+    /// Every item is held.
+    Held,
+    /// Nothing can be held; the reason is for people (e.g. "seat A1 is taken").
+    /// The SDK rolls back whatever the business code wrote.
+    Rejected(String),
+}
+
+/// The business answer to a Confirm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfirmOutcome {
+    /// Every item is finalised.
+    Confirmed,
+    /// Some hold no longer exists; the SDK rolls back the confirm, releases what is left
+    /// (through [`Resource::cancel`]) and answers `HOLD_LOST`.
+    HoldLost,
+}
+
+/// The answer to Confirm or Cancel: the branch's state at this participant after the call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BranchAnswer {
+    /// Finalised (also the answer to a refused Cancel after Confirm).
+    Confirmed,
+    /// Released or never held (also the answer to a refused Confirm after Cancel).
+    Cancelled,
+    /// Confirm found the hold gone (reclaimed after `expires_at + orphan_grace`, or never held).
+    HoldLost,
+}
+
+/// A participant's business logic. Each method runs inside a transaction the SDK opened
+/// (and will commit or roll back) after it locked the branch's barrier row; do not commit or
+/// roll back `conn` yourself.
+///
+/// Each method is called at most once per successful phase of a branch: the SDK filters
+/// repeats and disorder. Cancel may nevertheless find holds already gone and must then do
+/// nothing (use conditional state transitions, never blind counter updates).
+#[async_trait]
+pub trait Resource: Send + Sync + 'static {
+    /// Checks items beyond what the SDK checks (non-empty resource <= 128 bytes, quantity >= 1,
+    /// valid slot, no duplicates), e.g. "a seat holds exactly 1". Runs before any write.
+    fn validate(&self, items: &[Item]) -> Result<(), ResourceError> {
+        let _ = items;
+        Ok(())
+    }
+
+    /// Holds every item of the branch, all-or-nothing, locking resources in item order.
+    async fn try_hold(
+        &self,
+        conn: &mut PgConnection,
+        branch: &BranchCtx,
+    ) -> Result<TryOutcome, ResourceError>;
+
+    /// Finalises the branch's holds.
+    async fn confirm(
+        &self,
+        conn: &mut PgConnection,
+        branch: &BranchCtx,
+    ) -> Result<ConfirmOutcome, ResourceError>;
+
+    /// Releases whatever the branch still holds; doing nothing when nothing is held.
+    async fn cancel(
+        &self,
+        conn: &mut PgConnection,
+        branch: &BranchCtx,
+    ) -> Result<(), ResourceError>;
+}

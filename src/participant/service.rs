@@ -1,0 +1,465 @@
+//! [`ParticipantService`]: the generic `tcc.v1.Participant` around a [`Resource`], which runs
+//! every phase as barrier + business change in one local transaction.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, PgPool};
+use tonic::{Request, Response, Status};
+
+use super::barrier::{self, Phase};
+use super::{
+    BranchAnswer, BranchCtx, BranchKey, ConfirmOutcome, Item, Resource, ResourceError, Slot,
+    TryBranch, TryOutcome,
+};
+use crate::proto::participant_server::{Participant, ParticipantServer};
+use crate::proto::{BranchRequest, BranchResponse, TryRequest, TryResponse, branch, try_response};
+
+/// How long after `expires_at` a participant keeps an unreleased hold before reclaiming it.
+pub const DEFAULT_ORPHAN_GRACE: Duration = Duration::from_secs(3600);
+
+/// Most orphans reclaimed by one lazy reclaim inside a rejected Try.
+const LAZY_RECLAIM_BATCH: usize = 100;
+/// Longest identifier accepted (reservation, branch, holder, resource), in bytes.
+const MAX_ID_BYTES: usize = 128;
+/// Most items in one Try (the coordinator allows 64 holds per reservation).
+const MAX_ITEMS: usize = 64;
+
+/// A `tcc.v1.Participant` backed by a [`Resource`] and the barrier table.
+///
+/// Cheap to clone. Serve it with [`ParticipantService::into_server`]; the domain-level
+/// methods ([`try_branch`](Self::try_branch), [`confirm_branch`](Self::confirm_branch),
+/// [`cancel_branch`](Self::cancel_branch)) are public for in-process use and tests.
+pub struct ParticipantService<R> {
+    name: Arc<str>,
+    resource: Arc<R>,
+    pool: PgPool,
+    orphan_grace: Duration,
+}
+
+impl<R> Clone for ParticipantService<R> {
+    fn clone(&self) -> Self {
+        Self {
+            name: self.name.clone(),
+            resource: self.resource.clone(),
+            pool: self.pool.clone(),
+            orphan_grace: self.orphan_grace,
+        }
+    }
+}
+
+impl<R: Resource> ParticipantService<R> {
+    /// A participant called `name` (scopes its barrier rows, so several participants may
+    /// share one database) with the default orphan grace of one hour.
+    ///
+    /// The database must carry the participants' schema (`crate::participants::MIGRATOR`).
+    pub fn new(name: impl Into<String>, resource: R, pool: PgPool) -> Self {
+        Self {
+            name: Arc::from(name.into()),
+            resource: Arc::new(resource),
+            pool,
+            orphan_grace: DEFAULT_ORPHAN_GRACE,
+        }
+    }
+
+    /// Sets how long after `expires_at` an unreleased hold is kept before it may be reclaimed.
+    pub fn with_orphan_grace(mut self, orphan_grace: Duration) -> Self {
+        self.orphan_grace = orphan_grace;
+        self
+    }
+
+    /// The participant's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The business logic.
+    pub fn resource(&self) -> &R {
+        &self.resource
+    }
+
+    /// The business logic, shared (e.g. with an admin service).
+    pub fn resource_arc(&self) -> Arc<R> {
+        self.resource.clone()
+    }
+
+    /// The tonic server for this service.
+    pub fn into_server(self) -> ParticipantServer<Self> {
+        ParticipantServer::new(self)
+    }
+
+    /// Try: holds the branch's items unless the branch was already decided.
+    ///
+    /// Returns the first answer for a repeat, `Rejected` for a Try arriving after the branch
+    /// was cancelled. A business rejection (or SQLSTATE 23P01) rolls the business change back
+    /// and records the rejection. When a rejected Try finds orphaned holds, they are reclaimed
+    /// and the Try is run once more. Invalid input is `ResourceError::InvalidArgument`.
+    pub async fn try_branch(&self, request: TryBranch) -> Result<TryOutcome, ResourceError> {
+        let branch = self.branch_ctx(request)?;
+        let branch = &branch;
+        let mut reclaimed = false;
+        loop {
+            let mut tx = self.pool.begin().await?;
+            let found = barrier::lock(&mut tx, &self.name, &branch.key).await?;
+            if found.phase != Phase::Trying {
+                let answer = match found.try_answer {
+                    Some(answer) => answer,
+                    None => {
+                        // Decided before any Try (Cancel or Confirm came first): refuse for good.
+                        let reason = "branch was already released before its Try arrived";
+                        barrier::record_late_try(&mut tx, &self.name, &branch.key, reason).await?;
+                        TryOutcome::Rejected(reason.to_owned())
+                    }
+                };
+                tx.commit().await?;
+                return Ok(answer);
+            }
+
+            savepoint(&mut tx).await?;
+            let outcome = match self.resource.try_hold(&mut tx, branch).await {
+                Ok(outcome) => outcome,
+                Err(err) if err.is_exclusion_violation() => {
+                    TryOutcome::Rejected("overlaps an existing hold".to_owned())
+                }
+                // Dropping `tx` rolls everything back: no barrier row survives.
+                Err(err) => return Err(err),
+            };
+            match outcome {
+                TryOutcome::Held => {
+                    barrier::record_try(&mut tx, &self.name, branch, Phase::Held, &outcome).await?;
+                }
+                TryOutcome::Rejected(_) => {
+                    rollback_to_savepoint(&mut tx).await?;
+                    if !reclaimed && barrier::orphans_exist(&mut tx, &self.name).await? {
+                        // Reclaim outside this transaction: it locks other branches and their
+                        // resources, which must not nest inside our resource locks.
+                        tx.rollback().await?;
+                        reclaimed = true;
+                        self.reclaim(LAZY_RECLAIM_BATCH, false).await?;
+                        continue;
+                    }
+                    barrier::record_try(&mut tx, &self.name, branch, Phase::Rejected, &outcome)
+                        .await?;
+                }
+            }
+            tx.commit().await?;
+            return Ok(outcome);
+        }
+    }
+
+    /// Confirm: finalises a held branch. A repeat answers the same; after Cancel it answers
+    /// `Cancelled` and changes nothing; a branch whose hold is gone (reclaimed, rejected, or
+    /// never tried) answers `HoldLost`.
+    pub async fn confirm_branch(&self, key: &BranchKey) -> Result<BranchAnswer, ResourceError> {
+        let mut tx = self.pool.begin().await?;
+        let found = barrier::lock(&mut tx, &self.name, key).await?;
+        let answer = match found.phase {
+            Phase::Trying => {
+                // Nothing was ever held; recording it also refuses a late Try.
+                barrier::set_phase(&mut tx, &self.name, key, Phase::HoldLost).await?;
+                BranchAnswer::HoldLost
+            }
+            Phase::Held => {
+                let ctx = found.ctx(key)?;
+                savepoint(&mut tx).await?;
+                match self.resource.confirm(&mut tx, &ctx).await? {
+                    ConfirmOutcome::Confirmed => {
+                        barrier::set_phase(&mut tx, &self.name, key, Phase::Confirmed).await?;
+                        BranchAnswer::Confirmed
+                    }
+                    ConfirmOutcome::HoldLost => {
+                        // Undo a partial confirm and release what is left, so nothing hangs.
+                        rollback_to_savepoint(&mut tx).await?;
+                        self.resource.cancel(&mut tx, &ctx).await?;
+                        barrier::set_phase(&mut tx, &self.name, key, Phase::HoldLost).await?;
+                        tracing::warn!(
+                            participant = %self.name,
+                            reservation_id = %key.reservation_id,
+                            branch_id = %key.branch_id,
+                            "confirm found the hold gone"
+                        );
+                        BranchAnswer::HoldLost
+                    }
+                }
+            }
+            Phase::Confirmed => BranchAnswer::Confirmed,
+            Phase::Cancelled => BranchAnswer::Cancelled,
+            Phase::Rejected | Phase::HoldLost => BranchAnswer::HoldLost,
+        };
+        tx.commit().await?;
+        Ok(answer)
+    }
+
+    /// Cancel: releases the branch. Before its Try it records the branch as cancelled (the
+    /// late Try is rejected); after Confirm it answers `Confirmed` and changes nothing.
+    pub async fn cancel_branch(&self, key: &BranchKey) -> Result<BranchAnswer, ResourceError> {
+        let mut tx = self.pool.begin().await?;
+        let found = barrier::lock(&mut tx, &self.name, key).await?;
+        let answer = match found.phase {
+            Phase::Trying | Phase::Rejected => {
+                barrier::set_phase(&mut tx, &self.name, key, Phase::Cancelled).await?;
+                BranchAnswer::Cancelled
+            }
+            Phase::Held => {
+                self.resource.cancel(&mut tx, &found.ctx(key)?).await?;
+                barrier::set_phase(&mut tx, &self.name, key, Phase::Cancelled).await?;
+                BranchAnswer::Cancelled
+            }
+            Phase::Cancelled => BranchAnswer::Cancelled,
+            Phase::Confirmed => BranchAnswer::Confirmed,
+            // Already released by the reclaim; nothing is held, nothing to change.
+            Phase::HoldLost => BranchAnswer::Cancelled,
+        };
+        tx.commit().await?;
+        Ok(answer)
+    }
+
+    /// Releases up to `limit` holds past `expires_at + orphan_grace` that the coordinator never
+    /// released, each in its own transaction; their later Confirm answers `HOLD_LOST`.
+    /// Returns how many were reclaimed. Safe to run concurrently with anything: branches
+    /// another call is deciding are skipped.
+    pub async fn reclaim_orphans(&self, limit: usize) -> Result<usize, ResourceError> {
+        self.reclaim(limit, true).await
+    }
+
+    async fn reclaim(&self, limit: usize, skip_locked: bool) -> Result<usize, ResourceError> {
+        let mut reclaimed = 0;
+        while reclaimed < limit {
+            let mut tx = self.pool.begin().await?;
+            let Some((key, found)) =
+                barrier::lock_next_orphan(&mut tx, &self.name, skip_locked).await?
+            else {
+                break;
+            };
+            self.resource.cancel(&mut tx, &found.ctx(&key)?).await?;
+            barrier::set_phase(&mut tx, &self.name, &key, Phase::HoldLost).await?;
+            tx.commit().await?;
+            tracing::warn!(
+                participant = %self.name,
+                reservation_id = %key.reservation_id,
+                branch_id = %key.branch_id,
+                "reclaimed an orphaned hold past expires_at + orphan_grace"
+            );
+            reclaimed += 1;
+        }
+        Ok(reclaimed)
+    }
+
+    /// Spawns a task reclaiming orphans every `every` until the returned handle is aborted.
+    /// Failures are logged and retried on the next tick.
+    pub fn spawn_reclaimer(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+        let this = self.clone();
+        tokio::spawn(async move {
+            // The first sweep waits a period: startup is busy enough.
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if let Err(err) = this.reclaim_orphans(LAZY_RECLAIM_BATCH).await {
+                    tracing::warn!(participant = %this.name, error = %err, "orphan reclaim failed");
+                }
+            }
+        })
+    }
+
+    /// Validates a Try (naming the offending field), sorts its items into lock order and
+    /// computes how long the hold is kept (`expires_at + orphan_grace`).
+    fn branch_ctx(&self, request: TryBranch) -> Result<BranchCtx, ResourceError> {
+        check_id("reservation_id", &request.key.reservation_id)?;
+        check_id("branch_id", &request.key.branch_id)?;
+        check_id("holder", &request.holder)?;
+        let mut items = request.items;
+        check_items(&items)?;
+        // Before sorting, so field names index the caller's list.
+        self.resource.validate(&items)?;
+        // Items arrive sorted; sort again so a careless caller cannot break the lock order.
+        items.sort_by(|a, b| (&a.resource, a.during).cmp(&(&b.resource, b.during)));
+        let grace = chrono::Duration::from_std(self.orphan_grace)
+            .map_err(|_| ResourceError::Internal("orphan grace out of range".to_owned()))?;
+        let hold_until = request
+            .expires_at
+            .checked_add_signed(grace)
+            .ok_or_else(|| ResourceError::invalid("expires_at", "is out of range"))?;
+        Ok(BranchCtx {
+            key: request.key,
+            holder: request.holder,
+            items,
+            expires_at: request.expires_at,
+            hold_until,
+        })
+    }
+}
+
+/// Converts a wire Try to domain terms; only wire-level checks (timestamps) happen here.
+fn try_branch_from_wire(req: TryRequest) -> Result<TryBranch, ResourceError> {
+    let expires_at = req
+        .expires_at
+        .ok_or_else(|| ResourceError::invalid("expires_at", "is required"))
+        .and_then(|ts| timestamp("expires_at", ts))?;
+    let items = req
+        .items
+        .into_iter()
+        .enumerate()
+        .map(|(i, hold)| {
+            let during = match hold.during {
+                None => None,
+                Some(interval) => {
+                    let at = |field: &str, ts: Option<prost_types::Timestamp>| {
+                        let field = format!("items[{i}].during.{field}");
+                        ts.ok_or_else(|| ResourceError::invalid(&field, "is required"))
+                            .and_then(|ts| timestamp(&field, ts))
+                    };
+                    Some(Slot {
+                        start: at("start", interval.start)?,
+                        end: at("end", interval.end)?,
+                    })
+                }
+            };
+            Ok(Item {
+                resource: hold.resource,
+                quantity: hold.quantity,
+                during,
+            })
+        })
+        .collect::<Result<Vec<_>, ResourceError>>()?;
+    Ok(TryBranch {
+        key: BranchKey {
+            reservation_id: req.reservation_id,
+            branch_id: req.branch_id,
+        },
+        holder: req.holder,
+        items,
+        expires_at,
+    })
+}
+
+/// Opens the savepoint that brackets the business change, so a rejection can undo it while
+/// keeping the barrier row (and its lock) in the transaction.
+async fn savepoint(conn: &mut PgConnection) -> Result<(), ResourceError> {
+    sqlx::query("SAVEPOINT tcc_business").execute(conn).await?;
+    Ok(())
+}
+
+async fn rollback_to_savepoint(conn: &mut PgConnection) -> Result<(), ResourceError> {
+    sqlx::query("ROLLBACK TO SAVEPOINT tcc_business")
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+fn check_id(field: &str, value: &str) -> Result<(), ResourceError> {
+    if value.is_empty() {
+        return Err(ResourceError::invalid(field, "is required"));
+    }
+    if value.len() > MAX_ID_BYTES {
+        return Err(ResourceError::invalid(
+            field,
+            format!("must be at most {MAX_ID_BYTES} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+fn key_from_parts(reservation_id: String, branch_id: String) -> Result<BranchKey, ResourceError> {
+    check_id("reservation_id", &reservation_id)?;
+    check_id("branch_id", &branch_id)?;
+    Ok(BranchKey {
+        reservation_id,
+        branch_id,
+    })
+}
+
+/// Converts a wire timestamp, truncated to microseconds (Postgres precision) so stored and
+/// compared values agree.
+fn timestamp(field: &str, ts: prost_types::Timestamp) -> Result<DateTime<Utc>, ResourceError> {
+    let invalid = || ResourceError::invalid(field, "is not a valid timestamp");
+    let nanos = u32::try_from(ts.nanos).map_err(|_| invalid())?;
+    let at = DateTime::<Utc>::from_timestamp(ts.seconds, nanos).ok_or_else(invalid)?;
+    DateTime::<Utc>::from_timestamp_micros(at.timestamp_micros()).ok_or_else(invalid)
+}
+
+/// Checks what every participant needs of items: some, not too many, named, positive,
+/// proper slots, no duplicates.
+fn check_items(items: &[Item]) -> Result<(), ResourceError> {
+    if items.is_empty() {
+        return Err(ResourceError::invalid("items", "must not be empty"));
+    }
+    if items.len() > MAX_ITEMS {
+        return Err(ResourceError::invalid(
+            "items",
+            format!("must hold at most {MAX_ITEMS} items"),
+        ));
+    }
+    let mut seen: HashMap<(&str, Option<Slot>), usize> = HashMap::new();
+    for (i, item) in items.iter().enumerate() {
+        check_id(&format!("items[{i}].resource"), &item.resource)?;
+        if item.quantity < 1 {
+            return Err(ResourceError::invalid(
+                format!("items[{i}].quantity"),
+                "must be >= 1",
+            ));
+        }
+        if let Some(slot) = item.during
+            && slot.end <= slot.start
+        {
+            return Err(ResourceError::invalid(
+                format!("items[{i}].during.end"),
+                "must be after during.start",
+            ));
+        }
+        if let Some(first) = seen.insert((item.resource.as_str(), item.during), i) {
+            return Err(ResourceError::invalid(
+                format!("items[{i}]"),
+                format!("duplicates items[{first}]"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn branch_response(answer: BranchAnswer) -> Response<BranchResponse> {
+    let state = match answer {
+        BranchAnswer::Confirmed => branch::State::Confirmed,
+        BranchAnswer::Cancelled => branch::State::Cancelled,
+        BranchAnswer::HoldLost => branch::State::HoldLost,
+    };
+    Response::new(BranchResponse {
+        state: state as i32,
+    })
+}
+
+#[tonic::async_trait]
+impl<R: Resource> Participant for ParticipantService<R> {
+    async fn r#try(&self, request: Request<TryRequest>) -> Result<Response<TryResponse>, Status> {
+        let branch = try_branch_from_wire(request.into_inner())?;
+        let outcome = self.try_branch(branch).await?;
+        let (outcome, reason) = match outcome {
+            TryOutcome::Held => (try_response::Outcome::Held, String::new()),
+            TryOutcome::Rejected(reason) => (try_response::Outcome::Rejected, reason),
+        };
+        Ok(Response::new(TryResponse {
+            outcome: outcome as i32,
+            reason,
+        }))
+    }
+
+    async fn confirm(
+        &self,
+        request: Request<BranchRequest>,
+    ) -> Result<Response<BranchResponse>, Status> {
+        let req = request.into_inner();
+        let key = key_from_parts(req.reservation_id, req.branch_id)?;
+        Ok(branch_response(self.confirm_branch(&key).await?))
+    }
+
+    async fn cancel(
+        &self,
+        request: Request<BranchRequest>,
+    ) -> Result<Response<BranchResponse>, Status> {
+        let req = request.into_inner();
+        let key = key_from_parts(req.reservation_id, req.branch_id)?;
+        Ok(branch_response(self.cancel_branch(&key).await?))
+    }
+}

@@ -1,0 +1,169 @@
+//! The reference participants (seats, stock, rooms, payments, noop), each built on the
+//! participant SDK ([`crate::participant`]) and each also serving `tcc.v1.ResourceAdmin`;
+//! plus [`serve`], the runner the CLI uses for `holdfast participant <kind>`.
+//!
+//! All of them share one schema (`migrations/participants/`, [`MIGRATOR`]), tracked in its
+//! own migrations table so it can live in the same database as the coordinator's schema.
+
+pub mod admin;
+pub mod noop;
+pub mod payments;
+pub mod rooms;
+pub mod seats;
+pub mod stock;
+
+use std::future::Future;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::migrate::Migrator;
+use tonic::service::Routes;
+
+use crate::participant::{ParticipantService, Resource};
+use crate::proto::payments_server::PaymentsServer;
+use crate::proto::resource_admin_server::ResourceAdminServer;
+use admin::{AdminService, Inventory};
+
+/// Which reference participant to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Kind {
+    /// One row per seat, capacity 1.
+    Seats,
+    /// Interchangeable units behind a guarded counter.
+    Stock,
+    /// Time slots of rooms, no overlap of active holds.
+    Rooms,
+    /// Account balances: authorise, capture, void; plus `tcc.v1.Payments`.
+    Payments,
+    /// Holds anything; writes only its barrier.
+    Noop,
+}
+
+impl Kind {
+    /// The participant's name, which also scopes its barrier rows.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Seats => "seats",
+            Kind::Stock => "stock",
+            Kind::Rooms => "rooms",
+            Kind::Payments => "payments",
+            Kind::Noop => "noop",
+        }
+    }
+}
+
+/// How to run a reference participant.
+#[derive(Clone, Debug)]
+pub struct ParticipantSettings {
+    /// Which participant.
+    pub kind: Kind,
+    /// How long after `expires_at` an unreleased hold is kept before the participant reclaims
+    /// it itself (default [`crate::participant::DEFAULT_ORPHAN_GRACE`], one hour).
+    pub orphan_grace: Duration,
+}
+
+impl ParticipantSettings {
+    /// Settings for `kind` with the default orphan grace.
+    pub fn new(kind: Kind) -> Self {
+        Self {
+            kind,
+            orphan_grace: crate::participant::DEFAULT_ORPHAN_GRACE,
+        }
+    }
+}
+
+/// Failure to start or run a reference participant.
+#[derive(Debug, thiserror::Error)]
+pub enum ParticipantError {
+    /// Applying the participants' schema failed.
+    #[error("applying participant migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The gRPC server failed.
+    #[error(transparent)]
+    Serve(#[from] crate::server::ServeError),
+}
+
+/// Name of the table tracking the participants' applied migrations (apart from the
+/// coordinator's, whose versions would otherwise collide).
+pub const MIGRATIONS_TABLE: &str = "_holdfast_participant_migrations";
+
+static EMBEDDED: Migrator = sqlx::migrate!("./migrations/participants");
+
+/// The participants' schema: `migrations/participants/*.sql`, tracked in
+/// [`MIGRATIONS_TABLE`]. Run with `MIGRATOR.run(&pool).await`.
+pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
+    let mut migrator = Migrator::with_migrations(EMBEDDED.iter().cloned().collect());
+    migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
+    migrator
+});
+
+/// How often a running participant looks for orphaned holds (past `expires_at + grace`).
+/// Rejected Tries also reclaim lazily, so this only keeps counts tidy.
+const RECLAIM_EVERY: Duration = Duration::from_secs(30);
+
+/// Applies the participants' migrations, then serves `tcc.v1.Participant` +
+/// `tcc.v1.ResourceAdmin` (+ `tcc.v1.Payments` for [`Kind::Payments`]), with health and
+/// reflection, on `listener` until `shutdown` resolves; in-flight calls then finish.
+/// A background task reclaims orphaned holds while it runs.
+pub async fn serve(
+    settings: ParticipantSettings,
+    pool: PgPool,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ParticipantError> {
+    MIGRATOR.run(&pool).await?;
+    let server = Server {
+        settings: &settings,
+        pool: pool.clone(),
+        listener,
+    };
+    match settings.kind {
+        Kind::Seats => server.run(seats::Seats, None, shutdown).await,
+        Kind::Stock => server.run(stock::Stock, None, shutdown).await,
+        Kind::Rooms => server.run(rooms::Rooms, None, shutdown).await,
+        Kind::Noop => {
+            server
+                .run(noop::Noop::new(Kind::Noop.name()), None, shutdown)
+                .await
+        }
+        Kind::Payments => {
+            let payments = PaymentsServer::new(payments::PaymentsService::new(pool));
+            server
+                .run(payments::Payments, Some(payments), shutdown)
+                .await
+        }
+    }
+}
+
+struct Server<'a> {
+    settings: &'a ParticipantSettings,
+    pool: PgPool,
+    listener: tokio::net::TcpListener,
+}
+
+impl Server<'_> {
+    async fn run<R: Resource + Inventory>(
+        self,
+        resource: R,
+        payments: Option<PaymentsServer<payments::PaymentsService>>,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ParticipantError> {
+        let name = self.settings.kind.name();
+        let service = ParticipantService::new(name, resource, self.pool.clone())
+            .with_orphan_grace(self.settings.orphan_grace);
+        let reclaimer = service.spawn_reclaimer(RECLAIM_EVERY);
+        let admin = AdminService::new(service.resource_arc(), self.pool);
+        let mut routes =
+            Routes::new(service.into_server()).add_service(ResourceAdminServer::new(admin));
+        let mut names = vec!["tcc.v1.Participant", "tcc.v1.ResourceAdmin"];
+        if let Some(payments) = payments {
+            routes = routes.add_service(payments);
+            names.push("tcc.v1.Payments");
+        }
+        tracing::info!(participant = name, "participant serving");
+        let result = crate::server::serve(self.listener, routes, &names, shutdown).await;
+        reclaimer.abort();
+        Ok(result?)
+    }
+}

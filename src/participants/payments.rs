@@ -1,0 +1,438 @@
+//! Reference participant `payments`: account balances in minor units. Try authorises
+//! (moves the amount from `available` to `authorised` with a guarded UPDATE), Confirm captures
+//! (`authorised` -> `captured`), Cancel voids (`authorised` -> `available`), each through the
+//! authorisation's winning state transition. Also `tcc.v1.Payments`: `Charge` captures outside
+//! any reservation, `Refund` returns captured money exactly once per `refund_id` and never
+//! more than was captured, `GetPayment` reads a payment with its refunds.
+//!
+//! Admin counts: capacity = the account's balance = available + authorised (held) + captured
+//! (confirmed). Accounts carry no currency; a payment carries the currency it was charged in.
+
+use async_trait::async_trait;
+use sqlx::{PgConnection, PgPool, Row};
+use tonic::{Request, Response, Status};
+
+use super::admin::{Inventory, ResourceCounts};
+use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryOutcome};
+use crate::proto::payments_server;
+use crate::proto::{
+    ChargeRequest, ChargeResponse, GetPaymentRequest, PaymentRecord, Refund, RefundRequest,
+    RefundResponse, refund,
+};
+
+/// The payments participant's business logic and inventory (accounts).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Payments;
+
+async fn lock_account(conn: &mut PgConnection, account: &str) -> Result<(), ResourceError> {
+    sqlx::query("SELECT 1 FROM account WHERE resource = $1 FOR UPDATE")
+        .bind(account)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+#[async_trait]
+impl Resource for Payments {
+    fn validate(&self, items: &[Item]) -> Result<(), ResourceError> {
+        match items.iter().position(|i| i.during.is_some()) {
+            Some(i) => Err(ResourceError::invalid(
+                format!("items[{i}].during"),
+                "must be empty for a payment",
+            )),
+            None => Ok(()),
+        }
+    }
+
+    async fn try_hold(
+        &self,
+        conn: &mut PgConnection,
+        branch: &BranchCtx,
+    ) -> Result<TryOutcome, ResourceError> {
+        for item in &branch.items {
+            let authorised = sqlx::query(
+                "WITH taken AS ( \
+                     UPDATE account SET available = available - $2, authorised = authorised + $2 \
+                     WHERE resource = $1 AND available >= $2 RETURNING resource) \
+                 INSERT INTO authorisation (reservation_id, branch_id, resource, amount_minor, state, held_until) \
+                 SELECT $3, $4, resource, $2, 'authorised', $5 FROM taken RETURNING 1",
+            )
+            .bind(&item.resource)
+            .bind(item.quantity)
+            .bind(&branch.key.reservation_id)
+            .bind(&branch.key.branch_id)
+            .bind(branch.hold_until)
+            .fetch_optional(&mut *conn)
+            .await?;
+            if authorised.is_none() {
+                let exists: Option<i32> =
+                    sqlx::query_scalar("SELECT 1 FROM account WHERE resource = $1")
+                        .bind(&item.resource)
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                let reason = match exists {
+                    Some(_) => format!("insufficient funds on account {}", item.resource),
+                    None => format!("account {} does not exist", item.resource),
+                };
+                return Ok(TryOutcome::Rejected(reason));
+            }
+        }
+        Ok(TryOutcome::Held)
+    }
+
+    async fn confirm(
+        &self,
+        conn: &mut PgConnection,
+        branch: &BranchCtx,
+    ) -> Result<ConfirmOutcome, ResourceError> {
+        for item in &branch.items {
+            lock_account(conn, &item.resource).await?;
+            let captured = sqlx::query(
+                "WITH won AS ( \
+                     UPDATE authorisation SET state = 'captured' \
+                     WHERE reservation_id = $2 AND branch_id = $3 AND resource = $1 AND state = 'authorised' \
+                     RETURNING resource, amount_minor) \
+                 UPDATE account a SET authorised = a.authorised - w.amount_minor, \
+                                      captured = a.captured + w.amount_minor \
+                 FROM won w WHERE a.resource = w.resource RETURNING 1",
+            )
+            .bind(&item.resource)
+            .bind(&branch.key.reservation_id)
+            .bind(&branch.key.branch_id)
+            .fetch_optional(&mut *conn)
+            .await?;
+            if captured.is_none() {
+                return Ok(ConfirmOutcome::HoldLost);
+            }
+        }
+        Ok(ConfirmOutcome::Confirmed)
+    }
+
+    async fn cancel(
+        &self,
+        conn: &mut PgConnection,
+        branch: &BranchCtx,
+    ) -> Result<(), ResourceError> {
+        for item in &branch.items {
+            lock_account(conn, &item.resource).await?;
+            // Money returns only if this void wins the transition from 'authorised'.
+            sqlx::query(
+                "WITH voided AS ( \
+                     UPDATE authorisation SET state = 'voided' \
+                     WHERE reservation_id = $2 AND branch_id = $3 AND resource = $1 AND state = 'authorised' \
+                     RETURNING resource, amount_minor) \
+                 UPDATE account a SET available = a.available + v.amount_minor, \
+                                      authorised = a.authorised - v.amount_minor \
+                 FROM voided v WHERE a.resource = v.resource",
+            )
+            .bind(&item.resource)
+            .bind(&branch.key.reservation_id)
+            .bind(&branch.key.branch_id)
+            .execute(&mut *conn)
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Inventory for Payments {
+    async fn put(
+        &self,
+        conn: &mut PgConnection,
+        resource: &str,
+        capacity: i64,
+    ) -> Result<ResourceCounts, ResourceError> {
+        let created = sqlx::query(
+            "INSERT INTO account (resource, available) VALUES ($1, $2) \
+             ON CONFLICT DO NOTHING RETURNING 1",
+        )
+        .bind(resource)
+        .bind(capacity)
+        .fetch_optional(&mut *conn)
+        .await?;
+        if created.is_none() {
+            let row = sqlx::query(
+                "SELECT authorised, captured FROM account WHERE resource = $1 FOR UPDATE",
+            )
+            .bind(resource)
+            .fetch_one(&mut *conn)
+            .await?;
+            let authorised: i64 = row.try_get("authorised")?;
+            let captured: i64 = row.try_get("captured")?;
+            if authorised + captured > capacity {
+                return Err(ResourceError::FailedPrecondition(format!(
+                    "cannot set account {resource} to {capacity}: {authorised} authorised and {captured} captured"
+                )));
+            }
+            sqlx::query(
+                "UPDATE account SET available = $2 - authorised - captured WHERE resource = $1",
+            )
+            .bind(resource)
+            .bind(capacity)
+            .execute(&mut *conn)
+            .await?;
+        }
+        self.get(conn, resource)
+            .await?
+            .ok_or_else(|| ResourceError::Internal(format!("account {resource} vanished")))
+    }
+
+    async fn get(
+        &self,
+        conn: &mut PgConnection,
+        resource: &str,
+    ) -> Result<Option<ResourceCounts>, ResourceError> {
+        let row =
+            sqlx::query("SELECT available, authorised, captured FROM account WHERE resource = $1")
+                .bind(resource)
+                .fetch_optional(&mut *conn)
+                .await?;
+        let Some(row) = row else { return Ok(None) };
+        let (available, held, confirmed): (i64, i64, i64) = (
+            row.try_get("available")?,
+            row.try_get("authorised")?,
+            row.try_get("captured")?,
+        );
+        Ok(Some(ResourceCounts {
+            resource: resource.to_owned(),
+            capacity: available + held + confirmed,
+            available,
+            held,
+            confirmed,
+        }))
+    }
+}
+
+/// The `tcc.v1.Payments` service of the reference payments participant.
+pub struct PaymentsService {
+    pool: PgPool,
+}
+
+impl PaymentsService {
+    /// Payments on the accounts in `pool`.
+    pub fn new(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    async fn charge(&self, req: ChargeRequest) -> Result<String, ResourceError> {
+        check_text("account", &req.account)?;
+        check_amount(req.amount_minor)?;
+        check_currency(&req.currency)?;
+        let mut tx = self.pool.begin().await?;
+        let debited = sqlx::query(
+            "UPDATE account SET available = available - $2, captured = captured + $2 \
+             WHERE resource = $1 AND available >= $2 RETURNING 1",
+        )
+        .bind(&req.account)
+        .bind(req.amount_minor)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if debited.is_none() {
+            let exists: Option<i32> =
+                sqlx::query_scalar("SELECT 1 FROM account WHERE resource = $1")
+                    .bind(&req.account)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            return Err(match exists {
+                Some(_) => ResourceError::FailedPrecondition(format!(
+                    "insufficient funds on account {}",
+                    req.account
+                )),
+                None => {
+                    ResourceError::NotFound(format!("account {:?} does not exist", req.account))
+                }
+            });
+        }
+        let payment_ref = format!("pay_{}", uuid::Uuid::now_v7().simple());
+        sqlx::query(
+            "INSERT INTO payment (payment_ref, resource, amount_minor, currency) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(&payment_ref)
+        .bind(&req.account)
+        .bind(req.amount_minor)
+        .bind(&req.currency)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(payment_ref)
+    }
+
+    /// Refunds under the payment row lock: repeats of a `refund_id` find its row and move no
+    /// money; the running `refunded_minor` never exceeds the captured amount.
+    async fn refund(&self, req: RefundRequest) -> Result<refund::State, ResourceError> {
+        check_text("refund_id", &req.refund_id)?;
+        check_text("reservation_id", &req.reservation_id)?;
+        check_text("payment_ref", &req.payment_ref)?;
+        check_amount(req.amount_minor)?;
+        check_currency(&req.currency)?;
+        let mut tx = self.pool.begin().await?;
+        let payment = sqlx::query(
+            "SELECT resource, amount_minor, currency, refunded_minor FROM payment \
+             WHERE payment_ref = $1 FOR UPDATE",
+        )
+        .bind(&req.payment_ref)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| {
+            ResourceError::NotFound(format!("payment {:?} does not exist", req.payment_ref))
+        })?;
+        let account: String = payment.try_get("resource")?;
+        let amount: i64 = payment.try_get("amount_minor")?;
+        let currency: String = payment.try_get("currency")?;
+        let refunded: i64 = payment.try_get("refunded_minor")?;
+        if req.currency != currency {
+            return Err(ResourceError::invalid(
+                "currency",
+                format!("must match the payment's currency {currency}"),
+            ));
+        }
+        // ON CONFLICT waits for a concurrent insert of the same refund_id, then sees it.
+        let inserted = sqlx::query(
+            "INSERT INTO refund (refund_id, payment_ref, reservation_id, amount_minor, currency, reason) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (refund_id) DO NOTHING RETURNING 1",
+        )
+        .bind(&req.refund_id)
+        .bind(&req.payment_ref)
+        .bind(&req.reservation_id)
+        .bind(req.amount_minor)
+        .bind(&req.currency)
+        .bind(&req.reason)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if inserted.is_none() {
+            let earlier = sqlx::query(
+                "SELECT payment_ref, amount_minor, currency FROM refund WHERE refund_id = $1",
+            )
+            .bind(&req.refund_id)
+            .fetch_one(&mut *tx)
+            .await?;
+            let same = earlier.try_get::<String, _>("payment_ref")? == req.payment_ref
+                && earlier.try_get::<i64, _>("amount_minor")? == req.amount_minor
+                && earlier.try_get::<String, _>("currency")? == req.currency;
+            if !same {
+                return Err(ResourceError::invalid(
+                    "refund_id",
+                    "was already used for a different refund",
+                ));
+            }
+            return Ok(refund::State::Refunded);
+        }
+        if refunded + req.amount_minor > amount {
+            return Err(ResourceError::FailedPrecondition(format!(
+                "refund of {} would exceed the captured {amount} (already refunded {refunded})",
+                req.amount_minor
+            )));
+        }
+        sqlx::query(
+            "UPDATE payment SET refunded_minor = refunded_minor + $2 WHERE payment_ref = $1",
+        )
+        .bind(&req.payment_ref)
+        .bind(req.amount_minor)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE account SET captured = captured - $2, available = available + $2 WHERE resource = $1",
+        )
+        .bind(&account)
+        .bind(req.amount_minor)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(refund::State::Refunded)
+    }
+
+    async fn get_payment(&self, payment_ref: String) -> Result<PaymentRecord, ResourceError> {
+        check_text("payment_ref", &payment_ref)?;
+        let mut conn = self.pool.acquire().await?;
+        let payment = sqlx::query(
+            "SELECT amount_minor, currency, refunded_minor FROM payment WHERE payment_ref = $1",
+        )
+        .bind(&payment_ref)
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or_else(|| {
+            ResourceError::NotFound(format!("payment {payment_ref:?} does not exist"))
+        })?;
+        let refunds = sqlx::query(
+            "SELECT refund_id, amount_minor, currency FROM refund WHERE payment_ref = $1 \
+             ORDER BY created_at, refund_id",
+        )
+        .bind(&payment_ref)
+        .fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(Refund {
+                refund_id: r.try_get("refund_id")?,
+                state: refund::State::Refunded as i32,
+                amount_minor: r.try_get("amount_minor")?,
+                currency: r.try_get("currency")?,
+            })
+        })
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        Ok(PaymentRecord {
+            payment_ref,
+            amount_minor: payment.try_get("amount_minor")?,
+            currency: payment.try_get("currency")?,
+            refunded_minor: payment.try_get("refunded_minor")?,
+            refunds,
+        })
+    }
+}
+
+fn check_text(field: &str, value: &str) -> Result<(), ResourceError> {
+    if value.is_empty() {
+        return Err(ResourceError::invalid(field, "is required"));
+    }
+    if value.len() > 128 {
+        return Err(ResourceError::invalid(field, "must be at most 128 bytes"));
+    }
+    Ok(())
+}
+
+fn check_amount(amount_minor: i64) -> Result<(), ResourceError> {
+    if amount_minor <= 0 {
+        return Err(ResourceError::invalid("amount_minor", "must be > 0"));
+    }
+    Ok(())
+}
+
+fn check_currency(currency: &str) -> Result<(), ResourceError> {
+    if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err(ResourceError::invalid(
+            "currency",
+            "must be an ISO 4217 code such as EUR",
+        ));
+    }
+    Ok(())
+}
+
+#[tonic::async_trait]
+impl payments_server::Payments for PaymentsService {
+    async fn refund(
+        &self,
+        request: Request<RefundRequest>,
+    ) -> Result<Response<RefundResponse>, Status> {
+        let state = PaymentsService::refund(self, request.into_inner()).await?;
+        Ok(Response::new(RefundResponse {
+            state: state as i32,
+        }))
+    }
+
+    async fn get_payment(
+        &self,
+        request: Request<GetPaymentRequest>,
+    ) -> Result<Response<PaymentRecord>, Status> {
+        let record = PaymentsService::get_payment(self, request.into_inner().payment_ref).await?;
+        Ok(Response::new(record))
+    }
+
+    async fn charge(
+        &self,
+        request: Request<ChargeRequest>,
+    ) -> Result<Response<ChargeResponse>, Status> {
+        let payment_ref = PaymentsService::charge(self, request.into_inner()).await?;
+        Ok(Response::new(ChargeResponse { payment_ref }))
+    }
+}

@@ -1,0 +1,195 @@
+//! Reference participant `stock`: interchangeable units. A Try decrements a non-negative
+//! `available` counter with a guarded UPDATE (which takes the item row lock) and records a
+//! quantity hold; Confirm and Cancel move units only through the hold's winning state
+//! transition (a conditional UPDATE whose returned rows decide), so units never move twice.
+
+use async_trait::async_trait;
+use sqlx::{PgConnection, Row};
+
+use super::admin::{Inventory, ResourceCounts};
+use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryOutcome};
+
+/// The stock participant's business logic and inventory.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stock;
+
+async fn lock_item(conn: &mut PgConnection, resource: &str) -> Result<(), ResourceError> {
+    sqlx::query("SELECT 1 FROM stock_item WHERE resource = $1 FOR UPDATE")
+        .bind(resource)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+#[async_trait]
+impl Resource for Stock {
+    fn validate(&self, items: &[Item]) -> Result<(), ResourceError> {
+        match items.iter().position(|i| i.during.is_some()) {
+            Some(i) => Err(ResourceError::invalid(
+                format!("items[{i}].during"),
+                "must be empty for stock",
+            )),
+            None => Ok(()),
+        }
+    }
+
+    async fn try_hold(
+        &self,
+        conn: &mut PgConnection,
+        branch: &BranchCtx,
+    ) -> Result<TryOutcome, ResourceError> {
+        for item in &branch.items {
+            let held = sqlx::query(
+                "WITH taken AS ( \
+                     UPDATE stock_item SET available = available - $2, held = held + $2 \
+                     WHERE resource = $1 AND available >= $2 RETURNING resource) \
+                 INSERT INTO stock_hold (reservation_id, branch_id, resource, quantity, state, held_until) \
+                 SELECT $3, $4, resource, $2, 'held', $5 FROM taken RETURNING 1",
+            )
+            .bind(&item.resource)
+            .bind(item.quantity)
+            .bind(&branch.key.reservation_id)
+            .bind(&branch.key.branch_id)
+            .bind(branch.hold_until)
+            .fetch_optional(&mut *conn)
+            .await?;
+            if held.is_none() {
+                let available: Option<i64> =
+                    sqlx::query_scalar("SELECT available FROM stock_item WHERE resource = $1")
+                        .bind(&item.resource)
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                let reason = match available {
+                    Some(n) => format!(
+                        "insufficient stock of {}: {} requested, {n} available",
+                        item.resource, item.quantity
+                    ),
+                    None => format!("item {} does not exist", item.resource),
+                };
+                return Ok(TryOutcome::Rejected(reason));
+            }
+        }
+        Ok(TryOutcome::Held)
+    }
+
+    async fn confirm(
+        &self,
+        conn: &mut PgConnection,
+        branch: &BranchCtx,
+    ) -> Result<ConfirmOutcome, ResourceError> {
+        for item in &branch.items {
+            lock_item(conn, &item.resource).await?;
+            let won = sqlx::query(
+                "WITH won AS ( \
+                     UPDATE stock_hold SET state = 'confirmed' \
+                     WHERE reservation_id = $2 AND branch_id = $3 AND resource = $1 AND state = 'held' \
+                     RETURNING resource, quantity) \
+                 UPDATE stock_item i SET held = i.held - w.quantity, confirmed = i.confirmed + w.quantity \
+                 FROM won w WHERE i.resource = w.resource RETURNING 1",
+            )
+            .bind(&item.resource)
+            .bind(&branch.key.reservation_id)
+            .bind(&branch.key.branch_id)
+            .fetch_optional(&mut *conn)
+            .await?;
+            if won.is_none() {
+                return Ok(ConfirmOutcome::HoldLost);
+            }
+        }
+        Ok(ConfirmOutcome::Confirmed)
+    }
+
+    async fn cancel(
+        &self,
+        conn: &mut PgConnection,
+        branch: &BranchCtx,
+    ) -> Result<(), ResourceError> {
+        for item in &branch.items {
+            lock_item(conn, &item.resource).await?;
+            // Units return only if this transition wins (state was still 'held').
+            sqlx::query(
+                "WITH released AS ( \
+                     UPDATE stock_hold SET state = 'cancelled' \
+                     WHERE reservation_id = $2 AND branch_id = $3 AND resource = $1 AND state = 'held' \
+                     RETURNING resource, quantity) \
+                 UPDATE stock_item i SET available = i.available + r.quantity, held = i.held - r.quantity \
+                 FROM released r WHERE i.resource = r.resource",
+            )
+            .bind(&item.resource)
+            .bind(&branch.key.reservation_id)
+            .bind(&branch.key.branch_id)
+            .execute(&mut *conn)
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Inventory for Stock {
+    async fn put(
+        &self,
+        conn: &mut PgConnection,
+        resource: &str,
+        capacity: i64,
+    ) -> Result<ResourceCounts, ResourceError> {
+        let created = sqlx::query(
+            "INSERT INTO stock_item (resource, available) VALUES ($1, $2) \
+             ON CONFLICT DO NOTHING RETURNING 1",
+        )
+        .bind(resource)
+        .bind(capacity)
+        .fetch_optional(&mut *conn)
+        .await?;
+        if created.is_none() {
+            let row = sqlx::query(
+                "SELECT held, confirmed FROM stock_item WHERE resource = $1 FOR UPDATE",
+            )
+            .bind(resource)
+            .fetch_one(&mut *conn)
+            .await?;
+            let held: i64 = row.try_get("held")?;
+            let confirmed: i64 = row.try_get("confirmed")?;
+            if held + confirmed > capacity {
+                return Err(ResourceError::FailedPrecondition(format!(
+                    "cannot resize {resource} to {capacity}: {held} held and {confirmed} confirmed"
+                )));
+            }
+            sqlx::query(
+                "UPDATE stock_item SET available = $2 - held - confirmed WHERE resource = $1",
+            )
+            .bind(resource)
+            .bind(capacity)
+            .execute(&mut *conn)
+            .await?;
+        }
+        self.get(conn, resource)
+            .await?
+            .ok_or_else(|| ResourceError::Internal(format!("item {resource} vanished")))
+    }
+
+    async fn get(
+        &self,
+        conn: &mut PgConnection,
+        resource: &str,
+    ) -> Result<Option<ResourceCounts>, ResourceError> {
+        let row =
+            sqlx::query("SELECT available, held, confirmed FROM stock_item WHERE resource = $1")
+                .bind(resource)
+                .fetch_optional(&mut *conn)
+                .await?;
+        let Some(row) = row else { return Ok(None) };
+        let (available, held, confirmed): (i64, i64, i64) = (
+            row.try_get("available")?,
+            row.try_get("held")?,
+            row.try_get("confirmed")?,
+        );
+        Ok(Some(ResourceCounts {
+            resource: resource.to_owned(),
+            capacity: available + held + confirmed,
+            available,
+            held,
+            confirmed,
+        }))
+    }
+}

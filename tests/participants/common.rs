@@ -1,0 +1,357 @@
+//! Test harness: start a reference participant with the production `serve` on a loopback
+//! port, talk to it with the generated clients, and read its counts.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
+
+use holdfast::participants::{Kind, ParticipantError, ParticipantSettings, serve};
+use holdfast::proto::participant_client::ParticipantClient;
+use holdfast::proto::payments_client::PaymentsClient;
+use holdfast::proto::resource_admin_client::ResourceAdminClient;
+use holdfast::proto::{
+    BranchRequest, GetResourceRequest, Hold, Interval, PutResourcesRequest, ResourceSpec,
+    ResourceStatus, TryRequest, TryResponse, branch, try_response,
+};
+use sqlx::PgPool;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+
+/// Every reference participant.
+pub const ALL: [Kind; 5] = [
+    Kind::Seats,
+    Kind::Stock,
+    Kind::Rooms,
+    Kind::Payments,
+    Kind::Noop,
+];
+
+/// A running participant and clients for it.
+pub struct Running {
+    pub url: String,
+    pub participant: ParticipantClient<Channel>,
+    pub admin: ResourceAdminClient<Channel>,
+    pub payments: PaymentsClient<Channel>,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<(), ParticipantError>>>,
+}
+
+/// Starts `kind` with the default orphan grace.
+pub async fn spawn_participant(kind: Kind, pool: PgPool) -> Running {
+    spawn_with(ParticipantSettings::new(kind), pool).await
+}
+
+/// Starts a participant with `settings` on a fresh loopback port.
+pub async fn spawn_with(settings: ParticipantSettings, pool: PgPool) -> Running {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(serve(settings, pool, listener, async {
+        let _ = rx.await;
+    }));
+    let channel = Channel::from_shared(url.clone())
+        .expect("url")
+        .connect()
+        .await
+        .expect("connect");
+    Running {
+        url,
+        participant: ParticipantClient::new(channel.clone()),
+        admin: ResourceAdminClient::new(channel.clone()),
+        payments: PaymentsClient::new(channel),
+        shutdown: Some(tx),
+        task: Some(task),
+    }
+}
+
+impl Running {
+    /// A new client on its own connection (for storms of independent clients).
+    pub async fn new_client(&self) -> ParticipantClient<Channel> {
+        ParticipantClient::connect(self.url.clone())
+            .await
+            .expect("connect")
+    }
+
+    /// Shuts the server down gracefully and checks it stopped without error.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.expect("join").expect("serve");
+        }
+    }
+
+    pub async fn put(&mut self, resource: &str, capacity: i64) {
+        self.admin
+            .put_resources(PutResourcesRequest {
+                resources: vec![ResourceSpec {
+                    resource: resource.to_owned(),
+                    capacity,
+                }],
+            })
+            .await
+            .expect("put resources");
+    }
+
+    pub async fn get(&mut self, resource: &str) -> ResourceStatus {
+        self.admin
+            .get_resource(GetResourceRequest {
+                resource: resource.to_owned(),
+            })
+            .await
+            .expect("get resource")
+            .into_inner()
+    }
+
+    pub async fn try_(&mut self, req: TryRequest) -> TryResponse {
+        self.participant.r#try(req).await.expect("try").into_inner()
+    }
+
+    pub async fn confirm(&mut self, branch: &TryRequest) -> branch::State {
+        let state = self
+            .participant
+            .confirm(branch_request(branch))
+            .await
+            .expect("confirm")
+            .into_inner()
+            .state;
+        branch::State::try_from(state).expect("state")
+    }
+
+    pub async fn cancel(&mut self, branch: &TryRequest) -> branch::State {
+        let state = self
+            .participant
+            .cancel(branch_request(branch))
+            .await
+            .expect("cancel")
+            .into_inner()
+            .state;
+        branch::State::try_from(state).expect("state")
+    }
+}
+
+pub fn branch_request(req: &TryRequest) -> BranchRequest {
+    BranchRequest {
+        reservation_id: req.reservation_id.clone(),
+        branch_id: req.branch_id.clone(),
+    }
+}
+
+pub fn outcome(resp: &TryResponse) -> try_response::Outcome {
+    try_response::Outcome::try_from(resp.outcome).expect("outcome")
+}
+
+/// A timestamp `secs` from now (negative: in the past).
+pub fn from_now(secs: i64) -> prost_types::Timestamp {
+    let now = SystemTime::now();
+    let at = if secs >= 0 {
+        now + Duration::from_secs(secs as u64)
+    } else {
+        now - Duration::from_secs(secs.unsigned_abs())
+    };
+    at.into()
+}
+
+/// A fixed instant far in the future plus `minutes`, for slots.
+pub fn future_at(minutes: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: 1_893_456_000 + minutes * 60,
+        nanos: 0,
+    }
+}
+
+pub fn slot(start: prost_types::Timestamp, end: prost_types::Timestamp) -> Option<Interval> {
+    Some(Interval {
+        start: Some(start),
+        end: Some(end),
+    })
+}
+
+pub fn hold(resource: &str, quantity: i64, during: Option<Interval>) -> Hold {
+    Hold {
+        participant: String::new(),
+        resource: resource.to_owned(),
+        quantity,
+        during,
+    }
+}
+
+/// A Try for a fresh branch expiring in ten minutes.
+pub fn try_request(items: Vec<Hold>) -> TryRequest {
+    TryRequest {
+        reservation_id: uuid::Uuid::now_v7().to_string(),
+        branch_id: uuid::Uuid::now_v7().to_string(),
+        holder: "alice".to_owned(),
+        items,
+        expires_at: Some(from_now(600)),
+    }
+}
+
+/// What one branch of a kind holds in the shared per-kind fixture, and on what resource.
+pub struct Fixture {
+    pub resource: &'static str,
+    /// Capacity given to the resource (noop ignores it).
+    pub capacity: i64,
+    /// Units one branch holds.
+    pub units: i64,
+    /// Slot of the hold (rooms only); covers now, so the room's counts show it.
+    pub during: Option<Interval>,
+}
+
+pub fn fixture(kind: Kind) -> Fixture {
+    match kind {
+        Kind::Seats => Fixture {
+            resource: "A1",
+            capacity: 1,
+            units: 1,
+            during: None,
+        },
+        Kind::Stock => Fixture {
+            resource: "sku-1",
+            capacity: 5,
+            units: 2,
+            during: None,
+        },
+        Kind::Rooms => Fixture {
+            resource: "blue",
+            capacity: 1,
+            units: 1,
+            during: slot(from_now(-3600), from_now(3600)),
+        },
+        Kind::Payments => Fixture {
+            resource: "acct-1",
+            capacity: 1000,
+            units: 250,
+            during: None,
+        },
+        Kind::Noop => Fixture {
+            resource: "anything",
+            capacity: 0,
+            units: 1,
+            during: None,
+        },
+    }
+}
+
+impl Fixture {
+    pub fn hold(&self) -> Hold {
+        hold(self.resource, self.units, self.during)
+    }
+
+    /// (available, held, confirmed) expected of the fixture resource after `held` and
+    /// `confirmed` branches. Noop counts branches and reports nothing available.
+    pub fn expect(&self, kind: Kind, held: i64, confirmed: i64) -> (i64, i64, i64) {
+        let (h, c) = (held * self.units, confirmed * self.units);
+        match kind {
+            Kind::Noop => (0, h, c),
+            _ => (self.capacity - h - c, h, c),
+        }
+    }
+}
+
+pub async fn counts(p: &mut Running, resource: &str) -> (i64, i64, i64) {
+    let s = p.get(resource).await;
+    assert_eq!(
+        s.capacity,
+        s.available + s.held + s.confirmed,
+        "invariant broken: {s:?}"
+    );
+    (s.available, s.held, s.confirmed)
+}
+
+/// Fires every request concurrently, each from its own client connection, while `check`
+/// runs in a loop; the storm starts only after the first check passed, so checks overlap it.
+/// Returns the answers (every call must succeed) and how many checks ran.
+pub async fn storm<F, Fut>(
+    p: &Running,
+    requests: Vec<TryRequest>,
+    check: F,
+) -> (Vec<TryResponse>, usize)
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), String>> + Send,
+{
+    let stop = Arc::new(AtomicBool::new(false));
+    let (started_tx, started_rx) = oneshot::channel::<()>();
+    let checker = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut started = Some(started_tx);
+            let mut runs = 0usize;
+            loop {
+                check().await?;
+                runs += 1;
+                if let Some(tx) = started.take() {
+                    let _ = tx.send(());
+                }
+                if stop.load(Ordering::SeqCst) {
+                    return Ok::<usize, String>(runs);
+                }
+            }
+        })
+    };
+    started_rx.await.expect("checker started");
+    let mut clients = Vec::with_capacity(requests.len());
+    for _ in 0..requests.len() {
+        clients.push(p.new_client().await);
+    }
+    let calls: Vec<_> = requests
+        .into_iter()
+        .zip(clients)
+        .map(|(req, mut client)| tokio::spawn(async move { client.r#try(req).await }))
+        .collect();
+    let mut answers = Vec::with_capacity(calls.len());
+    for call in calls {
+        answers.push(
+            call.await
+                .expect("join")
+                .expect("try must not fail")
+                .into_inner(),
+        );
+    }
+    stop.store(true, Ordering::SeqCst);
+    let runs = checker
+        .await
+        .expect("join checker")
+        .expect("invariant held during the storm");
+    (answers, runs)
+}
+
+pub fn count(answers: &[TryResponse], wanted: try_response::Outcome) -> usize {
+    answers.iter().filter(|a| outcome(a) == wanted).count()
+}
+
+/// A checker polling GetResource for `resource`: capacity is constant, the invariant holds,
+/// available never negative.
+pub fn admin_checker(
+    p: &Running,
+    resource: &'static str,
+    capacity: i64,
+) -> impl Fn() -> std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + 'static
+{
+    let admin = p.admin.clone();
+    move || {
+        let mut admin = admin.clone();
+        Box::pin(async move {
+            let s = admin
+                .get_resource(GetResourceRequest {
+                    resource: resource.to_owned(),
+                })
+                .await
+                .map_err(|e| e.to_string())?
+                .into_inner();
+            if s.capacity != capacity
+                || s.available < 0
+                || s.capacity != s.available + s.held + s.confirmed
+            {
+                return Err(format!("invariant broken: {s:?}"));
+            }
+            Ok(())
+        })
+    }
+}

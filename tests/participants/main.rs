@@ -1,0 +1,11 @@
+//! Integration tests of the participant SDK and the reference participants: real Postgres
+//! (a fresh database per test through `#[sqlx::test]`), real gRPC on loopback.
+
+mod barrier;
+mod common;
+mod hold_lost;
+mod noop;
+mod payments;
+mod rooms;
+mod seats;
+mod stock;

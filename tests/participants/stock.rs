@@ -1,0 +1,53 @@
+//! `stock`: a flash sale on few units, and resizing.
+
+use holdfast::participants::Kind;
+use holdfast::proto::try_response::Outcome;
+use holdfast::proto::{PutResourcesRequest, ResourceSpec};
+use sqlx::PgPool;
+
+use crate::common::*;
+
+#[sqlx::test(migrations = false)]
+async fn storm_holds_exactly_the_capacity(pool: PgPool) {
+    let mut p = spawn_participant(Kind::Stock, pool.clone()).await;
+    p.put("sku-1", 10).await;
+    let requests: Vec<_> = (0..100)
+        .map(|_| try_request(vec![hold("sku-1", 1, None)]))
+        .collect();
+    let (answers, checks) = storm(&p, requests, admin_checker(&p, "sku-1", 10)).await;
+    assert!(checks >= 1);
+    assert_eq!(count(&answers, Outcome::Held), 10);
+    assert_eq!(count(&answers, Outcome::Rejected), 90);
+    assert_eq!(counts(&mut p, "sku-1").await, (0, 10, 0));
+    let rows: i64 = sqlx::query_scalar(
+        "SELECT coalesce(sum(quantity), 0)::bigint FROM stock_hold WHERE state = 'held'",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("holds");
+    assert_eq!(rows, 10, "hold rows agree with the counter");
+    p.stop().await;
+}
+
+#[sqlx::test(migrations = false)]
+async fn resize_below_what_is_held_is_refused(pool: PgPool) {
+    let mut p = spawn_participant(Kind::Stock, pool.clone()).await;
+    p.put("sku-1", 5).await;
+    let req = try_request(vec![hold("sku-1", 3, None)]);
+    assert_eq!(outcome(&p.try_(req).await), Outcome::Held);
+    let err = p
+        .admin
+        .put_resources(PutResourcesRequest {
+            resources: vec![ResourceSpec {
+                resource: "sku-1".into(),
+                capacity: 2,
+            }],
+        })
+        .await
+        .expect_err("resize below held");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(counts(&mut p, "sku-1").await, (2, 3, 0));
+    p.put("sku-1", 8).await;
+    assert_eq!(counts(&mut p, "sku-1").await, (5, 3, 0));
+    p.stop().await;
+}
