@@ -73,3 +73,109 @@ pub async fn serve_coordinator(
     served?;
     Ok(())
 }
+
+/// Connects a pool to `url`, creating the database first if needed.
+pub async fn connect(url: &str, max_connections: u32) -> Result<sqlx::PgPool, StoreError> {
+    ensure_database(url).await?;
+    Ok(sqlx::postgres::PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(std::time::Duration::from_secs(5))
+        .connect(url)
+        .await?)
+}
+
+/// Every reference participant kind, in port order.
+pub const ALL_IN_ONE_KINDS: [crate::participants::Kind; 5] = [
+    crate::participants::Kind::Seats,
+    crate::participants::Kind::Stock,
+    crate::participants::Kind::Rooms,
+    crate::participants::Kind::Payments,
+    crate::participants::Kind::Noop,
+];
+
+/// Runs the coordinator and every reference participant in one process, all registered with
+/// the coordinator over real gRPC on loopback, until `shutdown`.
+pub async fn serve_all_in_one(
+    database_url: &str,
+    coordinator: crate::config::CoordinatorArgs,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), AppError> {
+    use crate::participants::{self, ParticipantSettings};
+    let pool = connect(database_url, coordinator.db_pool_size).await?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+
+    let mut participants = Vec::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    for kind in ALL_IN_ONE_KINDS {
+        let addr = std::net::SocketAddr::from((
+            coordinator.listen.ip(),
+            crate::config::default_participant_port(kind),
+        ));
+        let listener = TcpListener::bind(addr).await.map_err(|e| {
+            AppError::Config(format!(
+                "participant {} cannot listen on {addr}: {e}",
+                kind.name()
+            ))
+        })?;
+        participants.push(ParticipantEndpoint {
+            name: kind.name().to_owned(),
+            url: format!("http://{addr}"),
+            timeout: coordinator.participant_timeout,
+        });
+        let (pool, stop) = (pool.clone(), stopped(stop_rx.clone()));
+        tasks.spawn(async move {
+            participants::serve(ParticipantSettings::new(kind), pool, listener, stop)
+                .await
+                .map_err(|e| AppError::Config(format!("participant {}: {e}", kind.name())))
+        });
+    }
+    let settings = CoordinatorSettings {
+        participants,
+        limits: coordinator.limits().map_err(AppError::Config)?,
+        policy: coordinator.policy().map_err(AppError::Config)?,
+    };
+    let listener = TcpListener::bind(coordinator.listen).await.map_err(|e| {
+        AppError::Config(format!(
+            "coordinator cannot listen on {}: {e}",
+            coordinator.listen
+        ))
+    })?;
+    print_banner(&settings, coordinator.listen, database_url);
+    let store = PgStore::from_pool(pool);
+    let coordinator_task = serve_coordinator(settings, store, listener, stopped(stop_rx.clone()));
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let result = coordinator_task.await;
+    while let Some(joined) = tasks.join_next().await {
+        if let Ok(Err(e)) = joined {
+            tracing::error!("{e}");
+        }
+    }
+    result
+}
+
+fn print_banner(settings: &CoordinatorSettings, listen: std::net::SocketAddr, database_url: &str) {
+    let db = database_url.split('@').next_back().unwrap_or(database_url);
+    println!("holdfast all-in-one (database: {db})");
+    println!("  coordinator  tcc.v1.Coordinator  {listen}");
+    for p in &settings.participants {
+        println!(
+            "  participant  {:<9}           {}",
+            p.name,
+            p.url.trim_start_matches("http://")
+        );
+    }
+    println!();
+    println!("Try it (grpcurl, no proto files needed: the servers offer reflection):");
+    println!(
+        "  grpcurl -plaintext -d '{{\"request_id\":\"demo-1\",\"holder\":\"alice\",\"holds\":[{{\"participant\":\"noop\",\"resource\":\"seat-A1\",\"quantity\":1}}]}}' {listen} tcc.v1.Coordinator/Reserve"
+    );
+    println!(
+        "  grpcurl -plaintext -d '{{\"reservation_id\":\"<id>\",\"hold_token\":\"<hold_token>\"}}' {listen} tcc.v1.Coordinator/Confirm"
+    );
+}

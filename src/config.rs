@@ -46,6 +46,47 @@ pub fn parse_participant(s: &str) -> Result<(String, String), String> {
     Ok((name.to_owned(), url.to_owned()))
 }
 
+/// Settings of one reference participant process.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ParticipantArgs {
+    /// Which reference participant to run.
+    #[arg(value_enum)]
+    pub kind: crate::participants::Kind,
+
+    /// Address the gRPC server listens on (default: the kind's all-in-one port, 5006x).
+    #[arg(long, env = "HOLDFAST_LISTEN")]
+    pub listen: Option<SocketAddr>,
+
+    /// PostgreSQL URL of the participant's database (created and migrated on start).
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/holdfast"
+    )]
+    pub database_url: String,
+
+    /// How long past `expires_at` an unreleased hold is kept before the participant may
+    /// reclaim it on its own.
+    #[arg(long, env = "HOLDFAST_ORPHAN_GRACE", default_value = "1h", value_parser = parse_duration)]
+    pub orphan_grace: Duration,
+
+    /// Database connections in the pool.
+    #[arg(long, env = "HOLDFAST_DB_POOL_SIZE", default_value_t = 16)]
+    pub db_pool_size: u32,
+}
+
+/// The all-in-one port of each reference participant kind (SPEC section 5).
+pub fn default_participant_port(kind: crate::participants::Kind) -> u16 {
+    use crate::participants::Kind;
+    match kind {
+        Kind::Seats => 50061,
+        Kind::Stock => 50062,
+        Kind::Rooms => 50063,
+        Kind::Payments => 50064,
+        Kind::Noop => 50065,
+    }
+}
+
 /// Settings of the coordinator role.
 #[derive(clap::Args, Clone, Debug)]
 pub struct CoordinatorArgs {

@@ -4,21 +4,30 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use holdfast::app::{self, AppError, CoordinatorSettings};
-use holdfast::config::CoordinatorArgs;
+use holdfast::config::{CoordinatorArgs, ParticipantArgs};
 use holdfast::store::PgStore;
 
 /// holdfast: a Try-Confirm/Cancel coordinator for time-limited reservations.
+///
+/// With no subcommand, runs everything in one process: the coordinator on 127.0.0.1:50051 and
+/// the reference participants on 50061-50065, all registered, on the database at DATABASE_URL.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version, about, args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+
+    /// All-in-one settings (the coordinator's options; participants are added on 5006x).
+    #[command(flatten)]
+    all_in_one: CoordinatorArgs,
 }
 
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the coordinator (tcc.v1.Coordinator) against PostgreSQL.
     Coordinator(CoordinatorArgs),
+    /// Run one reference participant (tcc.v1.Participant + tcc.v1.ResourceAdmin).
+    Participant(ParticipantArgs),
     /// Apply the coordinator's database migrations and exit.
     Migrate {
         /// PostgreSQL URL of the coordinator's database.
@@ -32,7 +41,35 @@ enum Command {
 }
 
 async fn run(cli: Cli) -> Result<(), AppError> {
-    match cli.command {
+    let Some(command) = cli.command else {
+        // All-in-one: the coordinator's defaults, every reference participant beside it.
+        let args = cli.all_in_one;
+        let url = args.database_url.clone();
+        return app::serve_all_in_one(&url, args, holdfast::server::shutdown_signal()).await;
+    };
+    match command {
+        Command::Participant(args) => {
+            let listen = args.listen.unwrap_or_else(|| {
+                std::net::SocketAddr::from((
+                    [127, 0, 0, 1],
+                    holdfast::config::default_participant_port(args.kind),
+                ))
+            });
+            let pool = app::connect(&args.database_url, args.db_pool_size).await?;
+            let listener = tokio::net::TcpListener::bind(listen).await?;
+            tracing::info!(kind = args.kind.name(), %listen, "participant serving");
+            holdfast::participants::serve(
+                holdfast::participants::ParticipantSettings {
+                    kind: args.kind,
+                    orphan_grace: args.orphan_grace,
+                },
+                pool,
+                listener,
+                holdfast::server::shutdown_signal(),
+            )
+            .await
+            .map_err(|e| AppError::Config(e.to_string()))
+        }
         Command::Coordinator(args) => {
             let settings = CoordinatorSettings {
                 participants: args.endpoints(),
