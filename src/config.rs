@@ -138,6 +138,10 @@ pub struct CoordinatorArgs {
     #[arg(long, env = "HOLDFAST_MAX_ACTIVE_HOLDS_TOTAL", default_value_t = 0)]
     pub max_active_holds_total: u32,
 
+    /// What to do with a payment that arrives after the hold expired.
+    #[arg(long, env = "HOLDFAST_LATE_PAYMENT_POLICY", value_enum, default_value_t = crate::domain::LatePaymentPolicy::HonorIfAvailable)]
+    pub late_payment_policy: crate::domain::LatePaymentPolicy,
+
     /// How long an instance owns work it drives before another replica may take it over.
     #[arg(long, env = "HOLDFAST_LEASE", default_value = "30s", value_parser = parse_duration)]
     pub lease: Duration,
@@ -206,6 +210,7 @@ impl CoordinatorArgs {
                 cap: self.retry_cap,
             },
             sweep_interval: self.sweep_interval,
+            late_payment: self.late_payment_policy,
             hold_limits: crate::store::HoldLimits {
                 per_holder: self.max_active_holds_per_holder,
                 total: self.max_active_holds_total,

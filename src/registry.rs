@@ -78,6 +78,8 @@ pub struct ParticipantHandle {
     name: String,
     timeout: Duration,
     client: ParticipantClient<Channel>,
+    /// The same channel, for participants that also take payments (refunds).
+    payments: crate::proto::payments_client::PaymentsClient<Channel>,
     health: tonic_health::pb::health_client::HealthClient<Channel>,
     /// The last call could not reach it (or failed); cleared by the next success.
     failing: Arc<AtomicBool>,
@@ -120,6 +122,7 @@ impl Registry {
                 name: ep.name.clone(),
                 timeout: ep.timeout,
                 client: ParticipantClient::new(channel.clone()),
+                payments: crate::proto::payments_client::PaymentsClient::new(channel.clone()),
                 health: tonic_health::pb::health_client::HealthClient::new(channel),
                 failing: Arc::new(AtomicBool::new(false)),
                 events: events.clone(),
@@ -343,5 +346,39 @@ impl ParticipantHandle {
                 resp.get_ref().state
             ))
         })
+    }
+
+    /// Asks the payment participant to refund `refund.amount_minor` of the payment; `Ok` once
+    /// it acknowledged (now or on an earlier call with the same refund id).
+    pub async fn refund(
+        &self,
+        reservation_id: Uuid,
+        payment: &crate::domain::Payment,
+        refund: &crate::domain::Refund,
+    ) -> Result<(), CallError> {
+        let req = self.request(proto::RefundRequest {
+            refund_id: refund.refund_id.to_string(),
+            reservation_id: reservation_id.to_string(),
+            payment_ref: payment.payment_ref.clone(),
+            amount_minor: refund.amount_minor,
+            currency: refund.currency.clone(),
+            reason: refund.reason.clone(),
+        });
+        let result = self
+            .payments
+            .clone()
+            .refund(req)
+            .await
+            .map_err(|s| CallError::from_status(&s));
+        self.observe(&result);
+        let resp = result?;
+        if resp.get_ref().state == i32::from(proto::refund::State::Refunded) {
+            Ok(())
+        } else {
+            Err(CallError::protocol(format!(
+                "payment participant answered refund state {}",
+                resp.get_ref().state
+            )))
+        }
     }
 }

@@ -33,6 +33,19 @@ CREATE TABLE reservations (
     -- many times it has tried.
     next_attempt_at       timestamptz,
     recovery_attempts     integer     NOT NULL DEFAULT 0,
+    -- The payment given to Confirm, if any.
+    payment_participant   text,
+    payment_ref           text,
+    payment_amount_minor  bigint,
+    payment_currency      text,
+    -- The one refund of that payment, when it could not be honoured. Sent to the payment
+    -- participant until acknowledged; refund_id is its idempotency key.
+    refund_id             uuid        UNIQUE,
+    refund_state          text        CHECK (refund_state IN ('PENDING', 'REFUNDED')),
+    refund_reason         text,
+    -- Which placement of the holds is current: a late payment re-places released holds as a
+    -- new generation of branches.
+    generation            integer     NOT NULL DEFAULT 0,
     UNIQUE (holder, request_id)
 );
 
@@ -44,9 +57,13 @@ CREATE INDEX reservations_live_by_holder ON reservations (holder) WHERE state IN
 -- Work that still needs driving (reaper, recovery): small, because most rows are terminal.
 CREATE INDEX reservations_open ON reservations (state, expires_at)
     WHERE state IN ('TRYING', 'HELD', 'CONFIRMING', 'CANCELLING');
+-- Refunds still owed, and late payments being honoured.
+CREATE INDEX reservations_payment_work ON reservations (next_attempt_at)
+    WHERE refund_state = 'PENDING' OR (state = 'EXPIRED' AND payment_ref IS NOT NULL AND refund_id IS NULL);
 
 CREATE TABLE branches (
     reservation_id uuid        NOT NULL REFERENCES reservations (id) ON DELETE CASCADE,
+    generation     integer     NOT NULL DEFAULT 0,
     -- Position in canonical (participant, resource) order.
     position       integer     NOT NULL,
     -- The participant-level TCC branch: shared by all holds of one participant in a reservation.
@@ -60,6 +77,6 @@ CREATE TABLE branches (
                                                          'CANCELLED', 'HOLD_LOST')),
     attempts       integer     NOT NULL DEFAULT 0,
     last_error     text,
-    PRIMARY KEY (reservation_id, position),
+    PRIMARY KEY (reservation_id, generation, position),
     CHECK ((during_start IS NULL) = (during_end IS NULL) AND (during_start IS NULL OR during_start < during_end))
 );

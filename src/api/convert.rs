@@ -6,7 +6,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::domain::validate::{FieldError, ReserveInput};
-use crate::domain::{BranchState, Hold, Interval, Reservation, State};
+use crate::domain::{
+    BranchState, Hold, Interval, Payment, Refund, RefundState, Reservation, State,
+};
 use crate::proto;
 
 pub fn timestamp(t: DateTime<Utc>) -> prost_types::Timestamp {
@@ -167,8 +169,30 @@ pub fn reservation(r: Reservation, token: Token) -> proto::Reservation {
             resource: x.resource,
             reason: x.reason,
         }),
-        refund: None,
+        refund: r.refund.as_ref().map(refund),
         late_payment_honored: r.late_payment_honored,
         labels: r.labels.into_iter().collect(),
+    }
+}
+
+pub fn refund(r: &Refund) -> proto::Refund {
+    proto::Refund {
+        refund_id: r.refund_id.to_string(),
+        state: match r.state {
+            RefundState::Pending => proto::refund::State::Pending,
+            RefundState::Refunded => proto::refund::State::Refunded,
+        }
+        .into(),
+        amount_minor: r.amount_minor,
+        currency: r.currency.clone(),
+    }
+}
+
+pub fn payment(p: proto::Payment) -> Payment {
+    Payment {
+        participant: p.participant,
+        payment_ref: p.payment_ref,
+        amount_minor: p.amount_minor,
+        currency: p.currency,
     }
 }

@@ -1,119 +1,155 @@
-//! The one place coordinator errors become gRPC statuses, each with a `google.rpc.ErrorInfo`
-//! (domain `tcc.v1`) whose reason clients can switch on.
+//! The one place coordinator errors become gRPC statuses. Every status carries a
+//! `google.rpc.ErrorInfo` (domain `tcc.v1`) whose reason clients can switch on; field errors add
+//! a `google.rpc.BadRequest`, and errors about a refunded payment add the `tcc.v1.Refund`.
 
 use std::collections::HashMap;
 
+use prost::Message;
 use tonic::{Code, Status};
-use tonic_types::{ErrorDetail, ErrorInfo, FieldViolation, StatusExt};
 
 use crate::coordinator::Error;
+use crate::proto;
+use crate::store::LimitScope;
 
 /// The ErrorInfo domain of every holdfast error.
 pub const DOMAIN: &str = "tcc.v1";
 
+fn any<M: Message>(type_name: &str, msg: &M) -> prost_types::Any {
+    prost_types::Any {
+        type_url: format!("type.googleapis.com/{type_name}"),
+        value: msg.encode_to_vec(),
+    }
+}
+
+/// Builds a status with ErrorInfo (plus the error's BadRequest or Refund details).
 fn status(
     code: Code,
     reason: &str,
     message: String,
-    mut metadata: HashMap<String, String>,
+    pairs: &[(&str, String)],
     err: &Error,
 ) -> Status {
+    let mut metadata: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.clone()))
+        .collect();
     if let Some(id) = err.reservation_id() {
         metadata.insert("reservation_id".into(), id.to_string());
     }
-    let mut details: Vec<ErrorDetail> = vec![ErrorInfo::new(reason, DOMAIN, metadata).into()];
-    if let Error::InvalidArgument(fe) = err {
-        details.push(
-            tonic_types::BadRequest::new(vec![FieldViolation::new(&fe.field, &fe.problem)]).into(),
-        );
+    let mut details = Vec::new();
+    if let Some(refund) = err.refund() {
+        metadata.insert("refund_id".into(), refund.refund_id.to_string());
+        metadata.insert("refund_state".into(), refund.state.as_str().to_owned());
     }
-    Status::with_error_details_vec(code, message, details)
+    details.push(any(
+        "google.rpc.ErrorInfo",
+        &tonic_types::pb::ErrorInfo {
+            reason: reason.to_owned(),
+            domain: DOMAIN.to_owned(),
+            metadata,
+        },
+    ));
+    if let Error::InvalidArgument(fe) = err {
+        details.push(any(
+            "google.rpc.BadRequest",
+            &tonic_types::pb::BadRequest {
+                field_violations: vec![tonic_types::pb::bad_request::FieldViolation {
+                    field: fe.field.clone(),
+                    description: fe.problem.clone(),
+                    ..Default::default()
+                }],
+            },
+        ));
+    }
+    if let Some(refund) = err.refund() {
+        details.push(any("tcc.v1.Refund", &super::convert::refund(refund)));
+    }
+    let encoded = tonic_types::pb::Status {
+        code: code as i32,
+        message: message.clone(),
+        details,
+    }
+    .encode_to_vec();
+    Status::with_details(code, message, encoded.into())
 }
 
 impl From<Error> for Status {
     fn from(err: Error) -> Status {
         let message = err.to_string();
-        let meta = |pairs: &[(&str, String)]| -> HashMap<String, String> {
-            pairs
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), v.clone()))
-                .collect()
-        };
         match &err {
             Error::InvalidArgument(fe) => status(
                 Code::InvalidArgument,
                 "INVALID_ARGUMENT",
                 message,
-                meta(&[("field", fe.field.clone())]),
+                &[("field", fe.field.clone())],
                 &err,
             ),
-            Error::NotFound(_) => status(
-                Code::NotFound,
-                "RESERVATION_NOT_FOUND",
-                message,
-                HashMap::new(),
-                &err,
-            ),
+            Error::NotFound(_) => {
+                status(Code::NotFound, "RESERVATION_NOT_FOUND", message, &[], &err)
+            }
             Error::UnknownParticipant { field, name } => status(
                 Code::NotFound,
                 "UNKNOWN_PARTICIPANT",
                 message,
-                meta(&[("field", field.clone()), ("participant", name.clone())]),
+                &[("field", field.clone()), ("participant", name.clone())],
                 &err,
             ),
             Error::TokenMismatch(_) => status(
                 Code::PermissionDenied,
                 "HOLD_TOKEN_MISMATCH",
                 message,
-                HashMap::new(),
+                &[],
                 &err,
             ),
             Error::InsufficientCapacity { rejection, .. } => status(
                 Code::FailedPrecondition,
                 "INSUFFICIENT_CAPACITY",
                 message,
-                meta(&[
+                &[
                     ("participant", rejection.participant.clone()),
                     ("resource", rejection.resource.clone()),
-                ]),
+                ],
                 &err,
             ),
             Error::ParticipantUnavailable { participant, .. } => status(
                 Code::Unavailable,
                 "PARTICIPANT_UNAVAILABLE",
                 message,
-                meta(&[("participant", participant.clone())]),
+                &[("participant", participant.clone())],
                 &err,
             ),
-            Error::HoldExpired(_) => status(
-                Code::FailedPrecondition,
-                "HOLD_EXPIRED",
-                message,
-                HashMap::new(),
-                &err,
-            ),
+            Error::HoldExpired { .. } => {
+                status(Code::FailedPrecondition, "HOLD_EXPIRED", message, &[], &err)
+            }
             Error::Closed { state, .. } => status(
                 Code::FailedPrecondition,
                 "RESERVATION_CLOSED",
                 message,
-                meta(&[("state", state.as_str().to_owned())]),
+                &[("state", state.as_str().to_owned())],
                 &err,
             ),
             Error::NotHeld(_) => status(
                 Code::FailedPrecondition,
                 "RESERVATION_NOT_HELD",
                 message,
-                HashMap::new(),
+                &[],
+                &err,
+            ),
+            Error::InProgress(_) => status(
+                Code::Aborted,
+                "LATE_PAYMENT_IN_PROGRESS",
+                message,
+                &[],
                 &err,
             ),
             Error::ExtensionLimit { used, max, .. } => status(
                 Code::FailedPrecondition,
                 "EXTENSION_LIMIT_REACHED",
                 message,
-                meta(&[
+                &[
                     ("extensions_used", used.to_string()),
                     ("max_extensions", max.to_string()),
-                ]),
+                ],
                 &err,
             ),
             Error::RequestIdReused {
@@ -122,10 +158,10 @@ impl From<Error> for Status {
                 Code::AlreadyExists,
                 "REQUEST_ID_REUSED",
                 message,
-                meta(&[
+                &[
                     ("holder", holder.clone()),
                     ("request_id", request_id.clone()),
-                ]),
+                ],
                 &err,
             ),
             Error::HoldLimit {
@@ -136,17 +172,17 @@ impl From<Error> for Status {
                 Code::ResourceExhausted,
                 "HOLD_LIMIT_EXCEEDED",
                 message,
-                meta(&[
+                &[
                     ("holder", holder.clone()),
                     ("limit", limit.to_string()),
                     (
                         "scope",
                         match scope {
-                            crate::store::LimitScope::Holder => "holder".into(),
-                            crate::store::LimitScope::Total => "total".into(),
+                            LimitScope::Holder => "holder".into(),
+                            LimitScope::Total => "total".into(),
                         },
                     ),
-                ]),
+                ],
                 &err,
             ),
             Error::Store(e) => {
@@ -160,4 +196,14 @@ impl From<Error> for Status {
             }
         }
     }
+}
+
+/// Decodes the `tcc.v1.Refund` detail of an error status, if it has one (for clients and tests).
+pub fn refund_detail(status: &Status) -> Option<proto::Refund> {
+    let decoded = tonic_types::pb::Status::decode(status.details()).ok()?;
+    decoded
+        .details
+        .iter()
+        .find(|a| a.type_url.ends_with("/tcc.v1.Refund"))
+        .and_then(|a| proto::Refund::decode(a.value.as_slice()).ok())
 }

@@ -100,7 +100,11 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
         }
         let r = self
             .coordinator
-            .confirm(&req.reservation_id, &req.hold_token)
+            .confirm(
+                &req.reservation_id,
+                &req.hold_token,
+                req.payment.map(convert::payment),
+            )
             .await?;
         Ok(Response::new(convert::reservation(r, Token::Omit)))
     }

@@ -4,7 +4,17 @@
 use uuid::Uuid;
 
 use crate::domain::validate::FieldError;
-use crate::domain::{Rejection, Reservation, State};
+use crate::domain::{Refund, RefundState, Rejection, Reservation, State};
+
+fn refund_note(refund: Option<&Refund>) -> String {
+    match refund {
+        Some(r) if r.state == RefundState::Refunded => {
+            format!("; the payment was refunded (refund {})", r.refund_id)
+        }
+        Some(r) => format!("; the payment is being refunded (refund {})", r.refund_id),
+        None => String::new(),
+    }
+}
 use crate::store::{LimitScope, StoreError};
 
 /// Why a coordinator operation failed.
@@ -43,11 +53,18 @@ pub enum Error {
         detail: String,
     },
 
-    #[error("the hold of reservation {0} expired; reserve again")]
-    HoldExpired(Uuid),
+    #[error("the hold of reservation {id} expired; reserve again{}", refund_note(refund.as_ref()))]
+    HoldExpired { id: Uuid, refund: Option<Refund> },
 
-    #[error("reservation {id} is {state}: it can no longer be changed this way")]
-    Closed { id: Uuid, state: State },
+    #[error("reservation {id} is {state}: it can no longer be changed this way{}", refund_note(refund.as_ref()))]
+    Closed {
+        id: Uuid,
+        state: State,
+        refund: Option<Refund>,
+    },
+
+    #[error("a late payment for reservation {0} is being processed; retry shortly")]
+    InProgress(Uuid),
 
     #[error("reservation {0} is still placing its holds; retry once it is HELD")]
     NotHeld(Uuid),
@@ -89,12 +106,21 @@ pub enum Error {
 }
 
 impl Error {
+    /// The refund the error tells about, when there is one.
+    pub fn refund(&self) -> Option<&Refund> {
+        match self {
+            Error::HoldExpired { refund, .. } | Error::Closed { refund, .. } => refund.as_ref(),
+            _ => None,
+        }
+    }
+
     /// The reservation the error is about, when there is one.
     pub fn reservation_id(&self) -> Option<Uuid> {
         match self {
             Error::NotFound(id)
             | Error::TokenMismatch(id)
-            | Error::HoldExpired(id)
+            | Error::HoldExpired { id, .. }
+            | Error::InProgress(id)
             | Error::NotHeld(id)
             | Error::Closed { id, .. }
             | Error::ExtensionLimit { id, .. } => Some(*id),

@@ -22,8 +22,8 @@ pub use error::Error;
 use crate::domain::lifecycle::Refusal;
 use crate::domain::validate::{self, FieldError, Limits, ReserveInput};
 use crate::domain::{
-    BranchState, Decision, HoldToken, ListQuery, ParticipantBranch, Rejection, Reservation, State,
-    TryOutcome, Verdict,
+    BranchState, Decision, HoldToken, LatePaymentPolicy, ListQuery, ParticipantBranch, Payment,
+    Rejection, Reservation, State, TryOutcome, Verdict,
 };
 use crate::registry::Registry;
 use crate::store::{
@@ -44,6 +44,8 @@ pub struct Policy {
     pub sweep_interval: Duration,
     /// Reservations claimed per sweep.
     pub sweep_batch: u32,
+    /// What to do with a payment that arrives after expiry.
+    pub late_payment: LatePaymentPolicy,
     /// Caps on live reservations, per holder and overall.
     pub hold_limits: HoldLimits,
 }
@@ -59,12 +61,26 @@ impl Default for Policy {
             },
             sweep_interval: Duration::from_millis(250),
             sweep_batch: 64,
+            late_payment: LatePaymentPolicy::HonorIfAvailable,
             hold_limits: HoldLimits {
                 per_holder: 5,
                 total: 0,
             },
         }
     }
+}
+
+/// The result of placing holds in order.
+struct Placement {
+    reports: Vec<BranchReport>,
+    failure: Option<PlacementFailure>,
+}
+
+/// Why placing stopped.
+struct PlacementFailure {
+    rejection: Rejection,
+    /// Set when the participant could not be reached (outcome unknown).
+    unavailable: Option<String>,
 }
 
 /// A page of reservations and the cursor of the next page.
@@ -169,9 +185,9 @@ impl Coordinator {
         }
     }
 
-    /// Try, one participant at a time; the first refusal or unknown outcome stops the fan-out
-    /// and releases whatever may have been placed.
-    async fn place_holds(&self, r: Reservation) -> Result<Reservation, Error> {
+    /// Try, one participant at a time in canonical order; the first refusal or unknown outcome
+    /// stops the fan-out. Renews the lease on a long placement.
+    async fn place_in_order(&self, r: &Reservation) -> Result<Placement, Error> {
         let groups = r.participant_branches();
         let mut reports = Vec::with_capacity(groups.len());
         let mut leased_at = std::time::Instant::now();
@@ -196,64 +212,149 @@ impl Coordinator {
                     message: "participant is no longer registered".into(),
                 }),
             };
-            match outcome {
-                Ok(TryOutcome::Held) => reports.push(BranchReport {
-                    branch_id: group.branch_id,
-                    state: BranchState::Held,
-                    error: None,
-                }),
-                Ok(TryOutcome::Rejected { reason }) => {
-                    reports.push(BranchReport {
+            let (report, failure) = match outcome {
+                Ok(TryOutcome::Held) => (
+                    BranchReport {
+                        branch_id: group.branch_id,
+                        state: BranchState::Held,
+                        error: None,
+                    },
+                    None,
+                ),
+                Ok(TryOutcome::Rejected { reason }) => (
+                    BranchReport {
                         branch_id: group.branch_id,
                         state: BranchState::Rejected,
                         error: None,
-                    });
-                    let rejection = Rejection {
-                        participant: group.participant.clone(),
-                        resource: first_resource,
-                        reason,
-                    };
-                    let released = self.abort_placement(r.id, &rejection, &reports).await?;
-                    return Err(Error::InsufficientCapacity {
-                        reservation: Box::new(released),
-                        rejection,
-                    });
-                }
+                    },
+                    Some(PlacementFailure {
+                        rejection: Rejection {
+                            participant: group.participant.clone(),
+                            resource: first_resource,
+                            reason,
+                        },
+                        unavailable: None,
+                    }),
+                ),
                 Err(e) => {
                     // Outcome unknown (or refused outright): stays PENDING with one attempt,
-                    // so the release below cancels it too.
+                    // so the release cancels it too.
                     tracing::warn!(reservation_id = %r.id, participant = %group.participant, error = %e, "try failed");
-                    reports.push(BranchReport {
-                        branch_id: group.branch_id,
-                        state: BranchState::Pending,
-                        error: Some(e.message.clone()),
-                    });
-                    let rejection = Rejection {
-                        participant: group.participant.clone(),
-                        resource: first_resource,
-                        reason: if e.refused {
-                            e.message.clone()
-                        } else {
-                            format!("participant unavailable: {}", e.message)
+                    (
+                        BranchReport {
+                            branch_id: group.branch_id,
+                            state: BranchState::Pending,
+                            error: Some(e.message.clone()),
                         },
-                    };
-                    let released = self.abort_placement(r.id, &rejection, &reports).await?;
-                    return Err(if e.refused {
-                        Error::InsufficientCapacity {
-                            reservation: Box::new(released),
-                            rejection,
-                        }
-                    } else {
-                        Error::ParticipantUnavailable {
-                            reservation_id: r.id,
-                            participant: group.participant.clone(),
-                            detail: e.message,
-                        }
-                    });
+                        Some(PlacementFailure {
+                            rejection: Rejection {
+                                participant: group.participant.clone(),
+                                resource: first_resource,
+                                reason: if e.refused {
+                                    e.message.clone()
+                                } else {
+                                    format!("participant unavailable: {}", e.message)
+                                },
+                            },
+                            unavailable: (!e.refused).then_some(e.message),
+                        }),
+                    )
                 }
+            };
+            reports.push(report);
+            if let Some(failure) = failure {
+                return Ok(Placement {
+                    reports,
+                    failure: Some(failure),
+                });
             }
         }
-        Ok(self.store.record_held(r.id, &reports).await?)
+        Ok(Placement {
+            reports,
+            failure: None,
+        })
+    }
+
+    /// Places a new reservation's holds; all held -> HELD, else released and REJECTED.
+    async fn place_holds(&self, r: Reservation) -> Result<Reservation, Error> {
+        let placement = self.place_in_order(&r).await?;
+        let Some(failure) = placement.failure else {
+            return Ok(self.store.record_held(r.id, &placement.reports).await?);
+        };
+        let released = self
+            .abort_placement(r.id, &failure.rejection, &placement.reports)
+            .await?;
+        Err(match failure.unavailable {
+            Some(detail) => Error::ParticipantUnavailable {
+                reservation_id: r.id,
+                participant: failure.rejection.participant,
+                detail,
+            },
+            None => Error::InsufficientCapacity {
+                reservation: Box::new(released),
+                rejection: failure.rejection,
+            },
+        })
+    }
+
+    /// Honours a payment that arrived after every hold was released: places the holds again
+    /// as new branches, in order; all held -> confirmed (`late_payment_honored`), otherwise
+    /// releases what it re-took and refunds the payment.
+    async fn retake(&self, r: Reservation) -> Result<Reservation, Error> {
+        let r = self.store.begin_retake(r.id).await?;
+        let placement = self.place_in_order(&r).await?;
+        match placement.failure {
+            None => {
+                let r = self.store.finish_retake(r.id, &placement.reports).await?;
+                self.drive_confirm(r).await
+            }
+            Some(failure) => {
+                let reason = format!(
+                    "the payment arrived after the hold expired and {} could no longer hold {}: {}",
+                    failure.rejection.participant,
+                    failure.rejection.resource,
+                    failure.rejection.reason
+                );
+                let r = self
+                    .store
+                    .fail_retake(r.id, &placement.reports, &reason)
+                    .await?;
+                let r = self.drive_release(r).await?;
+                let r = self.drive_refund(r).await?;
+                Err(Error::HoldExpired {
+                    id: r.id,
+                    refund: r.refund,
+                })
+            }
+        }
+    }
+
+    /// Sends the reservation's pending refund to its payment participant, once; a failure is
+    /// retried by recovery with backoff until acknowledged.
+    pub async fn drive_refund(&self, r: Reservation) -> Result<Reservation, Error> {
+        let (Some(refund), Some(payment)) = (&r.refund, &r.payment) else {
+            return Ok(r);
+        };
+        if refund.state != crate::domain::RefundState::Pending {
+            return Ok(r);
+        }
+        let acknowledged = match self.registry.get(&payment.participant) {
+            Some(p) => match p.refund(r.id, payment, refund).await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(reservation_id = %r.id, refund_id = %refund.refund_id, error = %e, "refund not acknowledged; will retry");
+                    false
+                }
+            },
+            None => {
+                tracing::error!(reservation_id = %r.id, participant = %payment.participant, "refund owed by an unregistered payment participant");
+                false
+            }
+        };
+        Ok(self
+            .store
+            .record_refund_attempt(r.id, acknowledged, self.policy.backoff)
+            .await?)
     }
 
     async fn abort_placement(
@@ -270,16 +371,35 @@ impl Coordinator {
     }
 
     /// Confirms a held reservation.
-    pub async fn confirm(&self, id: &str, token: &str) -> Result<Reservation, Error> {
+    pub async fn confirm(
+        &self,
+        id: &str,
+        token: &str,
+        payment: Option<Payment>,
+    ) -> Result<Reservation, Error> {
         let id = parse_id("reservation_id", id)?;
         check_token(token)?;
-        let (verdict, r) = self.decide(id, token, &Decision::Confirm).await?;
+        let decision = Decision::Confirm {
+            payment,
+            late_policy: self.policy.late_payment,
+        };
+        let (verdict, r) = self.decide(id, token, &decision).await?;
         match verdict {
-            Verdict::Transition { .. } => self.drive_confirm(r).await,
+            Verdict::Transition { .. } | Verdict::HonorLate => self.drive_confirm(r).await,
             Verdict::AlreadyDone => Ok(r),
             Verdict::Expire => {
                 self.drive_release(r).await?;
-                Err(Error::HoldExpired(id))
+                Err(Error::HoldExpired { id, refund: None })
+            }
+            Verdict::Retake => self.retake(r).await,
+            Verdict::Refund { expire, answer } => {
+                let r = if expire {
+                    self.drive_release(r).await?
+                } else {
+                    r
+                };
+                let r = self.drive_refund(r).await?;
+                Err(self.refusal(answer, &r))
             }
             Verdict::Extend { .. } => Err(Error::Internal("confirm judged as extend".into())),
             Verdict::Refuse(refusal) => Err(self.refusal(refusal, &r)),
@@ -298,8 +418,8 @@ impl Coordinator {
         match verdict {
             Verdict::Transition { .. } | Verdict::Expire => self.drive_release(r).await,
             Verdict::AlreadyDone => Ok(r),
-            Verdict::Extend { .. } => Err(Error::Internal("cancel judged as extend".into())),
             Verdict::Refuse(refusal) => Err(self.refusal(refusal, &r)),
+            other => Err(Error::Internal(format!("cancel judged as {other:?}"))),
         }
     }
 
@@ -329,12 +449,10 @@ impl Coordinator {
             Verdict::Extend { .. } => Ok(r),
             Verdict::Expire => {
                 self.drive_release(r).await?;
-                Err(Error::HoldExpired(id))
+                Err(Error::HoldExpired { id, refund: None })
             }
             Verdict::Refuse(refusal) => Err(self.refusal(refusal, &r)),
-            Verdict::AlreadyDone | Verdict::Transition { .. } => {
-                Err(Error::Internal("extend judged as another decision".into()))
-            }
+            other => Err(Error::Internal(format!("extend judged as {other:?}"))),
         }
     }
 
@@ -356,11 +474,16 @@ impl Coordinator {
 
     fn refusal(&self, refusal: Refusal, r: &Reservation) -> Error {
         match refusal {
-            Refusal::HoldExpired => Error::HoldExpired(r.id),
+            Refusal::HoldExpired => Error::HoldExpired {
+                id: r.id,
+                refund: r.refund.clone(),
+            },
             Refusal::Closed => Error::Closed {
                 id: r.id,
                 state: r.state,
+                refund: r.refund.clone(),
             },
+            Refusal::InProgress => Error::InProgress(r.id),
             Refusal::NotHeld => Error::NotHeld(r.id),
             Refusal::ExtensionLimit => Error::ExtensionLimit {
                 id: r.id,
@@ -456,7 +579,7 @@ impl Coordinator {
         if lost {
             tracing::error!(reservation_id = %r.id, "a participant lost a granted hold; reservation FAILED");
         }
-        Ok(self
+        let r = self
             .store
             .record_phase(
                 r.id,
@@ -465,7 +588,8 @@ impl Coordinator {
                 finish,
                 self.policy.backoff,
             )
-            .await?)
+            .await?;
+        self.drive_refund(r).await
     }
 
     /// Tells every participant that may hold something to release it, in parallel, and

@@ -41,8 +41,36 @@ impl Coordinator {
                 self.drive_release(recorded).await
             }
             State::Confirming => self.drive_confirm(r).await,
-            State::Cancelling => self.drive_release(r).await,
-            _ => Ok(r),
+            State::Cancelling => {
+                let r = self.drive_release(r).await?;
+                self.drive_refund(r).await
+            }
+            State::Expired if r.payment.is_some() && r.refund.is_none() => {
+                // A late payment was being honoured when its coordinator stopped: release
+                // whatever it may have re-taken and refund the payment.
+                tracing::warn!(reservation_id = %id, "refunding a late payment abandoned mid-way");
+                let reports: Vec<BranchReport> = r
+                    .participant_branches()
+                    .into_iter()
+                    .filter(|b| b.state != BranchState::Rejected)
+                    .map(|b| BranchReport {
+                        branch_id: b.branch_id,
+                        state: b.state,
+                        error: Some("the coordinator stopped while placing holds again".into()),
+                    })
+                    .collect();
+                let r = self
+                    .store
+                    .fail_retake(
+                        id,
+                        &reports,
+                        "the coordinator stopped while honouring the late payment",
+                    )
+                    .await?;
+                let r = self.drive_release(r).await?;
+                self.drive_refund(r).await
+            }
+            _ => self.drive_refund(r).await,
         }
     }
 

@@ -8,12 +8,15 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::State;
+use super::{LatePaymentPolicy, Payment, State};
 
 /// What a holder asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
-    Confirm,
+    Confirm {
+        payment: Option<Payment>,
+        late_policy: LatePaymentPolicy,
+    },
     Cancel {
         reason: Option<String>,
     },
@@ -34,6 +37,10 @@ pub struct Snapshot {
     pub created_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
     pub extensions_used: i32,
+    /// A payment was recorded (by a Confirm, or a late payment being honoured).
+    pub has_payment: bool,
+    /// The reservation's one refund exists already.
+    pub has_refund: bool,
 }
 
 /// What to do about a decision.
@@ -49,6 +56,15 @@ pub enum Verdict {
     Expire,
     /// Push `expires_at` out by this much (state stays `HELD`).
     Extend { by: Duration },
+    /// A payment after expiry while every hold is still in place: confirm them as they are
+    /// (`HELD -> CONFIRMING`, `late_payment_honored`).
+    HonorLate,
+    /// A payment after every hold was released: record it and place the holds again, in order,
+    /// as a new generation of branches; confirm if all are held, refund otherwise.
+    Retake,
+    /// Record the reservation's refund of the payment (and, with `expire`, release the lapsed
+    /// holds); answer `answer` with the refund.
+    Refund { expire: bool, answer: Refusal },
     /// Already decided this way: answer the reservation as it is.
     AlreadyDone,
     /// Refused; nothing changes.
@@ -66,6 +82,8 @@ pub enum Refusal {
     NotHeld,
     /// Extend beyond `max_extensions` or `max_ttl`.
     ExtensionLimit,
+    /// A late payment for this reservation is being honoured right now.
+    InProgress,
 }
 
 /// Decides a holder's request against the reservation's current state.
@@ -74,15 +92,56 @@ pub fn decide(s: &Snapshot, decision: &Decision) -> Verdict {
         || (s.state == State::Cancelling && s.release_outcome == Some(State::Expired));
     match (s.state, decision) {
         (State::Trying, _) => Verdict::Refuse(Refusal::NotHeld),
+        (
+            State::Held,
+            Decision::Confirm {
+                payment: Some(_),
+                late_policy,
+            },
+        ) if s.expired => match late_policy {
+            LatePaymentPolicy::HonorIfAvailable => Verdict::HonorLate,
+            LatePaymentPolicy::Refund => Verdict::Refund {
+                expire: true,
+                answer: Refusal::HoldExpired,
+            },
+        },
         (State::Held, _) if s.expired => Verdict::Expire,
 
-        (State::Held, Decision::Confirm) => Verdict::Transition {
+        (State::Held, Decision::Confirm { .. }) => Verdict::Transition {
             to: State::Confirming,
             release_outcome: None,
         },
-        (State::Confirming | State::Confirmed, Decision::Confirm) => Verdict::AlreadyDone,
-        (_, Decision::Confirm) if released_by_expiry => Verdict::Refuse(Refusal::HoldExpired),
-        (_, Decision::Confirm) => Verdict::Refuse(Refusal::Closed),
+        (State::Confirming | State::Confirmed, Decision::Confirm { .. }) => Verdict::AlreadyDone,
+        (_, Decision::Confirm { payment: None, .. }) if released_by_expiry => {
+            Verdict::Refuse(Refusal::HoldExpired)
+        }
+        (_, Decision::Confirm { payment: None, .. }) => Verdict::Refuse(Refusal::Closed),
+        // From here on a payment came with the Confirm. One refund per reservation, ever: a
+        // repeat answers the refund that exists.
+        (_, Decision::Confirm { .. }) if s.has_refund => Verdict::Refuse(if released_by_expiry {
+            Refusal::HoldExpired
+        } else {
+            Refusal::Closed
+        }),
+        (State::Expired, Decision::Confirm { .. }) if s.has_payment => {
+            Verdict::Refuse(Refusal::InProgress)
+        }
+        (
+            State::Expired,
+            Decision::Confirm {
+                late_policy: LatePaymentPolicy::HonorIfAvailable,
+                ..
+            },
+        ) => Verdict::Retake,
+        // Released by expiry (or being released): refund rather than race the release.
+        (_, Decision::Confirm { .. }) if released_by_expiry => Verdict::Refund {
+            expire: false,
+            answer: Refusal::HoldExpired,
+        },
+        (_, Decision::Confirm { .. }) => Verdict::Refund {
+            expire: false,
+            answer: Refusal::Closed,
+        },
 
         (State::Held, Decision::Cancel { .. }) => Verdict::Transition {
             to: State::Cancelling,
@@ -128,7 +187,90 @@ mod tests {
             created_at: now,
             expires_at: now + chrono::Duration::minutes(10),
             extensions_used: 0,
+            has_payment: false,
+            has_refund: false,
         }
+    }
+
+    fn confirm() -> Decision {
+        Decision::Confirm {
+            payment: None,
+            late_policy: LatePaymentPolicy::HonorIfAvailable,
+        }
+    }
+
+    fn paid(late_policy: LatePaymentPolicy) -> Decision {
+        Decision::Confirm {
+            payment: Some(Payment {
+                participant: "payments".into(),
+                payment_ref: "p1".into(),
+                amount_minor: 100,
+                currency: "EUR".into(),
+            }),
+            late_policy,
+        }
+    }
+
+    #[test]
+    fn late_payments_are_honoured_retaken_or_refunded_once() {
+        use LatePaymentPolicy::{HonorIfAvailable, Refund};
+        assert_eq!(
+            decide(&snap(State::Held, true), &paid(HonorIfAvailable)),
+            Verdict::HonorLate
+        );
+        assert_eq!(
+            decide(&snap(State::Held, true), &paid(Refund)),
+            Verdict::Refund {
+                expire: true,
+                answer: Refusal::HoldExpired
+            }
+        );
+        assert_eq!(
+            decide(&snap(State::Expired, false), &paid(HonorIfAvailable)),
+            Verdict::Retake
+        );
+        assert_eq!(
+            decide(&snap(State::Expired, false), &paid(Refund)),
+            Verdict::Refund {
+                expire: false,
+                answer: Refusal::HoldExpired
+            }
+        );
+        let mut retaking = snap(State::Expired, false);
+        retaking.has_payment = true;
+        assert_eq!(
+            decide(&retaking, &paid(HonorIfAvailable)),
+            Verdict::Refuse(Refusal::InProgress)
+        );
+        let mut refunded = snap(State::Expired, false);
+        refunded.has_payment = true;
+        refunded.has_refund = true;
+        assert_eq!(
+            decide(&refunded, &paid(HonorIfAvailable)),
+            Verdict::Refuse(Refusal::HoldExpired)
+        );
+        for st in [State::Cancelled, State::Rejected, State::Failed] {
+            assert_eq!(
+                decide(&snap(st, false), &paid(HonorIfAvailable)),
+                Verdict::Refund {
+                    expire: false,
+                    answer: Refusal::Closed
+                }
+            );
+        }
+        let mut releasing = snap(State::Cancelling, false);
+        releasing.release_outcome = Some(State::Expired);
+        assert_eq!(
+            decide(&releasing, &paid(HonorIfAvailable)),
+            Verdict::Refund {
+                expire: false,
+                answer: Refusal::HoldExpired
+            }
+        );
+        assert_eq!(
+            decide(&snap(State::Confirmed, false), &paid(HonorIfAvailable)),
+            Verdict::AlreadyDone
+        );
     }
 
     fn extend() -> Decision {
@@ -142,21 +284,18 @@ mod tests {
     #[test]
     fn confirm_only_from_unexpired_held() {
         assert_eq!(
-            decide(&snap(State::Held, false), &Decision::Confirm),
+            decide(&snap(State::Held, false), &confirm()),
             Verdict::Transition {
                 to: State::Confirming,
                 release_outcome: None
             }
         );
         assert_eq!(
-            decide(&snap(State::Held, true), &Decision::Confirm),
+            decide(&snap(State::Held, true), &confirm()),
             Verdict::Expire
         );
         for st in [State::Confirming, State::Confirmed] {
-            assert_eq!(
-                decide(&snap(st, false), &Decision::Confirm),
-                Verdict::AlreadyDone
-            );
+            assert_eq!(decide(&snap(st, false), &confirm()), Verdict::AlreadyDone);
         }
         for st in [
             State::Cancelling,
@@ -165,16 +304,16 @@ mod tests {
             State::Failed,
         ] {
             assert_eq!(
-                decide(&snap(st, false), &Decision::Confirm),
+                decide(&snap(st, false), &confirm()),
                 Verdict::Refuse(Refusal::Closed)
             );
         }
         assert_eq!(
-            decide(&snap(State::Expired, false), &Decision::Confirm),
+            decide(&snap(State::Expired, false), &confirm()),
             Verdict::Refuse(Refusal::HoldExpired)
         );
         assert_eq!(
-            decide(&snap(State::Trying, false), &Decision::Confirm),
+            decide(&snap(State::Trying, false), &confirm()),
             Verdict::Refuse(Refusal::NotHeld)
         );
     }

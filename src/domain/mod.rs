@@ -159,6 +159,61 @@ pub struct Rejection {
     pub reason: String,
 }
 
+/// A payment made outside the coordinator for a reservation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Payment {
+    /// The registered payment participant that can refund it.
+    pub participant: String,
+    pub payment_ref: String,
+    pub amount_minor: i64,
+    pub currency: String,
+}
+
+/// Whether a refund was acknowledged by the payment participant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefundState {
+    Pending,
+    Refunded,
+}
+
+impl RefundState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefundState::Pending => "PENDING",
+            RefundState::Refunded => "REFUNDED",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RefundState> {
+        match s {
+            "PENDING" => Some(RefundState::Pending),
+            "REFUNDED" => Some(RefundState::Refunded),
+            _ => None,
+        }
+    }
+}
+
+/// The one refund of a reservation's payment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refund {
+    /// Idempotency key sent to `tcc.v1.Payments/Refund`.
+    pub refund_id: Uuid,
+    pub state: RefundState,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub reason: String,
+}
+
+/// What to do with a payment that arrives after the hold expired.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LatePaymentPolicy {
+    /// Honour it if every resource can still be had by this reservation; refund otherwise.
+    #[default]
+    HonorIfAvailable,
+    /// Always refund it.
+    Refund,
+}
+
 /// A reservation as stored, with the state every reader should see.
 #[derive(Clone, Debug)]
 pub struct Reservation {
@@ -182,6 +237,11 @@ pub struct Reservation {
     pub rejection: Option<Rejection>,
     pub late_payment_honored: bool,
     pub version: i64,
+    /// The payment given to Confirm, if any.
+    pub payment: Option<Payment>,
+    pub refund: Option<Refund>,
+    /// Which placement of the holds `branches` describes (a late payment re-places them).
+    pub generation: i32,
 }
 
 impl Reservation {

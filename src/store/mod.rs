@@ -158,6 +158,35 @@ pub trait Store: Send + Sync + 'static {
     /// abandoned by their placer, and `CONFIRMING`/`CANCELLING` ones whose retry is due.
     async fn claim_due(&self, lease: WorkLease, limit: u32) -> Result<Vec<Uuid>, StoreError>;
 
+    /// Starts honouring a late payment on an `EXPIRED` reservation whose holds were all
+    /// released: a new generation of branches (fresh branch ids, `PENDING`) and a new
+    /// `expires_at = now + ttl`. The state stays `EXPIRED` until [`Store::finish_retake`].
+    async fn begin_retake(&self, id: Uuid) -> Result<Reservation, StoreError>;
+
+    /// Every hold was placed again: `EXPIRED -> CONFIRMING` with `late_payment_honored`.
+    async fn finish_retake(
+        &self,
+        id: Uuid,
+        reports: &[BranchReport],
+    ) -> Result<Reservation, StoreError>;
+
+    /// Some hold could not be placed again: `EXPIRED -> CANCELLING` (ending `EXPIRED`) to
+    /// release what was re-taken, and the payment's refund recorded.
+    async fn fail_retake(
+        &self,
+        id: Uuid,
+        reports: &[BranchReport],
+        reason: &str,
+    ) -> Result<Reservation, StoreError>;
+
+    /// Records the payment participant's answer to the refund: acknowledged, or retry later.
+    async fn record_refund_attempt(
+        &self,
+        id: Uuid,
+        acknowledged: bool,
+        backoff: Backoff,
+    ) -> Result<Reservation, StoreError>;
+
     /// Extends `lease.owner`'s lease on a reservation it is still driving; false if it lost it.
     async fn renew_lease(&self, id: Uuid, lease: WorkLease) -> Result<bool, StoreError>;
 

@@ -16,8 +16,8 @@ use super::{
 };
 use crate::domain::lifecycle::{self, Snapshot};
 use crate::domain::{
-    Branch, BranchState, Decision, Hold, HoldToken, Interval, ListQuery, NewReservation, Rejection,
-    Reservation, State, Verdict,
+    Branch, BranchState, Decision, Hold, HoldToken, Interval, ListQuery, NewReservation, Payment,
+    Refund, RefundState, Rejection, Reservation, State, Verdict,
 };
 
 /// The coordinator's schema, embedded in the binary.
@@ -30,6 +30,8 @@ macro_rules! reservation_columns {
         "id, request_id, holder, state, release_outcome, hold_token, ttl_ms, \
          created_at, expires_at, extensions_used, labels, rejection_participant, \
          rejection_resource, rejection_reason, late_payment_honored, version, \
+         payment_participant, payment_ref, payment_amount_minor, payment_currency, \
+         refund_id, refund_state, refund_reason, generation, \
          (state = 'HELD' AND expires_at <= clock_timestamp()) AS lapsed"
     };
 }
@@ -97,6 +99,14 @@ struct ReservationRow {
     rejection_reason: Option<String>,
     late_payment_honored: bool,
     version: i64,
+    payment_participant: Option<String>,
+    payment_ref: Option<String>,
+    payment_amount_minor: Option<i64>,
+    payment_currency: Option<String>,
+    refund_id: Option<Uuid>,
+    refund_state: Option<String>,
+    refund_reason: Option<String>,
+    generation: i32,
     lapsed: bool,
 }
 
@@ -118,6 +128,40 @@ fn parse_state(s: &str) -> Result<State, StoreError> {
     State::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown reservation state {s:?}")))
 }
 
+impl PgStore {
+    /// Applies a verdict on a lapsed HELD reservation: release it, or honour a late payment
+    /// by confirming the holds as they are.
+    async fn apply_lapsed(
+        &self,
+        conn: &mut PgConnection,
+        id: Uuid,
+        verdict: &Verdict,
+        payment: Option<&Payment>,
+    ) -> Result<bool, StoreError> {
+        match verdict {
+            Verdict::HonorLate => {
+                let done = sqlx::query(
+                    "UPDATE reservations SET state = 'CONFIRMING', late_payment_honored = true, \
+                     version = version + 1, updated_at = clock_timestamp() \
+                     WHERE id = $1 AND state = 'HELD'",
+                )
+                .bind(id)
+                .execute(&mut *conn)
+                .await?
+                .rows_affected()
+                    == 1;
+                Ok(done && record_payment(conn, id, payment).await?)
+            }
+            Verdict::Refund { .. } => {
+                expire_hold(conn, id).await?;
+                record_payment(conn, id, payment).await?;
+                record_refund(conn, id, "the payment arrived after the hold expired").await
+            }
+            _ => expire_hold(conn, id).await,
+        }
+    }
+}
+
 impl ReservationRow {
     fn into_domain(self, branches: Vec<Branch>) -> Result<Reservation, StoreError> {
         let stored_state = parse_state(&self.state)?;
@@ -135,6 +179,34 @@ impl ReservationRow {
                 participant,
                 resource,
                 reason: reason.unwrap_or_default(),
+            }),
+            _ => None,
+        };
+        let payment = match (
+            self.payment_participant,
+            self.payment_ref,
+            self.payment_amount_minor,
+            self.payment_currency,
+        ) {
+            (Some(participant), Some(payment_ref), Some(amount_minor), Some(currency)) => {
+                Some(Payment {
+                    participant,
+                    payment_ref,
+                    amount_minor,
+                    currency,
+                })
+            }
+            _ => None,
+        };
+        let refund = match (self.refund_id, self.refund_state.as_deref(), &payment) {
+            (Some(refund_id), Some(state), Some(p)) => Some(Refund {
+                refund_id,
+                state: RefundState::parse(state).ok_or_else(|| {
+                    StoreError::Corrupt(format!("unknown refund state {state:?}"))
+                })?,
+                amount_minor: p.amount_minor,
+                currency: p.currency.clone(),
+                reason: self.refund_reason.unwrap_or_default(),
             }),
             _ => None,
         };
@@ -159,6 +231,9 @@ impl ReservationRow {
             rejection,
             late_payment_honored: self.late_payment_honored,
             version: self.version,
+            payment,
+            refund,
+            generation: self.generation,
         })
     }
 }
@@ -215,9 +290,10 @@ async fn load(
     let branches = sqlx::query_as::<_, BranchRow>(concat!(
         "SELECT ",
         branch_columns!(),
-        " FROM branches WHERE reservation_id = $1 ORDER BY position"
+        " FROM branches WHERE reservation_id = $1 AND generation = $2 ORDER BY position"
     ))
     .bind(id)
+    .bind(row.generation)
     .fetch_all(&mut *conn)
     .await?
     .into_iter()
@@ -298,8 +374,52 @@ async fn transition(
     Ok(done == 1)
 }
 
+/// Records the payment given to Confirm (the first one only).
+async fn record_payment(
+    conn: &mut PgConnection,
+    id: Uuid,
+    payment: Option<&Payment>,
+) -> Result<bool, StoreError> {
+    let Some(p) = payment else {
+        return Ok(true);
+    };
+    sqlx::query(
+        "UPDATE reservations SET payment_participant = $2, payment_ref = $3, \
+         payment_amount_minor = $4, payment_currency = $5 \
+         WHERE id = $1 AND payment_ref IS NULL",
+    )
+    .bind(id)
+    .bind(&p.participant)
+    .bind(&p.payment_ref)
+    .bind(p.amount_minor)
+    .bind(&p.currency)
+    .execute(&mut *conn)
+    .await?;
+    Ok(true)
+}
+
+/// Records the reservation's one refund of its payment, due at once. False if it has one.
+async fn record_refund(
+    conn: &mut PgConnection,
+    id: Uuid,
+    reason: &str,
+) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "UPDATE reservations SET refund_id = $2, refund_state = 'PENDING', refund_reason = $3, \
+         next_attempt_at = clock_timestamp(), version = version + 1, updated_at = clock_timestamp() \
+         WHERE id = $1 AND refund_id IS NULL AND payment_ref IS NOT NULL",
+    )
+    .bind(id)
+    .bind(Uuid::new_v4())
+    .bind(reason)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    Ok(done == 1)
+}
+
 /// `HELD -> CANCELLING` ending `EXPIRED`, only if the database clock says the hold lapsed.
-async fn expire(conn: &mut PgConnection, id: Uuid) -> Result<bool, StoreError> {
+async fn expire_hold(conn: &mut PgConnection, id: Uuid) -> Result<bool, StoreError> {
     let done = sqlx::query(
         "UPDATE reservations SET state = 'CANCELLING', release_outcome = 'EXPIRED', \
          version = version + 1, updated_at = clock_timestamp() \
@@ -470,7 +590,8 @@ impl Store for PgStore {
         for b in sqlx::query_as::<_, BranchRow>(concat!(
             "SELECT ",
             branch_columns!(),
-            " FROM branches WHERE reservation_id = ANY($1) \
+            " FROM branches b WHERE reservation_id = ANY($1) \
+               AND generation = (SELECT generation FROM reservations r WHERE r.id = b.reservation_id) \
              ORDER BY reservation_id, position"
         ))
         .bind(&ids)
@@ -509,6 +630,12 @@ impl Store for PgStore {
             created_at: current.created_at,
             expires_at: current.expires_at,
             extensions_used: current.extensions_used,
+            has_payment: current.payment.is_some(),
+            has_refund: current.refund.is_some(),
+        };
+        let payment = match decision {
+            Decision::Confirm { payment, .. } => payment.as_ref(),
+            _ => None,
         };
         let mut verdict = lifecycle::decide(&snapshot, decision);
         let changed = match &verdict {
@@ -527,12 +654,17 @@ impl Store for PgStore {
                 .await?
                 .rows_affected()
                     == 1;
-                if !confirmed {
-                    // Lapsed between the read and the update.
-                    verdict = Verdict::Expire;
-                    expire(&mut tx, id).await?
-                } else {
+                if confirmed {
+                    record_payment(&mut tx, id, payment).await?;
                     true
+                } else {
+                    // Lapsed between the read and the update: judge again as expired.
+                    let lapsed = Snapshot {
+                        expired: true,
+                        ..snapshot
+                    };
+                    verdict = lifecycle::decide(&lapsed, decision);
+                    self.apply_lapsed(&mut tx, id, &verdict, payment).await?
                 }
             }
             Verdict::Transition {
@@ -557,26 +689,49 @@ impl Store for PgStore {
                 .rows_affected()
                     == 1
             }
-            Verdict::Expire => expire(&mut tx, id).await?,
-            Verdict::Extend { by } => {
-                let by_ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+            Verdict::Expire | Verdict::HonorLate => {
+                self.apply_lapsed(&mut tx, id, &verdict, payment).await?
+            }
+            Verdict::Refund { expire, .. } => {
+                if *expire {
+                    expire_hold(&mut tx, id).await?;
+                }
+                record_payment(&mut tx, id, payment).await?;
+                let reason = if *expire || snapshot.state == State::Expired {
+                    "the payment arrived after the hold expired".to_owned()
+                } else {
+                    format!("the reservation is {}", current.state)
+                };
+                record_refund(&mut tx, id, &reason).await?
+            }
+            Verdict::Retake => {
                 sqlx::query(
-                    "UPDATE reservations SET expires_at = expires_at + $2 * interval '1 millisecond', \
-                     extensions_used = extensions_used + 1, version = version + 1, \
-                     updated_at = clock_timestamp() \
-                     WHERE id = $1 AND state = 'HELD' AND clock_timestamp() < expires_at",
+                    "UPDATE reservations SET version = version + 1, updated_at = clock_timestamp() \
+                     WHERE id = $1 AND state = 'EXPIRED' AND payment_ref IS NULL",
                 )
                 .bind(id)
-                .bind(by_ms)
                 .execute(&mut *tx)
                 .await?
                 .rows_affected()
                     == 1
+                    && record_payment(&mut tx, id, payment).await?
             }
+            Verdict::Extend { by } => sqlx::query(
+                "UPDATE reservations SET expires_at = expires_at + $2 * interval '1 millisecond', \
+                     extensions_used = extensions_used + 1, version = version + 1, \
+                     updated_at = clock_timestamp() \
+                     WHERE id = $1 AND state = 'HELD' AND clock_timestamp() < expires_at",
+            )
+            .bind(id)
+            .bind(millis(*by))
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+                == 1,
             Verdict::AlreadyDone | Verdict::Refuse(_) => false,
         };
         let reservation = if changed {
-            if matches!(verdict, Verdict::Transition { .. } | Verdict::Expire) {
+            if !matches!(verdict, Verdict::Extend { .. }) {
                 take_lease(&mut tx, id, lease).await?;
             }
             let after = load_existing(&mut tx, id).await?;
@@ -661,6 +816,10 @@ impl Store for PgStore {
                 Some(to) => transition(&mut tx, id, from, to).await?,
                 None => false,
             };
+            if finished && finish == Some(State::Failed) {
+                // A lost hold voids the sale: any payment is refunded.
+                record_refund(&mut tx, id, "a participant lost a hold it had granted").await?;
+            }
             // Finished or not, this driver is done with it: free the lease. Unfinished work
             // waits out its backoff (with jitter, so a herd of retries spreads out).
             sqlx::query(
@@ -689,12 +848,15 @@ impl Store for PgStore {
         let ids: Vec<Uuid> = sqlx::query_scalar(
             "WITH due AS ( \
                 SELECT id FROM reservations \
-                WHERE state IN ('TRYING', 'HELD', 'CONFIRMING', 'CANCELLING') \
-                  AND (lease_until IS NULL OR lease_until < clock_timestamp()) \
-                  AND CASE state \
-                        WHEN 'HELD' THEN expires_at <= clock_timestamp() \
-                        ELSE coalesce(next_attempt_at, '-infinity') <= clock_timestamp() \
-                      END \
+                WHERE (lease_until IS NULL OR lease_until < clock_timestamp()) \
+                  AND ((state IN ('TRYING', 'HELD', 'CONFIRMING', 'CANCELLING') \
+                        AND CASE state \
+                              WHEN 'HELD' THEN expires_at <= clock_timestamp() \
+                              ELSE coalesce(next_attempt_at, '-infinity') <= clock_timestamp() \
+                            END) \
+                    OR ((refund_state = 'PENDING' \
+                         OR (state = 'EXPIRED' AND payment_ref IS NOT NULL AND refund_id IS NULL)) \
+                        AND coalesce(next_attempt_at, '-infinity') <= clock_timestamp())) \
                 ORDER BY coalesce(next_attempt_at, expires_at) \
                 LIMIT $3 \
                 FOR UPDATE SKIP LOCKED) \
@@ -714,6 +876,119 @@ impl Store for PgStore {
         .fetch_all(&self.pool)
         .await?;
         Ok(ids)
+    }
+
+    async fn begin_retake(&self, id: Uuid) -> Result<Reservation, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let generation: Option<i32> = sqlx::query_scalar(
+            "UPDATE reservations SET generation = generation + 1, \
+             expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond', \
+             version = version + 1, updated_at = clock_timestamp() \
+             WHERE id = $1 AND state = 'EXPIRED' RETURNING generation",
+        )
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(generation) = generation else {
+            tx.rollback().await?;
+            return load_existing(&mut *self.pool.acquire().await?, id).await;
+        };
+        // Same holds, same order; a fresh branch id per participant (new TCC branches).
+        sqlx::query(
+            "WITH fresh AS ( \
+                SELECT participant, gen_random_uuid() AS branch_id FROM branches \
+                WHERE reservation_id = $1 AND generation = $2 - 1 GROUP BY participant) \
+             INSERT INTO branches (reservation_id, generation, position, branch_id, participant, \
+                                   resource, quantity, during_start, during_end, state) \
+             SELECT b.reservation_id, $2, b.position, f.branch_id, b.participant, b.resource, \
+                    b.quantity, b.during_start, b.during_end, 'PENDING' \
+             FROM branches b JOIN fresh f USING (participant) \
+             WHERE b.reservation_id = $1 AND b.generation = $2 - 1",
+        )
+        .bind(id)
+        .bind(generation)
+        .execute(&mut *tx)
+        .await?;
+        let r = load_existing(&mut tx, id).await?;
+        tx.commit().await?;
+        Ok(r)
+    }
+
+    async fn finish_retake(
+        &self,
+        id: Uuid,
+        reports: &[BranchReport],
+    ) -> Result<Reservation, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let done = sqlx::query(
+            "UPDATE reservations SET state = 'CONFIRMING', late_payment_honored = true, \
+             version = version + 1, updated_at = clock_timestamp() \
+             WHERE id = $1 AND state = 'EXPIRED' AND refund_id IS NULL",
+        )
+        .bind(id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if done == 1 {
+            apply_reports(&mut tx, id, reports).await?;
+        }
+        let r = load_existing(&mut tx, id).await?;
+        tx.commit().await?;
+        Ok(r)
+    }
+
+    async fn fail_retake(
+        &self,
+        id: Uuid,
+        reports: &[BranchReport],
+        reason: &str,
+    ) -> Result<Reservation, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let done = sqlx::query(
+            "UPDATE reservations SET state = 'CANCELLING', release_outcome = 'EXPIRED', \
+             version = version + 1, updated_at = clock_timestamp() \
+             WHERE id = $1 AND state = 'EXPIRED' AND refund_id IS NULL",
+        )
+        .bind(id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if done == 1 {
+            apply_reports(&mut tx, id, reports).await?;
+            record_refund(&mut tx, id, reason).await?;
+        }
+        let r = load_existing(&mut tx, id).await?;
+        tx.commit().await?;
+        Ok(r)
+    }
+
+    async fn record_refund_attempt(
+        &self,
+        id: Uuid,
+        acknowledged: bool,
+        backoff: Backoff,
+    ) -> Result<Reservation, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "UPDATE reservations SET \
+               refund_state = CASE WHEN $2 THEN 'REFUNDED' ELSE refund_state END, \
+               version = version + CASE WHEN $2 THEN 1 ELSE 0 END, \
+               lease_owner = NULL, lease_until = NULL, \
+               next_attempt_at = CASE WHEN $2 THEN NULL ELSE clock_timestamp() + \
+                   least($4::float8, $3::float8 * power(2, least(recovery_attempts, 30))) \
+                   * (0.5 + random() / 2) * interval '1 millisecond' END, \
+               recovery_attempts = CASE WHEN $2 THEN recovery_attempts ELSE recovery_attempts + 1 END \
+             WHERE id = $1 AND refund_state = 'PENDING'",
+        )
+        .bind(id)
+        .bind(acknowledged)
+        .bind(millis(backoff.base) as f64)
+        .bind(millis(backoff.cap) as f64)
+        .execute(&mut *tx)
+        .await?;
+        let r = load_existing(&mut tx, id).await?;
+        tx.commit().await?;
+        Ok(r)
     }
 
     async fn renew_lease(&self, id: Uuid, lease: WorkLease) -> Result<bool, StoreError> {
@@ -749,7 +1024,8 @@ impl Store for PgStore {
         let n: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM reservations \
              WHERE state IN ('TRYING', 'CONFIRMING', 'CANCELLING') \
-                OR (state = 'HELD' AND expires_at <= clock_timestamp())",
+                OR (state = 'HELD' AND expires_at <= clock_timestamp()) \
+                OR refund_state = 'PENDING'",
         )
         .fetch_one(&self.pool)
         .await?;

@@ -243,7 +243,7 @@ async fn two_replicas_release_200_lapsed_reservations_once_each_even_if_one_dies
                     reserve_request(&format!("r{n}"), vec![hold("seats", &format!("S{n}"))]);
                 req.holder = format!("user-{n}");
                 req.ttl = Some(prost_types::Duration {
-                    seconds: 2,
+                    seconds: 4,
                     nanos: 0,
                 });
                 client.reserve(req).await.unwrap();
@@ -253,7 +253,8 @@ async fn two_replicas_release_200_lapsed_reservations_once_each_even_if_one_dies
     for t in tasks {
         t.await.unwrap();
     }
-    assert_eq!(seats.held().len(), 200);
+    // (The reaper may have begun on the first ones already.)
+    assert_eq!(seats.held().len() + seats.effects().1, 200);
 
     // Kill one replica once releasing has begun; the other must finish alone.
     eventually(Duration::from_secs(10), "first releases", || async {
