@@ -522,3 +522,60 @@ pub fn error_metadata(status: &Status) -> HashMap<String, String> {
     use tonic_types::StatusExt;
     status.get_details_error_info().unwrap().metadata
 }
+
+/// Starts a real reference participant on 127.0.0.1:0 against the test database; its URL.
+pub async fn spawn_participant(kind: holdfast::participants::Kind, pool: &PgPool) -> String {
+    spawn_participant_with(holdfast::participants::ParticipantSettings::new(kind), pool).await
+}
+
+/// Like [`spawn_participant`], with explicit settings.
+pub async fn spawn_participant_with(
+    settings: holdfast::participants::ParticipantSettings,
+    pool: &PgPool,
+) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let pool = pool.clone();
+    tokio::spawn(async move {
+        holdfast::participants::serve(settings, pool, listener, std::future::pending())
+            .await
+            .unwrap();
+    });
+    url
+}
+
+/// A ResourceAdmin client.
+pub async fn admin(url: &str) -> proto::resource_admin_client::ResourceAdminClient<Channel> {
+    proto::resource_admin_client::ResourceAdminClient::connect(url.to_owned())
+        .await
+        .unwrap()
+}
+
+/// Creates or resizes resources at a participant.
+pub async fn put_resources(url: &str, resources: &[(&str, i64)]) {
+    admin(url)
+        .await
+        .put_resources(proto::PutResourcesRequest {
+            resources: resources
+                .iter()
+                .map(|(r, c)| proto::ResourceSpec {
+                    resource: (*r).to_owned(),
+                    capacity: *c,
+                })
+                .collect(),
+        })
+        .await
+        .unwrap();
+}
+
+/// A resource's counts at a participant.
+pub async fn resource(url: &str, name: &str) -> proto::ResourceStatus {
+    admin(url)
+        .await
+        .get_resource(proto::GetResourceRequest {
+            resource: name.to_owned(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}

@@ -5,6 +5,7 @@ mod common;
 
 mod concurrency;
 mod fanout;
+mod late_payment;
 mod lifecycle;
 mod recovery;
 mod service;

@@ -1,0 +1,362 @@
+//! Payments that land after the hold expired, against the real seats and payments
+//! participants: honoured when the seat can still be had, otherwise refunded exactly once,
+//! whatever is repeated and whoever crashes.
+
+use std::time::Duration;
+
+use holdfast::api::error::refund_detail;
+use holdfast::app::CoordinatorSettings;
+use holdfast::domain::LatePaymentPolicy;
+use holdfast::participants::Kind;
+use holdfast::proto;
+use holdfast::proto::payments_client::PaymentsClient;
+use holdfast::proto::reservation::State;
+use sqlx::PgPool;
+use tonic::Code;
+
+use crate::common::*;
+
+struct Shop {
+    seats: String,
+    payments: String,
+}
+
+async fn shop(pool: &PgPool) -> Shop {
+    let shop = Shop {
+        seats: spawn_participant(Kind::Seats, pool).await,
+        payments: spawn_participant(Kind::Payments, pool).await,
+    };
+    put_resources(&shop.seats, &[("A1", 1)]).await;
+    put_resources(&shop.payments, &[("card-1", 100_000)]).await;
+    shop
+}
+
+fn settings_for(shop: &Shop, payments_url: &str) -> CoordinatorSettings {
+    let mut s = settings(&[("seats", &shop.seats), ("payments", payments_url)]);
+    s.policy.sweep_interval = Duration::from_millis(100);
+    s
+}
+
+async fn charge(shop: &Shop) -> proto::Payment {
+    let payment_ref = PaymentsClient::connect(shop.payments.clone())
+        .await
+        .unwrap()
+        .charge(proto::ChargeRequest {
+            account: "card-1".into(),
+            amount_minor: 4_200,
+            currency: "EUR".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .payment_ref;
+    proto::Payment {
+        participant: "payments".into(),
+        payment_ref,
+        amount_minor: 4_200,
+        currency: "EUR".into(),
+    }
+}
+
+async fn refunded(shop: &Shop, payment_ref: &str) -> (i64, usize) {
+    let p = PaymentsClient::connect(shop.payments.clone())
+        .await
+        .unwrap()
+        .get_payment(proto::GetPaymentRequest {
+            payment_ref: payment_ref.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    (p.refunded_minor, p.refunds.len())
+}
+
+/// Reserves seat A1 for one second and waits until the reaper released it.
+async fn reserve_and_let_lapse(
+    client: &mut proto::coordinator_client::CoordinatorClient<tonic::transport::Channel>,
+    shop: &Shop,
+    holder: &str,
+) -> proto::Reservation {
+    let mut req = reserve_request(&format!("{holder}-order"), vec![hold("seats", "A1")]);
+    req.holder = holder.into();
+    req.ttl = Some(prost_types::Duration {
+        seconds: 1,
+        nanos: 0,
+    });
+    let r = client.reserve(req).await.unwrap().into_inner();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while resource(&shop.seats, "A1").await.available != 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "hold never released"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    r
+}
+
+fn confirm(r: &proto::Reservation, payment: &proto::Payment) -> proto::ConfirmRequest {
+    proto::ConfirmRequest {
+        reservation_id: r.id.clone(),
+        hold_token: r.hold_token.clone(),
+        payment: Some(payment.clone()),
+    }
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_late_payment_is_honoured_when_the_seat_is_still_free(pool: PgPool) {
+    let shop = shop(&pool).await;
+    let mut app = spawn_app(pool, settings_for(&shop, &shop.payments)).await;
+    let r = reserve_and_let_lapse(&mut app.client, &shop, "alice").await;
+    let payment = charge(&shop).await;
+
+    let c = app
+        .client
+        .confirm(confirm(&r, &payment))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(&c), State::Confirmed);
+    assert!(c.late_payment_honored);
+    assert!(c.refund.is_none());
+    let seat = resource(&shop.seats, "A1").await;
+    assert_eq!((seat.confirmed, seat.held, seat.available), (1, 0, 0));
+    assert_eq!(refunded(&shop, &payment.payment_ref).await, (0, 0));
+    // A repeat changes nothing.
+    let again = app
+        .client
+        .confirm(confirm(&r, &payment))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(&again), State::Confirmed);
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_payment_just_after_expiry_confirms_the_holds_as_they_are(pool: PgPool) {
+    let shop = shop(&pool).await;
+    let mut s = settings_for(&shop, &shop.payments);
+    // No reaper in this test: the holds are still in place when the payment lands.
+    s.policy.sweep_interval = Duration::from_secs(3600);
+    let mut app = spawn_app(pool, s).await;
+    let mut req = reserve_request("r1", vec![hold("seats", "A1")]);
+    req.ttl = Some(prost_types::Duration {
+        seconds: 1,
+        nanos: 0,
+    });
+    let r = app.client.reserve(req).await.unwrap().into_inner();
+    let get = proto::GetReservationRequest {
+        reservation_id: r.id.clone(),
+    };
+    while state_of(
+        &app.client
+            .get_reservation(get.clone())
+            .await
+            .unwrap()
+            .into_inner(),
+    ) != State::Expired
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(resource(&shop.seats, "A1").await.held, 1, "still held");
+    let payment = charge(&shop).await;
+    let c = app
+        .client
+        .confirm(confirm(&r, &payment))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(&c), State::Confirmed);
+    assert!(c.late_payment_honored);
+    let seat = resource(&shop.seats, "A1").await;
+    assert_eq!((seat.confirmed, seat.held), (1, 0));
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_late_payment_for_a_taken_seat_is_refunded_exactly_once(pool: PgPool) {
+    let shop = shop(&pool).await;
+    let mut app = spawn_app(pool, settings_for(&shop, &shop.payments)).await;
+    let r = reserve_and_let_lapse(&mut app.client, &shop, "alice").await;
+    // Bob takes the seat meanwhile.
+    let mut bob = reserve_request("bob-order", vec![hold("seats", "A1")]);
+    bob.holder = "bob".into();
+    app.client.reserve(bob).await.unwrap();
+    let payment = charge(&shop).await;
+
+    let err = app.client.confirm(confirm(&r, &payment)).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert_eq!(reason(&err), "HOLD_EXPIRED");
+    let refund = refund_detail(&err).expect("the refund is in the details");
+    assert_eq!(refund.state, i32::from(proto::refund::State::Refunded));
+    assert_eq!(
+        (refund.amount_minor, refund.currency.as_str()),
+        (4_200, "EUR")
+    );
+    assert_eq!(error_metadata(&err)["refund_id"], refund.refund_id);
+
+    // Repeats answer the same refund and move no more money.
+    for _ in 0..3 {
+        let again = app.client.confirm(confirm(&r, &payment)).await.unwrap_err();
+        assert_eq!(reason(&again), "HOLD_EXPIRED");
+        assert_eq!(refund_detail(&again).unwrap().refund_id, refund.refund_id);
+    }
+    assert_eq!(refunded(&shop, &payment.payment_ref).await, (4_200, 1));
+    let seat = resource(&shop.seats, "A1").await;
+    assert_eq!(
+        (seat.held, seat.confirmed),
+        (1, 0),
+        "bob's hold is untouched"
+    );
+    let got = app
+        .client
+        .get_reservation(proto::GetReservationRequest {
+            reservation_id: r.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(&got), State::Expired);
+    assert_eq!(got.refund.unwrap().refund_id, refund.refund_id);
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_refund_survives_a_coordinator_crash_before_the_payment_service_heard(pool: PgPool) {
+    let shop = shop(&pool).await;
+    let network = Relay::start(&shop.payments).await;
+    let s = settings_for(&shop, &network.url);
+    let mut first = spawn_killable(&pool, s.clone()).await;
+    let mut client = first.client().await;
+    let r = reserve_and_let_lapse(&mut client, &shop, "alice").await;
+    let mut bob = reserve_request("bob-order", vec![hold("seats", "A1")]);
+    bob.holder = "bob".into();
+    client.reserve(bob).await.unwrap();
+    let payment = charge(&shop).await;
+
+    // The payment service is unreachable: the refund is recorded, not yet sent.
+    network.cut().await;
+    let err = client.confirm(confirm(&r, &payment)).await.unwrap_err();
+    assert_eq!(reason(&err), "HOLD_EXPIRED");
+    let refund = refund_detail(&err).unwrap();
+    assert_eq!(refund.state, i32::from(proto::refund::State::Pending));
+    first.kill();
+    assert_eq!(refunded(&shop, &payment.payment_ref).await, (0, 0));
+
+    network.restore().await;
+    let second = spawn_killable(&pool, s).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while refunded(&shop, &payment.payment_ref).await != (4_200, 1) {
+        assert!(tokio::time::Instant::now() < deadline, "refund never sent");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut client = second.client().await;
+    let again = client.confirm(confirm(&r, &payment)).await.unwrap_err();
+    let same = refund_detail(&again).unwrap();
+    assert_eq!(same.refund_id, refund.refund_id, "never a second refund");
+    assert_eq!(same.state, i32::from(proto::refund::State::Refunded));
+    assert_eq!(refunded(&shop, &payment.payment_ref).await, (4_200, 1));
+}
+
+#[sqlx::test(migrations = false)]
+async fn the_refund_policy_always_refunds_and_closed_reservations_refund_too(pool: PgPool) {
+    let shop = shop(&pool).await;
+    let mut s = settings_for(&shop, &shop.payments);
+    s.policy.late_payment = LatePaymentPolicy::Refund;
+    let mut app = spawn_app(pool, s).await;
+    let r = reserve_and_let_lapse(&mut app.client, &shop, "alice").await;
+    let payment = charge(&shop).await;
+    let err = app.client.confirm(confirm(&r, &payment)).await.unwrap_err();
+    assert_eq!(reason(&err), "HOLD_EXPIRED");
+    assert!(refund_detail(&err).is_some());
+    assert_eq!(
+        resource(&shop.seats, "A1").await.available,
+        1,
+        "seat free, still refunded"
+    );
+    assert_eq!(refunded(&shop, &payment.payment_ref).await, (4_200, 1));
+
+    // A payment for a reservation the holder cancelled is refunded too.
+    let mut req = reserve_request("second", vec![hold("seats", "A1")]);
+    req.holder = "carol".into();
+    let r2 = app.client.reserve(req).await.unwrap().into_inner();
+    app.client
+        .cancel(proto::CancelRequest {
+            reservation_id: r2.id.clone(),
+            hold_token: r2.hold_token.clone(),
+            reason: String::new(),
+        })
+        .await
+        .unwrap();
+    let payment2 = charge(&shop).await;
+    let err = app
+        .client
+        .confirm(confirm(&r2, &payment2))
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&err), "RESERVATION_CLOSED");
+    assert!(refund_detail(&err).is_some());
+    assert_eq!(refunded(&shop, &payment2.payment_ref).await, (4_200, 1));
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_hold_lost_at_confirm_fails_the_reservation_and_refunds_the_payment(pool: PgPool) {
+    // A seats participant that reclaims lapsed holds at once (orphan grace 0).
+    let seats = spawn_participant_with(
+        holdfast::participants::ParticipantSettings {
+            kind: Kind::Seats,
+            orphan_grace: Duration::ZERO,
+        },
+        &pool,
+    )
+    .await;
+    let shop = Shop {
+        seats,
+        payments: spawn_participant(Kind::Payments, &pool).await,
+    };
+    put_resources(&shop.seats, &[("A1", 1)]).await;
+    put_resources(&shop.payments, &[("card-1", 100_000)]).await;
+    let mut s = settings_for(&shop, &shop.payments);
+    s.policy.sweep_interval = Duration::from_secs(3600); // the coordinator never reaps here
+    let mut app = spawn_app(pool, s).await;
+
+    let mut req = reserve_request("r1", vec![hold("seats", "A1")]);
+    req.ttl = Some(prost_types::Duration {
+        seconds: 1,
+        nanos: 0,
+    });
+    let r = app.client.reserve(req).await.unwrap().into_inner();
+    let get = proto::GetReservationRequest {
+        reservation_id: r.id.clone(),
+    };
+    while state_of(
+        &app.client
+            .get_reservation(get.clone())
+            .await
+            .unwrap()
+            .into_inner(),
+    ) != State::Expired
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Bob's Try makes the participant reclaim alice's orphaned hold.
+    let mut bob = reserve_request("bob-order", vec![hold("seats", "A1")]);
+    bob.holder = "bob".into();
+    app.client.reserve(bob).await.unwrap();
+
+    let payment = charge(&shop).await;
+    let c = app
+        .client
+        .confirm(confirm(&r, &payment))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(&c), State::Failed);
+    assert_eq!(
+        c.branches[0].state,
+        i32::from(proto::branch::State::HoldLost)
+    );
+    let refund = c.refund.expect("the payment is refunded");
+    assert_eq!(refund.state, i32::from(proto::refund::State::Refunded));
+    assert_eq!(refunded(&shop, &payment.payment_ref).await, (4_200, 1));
+    let seat = resource(&shop.seats, "A1").await;
+    assert_eq!((seat.held, seat.confirmed), (1, 0), "never sold twice");
+}
