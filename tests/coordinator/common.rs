@@ -141,8 +141,10 @@ pub struct Behaviour {
     pub fail_confirms: AtomicUsize,
     /// Hold Try calls for 30 s (longer than any test's participant timeout).
     pub stall_tries: AtomicBool,
-    /// Hold Confirm calls for 30 s.
+    /// Hold Confirm calls for 30 s before applying them.
     pub stall_confirms: AtomicBool,
+    /// Apply Confirm calls, then hold the answer for 30 s (the caller never hears it).
+    pub stall_after_confirm: AtomicBool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -276,19 +278,24 @@ impl proto::participant_server::Participant for Fake {
         {
             return Err(Status::unavailable("fake participant failing on purpose"));
         }
-        let mut st = self.state.lock().unwrap();
-        let state = match st.branches.get(&req.branch_id).map(|(s, _)| *s) {
-            Some(FakeBranch::Held) => {
-                st.confirm_effects += 1;
-                if let Some(b) = st.branches.get_mut(&req.branch_id) {
-                    b.0 = FakeBranch::Confirmed;
+        let state = {
+            let mut st = self.state.lock().unwrap();
+            match st.branches.get(&req.branch_id).map(|(s, _)| *s) {
+                Some(FakeBranch::Held) => {
+                    st.confirm_effects += 1;
+                    if let Some(b) = st.branches.get_mut(&req.branch_id) {
+                        b.0 = FakeBranch::Confirmed;
+                    }
+                    proto::branch::State::Confirmed
                 }
-                proto::branch::State::Confirmed
+                Some(FakeBranch::Confirmed) => proto::branch::State::Confirmed,
+                Some(FakeBranch::Cancelled) => proto::branch::State::Cancelled,
+                None => proto::branch::State::HoldLost,
             }
-            Some(FakeBranch::Confirmed) => proto::branch::State::Confirmed,
-            Some(FakeBranch::Cancelled) => proto::branch::State::Cancelled,
-            None => proto::branch::State::HoldLost,
         };
+        if self.behaviour.stall_after_confirm.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        }
         Ok(Response::new(proto::BranchResponse {
             state: state.into(),
         }))

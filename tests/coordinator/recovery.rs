@@ -168,8 +168,18 @@ async fn a_dead_coordinators_half_placed_reservation_is_released_by_another(pool
     );
 }
 
-#[sqlx::test(migrations = false)]
-async fn a_coordinator_dying_mid_confirm_is_finished_by_another_exactly_once(pool: PgPool) {
+/// Where the first coordinator dies, relative to each participant's Confirm.
+#[derive(Clone, Copy, Debug)]
+enum CrashPoint {
+    /// After CONFIRMING was recorded, before either participant applied its Confirm.
+    BeforeAnyConfirm,
+    /// After seats applied its Confirm, before stock did.
+    BetweenConfirms,
+    /// After both applied their Confirms, before the coordinator recorded their answers.
+    AfterBothConfirms,
+}
+
+async fn crash_mid_confirm_then_recover(pool: PgPool, crash: CrashPoint) {
     let log = CallLog::default();
     let seats = spawn_fake("seats", log.clone()).await;
     let stock = spawn_fake("stock", log.clone()).await;
@@ -187,8 +197,22 @@ async fn a_coordinator_dying_mid_confirm_is_finished_by_another_exactly_once(poo
         .await
         .unwrap()
         .into_inner();
-    // seats confirms at once; stock's Confirm hangs: the coordinator dies between the two.
-    stock.behaviour.stall_confirms.store(true, Ordering::SeqCst);
+    let (seats_stall, stock_stall) = match crash {
+        CrashPoint::BeforeAnyConfirm => (
+            &seats.behaviour.stall_confirms,
+            &stock.behaviour.stall_confirms,
+        ),
+        CrashPoint::BetweenConfirms => (
+            &seats.behaviour.stall_after_confirm,
+            &stock.behaviour.stall_confirms,
+        ),
+        CrashPoint::AfterBothConfirms => (
+            &seats.behaviour.stall_after_confirm,
+            &stock.behaviour.stall_after_confirm,
+        ),
+    };
+    seats_stall.store(true, Ordering::SeqCst);
+    stock_stall.store(true, Ordering::SeqCst);
     let (id, token) = (r.id.clone(), r.hold_token.clone());
     let pending = tokio::spawn(async move {
         client
@@ -203,21 +227,48 @@ async fn a_coordinator_dying_mid_confirm_is_finished_by_another_exactly_once(poo
         log.count("seats", "Confirm") == 1 && log.count("stock", "Confirm") == 1
     })
     .await;
+    let applied = match crash {
+        CrashPoint::BeforeAnyConfirm => (0, 0),
+        CrashPoint::BetweenConfirms => (1, 0),
+        CrashPoint::AfterBothConfirms => (1, 1),
+    };
+    assert_eq!((seats.effects().0, stock.effects().0), applied, "{crash:?}");
     assert_eq!(stored_state(&pool, &r.id).await, "CONFIRMING");
     first.kill();
     let _ = pending.await;
-    stock
-        .behaviour
-        .stall_confirms
-        .store(false, Ordering::SeqCst);
+    seats_stall.store(false, Ordering::SeqCst);
+    stock_stall.store(false, Ordering::SeqCst);
 
     let _second = spawn_killable(&pool, s).await;
     eventually(Duration::from_secs(10), "CONFIRMED", || async {
         stored_state(&pool, &r.id).await == "CONFIRMED"
     })
     .await;
-    assert_eq!(seats.effects(), (1, 0), "seats confirmed exactly once");
-    assert_eq!(stock.effects(), (1, 0), "stock confirmed exactly once");
+    assert_eq!(
+        seats.effects(),
+        (1, 0),
+        "{crash:?}: seats confirmed exactly once"
+    );
+    assert_eq!(
+        stock.effects(),
+        (1, 0),
+        "{crash:?}: stock confirmed exactly once"
+    );
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_coordinator_dying_before_any_confirm_is_finished_by_another(pool: PgPool) {
+    crash_mid_confirm_then_recover(pool, CrashPoint::BeforeAnyConfirm).await;
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_coordinator_dying_between_confirms_is_finished_by_another(pool: PgPool) {
+    crash_mid_confirm_then_recover(pool, CrashPoint::BetweenConfirms).await;
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_coordinator_dying_before_recording_confirms_is_finished_by_another(pool: PgPool) {
+    crash_mid_confirm_then_recover(pool, CrashPoint::AfterBothConfirms).await;
 }
 
 #[sqlx::test(migrations = false)]
