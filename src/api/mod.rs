@@ -31,7 +31,7 @@ impl CoordinatorApi {
         CoordinatorApi {
             coordinator,
             registry,
-            watch_poll: Duration::from_millis(100),
+            watch_poll: Duration::from_secs(1),
         }
     }
 
@@ -189,16 +189,18 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
         request: Request<proto::WatchReservationRequest>,
     ) -> Result<Response<WatchStream>, Status> {
         let id = request.get_ref().reservation_id.clone();
-        // Fail fast on a bad id or unknown reservation, before the stream starts.
+        let uuid = Uuid::parse_str(&id)
+            .map_err(|_| Error::from(FieldError::new("reservation_id", "must be a UUID")))?;
+        // Subscribe before the first read, so no change falls between the two.
+        let mut changes = self.coordinator.subscribe(uuid);
         let first = self.coordinator.get(&id).await?;
-        let (tx, rx) = tokio::sync::mpsc::channel(8);
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
         let coordinator = self.coordinator.clone();
         let poll = self.watch_poll;
         tokio::spawn(async move {
-            // Polling the store works across replicas; `version` bumps on every change and the
-            // read-time state catches lazy expiry.
-            let mut last = (first.version, first.state);
-            let mut done = first.state.is_terminal();
+            let mut last = first.version;
+            let mut state = first.state;
+            let mut expires_at = first.expires_at;
             if tx
                 .send(Ok(convert::reservation(first, Token::Omit)))
                 .await
@@ -206,23 +208,39 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
             {
                 return;
             }
-            while !done {
-                tokio::select! {
+            while !state.is_terminal() {
+                // Changes made here arrive as events, in order; a poll catches other replicas'
+                // changes and lazy expiry (which writes nothing), at the latest at expiry.
+                let until_expiry = (expires_at - chrono::Utc::now())
+                    .to_std()
+                    .unwrap_or_default()
+                    + Duration::from_millis(20);
+                let next = tokio::select! {
                     _ = tx.closed() => return,
-                    _ = tokio::time::sleep(poll) => {}
-                }
-                let r = match coordinator.get(&id).await {
-                    Ok(r) => r,
-                    Err(e) => {
-                        let _ = tx.send(Err(Status::from(e))).await;
-                        return;
-                    }
+                    event = changes.recv() => match event {
+                        Ok(r) => Some((*r).clone()),
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => None,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => None,
+                    },
+                    _ = tokio::time::sleep(poll.min(until_expiry)) => None,
                 };
-                if (r.version, r.state) == last {
+                let r = match next {
+                    Some(r) => r,
+                    None => match coordinator.get(&id).await {
+                        Ok(r) => r,
+                        Err(e) => {
+                            let _ = tx.send(Err(Status::from(e))).await;
+                            return;
+                        }
+                    },
+                };
+                // Versions only grow; a lazily expired read has the same version but a new state.
+                if r.version < last || (r.version == last && r.state == state) {
                     continue;
                 }
-                last = (r.version, r.state);
-                done = r.state.is_terminal();
+                last = r.version;
+                state = r.state;
+                expires_at = r.expires_at;
                 if tx
                     .send(Ok(convert::reservation(r, Token::Omit)))
                     .await

@@ -8,6 +8,7 @@
 
 pub mod error;
 pub mod recovery;
+pub mod watch;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -99,6 +100,7 @@ pub struct Coordinator {
     registry: Registry,
     limits: Limits,
     policy: Policy,
+    watchers: Arc<watch::Watchers>,
 }
 
 /// Parses a reservation id field.
@@ -127,12 +129,17 @@ impl Coordinator {
         limits: Limits,
         policy: Policy,
     ) -> Coordinator {
+        let watchers = Arc::new(watch::Watchers::default());
         Coordinator {
             instance: Uuid::new_v4(),
-            store,
+            store: Arc::new(watch::Publishing {
+                inner: store,
+                watchers: watchers.clone(),
+            }),
             registry,
             limits,
             policy,
+            watchers,
         }
     }
 
@@ -492,6 +499,11 @@ impl Coordinator {
                 max_ttl_secs: self.limits.max_ttl.as_secs(),
             },
         }
+    }
+
+    /// Subscribes to the changes this process makes to a reservation (see [`watch`]).
+    pub fn subscribe(&self, id: Uuid) -> tokio::sync::broadcast::Receiver<Arc<Reservation>> {
+        self.watchers.subscribe(id)
     }
 
     /// Reads one reservation.

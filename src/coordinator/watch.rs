@@ -1,0 +1,185 @@
+//! Change notification for `WatchReservation`.
+//!
+//! Every reservation a store write returns is published to the watchers of that reservation in
+//! this process ([`Publishing`] wraps the store, so no write path can forget). Watchers also
+//! poll, for changes made by other replicas and for lazy expiry, which needs no write.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use tokio::sync::broadcast;
+use uuid::Uuid;
+
+use crate::domain::{
+    Decision, HoldToken, ListQuery, NewReservation, Rejection, Reservation, State,
+};
+use crate::store::{
+    Backoff, BranchReport, Created, Decided, HoldLimits, Store, StoreError, WorkLease,
+};
+
+/// Per-reservation broadcast channels, created on first subscription, dropped with the last.
+#[derive(Default)]
+pub struct Watchers {
+    channels: Mutex<HashMap<Uuid, broadcast::Sender<Arc<Reservation>>>>,
+}
+
+impl Watchers {
+    /// Subscribes to the changes of one reservation.
+    pub fn subscribe(&self, id: Uuid) -> broadcast::Receiver<Arc<Reservation>> {
+        let mut channels = match self.channels.lock() {
+            Ok(c) => c,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        channels.retain(|_, tx| tx.receiver_count() > 0);
+        channels
+            .entry(id)
+            .or_insert_with(|| broadcast::channel(16).0)
+            .subscribe()
+    }
+
+    fn publish(&self, r: &Reservation) {
+        let channels = match self.channels.lock() {
+            Ok(c) => c,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(tx) = channels.get(&r.id) {
+            let _ = tx.send(Arc::new(r.clone()));
+        }
+    }
+}
+
+/// A store that publishes every reservation its writes return.
+pub struct Publishing {
+    pub inner: Arc<dyn Store>,
+    pub watchers: Arc<Watchers>,
+}
+
+impl Publishing {
+    fn out(&self, r: Result<Reservation, StoreError>) -> Result<Reservation, StoreError> {
+        if let Ok(r) = &r {
+            self.watchers.publish(r);
+        }
+        r
+    }
+}
+
+#[async_trait]
+impl Store for Publishing {
+    async fn create(
+        &self,
+        new: &NewReservation,
+        token: &HoldToken,
+        lease: WorkLease,
+        limits: HoldLimits,
+    ) -> Result<Created, StoreError> {
+        self.inner.create(new, token, lease, limits).await
+    }
+
+    async fn get(&self, id: Uuid) -> Result<Option<Reservation>, StoreError> {
+        self.inner.get(id).await
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Vec<Reservation>, StoreError> {
+        self.inner.list(query).await
+    }
+
+    async fn decide(
+        &self,
+        id: Uuid,
+        presented_token: &str,
+        decision: &Decision,
+        lease: WorkLease,
+    ) -> Result<Decided, StoreError> {
+        let decided = self
+            .inner
+            .decide(id, presented_token, decision, lease)
+            .await?;
+        if let Decided::Judged { reservation, .. } = &decided {
+            self.watchers.publish(reservation);
+        }
+        Ok(decided)
+    }
+
+    async fn record_held(
+        &self,
+        id: Uuid,
+        reports: &[BranchReport],
+    ) -> Result<Reservation, StoreError> {
+        self.out(self.inner.record_held(id, reports).await)
+    }
+
+    async fn record_rejected(
+        &self,
+        id: Uuid,
+        rejection: Option<&Rejection>,
+        reports: &[BranchReport],
+    ) -> Result<Reservation, StoreError> {
+        self.out(self.inner.record_rejected(id, rejection, reports).await)
+    }
+
+    async fn record_phase(
+        &self,
+        id: Uuid,
+        from: State,
+        reports: &[BranchReport],
+        finish: Option<State>,
+        backoff: Backoff,
+    ) -> Result<Reservation, StoreError> {
+        self.out(
+            self.inner
+                .record_phase(id, from, reports, finish, backoff)
+                .await,
+        )
+    }
+
+    async fn claim_due(&self, lease: WorkLease, limit: u32) -> Result<Vec<Uuid>, StoreError> {
+        self.inner.claim_due(lease, limit).await
+    }
+
+    async fn begin_retake(&self, id: Uuid) -> Result<Reservation, StoreError> {
+        self.out(self.inner.begin_retake(id).await)
+    }
+
+    async fn finish_retake(
+        &self,
+        id: Uuid,
+        reports: &[BranchReport],
+    ) -> Result<Reservation, StoreError> {
+        self.out(self.inner.finish_retake(id, reports).await)
+    }
+
+    async fn fail_retake(
+        &self,
+        id: Uuid,
+        reports: &[BranchReport],
+        reason: &str,
+    ) -> Result<Reservation, StoreError> {
+        self.out(self.inner.fail_retake(id, reports, reason).await)
+    }
+
+    async fn record_refund_attempt(
+        &self,
+        id: Uuid,
+        acknowledged: bool,
+        backoff: Backoff,
+    ) -> Result<Reservation, StoreError> {
+        self.out(
+            self.inner
+                .record_refund_attempt(id, acknowledged, backoff)
+                .await,
+        )
+    }
+
+    async fn renew_lease(&self, id: Uuid, lease: WorkLease) -> Result<bool, StoreError> {
+        self.inner.renew_lease(id, lease).await
+    }
+
+    async fn wake_backlog(&self, participant: &str) -> Result<u64, StoreError> {
+        self.inner.wake_backlog(participant).await
+    }
+
+    async fn backlog(&self) -> Result<i64, StoreError> {
+        self.inner.backlog().await
+    }
+}
