@@ -143,7 +143,12 @@ pub async fn serve_all_in_one(
             coordinator.listen
         ))
     })?;
-    print_banner(&settings, coordinator.listen, database_url);
+    print_banner(
+        &settings,
+        coordinator.listen,
+        coordinator.metrics_listen,
+        database_url,
+    );
     let store = PgStore::from_pool(pool);
     let coordinator_task = serve_coordinator(settings, store, listener, stopped(stop_rx.clone()));
     tokio::spawn(async move {
@@ -159,7 +164,12 @@ pub async fn serve_all_in_one(
     result
 }
 
-fn print_banner(settings: &CoordinatorSettings, listen: std::net::SocketAddr, database_url: &str) {
+fn print_banner(
+    settings: &CoordinatorSettings,
+    listen: std::net::SocketAddr,
+    metrics: Option<std::net::SocketAddr>,
+    database_url: &str,
+) {
     let db = database_url.split('@').next_back().unwrap_or(database_url);
     println!("holdfast all-in-one (database: {db})");
     println!("  coordinator  tcc.v1.Coordinator  {listen}");

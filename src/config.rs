@@ -29,6 +29,16 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// Parses a listen address, or `off`.
+pub fn parse_optional_addr(s: &str) -> Result<Option<SocketAddr>, String> {
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    s.parse()
+        .map(Some)
+        .map_err(|_| format!("{s:?} is not an address such as 127.0.0.1:9464 (or \"off\")"))
+}
+
 /// Parses `NAME=URL`.
 pub fn parse_participant(s: &str) -> Result<(String, String), String> {
     let (name, url) = s
@@ -101,6 +111,10 @@ pub struct CoordinatorArgs {
         default_value = "postgres://postgres@127.0.0.1:5432/holdfast"
     )]
     pub database_url: String,
+
+    /// Where Prometheus metrics are served (GET /metrics), or `off`.
+    #[arg(long, env = "HOLDFAST_METRICS_LISTEN", default_value = "127.0.0.1:9464", value_parser = parse_optional_addr)]
+    pub metrics_listen: Option<SocketAddr>,
 
     /// A participant, as NAME=URL. Repeatable; the env var takes a comma-separated list.
     #[arg(long = "participant", env = "HOLDFAST_PARTICIPANTS", value_delimiter = ',', value_parser = parse_participant)]

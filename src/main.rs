@@ -40,10 +40,28 @@ enum Command {
     },
 }
 
+/// Serves /metrics in the background when configured.
+async fn start_metrics(addr: Option<std::net::SocketAddr>) -> Result<(), AppError> {
+    if let Some(addr) = addr {
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+            AppError::Config(format!(
+                "metrics cannot listen on {addr}: {e} (--metrics-listen)"
+            ))
+        })?;
+        tracing::info!(%addr, "metrics on /metrics");
+        tokio::spawn(holdfast::telemetry::serve_metrics(
+            listener,
+            std::future::pending(),
+        ));
+    }
+    Ok(())
+}
+
 async fn run(cli: Cli) -> Result<(), AppError> {
     let Some(command) = cli.command else {
         // All-in-one: the coordinator's defaults, every reference participant beside it.
         let args = cli.all_in_one;
+        start_metrics(args.metrics_listen).await?;
         let url = args.database_url.clone();
         return app::serve_all_in_one(&url, args, holdfast::server::shutdown_signal()).await;
     };
@@ -77,6 +95,7 @@ async fn run(cli: Cli) -> Result<(), AppError> {
                 policy: args.policy().map_err(AppError::Config)?,
             };
             app::ensure_database(&args.database_url).await?;
+            start_metrics(args.metrics_listen).await?;
             let store = PgStore::connect(&args.database_url, args.db_pool_size).await?;
             let listener = tokio::net::TcpListener::bind(args.listen).await?;
             app::serve_coordinator(

@@ -271,12 +271,14 @@ impl ParticipantHandle {
             items: items.iter().map(to_proto_hold).collect(),
             expires_at: Some(to_timestamp(expires_at)),
         });
+        let started = std::time::Instant::now();
         let result = self
             .client
             .clone()
             .r#try(req)
             .await
             .map_err(|s| CallError::from_status(&s));
+        crate::telemetry::branch_call(&self.name, "try", started.elapsed());
         self.observe(&result);
         let resp = result?.into_inner();
         use proto::try_response::Outcome;
@@ -306,12 +308,14 @@ impl ParticipantHandle {
             reservation_id: reservation_id.to_string(),
             branch_id: branch_id.to_string(),
         });
+        let started = std::time::Instant::now();
         let result = self
             .client
             .clone()
             .confirm(req)
             .await
             .map_err(|s| CallError::from_status(&s));
+        crate::telemetry::branch_call(&self.name, "confirm", started.elapsed());
         self.observe(&result);
         let resp = result?;
         branch_state_from_proto(resp.get_ref().state).ok_or_else(|| {
@@ -332,12 +336,14 @@ impl ParticipantHandle {
             reservation_id: reservation_id.to_string(),
             branch_id: branch_id.to_string(),
         });
+        let started = std::time::Instant::now();
         let result = self
             .client
             .clone()
             .cancel(req)
             .await
             .map_err(|s| CallError::from_status(&s));
+        crate::telemetry::branch_call(&self.name, "cancel", started.elapsed());
         self.observe(&result);
         let resp = result?;
         branch_state_from_proto(resp.get_ref().state).ok_or_else(|| {
@@ -364,12 +370,14 @@ impl ParticipantHandle {
             currency: refund.currency.clone(),
             reason: refund.reason.clone(),
         });
+        let started = std::time::Instant::now();
         let result = self
             .payments
             .clone()
             .refund(req)
             .await
             .map_err(|s| CallError::from_status(&s));
+        crate::telemetry::branch_call(&self.name, "refund", started.elapsed());
         self.observe(&result);
         let resp = result?;
         if resp.get_ref().state == i32::from(proto::refund::State::Refunded) {

@@ -77,6 +77,21 @@ fn decode_page_token(token: &str) -> Result<(chrono::DateTime<chrono::Utc>, Uuid
     Ok((ts, id))
 }
 
+/// Records an RPC's outcome and latency.
+async fn observed<T>(
+    method: &'static str,
+    call: impl std::future::Future<Output = Result<T, Status>>,
+) -> Result<T, Status> {
+    let started = std::time::Instant::now();
+    let result = call.await;
+    let code = match &result {
+        Ok(_) => tonic::Code::Ok,
+        Err(s) => s.code(),
+    };
+    crate::telemetry::rpc(method, code, started.elapsed());
+    result
+}
+
 type WatchStream = Pin<Box<dyn Stream<Item = Result<proto::Reservation, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -85,101 +100,119 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
         &self,
         request: Request<proto::ReserveRequest>,
     ) -> Result<Response<proto::Reservation>, Status> {
-        let input = convert::reserve_input(request.into_inner()).map_err(Error::from)?;
-        let r = self.coordinator.reserve(input).await?;
-        Ok(Response::new(convert::reservation(r, Token::Include)))
+        observed("Reserve", async move {
+            let input = convert::reserve_input(request.into_inner()).map_err(Error::from)?;
+            let r = self.coordinator.reserve(input).await?;
+            Ok(Response::new(convert::reservation(r, Token::Include)))
+        })
+        .await
     }
 
     async fn confirm(
         &self,
         request: Request<proto::ConfirmRequest>,
     ) -> Result<Response<proto::Reservation>, Status> {
-        let req = request.into_inner();
-        if let Some(p) = &req.payment {
-            self.check_payment(p).map_err(Error::from)?;
-        }
-        let r = self
-            .coordinator
-            .confirm(
-                &req.reservation_id,
-                &req.hold_token,
-                req.payment.map(convert::payment),
-            )
-            .await?;
-        Ok(Response::new(convert::reservation(r, Token::Omit)))
+        observed("Confirm", async move {
+            let req = request.into_inner();
+            if let Some(p) = &req.payment {
+                self.check_payment(p).map_err(Error::from)?;
+            }
+            let r = self
+                .coordinator
+                .confirm(
+                    &req.reservation_id,
+                    &req.hold_token,
+                    req.payment.map(convert::payment),
+                )
+                .await?;
+            Ok(Response::new(convert::reservation(r, Token::Omit)))
+        })
+        .await
     }
 
     async fn cancel(
         &self,
         request: Request<proto::CancelRequest>,
     ) -> Result<Response<proto::Reservation>, Status> {
-        let req = request.into_inner();
-        let r = self
-            .coordinator
-            .cancel(&req.reservation_id, &req.hold_token, &req.reason)
-            .await?;
-        Ok(Response::new(convert::reservation(r, Token::Omit)))
+        observed("Cancel", async move {
+            let req = request.into_inner();
+            let r = self
+                .coordinator
+                .cancel(&req.reservation_id, &req.hold_token, &req.reason)
+                .await?;
+            Ok(Response::new(convert::reservation(r, Token::Omit)))
+        })
+        .await
     }
 
     async fn extend(
         &self,
         request: Request<proto::ExtendRequest>,
     ) -> Result<Response<proto::Reservation>, Status> {
-        let req = request.into_inner();
-        let ttl = req
-            .ttl
-            .as_ref()
-            .map(|d| convert::from_duration("ttl", d))
-            .transpose()
-            .map_err(Error::from)?;
-        let r = self
-            .coordinator
-            .extend(&req.reservation_id, &req.hold_token, ttl)
-            .await?;
-        Ok(Response::new(convert::reservation(r, Token::Omit)))
+        observed("Extend", async move {
+            let req = request.into_inner();
+            let ttl = req
+                .ttl
+                .as_ref()
+                .map(|d| convert::from_duration("ttl", d))
+                .transpose()
+                .map_err(Error::from)?;
+            let r = self
+                .coordinator
+                .extend(&req.reservation_id, &req.hold_token, ttl)
+                .await?;
+            Ok(Response::new(convert::reservation(r, Token::Omit)))
+        })
+        .await
     }
 
     async fn get_reservation(
         &self,
         request: Request<proto::GetReservationRequest>,
     ) -> Result<Response<proto::Reservation>, Status> {
-        let r = self
-            .coordinator
-            .get(&request.get_ref().reservation_id)
-            .await?;
-        Ok(Response::new(convert::reservation(r, Token::Omit)))
+        observed("GetReservation", async move {
+            let r = self
+                .coordinator
+                .get(&request.get_ref().reservation_id)
+                .await?;
+            Ok(Response::new(convert::reservation(r, Token::Omit)))
+        })
+        .await
     }
 
     async fn list_reservations(
         &self,
         request: Request<proto::ListReservationsRequest>,
     ) -> Result<Response<proto::ListReservationsResponse>, Status> {
-        let req = request.into_inner();
-        if req.page_size < 0 {
-            return Err(Error::from(FieldError::new("page_size", "must be >= 0")).into());
-        }
-        let query = ListQuery {
-            holder: (!req.holder.is_empty()).then_some(req.holder),
-            state: convert::state_filter(req.state).map_err(Error::from)?,
-            limit: u32::try_from(req.page_size).unwrap_or(0),
-            after: if req.page_token.is_empty() {
-                None
-            } else {
-                Some(decode_page_token(&req.page_token).map_err(Error::from)?)
-            },
-        };
-        let page = self.coordinator.list(query).await?;
-        Ok(Response::new(proto::ListReservationsResponse {
-            reservations: page
-                .reservations
-                .into_iter()
-                .map(|r| convert::reservation(r, Token::Omit))
-                .collect(),
-            next_page_token: page
-                .next
-                .map(|(ts, id)| encode_page_token(ts, id))
-                .unwrap_or_default(),
-        }))
+        observed("ListReservations", async move {
+            let req = request.into_inner();
+            if req.page_size < 0 {
+                return Err(Error::from(FieldError::new("page_size", "must be >= 0")).into());
+            }
+            let query = ListQuery {
+                holder: (!req.holder.is_empty()).then_some(req.holder),
+                state: convert::state_filter(req.state).map_err(Error::from)?,
+                limit: u32::try_from(req.page_size).unwrap_or(0),
+                after: if req.page_token.is_empty() {
+                    None
+                } else {
+                    Some(decode_page_token(&req.page_token).map_err(Error::from)?)
+                },
+            };
+            let page = self.coordinator.list(query).await?;
+            Ok(Response::new(proto::ListReservationsResponse {
+                reservations: page
+                    .reservations
+                    .into_iter()
+                    .map(|r| convert::reservation(r, Token::Omit))
+                    .collect(),
+                next_page_token: page
+                    .next
+                    .map(|(ts, id)| encode_page_token(ts, id))
+                    .unwrap_or_default(),
+            }))
+        })
+        .await
     }
 
     type WatchReservationStream = WatchStream;

@@ -188,7 +188,10 @@ impl Coordinator {
                 request_id: new.request_id,
                 existing: existing.id,
             }),
-            Created::New(created) => self.place_holds(created).await,
+            Created::New(created) => {
+                entered(&created, State::Trying);
+                self.place_holds(created).await
+            }
         }
     }
 
@@ -286,7 +289,9 @@ impl Coordinator {
     async fn place_holds(&self, r: Reservation) -> Result<Reservation, Error> {
         let placement = self.place_in_order(&r).await?;
         let Some(failure) = placement.failure else {
-            return Ok(self.store.record_held(r.id, &placement.reports).await?);
+            let held = self.store.record_held(r.id, &placement.reports).await?;
+            entered(&held, State::Held);
+            return Ok(held);
         };
         let released = self
             .abort_placement(r.id, &failure.rejection, &placement.reports)
@@ -313,6 +318,7 @@ impl Coordinator {
         match placement.failure {
             None => {
                 let r = self.store.finish_retake(r.id, &placement.reports).await?;
+                entered(&r, State::Confirming);
                 self.drive_confirm(r).await
             }
             Some(failure) => {
@@ -326,6 +332,8 @@ impl Coordinator {
                     .store
                     .fail_retake(r.id, &placement.reports, &reason)
                     .await?;
+                entered(&r, State::Cancelling);
+                refund_recorded(&r);
                 let r = self.drive_release(r).await?;
                 let r = self.drive_refund(r).await?;
                 Err(Error::HoldExpired {
@@ -358,10 +366,14 @@ impl Coordinator {
                 false
             }
         };
-        Ok(self
+        let after = self
             .store
             .record_refund_attempt(r.id, acknowledged, self.policy.backoff)
-            .await?)
+            .await?;
+        if acknowledged {
+            crate::telemetry::refund(crate::domain::RefundState::Refunded);
+        }
+        Ok(after)
     }
 
     async fn abort_placement(
@@ -374,6 +386,7 @@ impl Coordinator {
             .store
             .record_rejected(id, Some(rejection), reports)
             .await?;
+        entered(&recorded, State::Cancelling);
         self.drive_release(recorded).await
     }
 
@@ -475,7 +488,21 @@ impl Coordinator {
             Decided::Judged {
                 verdict,
                 reservation,
-            } => Ok((verdict, *reservation)),
+            } => {
+                match &verdict {
+                    Verdict::Transition { to, .. } => entered(&reservation, *to),
+                    Verdict::HonorLate => entered(&reservation, State::Confirming),
+                    Verdict::Expire => entered(&reservation, State::Cancelling),
+                    Verdict::Refund { expire, .. } => {
+                        if *expire {
+                            entered(&reservation, State::Cancelling);
+                        }
+                        refund_recorded(&reservation);
+                    }
+                    _ => {}
+                }
+                Ok((verdict, *reservation))
+            }
         }
     }
 
@@ -601,6 +628,12 @@ impl Coordinator {
                 self.policy.backoff,
             )
             .await?;
+        if let Some(to) = finish {
+            entered(&r, to);
+            if to == State::Failed {
+                refund_recorded(&r);
+            }
+        }
         self.drive_refund(r).await
     }
 
@@ -666,7 +699,30 @@ impl Coordinator {
                 finish,
                 self.policy.backoff,
             )
-            .await?)
+            .await
+            .map(|r| {
+                if let Some(to) = finish {
+                    entered(&r, to);
+                }
+                r
+            })?)
+    }
+}
+
+/// Counts a transition the caller asked for, if the reservation is now in that state.
+fn entered(r: &Reservation, to: State) {
+    if r.stored_state == to {
+        crate::telemetry::reservation_entered(to);
+    }
+}
+
+/// Counts a refund the caller recorded, if there is one pending.
+fn refund_recorded(r: &Reservation) {
+    if r.refund
+        .as_ref()
+        .is_some_and(|f| f.state == crate::domain::RefundState::Pending)
+    {
+        crate::telemetry::refund(crate::domain::RefundState::Pending);
     }
 }
 

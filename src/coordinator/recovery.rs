@@ -19,6 +19,9 @@ use crate::store::BranchReport;
 /// How often participants that failed are probed for health.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
+/// How often the recovery backlog gauge is refreshed.
+const BACKLOG_GAUGE_INTERVAL: Duration = Duration::from_secs(5);
+
 impl Coordinator {
     /// Drives one claimed reservation as far as its participants allow now.
     pub async fn recover(&self, id: Uuid) -> Result<Reservation, Error> {
@@ -96,6 +99,7 @@ impl Coordinator {
     /// participant's backlog as soon as it answers again.
     pub async fn run_recovery(self, mut stop: watch::Receiver<bool>) {
         let mut last_probe = Instant::now();
+        let mut last_gauge: Option<Instant> = None;
         loop {
             if *stop.borrow() {
                 return;
@@ -107,6 +111,13 @@ impl Coordinator {
                     }
                     Ok(_) => {}
                     Err(e) => tracing::warn!(error = %e, "waking backlog failed"),
+                }
+            }
+            if last_gauge.is_none_or(|t| t.elapsed() >= BACKLOG_GAUGE_INTERVAL) {
+                last_gauge = Some(Instant::now());
+                match self.store.backlog().await {
+                    Ok(n) => crate::telemetry::recovery_backlog(n),
+                    Err(e) => tracing::warn!(error = %e, "reading the recovery backlog failed"),
                 }
             }
             if last_probe.elapsed() >= PROBE_INTERVAL {
