@@ -451,3 +451,73 @@ async fn expired_hold_is_released_by_the_reaper_through_the_real_stack(pool: PgP
     assert_eq!(stack.counts(Seats, "E1").await, (0, 1, 0));
     stack.stop().await;
 }
+
+#[sqlx::test(migrations = false)]
+async fn concurrent_losers_release_what_they_held_before_the_seats_refused(pool: PgPool) {
+    // "payments" sorts before "seats": every loser's payment is authorised first, then the
+    // seats refuse, and the coordinator must void that authorisation.
+    const K: usize = 16;
+    const SEATS: [&str; 3] = ["D1", "D2", "D3"];
+    const AMOUNT: i64 = 100;
+    let stack = spawn_stack(pool).await;
+    stack.put(Seats, &SEATS.map(|s| (s, 1))).await;
+    stack.put(Payments, &[("wallet", 10_000)]).await;
+
+    let requests = (0..K)
+        .map(|i| {
+            let mut holds: Vec<_> = SEATS.iter().map(|s| hold(Seats, s, 1)).collect();
+            holds.rotate_left(i % SEATS.len());
+            if i % 2 == 0 {
+                holds.reverse();
+            }
+            holds.insert(i % 4, hold(Payments, "wallet", AMOUNT));
+            reserve(
+                &format!("pay-seats-{i}"),
+                &format!("holder-{i}"),
+                None,
+                holds,
+            )
+        })
+        .collect();
+    let answers = storm(&stack, requests).await;
+
+    let (winners, losers): (Vec<_>, Vec<_>) = answers.into_iter().partition(|a| a.is_ok());
+    assert_eq!(
+        winners.len(),
+        1,
+        "exactly one Reserve must win: {winners:?}"
+    );
+    let winner = winners
+        .into_iter()
+        .next()
+        .and_then(Result::ok)
+        .expect("the winner");
+    assert_eq!(state_of(&winner), State::Held, "{winner:?}");
+    for err in losers.into_iter().filter_map(Result::err) {
+        let r = assert_rejected(&stack, &err, "seats").await;
+        let payment = branch_states(&r)
+            .into_iter()
+            .find(|(p, _, _)| p == "payments")
+            .expect("a payment branch");
+        assert_eq!(payment.2, BranchState::Cancelled, "{r:?}");
+    }
+    // Only the winner's authorisation remains; every loser's was voided.
+    stack
+        .wait_counts(Payments, "wallet", (10_000 - AMOUNT, AMOUNT, 0))
+        .await;
+    for seat in SEATS {
+        assert_eq!(stack.counts(Seats, seat).await, (0, 1, 0), "seat {seat}");
+    }
+
+    stack
+        .client()
+        .cancel(cancel(&winner))
+        .await
+        .expect("cancel the winner");
+    stack.wait_state(&winner.id, State::Cancelled).await;
+    stack.wait_counts(Payments, "wallet", (10_000, 0, 0)).await;
+    for seat in SEATS {
+        stack.wait_counts(Seats, seat, (1, 0, 0)).await;
+    }
+    stack.stop().await;
+}
