@@ -432,8 +432,8 @@ async fn expired_hold_is_released_by_the_reaper_through_the_real_stack(pool: PgP
     // (The participant itself keeps the hold for an hour past expiry.)
     stack.wait_counts(Seats, "E1", (1, 0, 0)).await;
 
-    let expired = stack.get(&r.id).await;
-    assert_eq!(state_of(&expired), State::Expired, "{expired:?}");
+    // The participant commits its release before the coordinator records it: wait for that.
+    let expired = stack.wait_state(&r.id, State::Expired).await;
     assert_branches(&expired, BranchState::Cancelled);
     let err = stack
         .client()
