@@ -2,8 +2,11 @@
 //! per test, and in-test participants that record their calls.
 
 mod common;
+mod real;
 
+mod binary;
 mod concurrency;
+mod end_to_end;
 mod fanout;
 mod late_payment;
 mod lifecycle;

@@ -1,0 +1,369 @@
+//! The real `holdfast` binary, all-in-one (no subcommand), against a fresh database: it
+//! serves, reserves across two participants, confirms, and after a SIGKILL and a restart the
+//! reservation and the participants' counts are as they were.
+
+use std::fs::File;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use holdfast::proto;
+use holdfast::proto::coordinator_client::CoordinatorClient;
+use holdfast::proto::reservation::State;
+use holdfast::proto::resource_admin_client::ResourceAdminClient;
+use sqlx::migrate::MigrateDatabase;
+use tonic::transport::Channel;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+use crate::common::state_of;
+
+/// How long the binary may take to start serving.
+const STARTUP: Duration = Duration::from_secs(60);
+
+fn server_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+/// `url` with its database name replaced by `name` (query parameters kept).
+fn with_database(url: &str, name: &str) -> String {
+    let (head, query) = match url.split_once('?') {
+        Some((head, query)) => (head, format!("?{query}")),
+        None => (url, String::new()),
+    };
+    let authority_start = head.find("://").map_or(0, |i| i + 3);
+    let base = match head[authority_start..].find('/') {
+        Some(i) => &head[..authority_start + i],
+        None => head,
+    };
+    format!("{base}/{name}{query}")
+}
+
+/// A database created for one test and dropped (best effort) when the guard goes, even if the
+/// test panicked.
+struct TempDatabase {
+    url: String,
+}
+
+impl TempDatabase {
+    async fn create() -> TempDatabase {
+        let name = format!("holdfast_e2e_bin_{}", uuid::Uuid::new_v4().simple());
+        let url = with_database(&server_url(), &name);
+        sqlx::Postgres::create_database(&url)
+            .await
+            .unwrap_or_else(|e| panic!("create database {name}: {e}"));
+        TempDatabase { url }
+    }
+}
+
+impl Drop for TempDatabase {
+    fn drop(&mut self) {
+        // Drop runs inside the test's runtime: drop the database from a thread of its own.
+        let url = self.url.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            if let Ok(rt) = rt {
+                let _ = rt.block_on(sqlx::Postgres::force_drop_database(&url));
+            }
+        })
+        .join();
+    }
+}
+
+/// A running `holdfast` process; killed (SIGKILL) and reaped when dropped.
+struct Holdfast {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Holdfast {
+    fn start(database_url: &str, listen: SocketAddr, log: PathBuf) -> Holdfast {
+        let out = File::options()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap_or_else(|e| panic!("open {}: {e}", log.display()));
+        let err = out.try_clone().expect("clone the log file handle");
+        let child = Command::new(env!("CARGO_BIN_EXE_holdfast"))
+            .arg("--listen")
+            .arg(listen.to_string())
+            .env("DATABASE_URL", database_url)
+            // Nothing from the caller's environment may reconfigure the all-in-one.
+            .env_remove("HOLDFAST_LISTEN")
+            .env_remove("HOLDFAST_PARTICIPANTS")
+            .env_remove("HOLDFAST_CONFIG")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .expect("spawn the holdfast binary");
+        Holdfast {
+            child: Some(child),
+            log,
+        }
+    }
+
+    /// SIGKILL: no graceful shutdown, nothing flushed.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Panics with the process's output if it has exited.
+    fn assert_alive(&mut self) {
+        if let Some(child) = self.child.as_mut()
+            && let Ok(Some(status)) = child.try_wait()
+        {
+            panic!(
+                "holdfast exited early ({status}); its output:\n{}",
+                self.log_text()
+            );
+        }
+    }
+
+    /// Waits until `service` at `addr` reports SERVING through `grpc.health.v1`.
+    async fn wait_serving(&mut self, addr: SocketAddr, service: &str) {
+        let deadline = Instant::now() + STARTUP;
+        loop {
+            self.assert_alive();
+            let last = match health(addr, service).await {
+                Ok(ServingStatus::Serving) => return,
+                Ok(other) => format!("{other:?}"),
+                Err(e) => e,
+            };
+            assert!(
+                Instant::now() < deadline,
+                "{service} at {addr} not SERVING after {STARTUP:?} (last: {last}); output:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for Holdfast {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+async fn health(addr: SocketAddr, service: &str) -> Result<ServingStatus, String> {
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .map_err(|e| e.to_string())?
+        .connect_timeout(Duration::from_secs(1))
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: service.to_owned(),
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .into_inner()
+        .status;
+    ServingStatus::try_from(status).map_err(|e| e.to_string())
+}
+
+/// A loopback address of this test process's own (the all-in-one puts its participants on
+/// fixed ports 50061-50065 of the listen IP, so 127.0.0.1 could collide with a developer's
+/// running all-in-one), and a port free on it.
+fn listen_addr() -> SocketAddr {
+    let pid = std::process::id();
+    let ip = IpAddr::V4(Ipv4Addr::new(
+        127,
+        77,
+        (pid / 250 % 250) as u8 + 1,
+        (pid % 250) as u8 + 1,
+    ));
+    for port in 50061..=50065 {
+        if let Err(e) = std::net::TcpListener::bind((ip, port)) {
+            panic!("participant port {ip}:{port} is taken ({e}); cannot run the all-in-one");
+        }
+    }
+    let probe = std::net::TcpListener::bind((ip, 0)).expect("bind a loopback port");
+    probe.local_addr().expect("local addr")
+}
+
+fn participant_addr(listen: SocketAddr, port: u16) -> SocketAddr {
+    SocketAddr::new(listen.ip(), port)
+}
+
+async fn admin(addr: SocketAddr) -> ResourceAdminClient<Channel> {
+    ResourceAdminClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap_or_else(|e| panic!("connect to ResourceAdmin at {addr}: {e}"))
+}
+
+async fn counts(admin: &mut ResourceAdminClient<Channel>, resource: &str) -> (i64, i64, i64) {
+    let s = admin
+        .get_resource(proto::GetResourceRequest {
+            resource: resource.to_owned(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("GetResource {resource}: {e:?}"))
+        .into_inner();
+    assert_eq!(s.capacity, s.available + s.held + s.confirmed, "{s:?}");
+    (s.available, s.held, s.confirmed)
+}
+
+async fn serving(process: &mut Holdfast, listen: SocketAddr) {
+    process.wait_serving(listen, "tcc.v1.Coordinator").await;
+    for port in [50061, 50062] {
+        process
+            .wait_serving(participant_addr(listen, port), "tcc.v1.Participant")
+            .await;
+    }
+}
+
+#[tokio::test]
+async fn all_in_one_binary_confirms_and_keeps_it_across_a_sigkill() {
+    let db = TempDatabase::create().await;
+    let listen = listen_addr();
+    let log = std::env::temp_dir().join(format!(
+        "holdfast-e2e-binary-{}.log",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let seats_addr = participant_addr(listen, 50061);
+    let stock_addr = participant_addr(listen, 50062);
+
+    let mut process = Holdfast::start(&db.url, listen, log.clone());
+    serving(&mut process, listen).await;
+
+    let mut seats = admin(seats_addr).await;
+    let mut stock = admin(stock_addr).await;
+    seats
+        .put_resources(proto::PutResourcesRequest {
+            resources: vec![proto::ResourceSpec {
+                resource: "C7".into(),
+                capacity: 1,
+            }],
+        })
+        .await
+        .expect("put the seat");
+    stock
+        .put_resources(proto::PutResourcesRequest {
+            resources: vec![proto::ResourceSpec {
+                resource: "mug".into(),
+                capacity: 5,
+            }],
+        })
+        .await
+        .expect("put the stock");
+
+    let mut client = CoordinatorClient::connect(format!("http://{listen}"))
+        .await
+        .expect("connect to the coordinator");
+    let r = client
+        .reserve(proto::ReserveRequest {
+            request_id: "bin-1".into(),
+            holder: "alice".into(),
+            ttl: None,
+            holds: vec![
+                proto::Hold {
+                    participant: "stock".into(),
+                    resource: "mug".into(),
+                    quantity: 2,
+                    during: None,
+                },
+                proto::Hold {
+                    participant: "seats".into(),
+                    resource: "C7".into(),
+                    quantity: 1,
+                    during: None,
+                },
+            ],
+            labels: Default::default(),
+        })
+        .await
+        .expect("reserve through the binary")
+        .into_inner();
+    assert_eq!(state_of(&r), State::Held, "{r:?}");
+    assert_eq!(counts(&mut seats, "C7").await, (0, 1, 0));
+    assert_eq!(counts(&mut stock, "mug").await, (3, 2, 0));
+
+    client
+        .confirm(proto::ConfirmRequest {
+            reservation_id: r.id.clone(),
+            hold_token: r.hold_token.clone(),
+            payment: None,
+        })
+        .await
+        .expect("confirm through the binary");
+    let get = proto::GetReservationRequest {
+        reservation_id: r.id.clone(),
+    };
+    let deadline = Instant::now() + STARTUP;
+    loop {
+        let now = client
+            .get_reservation(get.clone())
+            .await
+            .expect("get")
+            .into_inner();
+        if state_of(&now) == State::Confirmed {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never CONFIRMED: {now:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(counts(&mut seats, "C7").await, (0, 0, 1));
+    assert_eq!(counts(&mut stock, "mug").await, (3, 0, 2));
+
+    // SIGKILL, then the same binary on the same database and addresses.
+    process.kill();
+    drop((client, seats, stock));
+    let mut process = Holdfast::start(&db.url, listen, log.clone());
+    serving(&mut process, listen).await;
+
+    let mut client = CoordinatorClient::connect(format!("http://{listen}"))
+        .await
+        .expect("reconnect to the coordinator");
+    let after = client
+        .get_reservation(get)
+        .await
+        .expect("the reservation survived the restart")
+        .into_inner();
+    assert_eq!(state_of(&after), State::Confirmed, "{after:?}");
+    assert_eq!(after.id, r.id);
+    let mut seats = admin(seats_addr).await;
+    let mut stock = admin(stock_addr).await;
+    assert_eq!(counts(&mut seats, "C7").await, (0, 0, 1));
+    assert_eq!(counts(&mut stock, "mug").await, (3, 0, 2));
+
+    // And it still works: the rest of the stock can be had.
+    let more = client
+        .reserve(proto::ReserveRequest {
+            request_id: "bin-2".into(),
+            holder: "bob".into(),
+            ttl: None,
+            holds: vec![proto::Hold {
+                participant: "stock".into(),
+                resource: "mug".into(),
+                quantity: 3,
+                during: None,
+            }],
+            labels: Default::default(),
+        })
+        .await
+        .expect("reserve after the restart")
+        .into_inner();
+    assert_eq!(state_of(&more), State::Held, "{more:?}");
+    assert_eq!(counts(&mut stock, "mug").await, (0, 3, 2));
+
+    process.kill();
+    drop(db);
+    let _ = std::fs::remove_file(&log);
+}
