@@ -180,6 +180,9 @@ fn print_banner(
             p.url.trim_start_matches("http://")
         );
     }
+    if let Some(m) = metrics {
+        println!("  metrics      Prometheus          http://{m}/metrics");
+    }
     println!();
     println!("Try it (grpcurl, no proto files needed: the servers offer reflection):");
     println!(

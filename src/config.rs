@@ -114,7 +114,7 @@ pub struct CoordinatorArgs {
 
     /// Where Prometheus metrics are served (GET /metrics), or `off`.
     #[arg(long, env = "HOLDFAST_METRICS_LISTEN", default_value = "127.0.0.1:9464", value_parser = parse_optional_addr)]
-    pub metrics_listen: Option<SocketAddr>,
+    pub metrics_listen: std::option::Option<SocketAddr>,
 
     /// A participant, as NAME=URL. Repeatable; the env var takes a comma-separated list.
     #[arg(long = "participant", env = "HOLDFAST_PARTICIPANTS", value_delimiter = ',', value_parser = parse_participant)]

@@ -43,6 +43,8 @@ enum Command {
 /// Serves /metrics in the background when configured.
 async fn start_metrics(addr: Option<std::net::SocketAddr>) -> Result<(), AppError> {
     if let Some(addr) = addr {
+        // Install the recorder before anything is counted.
+        holdfast::telemetry::metrics_handle();
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
             AppError::Config(format!(
                 "metrics cannot listen on {addr}: {e} (--metrics-listen)"

@@ -69,7 +69,6 @@ pub fn reservation_entered(state: crate::domain::State) {
         State::Confirmed => {
             CONFIRMED.fetch_add(1, Ordering::Relaxed);
         }
-        State::Expired => metrics::counter!(names::EXPIRED_HOLDS).increment(1),
         State::Failed => metrics::counter!(names::FAILED).increment(1),
         _ => {}
     }
@@ -78,6 +77,11 @@ pub fn reservation_entered(state: crate::domain::State) {
         let ratio = CONFIRMED.load(Ordering::Relaxed) as f64 / held as f64;
         metrics::gauge!(names::HOLD_TO_CONFIRM).set(ratio);
     }
+}
+
+/// A hold lapsed and its release was decided (once per reservation).
+pub fn hold_expired() {
+    metrics::counter!(names::EXPIRED_HOLDS).increment(1);
 }
 
 /// A refund was recorded (`PENDING`) or acknowledged (`REFUNDED`).

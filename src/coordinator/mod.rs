@@ -482,25 +482,37 @@ impl Coordinator {
         token: &str,
         decision: &Decision,
     ) -> Result<(Verdict, Reservation), Error> {
-        match self.store.decide(id, token, decision, self.lease()).await? {
+        let decided = self.store.decide(id, token, decision, self.lease()).await?;
+        match decided {
             Decided::NotFound => Err(Error::NotFound(id)),
             Decided::TokenMismatch => Err(Error::TokenMismatch(id)),
             Decided::Judged {
                 verdict,
                 reservation,
+                leased,
             } => {
                 match &verdict {
                     Verdict::Transition { to, .. } => entered(&reservation, *to),
                     Verdict::HonorLate => entered(&reservation, State::Confirming),
-                    Verdict::Expire => entered(&reservation, State::Cancelling),
+                    Verdict::Expire => {
+                        entered(&reservation, State::Cancelling);
+                        crate::telemetry::hold_expired();
+                    }
                     Verdict::Refund { expire, .. } => {
                         if *expire {
                             entered(&reservation, State::Cancelling);
+                            crate::telemetry::hold_expired();
                         }
                         refund_recorded(&reservation);
                     }
                     _ => {}
                 }
+                // Another instance is driving this reservation (a sweep mid-release): it will
+                // finish what this decision added; answer without driving it twice.
+                let verdict = match verdict {
+                    Verdict::Refund { answer, .. } if !leased => Verdict::Refuse(answer),
+                    other => other,
+                };
                 Ok((verdict, *reservation))
             }
         }
@@ -618,7 +630,7 @@ impl Coordinator {
         if lost {
             tracing::error!(reservation_id = %r.id, "a participant lost a granted hold; reservation FAILED");
         }
-        let r = self
+        let phase = self
             .store
             .record_phase(
                 r.id,
@@ -628,13 +640,13 @@ impl Coordinator {
                 self.policy.backoff,
             )
             .await?;
-        if let Some(to) = finish {
-            entered(&r, to);
+        if let (true, Some(to)) = (phase.finished, finish) {
+            entered(&phase.reservation, to);
             if to == State::Failed {
-                refund_recorded(&r);
+                refund_recorded(&phase.reservation);
             }
         }
-        self.drive_refund(r).await
+        self.drive_refund(phase.reservation).await
     }
 
     /// Tells every participant that may hold something to release it, in parallel, and
@@ -690,7 +702,7 @@ impl Coordinator {
         } else {
             None
         };
-        Ok(self
+        let phase = self
             .store
             .record_phase(
                 r.id,
@@ -699,13 +711,11 @@ impl Coordinator {
                 finish,
                 self.policy.backoff,
             )
-            .await
-            .map(|r| {
-                if let Some(to) = finish {
-                    entered(&r, to);
-                }
-                r
-            })?)
+            .await?;
+        if let (true, Some(to)) = (phase.finished, finish) {
+            entered(&phase.reservation, to);
+        }
+        Ok(phase.reservation)
     }
 }
 

@@ -80,12 +80,17 @@ impl Coordinator {
     /// Claims due work (expired holds, abandoned placements, retries) and drives it
     /// concurrently. Returns how many reservations it claimed.
     pub async fn sweep(&self) -> Result<usize, Error> {
-        let ids = self
+        let claimed = self
             .store
             .claim_due(self.lease(), self.policy.sweep_batch)
             .await?;
-        let n = ids.len();
-        join_all(ids.into_iter().map(|id| async move {
+        let n = claimed.len();
+        join_all(claimed.into_iter().map(|c| async move {
+            let id = c.id;
+            if c.expired {
+                crate::telemetry::reservation_entered(State::Cancelling);
+                crate::telemetry::hold_expired();
+            }
             if let Err(e) = self.recover(id).await {
                 tracing::warn!(reservation_id = %id, error = %e, "recovery attempt failed; will retry");
             }

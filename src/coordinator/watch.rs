@@ -15,7 +15,8 @@ use crate::domain::{
     Decision, HoldToken, ListQuery, NewReservation, Rejection, Reservation, State,
 };
 use crate::store::{
-    Backoff, BranchReport, Created, Decided, HoldLimits, Store, StoreError, WorkLease,
+    Backoff, BranchReport, Claimed, Created, Decided, HoldLimits, Phase, Store, StoreError,
+    WorkLease,
 };
 
 /// Per-reservation broadcast channels, created on first subscription, dropped with the last.
@@ -125,15 +126,16 @@ impl Store for Publishing {
         reports: &[BranchReport],
         finish: Option<State>,
         backoff: Backoff,
-    ) -> Result<Reservation, StoreError> {
-        self.out(
-            self.inner
-                .record_phase(id, from, reports, finish, backoff)
-                .await,
-        )
+    ) -> Result<Phase, StoreError> {
+        let phase = self
+            .inner
+            .record_phase(id, from, reports, finish, backoff)
+            .await?;
+        self.watchers.publish(&phase.reservation);
+        Ok(phase)
     }
 
-    async fn claim_due(&self, lease: WorkLease, limit: u32) -> Result<Vec<Uuid>, StoreError> {
+    async fn claim_due(&self, lease: WorkLease, limit: u32) -> Result<Vec<Claimed>, StoreError> {
         self.inner.claim_due(lease, limit).await
     }
 

@@ -64,7 +64,26 @@ pub enum Decided {
     Judged {
         verdict: Verdict,
         reservation: Box<Reservation>,
+        /// This instance holds the lease now and should drive the change; false when another
+        /// instance is driving the reservation already.
+        leased: bool,
     },
+}
+
+/// A reservation claimed by a sweep.
+#[derive(Clone, Copy, Debug)]
+pub struct Claimed {
+    pub id: Uuid,
+    /// The claim itself expired it (`HELD -> CANCELLING`, ending `EXPIRED`).
+    pub expired: bool,
+}
+
+/// What `record_phase` did.
+#[derive(Debug)]
+pub struct Phase {
+    pub reservation: Reservation,
+    /// This call moved the reservation to the terminal state asked for.
+    pub finished: bool,
 }
 
 /// How one coordinator instance claims work: it owns what it drives until `duration` passes,
@@ -151,12 +170,12 @@ pub trait Store: Send + Sync + 'static {
         reports: &[BranchReport],
         finish: Option<State>,
         backoff: Backoff,
-    ) -> Result<Reservation, StoreError>;
+    ) -> Result<Phase, StoreError>;
 
     /// Claims up to `limit` reservations that need driving and whose lease is free: expired
     /// `HELD` ones (moved to `CANCELLING` ending `EXPIRED` in the same statement), `TRYING` ones
     /// abandoned by their placer, and `CONFIRMING`/`CANCELLING` ones whose retry is due.
-    async fn claim_due(&self, lease: WorkLease, limit: u32) -> Result<Vec<Uuid>, StoreError>;
+    async fn claim_due(&self, lease: WorkLease, limit: u32) -> Result<Vec<Claimed>, StoreError>;
 
     /// Starts honouring a late payment on an `EXPIRED` reservation whose holds were all
     /// released: a new generation of branches (fresh branch ids, `PENDING`) and a new

@@ -12,7 +12,8 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::{
-    Backoff, BranchReport, Created, Decided, HoldLimits, LimitScope, Store, StoreError, WorkLease,
+    Backoff, BranchReport, Claimed, Created, Decided, HoldLimits, LimitScope, Phase, Store,
+    StoreError, WorkLease,
 };
 use crate::domain::lifecycle::{self, Snapshot};
 use crate::domain::{
@@ -340,18 +341,26 @@ fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// Leases a reservation to `lease.owner` (it is about to drive it).
-async fn take_lease(conn: &mut PgConnection, id: Uuid, lease: WorkLease) -> Result<(), StoreError> {
-    sqlx::query(
+/// Leases a reservation to `lease.owner` (it is about to drive it), unless another instance
+/// holds an unexpired lease on it (it is driving it already). True if the lease is ours.
+async fn take_lease(
+    conn: &mut PgConnection,
+    id: Uuid,
+    lease: WorkLease,
+) -> Result<bool, StoreError> {
+    let taken = sqlx::query(
         "UPDATE reservations SET lease_owner = $2, \
-         lease_until = clock_timestamp() + $3 * interval '1 millisecond' WHERE id = $1",
+         lease_until = clock_timestamp() + $3 * interval '1 millisecond' \
+         WHERE id = $1 AND (lease_owner IS NULL OR lease_owner = $2 \
+                            OR lease_until IS NULL OR lease_until < clock_timestamp())",
     )
     .bind(id)
     .bind(lease.owner)
     .bind(millis(lease.duration))
     .execute(&mut *conn)
-    .await?;
-    Ok(())
+    .await?
+    .rows_affected();
+    Ok(taken == 1)
 }
 
 /// Moves a reservation `from -> to` if it is still in `from`; the row count decides.
@@ -730,9 +739,10 @@ impl Store for PgStore {
                 == 1,
             Verdict::AlreadyDone | Verdict::Refuse(_) => false,
         };
+        let mut leased = false;
         let reservation = if changed {
             if !matches!(verdict, Verdict::Extend { .. }) {
-                take_lease(&mut tx, id, lease).await?;
+                leased = take_lease(&mut tx, id, lease).await?;
             }
             let after = load_existing(&mut tx, id).await?;
             tx.commit().await?;
@@ -744,6 +754,7 @@ impl Store for PgStore {
         Ok(Decided::Judged {
             verdict,
             reservation: Box::new(reservation),
+            leased,
         })
     }
 
@@ -802,8 +813,9 @@ impl Store for PgStore {
         reports: &[BranchReport],
         finish: Option<State>,
         backoff: Backoff,
-    ) -> Result<Reservation, StoreError> {
+    ) -> Result<Phase, StoreError> {
         let mut tx = self.pool.begin().await?;
+        let mut finished = false;
         // Lock first, so two drivers of one reservation record their answers one after the other.
         let still_there: Option<String> =
             sqlx::query_scalar("SELECT state FROM reservations WHERE id = $1 FOR UPDATE")
@@ -812,7 +824,7 @@ impl Store for PgStore {
                 .await?;
         if still_there.as_deref() == Some(from.as_str()) {
             apply_reports(&mut tx, id, reports).await?;
-            let finished = match finish {
+            finished = match finish {
                 Some(to) => transition(&mut tx, id, from, to).await?,
                 None => false,
             };
@@ -837,17 +849,20 @@ impl Store for PgStore {
             .execute(&mut *tx)
             .await?;
         }
-        let after = load_existing(&mut tx, id).await?;
+        let reservation = load_existing(&mut tx, id).await?;
         tx.commit().await?;
-        Ok(after)
+        Ok(Phase {
+            reservation,
+            finished,
+        })
     }
 
-    async fn claim_due(&self, lease: WorkLease, limit: u32) -> Result<Vec<Uuid>, StoreError> {
+    async fn claim_due(&self, lease: WorkLease, limit: u32) -> Result<Vec<Claimed>, StoreError> {
         // Expiry is decided here, by the database clock, in the same statement that claims the
         // row: a Confirm racing it waits on the row lock and then sees CANCELLING.
-        let ids: Vec<Uuid> = sqlx::query_scalar(
+        let rows: Vec<(Uuid, bool)> = sqlx::query_as(
             "WITH due AS ( \
-                SELECT id FROM reservations \
+                SELECT id, state FROM reservations \
                 WHERE (lease_until IS NULL OR lease_until < clock_timestamp()) \
                   AND ((state IN ('TRYING', 'HELD', 'CONFIRMING', 'CANCELLING') \
                         AND CASE state \
@@ -868,14 +883,17 @@ impl Store for PgStore {
                 version = CASE WHEN r.state = 'HELD' THEN r.version + 1 ELSE r.version END, \
                 updated_at = CASE WHEN r.state = 'HELD' THEN clock_timestamp() ELSE r.updated_at END \
              FROM due WHERE r.id = due.id \
-             RETURNING r.id",
+             RETURNING r.id, due.state = 'HELD'",
         )
         .bind(lease.owner)
         .bind(millis(lease.duration))
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
-        Ok(ids)
+        Ok(rows
+            .into_iter()
+            .map(|(id, expired)| Claimed { id, expired })
+            .collect())
     }
 
     async fn begin_retake(&self, id: Uuid) -> Result<Reservation, StoreError> {

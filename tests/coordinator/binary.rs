@@ -91,6 +91,8 @@ impl Holdfast {
         let child = Command::new(env!("CARGO_BIN_EXE_holdfast"))
             .arg("--listen")
             .arg(listen.to_string())
+            .arg("--metrics-listen")
+            .arg(format!("{}:9464", listen.ip()))
             .env("DATABASE_URL", database_url)
             // Nothing from the caller's environment may reconfigure the all-in-one.
             .env_remove("HOLDFAST_LISTEN")
@@ -322,6 +324,25 @@ async fn all_in_one_binary_confirms_and_keeps_it_across_a_sigkill() {
     assert_eq!(counts(&mut seats, "C7").await, (0, 0, 1));
     assert_eq!(counts(&mut stock, "mug").await, (3, 0, 2));
 
+    // The operator's view: /metrics counted the reservation and its participant calls.
+    let metrics = scrape(SocketAddr::new(listen.ip(), 9464)).await;
+    for line in [
+        "holdfast_reservations_total{state=\"HELD\"} 1",
+        "holdfast_reservations_total{state=\"CONFIRMED\"} 1",
+        "holdfast_rpc_requests_total{method=\"Reserve\",code=\"Ok\"} 1",
+        "holdfast_hold_to_confirm_ratio 1",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "{line} missing in:\n{metrics}"
+        );
+    }
+    assert!(
+        metrics
+            .contains("holdfast_branch_call_seconds_count{participant=\"seats\",phase=\"try\"} 1"),
+        "{metrics}"
+    );
+
     // SIGKILL, then the same binary on the same database and addresses.
     process.kill();
     drop((client, seats, stock));
@@ -363,7 +384,115 @@ async fn all_in_one_binary_confirms_and_keeps_it_across_a_sigkill() {
     assert_eq!(state_of(&more), State::Held, "{more:?}");
     assert_eq!(counts(&mut stock, "mug").await, (0, 3, 2));
 
+    // An expiry and a refunded late payment show on /metrics too.
+    seats
+        .put_resources(proto::PutResourcesRequest {
+            resources: vec![proto::ResourceSpec {
+                resource: "C8".into(),
+                capacity: 1,
+            }],
+        })
+        .await
+        .expect("add seat C8");
+    let seat = |holder: &str, ttl: Option<prost_types::Duration>| proto::ReserveRequest {
+        request_id: format!("{holder}-c8"),
+        holder: holder.into(),
+        ttl,
+        holds: vec![proto::Hold {
+            participant: "seats".into(),
+            resource: "C8".into(),
+            quantity: 1,
+            during: None,
+        }],
+        labels: Default::default(),
+    };
+    let lapsing = client
+        .reserve(seat(
+            "carol",
+            Some(prost_types::Duration {
+                seconds: 1,
+                nanos: 0,
+            }),
+        ))
+        .await
+        .expect("carol reserves C8")
+        .into_inner();
+    let deadline = Instant::now() + STARTUP;
+    while counts(&mut seats, "C8").await != (1, 0, 0) {
+        assert!(Instant::now() < deadline, "C8 was never released");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    client
+        .reserve(seat("dave", None))
+        .await
+        .expect("dave takes C8");
+    let payments_addr = participant_addr(listen, 50064);
+    admin(payments_addr)
+        .await
+        .put_resources(proto::PutResourcesRequest {
+            resources: vec![proto::ResourceSpec {
+                resource: "card".into(),
+                capacity: 10_000,
+            }],
+        })
+        .await
+        .expect("fund the card");
+    let payment_ref =
+        proto::payments_client::PaymentsClient::connect(format!("http://{payments_addr}"))
+            .await
+            .expect("connect to payments")
+            .charge(proto::ChargeRequest {
+                account: "card".into(),
+                amount_minor: 500,
+                currency: "EUR".into(),
+            })
+            .await
+            .expect("charge")
+            .into_inner()
+            .payment_ref;
+    let late = client
+        .confirm(proto::ConfirmRequest {
+            reservation_id: lapsing.id.clone(),
+            hold_token: lapsing.hold_token.clone(),
+            payment: Some(proto::Payment {
+                participant: "payments".into(),
+                payment_ref,
+                amount_minor: 500,
+                currency: "EUR".into(),
+            }),
+        })
+        .await
+        .expect_err("the seat is taken: refunded");
+    assert_eq!(crate::common::reason(&late), "HOLD_EXPIRED");
+    let metrics = scrape(SocketAddr::new(listen.ip(), 9464)).await;
+    for line in [
+        "holdfast_expired_holds_total 1",
+        "holdfast_refunds_total{state=\"PENDING\"} 1",
+        "holdfast_refunds_total{state=\"REFUNDED\"} 1",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "{line} missing in:\n{metrics}"
+        );
+    }
+
     process.kill();
     drop(db);
     let _ = std::fs::remove_file(&log);
+}
+
+/// GET /metrics over plain HTTP/1.1.
+async fn scrape(addr: SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect to /metrics");
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: holdfast\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    response
 }

@@ -70,26 +70,27 @@ pub async fn spawn_app(pool: PgPool, settings: CoordinatorSettings) -> TestApp {
     }
 }
 
+/// Starts fakes named `names`, sharing one call log.
+pub async fn spawn_fakes(names: &[&str]) -> Fakes {
+    let log = CallLog::default();
+    let mut by_name = HashMap::new();
+    for name in names {
+        by_name.insert((*name).to_owned(), spawn_fake(name, log.clone()).await);
+    }
+    Fakes { log, by_name }
+}
+
 /// Starts a coordinator whose participants are `names` as fakes sharing one call log.
 pub async fn spawn_with_fakes(pool: PgPool, names: &[&str]) -> (TestApp, Fakes) {
-    let log = CallLog::default();
-    let mut fakes = HashMap::new();
-    for name in names {
-        fakes.insert((*name).to_owned(), spawn_fake(name, log.clone()).await);
-    }
+    let fakes = spawn_fakes(names).await;
     let urls: Vec<(String, String)> = fakes
+        .by_name
         .iter()
         .map(|(n, f)| (n.clone(), f.url.clone()))
         .collect();
     let pairs: Vec<(&str, &str)> = urls.iter().map(|(n, u)| (n.as_str(), u.as_str())).collect();
     let app = spawn_app(pool, settings(&pairs)).await;
-    (
-        app,
-        Fakes {
-            log,
-            by_name: fakes,
-        },
-    )
+    (app, fakes)
 }
 
 /// One recorded participant call.

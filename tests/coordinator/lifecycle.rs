@@ -231,7 +231,11 @@ async fn wrong_token_changes_nothing(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn confirm_after_ttl_ran_out_is_hold_expired(pool: PgPool) {
-    let (mut app, fakes) = spawn_with_fakes(pool, &["seats"]).await;
+    // No reaper here: this is lazy expiry, seen by reads and decided by the Confirm itself.
+    let fakes = spawn_fakes(&["seats"]).await;
+    let mut s = settings(&[("seats", &fakes.get("seats").url)]);
+    s.policy.sweep_interval = Duration::from_secs(3600);
+    let mut app = spawn_app(pool, s).await;
     let mut req = reserve_request("r1", vec![hold("seats", "A1")]);
     req.ttl = Some(prost_types::Duration {
         seconds: 1,
