@@ -121,7 +121,9 @@ async fn run(cli: Cli) -> Result<(), AppError> {
 async fn main() -> ExitCode {
     holdfast::telemetry::init();
     let cli = Cli::parse();
-    match run(cli).await {
+    let result = run(cli).await;
+    holdfast::telemetry::shutdown();
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");

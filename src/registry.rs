@@ -10,6 +10,8 @@ use chrono::{DateTime, Utc};
 use tonic::transport::{Channel, Endpoint};
 use uuid::Uuid;
 
+use tracing::Instrument;
+
 use crate::domain::{BranchOutcome, BranchState, Hold, TryOutcome};
 use crate::proto;
 use crate::proto::participant_client::ParticipantClient;
@@ -210,6 +212,14 @@ impl ParticipantHandle {
 
     /// Remembers whether the participant answered; a first answer after failures is announced.
     fn observe<T>(&self, result: &Result<T, CallError>) {
+        tracing::Span::current().record(
+            "outcome",
+            match result {
+                Ok(_) => "ok",
+                Err(e) if e.refused => "refused",
+                Err(_) => "failed",
+            },
+        );
         match result {
             Err(e) if !e.refused => {
                 self.failing.store(true, Ordering::Relaxed);
@@ -249,10 +259,31 @@ impl ParticipantHandle {
         result.is_ok()
     }
 
+    /// An outgoing call: the per-call deadline, and the current trace context.
     fn request<T>(&self, msg: T) -> tonic::Request<T> {
         let mut req = tonic::Request::new(msg);
         req.set_timeout(self.timeout);
+        crate::telemetry::propagation::inject(req.metadata_mut());
         req
+    }
+
+    /// The client span of one participant call.
+    fn span(
+        &self,
+        phase: &'static str,
+        reservation_id: Uuid,
+        branch_id: Option<Uuid>,
+    ) -> tracing::Span {
+        tracing::info_span!(
+            "participant_call",
+            otel.name = %format!("{}/{phase}", self.name),
+            otel.kind = "client",
+            participant = %self.name,
+            phase,
+            reservation_id = %reservation_id,
+            branch_id = branch_id.map(tracing::field::display),
+            outcome = tracing::field::Empty,
+        )
     }
 
     /// Asks the participant to hold `items`.
@@ -264,38 +295,43 @@ impl ParticipantHandle {
         items: &[Hold],
         expires_at: DateTime<Utc>,
     ) -> Result<TryOutcome, CallError> {
-        let req = self.request(proto::TryRequest {
-            reservation_id: reservation_id.to_string(),
-            branch_id: branch_id.to_string(),
-            holder: holder.to_owned(),
-            items: items.iter().map(to_proto_hold).collect(),
-            expires_at: Some(to_timestamp(expires_at)),
-        });
-        let started = std::time::Instant::now();
-        let result = self
-            .client
-            .clone()
-            .r#try(req)
-            .await
-            .map_err(|s| CallError::from_status(&s));
-        crate::telemetry::branch_call(&self.name, "try", started.elapsed());
-        self.observe(&result);
-        let resp = result?.into_inner();
-        use proto::try_response::Outcome;
-        match Outcome::try_from(resp.outcome) {
-            Ok(Outcome::Held) => Ok(TryOutcome::Held),
-            Ok(Outcome::Rejected) => Ok(TryOutcome::Rejected {
-                reason: if resp.reason.is_empty() {
-                    "rejected".to_owned()
-                } else {
-                    resp.reason
-                },
-            }),
-            _ => Err(CallError::protocol(format!(
-                "participant answered an unknown Try outcome {}",
-                resp.outcome
-            ))),
+        let span = self.span("try", reservation_id, Some(branch_id));
+        async move {
+            let req = self.request(proto::TryRequest {
+                reservation_id: reservation_id.to_string(),
+                branch_id: branch_id.to_string(),
+                holder: holder.to_owned(),
+                items: items.iter().map(to_proto_hold).collect(),
+                expires_at: Some(to_timestamp(expires_at)),
+            });
+            let started = std::time::Instant::now();
+            let result = self
+                .client
+                .clone()
+                .r#try(req)
+                .await
+                .map_err(|s| CallError::from_status(&s));
+            crate::telemetry::branch_call(&self.name, "try", started.elapsed());
+            self.observe(&result);
+            let resp = result?.into_inner();
+            use proto::try_response::Outcome;
+            match Outcome::try_from(resp.outcome) {
+                Ok(Outcome::Held) => Ok(TryOutcome::Held),
+                Ok(Outcome::Rejected) => Ok(TryOutcome::Rejected {
+                    reason: if resp.reason.is_empty() {
+                        "rejected".to_owned()
+                    } else {
+                        resp.reason
+                    },
+                }),
+                _ => Err(CallError::protocol(format!(
+                    "participant answered an unknown Try outcome {}",
+                    resp.outcome
+                ))),
+            }
         }
+        .instrument(span)
+        .await
     }
 
     /// Asks the participant to finalise the branch.
@@ -304,26 +340,31 @@ impl ParticipantHandle {
         reservation_id: Uuid,
         branch_id: Uuid,
     ) -> Result<BranchOutcome, CallError> {
-        let req = self.request(proto::BranchRequest {
-            reservation_id: reservation_id.to_string(),
-            branch_id: branch_id.to_string(),
-        });
-        let started = std::time::Instant::now();
-        let result = self
-            .client
-            .clone()
-            .confirm(req)
-            .await
-            .map_err(|s| CallError::from_status(&s));
-        crate::telemetry::branch_call(&self.name, "confirm", started.elapsed());
-        self.observe(&result);
-        let resp = result?;
-        branch_state_from_proto(resp.get_ref().state).ok_or_else(|| {
-            CallError::protocol(format!(
-                "participant answered Confirm with state {}",
-                resp.get_ref().state
-            ))
-        })
+        let span = self.span("confirm", reservation_id, Some(branch_id));
+        async move {
+            let req = self.request(proto::BranchRequest {
+                reservation_id: reservation_id.to_string(),
+                branch_id: branch_id.to_string(),
+            });
+            let started = std::time::Instant::now();
+            let result = self
+                .client
+                .clone()
+                .confirm(req)
+                .await
+                .map_err(|s| CallError::from_status(&s));
+            crate::telemetry::branch_call(&self.name, "confirm", started.elapsed());
+            self.observe(&result);
+            let resp = result?;
+            branch_state_from_proto(resp.get_ref().state).ok_or_else(|| {
+                CallError::protocol(format!(
+                    "participant answered Confirm with state {}",
+                    resp.get_ref().state
+                ))
+            })
+        }
+        .instrument(span)
+        .await
     }
 
     /// Asks the participant to release the branch.
@@ -332,26 +373,31 @@ impl ParticipantHandle {
         reservation_id: Uuid,
         branch_id: Uuid,
     ) -> Result<BranchOutcome, CallError> {
-        let req = self.request(proto::BranchRequest {
-            reservation_id: reservation_id.to_string(),
-            branch_id: branch_id.to_string(),
-        });
-        let started = std::time::Instant::now();
-        let result = self
-            .client
-            .clone()
-            .cancel(req)
-            .await
-            .map_err(|s| CallError::from_status(&s));
-        crate::telemetry::branch_call(&self.name, "cancel", started.elapsed());
-        self.observe(&result);
-        let resp = result?;
-        branch_state_from_proto(resp.get_ref().state).ok_or_else(|| {
-            CallError::protocol(format!(
-                "participant answered Cancel with state {}",
-                resp.get_ref().state
-            ))
-        })
+        let span = self.span("cancel", reservation_id, Some(branch_id));
+        async move {
+            let req = self.request(proto::BranchRequest {
+                reservation_id: reservation_id.to_string(),
+                branch_id: branch_id.to_string(),
+            });
+            let started = std::time::Instant::now();
+            let result = self
+                .client
+                .clone()
+                .cancel(req)
+                .await
+                .map_err(|s| CallError::from_status(&s));
+            crate::telemetry::branch_call(&self.name, "cancel", started.elapsed());
+            self.observe(&result);
+            let resp = result?;
+            branch_state_from_proto(resp.get_ref().state).ok_or_else(|| {
+                CallError::protocol(format!(
+                    "participant answered Cancel with state {}",
+                    resp.get_ref().state
+                ))
+            })
+        }
+        .instrument(span)
+        .await
     }
 
     /// Asks the payment participant to refund `refund.amount_minor` of the payment; `Ok` once
@@ -362,31 +408,36 @@ impl ParticipantHandle {
         payment: &crate::domain::Payment,
         refund: &crate::domain::Refund,
     ) -> Result<(), CallError> {
-        let req = self.request(proto::RefundRequest {
-            refund_id: refund.refund_id.to_string(),
-            reservation_id: reservation_id.to_string(),
-            payment_ref: payment.payment_ref.clone(),
-            amount_minor: refund.amount_minor,
-            currency: refund.currency.clone(),
-            reason: refund.reason.clone(),
-        });
-        let started = std::time::Instant::now();
-        let result = self
-            .payments
-            .clone()
-            .refund(req)
-            .await
-            .map_err(|s| CallError::from_status(&s));
-        crate::telemetry::branch_call(&self.name, "refund", started.elapsed());
-        self.observe(&result);
-        let resp = result?;
-        if resp.get_ref().state == i32::from(proto::refund::State::Refunded) {
-            Ok(())
-        } else {
-            Err(CallError::protocol(format!(
-                "payment participant answered refund state {}",
-                resp.get_ref().state
-            )))
+        let span = self.span("refund", reservation_id, None);
+        async move {
+            let req = self.request(proto::RefundRequest {
+                refund_id: refund.refund_id.to_string(),
+                reservation_id: reservation_id.to_string(),
+                payment_ref: payment.payment_ref.clone(),
+                amount_minor: refund.amount_minor,
+                currency: refund.currency.clone(),
+                reason: refund.reason.clone(),
+            });
+            let started = std::time::Instant::now();
+            let result = self
+                .payments
+                .clone()
+                .refund(req)
+                .await
+                .map_err(|s| CallError::from_status(&s));
+            crate::telemetry::branch_call(&self.name, "refund", started.elapsed());
+            self.observe(&result);
+            let resp = result?;
+            if resp.get_ref().state == i32::from(proto::refund::State::Refunded) {
+                Ok(())
+            } else {
+                Err(CallError::protocol(format!(
+                    "payment participant answered refund state {}",
+                    resp.get_ref().state
+                )))
+            }
         }
+        .instrument(span)
+        .await
     }
 }

@@ -48,6 +48,7 @@ pub async fn serve(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha);
     tonic::transport::Server::builder()
+        .trace_fn(crate::telemetry::propagation::server_span)
         .add_routes(routes)
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
         .await?;

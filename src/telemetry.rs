@@ -1,6 +1,7 @@
-//! Telemetry: logging (`tracing` to stderr, filtered by `RUST_LOG`, default `info`) and
-//! Prometheus metrics (the SPEC names, recorded through the `metrics` facade, served as text
-//! on `/metrics`).
+//! Telemetry: logging (`tracing` to stderr, filtered by `RUST_LOG`, default `info`), traces
+//! (OTLP over gRPC when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, W3C trace context carried in gRPC
+//! metadata), and Prometheus metrics (the SPEC names, recorded through the `metrics` facade,
+//! served as text on `/metrics`).
 
 use std::future::Future;
 use std::sync::OnceLock;
@@ -11,14 +12,143 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-/// Installs the global log subscriber; a second call is a no-op.
+static TRACER_PROVIDER: OnceLock<opentelemetry_sdk::trace::SdkTracerProvider> = OnceLock::new();
+
+/// Installs the global subscriber: logs to stderr, plus OTLP trace export when
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` is set (nothing is exported, and nothing extra done per call,
+/// when it is not). Call inside the Tokio runtime. A second call is a no-op.
 pub fn init() {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx::postgres::notice=warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .with(otlp_layer())
         .try_init();
+}
+
+fn otlp_layer<S>()
+-> Option<tracing_opentelemetry::OpenTelemetryLayer<S, opentelemetry_sdk::trace::SdkTracer>>
+where
+    S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
+{
+    use opentelemetry::trace::TracerProvider;
+    let endpoint = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .ok()
+        .filter(|e| !e.is_empty())?;
+    let exporter = match opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .build()
+    {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("holdfast: OTLP export to {endpoint} disabled: {e}");
+            return None;
+        }
+    };
+    let mut resource = opentelemetry_sdk::Resource::builder();
+    if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
+        resource = resource.with_service_name("holdfast");
+    }
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource.build())
+        .build();
+    let tracer = provider.tracer("holdfast");
+    opentelemetry::global::set_text_map_propagator(
+        opentelemetry_sdk::propagation::TraceContextPropagator::new(),
+    );
+    opentelemetry::global::set_tracer_provider(provider.clone());
+    let _ = TRACER_PROVIDER.set(provider);
+    Some(tracing_opentelemetry::layer().with_tracer(tracer))
+}
+
+/// Flushes spans not yet exported (on shutdown).
+pub fn shutdown() {
+    if let Some(provider) = TRACER_PROVIDER.get() {
+        let _ = provider.shutdown();
+    }
+}
+
+/// Whether traces are exported (and trace context worth propagating).
+pub fn tracing_enabled() -> bool {
+    TRACER_PROVIDER.get().is_some()
+}
+
+/// W3C trace context in gRPC metadata: read from incoming calls, written into outgoing ones.
+pub mod propagation {
+    use opentelemetry::propagation::{Extractor, Injector};
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+    struct Headers<'a>(&'a http::HeaderMap);
+
+    impl Extractor for Headers<'_> {
+        fn get(&self, key: &str) -> Option<&str> {
+            self.0.get(key).and_then(|v| v.to_str().ok())
+        }
+
+        fn keys(&self) -> Vec<&str> {
+            self.0.keys().map(|k| k.as_str()).collect()
+        }
+    }
+
+    struct Metadata<'a>(&'a mut tonic::metadata::MetadataMap);
+
+    impl Injector for Metadata<'_> {
+        fn set(&mut self, key: &str, value: String) {
+            if let (Ok(k), Ok(v)) = (
+                tonic::metadata::MetadataKey::from_bytes(key.as_bytes()),
+                tonic::metadata::MetadataValue::try_from(value.as_str()),
+            ) {
+                self.0.insert(k, v);
+            }
+        }
+    }
+
+    /// The span of one served RPC, a child of the caller's trace when it sent one. Its
+    /// `trace_id` field puts the trace id on every log line inside it.
+    pub fn server_span(request: &http::Request<()>) -> tracing::Span {
+        let path = request.uri().path();
+        let span = tracing::info_span!(
+            "rpc",
+            otel.name = %path.trim_start_matches('/'),
+            otel.kind = "server",
+            rpc.method = %path,
+            trace_id = tracing::field::Empty,
+        );
+        if super::tracing_enabled() {
+            let parent = opentelemetry::global::get_text_map_propagator(|p| {
+                p.extract(&Headers(request.headers()))
+            });
+            let _ = span.set_parent(parent);
+            record_trace_id(&span);
+        }
+        span
+    }
+
+    /// Records the span's trace id in its `trace_id` field.
+    fn record_trace_id(span: &tracing::Span) {
+        use opentelemetry::trace::TraceContextExt;
+        let cx = span.context();
+        let id = cx.span().span_context().trace_id();
+        if id != opentelemetry::trace::TraceId::INVALID {
+            span.record("trace_id", tracing::field::display(id));
+        }
+    }
+
+    /// Writes the current span's trace context into an outgoing call's metadata.
+    pub fn inject(metadata: &mut tonic::metadata::MetadataMap) {
+        if !super::tracing_enabled() {
+            return;
+        }
+        let cx = tracing::Span::current().context();
+        opentelemetry::global::get_text_map_propagator(|p| {
+            p.inject_context(&cx, &mut Metadata(metadata))
+        });
+    }
 }
 
 /// Metric names (SPEC section 5), in one place.

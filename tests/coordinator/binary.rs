@@ -43,12 +43,12 @@ fn with_database(url: &str, name: &str) -> String {
 
 /// A database created for one test and dropped (best effort) when the guard goes, even if the
 /// test panicked.
-struct TempDatabase {
-    url: String,
+pub(crate) struct TempDatabase {
+    pub(crate) url: String,
 }
 
 impl TempDatabase {
-    async fn create() -> TempDatabase {
+    pub(crate) async fn create() -> TempDatabase {
         let name = format!("holdfast_e2e_bin_{}", uuid::Uuid::new_v4().simple());
         let url = with_database(&server_url(), &name);
         sqlx::Postgres::create_database(&url)
@@ -75,13 +75,23 @@ impl Drop for TempDatabase {
 }
 
 /// A running `holdfast` process; killed (SIGKILL) and reaped when dropped.
-struct Holdfast {
+pub(crate) struct Holdfast {
     child: Option<Child>,
     log: PathBuf,
 }
 
 impl Holdfast {
-    fn start(database_url: &str, listen: SocketAddr, log: PathBuf) -> Holdfast {
+    pub(crate) fn start(database_url: &str, listen: SocketAddr, log: PathBuf) -> Holdfast {
+        Holdfast::start_with(database_url, listen, log, &[])
+    }
+
+    /// Starts it with extra environment variables.
+    pub(crate) fn start_with(
+        database_url: &str,
+        listen: SocketAddr,
+        log: PathBuf,
+        env: &[(&str, &str)],
+    ) -> Holdfast {
         let out = File::options()
             .create(true)
             .append(true)
@@ -100,6 +110,7 @@ impl Holdfast {
             .env_remove("HOLDFAST_CONFIG")
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err))
@@ -112,7 +123,7 @@ impl Holdfast {
     }
 
     /// SIGKILL: no graceful shutdown, nothing flushed.
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -183,11 +194,13 @@ async fn health(addr: SocketAddr, service: &str) -> Result<ServingStatus, String
 /// A loopback address of this test process's own (the all-in-one puts its participants on
 /// fixed ports 50061-50065 of the listen IP, so 127.0.0.1 could collide with a developer's
 /// running all-in-one), and a port free on it.
-fn listen_addr() -> SocketAddr {
+/// A loopback address of this test process's own (`slot` tells tests apart), so the
+/// all-in-one's fixed participant ports never clash with anything else.
+pub(crate) fn listen_addr(slot: u8) -> SocketAddr {
     let pid = std::process::id();
     let ip = IpAddr::V4(Ipv4Addr::new(
         127,
-        77,
+        77 + slot,
         (pid / 250 % 250) as u8 + 1,
         (pid % 250) as u8 + 1,
     ));
@@ -200,17 +213,20 @@ fn listen_addr() -> SocketAddr {
     probe.local_addr().expect("local addr")
 }
 
-fn participant_addr(listen: SocketAddr, port: u16) -> SocketAddr {
+pub(crate) fn participant_addr(listen: SocketAddr, port: u16) -> SocketAddr {
     SocketAddr::new(listen.ip(), port)
 }
 
-async fn admin(addr: SocketAddr) -> ResourceAdminClient<Channel> {
+pub(crate) async fn admin(addr: SocketAddr) -> ResourceAdminClient<Channel> {
     ResourceAdminClient::connect(format!("http://{addr}"))
         .await
         .unwrap_or_else(|e| panic!("connect to ResourceAdmin at {addr}: {e}"))
 }
 
-async fn counts(admin: &mut ResourceAdminClient<Channel>, resource: &str) -> (i64, i64, i64) {
+pub(crate) async fn counts(
+    admin: &mut ResourceAdminClient<Channel>,
+    resource: &str,
+) -> (i64, i64, i64) {
     let s = admin
         .get_resource(proto::GetResourceRequest {
             resource: resource.to_owned(),
@@ -222,7 +238,7 @@ async fn counts(admin: &mut ResourceAdminClient<Channel>, resource: &str) -> (i6
     (s.available, s.held, s.confirmed)
 }
 
-async fn serving(process: &mut Holdfast, listen: SocketAddr) {
+pub(crate) async fn serving(process: &mut Holdfast, listen: SocketAddr) {
     process.wait_serving(listen, "tcc.v1.Coordinator").await;
     for port in [50061, 50062] {
         process
@@ -234,7 +250,7 @@ async fn serving(process: &mut Holdfast, listen: SocketAddr) {
 #[tokio::test]
 async fn all_in_one_binary_confirms_and_keeps_it_across_a_sigkill() {
     let db = TempDatabase::create().await;
-    let listen = listen_addr();
+    let listen = listen_addr(0);
     let log = std::env::temp_dir().join(format!(
         "holdfast-e2e-binary-{}.log",
         uuid::Uuid::new_v4().simple()
@@ -482,7 +498,7 @@ async fn all_in_one_binary_confirms_and_keeps_it_across_a_sigkill() {
 }
 
 /// GET /metrics over plain HTTP/1.1.
-async fn scrape(addr: SocketAddr) -> String {
+pub(crate) async fn scrape(addr: SocketAddr) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr)
         .await

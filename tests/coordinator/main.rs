@@ -12,4 +12,5 @@ mod late_payment;
 mod lifecycle;
 mod recovery;
 mod service;
+mod tracing;
 mod validation;
