@@ -393,8 +393,9 @@ fn ratio(rows: &[Row], r: &Row) -> Option<f64> {
 
 fn commits_per_op(r: &Row) -> Option<f64> {
     let (commits, _) = r.xacts?;
+    let setup = r.measured.as_ref().map_or(0, |m| m.setup_xacts);
     let ops = r.ops();
-    (ops > 0).then(|| commits as f64 / ops as f64)
+    (ops > 0).then(|| (commits - setup) as f64 / ops as f64)
 }
 
 fn print_table(rows: &[Row]) {
@@ -463,7 +464,8 @@ fn print_table(rows: &[Row]) {
     println!(
         "  rate/s: completed Reserve+Confirm per second (flash: Reserve answers per second); \
          x ceiling: rate / commit rate of the ceiling row at the same concurrency \
-         (latency: ceiling-1); commits/op: pg_stat_database.xact_commit delta / operations"
+         (latency: ceiling-1); commits/op: pg_stat_database.xact_commit delta, less the bench's own \
+         provisioning transactions, / operations (includes the coordinator's background sweeps)"
     );
 }
 

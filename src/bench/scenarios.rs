@@ -102,6 +102,9 @@ pub struct Measured {
     pub elapsed: Duration,
     pub notes: Vec<String>,
     pub extra: serde_json::Value,
+    /// Database transactions the bench itself caused (provisioning, count reads), known
+    /// exactly, to take out of the per-operation commit count.
+    pub setup_xacts: i64,
 }
 
 /// The raw commit rate: `conns` connections each running single-statement autocommit
@@ -177,6 +180,8 @@ pub async fn ceiling(
         elapsed,
         notes: vec![],
         extra: serde_json::json!({ "statement": "UPDATE bench_ceiling SET n = n + 1 WHERE id = $1 (autocommit)" }),
+        // CREATE TABLE and the INSERT of the rows.
+        setup_xacts: 2,
     })
 }
 
@@ -439,6 +444,11 @@ pub async fn reserve_confirm_loop(
         elapsed,
         notes,
         extra: serde_json::json!({ "seat_top_ups": top_ups }),
+        // One PutResources transaction for the item and one per seat block.
+        setup_xacts: match workload {
+            Workload::Noop => 0,
+            Workload::Real => (2 * clients as u64 + top_ups) as i64,
+        },
     })
 }
 
@@ -522,7 +532,9 @@ pub async fn flash(
     // A Confirm left CONFIRMING (a participant call timed out) is finished by recovery: give
     // it up to 15 s, so the counts below are final rather than in flight.
     let settle_until = Instant::now() + Duration::from_secs(15);
+    let mut reads = 0;
     let counts = loop {
+        reads += 1;
         let counts = stock
             .get_resource(GetResourceRequest {
                 resource: item.clone(),
@@ -570,5 +582,7 @@ pub async fn flash(
         recorder,
         elapsed,
         notes,
+        // The PutResources of the item and each GetResource (an autocommit read).
+        setup_xacts: 1 + reads,
     })
 }
