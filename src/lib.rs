@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod app;
+pub mod bench;
 pub mod config;
 pub mod coordinator;
 pub mod domain;

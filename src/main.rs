@@ -28,6 +28,8 @@ enum Command {
     Coordinator(CoordinatorArgs),
     /// Run one reference participant (tcc.v1.Participant + tcc.v1.ResourceAdmin).
     Participant(ParticipantArgs),
+    /// Run benchmark scenarios (ceiling, latency, throughput, flash); see BENCHMARKS.md.
+    Bench(holdfast::bench::BenchArgs),
     /// Apply the coordinator's database migrations and exit.
     Migrate {
         /// PostgreSQL URL of the coordinator's database.
@@ -108,6 +110,7 @@ async fn run(cli: Cli) -> Result<(), AppError> {
             )
             .await
         }
+        Command::Bench(args) => holdfast::bench::run(args).await.map_err(AppError::Config),
         Command::Migrate { database_url } => {
             app::ensure_database(&database_url).await?;
             PgStore::connect(&database_url, 1).await?.migrate().await?;

@@ -1,0 +1,286 @@
+//! The deployment a benchmark runs against: started in-process (coordinator + reference
+//! participants on 127.0.0.1:0, over real gRPC, against a fresh Postgres database) or an
+//! existing one named by `--target`.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::migrate::MigrateDatabase;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tonic::service::Routes;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::app::{self, CoordinatorSettings};
+use crate::coordinator::Policy;
+use crate::domain::validate::Limits;
+use crate::participant::ParticipantService;
+use crate::participants::admin::AdminService;
+use crate::participants::{self, Kind, ParticipantSettings, noop::Noop};
+use crate::proto::coordinator_client::CoordinatorClient;
+use crate::proto::resource_admin_client::ResourceAdminClient;
+use crate::registry::ParticipantEndpoint;
+use crate::store::PgStore;
+
+/// Where the benchmark's clients connect, and which participants they name.
+#[derive(Clone, Debug)]
+pub struct Endpoints {
+    /// The coordinator's URL.
+    pub coordinator: String,
+    /// Registered names of the noop participants used for "2 holds" (two names: one hold on
+    /// each; one name: two resources on it).
+    pub noop: Vec<String>,
+    /// Registered name and ResourceAdmin URL of the seats participant.
+    pub seats: (String, String),
+    /// Registered name and ResourceAdmin URL of the stock participant.
+    pub stock: (String, String),
+}
+
+/// A running in-process deployment; [`Deployment::stop`] shuts it down and closes its pools,
+/// so its backends exit and flush their statistics.
+pub struct Deployment {
+    pub endpoints: Endpoints,
+    stop: watch::Sender<bool>,
+    tasks: JoinSet<Result<(), String>>,
+    pools: Vec<PgPool>,
+}
+
+/// The names the in-process deployment registers.
+pub const NOOP_NAMES: [&str; 2] = ["noop-a", "noop-b"];
+
+/// Drops and recreates the benchmark database. Refuses names without "bench" in them: this
+/// deletes everything in it.
+pub async fn reset_database(url: &str) -> Result<(), String> {
+    let name = url
+        .rsplit('/')
+        .next()
+        .and_then(|s| s.split('?').next())
+        .unwrap_or("");
+    if !name.contains("bench") {
+        return Err(format!(
+            "refusing to reset database {name:?}: the bench drops and recreates its database, \
+             so its name must contain \"bench\" (e.g. holdfast_bench)"
+        ));
+    }
+    if sqlx::Postgres::database_exists(url)
+        .await
+        .map_err(|e| format!("checking database {name}: {e}"))?
+    {
+        sqlx::Postgres::force_drop_database(url)
+            .await
+            .map_err(|e| format!("dropping database {name}: {e}"))?;
+    }
+    sqlx::Postgres::create_database(url)
+        .await
+        .map_err(|e| format!("creating database {name}: {e}"))?;
+    Ok(())
+}
+
+/// Applies the coordinator's and the participants' schemas once, before any scenario.
+pub async fn migrate(url: &str) -> Result<(), String> {
+    let pool = app::connect(url, 1)
+        .await
+        .map_err(|e| format!("connecting to {url}: {e}"))?;
+    PgStore::from_pool(pool.clone())
+        .migrate()
+        .await
+        .map_err(|e| format!("coordinator migrations: {e}"))?;
+    participants::MIGRATOR
+        .run(&pool)
+        .await
+        .map_err(|e| format!("participant migrations: {e}"))?;
+    pool.close().await;
+    Ok(())
+}
+
+async fn bind() -> Result<(TcpListener, String), String> {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| format!("binding a loopback port: {e}"))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("reading a bound address: {e}"))?;
+    Ok((listener, format!("http://{addr}")))
+}
+
+impl Deployment {
+    /// Starts the coordinator (pool of `coordinator_pool`) and participants `noop-a`, `noop-b`,
+    /// `seats`, `stock` (sharing one pool of `participant_pool`, as the all-in-one does) on
+    /// the already migrated database at `url`, and waits until the coordinator answers.
+    pub async fn start(
+        url: &str,
+        coordinator_pool: u32,
+        participant_pool: u32,
+    ) -> Result<Deployment, String> {
+        let connect = |n| async move {
+            app::connect(url, n)
+                .await
+                .map_err(|e| format!("connecting to {url}: {e}"))
+        };
+        let cpool = connect(coordinator_pool).await?;
+        let ppool = connect(participant_pool).await?;
+        let (stop, stop_rx) = watch::channel(false);
+        let stopped = |mut rx: watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        let mut tasks = JoinSet::new();
+        let mut registered = Vec::new();
+        let timeout = Duration::from_secs(5);
+
+        for name in NOOP_NAMES {
+            let (listener, url) = bind().await?;
+            registered.push(ParticipantEndpoint {
+                name: name.to_owned(),
+                url,
+                timeout,
+            });
+            // `participants::serve` names a noop participant "noop"; two distinct names need
+            // the SDK directly (the same thing `serve` does, minus the reclaimer).
+            let service = ParticipantService::new(name, Noop::new(name), ppool.clone());
+            let admin = AdminService::new(service.resource_arc(), ppool.clone());
+            let routes = Routes::new(service.into_server())
+                .add_service(crate::proto::resource_admin_server::ResourceAdminServer::new(admin));
+            let shutdown = stopped(stop_rx.clone());
+            tasks.spawn(async move {
+                crate::server::serve(
+                    listener,
+                    routes,
+                    &["tcc.v1.Participant", "tcc.v1.ResourceAdmin"],
+                    shutdown,
+                )
+                .await
+                .map_err(|e| format!("participant {name}: {e}"))
+            });
+        }
+        let mut admin_urls = Vec::new();
+        for kind in [Kind::Seats, Kind::Stock] {
+            let (listener, url) = bind().await?;
+            registered.push(ParticipantEndpoint {
+                name: kind.name().to_owned(),
+                url: url.clone(),
+                timeout,
+            });
+            admin_urls.push((kind.name().to_owned(), url));
+            let (pool, shutdown) = (ppool.clone(), stopped(stop_rx.clone()));
+            tasks.spawn(async move {
+                participants::serve(ParticipantSettings::new(kind), pool, listener, shutdown)
+                    .await
+                    .map_err(|e| format!("participant {}: {e}", kind.name()))
+            });
+        }
+        let (listener, coordinator_url) = bind().await?;
+        let settings = CoordinatorSettings {
+            participants: registered,
+            limits: Limits::default(),
+            policy: Policy::default(),
+        };
+        let (store, shutdown) = (PgStore::from_pool(cpool.clone()), stopped(stop_rx.clone()));
+        tasks.spawn(async move {
+            app::serve_coordinator(settings, store, listener, shutdown)
+                .await
+                .map_err(|e| format!("coordinator: {e}"))
+        });
+        let mut stock = admin_urls.pop();
+        let mut seats = admin_urls.pop();
+        let deployment = Deployment {
+            endpoints: Endpoints {
+                coordinator: coordinator_url,
+                noop: NOOP_NAMES.iter().map(|s| (*s).to_owned()).collect(),
+                seats: seats.take().unwrap_or_default(),
+                stock: stock.take().unwrap_or_default(),
+            },
+            stop,
+            tasks,
+            pools: vec![cpool, ppool],
+        };
+        deployment.wait_ready().await
+    }
+
+    async fn wait_ready(mut self) -> Result<Deployment, String> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(joined) = self.tasks.try_join_next() {
+                let why = match joined {
+                    Ok(Err(e)) => e,
+                    Ok(Ok(())) => "a server stopped during start-up".to_owned(),
+                    Err(e) => format!("a server task failed: {e}"),
+                };
+                self.stop().await;
+                return Err(why);
+            }
+            if coordinator_ready(&self.endpoints.coordinator).await {
+                return Ok(self);
+            }
+            if tokio::time::Instant::now() > deadline {
+                self.stop().await;
+                return Err("the in-process coordinator did not answer within 30s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Stops every server, waits for them (at most 10 s), and closes the pools.
+    pub async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        let drained = tokio::time::timeout(Duration::from_secs(10), async {
+            while let Some(joined) = self.tasks.join_next().await {
+                match joined {
+                    Ok(Err(e)) => eprintln!("bench: {e}"),
+                    Err(e) => eprintln!("bench: server task failed: {e}"),
+                    Ok(Ok(())) => {}
+                }
+            }
+        })
+        .await;
+        if drained.is_err() {
+            eprintln!("bench: servers did not stop within 10s; aborting them");
+            self.tasks.abort_all();
+        }
+        for pool in self.pools {
+            pool.close().await;
+        }
+    }
+}
+
+/// Whether the coordinator answers a read (NOT_FOUND for a random id counts as an answer).
+async fn coordinator_ready(url: &str) -> bool {
+    let probe = async {
+        let mut client = CoordinatorClient::new(channel(url).ok()?.connect().await.ok()?);
+        let answer = client
+            .get_reservation(crate::proto::GetReservationRequest {
+                reservation_id: uuid::Uuid::new_v4().to_string(),
+            })
+            .await;
+        match answer {
+            Ok(_) => Some(()),
+            Err(s) if s.code() == tonic::Code::NotFound => Some(()),
+            Err(_) => None,
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(2), probe)
+        .await
+        .ok()
+        .flatten()
+        .is_some()
+}
+
+/// An endpoint for `url` with sane client settings.
+pub fn channel(url: &str) -> Result<Endpoint, String> {
+    Ok(Endpoint::from_shared(url.to_owned())
+        .map_err(|e| format!("bad URL {url:?}: {e}"))?
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(30))
+        .tcp_nodelay(true))
+}
+
+/// `n` lazily connected channels to `url` (clients spread over them round robin).
+pub fn channels(url: &str, n: usize) -> Result<Vec<Channel>, String> {
+    let endpoint = channel(url)?;
+    Ok((0..n.max(1)).map(|_| endpoint.connect_lazy()).collect())
+}
+
+/// A ResourceAdmin client for `url`.
+pub fn admin_client(url: &str) -> Result<ResourceAdminClient<Channel>, String> {
+    Ok(ResourceAdminClient::new(channel(url)?.connect_lazy()))
+}

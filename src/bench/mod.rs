@@ -1,0 +1,504 @@
+//! `holdfast bench`: runs named scenarios against an in-process deployment (coordinator +
+//! reference participants over loopback gRPC, on a fresh Postgres database) or an existing
+//! one (`--target`), and prints throughput and latency next to the raw commit rate of the same
+//! Postgres measured in the same run (`ceiling`). See `BENCHMARKS.md`.
+
+pub mod deploy;
+pub mod scenarios;
+pub mod stats;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use scenarios::{Ctx, Measured, Progress, Workload};
+use stats::Percentiles;
+
+/// A named scenario.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub enum Scenario {
+    /// The database's raw commit rate at 1 and at `--clients` connections.
+    Ceiling,
+    /// One client, sequential Reserve+Confirm of 2 holds (noop, then seats + stock).
+    Latency,
+    /// `--clients` clients, Reserve+Confirm of 2 holds on 2 participants (noop, then seats + stock).
+    Throughput,
+    /// `--flash-clients` clients racing for `--flash-units` units of one stock item.
+    Flash,
+}
+
+/// Settings of `holdfast bench`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct BenchArgs {
+    /// Scenarios to run (default: all), always in the order ceiling, latency, throughput, flash.
+    #[arg(value_enum)]
+    pub scenarios: Vec<Scenario>,
+
+    /// Benchmark an existing deployment at this coordinator URL instead of starting one.
+    #[arg(long)]
+    pub target: Option<String>,
+
+    /// PostgreSQL database for the in-process deployment and for `ceiling`. Without
+    /// `--target` it is DROPPED and recreated, so its name must contain "bench".
+    #[arg(
+        long,
+        env = "HOLDFAST_BENCH_DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/holdfast_bench"
+    )]
+    pub database_url: String,
+
+    /// Concurrent clients of `throughput` (and connections of `ceiling`).
+    #[arg(long, default_value_t = 32)]
+    pub clients: usize,
+
+    /// How long each timed scenario runs.
+    #[arg(long, default_value = "10s", value_parser = crate::config::parse_duration)]
+    pub duration: Duration,
+
+    /// Clients of the flash sale.
+    #[arg(long, default_value_t = 10_000)]
+    pub flash_clients: usize,
+
+    /// Flash-sale clients in flight at once.
+    #[arg(long, default_value_t = 256)]
+    pub flash_concurrency: usize,
+
+    /// Units of the flash-sale item.
+    #[arg(long, default_value_t = 100)]
+    pub flash_units: i64,
+
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+
+    /// Database connections of the in-process coordinator.
+    #[arg(long, default_value_t = 32)]
+    pub coordinator_pool: u32,
+
+    /// Database connections shared by the in-process participants.
+    #[arg(long, default_value_t = 32)]
+    pub participant_pool: u32,
+
+    /// With --target: registered noop participant names (one: 2 resources on it; two: one
+    /// hold on each). Default "noop" (the all-in-one's).
+    #[arg(long = "noop", value_delimiter = ',')]
+    pub noop: Vec<String>,
+
+    /// With --target: ResourceAdmin URL of the `seats` participant.
+    #[arg(long, default_value = "http://127.0.0.1:50061")]
+    pub seats_admin: String,
+
+    /// With --target: ResourceAdmin URL of the `stock` participant.
+    #[arg(long, default_value = "http://127.0.0.1:50062")]
+    pub stock_admin: String,
+
+    /// Seats provisioned per client at a time (seats + stock workload).
+    #[arg(long, default_value_t = 500)]
+    pub seat_block: usize,
+}
+
+/// One row of the summary.
+#[derive(Debug)]
+pub struct Row {
+    pub name: String,
+    pub clients: usize,
+    pub measured: Option<Measured>,
+    /// Which ceiling row this one is compared with.
+    pub baseline: Option<String>,
+    /// Database transactions (commits, rollbacks) during the scenario, in-process only.
+    pub xacts: Option<(i64, i64)>,
+    pub failure: Option<String>,
+}
+
+impl std::fmt::Debug for Measured {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Measured")
+            .field("ok", &self.recorder.ok())
+            .field("elapsed", &self.elapsed)
+            .finish()
+    }
+}
+
+impl Row {
+    fn rate(&self) -> f64 {
+        self.measured.as_ref().map_or(0.0, |m| {
+            let done = if self.name == "flash" {
+                m.recorder.ok() + m.recorder.rejected()
+            } else {
+                m.recorder.ok()
+            };
+            done as f64 / m.elapsed.as_secs_f64().max(1e-9)
+        })
+    }
+
+    fn latency(&self) -> Percentiles {
+        self.measured
+            .as_ref()
+            .map_or_else(Percentiles::default, |m| {
+                let mut all = m.recorder.ok_micros.clone();
+                all.extend(&m.recorder.rejected_micros);
+                stats::percentiles(&all)
+            })
+    }
+
+    fn errors(&self) -> u64 {
+        self.measured
+            .as_ref()
+            .map_or(0, |m| m.recorder.error_count())
+    }
+
+    fn oversell(&self) -> i64 {
+        self.measured
+            .as_ref()
+            .and_then(|m| m.extra.get("oversell"))
+            .and_then(|v| v.as_i64())
+            .unwrap_or(0)
+    }
+
+    fn ops(&self) -> u64 {
+        self.measured
+            .as_ref()
+            .map_or(0, |m| m.recorder.ok() + m.recorder.rejected())
+    }
+}
+
+/// Commits and rollbacks so far in the database at `url` (statistics of exited backends are
+/// exact; the pools of a stopped deployment are closed before this is read).
+async fn xacts(url: &str) -> Option<(i64, i64)> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url).await.ok()?;
+    let row: (i64, i64) = sqlx::query_as(
+        "SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = current_database()",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .ok()?;
+    let _ = conn.close().await;
+    Some(row)
+}
+
+/// Runs the selected scenarios and prints the summary; `Err` when a scenario failed, had
+/// errors, or oversold.
+pub async fn run(args: BenchArgs) -> Result<(), String> {
+    let mut selected = if args.scenarios.is_empty() {
+        vec![
+            Scenario::Ceiling,
+            Scenario::Latency,
+            Scenario::Throughput,
+            Scenario::Flash,
+        ]
+    } else {
+        args.scenarios.clone()
+    };
+    selected.sort();
+    selected.dedup();
+    let in_process = args.target.is_none();
+    if in_process {
+        eprintln!("bench: resetting database {}", redact(&args.database_url));
+        deploy::reset_database(&args.database_url).await?;
+        deploy::migrate(&args.database_url).await?;
+    }
+    let run_id = format!("b{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let ceiling_many = format!("ceiling-{}", args.clients);
+    let mut rows: Vec<Row> = Vec::new();
+
+    for scenario in selected {
+        match scenario {
+            Scenario::Ceiling => {
+                for conns in [1, args.clients] {
+                    let name = format!("ceiling-{conns}");
+                    let before = xacts(&args.database_url).await;
+                    let progress = Arc::new(Progress::default());
+                    let ticker = scenarios::spawn_progress(
+                        name.clone(),
+                        progress.clone(),
+                        Some(args.duration),
+                    );
+                    let result =
+                        scenarios::ceiling(&args.database_url, conns, args.duration, progress)
+                            .await;
+                    ticker.abort();
+                    let after = xacts(&args.database_url).await;
+                    rows.push(row(name, conns, result, None, delta(before, after)));
+                }
+            }
+            Scenario::Latency | Scenario::Throughput => {
+                let (prefix, clients, baseline) = if scenario == Scenario::Latency {
+                    ("latency", 1, "ceiling-1".to_owned())
+                } else {
+                    ("throughput", args.clients, ceiling_many.clone())
+                };
+                for workload in [Workload::Noop, Workload::Real] {
+                    let name = format!("{prefix}-{}", workload.name());
+                    let r = with_deployment(&args, &run_id, &name, |ctx, progress| async move {
+                        scenarios::reserve_confirm_loop(
+                            ctx,
+                            workload,
+                            clients,
+                            args.duration,
+                            progress,
+                        )
+                        .await
+                    })
+                    .await;
+                    rows.push(row(name, clients, r.0, Some(baseline.clone()), r.1));
+                }
+            }
+            Scenario::Flash => {
+                let r = with_deployment(&args, &run_id, "flash", |ctx, progress| async move {
+                    scenarios::flash(
+                        ctx,
+                        args.flash_clients,
+                        args.flash_concurrency,
+                        args.flash_units,
+                        progress,
+                    )
+                    .await
+                })
+                .await;
+                rows.push(row(
+                    "flash".into(),
+                    args.flash_concurrency,
+                    r.0,
+                    Some(ceiling_many.clone()),
+                    r.1,
+                ));
+            }
+        }
+    }
+
+    print_table(&rows);
+    if let Some(path) = &args.json {
+        let doc = to_json(&args, &rows);
+        let text = serde_json::to_string_pretty(&doc).map_err(|e| format!("encoding JSON: {e}"))?;
+        std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        eprintln!("bench: results written to {}", path.display());
+    }
+    let failed: Vec<String> = rows
+        .iter()
+        .filter(|r| r.failure.is_some() || r.errors() > 0 || r.oversell() > 0)
+        .map(|r| r.name.clone())
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "bench: scenarios with failures, errors or oversell: {}",
+            failed.join(", ")
+        ))
+    }
+}
+
+fn delta(before: Option<(i64, i64)>, after: Option<(i64, i64)>) -> Option<(i64, i64)> {
+    let (b, a) = (before?, after?);
+    Some((a.0 - b.0, a.1 - b.1))
+}
+
+fn row(
+    name: String,
+    clients: usize,
+    result: Result<Measured, String>,
+    baseline: Option<String>,
+    xacts: Option<(i64, i64)>,
+) -> Row {
+    let (measured, failure) = match result {
+        Ok(m) => (Some(m), None),
+        Err(e) => {
+            eprintln!("bench: {name} FAILED: {e}");
+            (None, Some(e))
+        }
+    };
+    Row {
+        name,
+        clients,
+        measured,
+        baseline,
+        xacts,
+        failure,
+    }
+}
+
+/// Starts a deployment (in-process) or uses the target, runs `body`, stops the deployment and
+/// counts the database transactions it took.
+async fn with_deployment<F, Fut>(
+    args: &BenchArgs,
+    run_id: &str,
+    name: &str,
+    body: F,
+) -> (Result<Measured, String>, Option<(i64, i64)>)
+where
+    F: FnOnce(Arc<Ctx>, Arc<Progress>) -> Fut,
+    Fut: std::future::Future<Output = Result<Measured, String>>,
+{
+    let (endpoints, deployment) = match &args.target {
+        Some(url) => (
+            deploy::Endpoints {
+                coordinator: url.clone(),
+                noop: if args.noop.is_empty() {
+                    vec!["noop".to_owned()]
+                } else {
+                    args.noop.clone()
+                },
+                seats: ("seats".into(), args.seats_admin.clone()),
+                stock: ("stock".into(), args.stock_admin.clone()),
+            },
+            None,
+        ),
+        None => {
+            match deploy::Deployment::start(
+                &args.database_url,
+                args.coordinator_pool,
+                args.participant_pool,
+            )
+            .await
+            {
+                Ok(d) => (d.endpoints.clone(), Some(d)),
+                Err(e) => return (Err(format!("starting the deployment: {e}")), None),
+            }
+        }
+    };
+    let before = if deployment.is_some() {
+        xacts(&args.database_url).await
+    } else {
+        None
+    };
+    let ctx = Arc::new(Ctx {
+        endpoints,
+        run_id: format!("{run_id}-{name}"),
+        seat_block: args.seat_block.max(1),
+    });
+    let progress = Arc::new(Progress::default());
+    let planned = (name != "flash").then_some(args.duration);
+    let ticker = scenarios::spawn_progress(name.to_owned(), progress.clone(), planned);
+    let result = body(ctx, progress).await;
+    ticker.abort();
+    let mut counted = None;
+    if let Some(d) = deployment {
+        d.stop().await;
+        counted = delta(before, xacts(&args.database_url).await);
+    }
+    (result, counted)
+}
+
+fn redact(url: &str) -> &str {
+    url.rsplit('@').next().unwrap_or(url)
+}
+
+fn ratio(rows: &[Row], r: &Row) -> Option<f64> {
+    let base = r.baseline.as_ref()?;
+    let b = rows.iter().find(|x| &x.name == base)?;
+    let b_rate = b.rate();
+    (b.failure.is_none() && b_rate > 0.0 && r.failure.is_none()).then(|| r.rate() / b_rate)
+}
+
+fn commits_per_op(r: &Row) -> Option<f64> {
+    let (commits, _) = r.xacts?;
+    let setup = r.measured.as_ref().map_or(0, |m| m.setup_xacts);
+    let ops = r.ops();
+    (ops > 0).then(|| (commits - setup) as f64 / ops as f64)
+}
+
+fn print_table(rows: &[Row]) {
+    println!();
+    println!(
+        "{:<18} {:>7} {:>8} {:>6} {:>6} {:>10} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10}",
+        "scenario",
+        "clients",
+        "ok",
+        "rej",
+        "err",
+        "rate/s",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "max ms",
+        "x ceiling",
+        "commits/op"
+    );
+    for r in rows {
+        if let Some(f) = &r.failure {
+            println!("{:<18} FAILED: {f}", r.name);
+            continue;
+        }
+        let Some(m) = &r.measured else { continue };
+        let l = r.latency();
+        let x = ratio(rows, r).map_or("-".into(), |x| format!("{x:.3}"));
+        let c = commits_per_op(r).map_or("-".into(), |c| format!("{c:.2}"));
+        println!(
+            "{:<18} {:>7} {:>8} {:>6} {:>6} {:>10.1} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>10} {:>10}",
+            r.name,
+            r.clients,
+            m.recorder.ok(),
+            m.recorder.rejected(),
+            m.recorder.error_count(),
+            r.rate(),
+            l.p50,
+            l.p90,
+            l.p99,
+            l.max,
+            x,
+            c
+        );
+    }
+    for r in rows {
+        let Some(m) = &r.measured else { continue };
+        for (kind, n) in &m.recorder.errors {
+            println!("  {}: {n} x {kind}", r.name);
+        }
+        for note in &m.notes {
+            println!("  {}: {note}", r.name);
+        }
+        if r.name == "flash" {
+            println!(
+                "  flash: winners {} losers {} oversell {} participant counts {}",
+                m.recorder.ok(),
+                m.recorder.rejected(),
+                r.oversell(),
+                m.extra
+                    .get("participant_counts")
+                    .map(|v| v.to_string())
+                    .unwrap_or_default()
+            );
+        }
+    }
+    println!(
+        "  rate/s: completed Reserve+Confirm per second (flash: Reserve answers per second); \
+         x ceiling: rate / commit rate of the ceiling row at the same concurrency \
+         (latency: ceiling-1); commits/op: pg_stat_database.xact_commit delta, less the bench's own \
+         provisioning transactions, / operations (includes the coordinator's background sweeps)"
+    );
+}
+
+fn to_json(args: &BenchArgs, rows: &[Row]) -> serde_json::Value {
+    let rows: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|r| {
+            let l = r.latency();
+            let m = r.measured.as_ref();
+            serde_json::json!({
+                "scenario": r.name,
+                "clients": r.clients,
+                "failure": r.failure,
+                "ok": m.map(|m| m.recorder.ok()),
+                "rejected": m.map(|m| m.recorder.rejected()),
+                "errors": m.map(|m| &m.recorder.errors),
+                "elapsed_s": m.map(|m| m.elapsed.as_secs_f64()),
+                "rate_per_s": r.rate(),
+                "latency_ms": { "p50": l.p50, "p90": l.p90, "p99": l.p99, "max": l.max },
+                "baseline": r.baseline,
+                "ratio_to_ceiling": ratio(rows, r),
+                "xact_commit": r.xacts.map(|x| x.0),
+                "xact_rollback": r.xacts.map(|x| x.1),
+                "commits_per_op": commits_per_op(r),
+                "notes": m.map(|m| &m.notes),
+                "details": m.map(|m| &m.extra),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "target": args.target.as_deref().unwrap_or("in-process"),
+        "duration_s": args.duration.as_secs_f64(),
+        "clients": args.clients,
+        "results": rows,
+    })
+}
