@@ -4,7 +4,6 @@
 use std::future::Future;
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::service::Routes;
 
 /// Failure to start or run a gRPC server.
@@ -50,7 +49,11 @@ pub async fn serve(
     tonic::transport::Server::builder()
         .trace_fn(crate::telemetry::propagation::server_span)
         .add_routes(routes)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        // No Nagle delay: every TCC step is a small request waiting on a small answer.
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            shutdown,
+        )
         .await?;
     Ok(())
 }
