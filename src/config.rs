@@ -1,12 +1,33 @@
-//! Command-line and environment configuration: one struct per role, flags over `HOLDFAST_*`
-//! environment variables over defaults.
+//! Configuration: one struct per role. Each setting comes from, in order of precedence, its
+//! flag, its `HOLDFAST_*` environment variable, the TOML file named by `--config` /
+//! `HOLDFAST_CONFIG` (keys are the flag names with `_` for `-`), then the built-in default.
+//! The file's settings become the flags' defaults before parsing ([`apply_config_file`]), so
+//! every value, wherever it came from, is checked by the same parser.
 
+use std::collections::HashMap;
+use std::ffi::OsString;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::coordinator::Policy;
 use crate::domain::validate::Limits;
 use crate::registry::ParticipantEndpoint;
+
+/// `url` with any password replaced by `***`.
+pub fn mask_password(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let Some(at) = rest.find('@') else {
+        return url.to_owned();
+    };
+    match rest[..at].split_once(':') {
+        Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &rest[at..]),
+        None => url.to_owned(),
+    }
+}
 
 /// Parses durations such as `250ms`, `5s`, `10m`, `1h`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -56,6 +77,155 @@ pub fn parse_participant(s: &str) -> Result<(String, String), String> {
     Ok((name.to_owned(), url.to_owned()))
 }
 
+/// Roles whose settings a config file may give, and the file section that holds them.
+const FILE_SECTIONS: [(&str, &str); 2] = [("coordinator", ""), ("participant", "participant")];
+
+/// Settings the config file gave that flags cannot carry (per-participant timeouts).
+#[derive(Clone, Debug, Default)]
+pub struct FileExtras {
+    pub participant_timeouts: HashMap<String, Duration>,
+}
+
+/// Finds the config file named by `--config FILE`, `--config=FILE`, or `HOLDFAST_CONFIG`.
+fn config_path(args: &[OsString]) -> Option<PathBuf> {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let a = a.to_string_lossy();
+        if a == "--config" {
+            return it.next().map(PathBuf::from);
+        }
+        if let Some(p) = a.strip_prefix("--config=") {
+            return Some(PathBuf::from(p));
+        }
+    }
+    std::env::var_os("HOLDFAST_CONFIG")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+fn toml_scalar(path: &str, key: &str, v: &toml::Value) -> Result<String, String> {
+    match v {
+        toml::Value::String(s) => Ok(s.clone()),
+        toml::Value::Integer(i) => Ok(i.to_string()),
+        toml::Value::Float(f) => Ok(f.to_string()),
+        toml::Value::Boolean(b) => Ok(b.to_string()),
+        _ => Err(format!(
+            "config file {path}: setting `{key}` must be a string or a number"
+        )),
+    }
+}
+
+/// Reads the config file (if one is named) and makes its settings the defaults of the matching
+/// flags of `cmd`. Unknown settings and unreadable files are errors naming the file and key.
+pub fn apply_config_file(
+    mut cmd: clap::Command,
+    args: &[OsString],
+) -> Result<(clap::Command, FileExtras), String> {
+    let mut extras = FileExtras::default();
+    let Some(path) = config_path(args) else {
+        return Ok((cmd, extras));
+    };
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("config file {shown}: cannot read it: {e}"))?;
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e| format!("config file {shown}: not valid TOML: {e}"))?;
+
+    for (role, section) in FILE_SECTIONS {
+        let settings: toml::Table = if section.is_empty() {
+            table
+                .iter()
+                .filter(|(k, _)| !FILE_SECTIONS.iter().any(|(_, s)| !s.is_empty() && s == k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        } else {
+            match table.get(section) {
+                Some(toml::Value::Table(t)) => t.clone(),
+                Some(_) => return Err(format!("config file {shown}: `{section}` must be a table")),
+                None => continue,
+            }
+        };
+        let Some(sub) = cmd.find_subcommand(role) else {
+            continue;
+        };
+        let known: Vec<String> = sub
+            .get_arguments()
+            .map(|a| a.get_id().to_string())
+            .filter(|id| !matches!(id.as_str(), "config" | "help" | "print_config"))
+            .collect();
+        for (key, value) in &settings {
+            if !known.iter().any(|k| k == key) {
+                return Err(format!(
+                    "config file {shown}: unknown setting `{key}`{} (known: {})",
+                    if section.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" in [{section}]")
+                    },
+                    known.join(", ")
+                ));
+            }
+            let defaults: Vec<String> = if key == "participants" {
+                let toml::Value::Table(registry) = value else {
+                    return Err(format!(
+                        "config file {shown}: `participants` must be a table of NAME = \"URL\" or NAME = {{ url = \"URL\", timeout = \"2s\" }}"
+                    ));
+                };
+                let mut entries = Vec::new();
+                for (name, entry) in registry {
+                    let url = match entry {
+                        toml::Value::String(url) => url.clone(),
+                        toml::Value::Table(t) => {
+                            if let Some(timeout) = t.get("timeout") {
+                                let timeout = toml_scalar(
+                                    &shown,
+                                    &format!("participants.{name}.timeout"),
+                                    timeout,
+                                )?;
+                                let timeout = parse_duration(&timeout).map_err(|e| {
+                                    format!(
+                                        "config file {shown}: `participants.{name}.timeout`: {e}"
+                                    )
+                                })?;
+                                extras.participant_timeouts.insert(name.clone(), timeout);
+                            }
+                            match t.get("url") {
+                                Some(toml::Value::String(url)) => url.clone(),
+                                _ => {
+                                    return Err(format!(
+                                        "config file {shown}: `participants.{name}.url` is required"
+                                    ));
+                                }
+                            }
+                        }
+                        _ => {
+                            return Err(format!(
+                                "config file {shown}: `participants.{name}` must be a URL or a table"
+                            ));
+                        }
+                    };
+                    entries.push(format!("{name}={url}"));
+                }
+                entries
+            } else {
+                vec![toml_scalar(&shown, key, value)?]
+            };
+            let key = key.clone();
+            let apply = |c: clap::Command| {
+                let defaults = defaults.clone();
+                c.mut_arg(key.as_str(), move |a| a.default_values(defaults))
+            };
+            cmd = cmd.mut_subcommand(role, &apply);
+            // The all-in-one (no subcommand) takes the coordinator's settings too.
+            if role == "coordinator" {
+                cmd = apply(cmd);
+            }
+        }
+    }
+    Ok((cmd, extras))
+}
+
 /// Settings of one reference participant process.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ParticipantArgs {
@@ -83,6 +253,10 @@ pub struct ParticipantArgs {
     /// Database connections in the pool.
     #[arg(long, env = "HOLDFAST_DB_POOL_SIZE", default_value_t = 16)]
     pub db_pool_size: u32,
+
+    /// A TOML file of settings (its `[participant]` table); flags and env vars override it.
+    #[arg(long, env = "HOLDFAST_CONFIG")]
+    pub config: Option<PathBuf>,
 }
 
 /// The all-in-one port of each reference participant kind (SPEC section 5).
@@ -171,6 +345,19 @@ pub struct CoordinatorArgs {
     /// Longest retry delay.
     #[arg(long, env = "HOLDFAST_RETRY_CAP", default_value = "30s", value_parser = parse_duration)]
     pub retry_cap: Duration,
+
+    /// A TOML file of settings (top-level keys, `[participants]` registry); flags and env vars
+    /// override it.
+    #[arg(long, env = "HOLDFAST_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    /// Print the effective settings (after flags, env, file and defaults) and exit.
+    #[arg(long)]
+    pub print_config: bool,
+
+    /// Per-participant call timeouts from the config file.
+    #[arg(skip)]
+    pub participant_timeouts: HashMap<String, Duration>,
 }
 
 impl CoordinatorArgs {
@@ -181,9 +368,70 @@ impl CoordinatorArgs {
             .map(|(name, url)| ParticipantEndpoint {
                 name: name.clone(),
                 url: url.clone(),
-                timeout: self.participant_timeout,
+                timeout: self
+                    .participant_timeouts
+                    .get(name)
+                    .copied()
+                    .unwrap_or(self.participant_timeout),
             })
             .collect()
+    }
+
+    /// The effective settings, as TOML (without secrets: the database password is masked).
+    pub fn describe(&self) -> String {
+        let d = |d: Duration| format!("\"{}ms\"", d.as_millis());
+        let mut out = String::new();
+        let mut line = |k: &str, v: String| out.push_str(&format!("{k} = {v}\n"));
+        line("listen", format!("\"{}\"", self.listen));
+        line(
+            "database_url",
+            format!("\"{}\"", mask_password(&self.database_url)),
+        );
+        line(
+            "metrics_listen",
+            format!(
+                "\"{}\"",
+                self.metrics_listen
+                    .map_or("off".to_owned(), |a| a.to_string())
+            ),
+        );
+        line("participant_timeout", d(self.participant_timeout));
+        line("db_pool_size", self.db_pool_size.to_string());
+        line("default_ttl", d(self.default_ttl));
+        line("max_ttl", d(self.max_ttl));
+        line("max_extensions", self.max_extensions.to_string());
+        line(
+            "max_active_holds_per_holder",
+            self.max_active_holds_per_holder.to_string(),
+        );
+        line(
+            "max_active_holds_total",
+            self.max_active_holds_total.to_string(),
+        );
+        line(
+            "late_payment_policy",
+            format!(
+                "\"{}\"",
+                match self.late_payment_policy {
+                    crate::domain::LatePaymentPolicy::HonorIfAvailable => "honor-if-available",
+                    crate::domain::LatePaymentPolicy::Refund => "refund",
+                }
+            ),
+        );
+        line("lease", d(self.lease));
+        line("sweep_interval", d(self.sweep_interval));
+        line("retry_base", d(self.retry_base));
+        line("retry_cap", d(self.retry_cap));
+        out.push_str("\n[participants]\n");
+        for ep in self.endpoints() {
+            out.push_str(&format!(
+                "{} = {{ url = \"{}\", timeout = {} }}\n",
+                ep.name,
+                ep.url,
+                d(ep.timeout)
+            ));
+        }
+        out
     }
 
     /// Input limits, with this configuration's ttl bounds.

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use holdfast::app::{self, AppError, CoordinatorSettings};
 use holdfast::config::{CoordinatorArgs, ParticipantArgs};
 use holdfast::store::PgStore;
@@ -65,6 +65,10 @@ async fn run(cli: Cli) -> Result<(), AppError> {
     let Some(command) = cli.command else {
         // All-in-one: the coordinator's defaults, every reference participant beside it.
         let args = cli.all_in_one;
+        if args.print_config {
+            print!("{}", args.describe());
+            return Ok(());
+        }
         start_metrics(args.metrics_listen).await?;
         let url = args.database_url.clone();
         return app::serve_all_in_one(&url, args, holdfast::server::shutdown_signal()).await;
@@ -91,6 +95,10 @@ async fn run(cli: Cli) -> Result<(), AppError> {
             )
             .await
             .map_err(|e| AppError::Config(e.to_string()))
+        }
+        Command::Coordinator(args) if args.print_config => {
+            print!("{}", args.describe());
+            Ok(())
         }
         Command::Coordinator(args) => {
             let settings = CoordinatorSettings {
@@ -123,7 +131,20 @@ async fn run(cli: Cli) -> Result<(), AppError> {
 #[tokio::main]
 async fn main() -> ExitCode {
     holdfast::telemetry::init();
-    let cli = Cli::parse();
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let (command, extras) = match holdfast::config::apply_config_file(Cli::command(), &argv) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("holdfast: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let matches = command.get_matches_from(argv);
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    cli.all_in_one.participant_timeouts = extras.participant_timeouts.clone();
+    if let Some(Command::Coordinator(args)) = &mut cli.command {
+        args.participant_timeouts = extras.participant_timeouts;
+    }
     let result = run(cli).await;
     holdfast::telemetry::shutdown();
     match result {

@@ -512,3 +512,99 @@ pub(crate) async fn scrape(addr: SocketAddr) -> String {
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     response
 }
+
+/// Runs `holdfast <args>` to completion with only `env` from the HOLDFAST_* family set.
+fn run_holdfast(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_holdfast"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("HOLDFAST_") || k == "DATABASE_URL" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run holdfast")
+}
+
+#[test]
+fn settings_come_from_flags_then_env_then_file_then_defaults() {
+    let file = std::env::temp_dir().join(format!("holdfast-cfg-{}.toml", std::process::id()));
+    std::fs::write(
+        &file,
+        r#"
+max_ttl = "30m"
+default_ttl = "5m"
+participant_timeout = "3s"
+max_extensions = 4
+[participants]
+seats = "http://127.0.0.1:50061"
+stock = { url = "http://127.0.0.1:50062", timeout = "1s" }
+"#,
+    )
+    .unwrap();
+    let out = run_holdfast(
+        &["coordinator", "--print-config", "--default-ttl", "7m"],
+        &[
+            ("HOLDFAST_CONFIG", file.to_str().unwrap()),
+            ("HOLDFAST_MAX_TTL", "2h"),
+            ("DATABASE_URL", "postgres://app:s3cret@db:5432/holdfast"),
+        ],
+    );
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        "default_ttl = \"420000ms\"",       // flag beats everything
+        "max_ttl = \"7200000ms\"",          // env beats the file
+        "max_extensions = 4",               // file beats the default
+        "participant_timeout = \"3000ms\"", // file
+        "max_active_holds_per_holder = 5",  // default
+        "seats = { url = \"http://127.0.0.1:50061\", timeout = \"3000ms\" }",
+        "stock = { url = \"http://127.0.0.1:50062\", timeout = \"1000ms\" }",
+        "database_url = \"postgres://app:***@db:5432/holdfast\"", // never print a password
+    ] {
+        assert!(
+            printed.lines().any(|l| l == line),
+            "{line:?} not in:\n{printed}"
+        );
+    }
+}
+
+#[test]
+fn a_bad_config_fails_at_start_naming_the_setting() {
+    let file = std::env::temp_dir().join(format!("holdfast-bad-{}.toml", std::process::id()));
+    for (content, expected) in [
+        ("max_tll = \"5m\"", "unknown setting `max_tll`"),
+        ("max_ttl = \"5 parsecs\"", "--max-ttl"),
+        ("[participants]\nseats = 42", "participants.seats"),
+        ("max_ttl = ", "not valid TOML"),
+    ] {
+        std::fs::write(&file, content).unwrap();
+        let out = run_holdfast(
+            &[
+                "coordinator",
+                "--config",
+                file.to_str().unwrap(),
+                "--print-config",
+            ],
+            &[],
+        );
+        assert!(!out.status.success(), "{content:?} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(expected), "{content:?}: {err}");
+    }
+    let _ = std::fs::remove_file(&file);
+    // A bad flag or env value names its setting too.
+    let out = run_holdfast(
+        &["coordinator", "--print-config"],
+        &[("HOLDFAST_LEASE", "soon")],
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--lease"));
+}
