@@ -115,6 +115,11 @@ fn toml_scalar(path: &str, key: &str, v: &toml::Value) -> Result<String, String>
     }
 }
 
+fn with_defaults(cmd: clap::Command, key: &str, defaults: &[String]) -> clap::Command {
+    let defaults = defaults.to_vec();
+    cmd.mut_arg(key, move |a| a.default_values(defaults))
+}
+
 /// Reads the config file (if one is named) and makes its settings the defaults of the matching
 /// flags of `cmd`. Unknown settings and unreadable files are errors naming the file and key.
 pub fn apply_config_file(
@@ -211,15 +216,10 @@ pub fn apply_config_file(
             } else {
                 vec![toml_scalar(&shown, key, value)?]
             };
-            let key = key.clone();
-            let apply = |c: clap::Command| {
-                let defaults = defaults.clone();
-                c.mut_arg(key.as_str(), move |a| a.default_values(defaults))
-            };
-            cmd = cmd.mut_subcommand(role, &apply);
+            cmd = cmd.mut_subcommand(role, |c| with_defaults(c, key, &defaults));
             // The all-in-one (no subcommand) takes the coordinator's settings too.
             if role == "coordinator" {
-                cmd = apply(cmd);
+                cmd = with_defaults(cmd, key, &defaults);
             }
         }
     }
