@@ -35,6 +35,7 @@ pub struct CoordinatorSettings {
     pub participants: Vec<ParticipantEndpoint>,
     pub limits: Limits,
     pub policy: Policy,
+    pub server: crate::server::ServerLimits,
 }
 
 /// Creates the database named by `url` if it does not exist yet.
@@ -65,7 +66,14 @@ pub async fn serve_coordinator(
     let api = CoordinatorApi::new(coordinator, registry);
     let routes = tonic::service::Routes::new(api.into_server());
     tracing::info!(addr = %listener.local_addr()?, "coordinator serving");
-    let served = crate::server::serve(listener, routes, &["tcc.v1.Coordinator"], shutdown).await;
+    let served = crate::server::serve_with(
+        settings.server,
+        listener,
+        routes,
+        &["tcc.v1.Coordinator"],
+        shutdown,
+    )
+    .await;
     // In-flight calls are done; work left unfinished stays leased until its lease ends, then
     // any instance recovers it.
     let _ = stop_recovery.send(true);
@@ -136,6 +144,7 @@ pub async fn serve_all_in_one(
         participants,
         limits: coordinator.limits().map_err(AppError::Config)?,
         policy: coordinator.policy().map_err(AppError::Config)?,
+        server: coordinator.server_limits(),
     };
     let listener = TcpListener::bind(coordinator.listen).await.map_err(|e| {
         AppError::Config(format!(

@@ -346,6 +346,15 @@ pub struct CoordinatorArgs {
     #[arg(long, env = "HOLDFAST_RETRY_CAP", default_value = "30s", value_parser = parse_duration)]
     pub retry_cap: Duration,
 
+    /// Requests in flight at once; beyond it, requests are refused at once with
+    /// RESOURCE_EXHAUSTED instead of queueing.
+    #[arg(long, env = "HOLDFAST_MAX_CONCURRENT_REQUESTS", default_value_t = 1024)]
+    pub max_concurrent_requests: usize,
+
+    /// Longest time one request may take (a shorter client deadline wins).
+    #[arg(long, env = "HOLDFAST_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+
     /// A TOML file of settings (top-level keys, `[participants]` registry); flags and env vars
     /// override it.
     #[arg(long, env = "HOLDFAST_CONFIG")]
@@ -422,6 +431,11 @@ impl CoordinatorArgs {
         line("sweep_interval", d(self.sweep_interval));
         line("retry_base", d(self.retry_base));
         line("retry_cap", d(self.retry_cap));
+        line(
+            "max_concurrent_requests",
+            self.max_concurrent_requests.to_string(),
+        );
+        line("request_timeout", d(self.request_timeout));
         out.push_str("\n[participants]\n");
         for ep in self.endpoints() {
             out.push_str(&format!(
@@ -448,6 +462,14 @@ impl CoordinatorArgs {
             return Err("--default-ttl must be between 1s and --max-ttl".into());
         }
         Ok(limits)
+    }
+
+    /// The server's overload limits.
+    pub fn server_limits(&self) -> crate::server::ServerLimits {
+        crate::server::ServerLimits {
+            max_concurrent_requests: self.max_concurrent_requests,
+            request_timeout: self.request_timeout,
+        }
     }
 
     /// Lifecycle policy.

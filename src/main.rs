@@ -105,6 +105,7 @@ async fn run(cli: Cli) -> Result<(), AppError> {
                 participants: args.endpoints(),
                 limits: args.limits().map_err(AppError::Config)?,
                 policy: args.policy().map_err(AppError::Config)?,
+                server: args.server_limits(),
             };
             app::ensure_database(&args.database_url).await?;
             start_metrics(args.metrics_listen).await?;

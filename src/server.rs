@@ -1,7 +1,14 @@
 //! Serving gRPC: every holdfast server (coordinator or participant) goes through here, so all
-//! of them offer reflection (v1 and v1alpha), `grpc.health.v1`, and graceful shutdown alike.
+//! of them offer reflection (v1 and v1alpha), `grpc.health.v1`, graceful shutdown, and the same
+//! overload protection: a per-request deadline (the client's `grpc-timeout`, capped), a global
+//! cap on requests in flight beyond which requests are shed at once with `RESOURCE_EXHAUSTED`
+//! rather than queued, HTTP/2 keepalive, and no Nagle delay.
 
 use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tonic::service::Routes;
@@ -15,12 +22,49 @@ pub enum ServeError {
     Transport(#[from] tonic::transport::Error),
 }
 
+/// Limits every server applies.
+#[derive(Clone, Copy, Debug)]
+pub struct ServerLimits {
+    /// Requests in flight at once; beyond it, requests are refused with `RESOURCE_EXHAUSTED`.
+    pub max_concurrent_requests: usize,
+    /// Longest time a request may take (a shorter client `grpc-timeout` wins); then the call
+    /// ends with `DEADLINE_EXCEEDED`.
+    pub request_timeout: Duration,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        ServerLimits {
+            max_concurrent_requests: 1024,
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
 /// Serves `routes` plus health and reflection on `listener` until `shutdown` resolves, then
-/// stops accepting and lets in-flight calls finish.
+/// stops accepting and lets in-flight calls finish; with the default [`ServerLimits`].
 ///
 /// `service_names` are the fully-qualified names reported SERVING by the health service
 /// (e.g. `tcc.v1.Coordinator`); the empty name (whole server) is always reported.
 pub async fn serve(
+    listener: TcpListener,
+    routes: Routes,
+    service_names: &[&str],
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    serve_with(
+        ServerLimits::default(),
+        listener,
+        routes,
+        service_names,
+        shutdown,
+    )
+    .await
+}
+
+/// [`serve`] with explicit limits.
+pub async fn serve_with(
+    limits: ServerLimits,
     listener: TcpListener,
     routes: Routes,
     service_names: &[&str],
@@ -46,8 +90,25 @@ pub async fn serve(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha);
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(
+        limits.max_concurrent_requests.max(1),
+    ));
     tonic::transport::Server::builder()
         .trace_fn(crate::telemetry::propagation::server_span)
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        // Outermost first: refuse at once when full (tonic answers RESOURCE_EXHAUSTED), count
+        // requests in flight across all connections, then bound each request's time.
+        .layer(
+            tower::ServiceBuilder::new()
+                .load_shed()
+                .layer(tower::limit::GlobalConcurrencyLimitLayer::with_semaphore(
+                    in_flight,
+                ))
+                .layer(DeadlineLayer {
+                    max: limits.request_timeout,
+                }),
+        )
         .add_routes(routes)
         // No Nagle delay: every TCC step is a small request waiting on a small answer.
         .serve_with_incoming_shutdown(
@@ -81,4 +142,107 @@ pub async fn shutdown_signal() {
         _ = term => {},
     }
     tracing::info!("shutdown signal received; finishing in-flight calls");
+}
+
+/// Ends a request with `DEADLINE_EXCEEDED` when it outlives its deadline: the client's
+/// `grpc-timeout` if it sent one, capped at `max`. (Streaming responses are bounded only until
+/// their first message is ready.)
+#[derive(Clone, Copy, Debug)]
+struct DeadlineLayer {
+    max: Duration,
+}
+
+impl<S> tower::Layer<S> for DeadlineLayer {
+    type Service = Deadline<S>;
+
+    fn layer(&self, inner: S) -> Deadline<S> {
+        Deadline {
+            inner,
+            max: self.max,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Deadline<S> {
+    inner: S,
+    max: Duration,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl<S, B> tower::Service<http::Request<B>> for Deadline<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let budget = request
+            .headers()
+            .get("grpc-timeout")
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_grpc_timeout)
+            // tonic's own timer for the same header answers CANCELLED at the deadline itself:
+            // end a hair earlier, with the code the caller expects.
+            .map(|t| {
+                t.saturating_sub(
+                    (t / 50).clamp(Duration::from_millis(1), Duration::from_millis(20)),
+                )
+            })
+            .map_or(self.max, |t| t.min(self.max));
+        let call = self.inner.call(request);
+        Box::pin(async move {
+            match tokio::time::timeout(budget, call).await {
+                Ok(result) => result.map_err(Into::into),
+                Err(_) => Ok(tonic::Status::deadline_exceeded(format!(
+                    "the request's deadline ({} ms) passed",
+                    budget.as_millis()
+                ))
+                .into_http()),
+            }
+        })
+    }
+}
+
+/// Parses a gRPC `grpc-timeout` header value (`TimeoutValue TimeoutUnit`, e.g. `250m`).
+fn parse_grpc_timeout(v: &str) -> Option<Duration> {
+    if v.len() < 2 || v.len() > 9 {
+        return None;
+    }
+    let (digits, unit) = v.split_at(v.len() - 1);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.checked_mul(3600)?),
+        "M" => Duration::from_secs(n.checked_mul(60)?),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_parse() {
+        assert_eq!(parse_grpc_timeout("250m"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_grpc_timeout("3S"), Some(Duration::from_secs(3)));
+        assert_eq!(parse_grpc_timeout("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_grpc_timeout("100u"), Some(Duration::from_micros(100)));
+        for bad in ["", "m", "12", "5x", "1234567890S", "-1S"] {
+            assert_eq!(parse_grpc_timeout(bad), None, "{bad}");
+        }
+    }
 }

@@ -174,6 +174,7 @@ impl Deployment {
             participants: registered,
             limits: Limits::default(),
             policy: Policy::default(),
+            server: crate::server::ServerLimits::default(),
         };
         let (store, shutdown) = (PgStore::from_pool(cpool.clone()), stopped(stop_rx.clone()));
         tasks.spawn(async move {

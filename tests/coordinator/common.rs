@@ -26,7 +26,16 @@ pub struct TestApp {
     pub client: CoordinatorClient<Channel>,
     pub addr: SocketAddr,
     pub pool: PgPool,
-    _shutdown: oneshot::Sender<()>,
+    shutdown: Option<oneshot::Sender<()>>,
+}
+
+impl TestApp {
+    /// Asks the server to shut down gracefully (as SIGTERM does).
+    pub fn shut_down(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
 }
 
 pub fn settings(participants: &[(&str, &str)]) -> CoordinatorSettings {
@@ -41,6 +50,7 @@ pub fn settings(participants: &[(&str, &str)]) -> CoordinatorSettings {
             .collect(),
         limits: Limits::default(),
         policy: Policy::default(),
+        server: holdfast::server::ServerLimits::default(),
     }
 }
 
@@ -66,7 +76,7 @@ pub async fn spawn_app(pool: PgPool, settings: CoordinatorSettings) -> TestApp {
         client,
         addr,
         pool,
-        _shutdown: tx,
+        shutdown: Some(tx),
     }
 }
 
@@ -142,6 +152,8 @@ pub struct Behaviour {
     pub fail_confirms: AtomicUsize,
     /// Hold Try calls for 30 s (longer than any test's participant timeout).
     pub stall_tries: AtomicBool,
+    /// Delay each Try by this many milliseconds.
+    pub try_delay_ms: std::sync::atomic::AtomicU64,
     /// Hold Confirm calls for 30 s before applying them.
     pub stall_confirms: AtomicBool,
     /// Apply Confirm calls, then hold the answer for 30 s (the caller never hears it).
@@ -225,6 +237,10 @@ impl proto::participant_server::Participant for Fake {
         });
         if self.behaviour.stall_tries.load(Ordering::SeqCst) {
             tokio::time::sleep(Duration::from_secs(30)).await;
+        }
+        let delay = self.behaviour.try_delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
         }
         if self
             .behaviour
