@@ -33,14 +33,31 @@ macro_rules! reservation_columns {
          rejection_resource, rejection_reason, late_payment_honored, version, \
          payment_participant, payment_ref, payment_amount_minor, payment_currency, \
          refund_id, refund_state, refund_reason, generation, \
-         (state = 'HELD' AND expires_at <= clock_timestamp()) AS lapsed"
+         (reservations.state = 'HELD' AND expires_at <= clock_timestamp()) AS lapsed"
     };
 }
 
-macro_rules! branch_columns {
+/// A reservation row with its current generation's branches as parallel arrays, in canonical
+/// order: one round trip reads it all. Append the WHERE clause.
+macro_rules! select_reservations {
     () => {
-        "reservation_id, branch_id, participant, resource, quantity, \
-         during_start, during_end, state, attempts, last_error"
+        concat!(
+            "SELECT ",
+            reservation_columns!(),
+            ", b.* FROM reservations CROSS JOIN LATERAL ( \
+                SELECT array_agg(branch_id ORDER BY position) AS b_branch_ids, \
+                       array_agg(participant ORDER BY position) AS b_participants, \
+                       array_agg(resource ORDER BY position) AS b_resources, \
+                       array_agg(quantity ORDER BY position) AS b_quantities, \
+                       array_agg(during_start ORDER BY position) AS b_starts, \
+                       array_agg(during_end ORDER BY position) AS b_ends, \
+                       array_agg(state ORDER BY position) AS b_states, \
+                       array_agg(attempts ORDER BY position) AS b_attempts, \
+                       array_agg(last_error ORDER BY position) AS b_errors \
+                FROM branches \
+                WHERE branches.reservation_id = reservations.id \
+                  AND branches.generation = reservations.generation) b "
+        )
     };
 }
 
@@ -109,11 +126,19 @@ struct ReservationRow {
     refund_reason: Option<String>,
     generation: i32,
     lapsed: bool,
+    b_branch_ids: Option<Vec<Uuid>>,
+    b_participants: Option<Vec<String>>,
+    b_resources: Option<Vec<String>>,
+    b_quantities: Option<Vec<i64>>,
+    b_starts: Option<Vec<Option<DateTime<Utc>>>>,
+    b_ends: Option<Vec<Option<DateTime<Utc>>>>,
+    b_states: Option<Vec<String>>,
+    b_attempts: Option<Vec<i32>>,
+    b_errors: Option<Vec<Option<String>>>,
 }
 
-#[derive(sqlx::FromRow)]
+/// One branch, as read from the arrays.
 struct BranchRow {
-    reservation_id: Uuid,
     branch_id: Uuid,
     participant: String,
     resource: String,
@@ -164,7 +189,58 @@ impl PgStore {
 }
 
 impl ReservationRow {
-    fn into_domain(self, branches: Vec<Branch>) -> Result<Reservation, StoreError> {
+    /// The branches from the parallel arrays.
+    fn take_branches(&mut self) -> Result<Vec<Branch>, StoreError> {
+        let ids = self.b_branch_ids.take().unwrap_or_default();
+        let n = ids.len();
+        let participants = self.b_participants.take().unwrap_or_default();
+        let resources = self.b_resources.take().unwrap_or_default();
+        let quantities = self.b_quantities.take().unwrap_or_default();
+        let starts = self.b_starts.take().unwrap_or_default();
+        let ends = self.b_ends.take().unwrap_or_default();
+        let states = self.b_states.take().unwrap_or_default();
+        let attempts = self.b_attempts.take().unwrap_or_default();
+        let errors = self.b_errors.take().unwrap_or_default();
+        if [
+            participants.len(),
+            resources.len(),
+            quantities.len(),
+            starts.len(),
+            ends.len(),
+            states.len(),
+            attempts.len(),
+            errors.len(),
+        ]
+        .iter()
+        .any(|len| *len != n)
+        {
+            return Err(StoreError::Corrupt(format!(
+                "reservation {}: branch columns of unequal length",
+                self.id
+            )));
+        }
+        let mut branches = Vec::with_capacity(n);
+        for (i, branch_id) in ids.into_iter().enumerate() {
+            branches.push(
+                BranchRow {
+                    branch_id,
+                    participant: participants[i].clone(),
+                    resource: resources[i].clone(),
+                    quantity: quantities[i],
+                    during_start: starts[i],
+                    during_end: ends[i],
+                    state: states[i].clone(),
+                    attempts: attempts[i],
+                    last_error: errors[i].clone(),
+                }
+                .into_domain()?,
+            );
+        }
+        Ok(branches)
+    }
+
+    fn into_domain(mut self) -> Result<Reservation, StoreError> {
+        let branches = self.take_branches()?;
         let stored_state = parse_state(&self.state)?;
         let release_outcome = self
             .release_outcome
@@ -269,38 +345,16 @@ async fn load(
     lock: bool,
 ) -> Result<Option<Reservation>, StoreError> {
     let sql = if lock {
-        concat!(
-            "SELECT ",
-            reservation_columns!(),
-            " FROM reservations WHERE id = $1 FOR UPDATE"
-        )
+        concat!(select_reservations!(), "WHERE id = $1 FOR UPDATE OF reservations")
     } else {
-        concat!(
-            "SELECT ",
-            reservation_columns!(),
-            " FROM reservations WHERE id = $1"
-        )
+        concat!(select_reservations!(), "WHERE id = $1")
     };
-    let Some(row) = sqlx::query_as::<_, ReservationRow>(sql)
+    sqlx::query_as::<_, ReservationRow>(sql)
         .bind(id)
         .fetch_optional(&mut *conn)
         .await?
-    else {
-        return Ok(None);
-    };
-    let branches = sqlx::query_as::<_, BranchRow>(concat!(
-        "SELECT ",
-        branch_columns!(),
-        " FROM branches WHERE reservation_id = $1 AND generation = $2 ORDER BY position"
-    ))
-    .bind(id)
-    .bind(row.generation)
-    .fetch_all(&mut *conn)
-    .await?
-    .into_iter()
-    .map(BranchRow::into_domain)
-    .collect::<Result<Vec<_>, _>>()?;
-    row.into_domain(branches).map(Some)
+        .map(ReservationRow::into_domain)
+        .transpose()
 }
 
 /// Loads a reservation that must exist (we hold its id from a row we just wrote).
@@ -576,14 +630,12 @@ impl Store for PgStore {
             Some((ts, id)) => (Some(ts), Some(id)),
             None => (None, None),
         };
-        let rows = sqlx::query_as::<_, ReservationRow>(concat!(
-            "SELECT ",
-            reservation_columns!(),
-            " FROM reservations \
-             WHERE ($1::text IS NULL OR holder = $1) \
+        sqlx::query_as::<_, ReservationRow>(concat!(
+            select_reservations!(),
+            "WHERE ($1::text IS NULL OR holder = $1) \
                AND ($2::text IS NULL OR \
-                    (CASE WHEN state = 'HELD' AND expires_at <= clock_timestamp() \
-                          THEN 'EXPIRED' ELSE state END) = $2) \
+                    (CASE WHEN reservations.state = 'HELD' AND expires_at <= clock_timestamp() \
+                          THEN 'EXPIRED' ELSE reservations.state END) = $2) \
                AND ($3::timestamptz IS NULL OR (created_at, id) < ($3, $4)) \
              ORDER BY created_at DESC, id DESC LIMIT $5"
         ))
@@ -593,29 +645,10 @@ impl Store for PgStore {
         .bind(after_id)
         .bind(i64::from(query.limit))
         .fetch_all(&mut *conn)
-        .await?;
-        let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
-        let mut branches: HashMap<Uuid, Vec<Branch>> = HashMap::new();
-        for b in sqlx::query_as::<_, BranchRow>(concat!(
-            "SELECT ",
-            branch_columns!(),
-            " FROM branches b WHERE reservation_id = ANY($1) \
-               AND generation = (SELECT generation FROM reservations r WHERE r.id = b.reservation_id) \
-             ORDER BY reservation_id, position"
-        ))
-        .bind(&ids)
-        .fetch_all(&mut *conn)
         .await?
-        {
-            let rid = b.reservation_id;
-            branches.entry(rid).or_default().push(b.into_domain()?);
-        }
-        rows.into_iter()
-            .map(|r| {
-                let bs = branches.remove(&r.id).unwrap_or_default();
-                r.into_domain(bs)
-            })
-            .collect()
+        .into_iter()
+        .map(ReservationRow::into_domain)
+        .collect()
     }
 
     async fn decide(
