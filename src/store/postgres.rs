@@ -345,7 +345,10 @@ async fn load(
     lock: bool,
 ) -> Result<Option<Reservation>, StoreError> {
     let sql = if lock {
-        concat!(select_reservations!(), "WHERE id = $1 FOR UPDATE OF reservations")
+        concat!(
+            select_reservations!(),
+            "WHERE id = $1 FOR UPDATE OF reservations"
+        )
     } else {
         concat!(select_reservations!(), "WHERE id = $1")
     };
@@ -364,6 +367,15 @@ async fn load_existing(conn: &mut PgConnection, id: Uuid) -> Result<Reservation,
         .ok_or_else(|| StoreError::Corrupt(format!("reservation {id} vanished")))
 }
 
+/// The reports as parallel arrays, for `UNNEST`.
+fn report_columns(reports: &[BranchReport]) -> (Vec<Uuid>, Vec<&str>, Vec<Option<&str>>) {
+    (
+        reports.iter().map(|r| r.branch_id).collect(),
+        reports.iter().map(|r| r.state.as_str()).collect(),
+        reports.iter().map(|r| r.error.as_deref()).collect(),
+    )
+}
+
 /// Records each participant's answer on its branch rows.
 async fn apply_reports(
     conn: &mut PgConnection,
@@ -373,9 +385,7 @@ async fn apply_reports(
     if reports.is_empty() {
         return Ok(());
     }
-    let ids: Vec<Uuid> = reports.iter().map(|r| r.branch_id).collect();
-    let states: Vec<&str> = reports.iter().map(|r| r.state.as_str()).collect();
-    let errors: Vec<Option<&str>> = reports.iter().map(|r| r.error.as_deref()).collect();
+    let (ids, states, errors) = report_columns(reports);
     sqlx::query(
         "UPDATE branches b \
          SET state = u.state, attempts = b.attempts + 1, last_error = u.error \
@@ -415,26 +425,6 @@ async fn take_lease(
     .await?
     .rows_affected();
     Ok(taken == 1)
-}
-
-/// Moves a reservation `from -> to` if it is still in `from`; the row count decides.
-async fn transition(
-    conn: &mut PgConnection,
-    id: Uuid,
-    from: State,
-    to: State,
-) -> Result<bool, StoreError> {
-    let done = sqlx::query(
-        "UPDATE reservations SET state = $3, version = version + 1, updated_at = clock_timestamp() \
-         WHERE id = $1 AND state = $2",
-    )
-    .bind(id)
-    .bind(from.as_str())
-    .bind(to.as_str())
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    Ok(done == 1)
 }
 
 /// Records the payment given to Confirm (the first one only).
@@ -548,31 +538,6 @@ impl Store for PgStore {
                 return Ok(Created::LimitReached(LimitScope::Total));
             }
         }
-        let inserted = sqlx::query(
-            "INSERT INTO reservations (id, request_id, holder, state, hold_token, ttl_ms, expires_at, \
-                                       labels, lease_owner, lease_until) \
-             VALUES ($1, $2, $3, 'TRYING', $4, $5, clock_timestamp() + $5 * interval '1 millisecond', \
-                     $6, $7, clock_timestamp() + $8 * interval '1 millisecond') \
-             ON CONFLICT (holder, request_id) DO NOTHING",
-        )
-        .bind(id)
-        .bind(&new.request_id)
-        .bind(&new.holder)
-        .bind(token.expose())
-        .bind(ttl_ms)
-        .bind(Json(&new.labels))
-        .bind(lease.owner)
-        .bind(millis(lease.duration))
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if inserted == 0 {
-            // Unreachable under the holder lock; the unique index stays the last word.
-            return Err(StoreError::Corrupt(
-                "request_id conflicted under the holder lock".into(),
-            ));
-        }
-
         // One participant-level branch id per participant, shared by its holds.
         let mut branch_ids: HashMap<&str, Uuid> = HashMap::new();
         let n = new.holds.len();
@@ -598,13 +563,28 @@ impl Store for PgStore {
             starts.push(h.during.map(|d| d.start));
             ends.push(h.during.map(|d| d.end));
         }
-        sqlx::query(
-            "INSERT INTO branches (reservation_id, position, branch_id, participant, resource, quantity, \
-                                   during_start, during_end, state) \
-             SELECT $1, u.* , 'PENDING' FROM UNNEST($2::int[], $3::uuid[], $4::text[], $5::text[], \
-                                            $6::bigint[], $7::timestamptz[], $8::timestamptz[]) AS u",
+        // The reservation and its branches in one statement.
+        let inserted = sqlx::query(
+            "WITH r AS ( \
+                INSERT INTO reservations (id, request_id, holder, state, hold_token, ttl_ms, \
+                                          expires_at, labels, lease_owner, lease_until) \
+                VALUES ($1, $2, $3, 'TRYING', $4, $5, clock_timestamp() + $5 * interval '1 millisecond', \
+                        $6, $7, clock_timestamp() + $8 * interval '1 millisecond') \
+                ON CONFLICT (holder, request_id) DO NOTHING \
+                RETURNING id) \
+             INSERT INTO branches (reservation_id, position, branch_id, participant, resource, \
+                                   quantity, during_start, during_end, state) \
+             SELECT r.id, u.*, 'PENDING' FROM r, UNNEST($9::int[], $10::uuid[], $11::text[], \
+                    $12::text[], $13::bigint[], $14::timestamptz[], $15::timestamptz[]) AS u",
         )
         .bind(id)
+        .bind(&new.request_id)
+        .bind(&new.holder)
+        .bind(token.expose())
+        .bind(ttl_ms)
+        .bind(Json(&new.labels))
+        .bind(lease.owner)
+        .bind(millis(lease.duration))
         .bind(&positions)
         .bind(&bids)
         .bind(&parts)
@@ -613,7 +593,14 @@ impl Store for PgStore {
         .bind(&starts)
         .bind(&ends)
         .execute(&mut *tx)
-        .await?;
+        .await?
+        .rows_affected();
+        if inserted == 0 {
+            // Unreachable under the holder lock; the unique index stays the last word.
+            return Err(StoreError::Corrupt(
+                "request_id conflicted under the holder lock".into(),
+            ));
+        }
         let created = load_existing(&mut tx, id).await?;
         tx.commit().await?;
         Ok(Created::New(created))
@@ -680,24 +667,30 @@ impl Store for PgStore {
             _ => None,
         };
         let mut verdict = lifecycle::decide(&snapshot, decision);
+        let mut leased_inline = false;
         let changed = match &verdict {
             Verdict::Transition {
                 to: State::Confirming,
                 ..
             } => {
                 // The database clock at the UPDATE is the arbiter of "before expires_at".
+                // HELD rows carry no lease: the deciding instance takes it in the same UPDATE.
                 let confirmed = sqlx::query(
                     "UPDATE reservations SET state = 'CONFIRMING', version = version + 1, \
-                     updated_at = clock_timestamp() \
+                     updated_at = clock_timestamp(), lease_owner = $2, \
+                     lease_until = clock_timestamp() + $3 * interval '1 millisecond' \
                      WHERE id = $1 AND state = 'HELD' AND clock_timestamp() < expires_at",
                 )
                 .bind(id)
+                .bind(lease.owner)
+                .bind(millis(lease.duration))
                 .execute(&mut *tx)
                 .await?
                 .rows_affected()
                     == 1;
                 if confirmed {
                     record_payment(&mut tx, id, payment).await?;
+                    leased_inline = true;
                     true
                 } else {
                     // Lapsed between the read and the update: judge again as expired.
@@ -717,19 +710,23 @@ impl Store for PgStore {
                     Decision::Cancel { reason } => reason.as_deref(),
                     _ => None,
                 };
-                sqlx::query(
+                leased_inline = sqlx::query(
                     "UPDATE reservations SET state = $2, release_outcome = $3, cancel_reason = $4, \
-                     version = version + 1, updated_at = clock_timestamp() \
+                     version = version + 1, updated_at = clock_timestamp(), lease_owner = $5, \
+                     lease_until = clock_timestamp() + $6 * interval '1 millisecond' \
                      WHERE id = $1 AND state = 'HELD'",
                 )
                 .bind(id)
                 .bind(to.as_str())
                 .bind(release_outcome.map(State::as_str))
                 .bind(reason)
+                .bind(lease.owner)
+                .bind(millis(lease.duration))
                 .execute(&mut *tx)
                 .await?
                 .rows_affected()
-                    == 1
+                    == 1;
+                leased_inline
             }
             Verdict::Expire | Verdict::HonorLate => {
                 self.apply_lapsed(&mut tx, id, &verdict, payment).await?
@@ -772,9 +769,9 @@ impl Store for PgStore {
                 == 1,
             Verdict::AlreadyDone | Verdict::Refuse(_) => false,
         };
-        let mut leased = false;
+        let mut leased = leased_inline;
         let reservation = if changed {
-            if !matches!(verdict, Verdict::Extend { .. }) {
+            if !leased_inline && !matches!(verdict, Verdict::Extend { .. }) {
                 leased = take_lease(&mut tx, id, lease).await?;
             }
             let after = load_existing(&mut tx, id).await?;
@@ -796,19 +793,25 @@ impl Store for PgStore {
         id: Uuid,
         reports: &[BranchReport],
     ) -> Result<Reservation, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        if transition(&mut tx, id, State::Trying, State::Held).await? {
-            apply_reports(&mut tx, id, reports).await?;
-            sqlx::query(
-                "UPDATE reservations SET lease_owner = NULL, lease_until = NULL WHERE id = $1",
-            )
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        }
-        let after = load_existing(&mut tx, id).await?;
-        tx.commit().await?;
-        Ok(after)
+        let (ids, states, errors) = report_columns(reports);
+        // One statement: the transition gates the branch updates, so they happen together or
+        // not at all, in one round trip and one commit.
+        sqlx::query(
+            "WITH held AS ( \
+                UPDATE reservations SET state = 'HELD', version = version + 1, \
+                       updated_at = clock_timestamp(), lease_owner = NULL, lease_until = NULL \
+                WHERE id = $1 AND state = 'TRYING' RETURNING id) \
+             UPDATE branches b SET state = u.state, attempts = b.attempts + 1, last_error = u.error \
+             FROM UNNEST($2::uuid[], $3::text[], $4::text[]) AS u(branch_id, state, error), held \
+             WHERE b.reservation_id = held.id AND b.branch_id = u.branch_id",
+        )
+        .bind(id)
+        .bind(&ids)
+        .bind(&states)
+        .bind(&errors)
+        .execute(&self.pool)
+        .await?;
+        load_existing(&mut *self.pool.acquire().await?, id).await
     }
 
     async fn record_rejected(
@@ -847,43 +850,53 @@ impl Store for PgStore {
         finish: Option<State>,
         backoff: Backoff,
     ) -> Result<Phase, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let mut finished = false;
-        // Lock first, so two drivers of one reservation record their answers one after the other.
-        let still_there: Option<String> =
-            sqlx::query_scalar("SELECT state FROM reservations WHERE id = $1 FOR UPDATE")
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await?;
-        if still_there.as_deref() == Some(from.as_str()) {
-            apply_reports(&mut tx, id, reports).await?;
-            finished = match finish {
-                Some(to) => transition(&mut tx, id, from, to).await?,
-                None => false,
-            };
-            if finished && finish == Some(State::Failed) {
-                // A lost hold voids the sale: any payment is refunded.
-                record_refund(&mut tx, id, "a participant lost a hold it had granted").await?;
-            }
-            // Finished or not, this driver is done with it: free the lease. Unfinished work
-            // waits out its backoff (with jitter, so a herd of retries spreads out).
-            sqlx::query(
-                "UPDATE reservations SET lease_owner = NULL, lease_until = NULL, \
-                 next_attempt_at = CASE WHEN $2 THEN NULL ELSE clock_timestamp() + \
-                     least($4::float8, $3::float8 * power(2, least(recovery_attempts, 30))) \
-                     * (0.5 + random() / 2) * interval '1 millisecond' END, \
-                 recovery_attempts = CASE WHEN $2 THEN recovery_attempts ELSE recovery_attempts + 1 END \
-                 WHERE id = $1",
-            )
-            .bind(id)
-            .bind(finished)
-            .bind(millis(backoff.base) as f64)
-            .bind(millis(backoff.cap) as f64)
-            .execute(&mut *tx)
-            .await?;
-        }
-        let reservation = load_existing(&mut tx, id).await?;
-        tx.commit().await?;
+        let (ids, states, errors) = report_columns(reports);
+        // One statement, one commit: lock the row if it is still in `from` (a second driver
+        // waits, then finds it moved on and records nothing), record the answers, finish or
+        // schedule the next attempt (backoff with jitter), free the lease; a lost hold voids the
+        // sale, so a FAILED reservation's payment gets its refund, due at once.
+        let after: Option<String> = sqlx::query_scalar(
+            "WITH cur AS ( \
+                SELECT id, (payment_ref IS NOT NULL AND refund_id IS NULL) AS owes \
+                FROM reservations WHERE id = $1 AND state = $2 FOR UPDATE), \
+             rep AS ( \
+                UPDATE branches b SET state = u.state, attempts = b.attempts + 1, last_error = u.error \
+                FROM UNNEST($3::uuid[], $4::text[], $5::text[]) AS u(branch_id, state, error), cur \
+                WHERE b.reservation_id = cur.id AND b.branch_id = u.branch_id) \
+             UPDATE reservations r SET \
+                state = coalesce($6::text, r.state), \
+                version = r.version + CASE WHEN $6::text IS NULL THEN 0 ELSE 1 END, \
+                updated_at = clock_timestamp(), \
+                lease_owner = NULL, lease_until = NULL, \
+                next_attempt_at = CASE \
+                    WHEN $6::text = 'FAILED' AND cur.owes THEN clock_timestamp() \
+                    WHEN $6::text IS NOT NULL THEN NULL \
+                    ELSE clock_timestamp() + \
+                         least($8::float8, $7::float8 * power(2, least(r.recovery_attempts, 30))) \
+                         * (0.5 + random() / 2) * interval '1 millisecond' END, \
+                recovery_attempts = r.recovery_attempts + CASE WHEN $6::text IS NULL THEN 1 ELSE 0 END, \
+                refund_id = CASE WHEN $6::text = 'FAILED' AND cur.owes THEN $9 ELSE r.refund_id END, \
+                refund_state = CASE WHEN $6::text = 'FAILED' AND cur.owes THEN 'PENDING' \
+                                    ELSE r.refund_state END, \
+                refund_reason = CASE WHEN $6::text = 'FAILED' AND cur.owes \
+                                     THEN 'a participant lost a hold it had granted' \
+                                     ELSE r.refund_reason END \
+             FROM cur WHERE r.id = cur.id \
+             RETURNING r.state",
+        )
+        .bind(id)
+        .bind(from.as_str())
+        .bind(&ids)
+        .bind(&states)
+        .bind(&errors)
+        .bind(finish.map(State::as_str))
+        .bind(millis(backoff.base) as f64)
+        .bind(millis(backoff.cap) as f64)
+        .bind(Uuid::new_v4())
+        .fetch_optional(&self.pool)
+        .await?;
+        let finished = finish.is_some() && after.as_deref() == finish.map(State::as_str);
+        let reservation = load_existing(&mut *self.pool.acquire().await?, id).await?;
         Ok(Phase {
             reservation,
             finished,
