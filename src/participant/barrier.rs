@@ -149,6 +149,30 @@ pub(crate) async fn lock(
     barrier_from_row(&row)
 }
 
+/// Like [`lock`], for calls that usually find the row (Confirm, Cancel): one locking read in
+/// the common case, the insert only when the branch was never seen.
+pub(crate) async fn lock_existing(
+    conn: &mut PgConnection,
+    participant: &str,
+    key: &BranchKey,
+) -> Result<Barrier, ResourceError> {
+    let row = sqlx::query(concat!(
+        "SELECT ",
+        barrier_columns!(),
+        " FROM tcc_barrier \
+         WHERE participant = $1 AND reservation_id = $2 AND branch_id = $3 FOR UPDATE"
+    ))
+    .bind(participant)
+    .bind(&key.reservation_id)
+    .bind(&key.branch_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    match row {
+        Some(row) => barrier_from_row(&row),
+        None => lock(conn, participant, key).await,
+    }
+}
+
 /// Records the Try's answer and the branch's new phase, with what Confirm/Cancel need later.
 pub(crate) async fn record_try(
     conn: &mut PgConnection,

@@ -104,20 +104,10 @@ impl<R: Resource> ParticipantService<R> {
             let mut tx = self.pool.begin().await?;
             let found = barrier::lock(&mut tx, &self.name, &branch.key).await?;
             if found.phase != Phase::Trying {
-                let answer = match found.try_answer {
-                    Some(answer) => answer,
-                    None => {
-                        // Decided before any Try (Cancel or Confirm came first): refuse for good.
-                        let reason = "branch was already released before its Try arrived";
-                        barrier::record_late_try(&mut tx, &self.name, &branch.key, reason).await?;
-                        TryOutcome::Rejected(reason.to_owned())
-                    }
-                };
+                let answer = self.answer_decided_try(&mut tx, branch, &found).await?;
                 tx.commit().await?;
                 return Ok(answer);
             }
-
-            savepoint(&mut tx).await?;
             let outcome = match self.resource.try_hold(&mut tx, branch).await {
                 Ok(outcome) => outcome,
                 Err(err) if err.is_exclusion_violation() => {
@@ -126,27 +116,60 @@ impl<R: Resource> ParticipantService<R> {
                 // Dropping `tx` rolls everything back: no barrier row survives.
                 Err(err) => return Err(err),
             };
-            match outcome {
-                TryOutcome::Held => {
-                    barrier::record_try(&mut tx, &self.name, branch, Phase::Held, &outcome).await?;
-                }
-                TryOutcome::Rejected(_) => {
-                    rollback_to_savepoint(&mut tx).await?;
-                    if !reclaimed && barrier::orphans_exist(&mut tx, &self.name).await? {
-                        // Reclaim outside this transaction: it locks other branches and their
-                        // resources, which must not nest inside our resource locks.
-                        tx.rollback().await?;
-                        reclaimed = true;
-                        self.reclaim(LAZY_RECLAIM_BATCH, false).await?;
-                        continue;
-                    }
-                    barrier::record_try(&mut tx, &self.name, branch, Phase::Rejected, &outcome)
-                        .await?;
-                }
+            let TryOutcome::Rejected(reason) = outcome else {
+                barrier::record_try(&mut tx, &self.name, branch, Phase::Held, &outcome).await?;
+                tx.commit().await?;
+                return Ok(outcome);
+            };
+            // Rejected: undo the business change (the barrier row goes with it), then record
+            // the rejection in a transaction of its own. Rare, so the common path needs no
+            // savepoint.
+            tx.rollback().await?;
+            if !reclaimed && self.orphans_exist().await? {
+                // Reclaim outside any transaction of ours: it locks other branches and their
+                // resources, which must not nest inside our resource locks.
+                reclaimed = true;
+                self.reclaim(LAZY_RECLAIM_BATCH, false).await?;
+                continue;
             }
+            let mut tx = self.pool.begin().await?;
+            let found = barrier::lock(&mut tx, &self.name, &branch.key).await?;
+            let answer = if found.phase == Phase::Trying {
+                let rejected = TryOutcome::Rejected(reason);
+                barrier::record_try(&mut tx, &self.name, branch, Phase::Rejected, &rejected)
+                    .await?;
+                rejected
+            } else {
+                // A concurrent duplicate decided it meanwhile: its answer is the first one.
+                self.answer_decided_try(&mut tx, branch, &found).await?
+            };
             tx.commit().await?;
-            return Ok(outcome);
+            return Ok(answer);
         }
+    }
+
+    /// The answer to a Try whose branch is already past `Trying`: the first answer, or a
+    /// rejection (recorded) when the branch was released before any Try.
+    async fn answer_decided_try(
+        &self,
+        tx: &mut PgConnection,
+        branch: &BranchCtx,
+        found: &barrier::Barrier,
+    ) -> Result<TryOutcome, ResourceError> {
+        Ok(match &found.try_answer {
+            Some(answer) => answer.clone(),
+            None => {
+                // Decided before any Try (Cancel or Confirm came first): refuse for good.
+                let reason = "branch was already released before its Try arrived";
+                barrier::record_late_try(tx, &self.name, &branch.key, reason).await?;
+                TryOutcome::Rejected(reason.to_owned())
+            }
+        })
+    }
+
+    async fn orphans_exist(&self) -> Result<bool, ResourceError> {
+        let mut conn = self.pool.acquire().await?;
+        barrier::orphans_exist(&mut conn, &self.name).await
     }
 
     /// Confirm: finalises a held branch. A repeat answers the same; after Cancel it answers
@@ -154,7 +177,7 @@ impl<R: Resource> ParticipantService<R> {
     /// never tried) answers `HoldLost`.
     pub async fn confirm_branch(&self, key: &BranchKey) -> Result<BranchAnswer, ResourceError> {
         let mut tx = self.pool.begin().await?;
-        let found = barrier::lock(&mut tx, &self.name, key).await?;
+        let found = barrier::lock_existing(&mut tx, &self.name, key).await?;
         let answer = match found.phase {
             Phase::Trying => {
                 // Nothing was ever held; recording it also refuses a late Try.
@@ -163,24 +186,16 @@ impl<R: Resource> ParticipantService<R> {
             }
             Phase::Held => {
                 let ctx = found.ctx(key)?;
-                savepoint(&mut tx).await?;
                 match self.resource.confirm(&mut tx, &ctx).await? {
                     ConfirmOutcome::Confirmed => {
                         barrier::set_phase(&mut tx, &self.name, key, Phase::Confirmed).await?;
                         BranchAnswer::Confirmed
                     }
                     ConfirmOutcome::HoldLost => {
-                        // Undo a partial confirm and release what is left, so nothing hangs.
-                        rollback_to_savepoint(&mut tx).await?;
-                        self.resource.cancel(&mut tx, &ctx).await?;
-                        barrier::set_phase(&mut tx, &self.name, key, Phase::HoldLost).await?;
-                        tracing::warn!(
-                            participant = %self.name,
-                            reservation_id = %key.reservation_id,
-                            branch_id = %key.branch_id,
-                            "confirm found the hold gone"
-                        );
-                        BranchAnswer::HoldLost
+                        // Undo a partial confirm, then release what is left in a transaction
+                        // of its own, so nothing hangs. Rare: the common path needs no savepoint.
+                        tx.rollback().await?;
+                        return self.settle_lost_hold(key).await;
                     }
                 }
             }
@@ -192,11 +207,36 @@ impl<R: Resource> ParticipantService<R> {
         Ok(answer)
     }
 
+    /// A Confirm found part of a held branch gone: release the rest and record `HoldLost`
+    /// (unless a concurrent call settled the branch meanwhile; then its answer stands).
+    async fn settle_lost_hold(&self, key: &BranchKey) -> Result<BranchAnswer, ResourceError> {
+        let mut tx = self.pool.begin().await?;
+        let found = barrier::lock_existing(&mut tx, &self.name, key).await?;
+        let answer = match found.phase {
+            Phase::Held => {
+                self.resource.cancel(&mut tx, &found.ctx(key)?).await?;
+                barrier::set_phase(&mut tx, &self.name, key, Phase::HoldLost).await?;
+                tracing::warn!(
+                    participant = %self.name,
+                    reservation_id = %key.reservation_id,
+                    branch_id = %key.branch_id,
+                    "confirm found the hold gone"
+                );
+                BranchAnswer::HoldLost
+            }
+            Phase::Confirmed => BranchAnswer::Confirmed,
+            Phase::Cancelled => BranchAnswer::Cancelled,
+            Phase::Trying | Phase::Rejected | Phase::HoldLost => BranchAnswer::HoldLost,
+        };
+        tx.commit().await?;
+        Ok(answer)
+    }
+
     /// Cancel: releases the branch. Before its Try it records the branch as cancelled (the
     /// late Try is rejected); after Confirm it answers `Confirmed` and changes nothing.
     pub async fn cancel_branch(&self, key: &BranchKey) -> Result<BranchAnswer, ResourceError> {
         let mut tx = self.pool.begin().await?;
-        let found = barrier::lock(&mut tx, &self.name, key).await?;
+        let found = barrier::lock_existing(&mut tx, &self.name, key).await?;
         let answer = match found.phase {
             Phase::Trying | Phase::Rejected => {
                 barrier::set_phase(&mut tx, &self.name, key, Phase::Cancelled).await?;
@@ -333,20 +373,6 @@ fn try_branch_from_wire(req: TryRequest) -> Result<TryBranch, ResourceError> {
         items,
         expires_at,
     })
-}
-
-/// Opens the savepoint that brackets the business change, so a rejection can undo it while
-/// keeping the barrier row (and its lock) in the transaction.
-async fn savepoint(conn: &mut PgConnection) -> Result<(), ResourceError> {
-    sqlx::query("SAVEPOINT tcc_business").execute(conn).await?;
-    Ok(())
-}
-
-async fn rollback_to_savepoint(conn: &mut PgConnection) -> Result<(), ResourceError> {
-    sqlx::query("ROLLBACK TO SAVEPOINT tcc_business")
-        .execute(conn)
-        .await?;
-    Ok(())
 }
 
 fn check_id(field: &str, value: &str) -> Result<(), ResourceError> {
