@@ -18,7 +18,7 @@ use common::{hold, reason, reserve_request, settings, spawn_fakes, state_of};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coordinator_on_sqlite() {
-    let db = crate::TempDb::new();
+    let db = crate::TempDb::fresh();
     let fakes = spawn_fakes(&["rooms", "seats"]).await;
     let (rooms, seats) = (
         fakes.get("rooms").url.clone(),

@@ -28,7 +28,7 @@ pub struct TempDb {
 }
 
 impl TempDb {
-    pub fn new() -> TempDb {
+    pub fn fresh() -> TempDb {
         let path = std::env::temp_dir().join(format!("holdfast-store-{}.db", uuid::Uuid::new_v4()));
         let url = format!("sqlite://{}", path.display());
         TempDb { path, url }
@@ -64,7 +64,7 @@ macro_rules! conformance {
 
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn sqlite() {
-                    let db = crate::TempDb::new();
+                    let db = crate::TempDb::fresh();
                     let store = std::sync::Arc::new(db.store().await);
                     crate::cases::$case(store).await;
                 }
