@@ -2,7 +2,6 @@
 //! and server. `main.rs` and the tests both start servers through here.
 
 use std::future::Future;
-use std::sync::Arc;
 
 use sqlx::migrate::MigrateDatabase;
 use tokio::net::TcpListener;
@@ -12,7 +11,7 @@ use crate::coordinator::{Coordinator, Policy};
 use crate::domain::validate::Limits;
 use crate::registry::{ParticipantEndpoint, Registry, RegistryError};
 use crate::server::ServeError;
-use crate::store::{PgStore, StoreError};
+use crate::store::{AnyStore, Backend, PgStore, StoreError};
 
 /// Why a role could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -38,25 +37,31 @@ pub struct CoordinatorSettings {
     pub server: crate::server::ServerLimits,
 }
 
-/// Creates the database named by `url` if it does not exist yet.
+/// Creates the database named by `url` if it does not exist yet. (A SQLite file is created
+/// when the store connects.)
 pub async fn ensure_database(url: &str) -> Result<(), StoreError> {
+    if Backend::of_url(url)? == Backend::Sqlite {
+        return Ok(());
+    }
     if !sqlx::Postgres::database_exists(url).await? {
         sqlx::Postgres::create_database(url).await?;
     }
     Ok(())
 }
 
-/// Migrates the store, then serves the coordinator on `listener` until `shutdown`.
+/// Migrates the store (either backend: a `PgStore`, a `SqliteStore` or an [`AnyStore`]), then
+/// serves the coordinator on `listener` until `shutdown`.
 pub async fn serve_coordinator(
     settings: CoordinatorSettings,
-    store: PgStore,
+    store: impl Into<AnyStore>,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), AppError> {
+    let store = store.into();
     store.migrate().await?;
     let registry = Registry::new(&settings.participants)?;
     let coordinator = Coordinator::new(
-        Arc::new(store),
+        store.into_dyn(),
         registry.clone(),
         settings.limits,
         settings.policy,
@@ -109,6 +114,13 @@ pub async fn serve_all_in_one(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AppError> {
     use crate::participants::{self, ParticipantSettings};
+    if Backend::of_url(database_url)? != Backend::Postgres {
+        return Err(AppError::Config(
+            "the all-in-one needs a postgres:// database URL (the reference participants are \
+             PostgreSQL-only); `holdfast coordinator` also runs on sqlite://"
+                .into(),
+        ));
+    }
     let pool = connect(database_url, coordinator.db_pool_size).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {

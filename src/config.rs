@@ -278,7 +278,8 @@ pub struct CoordinatorArgs {
     #[arg(long, env = "HOLDFAST_LISTEN", default_value = "127.0.0.1:50051")]
     pub listen: SocketAddr,
 
-    /// PostgreSQL URL of the coordinator's database (created and migrated on start).
+    /// URL of the coordinator's database (created and migrated on start): postgres://... or
+    /// sqlite://path/to/file.db (the `coordinator` role; the all-in-one needs PostgreSQL).
     #[arg(
         long,
         env = "DATABASE_URL",

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use holdfast::app::{self, AppError, CoordinatorSettings};
 use holdfast::config::{CoordinatorArgs, ParticipantArgs};
-use holdfast::store::PgStore;
+use holdfast::store::AnyStore;
 
 /// holdfast: a Try-Confirm/Cancel coordinator for time-limited reservations.
 ///
@@ -24,7 +24,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run the coordinator (tcc.v1.Coordinator) against PostgreSQL.
+    /// Run the coordinator (tcc.v1.Coordinator) against PostgreSQL or SQLite (by the
+    /// --database-url scheme: postgres://... or sqlite://path/to/file.db).
     Coordinator(CoordinatorArgs),
     /// Run one reference participant (tcc.v1.Participant + tcc.v1.ResourceAdmin).
     Participant(ParticipantArgs),
@@ -32,7 +33,7 @@ enum Command {
     Bench(holdfast::bench::BenchArgs),
     /// Apply the coordinator's database migrations and exit.
     Migrate {
-        /// PostgreSQL URL of the coordinator's database.
+        /// URL of the coordinator's database: postgres://... or sqlite://path/to/file.db.
         #[arg(
             long,
             env = "DATABASE_URL",
@@ -109,7 +110,7 @@ async fn run(cli: Cli) -> Result<(), AppError> {
             };
             app::ensure_database(&args.database_url).await?;
             start_metrics(args.metrics_listen).await?;
-            let store = PgStore::connect(&args.database_url, args.db_pool_size).await?;
+            let store = AnyStore::connect(&args.database_url, args.db_pool_size).await?;
             let listener = tokio::net::TcpListener::bind(args.listen).await?;
             app::serve_coordinator(
                 settings,
@@ -122,7 +123,7 @@ async fn run(cli: Cli) -> Result<(), AppError> {
         Command::Bench(args) => holdfast::bench::run(args).await.map_err(AppError::Config),
         Command::Migrate { database_url } => {
             app::ensure_database(&database_url).await?;
-            PgStore::connect(&database_url, 1).await?.migrate().await?;
+            AnyStore::connect(&database_url, 1).await?.migrate().await?;
             tracing::info!("migrations applied");
             Ok(())
         }

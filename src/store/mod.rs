@@ -1,9 +1,14 @@
 //! Durable storage of reservations: one trait, one implementation per database.
 //!
 //! The only module that issues SQL for the coordinator. Every state change is a conditional
-//! UPDATE whose row count decides the outcome, inside a transaction holding the row lock.
+//! UPDATE whose row count decides the outcome, inside a transaction holding the row lock
+//! (PostgreSQL: `FOR UPDATE`; SQLite: the database write lock taken by `BEGIN IMMEDIATE`).
+//! Each backend keeps its SQL in its own file; [`connect_store`] picks one by URL scheme.
 
 pub mod postgres;
+pub mod sqlite;
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use uuid::Uuid;
@@ -14,6 +19,7 @@ use crate::domain::{
 };
 
 pub use postgres::PgStore;
+pub use sqlite::SqliteStore;
 
 /// A storage failure. Callers treat all of them as "outcome unknown, retry later".
 #[derive(Debug, thiserror::Error)]
@@ -214,4 +220,94 @@ pub trait Store: Send + Sync + 'static {
 
     /// How many reservations are waiting to be driven to their outcome.
     async fn backlog(&self) -> Result<i64, StoreError>;
+}
+
+/// Which database a URL names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// `postgres://` or `postgresql://`.
+    Postgres,
+    /// `sqlite:` (a file, e.g. `sqlite://./data/holdfast.db`).
+    Sqlite,
+}
+
+impl Backend {
+    /// The backend for `url`, by its scheme; an error names what is supported.
+    pub fn of_url(url: &str) -> Result<Backend, StoreError> {
+        let scheme = url.split(':').next().unwrap_or_default();
+        match scheme.to_ascii_lowercase().as_str() {
+            "postgres" | "postgresql" => Ok(Backend::Postgres),
+            "sqlite" => Ok(Backend::Sqlite),
+            _ => Err(StoreError::Database(sqlx::Error::Configuration(
+                format!(
+                    "unsupported database URL scheme {scheme:?}: use postgres://... or sqlite://..."
+                )
+                .into(),
+            ))),
+        }
+    }
+}
+
+/// A connected store of either backend, before it is shared as `Arc<dyn Store>`: what the
+/// coordinator's wiring needs besides the trait (migrations, which backend).
+#[derive(Clone, Debug)]
+pub enum AnyStore {
+    Postgres(PgStore),
+    Sqlite(SqliteStore),
+}
+
+impl AnyStore {
+    /// Connects to `url` (the backend chosen by its scheme) with a pool of `max_connections`.
+    /// A SQLite file (and its directory) is created if missing; a PostgreSQL database must exist
+    /// (see `app::ensure_database`).
+    pub async fn connect(url: &str, max_connections: u32) -> Result<AnyStore, StoreError> {
+        Ok(match Backend::of_url(url)? {
+            Backend::Postgres => AnyStore::Postgres(PgStore::connect(url, max_connections).await?),
+            Backend::Sqlite => AnyStore::Sqlite(SqliteStore::connect(url, max_connections).await?),
+        })
+    }
+
+    /// Which backend this is.
+    pub fn backend(&self) -> Backend {
+        match self {
+            AnyStore::Postgres(_) => Backend::Postgres,
+            AnyStore::Sqlite(_) => Backend::Sqlite,
+        }
+    }
+
+    /// Applies the backend's pending migrations.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        match self {
+            AnyStore::Postgres(s) => s.migrate().await,
+            AnyStore::Sqlite(s) => s.migrate().await,
+        }
+    }
+
+    /// The store behind the one interface the coordinator uses.
+    pub fn into_dyn(self) -> Arc<dyn Store> {
+        match self {
+            AnyStore::Postgres(s) => Arc::new(s),
+            AnyStore::Sqlite(s) => Arc::new(s),
+        }
+    }
+}
+
+impl From<PgStore> for AnyStore {
+    fn from(s: PgStore) -> AnyStore {
+        AnyStore::Postgres(s)
+    }
+}
+
+impl From<SqliteStore> for AnyStore {
+    fn from(s: SqliteStore) -> AnyStore {
+        AnyStore::Sqlite(s)
+    }
+}
+
+/// Connects to `url` (PostgreSQL or SQLite, by scheme), applies the migrations, and returns
+/// the store behind the `Store` interface.
+pub async fn connect_store(url: &str, max_connections: u32) -> Result<Arc<dyn Store>, StoreError> {
+    let store = AnyStore::connect(url, max_connections).await?;
+    store.migrate().await?;
+    Ok(store.into_dyn())
 }
