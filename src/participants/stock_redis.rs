@@ -431,6 +431,15 @@ struct Inner {
     wake: tokio::sync::Notify,
 }
 
+/// The ready marker and an item's capacity, available, held and confirmed counters.
+type CountsReply = (
+    Option<String>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+);
+
 /// A validated Try.
 struct TryArgs {
     key: BranchKey,
@@ -872,13 +881,7 @@ impl StockRedis {
 
     /// Counts of one resource, read atomically from Redis.
     pub async fn counts(&self, resource: &str) -> Result<ResourceCounts, StockRedisError> {
-        let (ready, cap, a, h, c): (
-            Option<String>,
-            Option<i64>,
-            Option<i64>,
-            Option<i64>,
-            Option<i64>,
-        ) = redis::cmd("MGET")
+        let (ready, cap, a, h, c): CountsReply = redis::cmd("MGET")
             .arg(self.key("ready"))
             .arg(self.key(&format!("cap:{resource}")))
             .arg(self.key(&format!("a:{resource}")))
