@@ -152,6 +152,36 @@ pub async fn serve_all_in_one(
                 .map_err(|e| AppError::Config(format!("participant {}: {e}", kind.name())))
         });
     }
+    if let Some(redis_url) = coordinator.redis_url.clone() {
+        use crate::participants::stock_redis;
+        let kind = crate::participants::Kind::StockRedis;
+        let addr = std::net::SocketAddr::from((
+            coordinator.listen.ip(),
+            crate::config::default_participant_port(kind),
+        ));
+        let listener = TcpListener::bind(addr).await.map_err(|e| {
+            AppError::Config(format!(
+                "participant {} cannot listen on {addr}: {e}",
+                kind.name()
+            ))
+        })?;
+        participants.push(ParticipantEndpoint {
+            name: kind.name().to_owned(),
+            url: format!("http://{addr}"),
+            timeout: coordinator.participant_timeout,
+        });
+        let (pool, stop) = (pool.clone(), stopped(stop_rx.clone()));
+        tasks.spawn(async move {
+            stock_redis::serve(
+                stock_redis::StockRedisSettings::new(redis_url),
+                pool,
+                listener,
+                stop,
+            )
+            .await
+            .map_err(|e| AppError::Config(format!("participant {}: {e}", kind.name())))
+        });
+    }
     let settings = CoordinatorSettings {
         participants,
         limits: coordinator.limits().map_err(AppError::Config)?,

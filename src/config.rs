@@ -254,6 +254,14 @@ pub struct ParticipantArgs {
     #[arg(long, env = "HOLDFAST_DB_POOL_SIZE", default_value_t = 16)]
     pub db_pool_size: u32,
 
+    /// Redis URL, required by (and only used by) the `stock-redis` participant.
+    #[arg(long, env = "HOLDFAST_REDIS_URL")]
+    pub redis_url: Option<String>,
+
+    /// Prefix of every Redis key of the `stock-redis` participant.
+    #[arg(long, env = "HOLDFAST_REDIS_PREFIX", default_value = crate::participants::stock_redis::DEFAULT_PREFIX)]
+    pub redis_prefix: String,
+
     /// A TOML file of settings (its `[participant]` table); flags and env vars override it.
     #[arg(long, env = "HOLDFAST_CONFIG")]
     pub config: Option<PathBuf>,
@@ -268,6 +276,7 @@ pub fn default_participant_port(kind: crate::participants::Kind) -> u16 {
         Kind::Rooms => 50063,
         Kind::Payments => 50064,
         Kind::Noop => 50065,
+        Kind::StockRedis => 50066,
     }
 }
 
@@ -360,6 +369,10 @@ pub struct CoordinatorArgs {
     /// override it.
     #[arg(long, env = "HOLDFAST_CONFIG")]
     pub config: Option<PathBuf>,
+
+    /// Redis URL; when set, the all-in-one also runs the `stock-redis` participant on :50066.
+    #[arg(long, env = "HOLDFAST_REDIS_URL")]
+    pub redis_url: Option<String>,
 
     /// Print the effective settings (after flags, env, file and defaults) and exit.
     #[arg(long)]

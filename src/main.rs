@@ -85,6 +85,25 @@ async fn run(cli: Cli) -> Result<(), AppError> {
             let pool = app::connect(&args.database_url, args.db_pool_size).await?;
             let listener = tokio::net::TcpListener::bind(listen).await?;
             tracing::info!(kind = args.kind.name(), %listen, "participant serving");
+            if args.kind == holdfast::participants::Kind::StockRedis {
+                use holdfast::participants::stock_redis;
+                let url = args.redis_url.clone().ok_or_else(|| {
+                    AppError::Config(
+                        holdfast::participants::ParticipantError::NeedsRedis.to_string(),
+                    )
+                })?;
+                let mut settings = stock_redis::StockRedisSettings::new(url);
+                settings.key_prefix = args.redis_prefix.clone();
+                settings.orphan_grace = args.orphan_grace;
+                return stock_redis::serve(
+                    settings,
+                    pool,
+                    listener,
+                    holdfast::server::shutdown_signal(),
+                )
+                .await
+                .map_err(|e| AppError::Config(e.to_string()));
+            }
             holdfast::participants::serve(
                 holdfast::participants::ParticipantSettings {
                     kind: args.kind,

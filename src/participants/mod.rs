@@ -11,6 +11,7 @@ pub mod payments;
 pub mod rooms;
 pub mod seats;
 pub mod stock;
+pub mod stock_redis;
 
 use std::future::Future;
 use std::sync::LazyLock;
@@ -38,6 +39,9 @@ pub enum Kind {
     Payments,
     /// Holds anything; writes only its barrier.
     Noop,
+    /// A Redis fast gate for interchangeable units with a durable Postgres record; needs a
+    /// Redis URL ([`stock_redis`]).
+    StockRedis,
 }
 
 impl Kind {
@@ -49,6 +53,7 @@ impl Kind {
             Kind::Rooms => "rooms",
             Kind::Payments => "payments",
             Kind::Noop => "noop",
+            Kind::StockRedis => stock_redis::NAME,
         }
     }
 }
@@ -82,6 +87,12 @@ pub enum ParticipantError {
     /// The gRPC server failed.
     #[error(transparent)]
     Serve(#[from] crate::server::ServeError),
+    /// The stock-redis participant failed to start.
+    #[error("stock-redis: {0}")]
+    StockRedis(#[from] stock_redis::StockRedisError),
+    /// `stock-redis` was asked for without a Redis URL (use [`stock_redis::serve`]).
+    #[error("the stock-redis participant needs a Redis URL (--redis-url / HOLDFAST_REDIS_URL)")]
+    NeedsRedis,
 }
 
 /// Name of the table tracking the participants' applied migrations (apart from the
@@ -127,6 +138,7 @@ pub async fn serve(
                 .run(noop::Noop::new(Kind::Noop.name()), None, shutdown)
                 .await
         }
+        Kind::StockRedis => Err(ParticipantError::NeedsRedis),
         Kind::Payments => {
             let payments = PaymentsServer::new(payments::PaymentsService::new(pool));
             server

@@ -195,7 +195,7 @@ async fn cancel_after_confirm_is_refused_without_change(pool: PgPool) {
 fn failing_item(kind: Kind, f: &Fixture) -> Option<holdfast::proto::Hold> {
     match kind {
         Kind::Seats => Some(hold("ZZ-missing", 1, None)),
-        Kind::Stock => Some(hold("sku-missing", 1, None)),
+        Kind::Stock | Kind::StockRedis => Some(hold("sku-missing", 1, None)),
         // Overlaps the fixture's slot in the same room: SQLSTATE 23P01 inside the Try.
         Kind::Rooms => Some(hold("blue", 1, slot(from_now(-1800), from_now(5400)))),
         Kind::Payments => Some(hold("acct-missing", 1, None)),

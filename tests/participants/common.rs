@@ -20,12 +20,13 @@ use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 
 /// Every reference participant.
-pub const ALL: [Kind; 5] = [
+pub const ALL: [Kind; 6] = [
     Kind::Seats,
     Kind::Stock,
     Kind::Rooms,
     Kind::Payments,
     Kind::Noop,
+    Kind::StockRedis,
 ];
 
 /// A running participant and clients for it.
@@ -50,9 +51,19 @@ pub async fn spawn_with(settings: ParticipantSettings, pool: PgPool) -> Running 
         .expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
     let (tx, rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(serve(settings, pool, listener, async {
+    let stop = async {
         let _ = rx.await;
-    }));
+    };
+    let task = if settings.kind == Kind::StockRedis {
+        // Real Redis, isolated by a key prefix of its own.
+        let mut redis = crate::stock_redis::settings();
+        redis.orphan_grace = settings.orphan_grace;
+        tokio::spawn(holdfast::participants::stock_redis::serve(
+            redis, pool, listener, stop,
+        ))
+    } else {
+        tokio::spawn(serve(settings, pool, listener, stop))
+    };
     let channel = Channel::from_shared(url.clone())
         .expect("url")
         .connect()
@@ -227,6 +238,12 @@ pub fn fixture(kind: Kind) -> Fixture {
             resource: "acct-1",
             capacity: 1000,
             units: 250,
+            during: None,
+        },
+        Kind::StockRedis => Fixture {
+            resource: "sku-1",
+            capacity: 5,
+            units: 2,
             during: None,
         },
         Kind::Noop => Fixture {

@@ -9,3 +9,4 @@ mod payments;
 mod rooms;
 mod seats;
 mod stock;
+mod stock_redis;
