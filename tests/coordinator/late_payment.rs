@@ -360,3 +360,108 @@ async fn a_hold_lost_at_confirm_fails_the_reservation_and_refunds_the_payment(po
     let seat = resource(&shop.seats, "A1").await;
     assert_eq!((seat.held, seat.confirmed), (1, 0), "never sold twice");
 }
+
+#[sqlx::test(migrations = false)]
+async fn a_coordinator_dying_while_honouring_a_late_payment_leaves_it_refunded(pool: PgPool) {
+    // Seats is a fake here (so its Try can hang); payments is the real participant.
+    let log = CallLog::default();
+    let seats = spawn_fake("seats", log.clone()).await;
+    let payments = spawn_participant(Kind::Payments, &pool).await;
+    put_resources(&payments, &[("card-1", 100_000)]).await;
+    let mut s = settings(&[("seats", &seats.url), ("payments", &payments)]);
+    s.policy.sweep_interval = Duration::from_millis(100);
+    s.policy.lease = Duration::from_secs(2);
+    let mut first = spawn_killable(&pool, s.clone()).await;
+    let mut client = first.client().await;
+
+    let mut req = reserve_request("r1", vec![hold("seats", "A1")]);
+    req.ttl = Some(prost_types::Duration {
+        seconds: 1,
+        nanos: 0,
+    });
+    let r = client.reserve(req).await.unwrap().into_inner();
+    let state = |pool: PgPool, id: String| async move {
+        sqlx::query_as::<_, (String, Option<String>)>(
+            "SELECT state, refund_state FROM reservations WHERE id = $1::uuid",
+        )
+        .bind(id)
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while state(pool.clone(), r.id.clone()).await.0 != "EXPIRED" {
+        assert!(tokio::time::Instant::now() < deadline, "never released");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(seats.effects(), (0, 1));
+
+    // The payment lands; placing the seat again hangs; the coordinator dies right there.
+    seats
+        .behaviour
+        .stall_tries
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let payment_ref = PaymentsClient::connect(payments.clone())
+        .await
+        .unwrap()
+        .charge(proto::ChargeRequest {
+            account: "card-1".into(),
+            amount_minor: 900,
+            currency: "EUR".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .payment_ref;
+    let payment = proto::Payment {
+        participant: "payments".into(),
+        payment_ref: payment_ref.clone(),
+        amount_minor: 900,
+        currency: "EUR".into(),
+    };
+    let pending = tokio::spawn({
+        let req = confirm(&r, &payment);
+        async move { client.confirm(req).await }
+    });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while log.count("seats", "Try") < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "retake never tried");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.kill();
+    let _ = pending.await;
+    seats
+        .behaviour
+        .stall_tries
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+
+    // Another instance releases whatever the retake may have placed and refunds the payment.
+    let _second = spawn_killable(&pool, s).await;
+    let shop = Shop {
+        seats: seats.url.clone(),
+        payments: payments.clone(),
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let (st, refund) = state(pool.clone(), r.id.clone()).await;
+        if st == "EXPIRED" && refund.as_deref() == Some("REFUNDED") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "left {st} / {refund:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        refunded(&shop, &payment_ref).await,
+        (900, 1),
+        "refunded exactly once"
+    );
+    assert!(seats.held().is_empty(), "the re-placed seat is released");
+    assert_eq!(
+        log.count("seats", "Cancel"),
+        2,
+        "the first release, then the retake's"
+    );
+}
