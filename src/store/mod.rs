@@ -6,6 +6,7 @@
 //! Each backend keeps its SQL in its own file; [`connect_store`] picks one by URL scheme.
 
 pub mod postgres;
+mod record;
 pub mod sqlite;
 
 use std::sync::Arc;

@@ -11,14 +11,15 @@ use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 use sqlx::types::Json;
 use uuid::Uuid;
 
+use super::record::{StoredBranch, StoredReservation};
 use super::{
     Backoff, BranchReport, Claimed, Created, Decided, HoldLimits, LimitScope, Phase, Store,
     StoreError, WorkLease,
 };
 use crate::domain::lifecycle::{self, Snapshot};
 use crate::domain::{
-    Branch, BranchState, Decision, Hold, HoldToken, Interval, ListQuery, NewReservation, Payment,
-    Refund, RefundState, Rejection, Reservation, State, Verdict,
+    Branch, Decision, HoldToken, ListQuery, NewReservation, Payment, Rejection, Reservation, State,
+    Verdict,
 };
 
 /// The coordinator's schema, embedded in the binary.
@@ -137,23 +138,6 @@ struct ReservationRow {
     b_errors: Option<Vec<Option<String>>>,
 }
 
-/// One branch, as read from the arrays.
-struct BranchRow {
-    branch_id: Uuid,
-    participant: String,
-    resource: String,
-    quantity: i64,
-    during_start: Option<DateTime<Utc>>,
-    during_end: Option<DateTime<Utc>>,
-    state: String,
-    attempts: i32,
-    last_error: Option<String>,
-}
-
-fn parse_state(s: &str) -> Result<State, StoreError> {
-    State::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown reservation state {s:?}")))
-}
-
 impl PgStore {
     /// Applies a verdict on a lapsed HELD reservation: release it, or honour a late payment
     /// by confirming the holds as they are.
@@ -222,7 +206,7 @@ impl ReservationRow {
         let mut branches = Vec::with_capacity(n);
         for (i, branch_id) in ids.into_iter().enumerate() {
             branches.push(
-                BranchRow {
+                StoredBranch {
                     branch_id,
                     participant: participants[i].clone(),
                     resource: resources[i].clone(),
@@ -241,100 +225,34 @@ impl ReservationRow {
 
     fn into_domain(mut self) -> Result<Reservation, StoreError> {
         let branches = self.take_branches()?;
-        let stored_state = parse_state(&self.state)?;
-        let release_outcome = self
-            .release_outcome
-            .as_deref()
-            .map(parse_state)
-            .transpose()?;
-        let rejection = match (
-            self.rejection_participant,
-            self.rejection_resource,
-            self.rejection_reason,
-        ) {
-            (Some(participant), Some(resource), reason) => Some(Rejection {
-                participant,
-                resource,
-                reason: reason.unwrap_or_default(),
-            }),
-            _ => None,
-        };
-        let payment = match (
-            self.payment_participant,
-            self.payment_ref,
-            self.payment_amount_minor,
-            self.payment_currency,
-        ) {
-            (Some(participant), Some(payment_ref), Some(amount_minor), Some(currency)) => {
-                Some(Payment {
-                    participant,
-                    payment_ref,
-                    amount_minor,
-                    currency,
-                })
-            }
-            _ => None,
-        };
-        let refund = match (self.refund_id, self.refund_state.as_deref(), &payment) {
-            (Some(refund_id), Some(state), Some(p)) => Some(Refund {
-                refund_id,
-                state: RefundState::parse(state).ok_or_else(|| {
-                    StoreError::Corrupt(format!("unknown refund state {state:?}"))
-                })?,
-                amount_minor: p.amount_minor,
-                currency: p.currency.clone(),
-                reason: self.refund_reason.unwrap_or_default(),
-            }),
-            _ => None,
-        };
-        Ok(Reservation {
+        StoredReservation {
             id: self.id,
             request_id: self.request_id,
             holder: self.holder,
-            state: if self.lapsed {
-                State::Expired
-            } else {
-                stored_state
-            },
-            stored_state,
-            release_outcome,
-            hold_token: HoldToken::from_stored(self.hold_token),
-            ttl: Duration::from_millis(u64::try_from(self.ttl_ms).unwrap_or(0)),
+            state: self.state,
+            release_outcome: self.release_outcome,
+            hold_token: self.hold_token,
+            ttl_ms: self.ttl_ms,
             created_at: self.created_at,
             expires_at: self.expires_at,
             extensions_used: self.extensions_used,
             labels: self.labels.0,
-            branches,
-            rejection,
+            rejection_participant: self.rejection_participant,
+            rejection_resource: self.rejection_resource,
+            rejection_reason: self.rejection_reason,
             late_payment_honored: self.late_payment_honored,
             version: self.version,
-            payment,
-            refund,
+            payment_participant: self.payment_participant,
+            payment_ref: self.payment_ref,
+            payment_amount_minor: self.payment_amount_minor,
+            payment_currency: self.payment_currency,
+            refund_id: self.refund_id,
+            refund_state: self.refund_state,
+            refund_reason: self.refund_reason,
             generation: self.generation,
-        })
-    }
-}
-
-impl BranchRow {
-    fn into_domain(self) -> Result<Branch, StoreError> {
-        let state = BranchState::parse(&self.state)
-            .ok_or_else(|| StoreError::Corrupt(format!("unknown branch state {:?}", self.state)))?;
-        let during = match (self.during_start, self.during_end) {
-            (Some(start), Some(end)) => Some(Interval { start, end }),
-            _ => None,
-        };
-        Ok(Branch {
-            branch_id: self.branch_id,
-            hold: Hold {
-                participant: self.participant,
-                resource: self.resource,
-                quantity: self.quantity,
-                during,
-            },
-            state,
-            attempts: self.attempts,
-            last_error: self.last_error,
-        })
+            lapsed: self.lapsed,
+        }
+        .into_domain(branches)
     }
 }
 

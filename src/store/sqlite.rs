@@ -27,14 +27,15 @@ use sqlx::types::Json;
 use sqlx::{Connection, Sqlite, Transaction};
 use uuid::Uuid;
 
+use super::record::{StoredBranch, StoredReservation};
 use super::{
     Backoff, BranchReport, Claimed, Created, Decided, HoldLimits, LimitScope, Phase, Store,
     StoreError, WorkLease,
 };
 use crate::domain::lifecycle::{self, Snapshot};
 use crate::domain::{
-    Branch, BranchState, Decision, Hold, HoldToken, Interval, ListQuery, NewReservation, Payment,
-    Refund, RefundState, Rejection, Reservation, State, Verdict,
+    Branch, Decision, HoldToken, ListQuery, NewReservation, Payment, Rejection, Reservation, State,
+    Verdict,
 };
 
 /// The coordinator's SQLite schema, embedded in the binary.
@@ -196,10 +197,6 @@ struct BranchRow {
     last_error: Option<String>,
 }
 
-fn parse_state(s: &str) -> Result<State, StoreError> {
-    State::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown reservation state {s:?}")))
-}
-
 /// Stored microseconds since the epoch -> a time.
 fn time_of(us: i64) -> Result<DateTime<Utc>, StoreError> {
     DateTime::from_timestamp_micros(us)
@@ -218,103 +215,51 @@ fn micros(d: Duration) -> i64 {
 
 impl ReservationRow {
     fn into_domain(self, branches: Vec<Branch>) -> Result<Reservation, StoreError> {
-        let stored_state = parse_state(&self.state)?;
-        let release_outcome = self
-            .release_outcome
-            .as_deref()
-            .map(parse_state)
-            .transpose()?;
-        let rejection = match (
-            self.rejection_participant,
-            self.rejection_resource,
-            self.rejection_reason,
-        ) {
-            (Some(participant), Some(resource), reason) => Some(Rejection {
-                participant,
-                resource,
-                reason: reason.unwrap_or_default(),
-            }),
-            _ => None,
-        };
-        let payment = match (
-            self.payment_participant,
-            self.payment_ref,
-            self.payment_amount_minor,
-            self.payment_currency,
-        ) {
-            (Some(participant), Some(payment_ref), Some(amount_minor), Some(currency)) => {
-                Some(Payment {
-                    participant,
-                    payment_ref,
-                    amount_minor,
-                    currency,
-                })
-            }
-            _ => None,
-        };
-        let refund = match (self.refund_id, self.refund_state.as_deref(), &payment) {
-            (Some(refund_id), Some(state), Some(p)) => Some(Refund {
-                refund_id,
-                state: RefundState::parse(state).ok_or_else(|| {
-                    StoreError::Corrupt(format!("unknown refund state {state:?}"))
-                })?,
-                amount_minor: p.amount_minor,
-                currency: p.currency.clone(),
-                reason: self.refund_reason.unwrap_or_default(),
-            }),
-            _ => None,
-        };
-        Ok(Reservation {
+        StoredReservation {
             id: self.id,
             request_id: self.request_id,
             holder: self.holder,
-            state: if self.lapsed {
-                State::Expired
-            } else {
-                stored_state
-            },
-            stored_state,
-            release_outcome,
-            hold_token: HoldToken::from_stored(self.hold_token),
-            ttl: Duration::from_millis(u64::try_from(self.ttl_ms).unwrap_or(0)),
+            state: self.state,
+            release_outcome: self.release_outcome,
+            hold_token: self.hold_token,
+            ttl_ms: self.ttl_ms,
             created_at: time_of(self.created_at)?,
             expires_at: time_of(self.expires_at)?,
             extensions_used: self.extensions_used,
             labels: self.labels.0,
-            branches,
-            rejection,
+            rejection_participant: self.rejection_participant,
+            rejection_resource: self.rejection_resource,
+            rejection_reason: self.rejection_reason,
             late_payment_honored: self.late_payment_honored,
             version: self.version,
-            payment,
-            refund,
+            payment_participant: self.payment_participant,
+            payment_ref: self.payment_ref,
+            payment_amount_minor: self.payment_amount_minor,
+            payment_currency: self.payment_currency,
+            refund_id: self.refund_id,
+            refund_state: self.refund_state,
+            refund_reason: self.refund_reason,
             generation: self.generation,
-        })
+            lapsed: self.lapsed,
+        }
+        .into_domain(branches)
     }
 }
 
 impl BranchRow {
     fn into_domain(self) -> Result<Branch, StoreError> {
-        let state = BranchState::parse(&self.state)
-            .ok_or_else(|| StoreError::Corrupt(format!("unknown branch state {:?}", self.state)))?;
-        let during = match (self.during_start, self.during_end) {
-            (Some(start), Some(end)) => Some(Interval {
-                start: time_of(start)?,
-                end: time_of(end)?,
-            }),
-            _ => None,
-        };
-        Ok(Branch {
+        StoredBranch {
             branch_id: self.branch_id,
-            hold: Hold {
-                participant: self.participant,
-                resource: self.resource,
-                quantity: self.quantity,
-                during,
-            },
-            state,
+            participant: self.participant,
+            resource: self.resource,
+            quantity: self.quantity,
+            during_start: self.during_start.map(time_of).transpose()?,
+            during_end: self.during_end.map(time_of).transpose()?,
+            state: self.state,
             attempts: self.attempts,
             last_error: self.last_error,
-        })
+        }
+        .into_domain()
     }
 }
 

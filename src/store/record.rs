@@ -1,0 +1,162 @@
+//! The stored shape of a reservation, shared by every backend: each backend reads its rows into
+//! these plain values (its own column types converted), and one function turns them into the
+//! domain type, so what a stored row means is written once.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::StoreError;
+use crate::domain::{
+    Branch, BranchState, Hold, HoldToken, Interval, Payment, Refund, RefundState, Rejection,
+    Reservation, State,
+};
+
+/// A `reservations` row, backend-neutral.
+pub(crate) struct StoredReservation {
+    pub id: Uuid,
+    pub request_id: String,
+    pub holder: String,
+    pub state: String,
+    pub release_outcome: Option<String>,
+    pub hold_token: String,
+    pub ttl_ms: i64,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    pub extensions_used: i32,
+    pub labels: BTreeMap<String, String>,
+    pub rejection_participant: Option<String>,
+    pub rejection_resource: Option<String>,
+    pub rejection_reason: Option<String>,
+    pub late_payment_honored: bool,
+    pub version: i64,
+    pub payment_participant: Option<String>,
+    pub payment_ref: Option<String>,
+    pub payment_amount_minor: Option<i64>,
+    pub payment_currency: Option<String>,
+    pub refund_id: Option<Uuid>,
+    pub refund_state: Option<String>,
+    pub refund_reason: Option<String>,
+    pub generation: i32,
+    /// HELD with `expires_at` passed by the database clock, computed by the reading query.
+    pub lapsed: bool,
+}
+
+/// A `branches` row, backend-neutral.
+pub(crate) struct StoredBranch {
+    pub branch_id: Uuid,
+    pub participant: String,
+    pub resource: String,
+    pub quantity: i64,
+    pub during_start: Option<DateTime<Utc>>,
+    pub during_end: Option<DateTime<Utc>>,
+    pub state: String,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+}
+
+pub(crate) fn parse_state(s: &str) -> Result<State, StoreError> {
+    State::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown reservation state {s:?}")))
+}
+
+impl StoredBranch {
+    pub(crate) fn into_domain(self) -> Result<Branch, StoreError> {
+        let state = BranchState::parse(&self.state)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown branch state {:?}", self.state)))?;
+        let during = match (self.during_start, self.during_end) {
+            (Some(start), Some(end)) => Some(Interval { start, end }),
+            _ => None,
+        };
+        Ok(Branch {
+            branch_id: self.branch_id,
+            hold: Hold {
+                participant: self.participant,
+                resource: self.resource,
+                quantity: self.quantity,
+                during,
+            },
+            state,
+            attempts: self.attempts,
+            last_error: self.last_error,
+        })
+    }
+}
+
+impl StoredReservation {
+    /// The domain reservation; a lapsed HELD one reads as EXPIRED (lazy expiry).
+    pub(crate) fn into_domain(self, branches: Vec<Branch>) -> Result<Reservation, StoreError> {
+        let stored_state = parse_state(&self.state)?;
+        let release_outcome = self
+            .release_outcome
+            .as_deref()
+            .map(parse_state)
+            .transpose()?;
+        let rejection = match (
+            self.rejection_participant,
+            self.rejection_resource,
+            self.rejection_reason,
+        ) {
+            (Some(participant), Some(resource), reason) => Some(Rejection {
+                participant,
+                resource,
+                reason: reason.unwrap_or_default(),
+            }),
+            _ => None,
+        };
+        let payment = match (
+            self.payment_participant,
+            self.payment_ref,
+            self.payment_amount_minor,
+            self.payment_currency,
+        ) {
+            (Some(participant), Some(payment_ref), Some(amount_minor), Some(currency)) => {
+                Some(Payment {
+                    participant,
+                    payment_ref,
+                    amount_minor,
+                    currency,
+                })
+            }
+            _ => None,
+        };
+        let refund = match (self.refund_id, self.refund_state.as_deref(), &payment) {
+            (Some(refund_id), Some(state), Some(p)) => Some(Refund {
+                refund_id,
+                state: RefundState::parse(state).ok_or_else(|| {
+                    StoreError::Corrupt(format!("unknown refund state {state:?}"))
+                })?,
+                amount_minor: p.amount_minor,
+                currency: p.currency.clone(),
+                reason: self.refund_reason.unwrap_or_default(),
+            }),
+            _ => None,
+        };
+        Ok(Reservation {
+            id: self.id,
+            request_id: self.request_id,
+            holder: self.holder,
+            state: if self.lapsed {
+                State::Expired
+            } else {
+                stored_state
+            },
+            stored_state,
+            release_outcome,
+            hold_token: HoldToken::from_stored(self.hold_token),
+            ttl: Duration::from_millis(u64::try_from(self.ttl_ms).unwrap_or(0)),
+            created_at: self.created_at,
+            expires_at: self.expires_at,
+            extensions_used: self.extensions_used,
+            labels: self.labels,
+            branches,
+            rejection,
+            late_payment_honored: self.late_payment_honored,
+            version: self.version,
+            payment,
+            refund,
+            generation: self.generation,
+        })
+    }
+}
