@@ -456,11 +456,9 @@ impl Coordinator {
             Some(t) => Some(validate::ttl("ttl", t, &self.limits)?),
             None => None,
         };
-        // Without a ttl the original one applies; it is only known under the lock, so the
-        // store reads it from the snapshot when `by` is zero.
-        let current = self.store.get(id).await?.ok_or(Error::NotFound(id))?;
+        // Without a ttl the reservation's original one applies (judged under the row lock).
         let decision = Decision::Extend {
-            by: by.unwrap_or(current.ttl),
+            by,
             max_extensions: self.policy.max_extensions,
             max_ttl: self.limits.max_ttl,
         };

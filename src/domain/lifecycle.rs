@@ -21,7 +21,8 @@ pub enum Decision {
         reason: Option<String>,
     },
     Extend {
-        by: Duration,
+        /// How much to add; `None`: the reservation's original ttl.
+        by: Option<Duration>,
         max_extensions: i32,
         max_ttl: Duration,
     },
@@ -37,6 +38,8 @@ pub struct Snapshot {
     pub created_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
     pub extensions_used: i32,
+    /// The reservation's original ttl (the default extension).
+    pub ttl: Duration,
     /// A payment was recorded (by a Confirm, or a late payment being honoured).
     pub has_payment: bool,
     /// The reservation's one refund exists already.
@@ -162,11 +165,12 @@ pub fn decide(s: &Snapshot, decision: &Decision) -> Verdict {
                 max_ttl,
             },
         ) => {
-            let total = (s.expires_at - s.created_at).to_std().unwrap_or_default() + *by;
+            let by = by.unwrap_or(s.ttl);
+            let total = (s.expires_at - s.created_at).to_std().unwrap_or_default() + by;
             if s.extensions_used >= *max_extensions || total > *max_ttl {
                 Verdict::Refuse(Refusal::ExtensionLimit)
             } else {
-                Verdict::Extend { by: *by }
+                Verdict::Extend { by }
             }
         }
         (_, Decision::Extend { .. }) if released_by_expiry => Verdict::Refuse(Refusal::HoldExpired),
@@ -187,6 +191,7 @@ mod tests {
             created_at: now,
             expires_at: now + chrono::Duration::minutes(10),
             extensions_used: 0,
+            ttl: Duration::from_secs(600),
             has_payment: false,
             has_refund: false,
         }
@@ -275,7 +280,7 @@ mod tests {
 
     fn extend() -> Decision {
         Decision::Extend {
-            by: Duration::from_secs(600),
+            by: Some(Duration::from_secs(600)),
             max_extensions: 1,
             max_ttl: Duration::from_secs(3600),
         }
@@ -353,6 +358,18 @@ mod tests {
                 by: Duration::from_secs(600)
             }
         );
+        let by_default = Decision::Extend {
+            by: None,
+            max_extensions: 1,
+            max_ttl: Duration::from_secs(3600),
+        };
+        assert_eq!(
+            decide(&snap(State::Held, false), &by_default),
+            Verdict::Extend {
+                by: Duration::from_secs(600)
+            },
+            "no ttl: the original one"
+        );
         let mut used = snap(State::Held, false);
         used.extensions_used = 1;
         assert_eq!(
@@ -360,7 +377,7 @@ mod tests {
             Verdict::Refuse(Refusal::ExtensionLimit)
         );
         let too_long = Decision::Extend {
-            by: Duration::from_secs(3001),
+            by: Some(Duration::from_secs(3001)),
             max_extensions: 5,
             max_ttl: Duration::from_secs(3600),
         };

@@ -577,6 +577,7 @@ impl Store for PgStore {
             created_at: current.created_at,
             expires_at: current.expires_at,
             extensions_used: current.extensions_used,
+            ttl: current.ttl,
             has_payment: current.payment.is_some(),
             has_refund: current.refund.is_some(),
         };

@@ -171,7 +171,7 @@ fn cancel() -> Decision {
 
 fn extend(by: Duration) -> Decision {
     Decision::Extend {
-        by,
+        by: Some(by),
         max_extensions: 1,
         max_ttl: Duration::from_secs(3600),
     }
