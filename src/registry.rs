@@ -74,6 +74,13 @@ impl CallError {
     }
 }
 
+/// The two calls that finish a branch.
+#[derive(Clone, Copy, Debug)]
+enum SecondPhase {
+    Confirm,
+    Cancel,
+}
+
 /// One registered participant and its channel.
 #[derive(Clone, Debug)]
 pub struct ParticipantHandle {
@@ -340,31 +347,8 @@ impl ParticipantHandle {
         reservation_id: Uuid,
         branch_id: Uuid,
     ) -> Result<BranchOutcome, CallError> {
-        let span = self.span("confirm", reservation_id, Some(branch_id));
-        async move {
-            let req = self.request(proto::BranchRequest {
-                reservation_id: reservation_id.to_string(),
-                branch_id: branch_id.to_string(),
-            });
-            let started = std::time::Instant::now();
-            let result = self
-                .client
-                .clone()
-                .confirm(req)
-                .await
-                .map_err(|s| CallError::from_status(&s));
-            crate::telemetry::branch_call(&self.name, "confirm", started.elapsed());
-            self.observe(&result);
-            let resp = result?;
-            branch_state_from_proto(resp.get_ref().state).ok_or_else(|| {
-                CallError::protocol(format!(
-                    "participant answered Confirm with state {}",
-                    resp.get_ref().state
-                ))
-            })
-        }
-        .instrument(span)
-        .await
+        self.second_phase(SecondPhase::Confirm, reservation_id, branch_id)
+            .await
     }
 
     /// Asks the participant to release the branch.
@@ -373,25 +357,39 @@ impl ParticipantHandle {
         reservation_id: Uuid,
         branch_id: Uuid,
     ) -> Result<BranchOutcome, CallError> {
-        let span = self.span("cancel", reservation_id, Some(branch_id));
+        self.second_phase(SecondPhase::Cancel, reservation_id, branch_id)
+            .await
+    }
+
+    async fn second_phase(
+        &self,
+        phase: SecondPhase,
+        reservation_id: Uuid,
+        branch_id: Uuid,
+    ) -> Result<BranchOutcome, CallError> {
+        let name = match phase {
+            SecondPhase::Confirm => "confirm",
+            SecondPhase::Cancel => "cancel",
+        };
+        let span = self.span(name, reservation_id, Some(branch_id));
         async move {
             let req = self.request(proto::BranchRequest {
                 reservation_id: reservation_id.to_string(),
                 branch_id: branch_id.to_string(),
             });
             let started = std::time::Instant::now();
-            let result = self
-                .client
-                .clone()
-                .cancel(req)
-                .await
-                .map_err(|s| CallError::from_status(&s));
-            crate::telemetry::branch_call(&self.name, "cancel", started.elapsed());
+            let mut client = self.client.clone();
+            let result = match phase {
+                SecondPhase::Confirm => client.confirm(req).await,
+                SecondPhase::Cancel => client.cancel(req).await,
+            }
+            .map_err(|s| CallError::from_status(&s));
+            crate::telemetry::branch_call(&self.name, name, started.elapsed());
             self.observe(&result);
             let resp = result?;
             branch_state_from_proto(resp.get_ref().state).ok_or_else(|| {
                 CallError::protocol(format!(
-                    "participant answered Cancel with state {}",
+                    "participant answered {name} with state {}",
                     resp.get_ref().state
                 ))
             })
