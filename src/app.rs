@@ -11,7 +11,7 @@ use crate::coordinator::{Coordinator, Policy};
 use crate::domain::validate::Limits;
 use crate::registry::{ParticipantEndpoint, Registry, RegistryError};
 use crate::server::ServeError;
-use crate::store::{AnyStore, Backend, PgStore, StoreError};
+use crate::store::{AnyStore, Backend, PgStore, SqliteStore, StoreError};
 
 /// Why a role could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -106,22 +106,105 @@ pub const ALL_IN_ONE_KINDS: [crate::participants::Kind; 5] = [
     crate::participants::Kind::Noop,
 ];
 
+/// The embedded default of the all-in-one (and the coordinator role): SQLite under `./data`.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://./data/holdfast.db";
+
+/// The folder of a SQLite database URL (`./data` for `sqlite://./data/holdfast.db`).
+fn sqlite_dir(url: &str) -> Result<std::path::PathBuf, AppError> {
+    use std::str::FromStr;
+    let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)
+        .map_err(|e| AppError::Config(format!("database URL {url:?}: {e}")))?;
+    Ok(match options.get_filename().parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    })
+}
+
+/// One writer per folder: for a `sqlite:` URL, takes an exclusive lock on `holdfast.lock`
+/// beside the database file (creating the folder), held as long as the returned file lives.
+/// A second process on the same folder fails at once, naming the folder and the lock.
+/// PostgreSQL URLs need no lock (`Ok(None)`).
+pub fn lock_data_dir(database_url: &str) -> Result<Option<std::fs::File>, AppError> {
+    if Backend::of_url(database_url)? != Backend::Sqlite {
+        return Ok(None);
+    }
+    let dir = sqlite_dir(database_url)?;
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        AppError::Config(format!(
+            "cannot create the data folder {}: {e}",
+            dir.display()
+        ))
+    })?;
+    let path = dir.join("holdfast.lock");
+    let file = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| AppError::Config(format!("cannot open the lock {}: {e}", path.display())))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Err(AppError::Config(format!(
+            "another holdfast is already using {} (lock {} held); stop it or use another folder",
+            dir.display(),
+            path.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => Err(AppError::Config(format!(
+            "cannot lock {}: {e}",
+            path.display()
+        ))),
+    }
+}
+
 /// Runs the coordinator and every reference participant in one process, all registered with
 /// the coordinator over real gRPC on loopback, until `shutdown`.
+///
+/// On a `sqlite:` URL (the default, [`DEFAULT_DATABASE_URL`]) the coordinator uses that file
+/// and the participants share `participants.db` beside it; the caller should hold
+/// [`lock_data_dir`] for the process's lifetime. On a `postgres://` URL everything shares that
+/// database (each schema in its own migrations table); `stock-redis` runs only there, and only
+/// with a Redis URL.
 pub async fn serve_all_in_one(
     database_url: &str,
     coordinator: crate::config::CoordinatorArgs,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AppError> {
-    use crate::participants::{self, ParticipantSettings};
-    if Backend::of_url(database_url)? != Backend::Postgres {
-        return Err(AppError::Config(
-            "the all-in-one needs a postgres:// database URL (the reference participants are \
-             PostgreSQL-only); `holdfast coordinator` also runs on sqlite://"
-                .into(),
-        ));
-    }
-    let pool = connect(database_url, coordinator.db_pool_size).await?;
+    use crate::participants::{self, ParticipantDb, ParticipantSettings};
+    let backend = Backend::of_url(database_url)?;
+    let (store, pdb, described): (AnyStore, ParticipantDb, String) = match backend {
+        Backend::Postgres => {
+            let pool = connect(database_url, coordinator.db_pool_size).await?;
+            let db = database_url.split('@').next_back().unwrap_or(database_url);
+            (
+                PgStore::from_pool(pool.clone()).into(),
+                pool.into(),
+                db.to_owned(),
+            )
+        }
+        Backend::Sqlite => {
+            let store = SqliteStore::connect(database_url, coordinator.db_pool_size).await?;
+            let dir = sqlite_dir(database_url)?;
+            let participants_file = dir.join("participants.db");
+            let participants_url = format!("sqlite://{}", participants_file.display());
+            let pool = participants::connect_sqlite(&participants_url, coordinator.db_pool_size)
+                .await
+                .map_err(StoreError::from)?;
+            // Once, before the participants start: SQLite migrations take no lock of their own.
+            participants::SQLITE_MIGRATOR
+                .run(&pool)
+                .await
+                .map_err(StoreError::from)?;
+            (
+                store.into(),
+                pool.into(),
+                format!(
+                    "SQLite: coordinator {}, participants {}",
+                    database_url.trim_start_matches("sqlite://"),
+                    participants_file.display()
+                ),
+            )
+        }
+    };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
@@ -145,14 +228,22 @@ pub async fn serve_all_in_one(
             url: format!("http://{addr}"),
             timeout: coordinator.participant_timeout,
         });
-        let (pool, stop) = (pool.clone(), stopped(stop_rx.clone()));
+        let (pool, stop) = (pdb.clone(), stopped(stop_rx.clone()));
         tasks.spawn(async move {
             participants::serve(ParticipantSettings::new(kind), pool, listener, stop)
                 .await
                 .map_err(|e| AppError::Config(format!("participant {}: {e}", kind.name())))
         });
     }
-    if let Some(redis_url) = coordinator.redis_url.clone() {
+    let redis_pg = match (&pdb, coordinator.redis_url.clone()) {
+        (ParticipantDb::Postgres(pool), Some(url)) => Some((pool.clone(), url)),
+        (ParticipantDb::Sqlite(_), Some(_)) => {
+            tracing::warn!("stock-redis is not started: it needs a postgres:// database");
+            None
+        }
+        _ => None,
+    };
+    if let Some((pool, redis_url)) = redis_pg {
         use crate::participants::stock_redis;
         let kind = crate::participants::Kind::StockRedis;
         let addr = std::net::SocketAddr::from((
@@ -170,7 +261,7 @@ pub async fn serve_all_in_one(
             url: format!("http://{addr}"),
             timeout: coordinator.participant_timeout,
         });
-        let (pool, stop) = (pool.clone(), stopped(stop_rx.clone()));
+        let stop = stopped(stop_rx.clone());
         tasks.spawn(async move {
             stock_redis::serve(
                 stock_redis::StockRedisSettings::new(redis_url),
@@ -198,9 +289,8 @@ pub async fn serve_all_in_one(
         &settings,
         coordinator.listen,
         coordinator.metrics_listen,
-        database_url,
+        &described,
     );
-    let store = PgStore::from_pool(pool);
     let coordinator_task = serve_coordinator(settings, store, listener, stopped(stop_rx.clone()));
     tokio::spawn(async move {
         shutdown.await;
@@ -219,9 +309,8 @@ fn print_banner(
     settings: &CoordinatorSettings,
     listen: std::net::SocketAddr,
     metrics: Option<std::net::SocketAddr>,
-    database_url: &str,
+    db: &str,
 ) {
-    let db = database_url.split('@').next_back().unwrap_or(database_url);
     println!("holdfast all-in-one (database: {db})");
     println!("  coordinator  tcc.v1.Coordinator  {listen}");
     for p in &settings.participants {

@@ -237,7 +237,8 @@ pub struct ParticipantArgs {
     #[arg(long, env = "HOLDFAST_LISTEN")]
     pub listen: Option<SocketAddr>,
 
-    /// PostgreSQL URL of the participant's database (created and migrated on start).
+    /// URL of the participant's database (created and migrated on start): postgres://... or
+    /// sqlite://path/to/file.db (not for stock-redis).
     #[arg(
         long,
         env = "DATABASE_URL",
@@ -288,11 +289,12 @@ pub struct CoordinatorArgs {
     pub listen: SocketAddr,
 
     /// URL of the coordinator's database (created and migrated on start): postgres://... or
-    /// sqlite://path/to/file.db (the `coordinator` role; the all-in-one needs PostgreSQL).
+    /// sqlite://path/to/file.db. The all-in-one puts the participants beside it (SQLite:
+    /// `participants.db` in the same folder; PostgreSQL: the same database).
     #[arg(
         long,
         env = "DATABASE_URL",
-        default_value = "postgres://postgres@127.0.0.1:5432/holdfast"
+        default_value = crate::app::DEFAULT_DATABASE_URL
     )]
     pub database_url: String,
 

@@ -10,7 +10,8 @@ use holdfast::store::AnyStore;
 /// holdfast: a Try-Confirm/Cancel coordinator for time-limited reservations.
 ///
 /// With no subcommand, runs everything in one process: the coordinator on 127.0.0.1:50051 and
-/// the reference participants on 50061-50065, all registered, on the database at DATABASE_URL.
+/// the reference participants on 50061-50065, all registered, on SQLite files under ./data
+/// (one holdfast per folder), or on PostgreSQL when DATABASE_URL / --database-url is postgres://.
 #[derive(Parser, Debug)]
 #[command(version, about, args_conflicts_with_subcommands = true)]
 struct Cli {
@@ -37,7 +38,7 @@ enum Command {
         #[arg(
             long,
             env = "DATABASE_URL",
-            default_value = "postgres://postgres@127.0.0.1:5432/holdfast"
+            default_value = holdfast::app::DEFAULT_DATABASE_URL
         )]
         database_url: String,
     },
@@ -70,8 +71,10 @@ async fn run(cli: Cli) -> Result<(), AppError> {
             print!("{}", args.describe());
             return Ok(());
         }
-        start_metrics(args.metrics_listen).await?;
         let url = args.database_url.clone();
+        // One writer per data folder, taken before anything binds a port.
+        let _lock = app::lock_data_dir(&url)?;
+        start_metrics(args.metrics_listen).await?;
         return app::serve_all_in_one(&url, args, holdfast::server::shutdown_signal()).await;
     };
     match command {
@@ -82,7 +85,21 @@ async fn run(cli: Cli) -> Result<(), AppError> {
                     holdfast::config::default_participant_port(args.kind),
                 ))
             });
-            let pool = app::connect(&args.database_url, args.db_pool_size).await?;
+            let pool: holdfast::participants::ParticipantDb =
+                match holdfast::store::Backend::of_url(&args.database_url)? {
+                    holdfast::store::Backend::Postgres => {
+                        app::connect(&args.database_url, args.db_pool_size)
+                            .await?
+                            .into()
+                    }
+                    holdfast::store::Backend::Sqlite => holdfast::participants::connect_sqlite(
+                        &args.database_url,
+                        args.db_pool_size,
+                    )
+                    .await
+                    .map_err(holdfast::store::StoreError::from)?
+                    .into(),
+                };
             let listener = tokio::net::TcpListener::bind(listen).await?;
             tracing::info!(kind = args.kind.name(), %listen, "participant serving");
             if args.kind == holdfast::participants::Kind::StockRedis {
@@ -92,6 +109,11 @@ async fn run(cli: Cli) -> Result<(), AppError> {
                         holdfast::participants::ParticipantError::NeedsRedis.to_string(),
                     )
                 })?;
+                let holdfast::participants::ParticipantDb::Postgres(pool) = pool else {
+                    return Err(AppError::Config(
+                        holdfast::participants::ParticipantError::NeedsPostgres.to_string(),
+                    ));
+                };
                 let mut settings = stock_redis::StockRedisSettings::new(url);
                 settings.key_prefix = args.redis_prefix.clone();
                 settings.orphan_grace = args.orphan_grace;

@@ -54,7 +54,8 @@ impl ResourceError {
     }
 
     /// Whether a retry may succeed: connection trouble, serialisation failure, deadlock,
-    /// lock timeout, server shutting down.
+    /// lock timeout, server shutting down; on SQLite the write lock not obtained within the
+    /// busy timeout (`SQLITE_BUSY` 5 and its extended codes, `SQLITE_LOCKED` 6).
     fn is_transient(&self) -> bool {
         match self {
             Self::Database(sqlx::Error::Database(_)) => {
@@ -64,6 +65,7 @@ impl ResourceError {
                     || code.starts_with("53")
                     || code.starts_with("57")
                     || code == "55P03"
+                    || matches!(code.as_str(), "5" | "6" | "261" | "517" | "262")
             }
             Self::Database(
                 sqlx::Error::Io(_)

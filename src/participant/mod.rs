@@ -23,6 +23,11 @@
 //! A business "can't" is `TryOutcome::Rejected`; an exclusion-constraint violation (SQLSTATE
 //! 23P01) raised by business SQL is turned into a rejection by the SDK as well.
 //!
+//! Backends: PostgreSQL (the default type parameter, `Resource` = `Resource<sqlx::Postgres>`)
+//! and SQLite (`Resource<sqlx::Sqlite>`, every SDK transaction begun with `BEGIN IMMEDIATE`,
+//! times in integer microseconds, the clock `unixepoch('now', 'subsec')`); [`Backend`] holds
+//! each one's barrier SQL, the logic in [`ParticipantService`] is written once.
+//!
 //! Writing one (see `examples/my_participant.rs`): apply the barrier schema
 //! (`crate::participants::MIGRATOR`, or copy `0001_barrier.sql` into your migrations),
 //! implement [`Resource`], and serve `ParticipantService::new(name, resource, pool)
@@ -42,9 +47,8 @@ mod service;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::PgConnection;
 
-pub use barrier::{BranchCounts, branch_counts};
+pub use barrier::{Backend, BarrierRow, BranchCounts, Phase, branch_counts};
 pub use error::ResourceError;
 pub use service::{DEFAULT_ORPHAN_GRACE, ParticipantService};
 
@@ -147,8 +151,11 @@ pub enum BranchAnswer {
 /// Each method is called at most once per successful phase of a branch: the SDK filters
 /// repeats and disorder. Cancel may nevertheless find holds already gone and must then do
 /// nothing (use conditional state transitions, never blind counter updates).
+///
+/// `DB` is the database: [`sqlx::Postgres`] (the default) or [`sqlx::Sqlite`]; `conn` is that
+/// database's connection (`&mut PgConnection`, `&mut SqliteConnection`).
 #[async_trait]
-pub trait Resource: Send + Sync + 'static {
+pub trait Resource<DB: Backend = sqlx::Postgres>: Send + Sync + 'static {
     /// Checks items beyond what the SDK checks (non-empty resource <= 128 bytes, quantity >= 1,
     /// valid slot, no duplicates), e.g. "a seat holds exactly 1". Runs before any write.
     fn validate(&self, items: &[Item]) -> Result<(), ResourceError> {
@@ -159,21 +166,21 @@ pub trait Resource: Send + Sync + 'static {
     /// Holds every item of the branch, all-or-nothing, locking resources in item order.
     async fn try_hold(
         &self,
-        conn: &mut PgConnection,
+        conn: &mut DB::Connection,
         branch: &BranchCtx,
     ) -> Result<TryOutcome, ResourceError>;
 
     /// Finalises the branch's holds.
     async fn confirm(
         &self,
-        conn: &mut PgConnection,
+        conn: &mut DB::Connection,
         branch: &BranchCtx,
     ) -> Result<ConfirmOutcome, ResourceError>;
 
     /// Releases whatever the branch still holds; doing nothing when nothing is held.
     async fn cancel(
         &self,
-        conn: &mut PgConnection,
+        conn: &mut DB::Connection,
         branch: &BranchCtx,
     ) -> Result<(), ResourceError>;
 }

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgConnection, PgPool};
+use sqlx::{Pool, Postgres};
 use tonic::{Request, Response, Status};
 
-use super::barrier::{self, Phase};
+use super::barrier::{Backend, BarrierRow, Phase};
 use super::{
     BranchAnswer, BranchCtx, BranchKey, ConfirmOutcome, Item, Resource, ResourceError, Slot,
     TryBranch, TryOutcome,
@@ -32,14 +32,16 @@ const MAX_ITEMS: usize = 64;
 /// Cheap to clone. Serve it with [`ParticipantService::into_server`]; the domain-level
 /// methods ([`try_branch`](Self::try_branch), [`confirm_branch`](Self::confirm_branch),
 /// [`cancel_branch`](Self::cancel_branch)) are public for in-process use and tests.
-pub struct ParticipantService<R> {
+///
+/// `DB` is the database ([`sqlx::Postgres`] by default, or [`sqlx::Sqlite`]).
+pub struct ParticipantService<R, DB: Backend = Postgres> {
     name: Arc<str>,
     resource: Arc<R>,
-    pool: PgPool,
+    pool: Pool<DB>,
     orphan_grace: Duration,
 }
 
-impl<R> Clone for ParticipantService<R> {
+impl<R, DB: Backend> Clone for ParticipantService<R, DB> {
     fn clone(&self) -> Self {
         Self {
             name: self.name.clone(),
@@ -50,12 +52,12 @@ impl<R> Clone for ParticipantService<R> {
     }
 }
 
-impl<R: Resource> ParticipantService<R> {
+impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     /// A participant called `name` (scopes its barrier rows, so several participants may
     /// share one database) with the default orphan grace of one hour.
     ///
     /// The database must carry the participants' schema (`crate::participants::MIGRATOR`).
-    pub fn new(name: impl Into<String>, resource: R, pool: PgPool) -> Self {
+    pub fn new(name: impl Into<String>, resource: R, pool: Pool<DB>) -> Self {
         Self {
             name: Arc::from(name.into()),
             resource: Arc::new(resource),
@@ -101,14 +103,14 @@ impl<R: Resource> ParticipantService<R> {
         let branch = &branch;
         let mut reclaimed = false;
         loop {
-            let mut tx = self.pool.begin().await?;
-            let found = barrier::lock(&mut tx, &self.name, &branch.key).await?;
+            let mut tx = DB::begin_write(&self.pool).await?;
+            let found = DB::lock(&mut *tx, &self.name, &branch.key).await?;
             if found.phase != Phase::Trying {
-                let answer = self.answer_decided_try(&mut tx, branch, &found).await?;
+                let answer = self.answer_decided_try(&mut *tx, branch, &found).await?;
                 tx.commit().await?;
                 return Ok(answer);
             }
-            let outcome = match self.resource.try_hold(&mut tx, branch).await {
+            let outcome = match self.resource.try_hold(&mut *tx, branch).await {
                 Ok(outcome) => outcome,
                 Err(err) if err.is_exclusion_violation() => {
                     TryOutcome::Rejected("overlaps an existing hold".to_owned())
@@ -117,7 +119,7 @@ impl<R: Resource> ParticipantService<R> {
                 Err(err) => return Err(err),
             };
             let TryOutcome::Rejected(reason) = outcome else {
-                barrier::record_try(&mut tx, &self.name, branch, Phase::Held, &outcome).await?;
+                DB::record_try(&mut *tx, &self.name, branch, Phase::Held, &outcome).await?;
                 tx.commit().await?;
                 return Ok(outcome);
             };
@@ -132,16 +134,15 @@ impl<R: Resource> ParticipantService<R> {
                 self.reclaim(LAZY_RECLAIM_BATCH, false).await?;
                 continue;
             }
-            let mut tx = self.pool.begin().await?;
-            let found = barrier::lock(&mut tx, &self.name, &branch.key).await?;
+            let mut tx = DB::begin_write(&self.pool).await?;
+            let found = DB::lock(&mut *tx, &self.name, &branch.key).await?;
             let answer = if found.phase == Phase::Trying {
                 let rejected = TryOutcome::Rejected(reason);
-                barrier::record_try(&mut tx, &self.name, branch, Phase::Rejected, &rejected)
-                    .await?;
+                DB::record_try(&mut *tx, &self.name, branch, Phase::Rejected, &rejected).await?;
                 rejected
             } else {
                 // A concurrent duplicate decided it meanwhile: its answer is the first one.
-                self.answer_decided_try(&mut tx, branch, &found).await?
+                self.answer_decided_try(&mut *tx, branch, &found).await?
             };
             tx.commit().await?;
             return Ok(answer);
@@ -152,16 +153,16 @@ impl<R: Resource> ParticipantService<R> {
     /// rejection (recorded) when the branch was released before any Try.
     async fn answer_decided_try(
         &self,
-        tx: &mut PgConnection,
+        tx: &mut DB::Connection,
         branch: &BranchCtx,
-        found: &barrier::Barrier,
+        found: &BarrierRow,
     ) -> Result<TryOutcome, ResourceError> {
         Ok(match &found.try_answer {
             Some(answer) => answer.clone(),
             None => {
                 // Decided before any Try (Cancel or Confirm came first): refuse for good.
                 let reason = "branch was already released before its Try arrived";
-                barrier::record_late_try(tx, &self.name, &branch.key, reason).await?;
+                DB::record_late_try(tx, &self.name, &branch.key, reason).await?;
                 TryOutcome::Rejected(reason.to_owned())
             }
         })
@@ -169,26 +170,26 @@ impl<R: Resource> ParticipantService<R> {
 
     async fn orphans_exist(&self) -> Result<bool, ResourceError> {
         let mut conn = self.pool.acquire().await?;
-        barrier::orphans_exist(&mut conn, &self.name).await
+        DB::orphans_exist(&mut *conn, &self.name).await
     }
 
     /// Confirm: finalises a held branch. A repeat answers the same; after Cancel it answers
     /// `Cancelled` and changes nothing; a branch whose hold is gone (reclaimed, rejected, or
     /// never tried) answers `HoldLost`.
     pub async fn confirm_branch(&self, key: &BranchKey) -> Result<BranchAnswer, ResourceError> {
-        let mut tx = self.pool.begin().await?;
-        let found = barrier::lock_existing(&mut tx, &self.name, key).await?;
+        let mut tx = DB::begin_write(&self.pool).await?;
+        let found = DB::lock_existing(&mut *tx, &self.name, key).await?;
         let answer = match found.phase {
             Phase::Trying => {
                 // Nothing was ever held; recording it also refuses a late Try.
-                barrier::set_phase(&mut tx, &self.name, key, Phase::HoldLost).await?;
+                DB::set_phase(&mut *tx, &self.name, key, Phase::HoldLost).await?;
                 BranchAnswer::HoldLost
             }
             Phase::Held => {
                 let ctx = found.ctx(key)?;
-                match self.resource.confirm(&mut tx, &ctx).await? {
+                match self.resource.confirm(&mut *tx, &ctx).await? {
                     ConfirmOutcome::Confirmed => {
-                        barrier::set_phase(&mut tx, &self.name, key, Phase::Confirmed).await?;
+                        DB::set_phase(&mut *tx, &self.name, key, Phase::Confirmed).await?;
                         BranchAnswer::Confirmed
                     }
                     ConfirmOutcome::HoldLost => {
@@ -210,12 +211,12 @@ impl<R: Resource> ParticipantService<R> {
     /// A Confirm found part of a held branch gone: release the rest and record `HoldLost`
     /// (unless a concurrent call settled the branch meanwhile; then its answer stands).
     async fn settle_lost_hold(&self, key: &BranchKey) -> Result<BranchAnswer, ResourceError> {
-        let mut tx = self.pool.begin().await?;
-        let found = barrier::lock_existing(&mut tx, &self.name, key).await?;
+        let mut tx = DB::begin_write(&self.pool).await?;
+        let found = DB::lock_existing(&mut *tx, &self.name, key).await?;
         let answer = match found.phase {
             Phase::Held => {
-                self.resource.cancel(&mut tx, &found.ctx(key)?).await?;
-                barrier::set_phase(&mut tx, &self.name, key, Phase::HoldLost).await?;
+                self.resource.cancel(&mut *tx, &found.ctx(key)?).await?;
+                DB::set_phase(&mut *tx, &self.name, key, Phase::HoldLost).await?;
                 tracing::warn!(
                     participant = %self.name,
                     reservation_id = %key.reservation_id,
@@ -235,16 +236,16 @@ impl<R: Resource> ParticipantService<R> {
     /// Cancel: releases the branch. Before its Try it records the branch as cancelled (the
     /// late Try is rejected); after Confirm it answers `Confirmed` and changes nothing.
     pub async fn cancel_branch(&self, key: &BranchKey) -> Result<BranchAnswer, ResourceError> {
-        let mut tx = self.pool.begin().await?;
-        let found = barrier::lock_existing(&mut tx, &self.name, key).await?;
+        let mut tx = DB::begin_write(&self.pool).await?;
+        let found = DB::lock_existing(&mut *tx, &self.name, key).await?;
         let answer = match found.phase {
             Phase::Trying | Phase::Rejected => {
-                barrier::set_phase(&mut tx, &self.name, key, Phase::Cancelled).await?;
+                DB::set_phase(&mut *tx, &self.name, key, Phase::Cancelled).await?;
                 BranchAnswer::Cancelled
             }
             Phase::Held => {
-                self.resource.cancel(&mut tx, &found.ctx(key)?).await?;
-                barrier::set_phase(&mut tx, &self.name, key, Phase::Cancelled).await?;
+                self.resource.cancel(&mut *tx, &found.ctx(key)?).await?;
+                DB::set_phase(&mut *tx, &self.name, key, Phase::Cancelled).await?;
                 BranchAnswer::Cancelled
             }
             Phase::Cancelled => BranchAnswer::Cancelled,
@@ -267,14 +268,14 @@ impl<R: Resource> ParticipantService<R> {
     async fn reclaim(&self, limit: usize, skip_locked: bool) -> Result<usize, ResourceError> {
         let mut reclaimed = 0;
         while reclaimed < limit {
-            let mut tx = self.pool.begin().await?;
+            let mut tx = DB::begin_write(&self.pool).await?;
             let Some((key, found)) =
-                barrier::lock_next_orphan(&mut tx, &self.name, skip_locked).await?
+                DB::lock_next_orphan(&mut *tx, &self.name, skip_locked).await?
             else {
                 break;
             };
-            self.resource.cancel(&mut tx, &found.ctx(&key)?).await?;
-            barrier::set_phase(&mut tx, &self.name, &key, Phase::HoldLost).await?;
+            self.resource.cancel(&mut *tx, &found.ctx(&key)?).await?;
+            DB::set_phase(&mut *tx, &self.name, &key, Phase::HoldLost).await?;
             tx.commit().await?;
             tracing::warn!(
                 participant = %self.name,
@@ -457,7 +458,7 @@ fn branch_response(answer: BranchAnswer) -> Response<BranchResponse> {
 }
 
 #[tonic::async_trait]
-impl<R: Resource> Participant for ParticipantService<R> {
+impl<DB: Backend, R: Resource<DB>> Participant for ParticipantService<R, DB> {
     async fn r#try(&self, request: Request<TryRequest>) -> Result<Response<TryResponse>, Status> {
         let branch = try_branch_from_wire(request.into_inner())?;
         let outcome = self.try_branch(branch).await?;

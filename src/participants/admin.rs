@@ -4,10 +4,10 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sqlx::{PgConnection, PgPool};
+use sqlx::{Pool, Postgres};
 use tonic::{Request, Response, Status};
 
-use crate::participant::ResourceError;
+use crate::participant::{Backend, ResourceError};
 use crate::proto::resource_admin_server::ResourceAdmin;
 use crate::proto::{GetResourceRequest, PutResourcesRequest, PutResourcesResponse, ResourceStatus};
 
@@ -41,9 +41,10 @@ impl From<ResourceCounts> for ResourceStatus {
     }
 }
 
-/// Resource administration SQL of one reference participant.
+/// Resource administration SQL of one reference participant on database `DB`
+/// (PostgreSQL by default, or SQLite).
 #[async_trait]
-pub trait Inventory: Send + Sync + 'static {
+pub trait Inventory<DB: Backend = Postgres>: Send + Sync + 'static {
     /// Why `capacity` is not acceptable for this kind of resource, if it is not.
     fn check_capacity(&self, capacity: i64) -> Result<(), String> {
         if capacity < 0 {
@@ -56,7 +57,7 @@ pub trait Inventory: Send + Sync + 'static {
     /// capacity below what is held and confirmed. Runs in the caller's transaction.
     async fn put(
         &self,
-        conn: &mut PgConnection,
+        conn: &mut DB::Connection,
         resource: &str,
         capacity: i64,
     ) -> Result<ResourceCounts, ResourceError>;
@@ -64,20 +65,20 @@ pub trait Inventory: Send + Sync + 'static {
     /// Reads one resource's counts; `None` when it does not exist.
     async fn get(
         &self,
-        conn: &mut PgConnection,
+        conn: &mut DB::Connection,
         resource: &str,
     ) -> Result<Option<ResourceCounts>, ResourceError>;
 }
 
 /// The `tcc.v1.ResourceAdmin` service over an [`Inventory`].
-pub struct AdminService<I> {
+pub struct AdminService<I, DB: Backend = Postgres> {
     inventory: Arc<I>,
-    pool: PgPool,
+    pool: Pool<DB>,
 }
 
-impl<I: Inventory> AdminService<I> {
+impl<DB: Backend, I: Inventory<DB>> AdminService<I, DB> {
     /// Administers `inventory`'s resources in `pool`.
-    pub fn new(inventory: Arc<I>, pool: PgPool) -> Self {
+    pub fn new(inventory: Arc<I>, pool: Pool<DB>) -> Self {
         Self { inventory, pool }
     }
 
@@ -105,10 +106,10 @@ impl<I: Inventory> AdminService<I> {
                 format!("duplicates resources[{}]", w[0].2),
             ));
         }
-        let mut tx = self.pool.begin().await?;
+        let mut tx = DB::begin_write(&self.pool).await?;
         let mut out = Vec::with_capacity(specs.len());
         for (resource, capacity, _) in &specs {
-            out.push(self.inventory.put(&mut tx, resource, *capacity).await?);
+            out.push(self.inventory.put(&mut *tx, resource, *capacity).await?);
         }
         tx.commit().await?;
         Ok(out)
@@ -129,7 +130,7 @@ fn check_resource(field: &str, resource: &str) -> Result<(), ResourceError> {
 }
 
 #[tonic::async_trait]
-impl<I: Inventory> ResourceAdmin for AdminService<I> {
+impl<DB: Backend, I: Inventory<DB>> ResourceAdmin for AdminService<I, DB> {
     async fn put_resources(
         &self,
         request: Request<PutResourcesRequest>,
@@ -147,7 +148,7 @@ impl<I: Inventory> ResourceAdmin for AdminService<I> {
         let resource = request.into_inner().resource;
         check_resource("resource", &resource)?;
         let mut conn = self.pool.acquire().await.map_err(ResourceError::from)?;
-        match self.inventory.get(&mut conn, &resource).await? {
+        match self.inventory.get(&mut *conn, &resource).await? {
             Some(counts) => Ok(Response::new(counts.into())),
             None => {
                 Err(ResourceError::NotFound(format!("resource {resource:?} does not exist")).into())

@@ -2,8 +2,11 @@
 //! participant SDK ([`crate::participant`]) and each also serving `tcc.v1.ResourceAdmin`;
 //! plus [`serve`], the runner the CLI uses for `holdfast participant <kind>`.
 //!
-//! All of them share one schema (`migrations/participants/`, [`MIGRATOR`]), tracked in its
-//! own migrations table so it can live in the same database as the coordinator's schema.
+//! All of them share one schema per backend (PostgreSQL: `migrations/participants/`,
+//! [`MIGRATOR`]; SQLite: `migrations/participants-sqlite/`, [`SQLITE_MIGRATOR`]), tracked in
+//! its own migrations table so it can live in the same database as the coordinator's schema.
+//! Each participant's SQLite SQL lives beside its PostgreSQL SQL (`seats.rs` and
+//! `seats/sqlite.rs`, ...); `stock-redis` is PostgreSQL-only.
 
 pub mod admin;
 pub mod noop;
@@ -17,11 +20,15 @@ use std::future::Future;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use sqlx::PgPool;
 use sqlx::migrate::Migrator;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
+};
+use sqlx::{Connection, PgPool, Pool};
 use tonic::service::Routes;
 
-use crate::participant::{ParticipantService, Resource};
+use crate::participant::{Backend, ParticipantService, Resource};
 use crate::proto::payments_server::PaymentsServer;
 use crate::proto::resource_admin_server::ResourceAdminServer;
 use admin::{AdminService, Inventory};
@@ -93,6 +100,12 @@ pub enum ParticipantError {
     /// `stock-redis` was asked for without a Redis URL (use [`stock_redis::serve`]).
     #[error("the stock-redis participant needs a Redis URL (--redis-url / HOLDFAST_REDIS_URL)")]
     NeedsRedis,
+    /// `stock-redis` was asked for on SQLite (its durable record is PostgreSQL-only).
+    #[error("the stock-redis participant needs a postgres:// database")]
+    NeedsPostgres,
+    /// Opening the SQLite database failed.
+    #[error("opening the participants' database: {0}")]
+    Database(#[from] sqlx::Error),
 }
 
 /// Name of the table tracking the participants' applied migrations (apart from the
@@ -109,6 +122,65 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
     migrator
 });
 
+static EMBEDDED_SQLITE: Migrator = sqlx::migrate!("./migrations/participants-sqlite");
+
+/// The participants' SQLite schema: `migrations/participants-sqlite/*.sql`, tracked in
+/// [`MIGRATIONS_TABLE`]. Run with `SQLITE_MIGRATOR.run(&pool).await`.
+pub static SQLITE_MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
+    let mut migrator = Migrator::with_migrations(EMBEDDED_SQLITE.iter().cloned().collect());
+    migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
+    migrator
+});
+
+/// The database the reference participants run on.
+#[derive(Clone, Debug)]
+pub enum ParticipantDb {
+    /// PostgreSQL (schema [`MIGRATOR`]).
+    Postgres(PgPool),
+    /// SQLite (schema [`SQLITE_MIGRATOR`]); see [`connect_sqlite`].
+    Sqlite(SqlitePool),
+}
+
+impl From<PgPool> for ParticipantDb {
+    fn from(pool: PgPool) -> Self {
+        ParticipantDb::Postgres(pool)
+    }
+}
+
+impl From<SqlitePool> for ParticipantDb {
+    fn from(pool: SqlitePool) -> Self {
+        ParticipantDb::Sqlite(pool)
+    }
+}
+
+/// Opens (creating it and its directory if needed) the SQLite file named by `url` for the
+/// participants, with the coordinator store's conventions: WAL, `synchronous = FULL`, foreign
+/// keys on, busy timeout [`crate::store::sqlite::BUSY_TIMEOUT`].
+pub async fn connect_sqlite(url: &str, max_connections: u32) -> Result<SqlitePool, sqlx::Error> {
+    use std::str::FromStr;
+    let options = SqliteConnectOptions::from_str(url)?
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .foreign_keys(true)
+        .busy_timeout(crate::store::sqlite::BUSY_TIMEOUT);
+    if let Some(dir) = options.get_filename().parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir)?;
+    }
+    // Switch to WAL on one connection first (the journal-mode change does not wait for locks).
+    SqliteConnection::connect_with(&options)
+        .await?
+        .close()
+        .await?;
+    SqlitePoolOptions::new()
+        .max_connections(max_connections.max(1))
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_with(options)
+        .await
+}
+
 /// How often a running participant looks for orphaned holds (past `expires_at + grace`).
 /// Rejected Tries also reclaim lazily, so this only keeps counts tidy.
 const RECLAIM_EVERY: Duration = Duration::from_secs(30);
@@ -116,14 +188,40 @@ const RECLAIM_EVERY: Duration = Duration::from_secs(30);
 /// Applies the participants' migrations, then serves `tcc.v1.Participant` +
 /// `tcc.v1.ResourceAdmin` (+ `tcc.v1.Payments` for [`Kind::Payments`]), with health and
 /// reflection, on `listener` until `shutdown` resolves; in-flight calls then finish.
-/// A background task reclaims orphaned holds while it runs.
+/// A background task reclaims orphaned holds while it runs. `db` is a `PgPool`, a
+/// `SqlitePool` or a [`ParticipantDb`].
 pub async fn serve(
     settings: ParticipantSettings,
-    pool: PgPool,
+    db: impl Into<ParticipantDb>,
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ParticipantError> {
-    MIGRATOR.run(&pool).await?;
+    match db.into() {
+        ParticipantDb::Postgres(pool) => {
+            MIGRATOR.run(&pool).await?;
+            serve_on(settings, pool, listener, shutdown).await
+        }
+        ParticipantDb::Sqlite(pool) => {
+            SQLITE_MIGRATOR.run(&pool).await?;
+            serve_on(settings, pool, listener, shutdown).await
+        }
+    }
+}
+
+async fn serve_on<DB>(
+    settings: ParticipantSettings,
+    pool: Pool<DB>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ParticipantError>
+where
+    DB: payments::PaymentsSql,
+    seats::Seats: Resource<DB> + Inventory<DB>,
+    stock::Stock: Resource<DB> + Inventory<DB>,
+    rooms::Rooms: Resource<DB> + Inventory<DB>,
+    payments::Payments: Resource<DB> + Inventory<DB>,
+    noop::Noop: Resource<DB> + Inventory<DB>,
+{
     let server = Server {
         settings: &settings,
         pool: pool.clone(),
@@ -148,17 +246,17 @@ pub async fn serve(
     }
 }
 
-struct Server<'a> {
+struct Server<'a, DB: Backend> {
     settings: &'a ParticipantSettings,
-    pool: PgPool,
+    pool: Pool<DB>,
     listener: tokio::net::TcpListener,
 }
 
-impl Server<'_> {
-    async fn run<R: Resource + Inventory>(
+impl<DB: payments::PaymentsSql> Server<'_, DB> {
+    async fn run<R: Resource<DB> + Inventory<DB>>(
         self,
         resource: R,
-        payments: Option<PaymentsServer<payments::PaymentsService>>,
+        payments: Option<PaymentsServer<payments::PaymentsService<DB>>>,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ParticipantError> {
         let name = self.settings.kind.name();

@@ -5,12 +5,14 @@
 //! `confirmed` count branches in those phases, `available` is 0 (unlimited is not a number),
 //! and `capacity = held + confirmed`. PutResources accepts anything and changes nothing.
 
+mod sqlite;
+
 use async_trait::async_trait;
 use sqlx::PgConnection;
 
 use super::admin::{Inventory, ResourceCounts};
 use crate::participant::{
-    BranchCtx, ConfirmOutcome, Resource, ResourceError, TryOutcome, branch_counts,
+    BranchCounts, BranchCtx, ConfirmOutcome, Resource, ResourceError, TryOutcome, branch_counts,
 };
 
 /// The noop participant: no business data at all.
@@ -61,7 +63,7 @@ impl Inventory for Noop {
         resource: &str,
         _capacity: i64,
     ) -> Result<ResourceCounts, ResourceError> {
-        self.get(conn, resource)
+        Inventory::<sqlx::Postgres>::get(self, conn, resource)
             .await?
             .ok_or_else(|| ResourceError::Internal("noop counts missing".to_owned()))
     }
@@ -72,12 +74,17 @@ impl Inventory for Noop {
         resource: &str,
     ) -> Result<Option<ResourceCounts>, ResourceError> {
         let counts = branch_counts(conn, &self.name).await?;
-        Ok(Some(ResourceCounts {
-            resource: resource.to_owned(),
-            capacity: counts.held + counts.confirmed,
-            available: 0,
-            held: counts.held,
-            confirmed: counts.confirmed,
-        }))
+        Ok(Some(noop_counts(resource, counts)))
+    }
+}
+
+/// Noop's counts from its branch counts (both backends).
+pub(crate) fn noop_counts(resource: &str, counts: BranchCounts) -> ResourceCounts {
+    ResourceCounts {
+        resource: resource.to_owned(),
+        capacity: counts.held + counts.confirmed,
+        available: 0,
+        held: counts.held,
+        confirmed: counts.confirmed,
     }
 }

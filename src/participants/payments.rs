@@ -8,12 +8,16 @@
 //! Admin counts: capacity = the account's balance = available + authorised (held) + captured
 //! (confirmed). Accounts carry no currency; a payment carries the currency it was charged in.
 
+mod sqlite;
+
 use async_trait::async_trait;
-use sqlx::{PgConnection, PgPool, Row};
+use sqlx::{PgConnection, Pool, Postgres, Row};
 use tonic::{Request, Response, Status};
 
 use super::admin::{Inventory, ResourceCounts};
-use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryOutcome};
+use crate::participant::{
+    Backend, BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryOutcome,
+};
 use crate::proto::payments_server;
 use crate::proto::{
     ChargeRequest, ChargeResponse, GetPaymentRequest, PaymentRecord, Refund, RefundRequest,
@@ -32,16 +36,21 @@ async fn lock_account(conn: &mut PgConnection, account: &str) -> Result<(), Reso
     Ok(())
 }
 
+/// Checks items beyond what the SDK checks (both backends).
+pub(crate) fn validate_items(items: &[Item]) -> Result<(), ResourceError> {
+    match items.iter().position(|i| i.during.is_some()) {
+        Some(i) => Err(ResourceError::invalid(
+            format!("items[{i}].during"),
+            "must be empty for a payment",
+        )),
+        None => Ok(()),
+    }
+}
+
 #[async_trait]
 impl Resource for Payments {
     fn validate(&self, items: &[Item]) -> Result<(), ResourceError> {
-        match items.iter().position(|i| i.during.is_some()) {
-            Some(i) => Err(ResourceError::invalid(
-                format!("items[{i}].during"),
-                "must be empty for a payment",
-            )),
-            None => Ok(()),
-        }
+        validate_items(items)
     }
 
     async fn try_hold(
@@ -173,7 +182,7 @@ impl Inventory for Payments {
             .execute(&mut *conn)
             .await?;
         }
-        self.get(conn, resource)
+        Inventory::<sqlx::Postgres>::get(self, conn, resource)
             .await?
             .ok_or_else(|| ResourceError::Internal(format!("account {resource} vanished")))
     }
@@ -204,14 +213,16 @@ impl Inventory for Payments {
     }
 }
 
-/// The `tcc.v1.Payments` service of the reference payments participant.
-pub struct PaymentsService {
-    pool: PgPool,
+/// The `tcc.v1.Payments` service of the reference payments participant, on database `DB`
+/// (PostgreSQL by default, or SQLite): checks requests once, then runs its backend's
+/// [`PaymentsSql`].
+pub struct PaymentsService<DB: PaymentsSql = Postgres> {
+    pool: Pool<DB>,
 }
 
-impl PaymentsService {
+impl<DB: PaymentsSql> PaymentsService<DB> {
     /// Payments on the accounts in `pool`.
-    pub fn new(pool: PgPool) -> Self {
+    pub fn new(pool: Pool<DB>) -> Self {
         Self { pool }
     }
 
@@ -219,7 +230,116 @@ impl PaymentsService {
         check_text("account", &req.account)?;
         check_amount(req.amount_minor)?;
         check_currency(&req.currency)?;
-        let mut tx = self.pool.begin().await?;
+        let payment_ref = format!("pay_{}", uuid::Uuid::now_v7().simple());
+        DB::charge(&self.pool, &req, &payment_ref).await?;
+        Ok(payment_ref)
+    }
+
+    async fn refund(&self, req: RefundRequest) -> Result<refund::State, ResourceError> {
+        check_text("refund_id", &req.refund_id)?;
+        check_text("reservation_id", &req.reservation_id)?;
+        check_text("payment_ref", &req.payment_ref)?;
+        check_amount(req.amount_minor)?;
+        check_currency(&req.currency)?;
+        DB::refund(&self.pool, &req).await
+    }
+
+    async fn get_payment(&self, payment_ref: String) -> Result<PaymentRecord, ResourceError> {
+        check_text("payment_ref", &payment_ref)?;
+        DB::get_payment(&self.pool, payment_ref).await
+    }
+}
+
+/// The `tcc.v1.Payments` SQL of one backend (requests are already checked).
+#[async_trait]
+pub trait PaymentsSql: Backend {
+    /// Captures `amount_minor` from the account outside any reservation, recorded as
+    /// `payment_ref`: NotFound for an unknown account, FailedPrecondition when funds are short.
+    async fn charge(
+        pool: &Pool<Self>,
+        req: &ChargeRequest,
+        payment_ref: &str,
+    ) -> Result<(), ResourceError>;
+
+    /// Refunds under the payment's lock: repeats of a `refund_id` find its row and move no
+    /// money ([`same_refund`]); the running `refunded_minor` never exceeds the captured amount
+    /// ([`refund_fits`]).
+    async fn refund(pool: &Pool<Self>, req: &RefundRequest)
+    -> Result<refund::State, ResourceError>;
+
+    /// A payment with its refunds.
+    async fn get_payment(
+        pool: &Pool<Self>,
+        payment_ref: String,
+    ) -> Result<PaymentRecord, ResourceError>;
+}
+
+/// The error of a charge that debited nothing: no such account, or not enough on it.
+pub(crate) fn charge_refused(req: &ChargeRequest, account_exists: bool) -> ResourceError {
+    if account_exists {
+        ResourceError::FailedPrecondition(format!("insufficient funds on account {}", req.account))
+    } else {
+        ResourceError::NotFound(format!("account {:?} does not exist", req.account))
+    }
+}
+
+/// The refund's currency must be the payment's.
+pub(crate) fn check_refund_currency(
+    req: &RefundRequest,
+    currency: &str,
+) -> Result<(), ResourceError> {
+    if req.currency != currency {
+        return Err(ResourceError::invalid(
+            "currency",
+            format!("must match the payment's currency {currency}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A repeated `refund_id` must name the same refund (payment, amount, currency).
+pub(crate) fn same_refund(
+    req: &RefundRequest,
+    payment_ref: &str,
+    amount_minor: i64,
+    currency: &str,
+) -> Result<refund::State, ResourceError> {
+    if payment_ref == req.payment_ref
+        && amount_minor == req.amount_minor
+        && currency == req.currency
+    {
+        Ok(refund::State::Refunded)
+    } else {
+        Err(ResourceError::invalid(
+            "refund_id",
+            "was already used for a different refund",
+        ))
+    }
+}
+
+/// A new refund must fit in what was captured and not yet refunded.
+pub(crate) fn refund_fits(
+    req: &RefundRequest,
+    amount: i64,
+    refunded: i64,
+) -> Result<(), ResourceError> {
+    if refunded + req.amount_minor > amount {
+        return Err(ResourceError::FailedPrecondition(format!(
+            "refund of {} would exceed the captured {amount} (already refunded {refunded})",
+            req.amount_minor
+        )));
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl PaymentsSql for Postgres {
+    async fn charge(
+        pool: &Pool<Self>,
+        req: &ChargeRequest,
+        payment_ref: &str,
+    ) -> Result<(), ResourceError> {
+        let mut tx = pool.begin().await?;
         let debited = sqlx::query(
             "UPDATE account SET available = available - $2, captured = captured + $2 \
              WHERE resource = $1 AND available >= $2 RETURNING 1",
@@ -234,39 +354,26 @@ impl PaymentsService {
                     .bind(&req.account)
                     .fetch_optional(&mut *tx)
                     .await?;
-            return Err(match exists {
-                Some(_) => ResourceError::FailedPrecondition(format!(
-                    "insufficient funds on account {}",
-                    req.account
-                )),
-                None => {
-                    ResourceError::NotFound(format!("account {:?} does not exist", req.account))
-                }
-            });
+            return Err(charge_refused(req, exists.is_some()));
         }
-        let payment_ref = format!("pay_{}", uuid::Uuid::now_v7().simple());
         sqlx::query(
             "INSERT INTO payment (payment_ref, resource, amount_minor, currency) VALUES ($1, $2, $3, $4)",
         )
-        .bind(&payment_ref)
+        .bind(payment_ref)
         .bind(&req.account)
         .bind(req.amount_minor)
         .bind(&req.currency)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(payment_ref)
+        Ok(())
     }
 
-    /// Refunds under the payment row lock: repeats of a `refund_id` find its row and move no
-    /// money; the running `refunded_minor` never exceeds the captured amount.
-    async fn refund(&self, req: RefundRequest) -> Result<refund::State, ResourceError> {
-        check_text("refund_id", &req.refund_id)?;
-        check_text("reservation_id", &req.reservation_id)?;
-        check_text("payment_ref", &req.payment_ref)?;
-        check_amount(req.amount_minor)?;
-        check_currency(&req.currency)?;
-        let mut tx = self.pool.begin().await?;
+    async fn refund(
+        pool: &Pool<Self>,
+        req: &RefundRequest,
+    ) -> Result<refund::State, ResourceError> {
+        let mut tx = pool.begin().await?;
         let payment = sqlx::query(
             "SELECT resource, amount_minor, currency, refunded_minor FROM payment \
              WHERE payment_ref = $1 FOR UPDATE",
@@ -281,12 +388,7 @@ impl PaymentsService {
         let amount: i64 = payment.try_get("amount_minor")?;
         let currency: String = payment.try_get("currency")?;
         let refunded: i64 = payment.try_get("refunded_minor")?;
-        if req.currency != currency {
-            return Err(ResourceError::invalid(
-                "currency",
-                format!("must match the payment's currency {currency}"),
-            ));
-        }
+        check_refund_currency(req, &currency)?;
         // ON CONFLICT waits for a concurrent insert of the same refund_id, then sees it.
         let inserted = sqlx::query(
             "INSERT INTO refund (refund_id, payment_ref, reservation_id, amount_minor, currency, reason) \
@@ -307,23 +409,14 @@ impl PaymentsService {
             .bind(&req.refund_id)
             .fetch_one(&mut *tx)
             .await?;
-            let same = earlier.try_get::<String, _>("payment_ref")? == req.payment_ref
-                && earlier.try_get::<i64, _>("amount_minor")? == req.amount_minor
-                && earlier.try_get::<String, _>("currency")? == req.currency;
-            if !same {
-                return Err(ResourceError::invalid(
-                    "refund_id",
-                    "was already used for a different refund",
-                ));
-            }
-            return Ok(refund::State::Refunded);
+            return same_refund(
+                req,
+                &earlier.try_get::<String, _>("payment_ref")?,
+                earlier.try_get("amount_minor")?,
+                &earlier.try_get::<String, _>("currency")?,
+            );
         }
-        if refunded + req.amount_minor > amount {
-            return Err(ResourceError::FailedPrecondition(format!(
-                "refund of {} would exceed the captured {amount} (already refunded {refunded})",
-                req.amount_minor
-            )));
-        }
+        refund_fits(req, amount, refunded)?;
         sqlx::query(
             "UPDATE payment SET refunded_minor = refunded_minor + $2 WHERE payment_ref = $1",
         )
@@ -342,9 +435,11 @@ impl PaymentsService {
         Ok(refund::State::Refunded)
     }
 
-    async fn get_payment(&self, payment_ref: String) -> Result<PaymentRecord, ResourceError> {
-        check_text("payment_ref", &payment_ref)?;
-        let mut conn = self.pool.acquire().await?;
+    async fn get_payment(
+        pool: &Pool<Self>,
+        payment_ref: String,
+    ) -> Result<PaymentRecord, ResourceError> {
+        let mut conn = pool.acquire().await?;
         let payment = sqlx::query(
             "SELECT amount_minor, currency, refunded_minor FROM payment WHERE payment_ref = $1",
         )
@@ -409,7 +504,7 @@ fn check_currency(currency: &str) -> Result<(), ResourceError> {
 }
 
 #[tonic::async_trait]
-impl payments_server::Payments for PaymentsService {
+impl<DB: PaymentsSql> payments_server::Payments for PaymentsService<DB> {
     async fn refund(
         &self,
         request: Request<RefundRequest>,

@@ -7,6 +7,8 @@
 //! when a held slot covers now, `confirmed` is 1 when a confirmed slot covers now, and
 //! `available = 1 - held - confirmed`. Future slots do not show in these counts.
 
+mod sqlite;
+
 use async_trait::async_trait;
 use sqlx::{PgConnection, Row};
 
@@ -17,7 +19,7 @@ use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceErro
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Rooms;
 
-fn room_ids(branch: &BranchCtx) -> Vec<String> {
+pub(crate) fn room_ids(branch: &BranchCtx) -> Vec<String> {
     let mut rooms: Vec<String> = branch.items.iter().map(|i| i.resource.clone()).collect();
     rooms.dedup();
     rooms
@@ -32,24 +34,29 @@ async fn lock_rooms(conn: &mut PgConnection, rooms: &[String]) -> Result<(), Res
     Ok(())
 }
 
+/// Checks items beyond what the SDK checks (both backends).
+pub(crate) fn validate_items(items: &[Item]) -> Result<(), ResourceError> {
+    for (i, item) in items.iter().enumerate() {
+        if item.quantity != 1 {
+            return Err(ResourceError::invalid(
+                format!("items[{i}].quantity"),
+                "must be 1 for a room",
+            ));
+        }
+        if item.during.is_none() {
+            return Err(ResourceError::invalid(
+                format!("items[{i}].during"),
+                "is required for a room",
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[async_trait]
 impl Resource for Rooms {
     fn validate(&self, items: &[Item]) -> Result<(), ResourceError> {
-        for (i, item) in items.iter().enumerate() {
-            if item.quantity != 1 {
-                return Err(ResourceError::invalid(
-                    format!("items[{i}].quantity"),
-                    "must be 1 for a room",
-                ));
-            }
-            if item.during.is_none() {
-                return Err(ResourceError::invalid(
-                    format!("items[{i}].during"),
-                    "is required for a room",
-                ));
-            }
-        }
-        Ok(())
+        validate_items(items)
     }
 
     async fn try_hold(
@@ -161,7 +168,7 @@ impl Inventory for Rooms {
             .bind(resource)
             .execute(&mut *conn)
             .await?;
-        self.get(conn, resource)
+        Inventory::<sqlx::Postgres>::get(self, conn, resource)
             .await?
             .ok_or_else(|| ResourceError::Internal(format!("room {resource} vanished")))
     }

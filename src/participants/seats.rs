@@ -2,6 +2,8 @@
 //! branch (the hold token) and its deadline on the seat row with an atomic conditional claim;
 //! Confirm and Cancel only move seats the branch still holds.
 
+mod sqlite;
+
 use async_trait::async_trait;
 use sqlx::{PgConnection, Row};
 
@@ -25,24 +27,29 @@ async fn lock_seats(conn: &mut PgConnection, seats: &[String]) -> Result<(), Res
     Ok(())
 }
 
+/// Checks items beyond what the SDK checks (both backends).
+pub(crate) fn validate_items(items: &[Item]) -> Result<(), ResourceError> {
+    for (i, item) in items.iter().enumerate() {
+        if item.quantity != 1 {
+            return Err(ResourceError::invalid(
+                format!("items[{i}].quantity"),
+                "must be 1 for a seat",
+            ));
+        }
+        if item.during.is_some() {
+            return Err(ResourceError::invalid(
+                format!("items[{i}].during"),
+                "must be empty for a seat",
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[async_trait]
 impl Resource for Seats {
     fn validate(&self, items: &[Item]) -> Result<(), ResourceError> {
-        for (i, item) in items.iter().enumerate() {
-            if item.quantity != 1 {
-                return Err(ResourceError::invalid(
-                    format!("items[{i}].quantity"),
-                    "must be 1 for a seat",
-                ));
-            }
-            if item.during.is_some() {
-                return Err(ResourceError::invalid(
-                    format!("items[{i}].during"),
-                    "must be empty for a seat",
-                ));
-            }
-        }
-        Ok(())
+        validate_items(items)
     }
 
     async fn try_hold(
@@ -142,7 +149,7 @@ impl Inventory for Seats {
             .bind(resource)
             .execute(&mut *conn)
             .await?;
-        self.get(conn, resource)
+        Inventory::<sqlx::Postgres>::get(self, conn, resource)
             .await?
             .ok_or_else(|| ResourceError::Internal(format!("seat {resource} vanished")))
     }
@@ -158,17 +165,22 @@ impl Inventory for Seats {
             .await?;
         let Some(row) = row else { return Ok(None) };
         let state: String = row.try_get("state")?;
-        let (available, held, confirmed) = match state.as_str() {
-            "available" => (1, 0, 0),
-            "held" => (0, 1, 0),
-            _ => (0, 0, 1),
-        };
-        Ok(Some(ResourceCounts {
-            resource: resource.to_owned(),
-            capacity: 1,
-            available,
-            held,
-            confirmed,
-        }))
+        Ok(Some(seat_counts(resource, &state)))
+    }
+}
+
+/// A seat's counts from its state (both backends).
+pub(crate) fn seat_counts(resource: &str, state: &str) -> ResourceCounts {
+    let (available, held, confirmed) = match state {
+        "available" => (1, 0, 0),
+        "held" => (0, 1, 0),
+        _ => (0, 0, 1),
+    };
+    ResourceCounts {
+        resource: resource.to_owned(),
+        capacity: 1,
+        available,
+        held,
+        confirmed,
     }
 }

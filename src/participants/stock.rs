@@ -3,6 +3,8 @@
 //! quantity hold; Confirm and Cancel move units only through the hold's winning state
 //! transition (a conditional UPDATE whose returned rows decide), so units never move twice.
 
+mod sqlite;
+
 use async_trait::async_trait;
 use sqlx::{PgConnection, Row};
 
@@ -21,16 +23,21 @@ async fn lock_item(conn: &mut PgConnection, resource: &str) -> Result<(), Resour
     Ok(())
 }
 
+/// Checks items beyond what the SDK checks (both backends).
+pub(crate) fn validate_items(items: &[Item]) -> Result<(), ResourceError> {
+    match items.iter().position(|i| i.during.is_some()) {
+        Some(i) => Err(ResourceError::invalid(
+            format!("items[{i}].during"),
+            "must be empty for stock",
+        )),
+        None => Ok(()),
+    }
+}
+
 #[async_trait]
 impl Resource for Stock {
     fn validate(&self, items: &[Item]) -> Result<(), ResourceError> {
-        match items.iter().position(|i| i.during.is_some()) {
-            Some(i) => Err(ResourceError::invalid(
-                format!("items[{i}].during"),
-                "must be empty for stock",
-            )),
-            None => Ok(()),
-        }
+        validate_items(items)
     }
 
     async fn try_hold(
@@ -163,7 +170,7 @@ impl Inventory for Stock {
             .execute(&mut *conn)
             .await?;
         }
-        self.get(conn, resource)
+        Inventory::<sqlx::Postgres>::get(self, conn, resource)
             .await?
             .ok_or_else(|| ResourceError::Internal(format!("item {resource} vanished")))
     }

@@ -122,6 +122,30 @@ impl Holdfast {
         }
     }
 
+    /// Starts it with no arguments but the addresses and no `DATABASE_URL`, in `dir` as its
+    /// working directory: the embedded default, SQLite files under `dir/data`.
+    pub(crate) fn start_embedded(
+        dir: &std::path::Path,
+        listen: SocketAddr,
+        log: PathBuf,
+    ) -> Holdfast {
+        let out = File::options()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap_or_else(|e| panic!("open {}: {e}", log.display()));
+        let err = out.try_clone().expect("clone the log file handle");
+        let child = embedded_command(dir, listen)
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .expect("spawn the holdfast binary");
+        Holdfast {
+            child: Some(child),
+            log,
+        }
+    }
+
     /// SIGKILL: no graceful shutdown, nothing flushed.
     pub(crate) fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -164,6 +188,25 @@ impl Holdfast {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// `holdfast --listen L --metrics-listen IP:9464` in `dir`, with nothing from the caller's
+/// environment that could configure it.
+fn embedded_command(dir: &std::path::Path, listen: SocketAddr) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_holdfast"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("HOLDFAST_") || k == "DATABASE_URL" || k == "OTEL_EXPORTER_OTLP_ENDPOINT" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.current_dir(dir)
+        .arg("--listen")
+        .arg(listen.to_string())
+        .arg("--metrics-listen")
+        .arg(format!("{}:9464", listen.ip()))
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null());
+    cmd
 }
 
 impl Drop for Holdfast {
@@ -607,4 +650,154 @@ fn a_bad_config_fails_at_start_naming_the_setting() {
     );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--lease"));
+}
+
+/// The embedded default: `holdfast` with no database argument in an empty folder runs on
+/// SQLite files under `./data`; a reservation across two participants confirmed before a
+/// SIGKILL is CONFIRMED after the restart with the counts intact; a second holdfast on the
+/// same folder refuses to start, naming the lock.
+#[tokio::test]
+async fn embedded_binary_on_sqlite_keeps_a_confirmation_across_a_sigkill_and_has_one_writer() {
+    let dir = std::env::temp_dir().join(format!(
+        "holdfast-embedded-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::create_dir_all(&dir).expect("temp folder");
+    let listen = listen_addr(2);
+    let log = dir.join("holdfast.log");
+    let (seats_addr, stock_addr) = (
+        participant_addr(listen, 50061),
+        participant_addr(listen, 50062),
+    );
+
+    let mut process = Holdfast::start_embedded(&dir, listen, log.clone());
+    serving(&mut process, listen).await;
+    for file in ["holdfast.db", "participants.db", "holdfast.lock"] {
+        assert!(
+            dir.join("data").join(file).exists(),
+            "./data/{file} missing"
+        );
+    }
+
+    // One writer: a second holdfast on the same folder fails fast, saying why.
+    let second = embedded_command(&dir, listen_addr_other(listen))
+        .output()
+        .expect("run a second holdfast");
+    assert!(!second.status.success(), "the second holdfast started");
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        err.contains("another holdfast is already using ./data") && err.contains("holdfast.lock"),
+        "{err}"
+    );
+
+    let mut seats = admin(seats_addr).await;
+    let mut stock = admin(stock_addr).await;
+    seats
+        .put_resources(proto::PutResourcesRequest {
+            resources: vec![proto::ResourceSpec {
+                resource: "C7".into(),
+                capacity: 1,
+            }],
+        })
+        .await
+        .expect("put the seat");
+    stock
+        .put_resources(proto::PutResourcesRequest {
+            resources: vec![proto::ResourceSpec {
+                resource: "mug".into(),
+                capacity: 5,
+            }],
+        })
+        .await
+        .expect("put the stock");
+    let mut client = CoordinatorClient::connect(format!("http://{listen}"))
+        .await
+        .expect("connect to the coordinator");
+    let r = client
+        .reserve(proto::ReserveRequest {
+            request_id: "emb-1".into(),
+            holder: "alice".into(),
+            ttl: None,
+            holds: vec![
+                proto::Hold {
+                    participant: "stock".into(),
+                    resource: "mug".into(),
+                    quantity: 2,
+                    during: None,
+                },
+                proto::Hold {
+                    participant: "seats".into(),
+                    resource: "C7".into(),
+                    quantity: 1,
+                    during: None,
+                },
+            ],
+            labels: Default::default(),
+        })
+        .await
+        .expect("reserve")
+        .into_inner();
+    assert_eq!(state_of(&r), State::Held, "{r:?}");
+    assert_eq!(counts(&mut seats, "C7").await, (0, 1, 0));
+    assert_eq!(counts(&mut stock, "mug").await, (3, 2, 0));
+    client
+        .confirm(proto::ConfirmRequest {
+            reservation_id: r.id.clone(),
+            hold_token: r.hold_token.clone(),
+            payment: None,
+        })
+        .await
+        .expect("confirm");
+    let get = proto::GetReservationRequest {
+        reservation_id: r.id.clone(),
+    };
+    let deadline = Instant::now() + STARTUP;
+    loop {
+        let now = client
+            .get_reservation(get.clone())
+            .await
+            .expect("get")
+            .into_inner();
+        if state_of(&now) == State::Confirmed {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never CONFIRMED: {now:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(counts(&mut seats, "C7").await, (0, 0, 1));
+    assert_eq!(counts(&mut stock, "mug").await, (3, 0, 2));
+
+    // SIGKILL (the lock dies with the process), then the same binary in the same folder.
+    process.kill();
+    drop((client, seats, stock));
+    let mut process = Holdfast::start_embedded(&dir, listen, log.clone());
+    serving(&mut process, listen).await;
+    let mut client = CoordinatorClient::connect(format!("http://{listen}"))
+        .await
+        .expect("reconnect");
+    let after = client
+        .get_reservation(get)
+        .await
+        .expect("survived")
+        .into_inner();
+    assert_eq!(state_of(&after), State::Confirmed, "{after:?}");
+    let mut seats = admin(seats_addr).await;
+    let mut stock = admin(stock_addr).await;
+    assert_eq!(counts(&mut seats, "C7").await, (0, 0, 1));
+    assert_eq!(counts(&mut stock, "mug").await, (3, 0, 2));
+    process.kill();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Another loopback address than `listen`'s, so the second holdfast could bind everything:
+/// only the lock can stop it.
+fn listen_addr_other(listen: SocketAddr) -> SocketAddr {
+    let IpAddr::V4(ip) = listen.ip() else {
+        return listen;
+    };
+    let [a, b, c, d] = ip.octets();
+    SocketAddr::new(
+        IpAddr::V4(Ipv4Addr::new(a, b, c, d.wrapping_add(1).max(1))),
+        listen.port(),
+    )
 }

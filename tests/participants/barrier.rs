@@ -8,8 +8,17 @@ use sqlx::PgPool;
 
 use crate::common::*;
 
-async fn setup(kind: Kind, pool: &PgPool) -> (Running, Fixture) {
-    let mut p = spawn_participant(kind, pool.clone()).await;
+/// Every (backend, kind) pair: the same case on PostgreSQL and on SQLite.
+async fn every_backend_and_kind(pool: &PgPool) -> Vec<(Db, Kind)> {
+    Db::both(pool)
+        .await
+        .into_iter()
+        .flat_map(|db| db.kinds().into_iter().map(move |k| (db.clone(), k)))
+        .collect()
+}
+
+async fn setup(kind: Kind, db: &Db) -> (Running, Fixture) {
+    let mut p = spawn_on(kind, db).await;
     let f = fixture(kind);
     if kind != Kind::Noop {
         p.put(f.resource, f.capacity).await;
@@ -19,28 +28,45 @@ async fn setup(kind: Kind, pool: &PgPool) -> (Running, Fixture) {
 
 #[sqlx::test(migrations = false)]
 async fn cancel_before_try_makes_the_late_try_a_rejected_no_op(pool: PgPool) {
-    for kind in ALL {
-        let (mut p, f) = setup(kind, &pool).await;
+    for (db, kind) in every_backend_and_kind(&pool).await {
+        let (mut p, f) = setup(kind, &db).await;
         let req = try_request(vec![f.hold()]);
-        assert_eq!(p.cancel(&req).await, State::Cancelled, "{kind:?}");
+        assert_eq!(
+            p.cancel(&req).await,
+            State::Cancelled,
+            "{kind:?} on {}",
+            db.name()
+        );
         let late = p.try_(req.clone()).await;
-        assert_eq!(outcome(&late), Outcome::Rejected, "{kind:?}");
+        assert_eq!(
+            outcome(&late),
+            Outcome::Rejected,
+            "{kind:?} on {}",
+            db.name()
+        );
         assert!(!late.reason.is_empty(), "{kind:?}: a rejection says why");
         assert_eq!(
             counts(&mut p, f.resource).await,
             f.expect(kind, 0, 0),
-            "{kind:?}"
+            "{kind:?} on {}",
+            db.name()
         );
         assert_eq!(
             p.try_(req.clone()).await,
             late,
             "{kind:?}: repeat answers the same"
         );
-        assert_eq!(p.confirm(&req).await, State::Cancelled, "{kind:?}");
+        assert_eq!(
+            p.confirm(&req).await,
+            State::Cancelled,
+            "{kind:?} on {}",
+            db.name()
+        );
         assert_eq!(
             counts(&mut p, f.resource).await,
             f.expect(kind, 0, 0),
-            "{kind:?}"
+            "{kind:?} on {}",
+            db.name()
         );
         p.stop().await;
     }
@@ -48,8 +74,8 @@ async fn cancel_before_try_makes_the_late_try_a_rejected_no_op(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn duplicate_try_and_confirm_apply_once_with_the_first_answer(pool: PgPool) {
-    for kind in ALL {
-        let (mut p, f) = setup(kind, &pool).await;
+    for (db, kind) in every_backend_and_kind(&pool).await {
+        let (mut p, f) = setup(kind, &db).await;
         let req = try_request(vec![f.hold()]);
         // Concurrent duplicates, each on its own connection: they must serialise.
         let mut calls = Vec::new();
@@ -60,12 +86,13 @@ async fn duplicate_try_and_confirm_apply_once_with_the_first_answer(pool: PgPool
         }
         for call in calls {
             let answer = call.await.expect("join").expect("try").into_inner();
-            assert_eq!(outcome(&answer), Outcome::Held, "{kind:?}");
+            assert_eq!(outcome(&answer), Outcome::Held, "{kind:?} on {}", db.name());
         }
         assert_eq!(
             counts(&mut p, f.resource).await,
             f.expect(kind, 1, 0),
-            "{kind:?}"
+            "{kind:?} on {}",
+            db.name()
         );
 
         let mut calls = Vec::new();
@@ -81,23 +108,26 @@ async fn duplicate_try_and_confirm_apply_once_with_the_first_answer(pool: PgPool
                 .expect("confirm")
                 .into_inner()
                 .state;
-            assert_eq!(state, State::Confirmed as i32, "{kind:?}");
+            assert_eq!(state, State::Confirmed as i32, "{kind:?} on {}", db.name());
         }
         assert_eq!(
             counts(&mut p, f.resource).await,
             f.expect(kind, 0, 1),
-            "{kind:?}"
+            "{kind:?} on {}",
+            db.name()
         );
         // A Try repeated after Confirm answers its first answer and holds nothing more.
         assert_eq!(
             outcome(&p.try_(req.clone()).await),
             Outcome::Held,
-            "{kind:?}"
+            "{kind:?} on {}",
+            db.name()
         );
         assert_eq!(
             counts(&mut p, f.resource).await,
             f.expect(kind, 0, 1),
-            "{kind:?}"
+            "{kind:?} on {}",
+            db.name()
         );
         p.stop().await;
     }
@@ -105,13 +135,14 @@ async fn duplicate_try_and_confirm_apply_once_with_the_first_answer(pool: PgPool
 
 #[sqlx::test(migrations = false)]
 async fn duplicate_cancel_releases_once(pool: PgPool) {
-    for kind in ALL {
-        let (mut p, f) = setup(kind, &pool).await;
+    for (db, kind) in every_backend_and_kind(&pool).await {
+        let (mut p, f) = setup(kind, &db).await;
         let req = try_request(vec![f.hold()]);
         assert_eq!(
             outcome(&p.try_(req.clone()).await),
             Outcome::Held,
-            "{kind:?}"
+            "{kind:?} on {}",
+            db.name()
         );
         let mut calls = Vec::new();
         for _ in 0..4 {
@@ -126,13 +157,14 @@ async fn duplicate_cancel_releases_once(pool: PgPool) {
                 .expect("cancel")
                 .into_inner()
                 .state;
-            assert_eq!(state, State::Cancelled as i32, "{kind:?}");
+            assert_eq!(state, State::Cancelled as i32, "{kind:?} on {}", db.name());
         }
         // Released exactly once: a double release would show more available than capacity.
         assert_eq!(
             counts(&mut p, f.resource).await,
             f.expect(kind, 0, 0),
-            "{kind:?}"
+            "{kind:?} on {}",
+            db.name()
         );
         assert_eq!(
             outcome(&p.try_(req.clone()).await),
@@ -150,20 +182,32 @@ async fn duplicate_cancel_releases_once(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn confirm_after_cancel_is_refused_without_change(pool: PgPool) {
-    for kind in ALL {
-        let (mut p, f) = setup(kind, &pool).await;
+    for (db, kind) in every_backend_and_kind(&pool).await {
+        let (mut p, f) = setup(kind, &db).await;
         let req = try_request(vec![f.hold()]);
         assert_eq!(
             outcome(&p.try_(req.clone()).await),
             Outcome::Held,
-            "{kind:?}"
+            "{kind:?} on {}",
+            db.name()
         );
-        assert_eq!(p.cancel(&req).await, State::Cancelled, "{kind:?}");
-        assert_eq!(p.confirm(&req).await, State::Cancelled, "{kind:?}");
+        assert_eq!(
+            p.cancel(&req).await,
+            State::Cancelled,
+            "{kind:?} on {}",
+            db.name()
+        );
+        assert_eq!(
+            p.confirm(&req).await,
+            State::Cancelled,
+            "{kind:?} on {}",
+            db.name()
+        );
         assert_eq!(
             counts(&mut p, f.resource).await,
             f.expect(kind, 0, 0),
-            "{kind:?}"
+            "{kind:?} on {}",
+            db.name()
         );
         p.stop().await;
     }
@@ -171,20 +215,32 @@ async fn confirm_after_cancel_is_refused_without_change(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn cancel_after_confirm_is_refused_without_change(pool: PgPool) {
-    for kind in ALL {
-        let (mut p, f) = setup(kind, &pool).await;
+    for (db, kind) in every_backend_and_kind(&pool).await {
+        let (mut p, f) = setup(kind, &db).await;
         let req = try_request(vec![f.hold()]);
         assert_eq!(
             outcome(&p.try_(req.clone()).await),
             Outcome::Held,
-            "{kind:?}"
+            "{kind:?} on {}",
+            db.name()
         );
-        assert_eq!(p.confirm(&req).await, State::Confirmed, "{kind:?}");
-        assert_eq!(p.cancel(&req).await, State::Confirmed, "{kind:?}");
+        assert_eq!(
+            p.confirm(&req).await,
+            State::Confirmed,
+            "{kind:?} on {}",
+            db.name()
+        );
+        assert_eq!(
+            p.cancel(&req).await,
+            State::Confirmed,
+            "{kind:?} on {}",
+            db.name()
+        );
         assert_eq!(
             counts(&mut p, f.resource).await,
             f.expect(kind, 0, 1),
-            "{kind:?}"
+            "{kind:?} on {}",
+            db.name()
         );
         p.stop().await;
     }
@@ -209,27 +265,38 @@ fn failing_item(kind: Kind, f: &Fixture) -> Option<holdfast::proto::Hold> {
 
 #[sqlx::test(migrations = false)]
 async fn rejected_try_rolls_back_then_its_cancel_is_recorded(pool: PgPool) {
-    for kind in ALL {
-        let (mut p, f) = setup(kind, &pool).await;
+    for (db, kind) in every_backend_and_kind(&pool).await {
+        let (mut p, f) = setup(kind, &db).await;
         let Some(failing) = failing_item(kind, &f) else {
             p.stop().await;
             continue;
         };
         let req = try_request(vec![failing, f.hold()]);
         let answer = p.try_(req.clone()).await;
-        assert_eq!(outcome(&answer), Outcome::Rejected, "{kind:?}");
+        assert_eq!(
+            outcome(&answer),
+            Outcome::Rejected,
+            "{kind:?} on {}",
+            db.name()
+        );
         // The first item, applied before the failing one, was rolled back.
         assert_eq!(
             counts(&mut p, f.resource).await,
             f.expect(kind, 0, 0),
-            "{kind:?}"
+            "{kind:?} on {}",
+            db.name()
         );
         assert_eq!(
             p.try_(req.clone()).await,
             answer,
             "{kind:?}: repeat answers the same"
         );
-        assert_eq!(p.cancel(&req).await, State::Cancelled, "{kind:?}");
+        assert_eq!(
+            p.cancel(&req).await,
+            State::Cancelled,
+            "{kind:?} on {}",
+            db.name()
+        );
         assert_eq!(
             p.confirm(&req).await,
             State::Cancelled,
@@ -238,11 +305,17 @@ async fn rejected_try_rolls_back_then_its_cancel_is_recorded(pool: PgPool) {
         assert_eq!(
             counts(&mut p, f.resource).await,
             f.expect(kind, 0, 0),
-            "{kind:?}"
+            "{kind:?} on {}",
+            db.name()
         );
         // The resource is really free.
         let fresh = try_request(vec![f.hold()]);
-        assert_eq!(outcome(&p.try_(fresh).await), Outcome::Held, "{kind:?}");
+        assert_eq!(
+            outcome(&p.try_(fresh).await),
+            Outcome::Held,
+            "{kind:?} on {}",
+            db.name()
+        );
         p.stop().await;
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
-use holdfast::participants::{Kind, ParticipantError, ParticipantSettings, serve};
+use holdfast::participants::{Kind, ParticipantDb, ParticipantError, ParticipantSettings, serve};
 use holdfast::proto::participant_client::ParticipantClient;
 use holdfast::proto::payments_client::PaymentsClient;
 use holdfast::proto::resource_admin_client::ResourceAdminClient;
@@ -29,6 +29,65 @@ pub const ALL: [Kind; 6] = [
     Kind::StockRedis,
 ];
 
+/// The database a test's participant runs on: the same test code on both backends.
+#[derive(Clone, Debug)]
+pub enum Db {
+    Postgres(PgPool),
+    /// A fresh SQLite file in the temp folder.
+    Sqlite(sqlx::SqlitePool),
+}
+
+impl Db {
+    /// The test's PostgreSQL database, then a fresh SQLite file.
+    pub async fn both(pool: &PgPool) -> [Db; 2] {
+        let path = std::env::temp_dir().join(format!(
+            "holdfast-participants-{}.db",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let sqlite =
+            holdfast::participants::connect_sqlite(&format!("sqlite://{}", path.display()), 16)
+                .await
+                .expect("sqlite");
+        holdfast::participants::SQLITE_MIGRATOR
+            .run(&sqlite)
+            .await
+            .expect("sqlite migrations");
+        [Db::Postgres(pool.clone()), Db::Sqlite(sqlite)]
+    }
+
+    /// The backend's name, for assertion messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Db::Postgres(_) => "postgres",
+            Db::Sqlite(_) => "sqlite",
+        }
+    }
+
+    /// The kinds that run on this backend (stock-redis is PostgreSQL-only).
+    pub fn kinds(&self) -> Vec<Kind> {
+        ALL.into_iter()
+            .filter(|k| matches!(self, Db::Postgres(_)) || *k != Kind::StockRedis)
+            .collect()
+    }
+
+    /// One integer from SQL valid on both backends.
+    pub async fn scalar(&self, sql: &'static str) -> i64 {
+        match self {
+            Db::Postgres(pool) => sqlx::query_scalar(sql).fetch_one(pool).await,
+            Db::Sqlite(pool) => sqlx::query_scalar(sql).fetch_one(pool).await,
+        }
+        .expect(sql)
+    }
+}
+
+/// Starts `kind` on `db` with the default orphan grace.
+pub async fn spawn_on(kind: Kind, db: &Db) -> Running {
+    match db {
+        Db::Postgres(pool) => spawn_participant(kind, pool.clone()).await,
+        Db::Sqlite(pool) => spawn_db(ParticipantSettings::new(kind), pool.clone().into()).await,
+    }
+}
+
 /// A running participant and clients for it.
 pub struct Running {
     pub url: String,
@@ -46,6 +105,11 @@ pub async fn spawn_participant(kind: Kind, pool: PgPool) -> Running {
 
 /// Starts a participant with `settings` on a fresh loopback port.
 pub async fn spawn_with(settings: ParticipantSettings, pool: PgPool) -> Running {
+    spawn_db(settings, pool.into()).await
+}
+
+/// Starts a participant with `settings` on either backend, on a fresh loopback port.
+pub async fn spawn_db(settings: ParticipantSettings, db: ParticipantDb) -> Running {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -54,15 +118,16 @@ pub async fn spawn_with(settings: ParticipantSettings, pool: PgPool) -> Running 
     let stop = async {
         let _ = rx.await;
     };
-    let task = if settings.kind == Kind::StockRedis {
-        // Real Redis, isolated by a key prefix of its own.
-        let mut redis = crate::stock_redis::settings();
-        redis.orphan_grace = settings.orphan_grace;
-        tokio::spawn(holdfast::participants::stock_redis::serve(
-            redis, pool, listener, stop,
-        ))
-    } else {
-        tokio::spawn(serve(settings, pool, listener, stop))
+    let task = match db {
+        ParticipantDb::Postgres(pool) if settings.kind == Kind::StockRedis => {
+            // Real Redis, isolated by a key prefix of its own.
+            let mut redis = crate::stock_redis::settings();
+            redis.orphan_grace = settings.orphan_grace;
+            tokio::spawn(holdfast::participants::stock_redis::serve(
+                redis, pool, listener, stop,
+            ))
+        }
+        db => tokio::spawn(serve(settings, db, listener, stop)),
     };
     let channel = Channel::from_shared(url.clone())
         .expect("url")

@@ -96,7 +96,9 @@ async fn sweep_reclaims_orphans_through_the_domain_api(pool: PgPool) {
 
     MIGRATOR.run(&pool).await.expect("migrate");
     let mut conn = pool.acquire().await.expect("conn");
-    Stock.put(&mut conn, "sku-1", 5).await.expect("put");
+    Inventory::<sqlx::Postgres>::put(&Stock, &mut conn, "sku-1", 5)
+        .await
+        .expect("put");
     let service =
         ParticipantService::new("stock", Stock, pool.clone()).with_orphan_grace(Duration::ZERO);
     let past = chrono::Utc::now() - chrono::Duration::minutes(5);
@@ -134,8 +136,7 @@ async fn sweep_reclaims_orphans_through_the_domain_api(pool: PgPool) {
         0,
         "never twice"
     );
-    let counts = Stock
-        .get(&mut conn, "sku-1")
+    let counts = Inventory::<sqlx::Postgres>::get(&Stock, &mut conn, "sku-1")
         .await
         .expect("get")
         .expect("exists");

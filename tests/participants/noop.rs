@@ -8,35 +8,37 @@ use crate::common::*;
 
 #[sqlx::test(migrations = false)]
 async fn storm_holds_every_branch_once(pool: PgPool) {
-    let mut p = spawn_participant(Kind::Noop, pool.clone()).await;
-    let requests: Vec<_> = (0..100)
-        .map(|_| try_request(vec![hold("x", 1, None)]))
-        .collect();
-    let admin = p.admin.clone();
-    let check = move || {
-        let mut admin = admin.clone();
-        async move {
-            let s = admin
-                .get_resource(holdfast::proto::GetResourceRequest {
-                    resource: "x".into(),
-                })
-                .await
-                .map_err(|e| e.to_string())?
-                .into_inner();
-            if s.capacity != s.available + s.held + s.confirmed || s.held > 100 {
-                return Err(format!("bad counts {s:?}"));
+    for db in Db::both(&pool).await {
+        let mut p = spawn_on(Kind::Noop, &db).await;
+        let requests: Vec<_> = (0..100)
+            .map(|_| try_request(vec![hold("x", 1, None)]))
+            .collect();
+        let admin = p.admin.clone();
+        let check = move || {
+            let mut admin = admin.clone();
+            async move {
+                let s = admin
+                    .get_resource(holdfast::proto::GetResourceRequest {
+                        resource: "x".into(),
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .into_inner();
+                if s.capacity != s.available + s.held + s.confirmed || s.held > 100 {
+                    return Err(format!("bad counts {s:?}"));
+                }
+                Ok(())
             }
-            Ok(())
-        }
-    };
-    let (answers, checks) = storm(&p, requests.clone(), check).await;
-    assert!(checks >= 1);
-    assert_eq!(count(&answers, Outcome::Held), 100);
-    assert_eq!(counts(&mut p, "x").await, (0, 100, 0));
-    // Repeats change nothing.
-    assert_eq!(outcome(&p.try_(requests[0].clone()).await), Outcome::Held);
-    assert_eq!(counts(&mut p, "x").await, (0, 100, 0));
-    p.stop().await;
+        };
+        let (answers, checks) = storm(&p, requests.clone(), check).await;
+        assert!(checks >= 1);
+        assert_eq!(count(&answers, Outcome::Held), 100);
+        assert_eq!(counts(&mut p, "x").await, (0, 100, 0));
+        // Repeats change nothing.
+        assert_eq!(outcome(&p.try_(requests[0].clone()).await), Outcome::Held);
+        assert_eq!(counts(&mut p, "x").await, (0, 100, 0));
+        p.stop().await;
+    }
 }
 
 #[sqlx::test(migrations = false)]

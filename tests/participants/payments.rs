@@ -10,16 +10,18 @@ use crate::common::*;
 
 #[sqlx::test(migrations = false)]
 async fn storm_authorises_no_more_than_the_balance(pool: PgPool) {
-    let mut p = spawn_participant(Kind::Payments, pool.clone()).await;
-    p.put("acct-1", 1000).await;
-    let requests: Vec<_> = (0..100)
-        .map(|_| try_request(vec![hold("acct-1", 100, None)]))
-        .collect();
-    let (answers, checks) = storm(&p, requests, admin_checker(&p, "acct-1", 1000)).await;
-    assert!(checks >= 1);
-    assert_eq!(count(&answers, Outcome::Held), 10);
-    assert_eq!(counts(&mut p, "acct-1").await, (0, 1000, 0));
-    p.stop().await;
+    for db in Db::both(&pool).await {
+        let mut p = spawn_on(Kind::Payments, &db).await;
+        p.put("acct-1", 1000).await;
+        let requests: Vec<_> = (0..100)
+            .map(|_| try_request(vec![hold("acct-1", 100, None)]))
+            .collect();
+        let (answers, checks) = storm(&p, requests, admin_checker(&p, "acct-1", 1000)).await;
+        assert!(checks >= 1);
+        assert_eq!(count(&answers, Outcome::Held), 10);
+        assert_eq!(counts(&mut p, "acct-1").await, (0, 1000, 0));
+        p.stop().await;
+    }
 }
 
 #[sqlx::test(migrations = false)]

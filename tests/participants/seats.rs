@@ -9,40 +9,40 @@ use crate::common::*;
 
 #[sqlx::test(migrations = false)]
 async fn storm_on_a_seat_pair_has_exactly_one_winner(pool: PgPool) {
-    let mut p = spawn_participant(Kind::Seats, pool.clone()).await;
-    p.put("A1", 1).await;
-    p.put("A2", 1).await;
-    // Both seats in every Try, listed in either order: the SDK's sort keeps lock order.
-    let requests: Vec<_> = (0..100)
-        .map(|i| {
-            let mut items = vec![hold("A1", 1, None), hold("A2", 1, None)];
-            if i % 2 == 1 {
-                items.reverse();
+    for db in Db::both(&pool).await {
+        let mut p = spawn_on(Kind::Seats, &db).await;
+        p.put("A1", 1).await;
+        p.put("A2", 1).await;
+        // Both seats in every Try, listed in either order: the SDK's sort keeps lock order.
+        let requests: Vec<_> = (0..100)
+            .map(|i| {
+                let mut items = vec![hold("A1", 1, None), hold("A2", 1, None)];
+                if i % 2 == 1 {
+                    items.reverse();
+                }
+                try_request(items)
+            })
+            .collect();
+        let (a1, a2) = (admin_checker(&p, "A1", 1), admin_checker(&p, "A2", 1));
+        let check = move || {
+            let (x, y) = (a1(), a2());
+            async move {
+                x.await?;
+                y.await
             }
-            try_request(items)
-        })
-        .collect();
-    let (a1, a2) = (admin_checker(&p, "A1", 1), admin_checker(&p, "A2", 1));
-    let check = move || {
-        let (x, y) = (a1(), a2());
-        async move {
-            x.await?;
-            y.await
-        }
-    };
-    let (answers, checks) = storm(&p, requests, check).await;
-    assert!(checks >= 1);
-    assert_eq!(count(&answers, Outcome::Held), 1);
-    assert_eq!(count(&answers, Outcome::Rejected), 99);
-    assert_eq!(counts(&mut p, "A1").await, (0, 1, 0));
-    assert_eq!(counts(&mut p, "A2").await, (0, 1, 0));
-    let holders: i64 =
-        sqlx::query_scalar("SELECT count(DISTINCT branch_id) FROM seat WHERE state = 'held'")
-            .fetch_one(&pool)
-            .await
-            .expect("holders");
-    assert_eq!(holders, 1, "both seats belong to the one winner");
-    p.stop().await;
+        };
+        let (answers, checks) = storm(&p, requests, check).await;
+        assert!(checks >= 1);
+        assert_eq!(count(&answers, Outcome::Held), 1);
+        assert_eq!(count(&answers, Outcome::Rejected), 99);
+        assert_eq!(counts(&mut p, "A1").await, (0, 1, 0));
+        assert_eq!(counts(&mut p, "A2").await, (0, 1, 0));
+        let holders = db
+            .scalar("SELECT count(DISTINCT branch_id) FROM seat WHERE state = 'held'")
+            .await;
+        assert_eq!(holders, 1, "both seats belong to the one winner");
+        p.stop().await;
+    }
 }
 
 #[sqlx::test(migrations = false)]

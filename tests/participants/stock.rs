@@ -9,24 +9,23 @@ use crate::common::*;
 
 #[sqlx::test(migrations = false)]
 async fn storm_holds_exactly_the_capacity(pool: PgPool) {
-    let mut p = spawn_participant(Kind::Stock, pool.clone()).await;
-    p.put("sku-1", 10).await;
-    let requests: Vec<_> = (0..100)
-        .map(|_| try_request(vec![hold("sku-1", 1, None)]))
-        .collect();
-    let (answers, checks) = storm(&p, requests, admin_checker(&p, "sku-1", 10)).await;
-    assert!(checks >= 1);
-    assert_eq!(count(&answers, Outcome::Held), 10);
-    assert_eq!(count(&answers, Outcome::Rejected), 90);
-    assert_eq!(counts(&mut p, "sku-1").await, (0, 10, 0));
-    let rows: i64 = sqlx::query_scalar(
-        "SELECT coalesce(sum(quantity), 0)::bigint FROM stock_hold WHERE state = 'held'",
-    )
-    .fetch_one(&pool)
-    .await
-    .expect("holds");
-    assert_eq!(rows, 10, "hold rows agree with the counter");
-    p.stop().await;
+    for db in Db::both(&pool).await {
+        let mut p = spawn_on(Kind::Stock, &db).await;
+        p.put("sku-1", 10).await;
+        let requests: Vec<_> = (0..100)
+            .map(|_| try_request(vec![hold("sku-1", 1, None)]))
+            .collect();
+        let (answers, checks) = storm(&p, requests, admin_checker(&p, "sku-1", 10)).await;
+        assert!(checks >= 1);
+        assert_eq!(count(&answers, Outcome::Held), 10);
+        assert_eq!(count(&answers, Outcome::Rejected), 90);
+        assert_eq!(counts(&mut p, "sku-1").await, (0, 10, 0));
+        let rows = db
+            .scalar("SELECT CAST(coalesce(sum(quantity), 0) AS BIGINT) FROM stock_hold WHERE state = 'held'")
+            .await;
+        assert_eq!(rows, 10, "hold rows agree with the counter");
+        p.stop().await;
+    }
 }
 
 #[sqlx::test(migrations = false)]

@@ -1,0 +1,277 @@
+//! The barrier: one row per (participant, reservation, branch) recording the branch's phase and
+//! the first Try answer, written on the caller's transaction so the barrier changes commit or
+//! roll back together with the business change.
+//!
+//! [`Backend`] is the one storage interface of the SDK: everything the SDK asks of a database
+//! (how a write transaction begins, every barrier statement). Each backend's SQL lives in its
+//! own file: `postgres.rs` (row locks, `clock_timestamp()`) and `sqlite.rs` (`BEGIN IMMEDIATE`
+//! write lock, `unixepoch('now','subsec')` in integer microseconds). The logic above it
+//! ([`super::ParticipantService`]) is written once.
+
+mod postgres;
+mod sqlite;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use sqlx::{Pool, Transaction};
+
+use super::{BranchCtx, BranchKey, Item, ResourceError, Slot, TryOutcome};
+
+/// A branch's phase at this participant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Row inserted by the current transaction: no call for this branch was recorded before.
+    Trying,
+    /// Try held the items.
+    Held,
+    /// Try was refused.
+    Rejected,
+    /// Confirmed.
+    Confirmed,
+    /// Cancelled (including Cancel before Try).
+    Cancelled,
+    /// Confirm found the hold gone, or it was reclaimed.
+    HoldLost,
+}
+
+impl Phase {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Trying => "trying",
+            Phase::Held => "held",
+            Phase::Rejected => "rejected",
+            Phase::Confirmed => "confirmed",
+            Phase::Cancelled => "cancelled",
+            Phase::HoldLost => "hold_lost",
+        }
+    }
+
+    /// Parses the stored spelling.
+    pub fn parse(s: &str) -> Result<Self, ResourceError> {
+        Ok(match s {
+            "trying" => Phase::Trying,
+            "held" => Phase::Held,
+            "rejected" => Phase::Rejected,
+            "confirmed" => Phase::Confirmed,
+            "cancelled" => Phase::Cancelled,
+            "hold_lost" => Phase::HoldLost,
+            other => {
+                return Err(ResourceError::Internal(format!(
+                    "unknown barrier state {other:?}"
+                )));
+            }
+        })
+    }
+}
+
+/// A locked barrier row, as a backend read it.
+#[derive(Debug)]
+pub struct BarrierRow {
+    /// The branch's phase.
+    pub phase: Phase,
+    /// The first answer given to Try, if any.
+    pub try_answer: Option<TryOutcome>,
+    /// Who holds the reservation (empty before Try).
+    pub holder: String,
+    /// The Try's items, as stored (see [`BarrierRow::ctx`]).
+    pub items: Value,
+    /// The reservation's `expires_at`, once a Try recorded it.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// `expires_at + orphan_grace`, once a Try recorded it.
+    pub hold_until: Option<DateTime<Utc>>,
+}
+
+impl BarrierRow {
+    /// A row just inserted by the current transaction: nothing recorded yet.
+    pub fn trying() -> Self {
+        BarrierRow {
+            phase: Phase::Trying,
+            try_answer: None,
+            holder: String::new(),
+            items: Value::Array(Vec::new()),
+            expires_at: None,
+            hold_until: None,
+        }
+    }
+
+    /// The branch as its Try recorded it, for Confirm/Cancel/reclaim business calls.
+    pub fn ctx(&self, key: &BranchKey) -> Result<BranchCtx, ResourceError> {
+        let epoch = DateTime::<Utc>::UNIX_EPOCH;
+        Ok(BranchCtx {
+            key: key.clone(),
+            holder: self.holder.clone(),
+            items: decode_items(&self.items)?,
+            expires_at: self.expires_at.unwrap_or(epoch),
+            hold_until: self.hold_until.unwrap_or(epoch),
+        })
+    }
+}
+
+/// Parses the stored Try answer (`try_answer`, `try_reason` columns).
+pub(crate) fn try_answer(
+    answer: Option<&str>,
+    reason: String,
+) -> Result<Option<TryOutcome>, ResourceError> {
+    match answer {
+        None => Ok(None),
+        Some("held") => Ok(Some(TryOutcome::Held)),
+        Some("rejected") => Ok(Some(TryOutcome::Rejected(reason))),
+        Some(other) => Err(ResourceError::Internal(format!(
+            "unknown barrier try_answer {other:?}"
+        ))),
+    }
+}
+
+/// The stored spelling of a Try answer and its reason.
+pub(crate) fn answer_parts(answer: &TryOutcome) -> (&'static str, &str) {
+    match answer {
+        TryOutcome::Held => ("held", ""),
+        TryOutcome::Rejected(reason) => ("rejected", reason.as_str()),
+    }
+}
+
+/// The database a participant keeps its barrier (and business data) in: PostgreSQL
+/// ([`sqlx::Postgres`]) or SQLite ([`sqlx::Sqlite`]). Every barrier function runs on the
+/// caller's transaction; [`Backend::begin_write`] opens the transactions the SDK runs phases in.
+#[async_trait]
+pub trait Backend: sqlx::Database {
+    /// Opens a write transaction. PostgreSQL: a plain `BEGIN` (rows are locked as they are
+    /// touched); SQLite: `BEGIN IMMEDIATE`, the database write lock for the whole transaction
+    /// (waited for up to the busy timeout), which stands in for every row lock.
+    async fn begin_write(pool: &Pool<Self>) -> Result<Transaction<'static, Self>, sqlx::Error>;
+
+    /// Locks the branch's barrier row, creating it in phase `Trying` when absent. Concurrent
+    /// calls for one branch serialise here.
+    async fn lock(
+        conn: &mut Self::Connection,
+        participant: &str,
+        key: &BranchKey,
+    ) -> Result<BarrierRow, ResourceError>;
+
+    /// Like [`Backend::lock`], for calls that usually find the row (Confirm, Cancel).
+    async fn lock_existing(
+        conn: &mut Self::Connection,
+        participant: &str,
+        key: &BranchKey,
+    ) -> Result<BarrierRow, ResourceError>;
+
+    /// Records the Try's answer and the branch's new phase, with what Confirm/Cancel need later.
+    async fn record_try(
+        conn: &mut Self::Connection,
+        participant: &str,
+        branch: &BranchCtx,
+        phase: Phase,
+        answer: &TryOutcome,
+    ) -> Result<(), ResourceError>;
+
+    /// Records a rejection for a Try that arrived after the branch was already decided without
+    /// one, so repeats of the late Try answer the same.
+    async fn record_late_try(
+        conn: &mut Self::Connection,
+        participant: &str,
+        key: &BranchKey,
+        reason: &str,
+    ) -> Result<(), ResourceError>;
+
+    /// Moves the branch to `phase`.
+    async fn set_phase(
+        conn: &mut Self::Connection,
+        participant: &str,
+        key: &BranchKey,
+        phase: Phase,
+    ) -> Result<(), ResourceError>;
+
+    /// Whether any hold of this participant is past `expires_at + orphan_grace` (database clock).
+    async fn orphans_exist(
+        conn: &mut Self::Connection,
+        participant: &str,
+    ) -> Result<bool, ResourceError>;
+
+    /// Locks one orphaned held branch. With `skip_locked`, rows another transaction holds are
+    /// skipped (PostgreSQL; on SQLite the write lock already excludes every other writer).
+    async fn lock_next_orphan(
+        conn: &mut Self::Connection,
+        participant: &str,
+        skip_locked: bool,
+    ) -> Result<Option<(BranchKey, BarrierRow)>, ResourceError>;
+
+    /// Counts `participant`'s branches by phase.
+    async fn branch_counts(
+        conn: &mut Self::Connection,
+        participant: &str,
+    ) -> Result<BranchCounts, ResourceError>;
+}
+
+pub(crate) fn encode_items(items: &[Item]) -> Value {
+    Value::Array(
+        items
+            .iter()
+            .map(|item| {
+                let during = item.during.map(|slot| {
+                    json!({
+                        "start_micros": slot.start.timestamp_micros(),
+                        "end_micros": slot.end.timestamp_micros(),
+                    })
+                });
+                json!({ "resource": item.resource, "quantity": item.quantity, "during": during })
+            })
+            .collect(),
+    )
+}
+
+fn decode_items(value: &Value) -> Result<Vec<Item>, ResourceError> {
+    let bad = || ResourceError::Internal("malformed items in barrier row".to_owned());
+    let micros = |v: &Value, k: &str| {
+        v.get(k)
+            .and_then(Value::as_i64)
+            .and_then(DateTime::<Utc>::from_timestamp_micros)
+            .ok_or_else(bad)
+    };
+    value
+        .as_array()
+        .ok_or_else(bad)?
+        .iter()
+        .map(|v| {
+            let during = match v.get("during") {
+                None | Some(Value::Null) => None,
+                Some(d) => Some(Slot {
+                    start: micros(d, "start_micros")?,
+                    end: micros(d, "end_micros")?,
+                }),
+            };
+            Ok(Item {
+                resource: v
+                    .get("resource")
+                    .and_then(Value::as_str)
+                    .ok_or_else(bad)?
+                    .to_owned(),
+                quantity: v.get("quantity").and_then(Value::as_i64).ok_or_else(bad)?,
+                during,
+            })
+        })
+        .collect()
+}
+
+/// How many branches of one participant are in each live phase.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BranchCounts {
+    /// Branches holding.
+    pub held: i64,
+    /// Branches confirmed.
+    pub confirmed: i64,
+    /// Branches cancelled (including Cancel before Try).
+    pub cancelled: i64,
+    /// Branches whose hold was lost or reclaimed.
+    pub hold_lost: i64,
+}
+
+/// Counts `participant`'s branches by phase, from the barrier table (PostgreSQL; generic code
+/// calls [`Backend::branch_counts`]).
+pub async fn branch_counts(
+    conn: &mut sqlx::PgConnection,
+    participant: &str,
+) -> Result<BranchCounts, ResourceError> {
+    <sqlx::Postgres as Backend>::branch_counts(conn, participant).await
+}

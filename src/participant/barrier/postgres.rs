@@ -1,0 +1,227 @@
+//! The barrier's SQL on PostgreSQL: row locks (`FOR UPDATE`, `SKIP LOCKED` for sweeps) and
+//! `clock_timestamp()` as the clock.
+
+use async_trait::async_trait;
+use sqlx::{PgConnection, Pool, Postgres, Row, Transaction};
+
+use super::{Backend, BarrierRow, BranchCounts, Phase, answer_parts, encode_items, try_answer};
+use crate::participant::{BranchCtx, BranchKey, ResourceError, TryOutcome};
+
+/// The barrier columns every reader needs (a macro so queries stay static strings).
+macro_rules! barrier_columns {
+    () => {
+        "state, try_answer, try_reason, holder, items, expires_at, reclaim_after"
+    };
+}
+
+fn barrier_from_row(row: &sqlx::postgres::PgRow) -> Result<BarrierRow, ResourceError> {
+    let state: String = row.try_get("state")?;
+    let answer: Option<String> = row.try_get("try_answer")?;
+    Ok(BarrierRow {
+        phase: Phase::parse(&state)?,
+        try_answer: try_answer(answer.as_deref(), row.try_get("try_reason")?)?,
+        holder: row.try_get("holder")?,
+        items: row.try_get("items")?,
+        expires_at: row.try_get("expires_at")?,
+        hold_until: row.try_get("reclaim_after")?,
+    })
+}
+
+#[async_trait]
+impl Backend for Postgres {
+    async fn begin_write(pool: &Pool<Self>) -> Result<Transaction<'static, Self>, sqlx::Error> {
+        pool.begin().await
+    }
+
+    /// A concurrent call for the same branch blocks here until the other transaction ends.
+    /// `ON CONFLICT DO NOTHING` waits for a concurrent uncommitted insert and then sees its
+    /// outcome, so two first calls cannot both insert.
+    async fn lock(
+        conn: &mut PgConnection,
+        participant: &str,
+        key: &BranchKey,
+    ) -> Result<BarrierRow, ResourceError> {
+        let inserted = sqlx::query(
+            "INSERT INTO tcc_barrier (participant, reservation_id, branch_id, state) \
+             VALUES ($1, $2, $3, 'trying') ON CONFLICT DO NOTHING RETURNING 1",
+        )
+        .bind(participant)
+        .bind(&key.reservation_id)
+        .bind(&key.branch_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+        if inserted.is_some() {
+            // Our own uncommitted insert: already locked, nothing recorded yet.
+            return Ok(BarrierRow::trying());
+        }
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            barrier_columns!(),
+            " FROM tcc_barrier \
+             WHERE participant = $1 AND reservation_id = $2 AND branch_id = $3 FOR UPDATE"
+        ))
+        .bind(participant)
+        .bind(&key.reservation_id)
+        .bind(&key.branch_id)
+        .fetch_one(&mut *conn)
+        .await?;
+        barrier_from_row(&row)
+    }
+
+    async fn lock_existing(
+        conn: &mut PgConnection,
+        participant: &str,
+        key: &BranchKey,
+    ) -> Result<BarrierRow, ResourceError> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            barrier_columns!(),
+            " FROM tcc_barrier \
+             WHERE participant = $1 AND reservation_id = $2 AND branch_id = $3 FOR UPDATE"
+        ))
+        .bind(participant)
+        .bind(&key.reservation_id)
+        .bind(&key.branch_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+        match row {
+            Some(row) => barrier_from_row(&row),
+            None => Self::lock(conn, participant, key).await,
+        }
+    }
+
+    async fn record_try(
+        conn: &mut PgConnection,
+        participant: &str,
+        branch: &BranchCtx,
+        phase: Phase,
+        answer: &TryOutcome,
+    ) -> Result<(), ResourceError> {
+        let (answer, reason) = answer_parts(answer);
+        sqlx::query(
+            "UPDATE tcc_barrier SET state = $4, try_answer = $5, try_reason = $6, holder = $7, \
+                    items = $8, expires_at = $9, reclaim_after = $10, updated_at = clock_timestamp() \
+             WHERE participant = $1 AND reservation_id = $2 AND branch_id = $3",
+        )
+        .bind(participant)
+        .bind(&branch.key.reservation_id)
+        .bind(&branch.key.branch_id)
+        .bind(phase.as_str())
+        .bind(answer)
+        .bind(reason)
+        .bind(&branch.holder)
+        .bind(encode_items(&branch.items))
+        .bind(branch.expires_at)
+        .bind(branch.hold_until)
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
+
+    async fn record_late_try(
+        conn: &mut PgConnection,
+        participant: &str,
+        key: &BranchKey,
+        reason: &str,
+    ) -> Result<(), ResourceError> {
+        sqlx::query(
+            "UPDATE tcc_barrier SET try_answer = 'rejected', try_reason = $4, updated_at = clock_timestamp() \
+             WHERE participant = $1 AND reservation_id = $2 AND branch_id = $3",
+        )
+        .bind(participant)
+        .bind(&key.reservation_id)
+        .bind(&key.branch_id)
+        .bind(reason)
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
+
+    async fn set_phase(
+        conn: &mut PgConnection,
+        participant: &str,
+        key: &BranchKey,
+        phase: Phase,
+    ) -> Result<(), ResourceError> {
+        sqlx::query(
+            "UPDATE tcc_barrier SET state = $4, updated_at = clock_timestamp() \
+             WHERE participant = $1 AND reservation_id = $2 AND branch_id = $3",
+        )
+        .bind(participant)
+        .bind(&key.reservation_id)
+        .bind(&key.branch_id)
+        .bind(phase.as_str())
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
+
+    async fn orphans_exist(
+        conn: &mut PgConnection,
+        participant: &str,
+    ) -> Result<bool, ResourceError> {
+        let exists: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM tcc_barrier \
+             WHERE participant = $1 AND state = 'held' AND reclaim_after <= clock_timestamp())",
+        )
+        .bind(participant)
+        .fetch_one(&mut *conn)
+        .await?;
+        Ok(exists)
+    }
+
+    /// Without `skip_locked` the call waits for locked rows, so a Try that needs capacity sees
+    /// a release in progress through to its end.
+    async fn lock_next_orphan(
+        conn: &mut PgConnection,
+        participant: &str,
+        skip_locked: bool,
+    ) -> Result<Option<(BranchKey, BarrierRow)>, ResourceError> {
+        let query = if skip_locked {
+            sqlx::query(concat!(
+                "SELECT reservation_id, branch_id, ",
+                barrier_columns!(),
+                " FROM tcc_barrier \
+                 WHERE participant = $1 AND state = 'held' AND reclaim_after <= clock_timestamp() \
+                 ORDER BY reclaim_after LIMIT 1 FOR UPDATE SKIP LOCKED"
+            ))
+        } else {
+            sqlx::query(concat!(
+                "SELECT reservation_id, branch_id, ",
+                barrier_columns!(),
+                " FROM tcc_barrier \
+                 WHERE participant = $1 AND state = 'held' AND reclaim_after <= clock_timestamp() \
+                 ORDER BY reclaim_after LIMIT 1 FOR UPDATE"
+            ))
+        };
+        let row = query.bind(participant).fetch_optional(&mut *conn).await?;
+        let Some(row) = row else { return Ok(None) };
+        let key = BranchKey {
+            reservation_id: row.try_get("reservation_id")?,
+            branch_id: row.try_get("branch_id")?,
+        };
+        Ok(Some((key, barrier_from_row(&row)?)))
+    }
+
+    async fn branch_counts(
+        conn: &mut PgConnection,
+        participant: &str,
+    ) -> Result<BranchCounts, ResourceError> {
+        let row = sqlx::query(
+            "SELECT count(*) FILTER (WHERE state = 'held') AS held, \
+                    count(*) FILTER (WHERE state = 'confirmed') AS confirmed, \
+                    count(*) FILTER (WHERE state = 'cancelled') AS cancelled, \
+                    count(*) FILTER (WHERE state = 'hold_lost') AS hold_lost \
+             FROM tcc_barrier WHERE participant = $1",
+        )
+        .bind(participant)
+        .fetch_one(&mut *conn)
+        .await?;
+        Ok(BranchCounts {
+            held: row.try_get("held")?,
+            confirmed: row.try_get("confirmed")?,
+            cancelled: row.try_get("cancelled")?,
+            hold_lost: row.try_get("hold_lost")?,
+        })
+    }
+}

@@ -1,0 +1,187 @@
+//! `stock` on SQLite: the same transitions as the PostgreSQL SQL beside it (`stock.rs`). The
+//! SDK's `BEGIN IMMEDIATE` holds the write lock for the whole call, so a guarded UPDATE and the
+//! hold row it pays for, or a winning hold transition and its counter move, are atomic.
+
+use async_trait::async_trait;
+use sqlx::{Row, Sqlite, SqliteConnection};
+
+use super::{Stock, validate_items};
+use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryOutcome};
+use crate::participants::admin::{Inventory, ResourceCounts};
+
+#[async_trait]
+impl Resource<Sqlite> for Stock {
+    fn validate(&self, items: &[Item]) -> Result<(), ResourceError> {
+        validate_items(items)
+    }
+
+    async fn try_hold(
+        &self,
+        conn: &mut SqliteConnection,
+        branch: &BranchCtx,
+    ) -> Result<TryOutcome, ResourceError> {
+        for item in &branch.items {
+            let taken = sqlx::query(
+                "UPDATE stock_item SET available = available - ?2, held = held + ?2 \
+                 WHERE resource = ?1 AND available >= ?2",
+            )
+            .bind(&item.resource)
+            .bind(item.quantity)
+            .execute(&mut *conn)
+            .await?;
+            if taken.rows_affected() == 0 {
+                let available: Option<i64> =
+                    sqlx::query_scalar("SELECT available FROM stock_item WHERE resource = ?1")
+                        .bind(&item.resource)
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                let reason = match available {
+                    Some(n) => format!(
+                        "insufficient stock of {}: {} requested, {n} available",
+                        item.resource, item.quantity
+                    ),
+                    None => format!("item {} does not exist", item.resource),
+                };
+                return Ok(TryOutcome::Rejected(reason));
+            }
+            sqlx::query(
+                "INSERT INTO stock_hold (reservation_id, branch_id, resource, quantity, state, held_until) \
+                 VALUES (?1, ?2, ?3, ?4, 'held', ?5)",
+            )
+            .bind(&branch.key.reservation_id)
+            .bind(&branch.key.branch_id)
+            .bind(&item.resource)
+            .bind(item.quantity)
+            .bind(branch.hold_until.timestamp_micros())
+            .execute(&mut *conn)
+            .await?;
+        }
+        Ok(TryOutcome::Held)
+    }
+
+    async fn confirm(
+        &self,
+        conn: &mut SqliteConnection,
+        branch: &BranchCtx,
+    ) -> Result<ConfirmOutcome, ResourceError> {
+        for item in &branch.items {
+            let Some(quantity) = move_hold(conn, branch, &item.resource, "confirmed").await? else {
+                return Ok(ConfirmOutcome::HoldLost);
+            };
+            sqlx::query(
+                "UPDATE stock_item SET held = held - ?2, confirmed = confirmed + ?2 WHERE resource = ?1",
+            )
+            .bind(&item.resource)
+            .bind(quantity)
+            .execute(&mut *conn)
+            .await?;
+        }
+        Ok(ConfirmOutcome::Confirmed)
+    }
+
+    async fn cancel(
+        &self,
+        conn: &mut SqliteConnection,
+        branch: &BranchCtx,
+    ) -> Result<(), ResourceError> {
+        for item in &branch.items {
+            // Units return only if this transition wins (state was still 'held').
+            if let Some(quantity) = move_hold(conn, branch, &item.resource, "cancelled").await? {
+                sqlx::query(
+                    "UPDATE stock_item SET available = available + ?2, held = held - ?2 WHERE resource = ?1",
+                )
+                .bind(&item.resource)
+                .bind(quantity)
+                .execute(&mut *conn)
+                .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Moves the branch's hold on `resource` from 'held' to `to`; the quantity when it won.
+async fn move_hold(
+    conn: &mut SqliteConnection,
+    branch: &BranchCtx,
+    resource: &str,
+    to: &str,
+) -> Result<Option<i64>, ResourceError> {
+    Ok(sqlx::query_scalar(
+        "UPDATE stock_hold SET state = ?4 \
+         WHERE reservation_id = ?1 AND branch_id = ?2 AND resource = ?3 AND state = 'held' \
+         RETURNING quantity",
+    )
+    .bind(&branch.key.reservation_id)
+    .bind(&branch.key.branch_id)
+    .bind(resource)
+    .bind(to)
+    .fetch_optional(&mut *conn)
+    .await?)
+}
+
+#[async_trait]
+impl Inventory<Sqlite> for Stock {
+    async fn put(
+        &self,
+        conn: &mut SqliteConnection,
+        resource: &str,
+        capacity: i64,
+    ) -> Result<ResourceCounts, ResourceError> {
+        let created = sqlx::query(
+            "INSERT INTO stock_item (resource, available) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+        )
+        .bind(resource)
+        .bind(capacity)
+        .execute(&mut *conn)
+        .await?;
+        if created.rows_affected() == 0 {
+            let row = sqlx::query("SELECT held, confirmed FROM stock_item WHERE resource = ?1")
+                .bind(resource)
+                .fetch_one(&mut *conn)
+                .await?;
+            let held: i64 = row.try_get("held")?;
+            let confirmed: i64 = row.try_get("confirmed")?;
+            if held + confirmed > capacity {
+                return Err(ResourceError::FailedPrecondition(format!(
+                    "cannot resize {resource} to {capacity}: {held} held and {confirmed} confirmed"
+                )));
+            }
+            sqlx::query(
+                "UPDATE stock_item SET available = ?2 - held - confirmed WHERE resource = ?1",
+            )
+            .bind(resource)
+            .bind(capacity)
+            .execute(&mut *conn)
+            .await?;
+        }
+        Inventory::<Sqlite>::get(self, conn, resource)
+            .await?
+            .ok_or_else(|| ResourceError::Internal(format!("item {resource} vanished")))
+    }
+
+    async fn get(
+        &self,
+        conn: &mut SqliteConnection,
+        resource: &str,
+    ) -> Result<Option<ResourceCounts>, ResourceError> {
+        let row =
+            sqlx::query("SELECT available, held, confirmed FROM stock_item WHERE resource = ?1")
+                .bind(resource)
+                .fetch_optional(&mut *conn)
+                .await?;
+        let Some(row) = row else { return Ok(None) };
+        let (available, held, confirmed): (i64, i64, i64) = (
+            row.try_get("available")?,
+            row.try_get("held")?,
+            row.try_get("confirmed")?,
+        );
+        Ok(Some(ResourceCounts {
+            resource: resource.to_owned(),
+            capacity: available + held + confirmed,
+            available,
+            held,
+            confirmed,
+        }))
+    }
+}
