@@ -25,6 +25,9 @@ pub enum Scenario {
     Throughput,
     /// `--flash-clients` clients racing for `--flash-units` units of one stock item.
     Flash,
+    /// A stock participant alone: `--clients` clients sending Try (1 unit each) straight to
+    /// it, for `--duration`: `stock` on Postgres, and `stock-redis` when `--redis-url` is set.
+    Holds,
 }
 
 /// Settings of `holdfast bench`.
@@ -70,6 +73,10 @@ pub struct BenchArgs {
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+
+    /// Redis for the `holds` scenario's `stock-redis` row (skipped without it).
+    #[arg(long, env = "HOLDFAST_REDIS_URL")]
+    pub redis_url: Option<String>,
 
     /// Database connections of the in-process coordinator.
     #[arg(long, default_value_t = 32)]
@@ -186,6 +193,7 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
             Scenario::Latency,
             Scenario::Throughput,
             Scenario::Flash,
+            Scenario::Holds,
         ]
     } else {
         args.scenarios.clone()
@@ -242,6 +250,42 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
                     })
                     .await;
                     rows.push(row(name, clients, r.0, Some(baseline.clone()), r.1));
+                }
+            }
+            Scenario::Holds => {
+                let mut kinds = vec![crate::participants::Kind::Stock];
+                if args.redis_url.is_some() {
+                    kinds.push(crate::participants::Kind::StockRedis);
+                } else {
+                    eprintln!("bench: holds-stock-redis skipped (no --redis-url)");
+                }
+                for kind in kinds {
+                    let name = format!("holds-{}", kind.name());
+                    let before = xacts(&args.database_url).await;
+                    let progress = Arc::new(Progress::default());
+                    let ticker = scenarios::spawn_progress(
+                        name.clone(),
+                        progress.clone(),
+                        Some(args.duration),
+                    );
+                    let result = scenarios::holds(
+                        &args.database_url,
+                        args.redis_url.as_deref(),
+                        kind,
+                        args.clients,
+                        args.duration,
+                        progress,
+                    )
+                    .await;
+                    ticker.abort();
+                    let after = xacts(&args.database_url).await;
+                    rows.push(row(
+                        name,
+                        args.clients,
+                        result,
+                        Some(ceiling_many.clone()),
+                        delta(before, after),
+                    ));
                 }
             }
             Scenario::Flash => {
