@@ -13,15 +13,10 @@ use crate::common::*;
 #[sqlx::test(migrations = false)]
 async fn reserve_then_confirm(pool: PgPool) {
     let (mut app, fakes) = spawn_with_fakes(pool, &["seats", "stock"]).await;
-    let r = app
-        .client
-        .reserve(reserve_request(
-            "r1",
-            vec![hold("seats", "A1"), hold("stock", "sku-9")],
-        ))
-        .await
-        .unwrap()
-        .into_inner();
+    let mut req = reserve_request("r1", vec![hold("seats", "A1"), hold("stock", "sku-9")]);
+    req.labels.insert("order".into(), "o-42".into());
+    let r = app.client.reserve(req).await.unwrap().into_inner();
+    assert_eq!(r.labels.get("order").map(String::as_str), Some("o-42"));
     assert_eq!(state_of(&r), State::Held);
     assert_eq!(r.hold_token.len(), 64, "token carries 256 bits");
     assert!(r.expires_at.unwrap().seconds > r.created_at.unwrap().seconds);
@@ -40,6 +35,11 @@ async fn reserve_then_confirm(pool: PgPool) {
         .into_inner();
     assert_eq!(state_of(&c), State::Confirmed);
     assert!(c.hold_token.is_empty(), "Confirm never returns the token");
+    assert_eq!(
+        c.labels.get("order").map(String::as_str),
+        Some("o-42"),
+        "labels kept"
+    );
     assert!(
         c.branches
             .iter()
