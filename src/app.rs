@@ -156,6 +156,30 @@ pub fn lock_data_dir(database_url: &str) -> Result<Option<std::fs::File>, AppErr
     }
 }
 
+/// Binds `kind`'s all-in-one port on the coordinator's IP and registers its endpoint.
+async fn bind_participant(
+    kind: crate::participants::Kind,
+    coordinator: &crate::config::CoordinatorArgs,
+    registry: &mut Vec<ParticipantEndpoint>,
+) -> Result<TcpListener, AppError> {
+    let addr = std::net::SocketAddr::from((
+        coordinator.listen.ip(),
+        crate::config::default_participant_port(kind),
+    ));
+    let listener = TcpListener::bind(addr).await.map_err(|e| {
+        AppError::Config(format!(
+            "participant {} cannot listen on {addr}: {e}",
+            kind.name()
+        ))
+    })?;
+    registry.push(ParticipantEndpoint {
+        name: kind.name().to_owned(),
+        url: format!("http://{addr}"),
+        timeout: coordinator.participant_timeout,
+    });
+    Ok(listener)
+}
+
 /// Runs the coordinator and every reference participant in one process, all registered with
 /// the coordinator over real gRPC on loopback, until `shutdown`.
 ///
@@ -213,21 +237,7 @@ pub async fn serve_all_in_one(
     let mut participants = Vec::new();
     let mut tasks = tokio::task::JoinSet::new();
     for kind in ALL_IN_ONE_KINDS {
-        let addr = std::net::SocketAddr::from((
-            coordinator.listen.ip(),
-            crate::config::default_participant_port(kind),
-        ));
-        let listener = TcpListener::bind(addr).await.map_err(|e| {
-            AppError::Config(format!(
-                "participant {} cannot listen on {addr}: {e}",
-                kind.name()
-            ))
-        })?;
-        participants.push(ParticipantEndpoint {
-            name: kind.name().to_owned(),
-            url: format!("http://{addr}"),
-            timeout: coordinator.participant_timeout,
-        });
+        let listener = bind_participant(kind, &coordinator, &mut participants).await?;
         let (pool, stop) = (pdb.clone(), stopped(stop_rx.clone()));
         tasks.spawn(async move {
             participants::serve(ParticipantSettings::new(kind), pool, listener, stop)
@@ -246,21 +256,7 @@ pub async fn serve_all_in_one(
     if let Some((pool, redis_url)) = redis_pg {
         use crate::participants::stock_redis;
         let kind = crate::participants::Kind::StockRedis;
-        let addr = std::net::SocketAddr::from((
-            coordinator.listen.ip(),
-            crate::config::default_participant_port(kind),
-        ));
-        let listener = TcpListener::bind(addr).await.map_err(|e| {
-            AppError::Config(format!(
-                "participant {} cannot listen on {addr}: {e}",
-                kind.name()
-            ))
-        })?;
-        participants.push(ParticipantEndpoint {
-            name: kind.name().to_owned(),
-            url: format!("http://{addr}"),
-            timeout: coordinator.participant_timeout,
-        });
+        let listener = bind_participant(kind, &coordinator, &mut participants).await?;
         let stop = stopped(stop_rx.clone());
         tasks.spawn(async move {
             stock_redis::serve(

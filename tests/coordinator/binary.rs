@@ -304,54 +304,8 @@ async fn all_in_one_binary_confirms_and_keeps_it_across_a_sigkill() {
     let mut process = Holdfast::start(&db.url, listen, log.clone());
     serving(&mut process, listen).await;
 
-    let mut seats = admin(seats_addr).await;
-    let mut stock = admin(stock_addr).await;
-    seats
-        .put_resources(proto::PutResourcesRequest {
-            resources: vec![proto::ResourceSpec {
-                resource: "C7".into(),
-                capacity: 1,
-            }],
-        })
-        .await
-        .expect("put the seat");
-    stock
-        .put_resources(proto::PutResourcesRequest {
-            resources: vec![proto::ResourceSpec {
-                resource: "mug".into(),
-                capacity: 5,
-            }],
-        })
-        .await
-        .expect("put the stock");
-
-    let mut client = CoordinatorClient::connect(format!("http://{listen}"))
-        .await
-        .expect("connect to the coordinator");
-    let r = client
-        .reserve(proto::ReserveRequest {
-            request_id: "bin-1".into(),
-            holder: "alice".into(),
-            ttl: None,
-            holds: vec![
-                proto::Hold {
-                    participant: "stock".into(),
-                    resource: "mug".into(),
-                    quantity: 2,
-                    during: None,
-                },
-                proto::Hold {
-                    participant: "seats".into(),
-                    resource: "C7".into(),
-                    quantity: 1,
-                    during: None,
-                },
-            ],
-            labels: Default::default(),
-        })
-        .await
-        .expect("reserve through the binary")
-        .into_inner();
+    let (mut client, mut seats, mut stock, r) =
+        provision_and_reserve(listen, seats_addr, stock_addr, "bin-1").await;
     assert_eq!(state_of(&r), State::Held, "{r:?}");
     assert_eq!(counts(&mut seats, "C7").await, (0, 1, 0));
     assert_eq!(counts(&mut stock, "mug").await, (3, 2, 0));
@@ -690,53 +644,8 @@ async fn embedded_binary_on_sqlite_keeps_a_confirmation_across_a_sigkill_and_has
         "{err}"
     );
 
-    let mut seats = admin(seats_addr).await;
-    let mut stock = admin(stock_addr).await;
-    seats
-        .put_resources(proto::PutResourcesRequest {
-            resources: vec![proto::ResourceSpec {
-                resource: "C7".into(),
-                capacity: 1,
-            }],
-        })
-        .await
-        .expect("put the seat");
-    stock
-        .put_resources(proto::PutResourcesRequest {
-            resources: vec![proto::ResourceSpec {
-                resource: "mug".into(),
-                capacity: 5,
-            }],
-        })
-        .await
-        .expect("put the stock");
-    let mut client = CoordinatorClient::connect(format!("http://{listen}"))
-        .await
-        .expect("connect to the coordinator");
-    let r = client
-        .reserve(proto::ReserveRequest {
-            request_id: "emb-1".into(),
-            holder: "alice".into(),
-            ttl: None,
-            holds: vec![
-                proto::Hold {
-                    participant: "stock".into(),
-                    resource: "mug".into(),
-                    quantity: 2,
-                    during: None,
-                },
-                proto::Hold {
-                    participant: "seats".into(),
-                    resource: "C7".into(),
-                    quantity: 1,
-                    during: None,
-                },
-            ],
-            labels: Default::default(),
-        })
-        .await
-        .expect("reserve")
-        .into_inner();
+    let (mut client, mut seats, mut stock, r) =
+        provision_and_reserve(listen, seats_addr, stock_addr, "emb-1").await;
     assert_eq!(state_of(&r), State::Held, "{r:?}");
     assert_eq!(counts(&mut seats, "C7").await, (0, 1, 0));
     assert_eq!(counts(&mut stock, "mug").await, (3, 2, 0));
@@ -800,4 +709,53 @@ fn listen_addr_other(listen: SocketAddr) -> SocketAddr {
         IpAddr::V4(Ipv4Addr::new(a, b, c, d.wrapping_add(1).max(1))),
         listen.port(),
     )
+}
+
+/// Puts seat C7 (capacity 1) and 5 mugs at the binary's participants, then reserves the seat
+/// and 2 mugs through its coordinator.
+async fn provision_and_reserve(
+    listen: SocketAddr,
+    seats_addr: SocketAddr,
+    stock_addr: SocketAddr,
+    request_id: &str,
+) -> (
+    CoordinatorClient<Channel>,
+    ResourceAdminClient<Channel>,
+    ResourceAdminClient<Channel>,
+    proto::Reservation,
+) {
+    let mut seats = admin(seats_addr).await;
+    let mut stock = admin(stock_addr).await;
+    for (admin, resource, capacity) in [(&mut seats, "C7", 1), (&mut stock, "mug", 5)] {
+        admin
+            .put_resources(proto::PutResourcesRequest {
+                resources: vec![proto::ResourceSpec {
+                    resource: resource.into(),
+                    capacity,
+                }],
+            })
+            .await
+            .unwrap_or_else(|e| panic!("put {resource}: {e}"));
+    }
+    let mut client = CoordinatorClient::connect(format!("http://{listen}"))
+        .await
+        .expect("connect to the coordinator");
+    let hold = |participant: &str, resource: &str, quantity| proto::Hold {
+        participant: participant.into(),
+        resource: resource.into(),
+        quantity,
+        during: None,
+    };
+    let r = client
+        .reserve(proto::ReserveRequest {
+            request_id: request_id.into(),
+            holder: "alice".into(),
+            ttl: None,
+            holds: vec![hold("stock", "mug", 2), hold("seats", "C7", 1)],
+            labels: Default::default(),
+        })
+        .await
+        .expect("reserve through the binary")
+        .into_inner();
+    (client, seats, stock, r)
 }
