@@ -215,7 +215,7 @@ pub enum LatePaymentPolicy {
 }
 
 /// A reservation as stored, with the state every reader should see.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reservation {
     pub id: Uuid,
     pub request_id: String,

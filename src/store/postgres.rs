@@ -62,6 +62,48 @@ macro_rules! select_reservations {
     };
 }
 
+/// The end of a statement that wrote a reservation: the row as written (CTE `w`, `RETURNING
+/// reservation_columns!()`) with its current generation's branches, where branch rows the same
+/// statement updated (CTE `upd`, `RETURNING reservation_id, generation, position, state,
+/// attempts, last_error`) replace the statement's snapshot of them. The after-image in the
+/// write's own round trip: no re-read.
+macro_rules! select_written {
+    () => {
+        "SELECT w.*, b.* FROM w CROSS JOIN LATERAL ( \
+            SELECT array_agg(br.branch_id ORDER BY br.position) AS b_branch_ids, \
+                   array_agg(br.participant ORDER BY br.position) AS b_participants, \
+                   array_agg(br.resource ORDER BY br.position) AS b_resources, \
+                   array_agg(br.quantity ORDER BY br.position) AS b_quantities, \
+                   array_agg(br.during_start ORDER BY br.position) AS b_starts, \
+                   array_agg(br.during_end ORDER BY br.position) AS b_ends, \
+                   array_agg(coalesce(u.state, br.state) ORDER BY br.position) AS b_states, \
+                   array_agg(coalesce(u.attempts, br.attempts) ORDER BY br.position) AS b_attempts, \
+                   array_agg(CASE WHEN u.position IS NULL THEN br.last_error ELSE u.last_error END \
+                             ORDER BY br.position) AS b_errors \
+            FROM branches br LEFT JOIN upd u ON u.reservation_id = br.reservation_id \
+                 AND u.generation = br.generation AND u.position = br.position \
+            WHERE br.reservation_id = w.id AND br.generation = w.generation) b"
+    };
+}
+
+/// Like [`select_written`] for a statement that inserted the reservation and its branches
+/// (CTE `ins`, `RETURNING *`): the snapshot holds none of them yet.
+macro_rules! select_inserted {
+    () => {
+        "SELECT w.*, b.* FROM w CROSS JOIN LATERAL ( \
+            SELECT array_agg(branch_id ORDER BY position) AS b_branch_ids, \
+                   array_agg(participant ORDER BY position) AS b_participants, \
+                   array_agg(resource ORDER BY position) AS b_resources, \
+                   array_agg(quantity ORDER BY position) AS b_quantities, \
+                   array_agg(during_start ORDER BY position) AS b_starts, \
+                   array_agg(during_end ORDER BY position) AS b_ends, \
+                   array_agg(state ORDER BY position) AS b_states, \
+                   array_agg(attempts ORDER BY position) AS b_attempts, \
+                   array_agg(last_error ORDER BY position) AS b_errors \
+            FROM ins) b"
+    };
+}
+
 /// Advisory lock key serialising Reserves while a global hold cap is configured.
 const GLOBAL_LIMIT_LOCK: i64 = 0x686f_6c64_6661_7374; // "holdfast"
 
@@ -127,14 +169,23 @@ struct ReservationRow {
     refund_reason: Option<String>,
     generation: i32,
     lapsed: bool,
+    #[sqlx(default)]
     b_branch_ids: Option<Vec<Uuid>>,
+    #[sqlx(default)]
     b_participants: Option<Vec<String>>,
+    #[sqlx(default)]
     b_resources: Option<Vec<String>>,
+    #[sqlx(default)]
     b_quantities: Option<Vec<i64>>,
+    #[sqlx(default)]
     b_starts: Option<Vec<Option<DateTime<Utc>>>>,
+    #[sqlx(default)]
     b_ends: Option<Vec<Option<DateTime<Utc>>>>,
+    #[sqlx(default)]
     b_states: Option<Vec<String>>,
+    #[sqlx(default)]
     b_attempts: Option<Vec<i32>>,
+    #[sqlx(default)]
     b_errors: Option<Vec<Option<String>>>,
 }
 
@@ -403,6 +454,162 @@ async fn expire_hold(conn: &mut PgConnection, id: Uuid) -> Result<bool, StoreErr
     Ok(done == 1)
 }
 
+/// Why a Reserve may not be recorded (under the holder lock): its (holder, request_id) is
+/// recorded already, or a hold limit is reached. `None`: it may.
+async fn admission(
+    conn: &mut PgConnection,
+    new: &NewReservation,
+    limits: HoldLimits,
+) -> Result<Option<Created>, StoreError> {
+    let (existing, live_for_holder): (Option<Uuid>, i64) = sqlx::query_as(
+        "SELECT (SELECT id FROM reservations WHERE holder = $1 AND request_id = $2), \
+                (SELECT count(*) FROM reservations WHERE holder = $1 AND state IN ('TRYING', 'HELD') \
+                   AND (state = 'TRYING' OR expires_at > clock_timestamp()))",
+    )
+    .bind(&new.holder)
+    .bind(&new.request_id)
+    .fetch_one(&mut *conn)
+    .await?;
+    if let Some(existing) = existing {
+        return Ok(Some(Created::Existing(
+            load_existing(conn, existing).await?,
+        )));
+    }
+    if live_for_holder >= i64::from(limits.per_holder) {
+        return Ok(Some(Created::LimitReached(LimitScope::Holder)));
+    }
+    if limits.total > 0 {
+        let live: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM reservations WHERE state IN ('TRYING', 'HELD') \
+               AND (state = 'TRYING' OR expires_at > clock_timestamp())",
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+        if live >= i64::from(limits.total) {
+            return Ok(Some(Created::LimitReached(LimitScope::Total)));
+        }
+    }
+    Ok(None)
+}
+
+/// What the lifecycle rules need to know of a reservation.
+fn snapshot_of(current: &Reservation) -> Snapshot {
+    Snapshot {
+        state: current.stored_state,
+        release_outcome: current.release_outcome,
+        expired: current.state == State::Expired && current.stored_state == State::Held,
+        created_at: current.created_at,
+        expires_at: current.expires_at,
+        extensions_used: current.extensions_used,
+        ttl: current.ttl,
+        has_payment: current.payment.is_some(),
+        has_refund: current.refund.is_some(),
+    }
+}
+
+impl PgStore {
+    /// The common decisions without a transaction: read the row, judge it, and apply a
+    /// Confirm or Cancel of a HELD reservation with one conditional UPDATE guarded by the
+    /// version that was read, so any change in between makes it miss (then the locked path
+    /// judges again). A refusal or a repeat changes nothing, so the read answers it. `None`:
+    /// the locked path decides (lapsed holds, late payments, refunds, Extend, a missed UPDATE).
+    async fn decide_unlocked(
+        &self,
+        id: Uuid,
+        presented_token: &str,
+        decision: &Decision,
+        lease: WorkLease,
+    ) -> Result<Option<Decided>, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        let Some(current) = load(&mut conn, id, false).await? else {
+            return Ok(Some(Decided::NotFound));
+        };
+        if !current.hold_token.matches(presented_token) {
+            return Ok(Some(Decided::TokenMismatch));
+        }
+        let verdict = lifecycle::decide(&snapshot_of(&current), decision);
+        let row =
+            match (&verdict, decision) {
+                (Verdict::AlreadyDone | Verdict::Refuse(_), _) => {
+                    return Ok(Some(Decided::Judged {
+                        verdict,
+                        reservation: Box::new(current),
+                        leased: false,
+                    }));
+                }
+                // The database clock at the UPDATE is the arbiter of "before expires_at". HELD rows
+                // carry no lease: the deciding instance takes it in the same UPDATE.
+                (
+                    Verdict::Transition {
+                        to: State::Confirming,
+                        ..
+                    },
+                    Decision::Confirm { payment, .. },
+                ) => {
+                    let payment = payment.as_ref();
+                    sqlx::query_as::<_, ReservationRow>(concat!(
+                        "UPDATE reservations SET state = 'CONFIRMING', version = version + 1, \
+                     updated_at = clock_timestamp(), lease_owner = $3, \
+                     lease_until = clock_timestamp() + $4 * interval '1 millisecond', \
+                     payment_participant = coalesce(payment_participant, $5), \
+                     payment_ref = coalesce(payment_ref, $6), \
+                     payment_amount_minor = coalesce(payment_amount_minor, $7), \
+                     payment_currency = coalesce(payment_currency, $8) \
+                     WHERE id = $1 AND version = $2 AND state = 'HELD' \
+                       AND clock_timestamp() < expires_at \
+                     RETURNING ",
+                        reservation_columns!()
+                    ))
+                    .bind(id)
+                    .bind(current.version)
+                    .bind(lease.owner)
+                    .bind(millis(lease.duration))
+                    .bind(payment.map(|p| p.participant.as_str()))
+                    .bind(payment.map(|p| p.payment_ref.as_str()))
+                    .bind(payment.map(|p| p.amount_minor))
+                    .bind(payment.map(|p| p.currency.as_str()))
+                    .fetch_optional(&mut *conn)
+                    .await?
+                }
+                (
+                    Verdict::Transition {
+                        to,
+                        release_outcome,
+                    },
+                    Decision::Cancel { reason },
+                ) => sqlx::query_as::<_, ReservationRow>(concat!(
+                    "UPDATE reservations SET state = $3, release_outcome = $4, cancel_reason = $5, \
+                     version = version + 1, updated_at = clock_timestamp(), lease_owner = $6, \
+                     lease_until = clock_timestamp() + $7 * interval '1 millisecond' \
+                     WHERE id = $1 AND version = $2 AND state = 'HELD' \
+                     RETURNING ",
+                    reservation_columns!()
+                ))
+                .bind(id)
+                .bind(current.version)
+                .bind(to.as_str())
+                .bind(release_outcome.map(State::as_str))
+                .bind(reason.as_deref())
+                .bind(lease.owner)
+                .bind(millis(lease.duration))
+                .fetch_optional(&mut *conn)
+                .await?,
+                _ => return Ok(None),
+            };
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        // A decision changes the reservation row only; its branches are as read.
+        let mut after = row.into_domain()?;
+        after.branches = current.branches;
+        Ok(Some(Decided::Judged {
+            verdict,
+            reservation: Box::new(after),
+            leased: true,
+        }))
+    }
+}
+
 #[async_trait]
 impl Store for PgStore {
     async fn create(
@@ -423,37 +630,15 @@ impl Store for PgStore {
             .execute(&mut *tx)
             .await?;
         if limits.total > 0 {
+            // Rare configuration: every Reserve queues on one lock, and admission is checked
+            // statement by statement.
             sqlx::query("SELECT pg_advisory_xact_lock($1)")
                 .bind(GLOBAL_LIMIT_LOCK)
                 .execute(&mut *tx)
                 .await?;
-        }
-        let (existing, live_for_holder): (Option<Uuid>, i64) = sqlx::query_as(
-            "SELECT (SELECT id FROM reservations WHERE holder = $1 AND request_id = $2), \
-                    (SELECT count(*) FROM reservations WHERE holder = $1 AND state IN ('TRYING', 'HELD') \
-                       AND (state = 'TRYING' OR expires_at > clock_timestamp()))",
-        )
-        .bind(&new.holder)
-        .bind(&new.request_id)
-        .fetch_one(&mut *tx)
-        .await?;
-        if let Some(existing) = existing {
-            let found = load_existing(&mut tx, existing).await?;
-            tx.rollback().await?;
-            return Ok(Created::Existing(found));
-        }
-        if live_for_holder >= i64::from(limits.per_holder) {
-            return Ok(Created::LimitReached(LimitScope::Holder));
-        }
-        if limits.total > 0 {
-            let live: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM reservations WHERE state IN ('TRYING', 'HELD') \
-                   AND (state = 'TRYING' OR expires_at > clock_timestamp())",
-            )
-            .fetch_one(&mut *tx)
-            .await?;
-            if live >= i64::from(limits.total) {
-                return Ok(Created::LimitReached(LimitScope::Total));
+            if let Some(refused) = admission(&mut tx, new, limits).await? {
+                tx.rollback().await?;
+                return Ok(refused);
             }
         }
         // One participant-level branch id per participant, shared by its holds.
@@ -481,20 +666,30 @@ impl Store for PgStore {
             starts.push(h.during.map(|d| d.start));
             ends.push(h.during.map(|d| d.end));
         }
-        // The reservation and its branches in one statement.
-        let inserted = sqlx::query(
-            "WITH r AS ( \
+        // One statement: the reservation and its branches, unless the request id is taken or
+        // the holder is at its cap (checked by this statement's snapshot, taken after the
+        // holder lock was granted), returning the rows as inserted.
+        let row = sqlx::query_as::<_, ReservationRow>(concat!(
+            "WITH w AS ( \
                 INSERT INTO reservations (id, request_id, holder, state, hold_token, ttl_ms, \
                                           expires_at, labels, lease_owner, lease_until) \
-                VALUES ($1, $2, $3, 'TRYING', $4, $5, clock_timestamp() + $5 * interval '1 millisecond', \
-                        $6, $7, clock_timestamp() + $8 * interval '1 millisecond') \
+                SELECT $1, $2, $3, 'TRYING', $4, $5, clock_timestamp() + $5 * interval '1 millisecond', \
+                       $6, $7, clock_timestamp() + $8 * interval '1 millisecond' \
+                WHERE NOT EXISTS (SELECT 1 FROM reservations WHERE holder = $3 AND request_id = $2) \
+                  AND (SELECT count(*) FROM reservations WHERE holder = $3 \
+                         AND state IN ('TRYING', 'HELD') \
+                         AND (state = 'TRYING' OR expires_at > clock_timestamp())) < $16 \
                 ON CONFLICT (holder, request_id) DO NOTHING \
-                RETURNING id) \
-             INSERT INTO branches (reservation_id, position, branch_id, participant, resource, \
-                                   quantity, during_start, during_end, state) \
-             SELECT r.id, u.*, 'PENDING' FROM r, UNNEST($9::int[], $10::uuid[], $11::text[], \
-                    $12::text[], $13::bigint[], $14::timestamptz[], $15::timestamptz[]) AS u",
-        )
+                RETURNING ",
+            reservation_columns!(),
+            "), ins AS ( \
+                INSERT INTO branches (reservation_id, position, branch_id, participant, resource, \
+                                      quantity, during_start, during_end, state) \
+                SELECT w.id, u.*, 'PENDING' FROM w, UNNEST($9::int[], $10::uuid[], $11::text[], \
+                       $12::text[], $13::bigint[], $14::timestamptz[], $15::timestamptz[]) AS u \
+                RETURNING *) ",
+            select_inserted!()
+        ))
         .bind(id)
         .bind(&new.request_id)
         .bind(&new.holder)
@@ -510,18 +705,21 @@ impl Store for PgStore {
         .bind(&qtys)
         .bind(&starts)
         .bind(&ends)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if inserted == 0 {
-            // Unreachable under the holder lock; the unique index stays the last word.
-            return Err(StoreError::Corrupt(
-                "request_id conflicted under the holder lock".into(),
-            ));
+        .bind(i64::from(limits.per_holder))
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(row) = row {
+            let created = row.into_domain()?;
+            tx.commit().await?;
+            return Ok(Created::New(created));
         }
-        let created = load_existing(&mut tx, id).await?;
-        tx.commit().await?;
-        Ok(Created::New(created))
+        // Nothing inserted: a repeat of a recorded request, or the holder is at its cap.
+        let refused = admission(&mut tx, new, limits).await?;
+        tx.rollback().await?;
+        refused.ok_or_else(|| {
+            // Unreachable under the holder lock; the unique index stays the last word.
+            StoreError::Corrupt("request_id conflicted under the holder lock".into())
+        })
     }
 
     async fn get(&self, id: Uuid) -> Result<Option<Reservation>, StoreError> {
@@ -563,6 +761,12 @@ impl Store for PgStore {
         decision: &Decision,
         lease: WorkLease,
     ) -> Result<Decided, StoreError> {
+        if let Some(decided) = self
+            .decide_unlocked(id, presented_token, decision, lease)
+            .await?
+        {
+            return Ok(decided);
+        }
         let mut tx = self.pool.begin().await?;
         let Some(current) = load(&mut tx, id, true).await? else {
             return Ok(Decided::NotFound);
@@ -570,17 +774,7 @@ impl Store for PgStore {
         if !current.hold_token.matches(presented_token) {
             return Ok(Decided::TokenMismatch);
         }
-        let snapshot = Snapshot {
-            state: current.stored_state,
-            release_outcome: current.release_outcome,
-            expired: current.state == State::Expired && current.stored_state == State::Held,
-            created_at: current.created_at,
-            expires_at: current.expires_at,
-            extensions_used: current.extensions_used,
-            ttl: current.ttl,
-            has_payment: current.payment.is_some(),
-            has_refund: current.refund.is_some(),
-        };
+        let snapshot = snapshot_of(&current);
         let payment = match decision {
             Decision::Confirm { payment, .. } => payment.as_ref(),
             _ => None,
@@ -714,23 +908,31 @@ impl Store for PgStore {
     ) -> Result<Reservation, StoreError> {
         let (ids, states, errors) = report_columns(reports);
         // One statement: the transition gates the branch updates, so they happen together or
-        // not at all, in one round trip and one commit.
-        sqlx::query(
-            "WITH held AS ( \
+        // not at all, in one round trip and one commit, answering with the row as written.
+        let row = sqlx::query_as::<_, ReservationRow>(concat!(
+            "WITH w AS ( \
                 UPDATE reservations SET state = 'HELD', version = version + 1, \
                        updated_at = clock_timestamp(), lease_owner = NULL, lease_until = NULL \
-                WHERE id = $1 AND state = 'TRYING' RETURNING id) \
-             UPDATE branches b SET state = u.state, attempts = b.attempts + 1, last_error = u.error \
-             FROM UNNEST($2::uuid[], $3::text[], $4::text[]) AS u(branch_id, state, error), held \
-             WHERE b.reservation_id = held.id AND b.branch_id = u.branch_id",
-        )
+                WHERE id = $1 AND state = 'TRYING' RETURNING ",
+            reservation_columns!(),
+            "), upd AS ( \
+                UPDATE branches b SET state = u.state, attempts = b.attempts + 1, last_error = u.error \
+                FROM UNNEST($2::uuid[], $3::text[], $4::text[]) AS u(branch_id, state, error), w \
+                WHERE b.reservation_id = w.id AND b.branch_id = u.branch_id \
+                RETURNING b.reservation_id, b.generation, b.position, b.state, b.attempts, b.last_error) ",
+            select_written!()
+        ))
         .bind(id)
         .bind(&ids)
         .bind(&states)
         .bind(&errors)
-        .execute(&self.pool)
+        .fetch_optional(&self.pool)
         .await?;
-        load_existing(&mut *self.pool.acquire().await?, id).await
+        match row {
+            Some(row) => row.into_domain(),
+            // It had left TRYING meanwhile: as it is now.
+            None => load_existing(&mut *self.pool.acquire().await?, id).await,
+        }
     }
 
     async fn record_rejected(
@@ -774,35 +976,42 @@ impl Store for PgStore {
         // waits, then finds it moved on and records nothing), record the answers, finish or
         // schedule the next attempt (backoff with jitter), free the lease; a lost hold voids the
         // sale, so a FAILED reservation's payment gets its refund, due at once.
-        let after: Option<String> = sqlx::query_scalar(
+        let row = sqlx::query_as::<_, ReservationRow>(concat!(
             "WITH cur AS ( \
-                SELECT id, (payment_ref IS NOT NULL AND refund_id IS NULL) AS owes \
+                SELECT id AS cur_id, (payment_ref IS NOT NULL AND refund_id IS NULL) AS owes \
                 FROM reservations WHERE id = $1 AND state = $2 FOR UPDATE), \
-             rep AS ( \
+             upd AS ( \
                 UPDATE branches b SET state = u.state, attempts = b.attempts + 1, last_error = u.error \
                 FROM UNNEST($3::uuid[], $4::text[], $5::text[]) AS u(branch_id, state, error), cur \
-                WHERE b.reservation_id = cur.id AND b.branch_id = u.branch_id) \
-             UPDATE reservations r SET \
-                state = coalesce($6::text, r.state), \
-                version = r.version + CASE WHEN $6::text IS NULL THEN 0 ELSE 1 END, \
+                WHERE b.reservation_id = cur.cur_id AND b.branch_id = u.branch_id \
+                RETURNING b.reservation_id, b.generation, b.position, b.state, b.attempts, b.last_error), \
+             w AS ( \
+             UPDATE reservations SET \
+                state = coalesce($6::text, reservations.state), \
+                version = reservations.version + CASE WHEN $6::text IS NULL THEN 0 ELSE 1 END, \
                 updated_at = clock_timestamp(), \
                 lease_owner = NULL, lease_until = NULL, \
                 next_attempt_at = CASE \
                     WHEN $6::text = 'FAILED' AND cur.owes THEN clock_timestamp() \
                     WHEN $6::text IS NOT NULL THEN NULL \
                     ELSE clock_timestamp() + \
-                         least($8::float8, $7::float8 * power(2, least(r.recovery_attempts, 30))) \
+                         least($8::float8, $7::float8 * power(2, least(reservations.recovery_attempts, 30))) \
                          * (0.5 + random() / 2) * interval '1 millisecond' END, \
-                recovery_attempts = r.recovery_attempts + CASE WHEN $6::text IS NULL THEN 1 ELSE 0 END, \
-                refund_id = CASE WHEN $6::text = 'FAILED' AND cur.owes THEN $9 ELSE r.refund_id END, \
+                recovery_attempts = reservations.recovery_attempts \
+                                    + CASE WHEN $6::text IS NULL THEN 1 ELSE 0 END, \
+                refund_id = CASE WHEN $6::text = 'FAILED' AND cur.owes THEN $9 \
+                                 ELSE reservations.refund_id END, \
                 refund_state = CASE WHEN $6::text = 'FAILED' AND cur.owes THEN 'PENDING' \
-                                    ELSE r.refund_state END, \
+                                    ELSE reservations.refund_state END, \
                 refund_reason = CASE WHEN $6::text = 'FAILED' AND cur.owes \
                                      THEN 'a participant lost a hold it had granted' \
-                                     ELSE r.refund_reason END \
-             FROM cur WHERE r.id = cur.id \
-             RETURNING r.state",
-        )
+                                     ELSE reservations.refund_reason END \
+             FROM cur WHERE reservations.id = cur.cur_id \
+             RETURNING ",
+            reservation_columns!(),
+            ") ",
+            select_written!()
+        ))
         .bind(id)
         .bind(from.as_str())
         .bind(&ids)
@@ -814,8 +1023,16 @@ impl Store for PgStore {
         .bind(Uuid::new_v4())
         .fetch_optional(&self.pool)
         .await?;
-        let finished = finish.is_some() && after.as_deref() == finish.map(State::as_str);
-        let reservation = load_existing(&mut *self.pool.acquire().await?, id).await?;
+        let Some(row) = row else {
+            // It had left `from` meanwhile (another driver finished it): as it is now.
+            let reservation = load_existing(&mut *self.pool.acquire().await?, id).await?;
+            return Ok(Phase {
+                reservation,
+                finished: false,
+            });
+        };
+        let reservation = row.into_domain()?;
+        let finished = finish.is_some_and(|f| reservation.stored_state == f);
         Ok(Phase {
             reservation,
             finished,

@@ -1138,3 +1138,76 @@ pub async fn renew_lease_only_by_owner(store: S) {
     assert!(!store.renew_lease(r.id, a).await.unwrap());
     assert!(!store.renew_lease(Uuid::new_v4(), a).await.unwrap());
 }
+
+/// Every write answers with the reservation exactly as a later read sees it (the Postgres store
+/// builds these answers in the write's own statement rather than reading again).
+pub async fn writes_answer_with_the_stored_reservation(store: S) {
+    let (r, token) = create(&store, "alice", "req-1", LONG).await;
+    assert_eq!(r, get(&store, r.id).await, "create");
+    assert_eq!(r.branches.len(), 3);
+    let placed = store
+        .record_held(r.id, &reports(&r, BranchState::Held, None))
+        .await
+        .unwrap();
+    assert_eq!(placed, get(&store, r.id).await, "record_held");
+    let (_, confirming, _) = decide(
+        &store,
+        r.id,
+        &token,
+        &confirm_paid(LatePaymentPolicy::HonorIfAvailable),
+    )
+    .await;
+    assert_eq!(confirming.state, State::Confirming);
+    assert_eq!(confirming.payment, Some(payment()));
+    assert_eq!(confirming, get(&store, r.id).await, "decide");
+    // One participant answers, the other does not: the unreported branch keeps its row.
+    let groups = r.participant_branches();
+    let first = BranchReport {
+        branch_id: groups[0].branch_id,
+        state: BranchState::Confirmed,
+        error: None,
+    };
+    let second = BranchReport {
+        branch_id: groups[1].branch_id,
+        state: BranchState::Held,
+        error: Some("unreachable".into()),
+    };
+    let phase = store
+        .record_phase(r.id, State::Confirming, &[first], None, SLOW)
+        .await
+        .unwrap();
+    assert!(!phase.finished);
+    assert_eq!(phase.reservation, get(&store, r.id).await, "record_phase");
+    let states: Vec<BranchState> = phase.reservation.branches.iter().map(|b| b.state).collect();
+    assert_eq!(
+        states,
+        [BranchState::Confirmed, BranchState::Held, BranchState::Held]
+    );
+    let phase = store
+        .record_phase(r.id, State::Confirming, &[second], None, SLOW)
+        .await
+        .unwrap();
+    assert_eq!(phase.reservation, get(&store, r.id).await, "record_phase");
+    assert_eq!(
+        phase.reservation.branches[2].last_error.as_deref(),
+        Some("unreachable")
+    );
+    let phase = store
+        .record_phase(
+            r.id,
+            State::Confirming,
+            &reports(&r, BranchState::Confirmed, None)[1..],
+            Some(State::Confirmed),
+            FAST,
+        )
+        .await
+        .unwrap();
+    assert!(phase.finished);
+    assert_eq!(phase.reservation.state, State::Confirmed);
+    assert_eq!(phase.reservation, get(&store, r.id).await, "record_phase");
+    // A cancel of another held reservation: the same.
+    let (r2, token2) = held(&store, "alice", "req-2", LONG).await;
+    let (_, cancelling, _) = decide(&store, r2.id, &token2, &cancel()).await;
+    assert_eq!(cancelling.state, State::Cancelling);
+    assert_eq!(cancelling, get(&store, r2.id).await, "decide cancel");
+}

@@ -100,4 +100,5 @@ conformance!(
     list_pages_and_filters,
     backlog_and_wake,
     renew_lease_only_by_owner,
+    writes_answer_with_the_stored_reservation,
 );
