@@ -102,13 +102,21 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         let branch = self.branch_ctx(request)?;
         let branch = &branch;
         let mut reclaimed = false;
+        // First the business change, then the barrier row with its answer, in one transaction:
+        // a first Try (the common case) costs no extra statement. When the branch already has
+        // a row (a repeat, or a Cancel that came first) or the business change fails (it may
+        // collide with the first call's own rows), that is undone and the call runs barrier
+        // first: lock the row, answer from it if decided, else hold under the lock.
+        let mut barrier_first = false;
         loop {
             let mut tx = DB::begin_write(&self.pool).await?;
-            let found = DB::lock(&mut *tx, &self.name, &branch.key).await?;
-            if found.phase != Phase::Trying {
-                let answer = self.answer_decided_try(&mut *tx, branch, &found).await?;
-                tx.commit().await?;
-                return Ok(answer);
+            if barrier_first {
+                let found = DB::lock(&mut *tx, &self.name, &branch.key).await?;
+                if found.phase != Phase::Trying {
+                    let answer = self.answer_decided_try(&mut *tx, branch, &found).await?;
+                    tx.commit().await?;
+                    return Ok(answer);
+                }
             }
             let outcome = match self.resource.try_hold(&mut *tx, branch).await {
                 Ok(outcome) => outcome,
@@ -116,16 +124,30 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
                     TryOutcome::Rejected("overlaps an existing hold".to_owned())
                 }
                 // Dropping `tx` rolls everything back: no barrier row survives.
-                Err(err) => return Err(err),
+                Err(err) if barrier_first => return Err(err),
+                Err(_) => {
+                    tx.rollback().await?;
+                    barrier_first = true;
+                    continue;
+                }
             };
             let TryOutcome::Rejected(reason) = outcome else {
-                DB::record_try(&mut *tx, &self.name, branch, Phase::Held, &outcome).await?;
-                tx.commit().await?;
-                return Ok(outcome);
+                let recorded = if barrier_first {
+                    DB::record_try(&mut *tx, &self.name, branch, Phase::Held, &outcome).await?;
+                    true
+                } else {
+                    DB::insert_try(&mut *tx, &self.name, branch, Phase::Held, &outcome).await?
+                };
+                if recorded {
+                    tx.commit().await?;
+                    return Ok(outcome);
+                }
+                tx.rollback().await?;
+                barrier_first = true;
+                continue;
             };
-            // Rejected: undo the business change (the barrier row goes with it), then record
-            // the rejection in a transaction of its own. Rare, so the common path needs no
-            // savepoint.
+            // Rejected: undo the business change, then record the rejection (or find the
+            // answer recorded first) in a transaction of its own.
             tx.rollback().await?;
             if !reclaimed && self.orphans_exist().await? {
                 // Reclaim outside any transaction of ours: it locks other branches and their
@@ -178,6 +200,19 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     /// never tried) answers `HoldLost`.
     pub async fn confirm_branch(&self, key: &BranchKey) -> Result<BranchAnswer, ResourceError> {
         let mut tx = DB::begin_write(&self.pool).await?;
+        // The common case, a held branch, in one barrier statement.
+        if let Some(found) = DB::advance_held(&mut *tx, &self.name, key, Phase::Confirmed).await? {
+            return match self.resource.confirm(&mut *tx, &found.ctx(key)?).await? {
+                ConfirmOutcome::Confirmed => {
+                    tx.commit().await?;
+                    Ok(BranchAnswer::Confirmed)
+                }
+                ConfirmOutcome::HoldLost => {
+                    tx.rollback().await?;
+                    self.settle_lost_hold(key).await
+                }
+            };
+        }
         let found = DB::lock_existing(&mut *tx, &self.name, key).await?;
         let answer = match found.phase {
             Phase::Trying => {
@@ -237,6 +272,12 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     /// late Try is rejected); after Confirm it answers `Confirmed` and changes nothing.
     pub async fn cancel_branch(&self, key: &BranchKey) -> Result<BranchAnswer, ResourceError> {
         let mut tx = DB::begin_write(&self.pool).await?;
+        // The common case, a held branch, in one barrier statement.
+        if let Some(found) = DB::advance_held(&mut *tx, &self.name, key, Phase::Cancelled).await? {
+            self.resource.cancel(&mut *tx, &found.ctx(key)?).await?;
+            tx.commit().await?;
+            return Ok(BranchAnswer::Cancelled);
+        }
         let found = DB::lock_existing(&mut *tx, &self.name, key).await?;
         let answer = match found.phase {
             Phase::Trying | Phase::Rejected => {

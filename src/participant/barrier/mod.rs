@@ -166,6 +166,43 @@ pub trait Backend: sqlx::Database {
         answer: &TryOutcome,
     ) -> Result<(), ResourceError>;
 
+    /// Records a first Try's answer by inserting the branch's row in `phase`, after the
+    /// business change ran on the same transaction. False (nothing written) if the branch has
+    /// a row already: a call for it came first, and the caller must undo and answer from it.
+    /// A concurrent first call for the branch is waited for.
+    async fn insert_try(
+        conn: &mut Self::Connection,
+        participant: &str,
+        branch: &BranchCtx,
+        phase: Phase,
+        answer: &TryOutcome,
+    ) -> Result<bool, ResourceError> {
+        let found = Self::lock(conn, participant, &branch.key).await?;
+        if found.phase != Phase::Trying {
+            return Ok(false);
+        }
+        Self::record_try(conn, participant, branch, phase, answer).await?;
+        Ok(true)
+    }
+
+    /// Moves a `Held` branch to `to`, locking its row, and returns it as its Try recorded it
+    /// (with phase `to`). `None`: the branch is not `Held` (or has no row); nothing changed
+    /// that the caller's general path would not see.
+    async fn advance_held(
+        conn: &mut Self::Connection,
+        participant: &str,
+        key: &BranchKey,
+        to: Phase,
+    ) -> Result<Option<BarrierRow>, ResourceError> {
+        let mut found = Self::lock_existing(conn, participant, key).await?;
+        if found.phase != Phase::Held {
+            return Ok(None);
+        }
+        Self::set_phase(conn, participant, key, to).await?;
+        found.phase = to;
+        Ok(Some(found))
+    }
+
     /// Records a rejection for a Try that arrived after the branch was already decided without
     /// one, so repeats of the late Try answer the same.
     async fn record_late_try(

@@ -118,6 +118,59 @@ impl Backend for Postgres {
         Ok(())
     }
 
+    /// One statement: the row with its answer. `ON CONFLICT DO NOTHING` waits for a concurrent
+    /// uncommitted insert of the same branch and then sees its outcome.
+    async fn insert_try(
+        conn: &mut PgConnection,
+        participant: &str,
+        branch: &BranchCtx,
+        phase: Phase,
+        answer: &TryOutcome,
+    ) -> Result<bool, ResourceError> {
+        let (answer, reason) = answer_parts(answer);
+        let inserted = sqlx::query(
+            "INSERT INTO tcc_barrier (participant, reservation_id, branch_id, state, try_answer, \
+                                      try_reason, holder, items, expires_at, reclaim_after) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+             ON CONFLICT DO NOTHING RETURNING 1",
+        )
+        .bind(participant)
+        .bind(&branch.key.reservation_id)
+        .bind(&branch.key.branch_id)
+        .bind(phase.as_str())
+        .bind(answer)
+        .bind(reason)
+        .bind(&branch.holder)
+        .bind(encode_items(&branch.items))
+        .bind(branch.expires_at)
+        .bind(branch.hold_until)
+        .fetch_optional(&mut *conn)
+        .await?;
+        Ok(inserted.is_some())
+    }
+
+    /// One statement: the conditional transition locks the row and returns what Try recorded.
+    async fn advance_held(
+        conn: &mut PgConnection,
+        participant: &str,
+        key: &BranchKey,
+        to: Phase,
+    ) -> Result<Option<BarrierRow>, ResourceError> {
+        let row = sqlx::query(concat!(
+            "UPDATE tcc_barrier SET state = $4, updated_at = clock_timestamp() \
+             WHERE participant = $1 AND reservation_id = $2 AND branch_id = $3 AND state = 'held' \
+             RETURNING ",
+            barrier_columns!()
+        ))
+        .bind(participant)
+        .bind(&key.reservation_id)
+        .bind(&key.branch_id)
+        .bind(to.as_str())
+        .fetch_optional(&mut *conn)
+        .await?;
+        row.as_ref().map(barrier_from_row).transpose()
+    }
+
     async fn record_late_try(
         conn: &mut PgConnection,
         participant: &str,
