@@ -8,7 +8,7 @@
 //!
 //! - idempotence: a repeated Try/Confirm/Cancel changes nothing and returns the first answer;
 //! - disorder safety: a Cancel before its Try records the branch as cancelled and the late
-//!   Try answers `REJECTED` without touching the business data;
+//!   Try answers `REJECTED` and leaves the business data unchanged;
 //! - refusal without change of Confirm after Cancel (answers `CANCELLED`) and Cancel after
 //!   Confirm (answers `CONFIRMED`);
 //! - atomicity: a rejected or failed Try leaves no hold; a rejection is remembered so a repeat
@@ -145,10 +145,14 @@ pub enum BranchAnswer {
 }
 
 /// A participant's business logic. Each method runs inside a transaction the SDK opened
-/// (and will commit or roll back) after it locked the branch's barrier row; do not commit or
-/// roll back `conn` yourself.
+/// (and will commit or roll back); do not commit or roll back `conn` yourself. Confirm and
+/// Cancel run after the branch's barrier row is locked. Try runs first and its barrier row is
+/// written after it, in the same transaction, so a first Try costs one barrier statement: if
+/// the branch turns out to have a row already (a repeat, or a Cancel that came first), or
+/// `try_hold` fails, the SDK rolls the transaction back and retries with the row locked first.
+/// Keep every effect of `try_hold` inside the transaction.
 ///
-/// Each method is called at most once per successful phase of a branch: the SDK filters
+/// Each method's effect is committed at most once per phase of a branch: the SDK filters
 /// repeats and disorder. Cancel may nevertheless find holds already gone and must then do
 /// nothing (use conditional state transitions, never blind counter updates).
 ///
