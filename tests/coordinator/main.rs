@@ -10,6 +10,7 @@ mod end_to_end;
 mod fanout;
 mod late_payment;
 mod lifecycle;
+mod migrate;
 mod overload;
 mod recovery;
 mod service;
