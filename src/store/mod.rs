@@ -5,6 +5,7 @@
 //! (PostgreSQL: `FOR UPDATE`; SQLite: the database write lock taken by `BEGIN IMMEDIATE`).
 //! Each backend keeps its SQL in its own file; [`connect_store`] picks one by URL scheme.
 
+mod batch;
 pub mod postgres;
 mod record;
 pub mod sqlite;

@@ -2,15 +2,18 @@
 //!
 //! Decisions read `clock_timestamp()`, so every replica agrees on what "expired" means.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 use sqlx::types::Json;
+use tokio::sync::oneshot;
 use uuid::Uuid;
 
+use super::batch::Batcher;
 use super::record::{StoredBranch, StoredReservation};
 use super::{
     Backoff, BranchReport, Claimed, Created, Decided, HoldLimits, LimitScope, Phase, Store,
@@ -108,9 +111,50 @@ macro_rules! select_inserted {
 const GLOBAL_LIMIT_LOCK: i64 = 0x686f_6c64_6661_7374; // "holdfast"
 
 /// Reservations on PostgreSQL.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct PgStore {
     pool: PgPool,
+    /// `record_held` calls, group-committed.
+    held: Arc<Batcher<HeldJob>>,
+    /// `record_phase` calls, group-committed.
+    phases: Arc<Batcher<PhaseJob>>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore").field("pool", &self.pool).finish()
+    }
+}
+
+/// Most writes of one kind in one statement.
+const MAX_BATCH: usize = 64;
+
+/// A queued `record_held`.
+struct HeldJob {
+    id: Uuid,
+    reports: Vec<BranchReport>,
+    reply: oneshot::Sender<Result<Reservation, StoreError>>,
+}
+
+/// A queued `record_phase`.
+struct PhaseJob {
+    id: Uuid,
+    from: State,
+    reports: Vec<BranchReport>,
+    finish: Option<State>,
+    backoff: Backoff,
+    reply: oneshot::Sender<Result<Phase, StoreError>>,
+}
+
+/// Splits jobs into ones for distinct reservations (they may share a statement) and repeats.
+fn distinct_by_id<J>(jobs: Vec<J>, id: impl Fn(&J) -> Uuid) -> (Vec<J>, Vec<J>) {
+    let mut seen = HashSet::with_capacity(jobs.len());
+    jobs.into_iter().partition(|j| seen.insert(id(j)))
+}
+
+/// The answer of a batcher whose task went away with its runtime.
+fn batch_task_gone<T>(_: oneshot::error::RecvError) -> Result<T, StoreError> {
+    Err(StoreError::Database(sqlx::Error::WorkerCrashed))
 }
 
 impl PgStore {
@@ -121,12 +165,25 @@ impl PgStore {
             .acquire_timeout(Duration::from_secs(5))
             .connect(url)
             .await?;
-        Ok(PgStore { pool })
+        Ok(PgStore::from_pool(pool))
     }
 
-    /// Wraps an existing pool.
+    /// Wraps an existing pool. Inside a tokio runtime this starts the tasks that group-commit
+    /// concurrent writes (they end with the runtime); outside one, every write runs alone.
     pub fn from_pool(pool: PgPool) -> PgStore {
-        PgStore { pool }
+        let held = {
+            let pool = pool.clone();
+            Batcher::spawn(MAX_BATCH, move |jobs| run_held(pool.clone(), jobs))
+        };
+        let phases = {
+            let pool = pool.clone();
+            Batcher::spawn(MAX_BATCH, move |jobs| run_phases(pool.clone(), jobs))
+        };
+        PgStore {
+            pool,
+            held: Arc::new(held),
+            phases: Arc::new(phases),
+        }
     }
 
     /// Applies pending migrations. Safe to run concurrently from several replicas (sqlx takes
@@ -610,6 +667,224 @@ impl PgStore {
     }
 }
 
+/// `TRYING -> HELD` for each reservation of `jobs` (distinct ids) in one statement: the
+/// transition gates each one's branch updates, so they happen together or not at all. Returns
+/// the reservations that moved, as written.
+async fn record_held_batch(
+    pool: &PgPool,
+    jobs: &[(Uuid, &[BranchReport])],
+) -> Result<HashMap<Uuid, Reservation>, StoreError> {
+    let ids: Vec<Uuid> = jobs.iter().map(|(id, _)| *id).collect();
+    let (mut owners, mut branch_ids, mut states, mut errors) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (id, reports) in jobs {
+        for r in *reports {
+            owners.push(*id);
+            branch_ids.push(r.branch_id);
+            states.push(r.state.as_str());
+            errors.push(r.error.as_deref());
+        }
+    }
+    let rows = sqlx::query_as::<_, ReservationRow>(concat!(
+        "WITH w AS ( \
+            UPDATE reservations SET state = 'HELD', version = version + 1, \
+                   updated_at = clock_timestamp(), lease_owner = NULL, lease_until = NULL \
+            WHERE id = ANY($1::uuid[]) AND state = 'TRYING' RETURNING ",
+        reservation_columns!(),
+        "), upd AS ( \
+            UPDATE branches b SET state = u.state, attempts = b.attempts + 1, last_error = u.error \
+            FROM UNNEST($2::uuid[], $3::uuid[], $4::text[], $5::text[]) \
+                 AS u(reservation_id, branch_id, state, error), w \
+            WHERE w.id = u.reservation_id AND b.reservation_id = w.id AND b.branch_id = u.branch_id \
+            RETURNING b.reservation_id, b.generation, b.position, b.state, b.attempts, b.last_error) ",
+        select_written!()
+    ))
+    .bind(&ids)
+    .bind(&owners)
+    .bind(&branch_ids)
+    .bind(&states)
+    .bind(&errors)
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter()
+        .map(|row| row.into_domain().map(|r| (r.id, r)))
+        .collect()
+}
+
+/// One `record_held` on its own.
+async fn record_held_alone(
+    pool: &PgPool,
+    id: Uuid,
+    reports: &[BranchReport],
+) -> Result<Reservation, StoreError> {
+    let mut done = record_held_batch(pool, &[(id, reports)]).await?;
+    match done.remove(&id) {
+        Some(r) => Ok(r),
+        // It had left TRYING meanwhile: as it is now.
+        None => load_existing(&mut *pool.acquire().await?, id).await,
+    }
+}
+
+/// Runs queued `record_held` calls: distinct reservations in one statement; should that fail,
+/// each alone, so one call's error is its own.
+async fn run_held(pool: PgPool, jobs: Vec<HeldJob>) {
+    let (batch, repeats) = distinct_by_id(jobs, |j| j.id);
+    let shared = if batch.len() > 1 {
+        let args: Vec<(Uuid, &[BranchReport])> =
+            batch.iter().map(|j| (j.id, j.reports.as_slice())).collect();
+        record_held_batch(&pool, &args).await.ok()
+    } else {
+        None
+    };
+    for job in batch.into_iter().chain(repeats) {
+        let answer = match shared.as_ref().and_then(|done| done.get(&job.id)) {
+            Some(r) => Ok(r.clone()),
+            None => record_held_alone(&pool, job.id, &job.reports).await,
+        };
+        let _ = job.reply.send(answer);
+    }
+}
+
+/// Records the answers of a confirm/release fan-out for each reservation of `jobs` (distinct
+/// ids) in one statement. Each row is locked only if still in its `from` state (a second
+/// driver waits, then finds it moved on and records nothing); then the answers are recorded,
+/// and it finishes or gets its next attempt (backoff with jitter), its lease freed; a lost hold
+/// voids the sale, so a FAILED reservation's payment gets its refund, due at once. Rows are
+/// locked in id order. Returns the reservations recorded, as written.
+async fn record_phases(
+    pool: &PgPool,
+    jobs: &[PhaseJob],
+) -> Result<HashMap<Uuid, Reservation>, StoreError> {
+    let n = jobs.len();
+    let (mut ids, mut froms, mut finishes, mut refund_ids, mut bases, mut caps) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut owners, mut branch_ids, mut states, mut errors) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for job in jobs {
+        ids.push(job.id);
+        froms.push(job.from.as_str());
+        finishes.push(job.finish.map(State::as_str));
+        refund_ids.push(Uuid::new_v4());
+        bases.push(millis(job.backoff.base) as f64);
+        caps.push(millis(job.backoff.cap) as f64);
+        for r in &job.reports {
+            owners.push(job.id);
+            branch_ids.push(r.branch_id);
+            states.push(r.state.as_str());
+            errors.push(r.error.as_deref());
+        }
+    }
+    let rows = sqlx::query_as::<_, ReservationRow>(concat!(
+        "WITH cur AS ( \
+            SELECT r.id AS cur_id, (r.payment_ref IS NOT NULL AND r.refund_id IS NULL) AS owes, \
+                   i.finish, i.new_refund_id, i.base_ms, i.cap_ms \
+            FROM reservations r \
+            JOIN UNNEST($1::uuid[], $2::text[], $3::text[], $4::uuid[], $5::float8[], $6::float8[]) \
+                 AS i(id, from_state, finish, new_refund_id, base_ms, cap_ms) ON r.id = i.id \
+            WHERE r.state = i.from_state ORDER BY r.id FOR UPDATE OF r), \
+         upd AS ( \
+            UPDATE branches b SET state = u.state, attempts = b.attempts + 1, last_error = u.error \
+            FROM UNNEST($7::uuid[], $8::uuid[], $9::text[], $10::text[]) \
+                 AS u(reservation_id, branch_id, state, error), cur \
+            WHERE cur.cur_id = u.reservation_id AND b.reservation_id = cur.cur_id \
+              AND b.branch_id = u.branch_id \
+            RETURNING b.reservation_id, b.generation, b.position, b.state, b.attempts, b.last_error), \
+         w AS ( \
+         UPDATE reservations SET \
+            state = coalesce(cur.finish, reservations.state), \
+            version = reservations.version + CASE WHEN cur.finish IS NULL THEN 0 ELSE 1 END, \
+            updated_at = clock_timestamp(), \
+            lease_owner = NULL, lease_until = NULL, \
+            next_attempt_at = CASE \
+                WHEN cur.finish = 'FAILED' AND cur.owes THEN clock_timestamp() \
+                WHEN cur.finish IS NOT NULL THEN NULL \
+                ELSE clock_timestamp() + \
+                     least(cur.cap_ms, cur.base_ms * power(2, least(reservations.recovery_attempts, 30))) \
+                     * (0.5 + random() / 2) * interval '1 millisecond' END, \
+            recovery_attempts = reservations.recovery_attempts \
+                                + CASE WHEN cur.finish IS NULL THEN 1 ELSE 0 END, \
+            refund_id = CASE WHEN cur.finish = 'FAILED' AND cur.owes THEN cur.new_refund_id \
+                             ELSE reservations.refund_id END, \
+            refund_state = CASE WHEN cur.finish = 'FAILED' AND cur.owes THEN 'PENDING' \
+                                ELSE reservations.refund_state END, \
+            refund_reason = CASE WHEN cur.finish = 'FAILED' AND cur.owes \
+                                 THEN 'a participant lost a hold it had granted' \
+                                 ELSE reservations.refund_reason END \
+         FROM cur WHERE reservations.id = cur.cur_id \
+         RETURNING ",
+        reservation_columns!(),
+        ") ",
+        select_written!()
+    ))
+    .bind(&ids)
+    .bind(&froms)
+    .bind(&finishes)
+    .bind(&refund_ids)
+    .bind(&bases)
+    .bind(&caps)
+    .bind(&owners)
+    .bind(&branch_ids)
+    .bind(&states)
+    .bind(&errors)
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter()
+        .map(|row| row.into_domain().map(|r| (r.id, r)))
+        .collect()
+}
+
+/// A `record_phase` answer: the reservation as recorded, or (it had left `from` meanwhile:
+/// another driver finished it) as it is now.
+async fn phase_answer(
+    pool: &PgPool,
+    job: &PhaseJob,
+    recorded: Option<Reservation>,
+) -> Result<Phase, StoreError> {
+    match recorded {
+        Some(reservation) => Ok(Phase {
+            finished: job.finish.is_some_and(|f| reservation.stored_state == f),
+            reservation,
+        }),
+        None => Ok(Phase {
+            reservation: load_existing(&mut *pool.acquire().await?, job.id).await?,
+            finished: false,
+        }),
+    }
+}
+
+/// Runs queued `record_phase` calls: distinct reservations in one statement; should that fail,
+/// each alone, so one call's error is its own.
+async fn run_phases(pool: PgPool, jobs: Vec<PhaseJob>) {
+    let (batch, repeats) = distinct_by_id(jobs, |j| j.id);
+    let mut shared = if batch.len() > 1 {
+        record_phases(&pool, &batch).await.ok()
+    } else {
+        None
+    };
+    for job in batch.into_iter().chain(repeats) {
+        let answer = match shared.as_mut() {
+            Some(done) => {
+                let recorded = done.remove(&job.id);
+                phase_answer(&pool, &job, recorded).await
+            }
+            None => match record_phases(&pool, std::slice::from_ref(&job)).await {
+                Ok(mut done) => {
+                    let recorded = done.remove(&job.id);
+                    phase_answer(&pool, &job, recorded).await
+                }
+                Err(e) => Err(e),
+            },
+        };
+        let _ = job.reply.send(answer);
+    }
+}
+
 #[async_trait]
 impl Store for PgStore {
     async fn create(
@@ -906,32 +1181,15 @@ impl Store for PgStore {
         id: Uuid,
         reports: &[BranchReport],
     ) -> Result<Reservation, StoreError> {
-        let (ids, states, errors) = report_columns(reports);
-        // One statement: the transition gates the branch updates, so they happen together or
-        // not at all, in one round trip and one commit, answering with the row as written.
-        let row = sqlx::query_as::<_, ReservationRow>(concat!(
-            "WITH w AS ( \
-                UPDATE reservations SET state = 'HELD', version = version + 1, \
-                       updated_at = clock_timestamp(), lease_owner = NULL, lease_until = NULL \
-                WHERE id = $1 AND state = 'TRYING' RETURNING ",
-            reservation_columns!(),
-            "), upd AS ( \
-                UPDATE branches b SET state = u.state, attempts = b.attempts + 1, last_error = u.error \
-                FROM UNNEST($2::uuid[], $3::text[], $4::text[]) AS u(branch_id, state, error), w \
-                WHERE b.reservation_id = w.id AND b.branch_id = u.branch_id \
-                RETURNING b.reservation_id, b.generation, b.position, b.state, b.attempts, b.last_error) ",
-            select_written!()
-        ))
-        .bind(id)
-        .bind(&ids)
-        .bind(&states)
-        .bind(&errors)
-        .fetch_optional(&self.pool)
-        .await?;
-        match row {
-            Some(row) => row.into_domain(),
-            // It had left TRYING meanwhile: as it is now.
-            None => load_existing(&mut *self.pool.acquire().await?, id).await,
+        let (reply, answer) = oneshot::channel();
+        let job = HeldJob {
+            id,
+            reports: reports.to_vec(),
+            reply,
+        };
+        match self.held.submit(job) {
+            Ok(()) => answer.await.unwrap_or_else(batch_task_gone),
+            Err(job) => record_held_alone(&self.pool, job.id, &job.reports).await,
         }
     }
 
@@ -971,72 +1229,22 @@ impl Store for PgStore {
         finish: Option<State>,
         backoff: Backoff,
     ) -> Result<Phase, StoreError> {
-        let (ids, states, errors) = report_columns(reports);
-        // One statement, one commit: lock the row if it is still in `from` (a second driver
-        // waits, then finds it moved on and records nothing), record the answers, finish or
-        // schedule the next attempt (backoff with jitter), free the lease; a lost hold voids the
-        // sale, so a FAILED reservation's payment gets its refund, due at once.
-        let row = sqlx::query_as::<_, ReservationRow>(concat!(
-            "WITH cur AS ( \
-                SELECT id AS cur_id, (payment_ref IS NOT NULL AND refund_id IS NULL) AS owes \
-                FROM reservations WHERE id = $1 AND state = $2 FOR UPDATE), \
-             upd AS ( \
-                UPDATE branches b SET state = u.state, attempts = b.attempts + 1, last_error = u.error \
-                FROM UNNEST($3::uuid[], $4::text[], $5::text[]) AS u(branch_id, state, error), cur \
-                WHERE b.reservation_id = cur.cur_id AND b.branch_id = u.branch_id \
-                RETURNING b.reservation_id, b.generation, b.position, b.state, b.attempts, b.last_error), \
-             w AS ( \
-             UPDATE reservations SET \
-                state = coalesce($6::text, reservations.state), \
-                version = reservations.version + CASE WHEN $6::text IS NULL THEN 0 ELSE 1 END, \
-                updated_at = clock_timestamp(), \
-                lease_owner = NULL, lease_until = NULL, \
-                next_attempt_at = CASE \
-                    WHEN $6::text = 'FAILED' AND cur.owes THEN clock_timestamp() \
-                    WHEN $6::text IS NOT NULL THEN NULL \
-                    ELSE clock_timestamp() + \
-                         least($8::float8, $7::float8 * power(2, least(reservations.recovery_attempts, 30))) \
-                         * (0.5 + random() / 2) * interval '1 millisecond' END, \
-                recovery_attempts = reservations.recovery_attempts \
-                                    + CASE WHEN $6::text IS NULL THEN 1 ELSE 0 END, \
-                refund_id = CASE WHEN $6::text = 'FAILED' AND cur.owes THEN $9 \
-                                 ELSE reservations.refund_id END, \
-                refund_state = CASE WHEN $6::text = 'FAILED' AND cur.owes THEN 'PENDING' \
-                                    ELSE reservations.refund_state END, \
-                refund_reason = CASE WHEN $6::text = 'FAILED' AND cur.owes \
-                                     THEN 'a participant lost a hold it had granted' \
-                                     ELSE reservations.refund_reason END \
-             FROM cur WHERE reservations.id = cur.cur_id \
-             RETURNING ",
-            reservation_columns!(),
-            ") ",
-            select_written!()
-        ))
-        .bind(id)
-        .bind(from.as_str())
-        .bind(&ids)
-        .bind(&states)
-        .bind(&errors)
-        .bind(finish.map(State::as_str))
-        .bind(millis(backoff.base) as f64)
-        .bind(millis(backoff.cap) as f64)
-        .bind(Uuid::new_v4())
-        .fetch_optional(&self.pool)
-        .await?;
-        let Some(row) = row else {
-            // It had left `from` meanwhile (another driver finished it): as it is now.
-            let reservation = load_existing(&mut *self.pool.acquire().await?, id).await?;
-            return Ok(Phase {
-                reservation,
-                finished: false,
-            });
+        let (reply, answer) = oneshot::channel();
+        let job = PhaseJob {
+            id,
+            from,
+            reports: reports.to_vec(),
+            finish,
+            backoff,
+            reply,
         };
-        let reservation = row.into_domain()?;
-        let finished = finish.is_some_and(|f| reservation.stored_state == f);
-        Ok(Phase {
-            reservation,
-            finished,
-        })
+        match self.phases.submit(job) {
+            Ok(()) => answer.await.unwrap_or_else(batch_task_gone),
+            Err(job) => {
+                let mut done = record_phases(&self.pool, std::slice::from_ref(&job)).await?;
+                phase_answer(&self.pool, &job, done.remove(&job.id)).await
+            }
+        }
     }
 
     async fn claim_due(&self, lease: WorkLease, limit: u32) -> Result<Vec<Claimed>, StoreError> {

@@ -1211,3 +1211,99 @@ pub async fn writes_answer_with_the_stored_reservation(store: S) {
     assert_eq!(cancelling.state, State::Cancelling);
     assert_eq!(cancelling, get(&store, r2.id).await, "decide cancel");
 }
+
+/// Many concurrent `record_held` and `record_phase` calls (the Postgres store group-commits
+/// them into shared statements): each is recorded as if alone, each answer is its own
+/// reservation as stored, a repeat and a call from the wrong state change nothing.
+pub async fn concurrent_writes_are_each_recorded(store: S) {
+    const N: usize = 40;
+    let mut created = Vec::new();
+    for i in 0..N {
+        created.push(create(&store, &format!("holder-{i}"), "req", LONG).await.0);
+    }
+    let placed = futures_util::future::join_all(created.iter().map(|r| {
+        let store = store.clone();
+        async move {
+            store
+                .record_held(r.id, &reports(r, BranchState::Held, None))
+                .await
+                .unwrap()
+        }
+    }))
+    .await;
+    for (r, after) in created.iter().zip(&placed) {
+        assert_eq!(after.id, r.id);
+        assert_eq!(after.state, State::Held);
+        assert!(after.branches.iter().all(|b| b.state == BranchState::Held));
+        assert_eq!(after, &get(&store, r.id).await);
+    }
+    // Into CONFIRMING (via the store's claim: lease them all as due work is not needed here).
+    let mut confirming = Vec::new();
+    for r in &placed {
+        let token = r.hold_token.expose().to_owned();
+        confirming.push(decide(&store, r.id, &token, &confirm()).await.1);
+    }
+    // Even ones finish CONFIRMED; odd ones hear from one participant only and stay; the
+    // first also gets a repeat and a call from the wrong state in the same burst.
+    let calls = confirming.iter().enumerate().flat_map(|(i, r)| {
+        let mut calls = vec![(i, r.clone(), State::Confirming)];
+        if i == 0 {
+            calls.push((i, r.clone(), State::Confirming));
+            calls.push((i, r.clone(), State::Cancelling));
+        }
+        calls
+    });
+    let answers = futures_util::future::join_all(calls.map(|(i, r, from)| {
+        let store = store.clone();
+        async move {
+            let (reports, finish) = if i % 2 == 0 {
+                (
+                    reports(&r, BranchState::Confirmed, None),
+                    Some(State::Confirmed),
+                )
+            } else {
+                (
+                    reports(&r, BranchState::Confirmed, None)[..1].to_vec(),
+                    None,
+                )
+            };
+            let phase = store
+                .record_phase(r.id, from, &reports, finish, SLOW)
+                .await
+                .unwrap();
+            (i, from, phase)
+        }
+    }))
+    .await;
+    let mut finished_first = 0;
+    for (i, from, phase) in answers {
+        let r = &confirming[i];
+        assert_eq!(phase.reservation.id, r.id);
+        if i == 0 {
+            finished_first += usize::from(phase.finished);
+            if from == State::Cancelling {
+                assert!(!phase.finished, "wrong state recorded nothing");
+            }
+            continue;
+        }
+        assert_eq!(phase.reservation, get(&store, r.id).await);
+        if i % 2 == 0 {
+            assert!(phase.finished);
+            assert_eq!(phase.reservation.state, State::Confirmed);
+        } else {
+            assert!(!phase.finished);
+            assert_eq!(phase.reservation.state, State::Confirming);
+            let states: Vec<BranchState> =
+                phase.reservation.branches.iter().map(|b| b.state).collect();
+            assert_eq!(
+                states,
+                [BranchState::Confirmed, BranchState::Held, BranchState::Held]
+            );
+        }
+    }
+    // Exactly one of the two identical calls finished the first reservation.
+    assert_eq!(finished_first, 1);
+    let first = get(&store, confirming[0].id).await;
+    assert_eq!(first.state, State::Confirmed);
+    assert!(first.branches.iter().all(|b| b.attempts == 2));
+}

@@ -101,4 +101,5 @@ conformance!(
     backlog_and_wake,
     renew_lease_only_by_owner,
     writes_answer_with_the_stored_reservation,
+    concurrent_writes_are_each_recorded,
 );
