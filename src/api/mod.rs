@@ -159,7 +159,7 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
                 .map_err(Error::from)?;
             let r = self
                 .coordinator
-                .extend(&req.reservation_id, &req.hold_token, ttl)
+                .extend(&req.reservation_id, &req.hold_token, ttl, &req.request_id)
                 .await?;
             Ok(Response::new(convert::reservation(r, Token::Omit)))
         })

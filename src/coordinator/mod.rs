@@ -444,11 +444,14 @@ impl Coordinator {
     }
 
     /// Pushes `expires_at` of a held reservation out by `ttl` (default: its original ttl).
+    /// With a `request_id`, a repeat of the last applied extension answers the reservation as
+    /// it is rather than extending again.
     pub async fn extend(
         &self,
         id: &str,
         token: &str,
         ttl: Option<Duration>,
+        request_id: &str,
     ) -> Result<Reservation, Error> {
         let id = parse_id("reservation_id", id)?;
         check_token(token)?;
@@ -456,15 +459,22 @@ impl Coordinator {
             Some(t) => Some(validate::ttl("ttl", t, &self.limits)?),
             None => None,
         };
+        let request_id = if request_id.is_empty() {
+            None
+        } else {
+            validate::identifier("request_id", request_id, self.limits.max_id_bytes)?;
+            Some(request_id.to_owned())
+        };
         // Without a ttl the reservation's original one applies (judged under the row lock).
         let decision = Decision::Extend {
             by,
             max_extensions: self.policy.max_extensions,
             max_ttl: self.limits.max_ttl,
+            request_id,
         };
         let (verdict, r) = self.decide(id, token, &decision).await?;
         match verdict {
-            Verdict::Extend { .. } => Ok(r),
+            Verdict::Extend { .. } | Verdict::AlreadyDone => Ok(r),
             Verdict::Expire => {
                 self.drive_release(r).await?;
                 Err(Error::HoldExpired { id, refund: None })

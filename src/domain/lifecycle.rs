@@ -25,7 +25,20 @@ pub enum Decision {
         by: Option<Duration>,
         max_extensions: i32,
         max_ttl: Duration,
+        /// The caller's key for this extension: a repeat of the last applied one answers the
+        /// reservation as it is instead of extending again.
+        request_id: Option<String>,
     },
+}
+
+impl Decision {
+    /// The idempotency key of an Extend, if it has one.
+    pub fn extend_request_id(&self) -> Option<&str> {
+        match self {
+            Decision::Extend { request_id, .. } => request_id.as_deref(),
+            _ => None,
+        }
+    }
 }
 
 /// The reservation as seen under its row lock.
@@ -44,6 +57,8 @@ pub struct Snapshot {
     pub has_payment: bool,
     /// The reservation's one refund exists already.
     pub has_refund: bool,
+    /// The decision is an Extend whose `request_id` is the last extension's applied.
+    pub repeats_last_extend: bool,
 }
 
 /// What to do about a decision.
@@ -94,6 +109,8 @@ pub fn decide(s: &Snapshot, decision: &Decision) -> Verdict {
     let released_by_expiry = s.state == State::Expired
         || (s.state == State::Cancelling && s.release_outcome == Some(State::Expired));
     match (s.state, decision) {
+        // A repeat of an applied extension, whatever happened since: as it is.
+        (_, Decision::Extend { .. }) if s.repeats_last_extend => Verdict::AlreadyDone,
         (State::Trying, _) => Verdict::Refuse(Refusal::NotHeld),
         (
             State::Held,
@@ -163,6 +180,7 @@ pub fn decide(s: &Snapshot, decision: &Decision) -> Verdict {
                 by,
                 max_extensions,
                 max_ttl,
+                ..
             },
         ) => {
             let by = by.unwrap_or(s.ttl);
@@ -194,6 +212,7 @@ mod tests {
             ttl: Duration::from_secs(600),
             has_payment: false,
             has_refund: false,
+            repeats_last_extend: false,
         }
     }
 
@@ -283,6 +302,7 @@ mod tests {
             by: Some(Duration::from_secs(600)),
             max_extensions: 1,
             max_ttl: Duration::from_secs(3600),
+            request_id: None,
         }
     }
 
@@ -362,6 +382,7 @@ mod tests {
             by: None,
             max_extensions: 1,
             max_ttl: Duration::from_secs(3600),
+            request_id: None,
         };
         assert_eq!(
             decide(&snap(State::Held, false), &by_default),
@@ -380,12 +401,20 @@ mod tests {
             by: Some(Duration::from_secs(3001)),
             max_extensions: 5,
             max_ttl: Duration::from_secs(3600),
+            request_id: None,
         };
         assert_eq!(
             decide(&snap(State::Held, false), &too_long),
             Verdict::Refuse(Refusal::ExtensionLimit)
         );
         assert_eq!(decide(&snap(State::Held, true), &extend()), Verdict::Expire);
+        // A repeat of the applied extension answers as it is, in any state.
+        for st in [State::Held, State::Confirmed, State::Expired] {
+            let mut repeat = used.clone();
+            repeat.state = st;
+            repeat.repeats_last_extend = true;
+            assert_eq!(decide(&repeat, &extend()), Verdict::AlreadyDone);
+        }
         assert_eq!(
             decide(&snap(State::Confirmed, false), &extend()),
             Verdict::Refuse(Refusal::Closed)

@@ -561,6 +561,7 @@ fn snapshot_of(current: &Reservation) -> Snapshot {
         ttl: current.ttl,
         has_payment: current.payment.is_some(),
         has_refund: current.refund.is_some(),
+        repeats_last_extend: false,
     }
 }
 
@@ -577,6 +578,9 @@ impl PgStore {
         decision: &Decision,
         lease: WorkLease,
     ) -> Result<Option<Decided>, StoreError> {
+        if matches!(decision, Decision::Extend { .. }) {
+            return Ok(None);
+        }
         let mut conn = self.pool.acquire().await?;
         let Some(current) = load(&mut conn, id, false).await? else {
             return Ok(Some(Decided::NotFound));
@@ -1049,7 +1053,16 @@ impl Store for PgStore {
         if !current.hold_token.matches(presented_token) {
             return Ok(Decided::TokenMismatch);
         }
-        let snapshot = snapshot_of(&current);
+        let mut snapshot = snapshot_of(&current);
+        if let Some(key) = decision.extend_request_id() {
+            snapshot.repeats_last_extend = sqlx::query_scalar(
+                "SELECT coalesce(last_extend_request_id = $2, false) FROM reservations WHERE id = $1",
+            )
+            .bind(id)
+            .bind(key)
+            .fetch_one(&mut *tx)
+            .await?;
+        }
         let payment = match decision {
             Decision::Confirm { payment, .. } => payment.as_ref(),
             _ => None,
@@ -1146,11 +1159,12 @@ impl Store for PgStore {
             Verdict::Extend { by } => sqlx::query(
                 "UPDATE reservations SET expires_at = expires_at + $2 * interval '1 millisecond', \
                      extensions_used = extensions_used + 1, version = version + 1, \
-                     updated_at = clock_timestamp() \
+                     updated_at = clock_timestamp(), last_extend_request_id = $3 \
                      WHERE id = $1 AND state = 'HELD' AND clock_timestamp() < expires_at",
             )
             .bind(id)
             .bind(millis(*by))
+            .bind(decision.extend_request_id())
             .execute(&mut *tx)
             .await?
             .rows_affected()

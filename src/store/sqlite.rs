@@ -670,6 +670,16 @@ impl Store for SqliteStore {
             tx.rollback().await?;
             return Ok(Decided::TokenMismatch);
         }
+        let repeats_last_extend = match decision.extend_request_id() {
+            Some(key) => sqlx::query_scalar(
+                "SELECT coalesce(last_extend_request_id = ?2, 0) FROM reservations WHERE id = ?1",
+            )
+            .bind(id)
+            .bind(key)
+            .fetch_one(&mut *tx)
+            .await?,
+            None => false,
+        };
         let snapshot = Snapshot {
             state: current.stored_state,
             release_outcome: current.release_outcome,
@@ -680,6 +690,7 @@ impl Store for SqliteStore {
             ttl: current.ttl,
             has_payment: current.payment.is_some(),
             has_refund: current.refund.is_some(),
+            repeats_last_extend,
         };
         let payment = match decision {
             Decision::Confirm { payment, .. } => payment.as_ref(),
@@ -773,7 +784,7 @@ impl Store for SqliteStore {
                 sqlx::query(concat!(
                     "UPDATE reservations SET expires_at = expires_at + ?2, \
                      extensions_used = extensions_used + 1, version = version + 1, \
-                     updated_at = ",
+                     last_extend_request_id = ?3, updated_at = ",
                     now_us!(),
                     " WHERE id = ?1 AND state = 'HELD' AND ",
                     now_us!(),
@@ -781,6 +792,7 @@ impl Store for SqliteStore {
                 ))
                 .bind(id)
                 .bind(micros(*by))
+                .bind(decision.extend_request_id())
                 .execute(&mut *tx)
                 .await?
                 .rows_affected()

@@ -285,6 +285,7 @@ async fn confirm_after_ttl_ran_out_is_hold_expired(pool: PgPool) {
             reservation_id: r.id.clone(),
             hold_token: r.hold_token.clone(),
             ttl: None,
+            request_id: String::new(),
         })
         .await
         .unwrap_err();
@@ -307,6 +308,7 @@ async fn extend_once_then_limit(pool: PgPool) {
             seconds: 60,
             nanos: 0,
         }),
+        request_id: String::new(),
     };
     let e = app
         .client
@@ -322,6 +324,59 @@ async fn extend_once_then_limit(pool: PgPool) {
     let err = app.client.extend(extend).await.unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
     assert_eq!(reason(&err), "EXTENSION_LIMIT_REACHED");
+}
+
+/// SPEC: Extend is idempotent - a retried Extend with the same request_id answers the
+/// reservation as the first one left it; without a key each success is another extension.
+#[sqlx::test(migrations = false)]
+async fn extend_with_a_request_id_is_idempotent(pool: PgPool) {
+    let (mut app, _fakes) = spawn_with_fakes(pool, &["seats"]).await;
+    let r = app
+        .client
+        .reserve(reserve_request("r1", vec![hold("seats", "A1")]))
+        .await
+        .unwrap()
+        .into_inner();
+    let extend = |request_id: &str| proto::ExtendRequest {
+        reservation_id: r.id.clone(),
+        hold_token: r.hold_token.clone(),
+        ttl: Some(prost_types::Duration {
+            seconds: 60,
+            nanos: 0,
+        }),
+        request_id: request_id.to_owned(),
+    };
+    let first = app
+        .client
+        .extend(extend("ext-1"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(first.extensions_used, 1);
+    for _ in 0..3 {
+        let again = app
+            .client
+            .extend(extend("ext-1"))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(again.extensions_used, 1);
+        assert_eq!(again.expires_at, first.expires_at);
+        assert!(again.hold_token.is_empty(), "never returned after Reserve");
+    }
+    let err = app.client.extend(extend("ext-2")).await.unwrap_err();
+    assert_eq!(reason(&err), "EXTENSION_LIMIT_REACHED");
+    // A bad key is refused naming the field, and changes nothing.
+    let err = app.client.extend(extend("bad\u{7}key")).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("request_id"), "{}", err.message());
+    let err = app
+        .client
+        .extend(extend(&"k".repeat(129)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("request_id"), "{}", err.message());
 }
 
 #[sqlx::test(migrations = false)]

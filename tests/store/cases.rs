@@ -170,10 +170,15 @@ fn cancel() -> Decision {
 }
 
 fn extend(by: Duration) -> Decision {
+    extend_keyed(by, None)
+}
+
+fn extend_keyed(by: Duration, request_id: Option<&str>) -> Decision {
     Decision::Extend {
         by: Some(by),
         max_extensions: 1,
         max_ttl: Duration::from_secs(3600),
+        request_id: request_id.map(str::to_owned),
     }
 }
 
@@ -1306,4 +1311,30 @@ pub async fn concurrent_writes_are_each_recorded(store: S) {
     let first = get(&store, confirming[0].id).await;
     assert_eq!(first.state, State::Confirmed);
     assert!(first.branches.iter().all(|b| b.attempts == 2));
+}
+
+/// An Extend with a request id is applied once: its repeat answers the reservation as it is
+/// (even after it moved on), another key counts as a new extension.
+pub async fn extend_repeat_is_not_applied_twice(store: S) {
+    let (r, token) = held(&store, "alice", "req-1", LONG).await;
+    let by = Duration::from_secs(60);
+    let (verdict, extended, _) =
+        decide(&store, r.id, &token, &extend_keyed(by, Some("ext-1"))).await;
+    assert_eq!(verdict, Verdict::Extend { by });
+    assert_eq!(extended.extensions_used, 1);
+    let (verdict, again, _) = decide(&store, r.id, &token, &extend_keyed(by, Some("ext-1"))).await;
+    assert_eq!(verdict, Verdict::AlreadyDone);
+    assert_eq!(again, extended);
+    assert_eq!(get(&store, r.id).await.expires_at, extended.expires_at);
+    // Another key is another extension: past max_extensions.
+    let (verdict, _, _) = decide(&store, r.id, &token, &extend_keyed(by, Some("ext-2"))).await;
+    assert_eq!(verdict, Verdict::Refuse(Refusal::ExtensionLimit));
+    let (verdict, _, _) = decide(&store, r.id, &token, &extend(by)).await;
+    assert_eq!(verdict, Verdict::Refuse(Refusal::ExtensionLimit));
+    // Confirmed since: the repeat still answers as it is.
+    let (verdict, _, _) = decide(&store, r.id, &token, &confirm()).await;
+    assert!(matches!(verdict, Verdict::Transition { .. }));
+    let (verdict, now, _) = decide(&store, r.id, &token, &extend_keyed(by, Some("ext-1"))).await;
+    assert_eq!(verdict, Verdict::AlreadyDone);
+    assert_eq!(now.state, State::Confirming);
 }

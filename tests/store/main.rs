@@ -102,4 +102,5 @@ conformance!(
     renew_lease_only_by_owner,
     writes_answer_with_the_stored_reservation,
     concurrent_writes_are_each_recorded,
+    extend_repeat_is_not_applied_twice,
 );
