@@ -410,7 +410,7 @@ mod tests {
         assert_eq!(decide(&snap(State::Held, true), &extend()), Verdict::Expire);
         // A repeat of the applied extension answers as it is, in any state.
         for st in [State::Held, State::Confirmed, State::Expired] {
-            let mut repeat = used.clone();
+            let mut repeat = used;
             repeat.state = st;
             repeat.repeats_last_extend = true;
             assert_eq!(decide(&repeat, &extend()), Verdict::AlreadyDone);
