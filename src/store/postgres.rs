@@ -114,6 +114,8 @@ const GLOBAL_LIMIT_LOCK: i64 = 0x686f_6c64_6661_7374; // "holdfast"
 #[derive(Clone)]
 pub struct PgStore {
     pool: PgPool,
+    /// Reserves (`create`), group-committed.
+    creates: Arc<Batcher<CreateJob>>,
     /// `record_held` calls, group-committed.
     held: Arc<Batcher<HeldJob>>,
     /// `record_phase` calls, group-committed.
@@ -128,6 +130,15 @@ impl std::fmt::Debug for PgStore {
 
 /// Most writes of one kind in one statement.
 const MAX_BATCH: usize = 64;
+
+/// A queued `create`.
+struct CreateJob {
+    new: NewReservation,
+    token: HoldToken,
+    lease: WorkLease,
+    limits: HoldLimits,
+    reply: oneshot::Sender<Result<Created, StoreError>>,
+}
 
 /// A queued `record_held`.
 struct HeldJob {
@@ -152,6 +163,11 @@ fn distinct_by_id<J>(jobs: Vec<J>, id: impl Fn(&J) -> Uuid) -> (Vec<J>, Vec<J>) 
     jobs.into_iter().partition(|j| seen.insert(id(j)))
 }
 
+/// Logs a batch that failed as a whole (its calls are then run one by one).
+fn batch_failed(e: StoreError) {
+    tracing::warn!(error = %e, "a group-committed batch failed; running its calls one by one");
+}
+
 /// The answer of a batcher whose task went away with its runtime.
 fn batch_task_gone<T>(_: oneshot::error::RecvError) -> Result<T, StoreError> {
     Err(StoreError::Database(sqlx::Error::WorkerCrashed))
@@ -171,6 +187,10 @@ impl PgStore {
     /// Wraps an existing pool. Inside a tokio runtime this starts the tasks that group-commit
     /// concurrent writes (they end with the runtime); outside one, every write runs alone.
     pub fn from_pool(pool: PgPool) -> PgStore {
+        let creates = {
+            let pool = pool.clone();
+            Batcher::spawn(MAX_BATCH, move |jobs| run_creates(pool.clone(), jobs))
+        };
         let held = {
             let pool = pool.clone();
             Batcher::spawn(MAX_BATCH, move |jobs| run_held(pool.clone(), jobs))
@@ -181,6 +201,7 @@ impl PgStore {
         };
         PgStore {
             pool,
+            creates: Arc::new(creates),
             held: Arc::new(held),
             phases: Arc::new(phases),
         }
@@ -736,7 +757,10 @@ async fn run_held(pool: PgPool, jobs: Vec<HeldJob>) {
     let shared = if batch.len() > 1 {
         let args: Vec<(Uuid, &[BranchReport])> =
             batch.iter().map(|j| (j.id, j.reports.as_slice())).collect();
-        record_held_batch(&pool, &args).await.ok()
+        record_held_batch(&pool, &args)
+            .await
+            .map_err(batch_failed)
+            .ok()
     } else {
         None
     };
@@ -867,7 +891,10 @@ async fn phase_answer(
 async fn run_phases(pool: PgPool, jobs: Vec<PhaseJob>) {
     let (batch, repeats) = distinct_by_id(jobs, |j| j.id);
     let mut shared = if batch.len() > 1 {
-        record_phases(&pool, &batch).await.ok()
+        record_phases(&pool, &batch)
+            .await
+            .map_err(batch_failed)
+            .ok()
     } else {
         None
     };
@@ -889,6 +916,289 @@ async fn run_phases(pool: PgPool, jobs: Vec<PhaseJob>) {
     }
 }
 
+/// One Reserve on its own (with a global hold cap, every Reserve goes this way).
+async fn create_alone(
+    pool: &PgPool,
+    new: &NewReservation,
+    token: &HoldToken,
+    lease: WorkLease,
+    limits: HoldLimits,
+) -> Result<Created, StoreError> {
+    let id = Uuid::now_v7();
+    let ttl_ms = i64::try_from(new.ttl.as_millis()).unwrap_or(i64::MAX);
+    let mut tx = pool.begin().await?;
+    // One holder's Reserves run this transaction one at a time, so counting its live holds
+    // and inserting are one atomic step. (A separate statement: the count below must see
+    // what committed while we waited for the lock.)
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+        .bind(&new.holder)
+        .execute(&mut *tx)
+        .await?;
+    if limits.total > 0 {
+        // Rare configuration: every Reserve queues on one lock, and admission is checked
+        // statement by statement.
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(GLOBAL_LIMIT_LOCK)
+            .execute(&mut *tx)
+            .await?;
+        if let Some(refused) = admission(&mut tx, new, limits).await? {
+            tx.rollback().await?;
+            return Ok(refused);
+        }
+    }
+    // One participant-level branch id per participant, shared by its holds.
+    let mut branch_ids: HashMap<&str, Uuid> = HashMap::new();
+    let n = new.holds.len();
+    let (mut positions, mut bids, mut parts, mut resources, mut qtys, mut starts, mut ends) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    for (i, h) in new.holds.iter().enumerate() {
+        positions.push(i32::try_from(i).unwrap_or(i32::MAX));
+        bids.push(
+            *branch_ids
+                .entry(&h.participant)
+                .or_insert_with(Uuid::new_v4),
+        );
+        parts.push(h.participant.as_str());
+        resources.push(h.resource.as_str());
+        qtys.push(h.quantity);
+        starts.push(h.during.map(|d| d.start));
+        ends.push(h.during.map(|d| d.end));
+    }
+    // One statement: the reservation and its branches, unless the request id is taken or
+    // the holder is at its cap (checked by this statement's snapshot, taken after the
+    // holder lock was granted), returning the rows as inserted.
+    let row = sqlx::query_as::<_, ReservationRow>(concat!(
+        "WITH w AS ( \
+            INSERT INTO reservations (id, request_id, holder, state, hold_token, ttl_ms, \
+                                      expires_at, labels, lease_owner, lease_until) \
+            SELECT $1, $2, $3, 'TRYING', $4, $5, clock_timestamp() + $5 * interval '1 millisecond', \
+                   $6, $7, clock_timestamp() + $8 * interval '1 millisecond' \
+            WHERE NOT EXISTS (SELECT 1 FROM reservations WHERE holder = $3 AND request_id = $2) \
+              AND (SELECT count(*) FROM reservations WHERE holder = $3 \
+                     AND state IN ('TRYING', 'HELD') \
+                     AND (state = 'TRYING' OR expires_at > clock_timestamp())) < $16 \
+            ON CONFLICT (holder, request_id) DO NOTHING \
+            RETURNING ",
+        reservation_columns!(),
+        "), ins AS ( \
+            INSERT INTO branches (reservation_id, position, branch_id, participant, resource, \
+                                  quantity, during_start, during_end, state) \
+            SELECT w.id, u.*, 'PENDING' FROM w, UNNEST($9::int[], $10::uuid[], $11::text[], \
+                   $12::text[], $13::bigint[], $14::timestamptz[], $15::timestamptz[]) AS u \
+            RETURNING *) ",
+        select_inserted!()
+    ))
+    .bind(id)
+    .bind(&new.request_id)
+    .bind(&new.holder)
+    .bind(token.expose())
+    .bind(ttl_ms)
+    .bind(Json(&new.labels))
+    .bind(lease.owner)
+    .bind(millis(lease.duration))
+    .bind(&positions)
+    .bind(&bids)
+    .bind(&parts)
+    .bind(&resources)
+    .bind(&qtys)
+    .bind(&starts)
+    .bind(&ends)
+    .bind(i64::from(limits.per_holder))
+    .fetch_optional(&mut *tx)
+    .await?;
+    if let Some(row) = row {
+        let created = row.into_domain()?;
+        tx.commit().await?;
+        return Ok(Created::New(created));
+    }
+    // Nothing inserted: a repeat of a recorded request, or the holder is at its cap.
+    let refused = admission(&mut tx, new, limits).await?;
+    tx.rollback().await?;
+    refused.ok_or_else(|| {
+        // Unreachable under the holder lock; the unique index stays the last word.
+        StoreError::Corrupt("request_id conflicted under the holder lock".into())
+    })
+}
+
+/// Records a batch of Reserves (distinct holders, no global cap) in one transaction: every
+/// holder's lock (in key order, so concurrent batches cannot deadlock), then one statement
+/// inserting each reservation with its branches unless its request id is taken or its holder
+/// is at the cap, answering with the rows as inserted; the others are judged one by one under
+/// the same locks. Answers in job order.
+async fn create_batch(pool: &PgPool, jobs: &[CreateJob]) -> Result<Vec<Created>, StoreError> {
+    let mut tx = pool.begin().await?;
+    let holders: Vec<&str> = jobs.iter().map(|j| j.new.holder.as_str()).collect();
+    sqlx::query(
+        "SELECT pg_advisory_xact_lock(k) FROM ( \
+            SELECT DISTINCT hashtextextended(h, 0) AS k FROM UNNEST($1::text[]) AS h ORDER BY k) s",
+    )
+    .bind(&holders)
+    .execute(&mut *tx)
+    .await?;
+    let n = jobs.len();
+    let mut ids = Vec::with_capacity(n);
+    let (mut request_ids, mut tokens, mut ttls, mut labels, mut owners, mut leases, mut caps) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut b_res, mut b_pos, mut b_ids, mut b_parts, mut b_resources, mut b_qtys) = (
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+    );
+    let (mut b_starts, mut b_ends) = (Vec::new(), Vec::new());
+    for job in jobs {
+        let id = Uuid::now_v7();
+        ids.push(id);
+        request_ids.push(job.new.request_id.as_str());
+        tokens.push(job.token.expose());
+        ttls.push(i64::try_from(job.new.ttl.as_millis()).unwrap_or(i64::MAX));
+        labels.push(
+            serde_json::to_string(&job.new.labels)
+                .map_err(|e| StoreError::Corrupt(format!("labels: {e}")))?,
+        );
+        owners.push(job.lease.owner);
+        leases.push(millis(job.lease.duration));
+        caps.push(i64::from(job.limits.per_holder));
+        // One participant-level branch id per participant, shared by its holds.
+        let mut branch_ids: HashMap<&str, Uuid> = HashMap::new();
+        for (i, h) in job.new.holds.iter().enumerate() {
+            b_res.push(id);
+            b_pos.push(i32::try_from(i).unwrap_or(i32::MAX));
+            b_ids.push(
+                *branch_ids
+                    .entry(&h.participant)
+                    .or_insert_with(Uuid::new_v4),
+            );
+            b_parts.push(h.participant.as_str());
+            b_resources.push(h.resource.as_str());
+            b_qtys.push(h.quantity);
+            b_starts.push(h.during.map(|d| d.start));
+            b_ends.push(h.during.map(|d| d.end));
+        }
+    }
+    // Each row's admission is checked by this statement's snapshot, taken after every holder
+    // lock was granted.
+    let rows = sqlx::query_as::<_, ReservationRow>(concat!(
+        "WITH i AS ( \
+            SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bigint[], \
+                                 $6::text[], $7::uuid[], $8::bigint[], $9::bigint[]) \
+                AS i(id, request_id, holder, token, ttl_ms, labels, lease_owner, lease_ms, cap)), \
+         w AS ( \
+            INSERT INTO reservations (id, request_id, holder, state, hold_token, ttl_ms, \
+                                      expires_at, labels, lease_owner, lease_until) \
+            SELECT i.id, i.request_id, i.holder, 'TRYING', i.token, i.ttl_ms, \
+                   clock_timestamp() + i.ttl_ms * interval '1 millisecond', i.labels::jsonb, \
+                   i.lease_owner, clock_timestamp() + i.lease_ms * interval '1 millisecond' \
+            FROM i \
+            WHERE NOT EXISTS (SELECT 1 FROM reservations r \
+                              WHERE r.holder = i.holder AND r.request_id = i.request_id) \
+              AND (SELECT count(*) FROM reservations r WHERE r.holder = i.holder \
+                     AND r.state IN ('TRYING', 'HELD') \
+                     AND (r.state = 'TRYING' OR r.expires_at > clock_timestamp())) < i.cap \
+            ON CONFLICT (holder, request_id) DO NOTHING \
+            RETURNING ",
+        reservation_columns!(),
+        "), ins AS ( \
+            INSERT INTO branches (reservation_id, position, branch_id, participant, resource, \
+                                  quantity, during_start, during_end, state) \
+            SELECT u.reservation_id, u.position, u.branch_id, u.participant, u.resource, \
+                   u.quantity, u.during_start, u.during_end, 'PENDING' \
+            FROM UNNEST($10::uuid[], $11::int[], $12::uuid[], $13::text[], $14::text[], \
+                        $15::bigint[], $16::timestamptz[], $17::timestamptz[]) \
+                AS u(reservation_id, position, branch_id, participant, resource, quantity, \
+                     during_start, during_end) \
+            JOIN w ON w.id = u.reservation_id \
+            RETURNING *) \
+         SELECT w.*, b.* FROM w CROSS JOIN LATERAL ( \
+            SELECT array_agg(branch_id ORDER BY position) AS b_branch_ids, \
+                   array_agg(participant ORDER BY position) AS b_participants, \
+                   array_agg(resource ORDER BY position) AS b_resources, \
+                   array_agg(quantity ORDER BY position) AS b_quantities, \
+                   array_agg(during_start ORDER BY position) AS b_starts, \
+                   array_agg(during_end ORDER BY position) AS b_ends, \
+                   array_agg(state ORDER BY position) AS b_states, \
+                   array_agg(attempts ORDER BY position) AS b_attempts, \
+                   array_agg(last_error ORDER BY position) AS b_errors \
+            FROM ins WHERE ins.reservation_id = w.id) b"
+    ))
+    .bind(&ids)
+    .bind(&request_ids)
+    .bind(&holders)
+    .bind(&tokens)
+    .bind(&ttls)
+    .bind(&labels)
+    .bind(&owners)
+    .bind(&leases)
+    .bind(&caps)
+    .bind(&b_res)
+    .bind(&b_pos)
+    .bind(&b_ids)
+    .bind(&b_parts)
+    .bind(&b_resources)
+    .bind(&b_qtys)
+    .bind(&b_starts)
+    .bind(&b_ends)
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut inserted: HashMap<Uuid, Reservation> = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let r = row.into_domain()?;
+        inserted.insert(r.id, r);
+    }
+    let mut answers = Vec::with_capacity(n);
+    for (job, id) in jobs.iter().zip(&ids) {
+        answers.push(match inserted.remove(id) {
+            Some(r) => Created::New(r),
+            // A repeat of a recorded request, or the holder is at its cap.
+            None => admission(&mut tx, &job.new, job.limits)
+                .await?
+                .ok_or_else(|| {
+                    StoreError::Corrupt("request_id conflicted under the holder lock".into())
+                })?,
+        });
+    }
+    tx.commit().await?;
+    Ok(answers)
+}
+
+/// Runs queued Reserves: distinct holders in one transaction; should that fail, each alone,
+/// so one call's error is its own.
+async fn run_creates(pool: PgPool, jobs: Vec<CreateJob>) {
+    let mut seen = HashSet::with_capacity(jobs.len());
+    let (batch, repeats): (Vec<CreateJob>, Vec<CreateJob>) = jobs
+        .into_iter()
+        .partition(|j| seen.insert(j.new.holder.clone()));
+    let shared = if batch.len() > 1 {
+        create_batch(&pool, &batch).await.map_err(batch_failed).ok()
+    } else {
+        None
+    };
+    let mut shared = shared.map(Vec::into_iter);
+    for job in batch.into_iter().chain(repeats) {
+        let answer = match shared.as_mut().and_then(Iterator::next) {
+            Some(created) => Ok(created),
+            None => create_alone(&pool, &job.new, &job.token, job.lease, job.limits).await,
+        };
+        let _ = job.reply.send(answer);
+    }
+}
+
 #[async_trait]
 impl Store for PgStore {
     async fn create(
@@ -898,107 +1208,21 @@ impl Store for PgStore {
         lease: WorkLease,
         limits: HoldLimits,
     ) -> Result<Created, StoreError> {
-        let id = Uuid::now_v7();
-        let ttl_ms = i64::try_from(new.ttl.as_millis()).unwrap_or(i64::MAX);
-        let mut tx = self.pool.begin().await?;
-        // One holder's Reserves run this transaction one at a time, so counting its live holds
-        // and inserting are one atomic step. (A separate statement: the count below must see
-        // what committed while we waited for the lock.)
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-            .bind(&new.holder)
-            .execute(&mut *tx)
-            .await?;
         if limits.total > 0 {
-            // Rare configuration: every Reserve queues on one lock, and admission is checked
-            // statement by statement.
-            sqlx::query("SELECT pg_advisory_xact_lock($1)")
-                .bind(GLOBAL_LIMIT_LOCK)
-                .execute(&mut *tx)
-                .await?;
-            if let Some(refused) = admission(&mut tx, new, limits).await? {
-                tx.rollback().await?;
-                return Ok(refused);
-            }
+            return create_alone(&self.pool, new, token, lease, limits).await;
         }
-        // One participant-level branch id per participant, shared by its holds.
-        let mut branch_ids: HashMap<&str, Uuid> = HashMap::new();
-        let n = new.holds.len();
-        let (mut positions, mut bids, mut parts, mut resources, mut qtys, mut starts, mut ends) = (
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-        );
-        for (i, h) in new.holds.iter().enumerate() {
-            positions.push(i32::try_from(i).unwrap_or(i32::MAX));
-            bids.push(
-                *branch_ids
-                    .entry(&h.participant)
-                    .or_insert_with(Uuid::new_v4),
-            );
-            parts.push(h.participant.as_str());
-            resources.push(h.resource.as_str());
-            qtys.push(h.quantity);
-            starts.push(h.during.map(|d| d.start));
-            ends.push(h.during.map(|d| d.end));
+        let (reply, answer) = oneshot::channel();
+        let job = CreateJob {
+            new: new.clone(),
+            token: token.clone(),
+            lease,
+            limits,
+            reply,
+        };
+        match self.creates.submit(job) {
+            Ok(()) => answer.await.unwrap_or_else(batch_task_gone),
+            Err(job) => create_alone(&self.pool, &job.new, &job.token, job.lease, job.limits).await,
         }
-        // One statement: the reservation and its branches, unless the request id is taken or
-        // the holder is at its cap (checked by this statement's snapshot, taken after the
-        // holder lock was granted), returning the rows as inserted.
-        let row = sqlx::query_as::<_, ReservationRow>(concat!(
-            "WITH w AS ( \
-                INSERT INTO reservations (id, request_id, holder, state, hold_token, ttl_ms, \
-                                          expires_at, labels, lease_owner, lease_until) \
-                SELECT $1, $2, $3, 'TRYING', $4, $5, clock_timestamp() + $5 * interval '1 millisecond', \
-                       $6, $7, clock_timestamp() + $8 * interval '1 millisecond' \
-                WHERE NOT EXISTS (SELECT 1 FROM reservations WHERE holder = $3 AND request_id = $2) \
-                  AND (SELECT count(*) FROM reservations WHERE holder = $3 \
-                         AND state IN ('TRYING', 'HELD') \
-                         AND (state = 'TRYING' OR expires_at > clock_timestamp())) < $16 \
-                ON CONFLICT (holder, request_id) DO NOTHING \
-                RETURNING ",
-            reservation_columns!(),
-            "), ins AS ( \
-                INSERT INTO branches (reservation_id, position, branch_id, participant, resource, \
-                                      quantity, during_start, during_end, state) \
-                SELECT w.id, u.*, 'PENDING' FROM w, UNNEST($9::int[], $10::uuid[], $11::text[], \
-                       $12::text[], $13::bigint[], $14::timestamptz[], $15::timestamptz[]) AS u \
-                RETURNING *) ",
-            select_inserted!()
-        ))
-        .bind(id)
-        .bind(&new.request_id)
-        .bind(&new.holder)
-        .bind(token.expose())
-        .bind(ttl_ms)
-        .bind(Json(&new.labels))
-        .bind(lease.owner)
-        .bind(millis(lease.duration))
-        .bind(&positions)
-        .bind(&bids)
-        .bind(&parts)
-        .bind(&resources)
-        .bind(&qtys)
-        .bind(&starts)
-        .bind(&ends)
-        .bind(i64::from(limits.per_holder))
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some(row) = row {
-            let created = row.into_domain()?;
-            tx.commit().await?;
-            return Ok(Created::New(created));
-        }
-        // Nothing inserted: a repeat of a recorded request, or the holder is at its cap.
-        let refused = admission(&mut tx, new, limits).await?;
-        tx.rollback().await?;
-        refused.ok_or_else(|| {
-            // Unreachable under the holder lock; the unique index stays the last word.
-            StoreError::Corrupt("request_id conflicted under the holder lock".into())
-        })
     }
 
     async fn get(&self, id: Uuid) -> Result<Option<Reservation>, StoreError> {

@@ -1222,9 +1222,34 @@ pub async fn writes_answer_with_the_stored_reservation(store: S) {
 /// reservation as stored, a repeat and a call from the wrong state change nothing.
 pub async fn concurrent_writes_are_each_recorded(store: S) {
     const N: usize = 40;
-    let mut created = Vec::new();
-    for i in 0..N {
-        created.push(create(&store, &format!("holder-{i}"), "req", LONG).await.0);
+    // Reserves of 40 holders at once, plus a repeat of the first one's request in the burst.
+    let token = HoldToken::generate().unwrap();
+    let answers = futures_util::future::join_all((0..=N).map(|i| {
+        let store = store.clone();
+        let token = token.clone();
+        async move {
+            let holder = format!("holder-{}", i % N);
+            store
+                .create(&new_res(&holder, "req", LONG), &token, lease(), NO_LIMITS)
+                .await
+                .unwrap()
+        }
+    }))
+    .await;
+    let (mut created, mut existing) = (Vec::new(), Vec::new());
+    for answer in answers {
+        match answer {
+            Created::New(r) => created.push(r),
+            Created::Existing(r) => existing.push(r),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!((created.len(), existing.len()), (N, 1));
+    assert_eq!(existing[0].holder, "holder-0");
+    assert!(created.iter().any(|r| r.id == existing[0].id));
+    for r in &created {
+        assert_eq!(r, &get(&store, r.id).await);
+        assert_eq!(r.branches.len(), 3);
     }
     let placed = futures_util::future::join_all(created.iter().map(|r| {
         let store = store.clone();
