@@ -263,6 +263,12 @@ pub struct ParticipantArgs {
     #[arg(long, env = "HOLDFAST_REDIS_PREFIX", default_value = crate::participants::stock_redis::DEFAULT_PREFIX)]
     pub redis_prefix: String,
 
+    /// How long a finished `stock-redis` branch record stays in Redis past its hold's
+    /// `expires_at + orphan_grace` (late calls within it answer as before; after it, a
+    /// confirmed branch is answered from the durable record).
+    #[arg(long, env = "HOLDFAST_REDIS_RETENTION", default_value = "168h", value_parser = parse_duration)]
+    pub redis_retention: Duration,
+
     /// A TOML file of settings (its `[participant]` table); flags and env vars override it.
     #[arg(long, env = "HOLDFAST_CONFIG")]
     pub config: Option<PathBuf>,

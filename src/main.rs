@@ -117,6 +117,7 @@ async fn run(cli: Cli) -> Result<(), AppError> {
                 let mut settings = stock_redis::StockRedisSettings::new(url);
                 settings.key_prefix = args.redis_prefix.clone();
                 settings.orphan_grace = args.orphan_grace;
+                settings.retention = args.redis_retention;
                 return stock_redis::serve(
                     settings,
                     pool,
