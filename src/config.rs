@@ -408,7 +408,8 @@ impl CoordinatorArgs {
             .collect()
     }
 
-    /// The effective settings, as TOML (without secrets: the database password is masked).
+    /// The effective settings, as TOML (without secrets: database and Redis passwords are
+    /// masked).
     pub fn describe(&self) -> String {
         let d = |d: Duration| format!("\"{}ms\"", d.as_millis());
         let mut out = String::new();
@@ -458,6 +459,10 @@ impl CoordinatorArgs {
             self.max_concurrent_requests.to_string(),
         );
         line("request_timeout", d(self.request_timeout));
+        match &self.redis_url {
+            Some(url) => line("redis_url", format!("\"{}\"", mask_password(url))),
+            None => out.push_str("# redis_url: not set (no stock-redis participant)\n"),
+        }
         out.push_str("\n[participants]\n");
         for ep in self.endpoints() {
             out.push_str(&format!(

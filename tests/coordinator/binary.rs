@@ -535,6 +535,7 @@ max_ttl = "30m"
 default_ttl = "5m"
 participant_timeout = "3s"
 max_extensions = 4
+redis_url = "redis://:hunter2@cache:6379/0"
 [participants]
 seats = "http://127.0.0.1:50061"
 stock = { url = "http://127.0.0.1:50062", timeout = "1s" }
@@ -565,12 +566,37 @@ stock = { url = "http://127.0.0.1:50062", timeout = "1s" }
         "seats = { url = \"http://127.0.0.1:50061\", timeout = \"3000ms\" }",
         "stock = { url = \"http://127.0.0.1:50062\", timeout = \"1000ms\" }",
         "database_url = \"postgres://app:***@db:5432/holdfast\"", // never print a password
+        "redis_url = \"redis://:***@cache:6379/0\"",              // file, masked too
     ] {
         assert!(
             printed.lines().any(|l| l == line),
             "{line:?} not in:\n{printed}"
         );
     }
+    assert!(!printed.contains("hunter2"), "{printed}");
+    // From its env var; the all-in-one (no subcommand) prints it as well.
+    let out = run_holdfast(
+        &["--print-config"],
+        &[("HOLDFAST_REDIS_URL", "redis://127.0.0.1:6380")],
+    );
+    assert!(out.status.success());
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed
+            .lines()
+            .any(|l| l == "redis_url = \"redis://127.0.0.1:6380\""),
+        "{printed}"
+    );
+    // Unset, it is named as such (a comment: the printed settings stay valid TOML).
+    let out = run_holdfast(&["coordinator", "--print-config"], &[]);
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed
+            .lines()
+            .any(|l| l.starts_with("# redis_url: not set")),
+        "{printed}"
+    );
+    assert!(printed.parse::<toml::Table>().is_ok(), "{printed}");
 }
 
 #[test]
