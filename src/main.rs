@@ -30,7 +30,7 @@ enum Command {
     Coordinator(CoordinatorArgs),
     /// Run one reference participant (tcc.v1.Participant + tcc.v1.ResourceAdmin).
     Participant(ParticipantArgs),
-    /// Run benchmark scenarios (ceiling, latency, throughput, flash); see BENCHMARKS.md.
+    /// Run benchmark scenarios (ceiling, latency, throughput, flash, holds); see BENCHMARKS.md.
     Bench(holdfast::bench::BenchArgs),
     /// Apply the coordinator's database migrations and exit.
     Migrate {
