@@ -263,6 +263,12 @@ pub struct ParticipantArgs {
     #[arg(long, env = "HOLDFAST_REDIS_PREFIX", default_value = crate::participants::stock_redis::DEFAULT_PREFIX)]
     pub redis_prefix: String,
 
+    /// How long a finished `stock-redis` branch record stays in Redis past its hold's
+    /// `expires_at + orphan_grace` (late calls within it answer as before; after it, a
+    /// confirmed branch is answered from the durable record).
+    #[arg(long, env = "HOLDFAST_REDIS_RETENTION", default_value = "168h", value_parser = parse_duration)]
+    pub redis_retention: Duration,
+
     /// A TOML file of settings (its `[participant]` table); flags and env vars override it.
     #[arg(long, env = "HOLDFAST_CONFIG")]
     pub config: Option<PathBuf>,
@@ -402,7 +408,8 @@ impl CoordinatorArgs {
             .collect()
     }
 
-    /// The effective settings, as TOML (without secrets: the database password is masked).
+    /// The effective settings, as TOML (without secrets: database and Redis passwords are
+    /// masked).
     pub fn describe(&self) -> String {
         let d = |d: Duration| format!("\"{}ms\"", d.as_millis());
         let mut out = String::new();
@@ -452,6 +459,10 @@ impl CoordinatorArgs {
             self.max_concurrent_requests.to_string(),
         );
         line("request_timeout", d(self.request_timeout));
+        match &self.redis_url {
+            Some(url) => line("redis_url", format!("\"{}\"", mask_password(url))),
+            None => out.push_str("# redis_url: not set (no stock-redis participant)\n"),
+        }
         out.push_str("\n[participants]\n");
         for ep in self.endpoints() {
             out.push_str(&format!(

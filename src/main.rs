@@ -30,7 +30,7 @@ enum Command {
     Coordinator(CoordinatorArgs),
     /// Run one reference participant (tcc.v1.Participant + tcc.v1.ResourceAdmin).
     Participant(ParticipantArgs),
-    /// Run benchmark scenarios (ceiling, latency, throughput, flash); see BENCHMARKS.md.
+    /// Run benchmark scenarios (ceiling, latency, throughput, flash, holds); see BENCHMARKS.md.
     Bench(holdfast::bench::BenchArgs),
     /// Apply the coordinator's database migrations and exit.
     Migrate {
@@ -117,6 +117,7 @@ async fn run(cli: Cli) -> Result<(), AppError> {
                 let mut settings = stock_redis::StockRedisSettings::new(url);
                 settings.key_prefix = args.redis_prefix.clone();
                 settings.orphan_grace = args.orphan_grace;
+                settings.retention = args.redis_retention;
                 return stock_redis::serve(
                     settings,
                     pool,

@@ -1,6 +1,6 @@
 //! The deployment a benchmark runs against: started in-process (coordinator + reference
-//! participants on 127.0.0.1:0, over real gRPC, against a fresh Postgres database) or an
-//! existing one named by `--target`.
+//! participants on 127.0.0.1:0, over real gRPC, against a fresh Postgres database, and the
+//! `stock-redis` participant when asked for) or an existing one named by `--target`.
 
 use std::time::Duration;
 
@@ -17,6 +17,7 @@ use crate::coordinator::Policy;
 use crate::domain::validate::Limits;
 use crate::participant::ParticipantService;
 use crate::participants::admin::AdminService;
+use crate::participants::stock_redis::{self, StockRedisSettings};
 use crate::participants::{self, Kind, ParticipantSettings, noop::Noop};
 use crate::proto::coordinator_client::CoordinatorClient;
 use crate::proto::resource_admin_client::ResourceAdminClient;
@@ -35,6 +36,8 @@ pub struct Endpoints {
     pub seats: (String, String),
     /// Registered name and ResourceAdmin URL of the stock participant.
     pub stock: (String, String),
+    /// Registered name and ResourceAdmin URL of the stock-redis participant, if one runs.
+    pub stock_redis: Option<(String, String)>,
 }
 
 /// A running in-process deployment; [`Deployment::stop`] shuts it down and closes its pools,
@@ -107,11 +110,13 @@ async fn bind() -> Result<(TcpListener, String), String> {
 impl Deployment {
     /// Starts the coordinator (pool of `coordinator_pool`) and participants `noop-a`, `noop-b`,
     /// `seats`, `stock` (sharing one pool of `participant_pool`, as the all-in-one does) on
-    /// the already migrated database at `url`, and waits until the coordinator answers.
+    /// the already migrated database at `url`, plus `stock-redis` (same pool) with
+    /// `stock_redis` settings if given, and waits until they answer.
     pub async fn start(
         url: &str,
         coordinator_pool: u32,
         participant_pool: u32,
+        stock_redis: Option<StockRedisSettings>,
     ) -> Result<Deployment, String> {
         let connect = |n| async move {
             app::connect(url, n)
@@ -169,6 +174,22 @@ impl Deployment {
                     .map_err(|e| format!("participant {}: {e}", kind.name()))
             });
         }
+        let mut stock_redis_admin = None;
+        if let Some(settings) = stock_redis {
+            let (listener, url) = bind().await?;
+            registered.push(ParticipantEndpoint {
+                name: stock_redis::NAME.to_owned(),
+                url: url.clone(),
+                timeout,
+            });
+            stock_redis_admin = Some((stock_redis::NAME.to_owned(), url));
+            let (pool, shutdown) = (ppool.clone(), stopped(stop_rx.clone()));
+            tasks.spawn(async move {
+                stock_redis::serve(settings, pool, listener, shutdown)
+                    .await
+                    .map_err(|e| format!("participant {}: {e}", stock_redis::NAME))
+            });
+        }
         let (listener, coordinator_url) = bind().await?;
         let settings = CoordinatorSettings {
             participants: registered,
@@ -190,6 +211,7 @@ impl Deployment {
                 noop: NOOP_NAMES.iter().map(|s| (*s).to_owned()).collect(),
                 seats: seats.take().unwrap_or_default(),
                 stock: stock.take().unwrap_or_default(),
+                stock_redis: stock_redis_admin,
             },
             stop,
             tasks,
@@ -210,12 +232,16 @@ impl Deployment {
                 self.stop().await;
                 return Err(why);
             }
-            if coordinator_ready(&self.endpoints.coordinator).await {
+            let stock_redis_ready = match &self.endpoints.stock_redis {
+                Some((_, url)) => admin_ready(url).await,
+                None => true,
+            };
+            if stock_redis_ready && coordinator_ready(&self.endpoints.coordinator).await {
                 return Ok(self);
             }
             if tokio::time::Instant::now() > deadline {
                 self.stop().await;
-                return Err("the in-process coordinator did not answer within 30s".into());
+                return Err("the in-process deployment did not answer within 30s".into());
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -264,6 +290,80 @@ async fn coordinator_ready(url: &str) -> bool {
         .ok()
         .flatten()
         .is_some()
+}
+
+/// Whether a ResourceAdmin answers a read (NOT_FOUND for a random resource counts): for
+/// `stock-redis`, once its data set is built and it serves.
+async fn admin_ready(url: &str) -> bool {
+    let probe = async {
+        let mut client = ResourceAdminClient::new(channel(url).ok()?.connect().await.ok()?);
+        let answer = client
+            .get_resource(crate::proto::GetResourceRequest {
+                resource: format!("probe-{}", uuid::Uuid::new_v4().simple()),
+            })
+            .await;
+        match answer {
+            Ok(_) => Some(()),
+            Err(s) if s.code() == tonic::Code::NotFound => Some(()),
+            Err(_) => None,
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(2), probe)
+        .await
+        .ok()
+        .flatten()
+        .is_some()
+}
+
+/// Settings of a bench `stock-redis` participant on `redis_url`, under a key prefix of its
+/// own (`hf:bench:<uuid>:`), so runs never share keys; [`delete_redis_keys`] removes them.
+pub fn stock_redis_settings(redis_url: &str) -> StockRedisSettings {
+    let mut settings = StockRedisSettings::new(redis_url);
+    settings.key_prefix = format!("hf:bench:{}:", uuid::Uuid::new_v4().simple());
+    settings
+}
+
+/// Deletes every Redis key under `prefix` (SCAN + UNLINK); answers how many.
+pub async fn delete_redis_keys(redis_url: &str, prefix: &str) -> Result<u64, String> {
+    let fail = |e: redis::RedisError| format!("deleting the bench's Redis keys: {e}");
+    let mut conn = redis::Client::open(redis_url)
+        .map_err(fail)?
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(fail)?;
+    // MATCH is a glob: escape its special characters in the prefix.
+    let mut pattern = String::with_capacity(prefix.len() + 1);
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('*');
+    let (mut cursor, mut deleted) = (0u64, 0u64);
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(5000)
+            .query_async(&mut conn)
+            .await
+            .map_err(fail)?;
+        if !keys.is_empty() {
+            let n: u64 = redis::cmd("UNLINK")
+                .arg(&keys)
+                .query_async(&mut conn)
+                .await
+                .map_err(fail)?;
+            deleted += n;
+        }
+        if next == 0 {
+            return Ok(deleted);
+        }
+        cursor = next;
+    }
 }
 
 /// An endpoint for `url` with sane client settings.

@@ -23,7 +23,8 @@ pub enum Scenario {
     Latency,
     /// `--clients` clients, Reserve+Confirm of 2 holds on 2 participants (noop, then seats + stock).
     Throughput,
-    /// `--flash-clients` clients racing for `--flash-units` units of one stock item.
+    /// `--flash-clients` clients racing for `--flash-units` units of one stock item through
+    /// the coordinator: on `stock`, and on `stock-redis` when `--redis-url` is set.
     Flash,
     /// A stock participant alone: `--clients` clients sending Try (1 unit each) straight to
     /// it, for `--duration`: `stock` on Postgres, and `stock-redis` when `--redis-url` is set.
@@ -33,7 +34,8 @@ pub enum Scenario {
 /// Settings of `holdfast bench`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct BenchArgs {
-    /// Scenarios to run (default: all), always in the order ceiling, latency, throughput, flash.
+    /// Scenarios to run (default: all), always in the order ceiling, latency, throughput,
+    /// flash, holds.
     #[arg(value_enum)]
     pub scenarios: Vec<Scenario>,
 
@@ -74,7 +76,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub json: Option<PathBuf>,
 
-    /// Redis for the `holds` scenario's `stock-redis` row (skipped without it).
+    /// Redis for the `stock-redis` rows of `flash` and `holds` (skipped without it); each
+    /// run uses keys of its own and deletes them afterwards.
     #[arg(long, env = "HOLDFAST_REDIS_URL")]
     pub redis_url: Option<String>,
 
@@ -126,10 +129,15 @@ impl std::fmt::Debug for Measured {
     }
 }
 
+/// Whether a row is a flash sale (`flash`, `flash-stock-redis`).
+fn is_flash(name: &str) -> bool {
+    name == "flash" || name.starts_with("flash-")
+}
+
 impl Row {
     fn rate(&self) -> f64 {
         self.measured.as_ref().map_or(0.0, |m| {
-            let done = if self.name == "flash" {
+            let done = if is_flash(&self.name) {
                 m.recorder.ok() + m.recorder.rejected()
             } else {
                 m.recorder.ok()
@@ -238,17 +246,18 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
                 };
                 for workload in [Workload::Noop, Workload::Real] {
                     let name = format!("{prefix}-{}", workload.name());
-                    let r = with_deployment(&args, &run_id, &name, |ctx, progress| async move {
-                        scenarios::reserve_confirm_loop(
-                            ctx,
-                            workload,
-                            clients,
-                            args.duration,
-                            progress,
-                        )
-                        .await
-                    })
-                    .await;
+                    let r =
+                        with_deployment(&args, &run_id, &name, false, |ctx, progress| async move {
+                            scenarios::reserve_confirm_loop(
+                                ctx,
+                                workload,
+                                clients,
+                                args.duration,
+                                progress,
+                            )
+                            .await
+                        })
+                        .await;
                     rows.push(row(name, clients, r.0, Some(baseline.clone()), r.1));
                 }
             }
@@ -289,24 +298,42 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
                 }
             }
             Scenario::Flash => {
-                let r = with_deployment(&args, &run_id, "flash", |ctx, progress| async move {
-                    scenarios::flash(
-                        ctx,
-                        args.flash_clients,
+                use crate::participants::Kind;
+                let mut kinds = vec![Kind::Stock];
+                match (&args.redis_url, &args.target) {
+                    (Some(_), None) => kinds.push(Kind::StockRedis),
+                    (None, _) => eprintln!("bench: flash-stock-redis skipped (no --redis-url)"),
+                    (Some(_), Some(_)) => {
+                        eprintln!("bench: flash-stock-redis skipped (in-process deployment only)")
+                    }
+                }
+                for kind in kinds {
+                    let name = match kind {
+                        Kind::Stock => "flash".to_owned(),
+                        other => format!("flash-{}", other.name()),
+                    };
+                    let redis = kind == Kind::StockRedis;
+                    let r =
+                        with_deployment(&args, &run_id, &name, redis, |ctx, progress| async move {
+                            scenarios::flash(
+                                ctx,
+                                kind,
+                                args.flash_clients,
+                                args.flash_concurrency,
+                                args.flash_units,
+                                progress,
+                            )
+                            .await
+                        })
+                        .await;
+                    rows.push(row(
+                        name,
                         args.flash_concurrency,
-                        args.flash_units,
-                        progress,
-                    )
-                    .await
-                })
-                .await;
-                rows.push(row(
-                    "flash".into(),
-                    args.flash_concurrency,
-                    r.0,
-                    Some(ceiling_many.clone()),
-                    r.1,
-                ));
+                        r.0,
+                        Some(ceiling_many.clone()),
+                        r.1,
+                    ));
+                }
             }
         }
     }
@@ -362,18 +389,21 @@ fn row(
     }
 }
 
-/// Starts a deployment (in-process) or uses the target, runs `body`, stops the deployment and
-/// counts the database transactions it took.
+/// Starts a deployment (in-process; with a `stock-redis` participant on `--redis-url` when
+/// `stock_redis`, its keys deleted afterwards) or uses the target, runs `body`, stops the
+/// deployment and counts the database transactions it took.
 async fn with_deployment<F, Fut>(
     args: &BenchArgs,
     run_id: &str,
     name: &str,
+    stock_redis: bool,
     body: F,
 ) -> (Result<Measured, String>, Option<(i64, i64)>)
 where
     F: FnOnce(Arc<Ctx>, Arc<Progress>) -> Fut,
     Fut: std::future::Future<Output = Result<Measured, String>>,
 {
+    let mut redis_keys = None;
     let (endpoints, deployment) = match &args.target {
         Some(url) => (
             deploy::Endpoints {
@@ -385,19 +415,32 @@ where
                 },
                 seats: ("seats".into(), args.seats_admin.clone()),
                 stock: ("stock".into(), args.stock_admin.clone()),
+                stock_redis: None,
             },
             None,
         ),
         None => {
+            let redis = match (stock_redis, &args.redis_url) {
+                (false, _) => None,
+                (true, Some(url)) => Some(deploy::stock_redis_settings(url)),
+                (true, None) => return (Err("stock-redis needs --redis-url".into()), None),
+            };
+            redis_keys = redis
+                .as_ref()
+                .map(|s| (s.redis_url.clone(), s.key_prefix.clone()));
             match deploy::Deployment::start(
                 &args.database_url,
                 args.coordinator_pool,
                 args.participant_pool,
+                redis,
             )
             .await
             {
                 Ok(d) => (d.endpoints.clone(), Some(d)),
-                Err(e) => return (Err(format!("starting the deployment: {e}")), None),
+                Err(e) => {
+                    delete_redis_keys(redis_keys).await;
+                    return (Err(format!("starting the deployment: {e}")), None);
+                }
             }
         }
     };
@@ -412,16 +455,31 @@ where
         seat_block: args.seat_block.max(1),
     });
     let progress = Arc::new(Progress::default());
-    let planned = (name != "flash").then_some(args.duration);
+    let planned = (!is_flash(name)).then_some(args.duration);
     let ticker = scenarios::spawn_progress(name.to_owned(), progress.clone(), planned);
-    let result = body(ctx, progress).await;
+    let mut result = body(ctx, progress).await;
     ticker.abort();
+    if let (Ok(m), Some((_, prefix))) = (&mut result, &redis_keys)
+        && let Some(extra) = m.extra.as_object_mut()
+    {
+        extra.insert("redis_key_prefix".into(), prefix.clone().into());
+    }
     let mut counted = None;
     if let Some(d) = deployment {
         d.stop().await;
         counted = delta(before, xacts(&args.database_url).await);
     }
+    delete_redis_keys(redis_keys).await;
     (result, counted)
+}
+
+/// Deletes the keys of a bench stock-redis participant (`(redis_url, key prefix)`), if any.
+async fn delete_redis_keys(keys: Option<(String, String)>) {
+    if let Some((url, prefix)) = keys
+        && let Err(e) = deploy::delete_redis_keys(&url, &prefix).await
+    {
+        eprintln!("bench: {e}");
+    }
 }
 
 fn redact(url: &str) -> &str {
@@ -492,9 +550,10 @@ fn print_table(rows: &[Row]) {
         for note in &m.notes {
             println!("  {}: {note}", r.name);
         }
-        if r.name == "flash" {
+        if is_flash(&r.name) {
             println!(
-                "  flash: winners {} losers {} oversell {} participant counts {}",
+                "  {}: winners {} losers {} oversell {} participant counts {}",
+                r.name,
                 m.recorder.ok(),
                 m.recorder.rejected(),
                 r.oversell(),
@@ -509,7 +568,8 @@ fn print_table(rows: &[Row]) {
         "  rate/s: completed Reserve+Confirm per second (flash: Reserve answers per second); \
          x ceiling: rate / commit rate of the ceiling row at the same concurrency \
          (latency: ceiling-1); commits/op: pg_stat_database.xact_commit delta, less the bench's own \
-         provisioning transactions, / operations (includes the coordinator's background sweeps)"
+         provisioning transactions, / operations (includes the coordinator's background sweeps \
+         and stock-redis's reconciler reads)"
     );
 }
 
@@ -526,6 +586,7 @@ fn to_json(args: &BenchArgs, rows: &[Row]) -> serde_json::Value {
                 "ok": m.map(|m| m.recorder.ok()),
                 "rejected": m.map(|m| m.recorder.rejected()),
                 "errors": m.map(|m| &m.recorder.errors),
+                "error_count": m.map(|m| m.recorder.error_count()),
                 "elapsed_s": m.map(|m| m.elapsed.as_secs_f64()),
                 "rate_per_s": r.rate(),
                 "latency_ms": { "p50": l.p50, "p90": l.p90, "p99": l.p99, "max": l.max },

@@ -1,6 +1,7 @@
 //! The scenarios: the database's raw commit rate (`ceiling`), Reserve+Confirm of 2 holds by
 //! one or many clients (`latency`, `throughput`) on noop or real (seats + stock) participants,
-//! and a flash sale of many clients on few units of one stock item (`flash`).
+//! a flash sale of many clients on few units of one stock item through the coordinator
+//! (`flash`, on `stock` or `stock-redis`), and a stock participant alone (`holds`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -453,17 +454,29 @@ pub async fn reserve_confirm_loop(
 }
 
 /// `clients` clients, at most `concurrency` at once, each a distinct holder doing Reserve of
-/// 1 unit of one stock item with `units` units, then Confirm if it won. Records Reserve
-/// latency (winners `Ok`, losers `Rejected`); oversell comes from the participant's counts.
+/// 1 unit of one item with `units` units at the stock participant `kind` (`stock` or
+/// `stock-redis`), then Confirm if it won. Records Reserve latency (winners `Ok`, losers
+/// `Rejected`); oversell comes from the participant's own counts.
 pub async fn flash(
     ctx: Arc<Ctx>,
+    kind: crate::participants::Kind,
     clients: usize,
     concurrency: usize,
     units: i64,
     progress: Arc<Progress>,
 ) -> Result<Measured, String> {
+    use crate::participants::Kind;
     let item = format!("{}-flash", ctx.run_id);
-    let mut stock = deploy::admin_client(&ctx.endpoints.stock.1)?;
+    let (stock_name, stock_admin) = match kind {
+        Kind::Stock => ctx.endpoints.stock.clone(),
+        Kind::StockRedis => ctx
+            .endpoints
+            .stock_redis
+            .clone()
+            .ok_or("no stock-redis participant in this deployment")?,
+        other => return Err(format!("flash runs on stock or stock-redis, not {other:?}")),
+    };
+    let mut stock = deploy::admin_client(&stock_admin)?;
     put(
         &mut stock,
         vec![ResourceSpec {
@@ -474,7 +487,6 @@ pub async fn flash(
     .await
     .map_err(|e| format!("provisioning the flash item: {e}"))?;
     let channels = deploy::channels(&ctx.endpoints.coordinator, concurrency.min(32))?;
-    let stock_name = ctx.endpoints.stock.0.clone();
     let confirmed = crate::proto::reservation::State::Confirmed as i32;
     let start = Instant::now();
     let results: Vec<(Outcome, Duration)> = futures_util::stream::iter(0..clients)
@@ -565,6 +577,7 @@ pub async fn flash(
     }
     Ok(Measured {
         extra: serde_json::json!({
+            "participant": stock_name,
             "item": item,
             "units": units,
             "clients": clients,
@@ -582,8 +595,9 @@ pub async fn flash(
         recorder,
         elapsed,
         notes,
-        // The PutResources of the item and each GetResource (an autocommit read).
-        setup_xacts: 1 + reads,
+        // The PutResources of the item and, on `stock`, each GetResource (an autocommit
+        // read; stock-redis reads its counts from Redis).
+        setup_xacts: if kind == Kind::Stock { 1 + reads } else { 1 },
     })
 }
 
@@ -620,11 +634,12 @@ pub async fn holds(
         let mut rx = stop_rx;
         let _ = rx.wait_for(|s| *s).await;
     };
+    let mut redis_keys = None;
     let server = match kind {
         Kind::StockRedis => {
-            let redis = redis_url.ok_or("stock-redis needs --redis-url")?.to_owned();
-            let mut settings = stock_redis::StockRedisSettings::new(redis);
-            settings.key_prefix = format!("hf:bench:{}:", uuid::Uuid::new_v4().simple());
+            let redis = redis_url.ok_or("stock-redis needs --redis-url")?;
+            let settings = super::deploy::stock_redis_settings(redis);
+            redis_keys = Some((redis.to_owned(), settings.key_prefix.clone()));
             let pool = pool.clone();
             tokio::spawn(async move {
                 stock_redis::serve(settings, pool, listener, stopped)
@@ -643,6 +658,13 @@ pub async fn holds(
     };
     let stop_all = || {
         let _ = stop.send(true);
+    };
+    let delete_keys = || async {
+        if let Some((url, prefix)) = &redis_keys
+            && let Err(e) = super::deploy::delete_redis_keys(url, prefix).await
+        {
+            eprintln!("bench: {e}");
+        }
     };
     let item = format!("holds-{}", uuid::Uuid::new_v4().simple());
     let mut ready = false;
@@ -665,6 +687,9 @@ pub async fn holds(
     }
     if !ready {
         stop_all();
+        let _ = server.await;
+        delete_keys().await;
+        pool.close().await;
         return Err(format!("{} never accepted PutResources", kind.name()));
     }
     let channels = super::deploy::channels(&url, clients.max(1))?;
@@ -715,6 +740,7 @@ pub async fn holds(
     let elapsed = start.elapsed();
     stop_all();
     let _ = server.await;
+    delete_keys().await;
     pool.close().await;
     Ok(Measured {
         recorder,

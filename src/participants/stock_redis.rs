@@ -8,7 +8,8 @@
 //! - `P b:<len(reservation_id)>:<reservation_id>:<branch_id>`: the branch record, a hash that
 //!   is this participant's barrier: `s` state (`held`, `rejected`, `confirmed`, `cancelled`,
 //!   `hold_lost`), `a`/`r` the first Try answer and reason, `u` hold_until (ms), `e` epoch of
-//!   the confirm, `n` and `i1..`/`q1..` the items;
+//!   the confirm, `n` and `i1..`/`q1..` the items; a finished record expires (see
+//!   "Retention of finished records");
 //! - `P expiry`: sorted set of held branch records by `expires_at + orphan_grace` (ms);
 //! - `P ready`: present once the data set is built; holds its epoch.
 //!
@@ -19,6 +20,25 @@
 //! `cancelled`), so repeats and races never move units twice. A Cancel or Confirm before its
 //! Try writes a tombstone (`cancelled` / `hold_lost`); the late Try answers `REJECTED`.
 //! Confirm after Cancel answers `CANCELLED`, Cancel after Confirm `CONFIRMED`, unchanged.
+//!
+//! # Retention of finished records
+//! A record that becomes final (`confirmed`, `cancelled`, `rejected`, `hold_lost`) gets a
+//! Redis expiry in the same script, so the data set does not grow without bound:
+//! - a hold confirmed, cancelled or reclaimed, and a refused Try: at its deadline
+//!   (`expires_at + orphan_grace`, the `u` of the record or of the Try) + `retention`;
+//! - a tombstone (Cancel or Confirm before any Try, so no deadline is known):
+//!   `orphan_grace + retention` from now;
+//! - a `confirmed` record restored from the durable record: `retention` from now.
+//!
+//! A `held` record never expires (the reconciler finishes it). `retention` (default 7 days,
+//! [`DEFAULT_RETENTION`]) is meant to be far longer than any retry of the coordinator, so
+//! while a record is there every late Try, Confirm or Cancel answers exactly as above. After
+//! it expired the branch is unknown to Redis again, and:
+//! - a confirmed branch still answers CONFIRMED to Confirm and to Cancel: the durable row in
+//!   `stock_redis_confirmed` answers, and the record is restored (for another retention);
+//! - any other branch: Confirm answers `HOLD_LOST`, Cancel `CANCELLED` (tombstones, no unit
+//!   moves); a Try would be decided anew, and a hold it took carries its old deadline, so the
+//!   reconciler returns its units as soon as `expires_at + orphan_grace` has passed.
 //!
 //! # Durable record
 //! Confirm = script (held -> confirmed, returns the items and the epoch it ran under), then
@@ -69,6 +89,8 @@ use crate::proto::{
 pub const NAME: &str = "stock-redis";
 /// Default key prefix in Redis.
 pub const DEFAULT_PREFIX: &str = "hf:stock-redis:";
+/// Default retention of a finished branch record past its deadline (see the module doc).
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The reason of a Try refused while the Redis data set is being rebuilt.
 pub const REBUILDING: &str = "rebuilding";
 
@@ -81,10 +103,16 @@ const REBUILD_LOCK: i64 = 0x6866_7372;
 
 /// Try. KEYS[1] = branch record, KEYS[2] = ready marker, KEYS[3] = expiry index,
 /// KEYS[4..3+n] = available counters, KEYS[4+n..3+2n] = held counters (items sorted).
-/// ARGV[1] = hold_until (ms), ARGV[2] = n, ARGV[3..2+n] = resources, ARGV[3+n..2+2n] = quantities.
+/// ARGV[1] = hold_until (ms), ARGV[2] = n, ARGV[3..2+n] = resources, ARGV[3+n..2+2n] = quantities,
+/// ARGV[3+2n] = retention (ms): a refused Try's record expires at hold_until + retention.
 /// Returns {answer, reason}, answer `held` or `rejected`.
 const TRY_LUA: &str = r#"
 local rec = KEYS[1]
+local function refuse(reason)
+  redis.call('HSET', rec, 's', 'rejected', 'a', 'rejected', 'r', reason)
+  redis.call('PEXPIREAT', rec, string.format('%d', tonumber(ARGV[1]) + tonumber(ARGV[#ARGV])))
+  return {'rejected', reason}
+end
 local s = redis.call('HGET', rec, 's')
 if s then
   local a = redis.call('HGET', rec, 'a')
@@ -94,10 +122,7 @@ if s then
   redis.call('HSET', rec, 'a', 'rejected', 'r', reason)
   return {'rejected', reason}
 end
-if not redis.call('GET', KEYS[2]) then
-  redis.call('HSET', rec, 's', 'rejected', 'a', 'rejected', 'r', 'rebuilding')
-  return {'rejected', 'rebuilding'}
-end
+if not redis.call('GET', KEYS[2]) then return refuse('rebuilding') end
 local n = tonumber(ARGV[2])
 for i = 1, n do
   local avail = redis.call('GET', KEYS[3 + i])
@@ -108,10 +133,7 @@ for i = 1, n do
   elseif tonumber(avail) < want then
     reason = 'insufficient stock of ' .. ARGV[2 + i] .. ': ' .. ARGV[2 + n + i] .. ' requested, ' .. avail .. ' available'
   end
-  if reason then
-    redis.call('HSET', rec, 's', 'rejected', 'a', 'rejected', 'r', reason)
-    return {'rejected', reason}
-  end
+  if reason then return refuse(reason) end
 end
 local fields = {'s', 'held', 'a', 'held', 'r', '', 'u', ARGV[1], 'n', ARGV[2]}
 for i = 1, n do
@@ -129,7 +151,8 @@ return {'held', ''}
 "#;
 
 /// Confirm. KEYS[1] = branch record, KEYS[2] = ready marker, KEYS[3] = expiry index.
-/// ARGV[1] = key prefix (item counters are `<prefix>h:<res>`, `<prefix>c:<res>`).
+/// ARGV[1] = key prefix (item counters are `<prefix>h:<res>`, `<prefix>c:<res>`), ARGV[2] =
+/// retention (ms), ARGV[3] = a tombstone's time to live (ms).
 /// Returns {outcome, epoch, res1, q1, ...}; outcome `confirmed` (with the items to make
 /// durable and the epoch of the confirm), `cancelled`, `hold_lost`, `missing` (no record: a
 /// `hold_lost` tombstone was written) or `rebuilding`.
@@ -140,6 +163,7 @@ local rec = KEYS[1]
 local s = redis.call('HGET', rec, 's')
 if not s then
   redis.call('HSET', rec, 's', 'hold_lost')
+  redis.call('PEXPIRE', rec, ARGV[3])
   return {'missing', epoch}
 end
 local n = tonumber(redis.call('HGET', rec, 'n') or '0')
@@ -152,6 +176,8 @@ if s == 'held' then
   end
   redis.call('HSET', rec, 's', 'confirmed', 'e', epoch)
   redis.call('ZREM', KEYS[3], rec)
+  local u = tonumber(redis.call('HGET', rec, 'u') or '0')
+  redis.call('PEXPIREAT', rec, string.format('%d', u + tonumber(ARGV[2])))
   s = 'confirmed'
 end
 if s == 'confirmed' then
@@ -167,14 +193,22 @@ return {'cancelled', epoch}
 "#;
 
 /// Cancel. KEYS[1] = branch record, KEYS[2] = ready marker, KEYS[3] = expiry index.
-/// ARGV[1] = key prefix. Returns `cancelled`, `confirmed` (refused) or `rebuilding`.
+/// ARGV[1] = key prefix, ARGV[2] = retention (ms), ARGV[3] = a tombstone's time to live (ms).
+/// Returns {outcome, epoch}: `cancelled`, `confirmed` (refused), `tombstone` (no record: a
+/// `cancelled` tombstone was written) or `rebuilding`.
 const CANCEL_LUA: &str = r#"
-if not redis.call('GET', KEYS[2]) then return 'rebuilding' end
+local epoch = redis.call('GET', KEYS[2])
+if not epoch then return {'rebuilding', ''} end
 local rec = KEYS[1]
 local s = redis.call('HGET', rec, 's')
-if not s or s == 'rejected' then
+if not s then
   redis.call('HSET', rec, 's', 'cancelled')
-  return 'cancelled'
+  redis.call('PEXPIRE', rec, ARGV[3])
+  return {'tombstone', epoch}
+end
+if s == 'rejected' then
+  redis.call('HSET', rec, 's', 'cancelled')
+  return {'cancelled', epoch}
 end
 if s == 'held' then
   local n = tonumber(redis.call('HGET', rec, 'n') or '0')
@@ -186,15 +220,18 @@ if s == 'held' then
   end
   redis.call('HSET', rec, 's', 'cancelled')
   redis.call('ZREM', KEYS[3], rec)
-  return 'cancelled'
+  local u = tonumber(redis.call('HGET', rec, 'u') or '0')
+  redis.call('PEXPIREAT', rec, string.format('%d', u + tonumber(ARGV[2])))
+  return {'cancelled', epoch}
 end
-if s == 'confirmed' then return 'confirmed' end
-return 'cancelled'
+if s == 'confirmed' then return {'confirmed', epoch} end
+return {'cancelled', epoch}
 "#;
 
-/// Orphan reclaim. KEYS[1] = expiry index. ARGV[1] = key prefix, ARGV[2] = batch size.
-/// Releases held records whose hold_until is before the Redis clock (state `hold_lost`, units
-/// back to available). Returns how many were released.
+/// Orphan reclaim. KEYS[1] = expiry index. ARGV[1] = key prefix, ARGV[2] = batch size,
+/// ARGV[3] = retention (ms). Releases held records whose hold_until is before the Redis clock
+/// (state `hold_lost`, units back to available, expiring at hold_until + retention). Returns
+/// how many were released.
 const RECLAIM_LUA: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -211,6 +248,8 @@ for _, rec in ipairs(due) do
       redis.call('DECRBY', ARGV[1] .. 'h:' .. res, q)
     end
     redis.call('HSET', rec, 's', 'hold_lost')
+    local u = tonumber(redis.call('HGET', rec, 'u') or '0')
+    redis.call('PEXPIREAT', rec, string.format('%d', u + tonumber(ARGV[3])))
     count = count + 1
   end
 end
@@ -228,7 +267,8 @@ return 0
 "#;
 
 /// Restores a durable confirmed branch. KEYS[1] = branch record, KEYS[2] = expiry index.
-/// ARGV[1] = epoch, ARGV[2] = n, then resource, quantity per item. Returns 1 if written.
+/// ARGV[1] = epoch, ARGV[2] = n, then resource, quantity per item, then the retention (ms)
+/// from now. Returns 1 if written.
 const RESTORE_LUA: &str = r#"
 if redis.call('HGET', KEYS[1], 's') == 'confirmed' then return 0 end
 redis.call('DEL', KEYS[1])
@@ -241,6 +281,7 @@ for i = 1, n do
   fields[#fields + 1] = ARGV[2 + 2 * i]
 end
 redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('PEXPIRE', KEYS[1], ARGV[#ARGV])
 redis.call('ZREM', KEYS[2], KEYS[1])
 return 1
 "#;
@@ -389,17 +430,21 @@ pub struct StockRedisSettings {
     /// How long after `expires_at` an unreleased hold is kept before the reconciler may
     /// reclaim it (default one hour).
     pub orphan_grace: Duration,
+    /// How long a finished branch record stays in Redis past its deadline (see the module
+    /// doc; default 7 days).
+    pub retention: Duration,
     /// How often the background reconciler runs.
     pub reconcile_every: Duration,
 }
 
 impl StockRedisSettings {
-    /// Settings with the default prefix, grace and a one-second reconciler period.
+    /// Settings with the default prefix, grace, retention and a one-second reconciler period.
     pub fn new(redis_url: impl Into<String>) -> Self {
         Self {
             redis_url: redis_url.into(),
             key_prefix: DEFAULT_PREFIX.to_owned(),
             orphan_grace: crate::participant::DEFAULT_ORPHAN_GRACE,
+            retention: DEFAULT_RETENTION,
             reconcile_every: Duration::from_secs(1),
         }
     }
@@ -428,6 +473,10 @@ struct Inner {
     pool: PgPool,
     prefix: String,
     grace_ms: i64,
+    /// Retention of a finished record past its deadline (ms).
+    retention_ms: i64,
+    /// Time to live of a tombstone: `orphan_grace + retention` (ms).
+    tombstone_ms: i64,
     wake: tokio::sync::Notify,
 }
 
@@ -463,12 +512,21 @@ impl StockRedis {
         let redis = ConnectionManager::new_with_config(client, config).await?;
         let grace_ms = i64::try_from(settings.orphan_grace.as_millis())
             .map_err(|_| StockRedisError::Internal("orphan grace out of range".to_owned()))?;
+        let retention_ms = i64::try_from(settings.retention.as_millis())
+            .ok()
+            .filter(|ms| *ms > 0)
+            .ok_or_else(|| StockRedisError::Internal("retention out of range".to_owned()))?;
+        let tombstone_ms = grace_ms
+            .checked_add(retention_ms)
+            .ok_or_else(|| StockRedisError::Internal("retention out of range".to_owned()))?;
         Ok(Self {
             inner: Arc::new(Inner {
                 redis,
                 pool,
                 prefix: settings.key_prefix.clone(),
                 grace_ms,
+                retention_ms,
+                tombstone_ms,
                 wake: tokio::sync::Notify::new(),
             }),
         })
@@ -511,6 +569,7 @@ impl StockRedis {
         for (_, q) in &args.items {
             inv.arg(*q);
         }
+        inv.arg(self.inner.retention_ms);
         let (answer, reason): (String, String) = inv.invoke_async(&mut self.conn()).await?;
         match answer.as_str() {
             "held" => Ok(TryOutcome::Held),
@@ -533,6 +592,8 @@ impl StockRedis {
             .key(self.key("ready"))
             .key(self.key("expiry"))
             .arg(&self.inner.prefix)
+            .arg(self.inner.retention_ms)
+            .arg(self.inner.tombstone_ms)
             .invoke_async(&mut self.conn())
             .await?;
         let (outcome, epoch) = match out.as_slice() {
@@ -635,13 +696,29 @@ impl StockRedis {
     }
 
     /// Confirm found no record (it wrote a `hold_lost` tombstone). If the durable record says
-    /// confirmed (a record lost without a rebuild), restore it and answer so.
+    /// confirmed (a record past its retention, or lost without a rebuild), restore it and
+    /// answer so.
     async fn confirm_missing(
         &self,
         key: &BranchKey,
         rec: &str,
         epoch: &str,
     ) -> Result<BranchAnswer, StockRedisError> {
+        Ok(if self.restore_if_durable(key, rec, epoch).await? {
+            BranchAnswer::Confirmed
+        } else {
+            BranchAnswer::HoldLost
+        })
+    }
+
+    /// Restores the `confirmed` record of a branch the durable record holds; answers whether
+    /// it did.
+    async fn restore_if_durable(
+        &self,
+        key: &BranchKey,
+        rec: &str,
+        epoch: &str,
+    ) -> Result<bool, StockRedisError> {
         let rows = sqlx::query(
             "SELECT resource, quantity FROM stock_redis_confirmed \
              WHERE reservation_id = $1 AND branch_id = $2 ORDER BY resource",
@@ -651,14 +728,14 @@ impl StockRedis {
         .fetch_all(&self.inner.pool)
         .await?;
         if rows.is_empty() {
-            return Ok(BranchAnswer::HoldLost);
+            return Ok(false);
         }
         let mut items = Vec::with_capacity(rows.len());
         for row in rows {
             items.push((row.try_get::<String, _>(0)?, row.try_get::<i64, _>(1)?));
         }
         self.restore(rec, epoch, &items).await?;
-        Ok(BranchAnswer::Confirmed)
+        Ok(true)
     }
 
     async fn restore(
@@ -675,22 +752,38 @@ impl StockRedis {
         for (res, q) in items {
             inv.arg(res).arg(*q);
         }
+        inv.arg(self.inner.retention_ms);
         let _: i64 = inv.invoke_async(&mut self.conn()).await?;
         Ok(())
     }
 
     /// Cancel: releases the hold through its state transition; a tombstone before its Try.
+    /// A branch without a record (its record expired after the retention) that the durable
+    /// record holds as confirmed answers CONFIRMED, as a Cancel after Confirm always does.
     async fn cancel_branch(&self, key: &BranchKey) -> Result<BranchAnswer, StockRedisError> {
-        let out: String = CANCEL
-            .key(self.record_key(key))
+        let rec = self.record_key(key);
+        let out: Vec<String> = CANCEL
+            .key(&rec)
             .key(self.key("ready"))
             .key(self.key("expiry"))
             .arg(&self.inner.prefix)
+            .arg(self.inner.retention_ms)
+            .arg(self.inner.tombstone_ms)
             .invoke_async(&mut self.conn())
             .await?;
-        match out.as_str() {
+        let [outcome, epoch] = out.as_slice() else {
+            return Err(StockRedisError::Internal(format!(
+                "cancel answered {out:?}"
+            )));
+        };
+        match outcome.as_str() {
             "cancelled" => Ok(BranchAnswer::Cancelled),
             "confirmed" => Ok(BranchAnswer::Confirmed),
+            "tombstone" => Ok(if self.restore_if_durable(key, &rec, epoch).await? {
+                BranchAnswer::Confirmed
+            } else {
+                BranchAnswer::Cancelled
+            }),
             "rebuilding" => {
                 self.inner.wake.notify_one();
                 Err(StockRedisError::Rebuilding)
@@ -718,6 +811,7 @@ impl StockRedis {
                 .key(self.key("expiry"))
                 .arg(&self.inner.prefix)
                 .arg(RECLAIM_BATCH)
+                .arg(self.inner.retention_ms)
                 .invoke_async(&mut self.conn())
                 .await?;
             report.reclaimed += n;

@@ -535,6 +535,7 @@ max_ttl = "30m"
 default_ttl = "5m"
 participant_timeout = "3s"
 max_extensions = 4
+redis_url = "redis://:hunter2@cache:6379/0"
 [participants]
 seats = "http://127.0.0.1:50061"
 stock = { url = "http://127.0.0.1:50062", timeout = "1s" }
@@ -565,12 +566,131 @@ stock = { url = "http://127.0.0.1:50062", timeout = "1s" }
         "seats = { url = \"http://127.0.0.1:50061\", timeout = \"3000ms\" }",
         "stock = { url = \"http://127.0.0.1:50062\", timeout = \"1000ms\" }",
         "database_url = \"postgres://app:***@db:5432/holdfast\"", // never print a password
+        "redis_url = \"redis://:***@cache:6379/0\"",              // file, masked too
     ] {
         assert!(
             printed.lines().any(|l| l == line),
             "{line:?} not in:\n{printed}"
         );
     }
+    assert!(!printed.contains("hunter2"), "{printed}");
+    // From its env var; the all-in-one (no subcommand) prints it as well.
+    let out = run_holdfast(
+        &["--print-config"],
+        &[("HOLDFAST_REDIS_URL", "redis://127.0.0.1:6380")],
+    );
+    assert!(out.status.success());
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed
+            .lines()
+            .any(|l| l == "redis_url = \"redis://127.0.0.1:6380\""),
+        "{printed}"
+    );
+    // Unset, it is named as such (a comment: the printed settings stay valid TOML).
+    let out = run_holdfast(&["coordinator", "--print-config"], &[]);
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed
+            .lines()
+            .any(|l| l.starts_with("# redis_url: not set")),
+        "{printed}"
+    );
+    assert!(printed.parse::<toml::Table>().is_ok(), "{printed}");
+}
+
+/// `holdfast bench flash`, small, end to end: the real binary drops and recreates its own
+/// database (a name with "bench" in it, unique to this test), runs the flash sale through its
+/// in-process coordinator on `stock` and on `stock-redis`, exits 0, and its JSON shows both
+/// rows sold exactly the units (the participants' own counts) with no error and no oversell;
+/// the run's Redis keys are deleted afterwards.
+#[test]
+fn bench_flash_sells_exactly_the_units_on_stock_and_stock_redis() {
+    const UNITS: i64 = 20;
+    const CLIENTS: i64 = 300;
+    let redis_url =
+        std::env::var("HOLDFAST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let id = uuid::Uuid::new_v4().simple();
+    let db = TempDatabase {
+        url: with_database(&server_url(), &format!("holdfast_bench_smoke_{id}")),
+    };
+    let json = std::env::temp_dir().join(format!("holdfast-bench-smoke-{id}.json"));
+    let out = run_holdfast(
+        &[
+            "bench",
+            "flash",
+            "--flash-clients",
+            &CLIENTS.to_string(),
+            "--flash-concurrency",
+            "32",
+            "--flash-units",
+            &UNITS.to_string(),
+            // Few connections: other tests share the server's max_connections.
+            "--coordinator-pool",
+            "8",
+            "--participant-pool",
+            "8",
+            "--redis-url",
+            &redis_url,
+            "--database-url",
+            &db.url,
+            "--json",
+            json.to_str().expect("temp path"),
+        ],
+        &[("RUST_LOG", "error")],
+    );
+    let text = std::fs::read_to_string(&json);
+    let _ = std::fs::remove_file(&json);
+    let output = format!(
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "bench failed ({}); {output}",
+        out.status
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&text.unwrap_or_else(|e| panic!("no JSON ({e}); {output}")))
+            .expect("the JSON parses");
+    let rows = doc["results"].as_array().expect("results");
+    for name in ["flash", "flash-stock-redis"] {
+        let row = rows
+            .iter()
+            .find(|r| r["scenario"] == name)
+            .unwrap_or_else(|| panic!("no {name} row; {output}"));
+        assert!(row["failure"].is_null(), "{row}");
+        assert_eq!(row["error_count"], 0, "{row}");
+        assert_eq!(row["ok"], UNITS, "{row}");
+        assert_eq!(row["rejected"], CLIENTS - UNITS, "{row}");
+        let details = &row["details"];
+        assert_eq!(details["winners"], UNITS, "{row}");
+        assert_eq!(details["oversell"], 0, "{row}");
+        let counts = &details["participant_counts"];
+        assert_eq!(
+            (&counts["capacity"], &counts["confirmed"], &counts["held"]),
+            (&UNITS.into(), &UNITS.into(), &0.into()),
+            "{row}"
+        );
+    }
+    let redis_row = rows
+        .iter()
+        .find(|r| r["scenario"] == "flash-stock-redis")
+        .expect("row");
+    assert_eq!(redis_row["details"]["participant"], "stock-redis");
+    let prefix = redis_row["details"]["redis_key_prefix"]
+        .as_str()
+        .expect("redis_key_prefix");
+    let mut redis = redis::Client::open(redis_url.as_str())
+        .expect("redis url")
+        .get_connection()
+        .expect("redis");
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query(&mut redis)
+        .expect("KEYS");
+    assert!(left.is_empty(), "{} keys left under {prefix}", left.len());
 }
 
 #[test]

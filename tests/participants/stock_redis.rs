@@ -47,8 +47,18 @@ struct Sr {
 }
 
 async fn start(pool: &PgPool, grace: Duration) -> Sr {
+    start_with(
+        pool,
+        grace,
+        holdfast::participants::stock_redis::DEFAULT_RETENTION,
+    )
+    .await
+}
+
+async fn start_with(pool: &PgPool, grace: Duration, retention: Duration) -> Sr {
     let mut s = settings();
     s.orphan_grace = grace;
+    s.retention = retention;
     let handle = StockRedis::connect(&s, pool.clone())
         .await
         .expect("connect");
@@ -161,6 +171,44 @@ impl Sr {
         .invoke_async(&mut conn)
         .await
         .unwrap_or(0)
+    }
+
+    async fn redis(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(redis_url())
+            .expect("redis url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis")
+    }
+
+    /// The Redis key of a branch's record.
+    fn record_key(&self, req: &TryRequest) -> String {
+        format!(
+            "{}b:{}:{}:{}",
+            self.prefix,
+            req.reservation_id.len(),
+            req.reservation_id,
+            req.branch_id
+        )
+    }
+
+    /// PTTL of a branch's record: -2 no record, -1 no expiry, else milliseconds left.
+    async fn pttl(&self, req: &TryRequest) -> i64 {
+        redis::cmd("PTTL")
+            .arg(self.record_key(req))
+            .query_async(&mut self.redis().await)
+            .await
+            .expect("PTTL")
+    }
+
+    /// Deletes a branch's record, as its expiry would.
+    async fn expire_now(&self, req: &TryRequest) {
+        let n: i64 = redis::cmd("DEL")
+            .arg(self.record_key(req))
+            .query_async(&mut self.redis().await)
+            .await
+            .expect("DEL");
+        assert_eq!(n, 1, "the record was there");
     }
 
     async fn stop(mut self) {
@@ -478,6 +526,132 @@ async fn redis_data_lost_mid_sale_is_rebuilt_without_oversell(pool: PgPool) {
     assert_eq!(sold, a);
     assert_eq!(durable_units(&pool, "sku-1").await + h, CAP);
     assert_eq!(p.counts("sku-1").await, (0, h, CAP - h));
+    p.stop().await;
+}
+
+fn unix_ms(ts: &prost_types::Timestamp) -> i64 {
+    ts.seconds * 1000 + i64::from(ts.nanos / 1_000_000)
+}
+
+fn now_ms() -> i64 {
+    unix_ms(&from_now(0))
+}
+
+/// Asserts that a record's PTTL says it expires at `at` (Unix ms), give or take 2 s.
+#[track_caller]
+fn assert_expires_at(pttl: i64, at: i64, what: &str) {
+    assert!(pttl > 0, "{what}: no expiry (PTTL {pttl})");
+    let off = pttl + now_ms() - at;
+    assert!(
+        off.abs() < 2000,
+        "{what}: expires {off} ms off (PTTL {pttl})"
+    );
+}
+
+/// Every script that finishes a branch record gives it a Redis expiry: a confirmed,
+/// cancelled or reclaimed hold and a refused Try at the hold's deadline (`expires_at +
+/// orphan_grace`) + retention, a tombstone at orphan_grace + retention from now; a held record
+/// has none. Within the retention every late call answers as before. Once a record is gone
+/// (deleted here, as its expiry does), a confirmed branch is answered CONFIRMED from the
+/// durable record, to Confirm and to Cancel, with no unit moved.
+#[sqlx::test(migrations = false)]
+async fn finished_records_expire_after_their_retention(pool: PgPool) {
+    let grace = Duration::from_secs(5);
+    let retention = Duration::from_secs(30);
+    let (grace_ms, keep_ms) = (grace.as_millis() as i64, retention.as_millis() as i64);
+    let mut p = start_with(&pool, grace, retention).await;
+    p.put("sku-1", 6).await;
+    let deadline = |req: &TryRequest| unix_ms(req.expires_at.as_ref().expect("expires_at"));
+    let request = |quantity, secs| {
+        let mut req = try_request(vec![hold("sku-1", quantity, None)]);
+        req.expires_at = Some(from_now(secs));
+        req
+    };
+
+    // Held: no expiry. Confirmed: the hold's deadline + grace + retention.
+    let a = request(2, 10);
+    assert_eq!(p.try_(&a).await.0, Outcome::Held);
+    assert_eq!(p.pttl(&a).await, -1, "a held record never expires");
+    assert_eq!(p.confirm(&a).await, State::Confirmed);
+    let a_at = deadline(&a) + grace_ms + keep_ms;
+    assert_expires_at(p.pttl(&a).await, a_at, "confirmed");
+    // Within the retention: repeats and late calls answer as before, nothing moves.
+    assert_eq!(p.confirm(&a).await, State::Confirmed);
+    assert_eq!(p.cancel(&a).await, State::Confirmed);
+    assert_eq!(p.try_(&a).await.0, Outcome::Held, "first answer");
+    assert_expires_at(p.pttl(&a).await, a_at, "confirmed, after repeats");
+
+    // Cancelled hold.
+    let b = request(1, 20);
+    assert_eq!(p.try_(&b).await.0, Outcome::Held);
+    assert_eq!(p.cancel(&b).await, State::Cancelled);
+    let b_at = deadline(&b) + grace_ms + keep_ms;
+    assert_expires_at(p.pttl(&b).await, b_at, "cancelled");
+    assert_eq!(p.confirm(&b).await, State::Cancelled);
+
+    // Refused Try (5 wanted, 4 available): the Try's deadline + grace + retention.
+    let c = request(5, 10);
+    assert_eq!(p.try_(&c).await.0, Outcome::Rejected);
+    assert_expires_at(
+        p.pttl(&c).await,
+        deadline(&c) + grace_ms + keep_ms,
+        "rejected",
+    );
+    assert_eq!(p.cancel(&c).await, State::Cancelled);
+    assert_eq!(p.try_(&c).await.0, Outcome::Rejected, "first answer");
+
+    // Tombstones: Cancel or Confirm before any Try.
+    let d = request(1, 10);
+    assert_eq!(p.cancel(&d).await, State::Cancelled);
+    assert_expires_at(
+        p.pttl(&d).await,
+        now_ms() + grace_ms + keep_ms,
+        "cancel tombstone",
+    );
+    assert_eq!(
+        p.try_(&d).await.0,
+        Outcome::Rejected,
+        "late Try after Cancel"
+    );
+    let e = request(1, 10);
+    assert_eq!(p.confirm(&e).await, State::HoldLost);
+    assert_expires_at(
+        p.pttl(&e).await,
+        now_ms() + grace_ms + keep_ms,
+        "confirm tombstone",
+    );
+    assert_eq!(
+        p.try_(&e).await.0,
+        Outcome::Rejected,
+        "late Try after Confirm"
+    );
+
+    // Reclaimed orphan (its expires_at + grace already passed).
+    let f = request(1, -10);
+    assert_eq!(p.try_(&f).await.0, Outcome::Held);
+    assert_eq!(p.pttl(&f).await, -1);
+    assert_eq!(p.handle.reconcile().await.expect("reconcile").reclaimed, 1);
+    assert_expires_at(
+        p.pttl(&f).await,
+        deadline(&f) + grace_ms + keep_ms,
+        "reclaimed",
+    );
+    assert_eq!(p.confirm(&f).await, State::HoldLost);
+    assert_eq!(p.counts("sku-1").await, (4, 0, 2));
+
+    // After the retention: a confirmed branch answers from the durable record (and its record
+    // is back, for another retention); others answer as tombstones do. No unit moves.
+    p.expire_now(&a).await;
+    assert_eq!(p.confirm(&a).await, State::Confirmed);
+    assert_expires_at(p.pttl(&a).await, now_ms() + keep_ms, "restored");
+    p.expire_now(&a).await;
+    assert_eq!(p.cancel(&a).await, State::Confirmed, "Cancel after Confirm");
+    assert_eq!(p.confirm(&a).await, State::Confirmed);
+    p.expire_now(&b).await;
+    assert_eq!(p.confirm(&b).await, State::HoldLost);
+    assert_eq!(p.cancel(&b).await, State::Cancelled);
+    assert_eq!(p.counts("sku-1").await, (4, 0, 2));
+    assert_eq!(durable_units(&pool, "sku-1").await, 2);
     p.stop().await;
 }
 
