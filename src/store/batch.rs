@@ -3,9 +3,12 @@
 //!
 //! One task per kind drains its queue: it takes every job waiting (up to a cap), runs them as
 //! one batch, answers each, and takes the next. While a batch is in the database, newcomers
-//! queue, so batches grow with load and a lone caller waits for nobody.
+//! queue, so batches grow with load. A call made while no other of its kind is in flight runs
+//! alone in the caller's task ([`Batcher::enter`]): an idle coordinator pays no hop.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::mpsc;
 
@@ -13,6 +16,17 @@ use tokio::sync::mpsc;
 #[derive(Debug)]
 pub(crate) struct Batcher<J> {
     queue: Option<mpsc::UnboundedSender<J>>,
+    /// Calls of this kind in flight (queued, or running alone).
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// A call in flight; counted until dropped (also when the caller's future is dropped).
+pub(crate) struct InFlight(Arc<AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl<J: Send + 'static> Batcher<J> {
@@ -24,8 +38,12 @@ impl<J: Send + 'static> Batcher<J> {
         F: Fn(Vec<J>) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send,
     {
+        let in_flight = Arc::new(AtomicUsize::new(0));
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return Batcher { queue: None };
+            return Batcher {
+                queue: None,
+                in_flight,
+            };
         };
         let (queue, mut jobs) = mpsc::unbounded_channel();
         runtime.spawn(async move {
@@ -34,7 +52,17 @@ impl<J: Send + 'static> Batcher<J> {
                 run(std::mem::replace(&mut batch, Vec::with_capacity(max))).await;
             }
         });
-        Batcher { queue: Some(queue) }
+        Batcher {
+            queue: Some(queue),
+            in_flight,
+        }
+    }
+
+    /// Counts a call in; true when no other call of this kind is in flight: then the caller
+    /// should run it alone rather than queue it. Keep the guard until the call is answered.
+    pub(crate) fn enter(&self) -> (InFlight, bool) {
+        let before = self.in_flight.fetch_add(1, Ordering::AcqRel);
+        (InFlight(self.in_flight.clone()), before == 0)
     }
 
     /// Queues `job`; hands it back when no task runs (none started, or its runtime is gone):

@@ -1208,7 +1208,8 @@ impl Store for PgStore {
         lease: WorkLease,
         limits: HoldLimits,
     ) -> Result<Created, StoreError> {
-        if limits.total > 0 {
+        let (_in_flight, idle) = self.creates.enter();
+        if idle || limits.total > 0 {
             return create_alone(&self.pool, new, token, lease, limits).await;
         }
         let (reply, answer) = oneshot::channel();
@@ -1419,6 +1420,10 @@ impl Store for PgStore {
         id: Uuid,
         reports: &[BranchReport],
     ) -> Result<Reservation, StoreError> {
+        let (_in_flight, idle) = self.held.enter();
+        if idle {
+            return record_held_alone(&self.pool, id, reports).await;
+        }
         let (reply, answer) = oneshot::channel();
         let job = HeldJob {
             id,
@@ -1467,6 +1472,7 @@ impl Store for PgStore {
         finish: Option<State>,
         backoff: Backoff,
     ) -> Result<Phase, StoreError> {
+        let (_in_flight, idle) = self.phases.enter();
         let (reply, answer) = oneshot::channel();
         let job = PhaseJob {
             id,
@@ -1476,7 +1482,12 @@ impl Store for PgStore {
             backoff,
             reply,
         };
-        match self.phases.submit(job) {
+        let queued = if idle {
+            Err(job)
+        } else {
+            self.phases.submit(job)
+        };
+        match queued {
             Ok(()) => answer.await.unwrap_or_else(batch_task_gone),
             Err(job) => {
                 let mut done = record_phases(&self.pool, std::slice::from_ref(&job)).await?;
