@@ -1,8 +1,10 @@
 //! Durable storage of reservations: one trait, one implementation per database.
 //!
 //! The only module that issues SQL for the coordinator. Every state change is a conditional
-//! UPDATE whose row count decides the outcome, inside a transaction holding the row lock
-//! (PostgreSQL: `FOR UPDATE`; SQLite: the database write lock taken by `BEGIN IMMEDIATE`).
+//! UPDATE whose row count decides the outcome: inside a transaction holding the row lock
+//! (PostgreSQL: `FOR UPDATE`; SQLite: the database write lock taken by `BEGIN IMMEDIATE`), or,
+//! for PostgreSQL's common Confirm/Cancel, guarded by the row's `version` as it was read.
+//! PostgreSQL group-commits concurrent writes of one kind (`batch`).
 //! Each backend keeps its SQL in its own file; [`connect_store`] picks one by URL scheme.
 
 mod batch;
