@@ -88,6 +88,14 @@ pub async fn spawn_on(kind: Kind, db: &Db) -> Running {
     }
 }
 
+/// Starts a participant with `settings` on either backend of `db`.
+pub async fn spawn_settings_on(settings: ParticipantSettings, db: &Db) -> Running {
+    match db {
+        Db::Postgres(pool) => spawn_db(settings, pool.clone().into()).await,
+        Db::Sqlite(pool) => spawn_db(settings, pool.clone().into()).await,
+    }
+}
+
 /// A running participant and clients for it.
 pub struct Running {
     pub url: String,

@@ -1,5 +1,6 @@
 //! Orphaned holds: kept until `expires_at + orphan_grace`, reclaimed after it (lazily, by a
-//! Try that needs the capacity), after which the old branch's Confirm answers HOLD_LOST.
+//! Try that needs the capacity), after which the old branch's Confirm answers HOLD_LOST. The
+//! gRPC cases run on PostgreSQL and on SQLite.
 
 use std::time::Duration;
 
@@ -12,14 +13,23 @@ use crate::common::*;
 
 const KINDS: [Kind; 4] = [Kind::Seats, Kind::Stock, Kind::Rooms, Kind::Payments];
 
+/// Every kind with holds to lose, on PostgreSQL and on SQLite.
+async fn every_backend_and_kind(pool: &PgPool) -> Vec<(Db, Kind)> {
+    Db::both(pool)
+        .await
+        .into_iter()
+        .flat_map(|db| KINDS.into_iter().map(move |k| (db.clone(), k)))
+        .collect()
+}
+
 #[sqlx::test(migrations = false)]
 async fn orphan_past_grace_is_reclaimed_and_its_confirm_answers_hold_lost(pool: PgPool) {
-    for kind in KINDS {
+    for (db, kind) in every_backend_and_kind(&pool).await {
         let settings = ParticipantSettings {
             kind,
             orphan_grace: Duration::ZERO,
         };
-        let mut p = spawn_with(settings, pool.clone()).await;
+        let mut p = spawn_settings_on(settings, &db).await;
         let f = fixture(kind);
         // Room for exactly one branch.
         p.put(f.resource, f.units).await;
@@ -28,31 +38,46 @@ async fn orphan_past_grace_is_reclaimed_and_its_confirm_answers_hold_lost(pool: 
         assert_eq!(
             outcome(&p.try_(orphan.clone()).await),
             Outcome::Held,
-            "{kind:?}"
+            "{kind:?} on {}",
+            db.name()
         );
 
         let next = try_request(vec![f.hold()]);
         assert_eq!(
             outcome(&p.try_(next.clone()).await),
             Outcome::Held,
-            "{kind:?}: reclaimed"
+            "{kind:?} on {}: reclaimed",
+            db.name()
         );
-        assert_eq!(p.confirm(&orphan).await, State::HoldLost, "{kind:?}");
         assert_eq!(
             p.confirm(&orphan).await,
             State::HoldLost,
-            "{kind:?}: repeat"
+            "{kind:?} on {}",
+            db.name()
         );
-        assert_eq!(p.confirm(&next).await, State::Confirmed, "{kind:?}");
+        assert_eq!(
+            p.confirm(&orphan).await,
+            State::HoldLost,
+            "{kind:?} on {}: repeat",
+            db.name()
+        );
+        assert_eq!(
+            p.confirm(&next).await,
+            State::Confirmed,
+            "{kind:?} on {}",
+            db.name()
+        );
         assert_eq!(
             p.cancel(&orphan).await,
             State::Cancelled,
-            "{kind:?}: nothing held"
+            "{kind:?} on {}: nothing held",
+            db.name()
         );
         assert_eq!(
             counts(&mut p, f.resource).await,
             (0, 0, f.units),
-            "{kind:?}"
+            "{kind:?} on {}",
+            db.name()
         );
         p.stop().await;
     }
@@ -60,8 +85,8 @@ async fn orphan_past_grace_is_reclaimed_and_its_confirm_answers_hold_lost(pool: 
 
 #[sqlx::test(migrations = false)]
 async fn expired_hold_is_kept_until_the_grace_has_passed(pool: PgPool) {
-    for kind in KINDS {
-        let mut p = spawn_participant(kind, pool.clone()).await;
+    for (db, kind) in every_backend_and_kind(&pool).await {
+        let mut p = spawn_on(kind, &db).await;
         let f = fixture(kind);
         p.put(f.resource, f.units).await;
         let mut expired = try_request(vec![f.hold()]);
@@ -69,17 +94,29 @@ async fn expired_hold_is_kept_until_the_grace_has_passed(pool: PgPool) {
         assert_eq!(
             outcome(&p.try_(expired.clone()).await),
             Outcome::Held,
-            "{kind:?}"
+            "{kind:?} on {}",
+            db.name()
         );
 
         // Within the default one-hour grace only the coordinator releases.
         let other = try_request(vec![f.hold()]);
-        assert_eq!(outcome(&p.try_(other).await), Outcome::Rejected, "{kind:?}");
-        assert_eq!(p.confirm(&expired).await, State::Confirmed, "{kind:?}");
+        assert_eq!(
+            outcome(&p.try_(other).await),
+            Outcome::Rejected,
+            "{kind:?} on {}",
+            db.name()
+        );
+        assert_eq!(
+            p.confirm(&expired).await,
+            State::Confirmed,
+            "{kind:?} on {}",
+            db.name()
+        );
         assert_eq!(
             counts(&mut p, f.resource).await,
             (0, 0, f.units),
-            "{kind:?}"
+            "{kind:?} on {}",
+            db.name()
         );
         p.stop().await;
     }
