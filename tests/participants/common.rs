@@ -104,6 +104,8 @@ pub struct Running {
     pub payments: PaymentsClient<Channel>,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Result<(), ParticipantError>>>,
+    /// A stock-redis participant's (Redis URL, key prefix): its keys go when it stops.
+    redis_keys: Option<(String, String)>,
 }
 
 /// Starts `kind` with the default orphan grace.
@@ -126,11 +128,13 @@ pub async fn spawn_db(settings: ParticipantSettings, db: ParticipantDb) -> Runni
     let stop = async {
         let _ = rx.await;
     };
+    let mut redis_keys = None;
     let task = match db {
         ParticipantDb::Postgres(pool) if settings.kind == Kind::StockRedis => {
             // Real Redis, isolated by a key prefix of its own.
             let mut redis = crate::stock_redis::settings();
             redis.orphan_grace = settings.orphan_grace;
+            redis_keys = Some((redis.redis_url.clone(), redis.key_prefix.clone()));
             tokio::spawn(holdfast::participants::stock_redis::serve(
                 redis, pool, listener, stop,
             ))
@@ -149,6 +153,7 @@ pub async fn spawn_db(settings: ParticipantSettings, db: ParticipantDb) -> Runni
         payments: PaymentsClient::new(channel),
         shutdown: Some(tx),
         task: Some(task),
+        redis_keys,
     }
 }
 
@@ -167,6 +172,11 @@ impl Running {
         }
         if let Some(task) = self.task.take() {
             task.await.expect("join").expect("serve");
+        }
+        if let Some((url, prefix)) = self.redis_keys.take() {
+            holdfast::bench::deploy::delete_redis_keys(&url, &prefix)
+                .await
+                .expect("delete the test's Redis keys");
         }
     }
 
