@@ -1,4 +1,5 @@
-//! `payments`: authorise / capture / void, and Charge / Refund / GetPayment.
+//! `payments`: authorise / capture / void, and Charge / Refund / GetPayment, on PostgreSQL and
+//! on SQLite (the embedded default's backend).
 
 use holdfast::participants::Kind;
 use holdfast::proto::branch::State;
@@ -26,30 +27,32 @@ async fn storm_authorises_no_more_than_the_balance(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn authorise_capture_and_void_move_the_balance(pool: PgPool) {
-    let mut p = spawn_participant(Kind::Payments, pool.clone()).await;
-    p.put("acct-1", 1000).await;
-    let first = try_request(vec![hold("acct-1", 300, None)]);
-    assert_eq!(outcome(&p.try_(first.clone()).await), Outcome::Held);
-    assert_eq!(counts(&mut p, "acct-1").await, (700, 300, 0));
-    assert_eq!(p.confirm(&first).await, State::Confirmed);
-    assert_eq!(counts(&mut p, "acct-1").await, (700, 0, 300));
+    for db in Db::both(&pool).await {
+        let mut p = spawn_on(Kind::Payments, &db).await;
+        p.put("acct-1", 1000).await;
+        let first = try_request(vec![hold("acct-1", 300, None)]);
+        assert_eq!(outcome(&p.try_(first.clone()).await), Outcome::Held);
+        assert_eq!(counts(&mut p, "acct-1").await, (700, 300, 0));
+        assert_eq!(p.confirm(&first).await, State::Confirmed);
+        assert_eq!(counts(&mut p, "acct-1").await, (700, 0, 300));
 
-    let second = try_request(vec![hold("acct-1", 200, None)]);
-    assert_eq!(outcome(&p.try_(second.clone()).await), Outcome::Held);
-    assert_eq!(counts(&mut p, "acct-1").await, (500, 200, 300));
-    assert_eq!(p.cancel(&second).await, State::Cancelled);
-    assert_eq!(counts(&mut p, "acct-1").await, (700, 0, 300));
+        let second = try_request(vec![hold("acct-1", 200, None)]);
+        assert_eq!(outcome(&p.try_(second.clone()).await), Outcome::Held);
+        assert_eq!(counts(&mut p, "acct-1").await, (500, 200, 300));
+        assert_eq!(p.cancel(&second).await, State::Cancelled);
+        assert_eq!(counts(&mut p, "acct-1").await, (700, 0, 300));
 
-    let too_much = try_request(vec![hold("acct-1", 701, None)]);
-    let answer = p.try_(too_much).await;
-    assert_eq!(outcome(&answer), Outcome::Rejected);
-    assert!(
-        answer.reason.contains("insufficient funds"),
-        "{}",
-        answer.reason
-    );
-    assert_eq!(counts(&mut p, "acct-1").await, (700, 0, 300));
-    p.stop().await;
+        let too_much = try_request(vec![hold("acct-1", 701, None)]);
+        let answer = p.try_(too_much).await;
+        assert_eq!(outcome(&answer), Outcome::Rejected);
+        assert!(
+            answer.reason.contains("insufficient funds"),
+            "{}",
+            answer.reason
+        );
+        assert_eq!(counts(&mut p, "acct-1").await, (700, 0, 300));
+        p.stop().await;
+    }
 }
 
 fn refund_request(
@@ -70,84 +73,86 @@ fn refund_request(
 
 #[sqlx::test(migrations = false)]
 async fn refunds_move_money_once_and_never_above_the_capture(pool: PgPool) {
-    let mut p = spawn_participant(Kind::Payments, pool.clone()).await;
-    p.put("acct-1", 1000).await;
-    let payment_ref = p
-        .payments
-        .charge(ChargeRequest {
-            account: "acct-1".into(),
-            amount_minor: 400,
-            currency: "EUR".into(),
-        })
-        .await
-        .expect("charge")
-        .into_inner()
-        .payment_ref;
-    assert_eq!(counts(&mut p, "acct-1").await, (600, 0, 400));
-
-    // The same refund_id, concurrently and repeatedly: money moves once.
-    let mut calls = Vec::new();
-    for _ in 0..5 {
-        let mut client = p.payments.clone();
-        let req = refund_request("rf-1", &payment_ref, 150, "EUR");
-        calls.push(tokio::spawn(async move { client.refund(req).await }));
-    }
-    for call in calls {
-        let state = call
+    for db in Db::both(&pool).await {
+        let mut p = spawn_on(Kind::Payments, &db).await;
+        p.put("acct-1", 1000).await;
+        let payment_ref = p
+            .payments
+            .charge(ChargeRequest {
+                account: "acct-1".into(),
+                amount_minor: 400,
+                currency: "EUR".into(),
+            })
             .await
-            .expect("join")
-            .expect("refund")
+            .expect("charge")
             .into_inner()
-            .state;
-        assert_eq!(state, refund::State::Refunded as i32);
+            .payment_ref;
+        assert_eq!(counts(&mut p, "acct-1").await, (600, 0, 400));
+
+        // The same refund_id, concurrently and repeatedly: money moves once.
+        let mut calls = Vec::new();
+        for _ in 0..5 {
+            let mut client = p.payments.clone();
+            let req = refund_request("rf-1", &payment_ref, 150, "EUR");
+            calls.push(tokio::spawn(async move { client.refund(req).await }));
+        }
+        for call in calls {
+            let state = call
+                .await
+                .expect("join")
+                .expect("refund")
+                .into_inner()
+                .state;
+            assert_eq!(state, refund::State::Refunded as i32);
+        }
+        assert_eq!(counts(&mut p, "acct-1").await, (750, 0, 250));
+
+        // 150 + 300 > 400 captured: refused, nothing moves.
+        let err = p
+            .payments
+            .refund(refund_request("rf-2", &payment_ref, 300, "EUR"))
+            .await
+            .expect_err("over-refund");
+        assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+        let err = p
+            .payments
+            .refund(refund_request("rf-3", &payment_ref, 10, "USD"))
+            .await
+            .expect_err("currency mismatch");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert!(err.message().starts_with("currency"), "{}", err.message());
+        assert_eq!(counts(&mut p, "acct-1").await, (750, 0, 250));
+
+        // The rest of the capture can be refunded.
+        p.payments
+            .refund(refund_request("rf-4", &payment_ref, 250, "EUR"))
+            .await
+            .expect("refund rest");
+        let record = p
+            .payments
+            .get_payment(GetPaymentRequest {
+                payment_ref: payment_ref.clone(),
+            })
+            .await
+            .expect("get payment")
+            .into_inner();
+        assert_eq!(record.amount_minor, 400);
+        assert_eq!(record.refunded_minor, 400);
+        assert_eq!(record.currency, "EUR");
+        let ids: Vec<_> = record
+            .refunds
+            .iter()
+            .map(|r| r.refund_id.as_str())
+            .collect();
+        assert_eq!(ids, vec!["rf-1", "rf-4"]);
+        assert_eq!(counts(&mut p, "acct-1").await, (1000, 0, 0));
+
+        let err = p
+            .payments
+            .refund(refund_request("rf-5", "pay_unknown", 1, "EUR"))
+            .await
+            .expect_err("unknown payment");
+        assert_eq!(err.code(), tonic::Code::NotFound);
+        p.stop().await;
     }
-    assert_eq!(counts(&mut p, "acct-1").await, (750, 0, 250));
-
-    // 150 + 300 > 400 captured: refused, nothing moves.
-    let err = p
-        .payments
-        .refund(refund_request("rf-2", &payment_ref, 300, "EUR"))
-        .await
-        .expect_err("over-refund");
-    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
-    let err = p
-        .payments
-        .refund(refund_request("rf-3", &payment_ref, 10, "USD"))
-        .await
-        .expect_err("currency mismatch");
-    assert_eq!(err.code(), tonic::Code::InvalidArgument);
-    assert!(err.message().starts_with("currency"), "{}", err.message());
-    assert_eq!(counts(&mut p, "acct-1").await, (750, 0, 250));
-
-    // The rest of the capture can be refunded.
-    p.payments
-        .refund(refund_request("rf-4", &payment_ref, 250, "EUR"))
-        .await
-        .expect("refund rest");
-    let record = p
-        .payments
-        .get_payment(GetPaymentRequest {
-            payment_ref: payment_ref.clone(),
-        })
-        .await
-        .expect("get payment")
-        .into_inner();
-    assert_eq!(record.amount_minor, 400);
-    assert_eq!(record.refunded_minor, 400);
-    assert_eq!(record.currency, "EUR");
-    let ids: Vec<_> = record
-        .refunds
-        .iter()
-        .map(|r| r.refund_id.as_str())
-        .collect();
-    assert_eq!(ids, vec!["rf-1", "rf-4"]);
-    assert_eq!(counts(&mut p, "acct-1").await, (1000, 0, 0));
-
-    let err = p
-        .payments
-        .refund(refund_request("rf-5", "pay_unknown", 1, "EUR"))
-        .await
-        .expect_err("unknown payment");
-    assert_eq!(err.code(), tonic::Code::NotFound);
-    p.stop().await;
 }

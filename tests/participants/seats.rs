@@ -47,58 +47,65 @@ async fn storm_on_a_seat_pair_has_exactly_one_winner(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn bad_requests_are_invalid_argument_naming_the_field(pool: PgPool) {
-    let mut p = spawn_participant(Kind::Seats, pool.clone()).await;
-    p.put("A1", 1).await;
-    let cases = [
-        (
-            {
-                let mut r = try_request(vec![hold("A1", 1, None)]);
-                r.expires_at = None;
-                r
-            },
-            "expires_at",
-        ),
-        (try_request(vec![hold("A1", 0, None)]), "items[0].quantity"),
-        (try_request(vec![hold("A1", 2, None)]), "items[0].quantity"),
-        (try_request(vec![hold("", 1, None)]), "items[0].resource"),
-        (try_request(vec![]), "items"),
-        (
-            try_request(vec![hold("A1", 1, None), hold("A1", 1, None)]),
-            "items[1]",
-        ),
-        (
-            {
-                let mut r = try_request(vec![hold("A1", 1, None)]);
-                r.branch_id = String::new();
-                r
-            },
-            "branch_id",
-        ),
-    ];
-    for (req, field) in cases {
-        let err = p.participant.r#try(req).await.expect_err(field);
-        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{field}");
-        assert!(
-            err.message().starts_with(field),
-            "{field}: {}",
-            err.message()
-        );
+    for db in Db::both(&pool).await {
+        let mut p = spawn_on(Kind::Seats, &db).await;
+        p.put("A1", 1).await;
+        let cases = [
+            (
+                {
+                    let mut r = try_request(vec![hold("A1", 1, None)]);
+                    r.expires_at = None;
+                    r
+                },
+                "expires_at",
+            ),
+            (try_request(vec![hold("A1", 0, None)]), "items[0].quantity"),
+            (try_request(vec![hold("A1", 2, None)]), "items[0].quantity"),
+            (try_request(vec![hold("", 1, None)]), "items[0].resource"),
+            (try_request(vec![]), "items"),
+            (
+                try_request(vec![hold("A1", 1, None), hold("A1", 1, None)]),
+                "items[1]",
+            ),
+            (
+                {
+                    let mut r = try_request(vec![hold("A1", 1, None)]);
+                    r.branch_id = String::new();
+                    r
+                },
+                "branch_id",
+            ),
+        ];
+        for (req, field) in cases {
+            let err = p.participant.r#try(req).await.expect_err(field);
+            assert_eq!(
+                err.code(),
+                tonic::Code::InvalidArgument,
+                "{field} on {}",
+                db.name()
+            );
+            assert!(
+                err.message().starts_with(field),
+                "{field}: {}",
+                err.message()
+            );
+        }
+        let err = p
+            .admin
+            .put_resources(PutResourcesRequest {
+                resources: vec![ResourceSpec {
+                    resource: "B1".into(),
+                    capacity: 2,
+                }],
+            })
+            .await
+            .expect_err("seat capacity");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert!(err.message().contains("resources[0].capacity"));
+        // Nothing changed: the seat is still free.
+        assert_eq!(counts(&mut p, "A1").await, (1, 0, 0));
+        p.stop().await;
     }
-    let err = p
-        .admin
-        .put_resources(PutResourcesRequest {
-            resources: vec![ResourceSpec {
-                resource: "B1".into(),
-                capacity: 2,
-            }],
-        })
-        .await
-        .expect_err("seat capacity");
-    assert_eq!(err.code(), tonic::Code::InvalidArgument);
-    assert!(err.message().contains("resources[0].capacity"));
-    // Nothing changed: the seat is still free.
-    assert_eq!(counts(&mut p, "A1").await, (1, 0, 0));
-    p.stop().await;
 }
 
 #[sqlx::test(migrations = false)]
