@@ -221,8 +221,12 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     for scenario in selected {
         match scenario {
             Scenario::Ceiling => {
-                for conns in [1, args.clients] {
-                    let name = format!("ceiling-{conns}");
+                for (conns, one_row) in [(1, false), (args.clients, false), (args.clients, true)] {
+                    let name = if one_row {
+                        format!("{ceiling_many}-one-row")
+                    } else {
+                        format!("ceiling-{conns}")
+                    };
                     let before = xacts(&args.database_url).await;
                     let progress = Arc::new(Progress::default());
                     let ticker = scenarios::spawn_progress(
@@ -230,9 +234,14 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
                         progress.clone(),
                         Some(args.duration),
                     );
-                    let result =
-                        scenarios::ceiling(&args.database_url, conns, args.duration, progress)
-                            .await;
+                    let result = scenarios::ceiling(
+                        &args.database_url,
+                        conns,
+                        args.duration,
+                        progress,
+                        one_row,
+                    )
+                    .await;
                     ticker.abort();
                     let after = xacts(&args.database_url).await;
                     rows.push(row(name, conns, result, None, delta(before, after)));
@@ -487,10 +496,22 @@ fn redact(url: &str) -> &str {
 }
 
 fn ratio(rows: &[Row], r: &Row) -> Option<f64> {
-    let base = r.baseline.as_ref()?;
-    let b = rows.iter().find(|x| &x.name == base)?;
+    ratio_to(rows, r, r.baseline.as_ref()?)
+}
+
+fn ratio_to(rows: &[Row], r: &Row, base: &str) -> Option<f64> {
+    let b = rows.iter().find(|x| x.name == base)?;
     let b_rate = b.rate();
     (b.failure.is_none() && b_rate > 0.0 && r.failure.is_none()).then(|| r.rate() / b_rate)
+}
+
+/// The ratio of a row compared with `ceiling-C` to `ceiling-C-one-row` instead.
+fn ratio_one_row(rows: &[Row], r: &Row) -> Option<f64> {
+    let base = r.baseline.as_ref()?;
+    if base == "ceiling-1" {
+        return None;
+    }
+    ratio_to(rows, r, &format!("{base}-one-row"))
 }
 
 fn commits_per_op(r: &Row) -> Option<f64> {
@@ -563,11 +584,18 @@ fn print_table(rows: &[Row]) {
                     .unwrap_or_default()
             );
         }
+        if let Some(x) = ratio_one_row(rows, r) {
+            println!(
+                "  {}: {x:.3} x {}-one-row (every connection updating one shared row)",
+                r.name,
+                r.baseline.as_deref().unwrap_or_default()
+            );
+        }
     }
     println!(
         "  rate/s: completed Reserve+Confirm per second (flash: Reserve answers per second); \
-         x ceiling: rate / commit rate of the ceiling row at the same concurrency \
-         (latency: ceiling-1); commits/op: pg_stat_database.xact_commit delta, less the bench's own \
+         x ceiling: rate / commit rate of the ceiling row at the same concurrency, one row per \
+         connection (latency: ceiling-1); commits/op: pg_stat_database.xact_commit delta, less the bench's own \
          provisioning transactions, / operations (includes the coordinator's background sweeps \
          and stock-redis's reconciler reads)"
     );
@@ -592,6 +620,7 @@ fn to_json(args: &BenchArgs, rows: &[Row]) -> serde_json::Value {
                 "latency_ms": { "p50": l.p50, "p90": l.p90, "p99": l.p99, "max": l.max },
                 "baseline": r.baseline,
                 "ratio_to_ceiling": ratio(rows, r),
+                "ratio_to_one_row_ceiling": ratio_one_row(rows, r),
                 "xact_commit": r.xacts.map(|x| x.0),
                 "xact_rollback": r.xacts.map(|x| x.1),
                 "commits_per_op": commits_per_op(r),

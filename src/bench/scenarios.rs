@@ -110,11 +110,14 @@ pub struct Measured {
 
 /// The raw commit rate: `conns` connections each running single-statement autocommit
 /// `UPDATE bench_ceiling SET n = n + 1 WHERE id = <its own row>` in a loop for `duration`.
+/// With `one_row`, every connection updates the same row: commits queue on its lock, each
+/// waiting for the previous one's WAL flush (the contended single-row rate).
 pub async fn ceiling(
     url: &str,
     conns: usize,
     duration: Duration,
     progress: Arc<Progress>,
+    one_row: bool,
 ) -> Result<Measured, String> {
     let n = u32::try_from(conns).map_err(|_| "too many connections".to_owned())?;
     let pool = crate::app::connect(url, n)
@@ -154,8 +157,9 @@ pub async fn ceiling(
             };
             while Instant::now() < deadline {
                 let t = Instant::now();
+                let row = if one_row { 0 } else { id };
                 let done = sqlx::query("UPDATE bench_ceiling SET n = n + 1 WHERE id = $1")
-                    .bind(i32::try_from(id).unwrap_or(i32::MAX))
+                    .bind(i32::try_from(row).unwrap_or(i32::MAX))
                     .execute(&mut *conn)
                     .await;
                 let outcome = match done {
@@ -180,7 +184,10 @@ pub async fn ceiling(
         recorder,
         elapsed,
         notes: vec![],
-        extra: serde_json::json!({ "statement": "UPDATE bench_ceiling SET n = n + 1 WHERE id = $1 (autocommit)" }),
+        extra: serde_json::json!({
+            "statement": "UPDATE bench_ceiling SET n = n + 1 WHERE id = $1 (autocommit)",
+            "rows": if one_row { "one row shared by every connection" } else { "one row per connection" },
+        }),
         // CREATE TABLE and the INSERT of the rows.
         setup_xacts: 2,
     })

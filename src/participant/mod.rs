@@ -167,6 +167,14 @@ pub trait Resource<DB: Backend = sqlx::Postgres>: Send + Sync + 'static {
         Ok(())
     }
 
+    /// True for a participant with no business data (its phases change nothing but the
+    /// barrier, `try_hold` always holds, `confirm` always confirms): the SDK then records each
+    /// first Try, and each Confirm/Cancel of a held branch, with one barrier statement and no
+    /// transaction. Anything else goes the general way.
+    fn barrier_only(&self) -> bool {
+        false
+    }
+
     /// Holds every item of the branch, all-or-nothing, locking resources in item order.
     async fn try_hold(
         &self,

@@ -107,6 +107,13 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         // a row (a repeat, or a Cancel that came first) or the business change fails (it may
         // collide with the first call's own rows), that is undone and the call runs barrier
         // first: lock the row, answer from it if decided, else hold under the lock.
+        if self.resource.barrier_only() {
+            let mut conn = self.pool.acquire().await?;
+            let held = TryOutcome::Held;
+            if DB::insert_try(&mut *conn, &self.name, branch, Phase::Held, &held).await? {
+                return Ok(held);
+            }
+        }
         let mut barrier_first = false;
         loop {
             let mut tx = DB::begin_write(&self.pool).await?;
@@ -199,6 +206,15 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     /// `Cancelled` and changes nothing; a branch whose hold is gone (reclaimed, rejected, or
     /// never tried) answers `HoldLost`.
     pub async fn confirm_branch(&self, key: &BranchKey) -> Result<BranchAnswer, ResourceError> {
+        if self.resource.barrier_only() {
+            let mut conn = self.pool.acquire().await?;
+            if DB::advance_held(&mut *conn, &self.name, key, Phase::Confirmed)
+                .await?
+                .is_some()
+            {
+                return Ok(BranchAnswer::Confirmed);
+            }
+        }
         let mut tx = DB::begin_write(&self.pool).await?;
         // The common case, a held branch, in one barrier statement.
         if let Some(found) = DB::advance_held(&mut *tx, &self.name, key, Phase::Confirmed).await? {
@@ -271,6 +287,15 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     /// Cancel: releases the branch. Before its Try it records the branch as cancelled (the
     /// late Try is rejected); after Confirm it answers `Confirmed` and changes nothing.
     pub async fn cancel_branch(&self, key: &BranchKey) -> Result<BranchAnswer, ResourceError> {
+        if self.resource.barrier_only() {
+            let mut conn = self.pool.acquire().await?;
+            if DB::advance_held(&mut *conn, &self.name, key, Phase::Cancelled)
+                .await?
+                .is_some()
+            {
+                return Ok(BranchAnswer::Cancelled);
+            }
+        }
         let mut tx = DB::begin_write(&self.pool).await?;
         // The common case, a held branch, in one barrier statement.
         if let Some(found) = DB::advance_held(&mut *tx, &self.name, key, Phase::Cancelled).await? {

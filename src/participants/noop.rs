@@ -30,6 +30,10 @@ impl Noop {
 
 #[async_trait]
 impl Resource for Noop {
+    fn barrier_only(&self) -> bool {
+        true
+    }
+
     async fn try_hold(
         &self,
         _conn: &mut PgConnection,

@@ -126,6 +126,59 @@ impl Backend for Sqlite {
         Ok(())
     }
 
+    /// One statement: the row with its answer (atomic even outside a transaction).
+    async fn insert_try(
+        conn: &mut SqliteConnection,
+        participant: &str,
+        branch: &BranchCtx,
+        phase: Phase,
+        answer: &TryOutcome,
+    ) -> Result<bool, ResourceError> {
+        let (answer, reason) = answer_parts(answer);
+        let inserted = sqlx::query(
+            "INSERT INTO tcc_barrier (participant, reservation_id, branch_id, state, try_answer, \
+                                      try_reason, holder, items, expires_at, reclaim_after) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+             ON CONFLICT DO NOTHING RETURNING 1",
+        )
+        .bind(participant)
+        .bind(&branch.key.reservation_id)
+        .bind(&branch.key.branch_id)
+        .bind(phase.as_str())
+        .bind(answer)
+        .bind(reason)
+        .bind(&branch.holder)
+        .bind(encode_items(&branch.items).to_string())
+        .bind(branch.expires_at.timestamp_micros())
+        .bind(branch.hold_until.timestamp_micros())
+        .fetch_optional(&mut *conn)
+        .await?;
+        Ok(inserted.is_some())
+    }
+
+    /// One statement: the conditional transition, returning what Try recorded.
+    async fn advance_held(
+        conn: &mut SqliteConnection,
+        participant: &str,
+        key: &BranchKey,
+        to: Phase,
+    ) -> Result<Option<BarrierRow>, ResourceError> {
+        let row = sqlx::query(concat!(
+            "UPDATE tcc_barrier SET state = ?4, updated_at = ",
+            sqlite_now_us!(),
+            " WHERE participant = ?1 AND reservation_id = ?2 AND branch_id = ?3 \
+              AND state = 'held' RETURNING ",
+            barrier_columns!()
+        ))
+        .bind(participant)
+        .bind(&key.reservation_id)
+        .bind(&key.branch_id)
+        .bind(to.as_str())
+        .fetch_optional(&mut *conn)
+        .await?;
+        row.as_ref().map(barrier_from_row).transpose()
+    }
+
     async fn record_late_try(
         conn: &mut SqliteConnection,
         participant: &str,

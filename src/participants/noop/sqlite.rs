@@ -9,6 +9,10 @@ use crate::participants::admin::{Inventory, ResourceCounts};
 
 #[async_trait]
 impl Resource<Sqlite> for Noop {
+    fn barrier_only(&self) -> bool {
+        true
+    }
+
     async fn try_hold(
         &self,
         _conn: &mut SqliteConnection,
