@@ -74,3 +74,42 @@ impl<J: Send + 'static> Batcher<J> {
         }
     }
 }
+
+/// The reservations this process last recorded as `HELD`, as recorded, so their Confirm or
+/// Cancel can skip reading the row: the decision is applied by an UPDATE guarded by the cached
+/// `version`, so a stale entry only makes it miss (then the row is read and locked). Bounded:
+/// the oldest entries go first.
+#[derive(Debug, Default)]
+pub(crate) struct RecentlyHeld {
+    inner: std::sync::Mutex<Recent>,
+}
+
+#[derive(Debug, Default)]
+struct Recent {
+    by_id: std::collections::HashMap<uuid::Uuid, crate::domain::Reservation>,
+    order: std::collections::VecDeque<uuid::Uuid>,
+}
+
+/// Most reservations remembered.
+const RECENTLY_HELD: usize = 4096;
+
+impl RecentlyHeld {
+    /// Remembers `r` (a reservation just recorded `HELD`).
+    pub(crate) fn put(&self, r: &crate::domain::Reservation) {
+        let Ok(mut recent) = self.inner.lock() else {
+            return;
+        };
+        while recent.order.len() >= RECENTLY_HELD {
+            if let Some(old) = recent.order.pop_front() {
+                recent.by_id.remove(&old);
+            }
+        }
+        recent.order.push_back(r.id);
+        recent.by_id.insert(r.id, r.clone());
+    }
+
+    /// Takes the entry for `id`, if any (a decision uses it once).
+    pub(crate) fn take(&self, id: uuid::Uuid) -> Option<crate::domain::Reservation> {
+        self.inner.lock().ok()?.by_id.remove(&id)
+    }
+}

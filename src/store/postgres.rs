@@ -13,7 +13,7 @@ use sqlx::types::Json;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use super::batch::Batcher;
+use super::batch::{Batcher, RecentlyHeld};
 use super::record::{StoredBranch, StoredReservation};
 use super::{
     Backoff, BranchReport, Claimed, Created, Decided, HoldLimits, LimitScope, Phase, Store,
@@ -120,6 +120,8 @@ pub struct PgStore {
     held: Arc<Batcher<HeldJob>>,
     /// `record_phase` calls, group-committed.
     phases: Arc<Batcher<PhaseJob>>,
+    /// What this process last recorded `HELD`, for its Confirm/Cancel to skip a read.
+    recently_held: Arc<RecentlyHeld>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -204,6 +206,7 @@ impl PgStore {
             creates: Arc::new(creates),
             held: Arc::new(held),
             phases: Arc::new(phases),
+            recently_held: Arc::new(RecentlyHeld::default()),
         }
     }
 
@@ -587,10 +590,10 @@ fn snapshot_of(current: &Reservation) -> Snapshot {
 }
 
 impl PgStore {
-    /// The common decisions without a transaction: read the row, judge it, and apply a
-    /// Confirm or Cancel of a HELD reservation with one conditional UPDATE guarded by the
-    /// version that was read, so any change in between makes it miss (then the locked path
-    /// judges again). A refusal or a repeat changes nothing, so the read answers it. `None`:
+    /// The common decisions without a transaction: read the row (or take the image this
+    /// process recorded when it placed the holds), judge it, and apply a Confirm or Cancel of
+    /// a HELD reservation with one conditional UPDATE guarded by that image's version, so any
+    /// change since makes it miss (then the locked path judges again). A refusal or a repeat changes nothing, so the read answers it. `None`:
     /// the locked path decides (lapsed holds, late payments, refunds, Extend, a missed UPDATE).
     async fn decide_unlocked(
         &self,
@@ -603,13 +606,24 @@ impl PgStore {
             return Ok(None);
         }
         let mut conn = self.pool.acquire().await?;
-        let Some(current) = load(&mut conn, id, false).await? else {
-            return Ok(Some(Decided::NotFound));
+        // This process recorded it HELD: decide on that image (a stale one makes the guarded
+        // UPDATE below miss), else read the row.
+        let cached = self.recently_held.take(id);
+        let from_cache = cached.is_some();
+        let current = match cached {
+            Some(r) => r,
+            None => match load(&mut conn, id, false).await? {
+                Some(r) => r,
+                None => return Ok(Some(Decided::NotFound)),
+            },
         };
         if !current.hold_token.matches(presented_token) {
             return Ok(Some(Decided::TokenMismatch));
         }
         let verdict = lifecycle::decide(&snapshot_of(&current), decision);
+        if from_cache && !matches!(verdict, Verdict::Transition { .. }) {
+            return Ok(None);
+        }
         let row =
             match (&verdict, decision) {
                 (Verdict::AlreadyDone | Verdict::Refuse(_), _) => {
@@ -664,6 +678,7 @@ impl PgStore {
                      version = version + 1, updated_at = clock_timestamp(), lease_owner = $6, \
                      lease_until = clock_timestamp() + $7 * interval '1 millisecond' \
                      WHERE id = $1 AND version = $2 AND state = 'HELD' \
+                       AND clock_timestamp() < expires_at \
                      RETURNING ",
                     reservation_columns!()
                 ))
@@ -1421,19 +1436,26 @@ impl Store for PgStore {
         reports: &[BranchReport],
     ) -> Result<Reservation, StoreError> {
         let (_in_flight, idle) = self.held.enter();
-        if idle {
-            return record_held_alone(&self.pool, id, reports).await;
-        }
-        let (reply, answer) = oneshot::channel();
-        let job = HeldJob {
-            id,
-            reports: reports.to_vec(),
-            reply,
+        let recorded = if idle {
+            record_held_alone(&self.pool, id, reports).await
+        } else {
+            let (reply, answer) = oneshot::channel();
+            let job = HeldJob {
+                id,
+                reports: reports.to_vec(),
+                reply,
+            };
+            match self.held.submit(job) {
+                Ok(()) => answer.await.unwrap_or_else(batch_task_gone),
+                Err(job) => record_held_alone(&self.pool, job.id, &job.reports).await,
+            }
         };
-        match self.held.submit(job) {
-            Ok(()) => answer.await.unwrap_or_else(batch_task_gone),
-            Err(job) => record_held_alone(&self.pool, job.id, &job.reports).await,
+        if let Ok(r) = &recorded
+            && r.stored_state == State::Held
+        {
+            self.recently_held.put(r);
         }
+        recorded
     }
 
     async fn record_rejected(

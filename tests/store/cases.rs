@@ -1363,3 +1363,30 @@ pub async fn extend_repeat_is_not_applied_twice(store: S) {
     assert_eq!(verdict, Verdict::AlreadyDone);
     assert_eq!(now.state, State::Confirming);
 }
+
+/// A decision on a reservation changed since it was placed (here extended) sees the change:
+/// the Postgres store may decide on the image it recorded at placement, guarded by its version.
+pub async fn decide_sees_changes_since_placement(store: S) {
+    let (r, token) = held(&store, "alice", "req-1", LONG).await;
+    let (_, extended, _) = decide(&store, r.id, &token, &extend(Duration::from_secs(60))).await;
+    assert_eq!(extended.version, r.version + 1);
+    let (verdict, after, leased) = decide(&store, r.id, &token, &confirm()).await;
+    assert!(matches!(verdict, Verdict::Transition { .. }), "{verdict:?}");
+    assert!(leased);
+    assert_eq!(after.state, State::Confirming);
+    assert_eq!(after.version, extended.version + 1);
+    assert_eq!(after.expires_at, extended.expires_at);
+    assert_eq!(after.extensions_used, 1);
+    assert_eq!(after, get(&store, r.id).await);
+    // A wrong token is refused before anything is applied, cached image or not.
+    let (r2, _) = held(&store, "alice", "req-2", LONG).await;
+    match store
+        .decide(r2.id, "not-the-token", &cancel(), lease())
+        .await
+        .unwrap()
+    {
+        Decided::TokenMismatch => {}
+        other => panic!("expected a token mismatch, got {other:?}"),
+    }
+    assert_eq!(get(&store, r2.id).await.state, State::Held);
+}

@@ -103,4 +103,5 @@ conformance!(
     writes_answer_with_the_stored_reservation,
     concurrent_writes_are_each_recorded,
     extend_repeat_is_not_applied_twice,
+    decide_sees_changes_since_placement,
 );
