@@ -258,15 +258,12 @@ pub async fn serve_all_in_one(
         let kind = crate::participants::Kind::StockRedis;
         let listener = bind_participant(kind, &coordinator, &mut participants).await?;
         let stop = stopped(stop_rx.clone());
+        let mut redis_settings = stock_redis::StockRedisSettings::new(redis_url);
+        redis_settings.retention = coordinator.redis_retention;
         tasks.spawn(async move {
-            stock_redis::serve(
-                stock_redis::StockRedisSettings::new(redis_url),
-                pool,
-                listener,
-                stop,
-            )
-            .await
-            .map_err(|e| AppError::Config(format!("participant {}: {e}", kind.name())))
+            stock_redis::serve(redis_settings, pool, listener, stop)
+                .await
+                .map_err(|e| AppError::Config(format!("participant {}: {e}", kind.name())))
         });
     }
     let settings = CoordinatorSettings {

@@ -382,6 +382,11 @@ pub struct CoordinatorArgs {
     #[arg(long, env = "HOLDFAST_REDIS_URL")]
     pub redis_url: Option<String>,
 
+    /// All-in-one `stock-redis`: how long a finished branch record stays in Redis past its
+    /// hold's `expires_at + orphan_grace`.
+    #[arg(long, env = "HOLDFAST_REDIS_RETENTION", default_value = "168h", value_parser = parse_duration)]
+    pub redis_retention: Duration,
+
     /// Print the effective settings (after flags, env, file and defaults) and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -459,6 +464,7 @@ impl CoordinatorArgs {
             self.max_concurrent_requests.to_string(),
         );
         line("request_timeout", d(self.request_timeout));
+        line("redis_retention", d(self.redis_retention));
         match &self.redis_url {
             Some(url) => line("redis_url", format!("\"{}\"", mask_password(url))),
             None => out.push_str("# redis_url: not set (no stock-redis participant)\n"),

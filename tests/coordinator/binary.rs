@@ -536,6 +536,7 @@ default_ttl = "5m"
 participant_timeout = "3s"
 max_extensions = 4
 redis_url = "redis://:hunter2@cache:6379/0"
+redis_retention = "48h"
 [participants]
 seats = "http://127.0.0.1:50061"
 stock = { url = "http://127.0.0.1:50062", timeout = "1s" }
@@ -567,6 +568,7 @@ stock = { url = "http://127.0.0.1:50062", timeout = "1s" }
         "stock = { url = \"http://127.0.0.1:50062\", timeout = \"1000ms\" }",
         "database_url = \"postgres://app:***@db:5432/holdfast\"", // never print a password
         "redis_url = \"redis://:***@cache:6379/0\"",              // file, masked too
+        "redis_retention = \"172800000ms\"",                      // file
     ] {
         assert!(
             printed.lines().any(|l| l == line),
@@ -586,6 +588,12 @@ stock = { url = "http://127.0.0.1:50062", timeout = "1s" }
             .lines()
             .any(|l| l == "redis_url = \"redis://127.0.0.1:6380\""),
         "{printed}"
+    );
+    assert!(
+        printed
+            .lines()
+            .any(|l| l == "redis_retention = \"604800000ms\""),
+        "default 7 days: {printed}"
     );
     // Unset, it is named as such (a comment: the printed settings stay valid TOML).
     let out = run_holdfast(&["coordinator", "--print-config"], &[]);
