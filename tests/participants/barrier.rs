@@ -322,54 +322,90 @@ async fn rejected_try_rolls_back_then_its_cancel_is_recorded(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn errored_try_leaves_no_barrier_row_and_its_cancel_still_works(pool: PgPool) {
-    let mut p = spawn_participant(Kind::Seats, pool.clone()).await;
-    p.put("A1", 1).await;
-    p.put("BOOM", 1).await;
-    // A database error inside the business change (not a rejection).
-    sqlx::raw_sql(
-        "CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS \
-           $$ BEGIN RAISE EXCEPTION 'secret detail'; END $$; \
-         CREATE TRIGGER seat_boom BEFORE UPDATE ON seat FOR EACH ROW \
-           WHEN (NEW.resource = 'BOOM') EXECUTE FUNCTION boom();",
-    )
-    .execute(&pool)
-    .await
-    .expect("trigger");
-    let req = try_request(vec![hold("A1", 1, None), hold("BOOM", 1, None)]);
-    let err = p
-        .participant
-        .r#try(req.clone())
-        .await
-        .expect_err("errored try");
-    assert_eq!(err.code(), tonic::Code::Internal);
-    assert!(
-        !err.message().contains("secret"),
-        "internals leaked: {}",
-        err.message()
-    );
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM tcc_barrier WHERE branch_id = $1")
-        .bind(&req.branch_id)
-        .fetch_one(&pool)
-        .await
-        .expect("count");
-    assert_eq!(rows, 0, "no barrier row survives a failed Try");
-    assert_eq!(counts(&mut p, "A1").await, (1, 0, 0));
+    for db in Db::both(&pool).await {
+        let mut p = spawn_on(Kind::Seats, &db).await;
+        p.put("A1", 1).await;
+        p.put("BOOM", 1).await;
+        // A database error inside the business change (not a rejection).
+        match &db {
+            Db::Postgres(pool) => sqlx::raw_sql(
+                "CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS \
+                   $$ BEGIN RAISE EXCEPTION 'secret detail'; END $$; \
+                 CREATE TRIGGER seat_boom BEFORE UPDATE ON seat FOR EACH ROW \
+                   WHEN (NEW.resource = 'BOOM') EXECUTE FUNCTION boom();",
+            )
+            .execute(pool)
+            .await
+            .map(drop),
+            Db::Sqlite(pool) => sqlx::raw_sql(
+                "CREATE TRIGGER seat_boom BEFORE UPDATE ON seat FOR EACH ROW \
+                   WHEN NEW.resource = 'BOOM' BEGIN SELECT RAISE(ABORT, 'secret detail'); END;",
+            )
+            .execute(pool)
+            .await
+            .map(drop),
+        }
+        .expect("trigger");
+        let req = try_request(vec![hold("A1", 1, None), hold("BOOM", 1, None)]);
+        let err = p
+            .participant
+            .r#try(req.clone())
+            .await
+            .expect_err("errored try");
+        assert_eq!(err.code(), tonic::Code::Internal, "on {}", db.name());
+        assert!(
+            !err.message().contains("secret"),
+            "internals leaked: {}",
+            err.message()
+        );
+        assert_eq!(
+            barrier_state(&db, &req.branch_id).await,
+            None,
+            "no barrier row survives a failed Try, on {}",
+            db.name()
+        );
+        assert_eq!(counts(&mut p, "A1").await, (1, 0, 0));
 
-    assert_eq!(p.cancel(&req).await, State::Cancelled);
-    let state: String = sqlx::query_scalar("SELECT state FROM tcc_barrier WHERE branch_id = $1")
-        .bind(&req.branch_id)
-        .fetch_one(&pool)
-        .await
-        .expect("barrier row");
-    assert_eq!(state, "cancelled");
-    // The retried Try (say the trigger is gone now) is refused: the branch is cancelled.
-    sqlx::raw_sql("DROP TRIGGER seat_boom ON seat")
-        .execute(&pool)
-        .await
+        assert_eq!(p.cancel(&req).await, State::Cancelled);
+        assert_eq!(
+            barrier_state(&db, &req.branch_id).await.as_deref(),
+            Some("cancelled")
+        );
+        // The retried Try (say the trigger is gone now) is refused: the branch is cancelled.
+        match &db {
+            Db::Postgres(pool) => sqlx::raw_sql("DROP TRIGGER seat_boom ON seat")
+                .execute(pool)
+                .await
+                .map(drop),
+            Db::Sqlite(pool) => sqlx::raw_sql("DROP TRIGGER seat_boom")
+                .execute(pool)
+                .await
+                .map(drop),
+        }
         .expect("drop");
-    assert_eq!(outcome(&p.try_(req.clone()).await), Outcome::Rejected);
-    assert_eq!(counts(&mut p, "A1").await, (1, 0, 0));
-    p.stop().await;
+        assert_eq!(outcome(&p.try_(req.clone()).await), Outcome::Rejected);
+        assert_eq!(counts(&mut p, "A1").await, (1, 0, 0));
+        p.stop().await;
+    }
+}
+
+/// The barrier phase of `branch_id`, if it has a row.
+async fn barrier_state(db: &Db, branch_id: &str) -> Option<String> {
+    match db {
+        Db::Postgres(pool) => {
+            sqlx::query_scalar("SELECT state FROM tcc_barrier WHERE branch_id = $1")
+                .bind(branch_id)
+                .fetch_optional(pool)
+                .await
+        }
+        Db::Sqlite(pool) => {
+            sqlx::query_scalar("SELECT state FROM tcc_barrier WHERE branch_id = ?1")
+                .bind(branch_id)
+                .fetch_optional(pool)
+                .await
+        }
+    }
+    .expect("barrier state")
 }
 
 #[sqlx::test(migrations = false)]
