@@ -89,24 +89,6 @@ macro_rules! select_written {
     };
 }
 
-/// Like [`select_written`] for a statement that inserted the reservation and its branches
-/// (CTE `ins`, `RETURNING *`): the snapshot holds none of them yet.
-macro_rules! select_inserted {
-    () => {
-        "SELECT w.*, b.* FROM w CROSS JOIN LATERAL ( \
-            SELECT array_agg(branch_id ORDER BY position) AS b_branch_ids, \
-                   array_agg(participant ORDER BY position) AS b_participants, \
-                   array_agg(resource ORDER BY position) AS b_resources, \
-                   array_agg(quantity ORDER BY position) AS b_quantities, \
-                   array_agg(during_start ORDER BY position) AS b_starts, \
-                   array_agg(during_end ORDER BY position) AS b_ends, \
-                   array_agg(state ORDER BY position) AS b_states, \
-                   array_agg(attempts ORDER BY position) AS b_attempts, \
-                   array_agg(last_error ORDER BY position) AS b_errors \
-            FROM ins) b"
-    };
-}
-
 /// Advisory lock key serialising Reserves while a global hold cap is configured.
 const GLOBAL_LIMIT_LOCK: i64 = 0x686f_6c64_6661_7374; // "holdfast"
 
@@ -931,6 +913,15 @@ async fn run_phases(pool: PgPool, jobs: Vec<PhaseJob>) {
     }
 }
 
+/// A Reserve to record.
+#[derive(Clone, Copy)]
+struct NewRow<'a> {
+    new: &'a NewReservation,
+    token: &'a HoldToken,
+    lease: WorkLease,
+    limits: HoldLimits,
+}
+
 /// One Reserve on its own (with a global hold cap, every Reserve goes this way).
 async fn create_alone(
     pool: &PgPool,
@@ -939,12 +930,10 @@ async fn create_alone(
     lease: WorkLease,
     limits: HoldLimits,
 ) -> Result<Created, StoreError> {
-    let id = Uuid::now_v7();
-    let ttl_ms = i64::try_from(new.ttl.as_millis()).unwrap_or(i64::MAX);
     let mut tx = pool.begin().await?;
     // One holder's Reserves run this transaction one at a time, so counting its live holds
-    // and inserting are one atomic step. (A separate statement: the count below must see
-    // what committed while we waited for the lock.)
+    // and inserting are one atomic step. (A separate statement: the count must see what
+    // committed while we waited for the lock.)
     sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
         .bind(&new.holder)
         .execute(&mut *tx)
@@ -961,92 +950,22 @@ async fn create_alone(
             return Ok(refused);
         }
     }
-    // One participant-level branch id per participant, shared by its holds.
-    let mut branch_ids: HashMap<&str, Uuid> = HashMap::new();
-    let n = new.holds.len();
-    let (mut positions, mut bids, mut parts, mut resources, mut qtys, mut starts, mut ends) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    for (i, h) in new.holds.iter().enumerate() {
-        positions.push(i32::try_from(i).unwrap_or(i32::MAX));
-        bids.push(
-            *branch_ids
-                .entry(&h.participant)
-                .or_insert_with(Uuid::new_v4),
-        );
-        parts.push(h.participant.as_str());
-        resources.push(h.resource.as_str());
-        qtys.push(h.quantity);
-        starts.push(h.during.map(|d| d.start));
-        ends.push(h.during.map(|d| d.end));
-    }
-    // One statement: the reservation and its branches, unless the request id is taken or
-    // the holder is at its cap (checked by this statement's snapshot, taken after the
-    // holder lock was granted), returning the rows as inserted.
-    let row = sqlx::query_as::<_, ReservationRow>(concat!(
-        "WITH w AS ( \
-            INSERT INTO reservations (id, request_id, holder, state, hold_token, ttl_ms, \
-                                      expires_at, labels, lease_owner, lease_until) \
-            SELECT $1, $2, $3, 'TRYING', $4, $5, clock_timestamp() + $5 * interval '1 millisecond', \
-                   $6, $7, clock_timestamp() + $8 * interval '1 millisecond' \
-            WHERE NOT EXISTS (SELECT 1 FROM reservations WHERE holder = $3 AND request_id = $2) \
-              AND (SELECT count(*) FROM reservations WHERE holder = $3 \
-                     AND state IN ('TRYING', 'HELD') \
-                     AND (state = 'TRYING' OR expires_at > clock_timestamp())) < $16 \
-            ON CONFLICT (holder, request_id) DO NOTHING \
-            RETURNING ",
-        reservation_columns!(),
-        "), ins AS ( \
-            INSERT INTO branches (reservation_id, position, branch_id, participant, resource, \
-                                  quantity, during_start, during_end, state) \
-            SELECT w.id, u.*, 'PENDING' FROM w, UNNEST($9::int[], $10::uuid[], $11::text[], \
-                   $12::text[], $13::bigint[], $14::timestamptz[], $15::timestamptz[]) AS u \
-            RETURNING *) ",
-        select_inserted!()
-    ))
-    .bind(id)
-    .bind(&new.request_id)
-    .bind(&new.holder)
-    .bind(token.expose())
-    .bind(ttl_ms)
-    .bind(Json(&new.labels))
-    .bind(lease.owner)
-    .bind(millis(lease.duration))
-    .bind(&positions)
-    .bind(&bids)
-    .bind(&parts)
-    .bind(&resources)
-    .bind(&qtys)
-    .bind(&starts)
-    .bind(&ends)
-    .bind(i64::from(limits.per_holder))
-    .fetch_optional(&mut *tx)
-    .await?;
-    if let Some(row) = row {
-        let created = row.into_domain()?;
-        tx.commit().await?;
-        return Ok(Created::New(created));
-    }
-    // Nothing inserted: a repeat of a recorded request, or the holder is at its cap.
-    let refused = admission(&mut tx, new, limits).await?;
-    tx.rollback().await?;
-    refused.ok_or_else(|| {
-        // Unreachable under the holder lock; the unique index stays the last word.
-        StoreError::Corrupt("request_id conflicted under the holder lock".into())
-    })
+    let row = NewRow {
+        new,
+        token,
+        lease,
+        limits,
+    };
+    let mut answers = insert_new(&mut tx, &[row]).await?;
+    tx.commit().await?;
+    answers
+        .pop()
+        .ok_or_else(|| StoreError::Corrupt("no answer for a Reserve".into()))
 }
 
 /// Records a batch of Reserves (distinct holders, no global cap) in one transaction: every
-/// holder's lock (in key order, so concurrent batches cannot deadlock), then one statement
-/// inserting each reservation with its branches unless its request id is taken or its holder
-/// is at the cap, answering with the rows as inserted; the others are judged one by one under
-/// the same locks. Answers in job order.
+/// holder's lock, in key order so concurrent batches cannot deadlock, then [`insert_new`].
+/// Answers in job order.
 async fn create_batch(pool: &PgPool, jobs: &[CreateJob]) -> Result<Vec<Created>, StoreError> {
     let mut tx = pool.begin().await?;
     let holders: Vec<&str> = jobs.iter().map(|j| j.new.holder.as_str()).collect();
@@ -1057,7 +976,30 @@ async fn create_batch(pool: &PgPool, jobs: &[CreateJob]) -> Result<Vec<Created>,
     .bind(&holders)
     .execute(&mut *tx)
     .await?;
-    let n = jobs.len();
+    let rows: Vec<NewRow<'_>> = jobs
+        .iter()
+        .map(|j| NewRow {
+            new: &j.new,
+            token: &j.token,
+            lease: j.lease,
+            limits: j.limits,
+        })
+        .collect();
+    let answers = insert_new(&mut tx, &rows).await?;
+    tx.commit().await?;
+    Ok(answers)
+}
+
+/// Under the holders' locks: one statement inserting each reservation with its branches
+/// unless its request id is taken or its holder is at the cap (checked by the statement's
+/// snapshot, taken after the locks were granted), answering with the rows as inserted; the
+/// others are judged one by one ([`admission`]). Answers in `rows` order.
+async fn insert_new(
+    tx: &mut PgConnection,
+    rows: &[NewRow<'_>],
+) -> Result<Vec<Created>, StoreError> {
+    let n = rows.len();
+    let holders: Vec<&str> = rows.iter().map(|r| r.new.holder.as_str()).collect();
     let mut ids = Vec::with_capacity(n);
     let (mut request_ids, mut tokens, mut ttls, mut labels, mut owners, mut leases, mut caps) = (
         Vec::with_capacity(n),
@@ -1077,7 +1019,7 @@ async fn create_batch(pool: &PgPool, jobs: &[CreateJob]) -> Result<Vec<Created>,
         Vec::new(),
     );
     let (mut b_starts, mut b_ends) = (Vec::new(), Vec::new());
-    for job in jobs {
+    for job in rows {
         let id = Uuid::now_v7();
         ids.push(id);
         request_ids.push(job.new.request_id.as_str());
@@ -1109,7 +1051,7 @@ async fn create_batch(pool: &PgPool, jobs: &[CreateJob]) -> Result<Vec<Created>,
     }
     // Each row's admission is checked by this statement's snapshot, taken after every holder
     // lock was granted.
-    let rows = sqlx::query_as::<_, ReservationRow>(concat!(
+    let written = sqlx::query_as::<_, ReservationRow>(concat!(
         "WITH i AS ( \
             SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bigint[], \
                                  $6::text[], $7::uuid[], $8::bigint[], $9::bigint[]) \
@@ -1171,24 +1113,23 @@ async fn create_batch(pool: &PgPool, jobs: &[CreateJob]) -> Result<Vec<Created>,
     .bind(&b_ends)
     .fetch_all(&mut *tx)
     .await?;
-    let mut inserted: HashMap<Uuid, Reservation> = HashMap::with_capacity(rows.len());
-    for row in rows {
+    let mut inserted: HashMap<Uuid, Reservation> = HashMap::with_capacity(written.len());
+    for row in written {
         let r = row.into_domain()?;
         inserted.insert(r.id, r);
     }
     let mut answers = Vec::with_capacity(n);
-    for (job, id) in jobs.iter().zip(&ids) {
+    for (job, id) in rows.iter().zip(&ids) {
         answers.push(match inserted.remove(id) {
             Some(r) => Created::New(r),
             // A repeat of a recorded request, or the holder is at its cap.
-            None => admission(&mut tx, &job.new, job.limits)
+            None => admission(&mut *tx, job.new, job.limits)
                 .await?
                 .ok_or_else(|| {
                     StoreError::Corrupt("request_id conflicted under the holder lock".into())
                 })?,
         });
     }
-    tx.commit().await?;
     Ok(answers)
 }
 
