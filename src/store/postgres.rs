@@ -399,6 +399,25 @@ async fn load_existing(conn: &mut PgConnection, id: Uuid) -> Result<Reservation,
         .ok_or_else(|| StoreError::Corrupt(format!("reservation {id} vanished")))
 }
 
+/// Several reservations' reports as parallel arrays (reservation, branch, state, error), for
+/// `UNNEST`.
+#[allow(clippy::type_complexity)]
+fn reports_of<'a>(
+    jobs: impl Iterator<Item = (Uuid, &'a [BranchReport])>,
+) -> (Vec<Uuid>, Vec<Uuid>, Vec<&'a str>, Vec<Option<&'a str>>) {
+    let (mut owners, mut branch_ids, mut states, mut errors) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (id, reports) in jobs {
+        for r in reports {
+            owners.push(id);
+            branch_ids.push(r.branch_id);
+            states.push(r.state.as_str());
+            errors.push(r.error.as_deref());
+        }
+    }
+    (owners, branch_ids, states, errors)
+}
+
 /// The reports as parallel arrays, for `UNNEST`.
 fn report_columns(reports: &[BranchReport]) -> (Vec<Uuid>, Vec<&str>, Vec<Option<&str>>) {
     (
@@ -697,16 +716,8 @@ async fn record_held_batch(
     jobs: &[(Uuid, &[BranchReport])],
 ) -> Result<HashMap<Uuid, Reservation>, StoreError> {
     let ids: Vec<Uuid> = jobs.iter().map(|(id, _)| *id).collect();
-    let (mut owners, mut branch_ids, mut states, mut errors) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for (id, reports) in jobs {
-        for r in *reports {
-            owners.push(*id);
-            branch_ids.push(r.branch_id);
-            states.push(r.state.as_str());
-            errors.push(r.error.as_deref());
-        }
-    }
+    let (owners, branch_ids, states, errors) =
+        reports_of(jobs.iter().map(|(id, reports)| (*id, *reports)));
     let rows = sqlx::query_as::<_, ReservationRow>(concat!(
         "WITH w AS ( \
             UPDATE reservations SET state = 'HELD', version = version + 1, \
@@ -789,8 +800,6 @@ async fn record_phases(
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
-    let (mut owners, mut branch_ids, mut states, mut errors) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for job in jobs {
         ids.push(job.id);
         froms.push(job.from.as_str());
@@ -798,13 +807,9 @@ async fn record_phases(
         refund_ids.push(Uuid::new_v4());
         bases.push(millis(job.backoff.base) as f64);
         caps.push(millis(job.backoff.cap) as f64);
-        for r in &job.reports {
-            owners.push(job.id);
-            branch_ids.push(r.branch_id);
-            states.push(r.state.as_str());
-            errors.push(r.error.as_deref());
-        }
     }
+    let (owners, branch_ids, states, errors) =
+        reports_of(jobs.iter().map(|j| (j.id, j.reports.as_slice())));
     let rows = sqlx::query_as::<_, ReservationRow>(concat!(
         "WITH cur AS ( \
             SELECT r.id AS cur_id, (r.payment_ref IS NOT NULL AND r.refund_id IS NULL) AS owes, \
