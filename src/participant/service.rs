@@ -107,14 +107,16 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         // a row (a repeat, or a Cancel that came first) or the business change fails (it may
         // collide with the first call's own rows), that is undone and the call runs barrier
         // first: lock the row, answer from it if decided, else hold under the lock.
+        let mut barrier_first = false;
         if self.resource.barrier_only() {
+            // No business change: the barrier row alone, one statement, no transaction.
             let mut conn = self.pool.acquire().await?;
             let held = TryOutcome::Held;
             if DB::insert_try(&mut *conn, &self.name, branch, Phase::Held, &held).await? {
                 return Ok(held);
             }
+            barrier_first = true;
         }
-        let mut barrier_first = false;
         loop {
             let mut tx = DB::begin_write(&self.pool).await?;
             if barrier_first {
@@ -206,18 +208,18 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     /// `Cancelled` and changes nothing; a branch whose hold is gone (reclaimed, rejected, or
     /// never tried) answers `HoldLost`.
     pub async fn confirm_branch(&self, key: &BranchKey) -> Result<BranchAnswer, ResourceError> {
-        if self.resource.barrier_only() {
-            let mut conn = self.pool.acquire().await?;
-            if DB::advance_held(&mut *conn, &self.name, key, Phase::Confirmed)
-                .await?
-                .is_some()
-            {
-                return Ok(BranchAnswer::Confirmed);
-            }
+        if self.resource.barrier_only() && self.advance_alone(key, Phase::Confirmed).await? {
+            return Ok(BranchAnswer::Confirmed);
         }
         let mut tx = DB::begin_write(&self.pool).await?;
-        // The common case, a held branch, in one barrier statement.
-        if let Some(found) = DB::advance_held(&mut *tx, &self.name, key, Phase::Confirmed).await? {
+        // The common case, a held branch, in one barrier statement (a barrier-only resource's
+        // was tried above).
+        let held = if self.resource.barrier_only() {
+            None
+        } else {
+            DB::advance_held(&mut *tx, &self.name, key, Phase::Confirmed).await?
+        };
+        if let Some(found) = held {
             return match self.resource.confirm(&mut *tx, &found.ctx(key)?).await? {
                 ConfirmOutcome::Confirmed => {
                     tx.commit().await?;
@@ -259,6 +261,15 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         Ok(answer)
     }
 
+    /// A barrier-only resource has no business change to keep with the barrier's: a held
+    /// branch moves to `to` in one statement of its own, no transaction. False: not held.
+    async fn advance_alone(&self, key: &BranchKey, to: Phase) -> Result<bool, ResourceError> {
+        let mut conn = self.pool.acquire().await?;
+        Ok(DB::advance_held(&mut *conn, &self.name, key, to)
+            .await?
+            .is_some())
+    }
+
     /// A Confirm found part of a held branch gone: release the rest and record `HoldLost`
     /// (unless a concurrent call settled the branch meanwhile; then its answer stands).
     async fn settle_lost_hold(&self, key: &BranchKey) -> Result<BranchAnswer, ResourceError> {
@@ -287,18 +298,18 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     /// Cancel: releases the branch. Before its Try it records the branch as cancelled (the
     /// late Try is rejected); after Confirm it answers `Confirmed` and changes nothing.
     pub async fn cancel_branch(&self, key: &BranchKey) -> Result<BranchAnswer, ResourceError> {
-        if self.resource.barrier_only() {
-            let mut conn = self.pool.acquire().await?;
-            if DB::advance_held(&mut *conn, &self.name, key, Phase::Cancelled)
-                .await?
-                .is_some()
-            {
-                return Ok(BranchAnswer::Cancelled);
-            }
+        if self.resource.barrier_only() && self.advance_alone(key, Phase::Cancelled).await? {
+            return Ok(BranchAnswer::Cancelled);
         }
         let mut tx = DB::begin_write(&self.pool).await?;
-        // The common case, a held branch, in one barrier statement.
-        if let Some(found) = DB::advance_held(&mut *tx, &self.name, key, Phase::Cancelled).await? {
+        // The common case, a held branch, in one barrier statement (a barrier-only resource's
+        // was tried above).
+        let held = if self.resource.barrier_only() {
+            None
+        } else {
+            DB::advance_held(&mut *tx, &self.name, key, Phase::Cancelled).await?
+        };
+        if let Some(found) = held {
             self.resource.cancel(&mut *tx, &found.ctx(key)?).await?;
             tx.commit().await?;
             return Ok(BranchAnswer::Cancelled);

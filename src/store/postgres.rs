@@ -744,6 +744,19 @@ async fn record_held_batch(
         .collect()
 }
 
+/// A `record_held` answer: the reservation as recorded, or (it had left TRYING meanwhile) as
+/// it is now.
+async fn held_answer(
+    pool: &PgPool,
+    id: Uuid,
+    recorded: Option<Reservation>,
+) -> Result<Reservation, StoreError> {
+    match recorded {
+        Some(r) => Ok(r),
+        None => load_existing(&mut *pool.acquire().await?, id).await,
+    }
+}
+
 /// One `record_held` on its own.
 async fn record_held_alone(
     pool: &PgPool,
@@ -751,18 +764,15 @@ async fn record_held_alone(
     reports: &[BranchReport],
 ) -> Result<Reservation, StoreError> {
     let mut done = record_held_batch(pool, &[(id, reports)]).await?;
-    match done.remove(&id) {
-        Some(r) => Ok(r),
-        // It had left TRYING meanwhile: as it is now.
-        None => load_existing(&mut *pool.acquire().await?, id).await,
-    }
+    held_answer(pool, id, done.remove(&id)).await
 }
 
 /// Runs queued `record_held` calls: distinct reservations in one statement; should that fail,
-/// each alone, so one call's error is its own.
+/// each alone, so one call's error is its own. A second call for a reservation of the batch
+/// runs after it, alone.
 async fn run_held(pool: PgPool, jobs: Vec<HeldJob>) {
     let (batch, repeats) = distinct_by_id(jobs, |j| j.id);
-    let shared = if batch.len() > 1 {
+    let mut shared = if batch.len() > 1 {
         let args: Vec<(Uuid, &[BranchReport])> =
             batch.iter().map(|j| (j.id, j.reports.as_slice())).collect();
         record_held_batch(&pool, &args)
@@ -772,11 +782,15 @@ async fn run_held(pool: PgPool, jobs: Vec<HeldJob>) {
     } else {
         None
     };
-    for job in batch.into_iter().chain(repeats) {
-        let answer = match shared.as_ref().and_then(|done| done.get(&job.id)) {
-            Some(r) => Ok(r.clone()),
+    for job in batch {
+        let answer = match shared.as_mut() {
+            Some(done) => held_answer(&pool, job.id, done.remove(&job.id)).await,
             None => record_held_alone(&pool, job.id, &job.reports).await,
         };
+        let _ = job.reply.send(answer);
+    }
+    for job in repeats {
+        let answer = record_held_alone(&pool, job.id, &job.reports).await;
         let _ = job.reply.send(answer);
     }
 }
@@ -888,8 +902,15 @@ async fn phase_answer(
     }
 }
 
+/// One `record_phase` on its own.
+async fn record_phase_alone(pool: &PgPool, job: &PhaseJob) -> Result<Phase, StoreError> {
+    let mut done = record_phases(pool, std::slice::from_ref(job)).await?;
+    phase_answer(pool, job, done.remove(&job.id)).await
+}
+
 /// Runs queued `record_phase` calls: distinct reservations in one statement; should that fail,
-/// each alone, so one call's error is its own.
+/// each alone, so one call's error is its own. A second call for a reservation of the batch
+/// runs after it, alone, as it would have waited for the row lock.
 async fn run_phases(pool: PgPool, jobs: Vec<PhaseJob>) {
     let (batch, repeats) = distinct_by_id(jobs, |j| j.id);
     let mut shared = if batch.len() > 1 {
@@ -900,20 +921,18 @@ async fn run_phases(pool: PgPool, jobs: Vec<PhaseJob>) {
     } else {
         None
     };
-    for job in batch.into_iter().chain(repeats) {
+    for job in batch {
         let answer = match shared.as_mut() {
             Some(done) => {
                 let recorded = done.remove(&job.id);
                 phase_answer(&pool, &job, recorded).await
             }
-            None => match record_phases(&pool, std::slice::from_ref(&job)).await {
-                Ok(mut done) => {
-                    let recorded = done.remove(&job.id);
-                    phase_answer(&pool, &job, recorded).await
-                }
-                Err(e) => Err(e),
-            },
+            None => record_phase_alone(&pool, &job).await,
         };
+        let _ = job.reply.send(answer);
+    }
+    for job in repeats {
+        let answer = record_phase_alone(&pool, &job).await;
         let _ = job.reply.send(answer);
     }
 }
@@ -1457,10 +1476,7 @@ impl Store for PgStore {
         };
         match queued {
             Ok(()) => answer.await.unwrap_or_else(batch_task_gone),
-            Err(job) => {
-                let mut done = record_phases(&self.pool, std::slice::from_ref(&job)).await?;
-                phase_answer(&self.pool, &job, done.remove(&job.id)).await
-            }
+            Err(job) => record_phase_alone(&self.pool, &job).await,
         }
     }
 

@@ -1274,16 +1274,20 @@ pub async fn concurrent_writes_are_each_recorded(store: S) {
         confirming.push(decide(&store, r.id, &token, &confirm()).await.1);
     }
     // Even ones finish CONFIRMED; odd ones hear from one participant only and stay; the
-    // first also gets a repeat and a call from the wrong state in the same burst.
+    // first also gets a repeat and a call from the wrong state in the same burst, the second
+    // a second call bringing the other participant's answer (both must be recorded).
     let calls = confirming.iter().enumerate().flat_map(|(i, r)| {
-        let mut calls = vec![(i, r.clone(), State::Confirming)];
+        let mut calls = vec![(i, r.clone(), State::Confirming, 0)];
         if i == 0 {
-            calls.push((i, r.clone(), State::Confirming));
-            calls.push((i, r.clone(), State::Cancelling));
+            calls.push((i, r.clone(), State::Confirming, 0));
+            calls.push((i, r.clone(), State::Cancelling, 0));
+        }
+        if i == 1 {
+            calls.push((i, r.clone(), State::Confirming, 1));
         }
         calls
     });
-    let answers = futures_util::future::join_all(calls.map(|(i, r, from)| {
+    let answers = futures_util::future::join_all(calls.map(|(i, r, from, part)| {
         let store = store.clone();
         async move {
             let (reports, finish) = if i % 2 == 0 {
@@ -1293,7 +1297,7 @@ pub async fn concurrent_writes_are_each_recorded(store: S) {
                 )
             } else {
                 (
-                    reports(&r, BranchState::Confirmed, None)[..1].to_vec(),
+                    reports(&r, BranchState::Confirmed, None)[part..=part].to_vec(),
                     None,
                 )
             };
@@ -1316,6 +1320,9 @@ pub async fn concurrent_writes_are_each_recorded(store: S) {
             }
             continue;
         }
+        if i == 1 {
+            continue;
+        }
         assert_eq!(phase.reservation, get(&store, r.id).await);
         if i % 2 == 0 {
             assert!(phase.finished);
@@ -1336,6 +1343,16 @@ pub async fn concurrent_writes_are_each_recorded(store: S) {
     let first = get(&store, confirming[0].id).await;
     assert_eq!(first.state, State::Confirmed);
     assert!(first.branches.iter().all(|b| b.attempts == 2));
+    let second = get(&store, confirming[1].id).await;
+    assert_eq!(second.state, State::Confirming);
+    assert!(
+        second
+            .branches
+            .iter()
+            .all(|b| b.state == BranchState::Confirmed && b.attempts == 2),
+        "both calls recorded: {:?}",
+        second.branches
+    );
 }
 
 /// An Extend with a request id is applied once: its repeat answers the reservation as it is
