@@ -3,15 +3,15 @@
 
 use std::future::Future;
 
-use sqlx::migrate::MigrateDatabase;
 use tokio::net::TcpListener;
 
 use crate::api::CoordinatorApi;
 use crate::coordinator::{Coordinator, Policy};
+use crate::db::{self, DatabaseKind};
 use crate::domain::validate::Limits;
 use crate::registry::{ParticipantEndpoint, Registry, RegistryError};
 use crate::server::ServeError;
-use crate::store::{AnyStore, Backend, PgStore, SqliteStore, StoreError};
+use crate::store::{AnyStore, PgStore, SqliteStore, StoreError};
 
 /// Why a role could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +22,8 @@ pub enum AppError {
     Registry(#[from] RegistryError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
     #[error(transparent)]
     Serve(#[from] ServeError),
     #[error("listening: {0}")]
@@ -35,18 +37,6 @@ pub struct CoordinatorSettings {
     pub limits: Limits,
     pub policy: Policy,
     pub server: crate::server::ServerLimits,
-}
-
-/// Creates the database named by `url` if it does not exist yet. (A SQLite file is created
-/// when the store connects.)
-pub async fn ensure_database(url: &str) -> Result<(), StoreError> {
-    if Backend::of_url(url)? == Backend::Sqlite {
-        return Ok(());
-    }
-    if !sqlx::Postgres::database_exists(url).await? {
-        sqlx::Postgres::create_database(url).await?;
-    }
-    Ok(())
 }
 
 /// Migrates the store (either backend: a `PgStore`, a `SqliteStore` or an [`AnyStore`]), then
@@ -87,16 +77,6 @@ pub async fn serve_coordinator(
     Ok(())
 }
 
-/// Connects a pool to `url`, creating the database first if needed.
-pub async fn connect(url: &str, max_connections: u32) -> Result<sqlx::PgPool, StoreError> {
-    ensure_database(url).await?;
-    Ok(sqlx::postgres::PgPoolOptions::new()
-        .max_connections(max_connections)
-        .acquire_timeout(std::time::Duration::from_secs(5))
-        .connect(url)
-        .await?)
-}
-
 /// Every reference participant kind, in port order.
 pub const ALL_IN_ONE_KINDS: [crate::participants::Kind; 5] = [
     crate::participants::Kind::Seats,
@@ -106,29 +86,15 @@ pub const ALL_IN_ONE_KINDS: [crate::participants::Kind; 5] = [
     crate::participants::Kind::Noop,
 ];
 
-/// The embedded default of the all-in-one (and the coordinator role): SQLite under `./data`.
-pub const DEFAULT_DATABASE_URL: &str = "sqlite://./data/holdfast.db";
-
-/// The folder of a SQLite database URL (`./data` for `sqlite://./data/holdfast.db`).
-fn sqlite_dir(url: &str) -> Result<std::path::PathBuf, AppError> {
-    use std::str::FromStr;
-    let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)
-        .map_err(|e| AppError::Config(format!("database URL {url:?}: {e}")))?;
-    Ok(match options.get_filename().parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
-    })
-}
-
 /// One writer per folder: for a `sqlite:` URL, takes an exclusive lock on `holdfast.lock`
 /// beside the database file (creating the folder), held as long as the returned file lives.
 /// A second process on the same folder fails at once, naming the folder and the lock.
 /// PostgreSQL URLs need no lock (`Ok(None)`).
 pub fn lock_data_dir(database_url: &str) -> Result<Option<std::fs::File>, AppError> {
-    if Backend::of_url(database_url)? != Backend::Sqlite {
+    if DatabaseKind::of_url(database_url)? != DatabaseKind::Sqlite {
         return Ok(None);
     }
-    let dir = sqlite_dir(database_url)?;
+    let dir = db::sqlite_dir(database_url).map_err(StoreError::from)?;
     std::fs::create_dir_all(&dir).map_err(|e| {
         AppError::Config(format!(
             "cannot create the data folder {}: {e}",
@@ -183,7 +149,7 @@ async fn bind_participant(
 /// Runs the coordinator and every reference participant in one process, all registered with
 /// the coordinator over real gRPC on loopback, until `shutdown`.
 ///
-/// On a `sqlite:` URL (the default, [`DEFAULT_DATABASE_URL`]) the coordinator uses that file
+/// On a `sqlite:` URL (the default, [`crate::config::DEFAULT_DATABASE_URL`]) the coordinator uses that file
 /// and the participants share `participants.db` beside it; the caller should hold
 /// [`lock_data_dir`] for the process's lifetime. On a `postgres://` URL everything shares that
 /// database (each schema in its own migrations table); `stock-redis` runs only there, and only
@@ -194,10 +160,12 @@ pub async fn serve_all_in_one(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AppError> {
     use crate::participants::{self, ParticipantDb, ParticipantSettings};
-    let backend = Backend::of_url(database_url)?;
+    let backend = DatabaseKind::of_url(database_url)?;
     let (store, pdb, described): (AnyStore, ParticipantDb, String) = match backend {
-        Backend::Postgres => {
-            let pool = connect(database_url, coordinator.db_pool_size).await?;
+        DatabaseKind::Postgres => {
+            let pool = db::connect_postgres(database_url, coordinator.db_pool_size)
+                .await
+                .map_err(StoreError::from)?;
             let db = database_url.split('@').next_back().unwrap_or(database_url);
             (
                 PgStore::from_pool(pool.clone()).into(),
@@ -205,12 +173,12 @@ pub async fn serve_all_in_one(
                 db.to_owned(),
             )
         }
-        Backend::Sqlite => {
+        DatabaseKind::Sqlite => {
             let store = SqliteStore::connect(database_url, coordinator.db_pool_size).await?;
-            let dir = sqlite_dir(database_url)?;
+            let dir = db::sqlite_dir(database_url).map_err(StoreError::from)?;
             let participants_file = dir.join("participants.db");
             let participants_url = format!("sqlite://{}", participants_file.display());
-            let pool = participants::connect_sqlite(&participants_url, coordinator.db_pool_size)
+            let pool = db::open_sqlite(&participants_url, coordinator.db_pool_size)
                 .await
                 .map_err(StoreError::from)?;
             // Once, before the participants start: SQLite migrations take no lock of their own.

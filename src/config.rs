@@ -14,6 +14,9 @@ use crate::coordinator::Policy;
 use crate::domain::validate::Limits;
 use crate::registry::ParticipantEndpoint;
 
+/// The embedded default of the all-in-one (and the coordinator role): SQLite under `./data`.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://./data/holdfast.db";
+
 /// `url` with any password replaced by `***`.
 pub fn mask_password(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
@@ -300,7 +303,7 @@ pub struct CoordinatorArgs {
     #[arg(
         long,
         env = "DATABASE_URL",
-        default_value = crate::app::DEFAULT_DATABASE_URL
+        default_value = DEFAULT_DATABASE_URL
     )]
     pub database_url: String,
 
@@ -522,13 +525,13 @@ impl CoordinatorArgs {
         Ok(Policy {
             max_extensions: self.max_extensions,
             lease: self.lease,
-            backoff: crate::store::Backoff {
+            backoff: crate::domain::policy::Backoff {
                 base: self.retry_base,
                 cap: self.retry_cap,
             },
             sweep_interval: self.sweep_interval,
             late_payment: self.late_payment_policy,
-            hold_limits: crate::store::HoldLimits {
+            hold_limits: crate::domain::policy::HoldLimits {
                 per_holder: self.max_active_holds_per_holder,
                 total: self.max_active_holds_total,
             },

@@ -2,14 +2,9 @@
 //!
 //! See `ARCHITECTURE.md` for the map of this crate.
 
-/// SQLite's clock now, in integer microseconds since the Unix epoch (millisecond resolution,
-/// fixed for one statement step): the participants' "now" on SQLite. A macro so statements
-/// stay `&'static str`.
-macro_rules! sqlite_now_us {
-    () => {
-        "(CAST(round(unixepoch('now', 'subsec') * 1000) AS INTEGER) * 1000)"
-    };
-}
+// First, so its `sqlite_now_us!` macro is in scope for every module below.
+#[macro_use]
+pub mod db;
 
 pub mod api;
 pub mod app;

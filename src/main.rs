@@ -38,7 +38,7 @@ enum Command {
         #[arg(
             long,
             env = "DATABASE_URL",
-            default_value = holdfast::app::DEFAULT_DATABASE_URL
+            default_value = holdfast::config::DEFAULT_DATABASE_URL
         )]
         database_url: String,
     },
@@ -86,19 +86,17 @@ async fn run(cli: Cli) -> Result<(), AppError> {
                 ))
             });
             let pool: holdfast::participants::ParticipantDb =
-                match holdfast::store::Backend::of_url(&args.database_url)? {
-                    holdfast::store::Backend::Postgres => {
-                        app::connect(&args.database_url, args.db_pool_size)
+                match holdfast::db::DatabaseKind::of_url(&args.database_url)? {
+                    holdfast::db::DatabaseKind::Postgres => {
+                        holdfast::db::connect_postgres(&args.database_url, args.db_pool_size)
                             .await?
                             .into()
                     }
-                    holdfast::store::Backend::Sqlite => holdfast::participants::connect_sqlite(
-                        &args.database_url,
-                        args.db_pool_size,
-                    )
-                    .await
-                    .map_err(holdfast::store::StoreError::from)?
-                    .into(),
+                    holdfast::db::DatabaseKind::Sqlite => {
+                        holdfast::db::open_sqlite(&args.database_url, args.db_pool_size)
+                            .await?
+                            .into()
+                    }
                 };
             let listener = tokio::net::TcpListener::bind(listen).await?;
             tracing::info!(kind = args.kind.name(), %listen, "participant serving");
@@ -150,7 +148,7 @@ async fn run(cli: Cli) -> Result<(), AppError> {
                 policy: args.policy().map_err(AppError::Config)?,
                 server: args.server_limits(),
             };
-            app::ensure_database(&args.database_url).await?;
+            holdfast::db::ensure_database(&args.database_url).await?;
             start_metrics(args.metrics_listen).await?;
             let store = AnyStore::connect(&args.database_url, args.db_pool_size).await?;
             let listener = tokio::net::TcpListener::bind(args.listen).await?;
@@ -164,7 +162,7 @@ async fn run(cli: Cli) -> Result<(), AppError> {
         }
         Command::Bench(args) => holdfast::bench::run(args).await.map_err(AppError::Config),
         Command::Migrate { database_url } => {
-            app::ensure_database(&database_url).await?;
+            holdfast::db::ensure_database(&database_url).await?;
             AnyStore::connect(&database_url, 1).await?.migrate().await?;
             tracing::info!("migrations applied");
             Ok(())

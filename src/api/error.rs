@@ -8,8 +8,8 @@ use prost::Message;
 use tonic::{Code, Status};
 
 use crate::coordinator::Error;
+use crate::domain::policy::LimitScope;
 use crate::proto;
-use crate::store::LimitScope;
 
 /// The ErrorInfo domain of every holdfast error.
 pub const DOMAIN: &str = "tcc.v1";

@@ -82,7 +82,7 @@ pub async fn reset_database(url: &str) -> Result<(), String> {
 
 /// Applies the coordinator's and the participants' schemas once, before any scenario.
 pub async fn migrate(url: &str) -> Result<(), String> {
-    let pool = app::connect(url, 1)
+    let pool = crate::db::connect_postgres(url, 1)
         .await
         .map_err(|e| format!("connecting to {url}: {e}"))?;
     PgStore::from_pool(pool.clone())
@@ -119,7 +119,7 @@ impl Deployment {
         stock_redis: Option<StockRedisSettings>,
     ) -> Result<Deployment, String> {
         let connect = |n| async move {
-            app::connect(url, n)
+            crate::db::connect_postgres(url, n)
                 .await
                 .map_err(|e| format!("connecting to {url}: {e}"))
         };

@@ -120,7 +120,7 @@ pub async fn ceiling(
     one_row: bool,
 ) -> Result<Measured, String> {
     let n = u32::try_from(conns).map_err(|_| "too many connections".to_owned())?;
-    let pool = crate::app::connect(url, n)
+    let pool = crate::db::connect_postgres(url, n)
         .await
         .map_err(|e| format!("connecting to {url}: {e}"))?;
     let setup = async {
@@ -621,7 +621,7 @@ pub async fn holds(
 ) -> Result<Measured, String> {
     use crate::participants::{self, Kind, ParticipantSettings, stock_redis};
     use crate::proto::participant_client::ParticipantClient;
-    let pool = crate::app::connect(
+    let pool = crate::db::connect_postgres(
         database_url,
         u32::try_from(clients).unwrap_or(32).clamp(4, 32),
     )

@@ -15,7 +15,8 @@ fn refund_note(refund: Option<&Refund>) -> String {
         None => String::new(),
     }
 }
-use crate::store::{LimitScope, StoreError};
+use crate::domain::policy::LimitScope;
+use crate::store::StoreError;
 
 /// Why a coordinator operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -2,6 +2,7 @@
 //! rules. Pure types and logic; no I/O, no prost, no SQL.
 
 pub mod lifecycle;
+pub mod policy;
 pub mod token;
 pub mod validate;
 

@@ -21,11 +21,8 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use sqlx::migrate::Migrator;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteSynchronous,
-};
-use sqlx::{Connection, PgPool, Pool};
+use sqlx::sqlite::SqlitePool;
+use sqlx::{PgPool, Pool};
 use tonic::service::Routes;
 
 use crate::participant::{Backend, ParticipantService, Resource};
@@ -137,7 +134,7 @@ pub static SQLITE_MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
 pub enum ParticipantDb {
     /// PostgreSQL (schema [`MIGRATOR`]).
     Postgres(PgPool),
-    /// SQLite (schema [`SQLITE_MIGRATOR`]); see [`connect_sqlite`].
+    /// SQLite (schema [`SQLITE_MIGRATOR`]); see [`crate::db::open_sqlite`].
     Sqlite(SqlitePool),
 }
 
@@ -151,34 +148,6 @@ impl From<SqlitePool> for ParticipantDb {
     fn from(pool: SqlitePool) -> Self {
         ParticipantDb::Sqlite(pool)
     }
-}
-
-/// Opens (creating it and its directory if needed) the SQLite file named by `url` for the
-/// participants, with the coordinator store's conventions: WAL, `synchronous = FULL`, foreign
-/// keys on, busy timeout [`crate::store::sqlite::BUSY_TIMEOUT`].
-pub async fn connect_sqlite(url: &str, max_connections: u32) -> Result<SqlitePool, sqlx::Error> {
-    use std::str::FromStr;
-    let options = SqliteConnectOptions::from_str(url)?
-        .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal)
-        .synchronous(SqliteSynchronous::Full)
-        .foreign_keys(true)
-        .busy_timeout(crate::store::sqlite::BUSY_TIMEOUT);
-    if let Some(dir) = options.get_filename().parent()
-        && !dir.as_os_str().is_empty()
-    {
-        std::fs::create_dir_all(dir)?;
-    }
-    // Switch to WAL on one connection first (the journal-mode change does not wait for locks).
-    SqliteConnection::connect_with(&options)
-        .await?
-        .close()
-        .await?;
-    SqlitePoolOptions::new()
-        .max_connections(max_connections.max(1))
-        .acquire_timeout(Duration::from_secs(5))
-        .connect_with(options)
-        .await
 }
 
 /// How often a running participant looks for orphaned holds (past `expires_at + grace`).

@@ -17,6 +17,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use uuid::Uuid;
 
+use crate::db::DatabaseKind;
+pub use crate::domain::policy::{Backoff, HoldLimits, LimitScope};
 use crate::domain::{
     BranchState, Decision, HoldToken, ListQuery, NewReservation, Rejection, Reservation, State,
     Verdict,
@@ -46,21 +48,6 @@ pub enum Created {
     Existing(Reservation),
     /// Nothing recorded: the holder (or everyone) has as many live reservations as allowed.
     LimitReached(LimitScope),
-}
-
-/// Which hold limit was reached.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LimitScope {
-    Holder,
-    Total,
-}
-
-/// Caps on live (TRYING, or HELD and unexpired) reservations.
-#[derive(Clone, Copy, Debug)]
-pub struct HoldLimits {
-    pub per_holder: u32,
-    /// 0: no global cap.
-    pub total: u32,
 }
 
 /// What `decide` found and did.
@@ -102,13 +89,6 @@ pub struct Phase {
 pub struct WorkLease {
     pub owner: Uuid,
     pub duration: std::time::Duration,
-}
-
-/// Retry schedule of unfinished work: `min(cap, base * 2^attempts)`, with jitter.
-#[derive(Clone, Copy, Debug)]
-pub struct Backoff {
-    pub base: std::time::Duration,
-    pub cap: std::time::Duration,
 }
 
 /// A participant's answer for one participant-level branch, to record.
@@ -226,32 +206,6 @@ pub trait Store: Send + Sync + 'static {
     async fn backlog(&self) -> Result<i64, StoreError>;
 }
 
-/// Which database a URL names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    /// `postgres://` or `postgresql://`.
-    Postgres,
-    /// `sqlite:` (a file, e.g. `sqlite://./data/holdfast.db`).
-    Sqlite,
-}
-
-impl Backend {
-    /// The backend for `url`, by its scheme; an error names what is supported.
-    pub fn of_url(url: &str) -> Result<Backend, StoreError> {
-        let scheme = url.split(':').next().unwrap_or_default();
-        match scheme.to_ascii_lowercase().as_str() {
-            "postgres" | "postgresql" => Ok(Backend::Postgres),
-            "sqlite" => Ok(Backend::Sqlite),
-            _ => Err(StoreError::Database(sqlx::Error::Configuration(
-                format!(
-                    "unsupported database URL scheme {scheme:?}: use postgres://... or sqlite://..."
-                )
-                .into(),
-            ))),
-        }
-    }
-}
-
 /// A connected store of either backend, before it is shared as `Arc<dyn Store>`: what the
 /// coordinator's wiring needs besides the trait (migrations, which backend).
 #[derive(Clone, Debug)]
@@ -263,20 +217,16 @@ pub enum AnyStore {
 impl AnyStore {
     /// Connects to `url` (the backend chosen by its scheme) with a pool of `max_connections`.
     /// A SQLite file (and its directory) is created if missing; a PostgreSQL database must exist
-    /// (see `app::ensure_database`).
+    /// (see [`crate::db::ensure_database`]).
     pub async fn connect(url: &str, max_connections: u32) -> Result<AnyStore, StoreError> {
-        Ok(match Backend::of_url(url)? {
-            Backend::Postgres => AnyStore::Postgres(PgStore::connect(url, max_connections).await?),
-            Backend::Sqlite => AnyStore::Sqlite(SqliteStore::connect(url, max_connections).await?),
+        Ok(match DatabaseKind::of_url(url)? {
+            DatabaseKind::Postgres => {
+                AnyStore::Postgres(PgStore::connect(url, max_connections).await?)
+            }
+            DatabaseKind::Sqlite => {
+                AnyStore::Sqlite(SqliteStore::connect(url, max_connections).await?)
+            }
         })
-    }
-
-    /// Which backend this is.
-    pub fn backend(&self) -> Backend {
-        match self {
-            AnyStore::Postgres(_) => Backend::Postgres,
-            AnyStore::Sqlite(_) => Backend::Sqlite,
-        }
     }
 
     /// Applies the backend's pending migrations.

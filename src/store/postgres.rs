@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnection, PgPool};
 use sqlx::types::Json;
 use tokio::sync::oneshot;
 use uuid::Uuid;
@@ -160,11 +160,7 @@ fn batch_task_gone<T>(_: oneshot::error::RecvError) -> Result<T, StoreError> {
 impl PgStore {
     /// Connects a pool of `max_connections` to `url`.
     pub async fn connect(url: &str, max_connections: u32) -> Result<PgStore, StoreError> {
-        let pool = PgPoolOptions::new()
-            .max_connections(max_connections)
-            .acquire_timeout(Duration::from_secs(5))
-            .connect(url)
-            .await?;
+        let pool = crate::db::open_postgres(url, max_connections).await?;
         Ok(PgStore::from_pool(pool))
     }
 

@@ -13,18 +13,13 @@
 //! - UUIDs are 16-byte BLOBs, labels JSON text, booleans 0/1 (see the migration).
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
-use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnection, SqlitePool};
 use sqlx::types::Json;
-use sqlx::{Connection, Sqlite, Transaction};
+use sqlx::{Sqlite, Transaction};
 use uuid::Uuid;
 
 use super::record::{StoredBranch, StoredReservation};
@@ -41,19 +36,6 @@ use crate::domain::{
 /// The coordinator's SQLite schema, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/coordinator-sqlite");
 
-/// How long a writer waits for the write lock before the statement fails with `SQLITE_BUSY`
-/// (then the caller treats it as any storage failure: outcome unknown, retry later).
-pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The database clock now, in microseconds since the Unix epoch. SQLite's clock has millisecond
-/// resolution and is fixed for the duration of one statement step. A macro so statements stay
-/// `&'static str`.
-macro_rules! now_us {
-    () => {
-        "(CAST(round(unixepoch('now', 'subsec') * 1000) AS INTEGER) * 1000)"
-    };
-}
-
 /// Columns of `reservations` every read needs, plus whether a HELD one lapsed (lazy expiry).
 macro_rules! reservation_columns {
     () => {
@@ -64,7 +46,7 @@ macro_rules! reservation_columns {
              payment_participant, payment_ref, payment_amount_minor, payment_currency, \
              refund_id, refund_state, refund_reason, generation, \
              (state = 'HELD' AND expires_at <= ",
-            now_us!(),
+            sqlite_now_us!(),
             ") AS lapsed"
         )
     };
@@ -77,9 +59,6 @@ macro_rules! branch_columns {
     };
 }
 
-/// The statement every write transaction starts with: it takes the write lock at once.
-const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
-
 /// Reservations on SQLite.
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
@@ -87,31 +66,12 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    /// Opens (creating it and its directory if needed) the database file named by `url`
-    /// (`sqlite://path/to/file.db`, `sqlite:file.db`) with a pool of `max_connections`:
-    /// WAL journal, `synchronous = FULL` (a committed decision survives power loss, as in
-    /// PostgreSQL), foreign keys on, a busy timeout of [`BUSY_TIMEOUT`].
+    /// Opens the database file named by `url` with holdfast's SQLite conventions
+    /// ([`crate::db::open_sqlite`]), with a pool of `max_connections`.
     pub async fn connect(url: &str, max_connections: u32) -> Result<SqliteStore, StoreError> {
-        let options = SqliteConnectOptions::from_str(url)?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full)
-            .foreign_keys(true)
-            .busy_timeout(BUSY_TIMEOUT);
-        create_parent_dir(options.get_filename())?;
-        // Switch the file to WAL on one connection first: changing the journal mode needs an
-        // exclusive lock that the busy timeout does not wait for, so a pool opening several
-        // connections at once on a new file could fail.
-        SqliteConnection::connect_with(&options)
-            .await?
-            .close()
-            .await?;
-        let pool = SqlitePoolOptions::new()
-            .max_connections(max_connections.max(1))
-            .acquire_timeout(Duration::from_secs(5))
-            .connect_with(options)
-            .await?;
-        Ok(SqliteStore { pool })
+        Ok(SqliteStore {
+            pool: crate::db::open_sqlite(url, max_connections).await?,
+        })
     }
 
     /// Wraps an existing pool (its connections must have foreign keys on).
@@ -132,25 +92,7 @@ impl SqliteStore {
 
     /// A write transaction: the write lock is ours until commit or rollback.
     async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
-        Ok(self.pool.begin_with(BEGIN_WRITE).await?)
-    }
-}
-
-/// Creates the directory a database file lives in (`./data` for `sqlite://./data/x.db`).
-fn create_parent_dir(file: &Path) -> Result<(), StoreError> {
-    let name = file.to_string_lossy();
-    // sqlx names in-memory databases `file:...`; they have no directory.
-    if name.starts_with("file:") || name.is_empty() {
-        return Ok(());
-    }
-    match file.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => std::fs::create_dir_all(dir).map_err(|e| {
-            StoreError::Corrupt(format!(
-                "cannot create the database directory {}: {e}",
-                dir.display()
-            ))
-        }),
-        _ => Ok(()),
+        Ok(self.pool.begin_with(crate::db::SQLITE_BEGIN_WRITE).await?)
     }
 }
 
@@ -329,10 +271,10 @@ async fn take_lease(
 ) -> Result<bool, StoreError> {
     let taken = sqlx::query(concat!(
         "UPDATE reservations SET lease_owner = ?2, lease_until = ",
-        now_us!(),
+        sqlite_now_us!(),
         " + ?3 WHERE id = ?1 AND (lease_owner IS NULL OR lease_owner = ?2 \
                                    OR lease_until IS NULL OR lease_until < ",
-        now_us!(),
+        sqlite_now_us!(),
         ")"
     ))
     .bind(id)
@@ -353,7 +295,7 @@ async fn transition(
 ) -> Result<bool, StoreError> {
     let done = sqlx::query(concat!(
         "UPDATE reservations SET state = ?3, version = version + 1, updated_at = ",
-        now_us!(),
+        sqlite_now_us!(),
         " WHERE id = ?1 AND state = ?2"
     ))
     .bind(id)
@@ -398,9 +340,9 @@ async fn record_refund(
     let done = sqlx::query(concat!(
         "UPDATE reservations SET refund_id = ?2, refund_state = 'PENDING', refund_reason = ?3, \
          next_attempt_at = ",
-        now_us!(),
+        sqlite_now_us!(),
         ", version = version + 1, updated_at = ",
-        now_us!(),
+        sqlite_now_us!(),
         " WHERE id = ?1 AND refund_id IS NULL AND payment_ref IS NOT NULL"
     ))
     .bind(id)
@@ -417,9 +359,9 @@ async fn expire_hold(conn: &mut SqliteConnection, id: Uuid) -> Result<bool, Stor
     let done = sqlx::query(concat!(
         "UPDATE reservations SET state = 'CANCELLING', release_outcome = 'EXPIRED', \
          version = version + 1, updated_at = ",
-        now_us!(),
+        sqlite_now_us!(),
         " WHERE id = ?1 AND state = 'HELD' AND expires_at <= ",
-        now_us!()
+        sqlite_now_us!()
     ))
     .bind(id)
     .execute(&mut *conn)
@@ -441,7 +383,7 @@ async fn apply_lapsed(
             let done = sqlx::query(concat!(
                 "UPDATE reservations SET state = 'CONFIRMING', late_payment_honored = 1, \
                  version = version + 1, updated_at = ",
-                now_us!(),
+                sqlite_now_us!(),
                 " WHERE id = ?1 AND state = 'HELD'"
             ))
             .bind(id)
@@ -469,7 +411,7 @@ macro_rules! backoff_next_attempt {
             "next_attempt_at = CASE WHEN ",
             $finished,
             " THEN NULL ELSE ",
-            now_us!(),
+            sqlite_now_us!(),
             " + CAST(min(",
             $cap,
             ", ",
@@ -502,7 +444,7 @@ impl Store for SqliteStore {
                     (SELECT count(*) FROM reservations WHERE holder = ?1 \
                        AND state IN ('TRYING', 'HELD') \
                        AND (state = 'TRYING' OR expires_at > ",
-            now_us!(),
+            sqlite_now_us!(),
             "))"
         ))
         .bind(&new.holder)
@@ -522,7 +464,7 @@ impl Store for SqliteStore {
             let live: i64 = sqlx::query_scalar(concat!(
                 "SELECT count(*) FROM reservations WHERE state IN ('TRYING', 'HELD') \
                    AND (state = 'TRYING' OR expires_at > ",
-                now_us!(),
+                sqlite_now_us!(),
                 ")"
             ))
             .fetch_one(&mut *tx)
@@ -537,13 +479,13 @@ impl Store for SqliteStore {
                                        created_at, updated_at, expires_at, labels, \
                                        lease_owner, lease_until) \
              VALUES (?1, ?2, ?3, 'TRYING', ?4, ?5, ",
-            now_us!(),
+            sqlite_now_us!(),
             ", ",
-            now_us!(),
+            sqlite_now_us!(),
             ", ",
-            now_us!(),
+            sqlite_now_us!(),
             " + ?5 * 1000, ?6, ?7, ",
-            now_us!(),
+            sqlite_now_us!(),
             " + ?8) \
              ON CONFLICT (holder, request_id) DO NOTHING"
         ))
@@ -613,7 +555,7 @@ impl Store for SqliteStore {
              WHERE (?1 IS NULL OR holder = ?1) \
                AND (?2 IS NULL OR \
                     (CASE WHEN state = 'HELD' AND expires_at <= ",
-            now_us!(),
+            sqlite_now_us!(),
             " THEN 'EXPIRED' ELSE state END) = ?2) \
                AND (?3 IS NULL OR (created_at, id) < (?3, ?4)) \
              ORDER BY created_at DESC, id DESC LIMIT ?5"
@@ -706,9 +648,9 @@ impl Store for SqliteStore {
                 let confirmed = sqlx::query(concat!(
                     "UPDATE reservations SET state = 'CONFIRMING', version = version + 1, \
                      updated_at = ",
-                    now_us!(),
+                    sqlite_now_us!(),
                     " WHERE id = ?1 AND state = 'HELD' AND ",
-                    now_us!(),
+                    sqlite_now_us!(),
                     " < expires_at"
                 ))
                 .bind(id)
@@ -740,7 +682,7 @@ impl Store for SqliteStore {
                 sqlx::query(concat!(
                     "UPDATE reservations SET state = ?2, release_outcome = ?3, cancel_reason = ?4, \
                      version = version + 1, updated_at = ",
-                    now_us!(),
+                    sqlite_now_us!(),
                     " WHERE id = ?1 AND state = 'HELD'"
                 ))
                 .bind(id)
@@ -770,7 +712,7 @@ impl Store for SqliteStore {
             Verdict::Retake => {
                 sqlx::query(concat!(
                     "UPDATE reservations SET version = version + 1, updated_at = ",
-                    now_us!(),
+                    sqlite_now_us!(),
                     " WHERE id = ?1 AND state = 'EXPIRED' AND payment_ref IS NULL"
                 ))
                 .bind(id)
@@ -785,9 +727,9 @@ impl Store for SqliteStore {
                     "UPDATE reservations SET expires_at = expires_at + ?2, \
                      extensions_used = extensions_used + 1, version = version + 1, \
                      last_extend_request_id = ?3, updated_at = ",
-                    now_us!(),
+                    sqlite_now_us!(),
                     " WHERE id = ?1 AND state = 'HELD' AND ",
-                    now_us!(),
+                    sqlite_now_us!(),
                     " < expires_at"
                 ))
                 .bind(id)
@@ -850,7 +792,7 @@ impl Store for SqliteStore {
             "UPDATE reservations SET state = 'CANCELLING', release_outcome = 'REJECTED', \
              rejection_participant = ?2, rejection_resource = ?3, rejection_reason = ?4, \
              version = version + 1, updated_at = ",
-            now_us!(),
+            sqlite_now_us!(),
             " WHERE id = ?1 AND state = 'TRYING'"
         ))
         .bind(id)
@@ -924,18 +866,18 @@ impl Store for SqliteStore {
         let due: Vec<(Uuid, String)> = sqlx::query_as(concat!(
             "SELECT id, state FROM reservations \
              WHERE (lease_until IS NULL OR lease_until < ",
-            now_us!(),
+            sqlite_now_us!(),
             ") AND ((state IN ('TRYING', 'HELD', 'CONFIRMING', 'CANCELLING') \
                     AND CASE state \
                           WHEN 'HELD' THEN expires_at <= ",
-            now_us!(),
+            sqlite_now_us!(),
             "         ELSE coalesce(next_attempt_at, -9223372036854775807) <= ",
-            now_us!(),
+            sqlite_now_us!(),
             "       END) \
                 OR ((refund_state = 'PENDING' \
                      OR (state = 'EXPIRED' AND payment_ref IS NOT NULL AND refund_id IS NULL)) \
                     AND coalesce(next_attempt_at, -9223372036854775807) <= ",
-            now_us!(),
+            sqlite_now_us!(),
             ")) ORDER BY coalesce(next_attempt_at, expires_at) LIMIT ?1"
         ))
         .bind(i64::from(limit))
@@ -947,17 +889,17 @@ impl Store for SqliteStore {
                 "UPDATE reservations SET \
                     lease_owner = ?2, \
                     lease_until = ",
-                now_us!(),
+                sqlite_now_us!(),
                 " + ?3, \
                     release_outcome = CASE WHEN state = 'HELD' THEN 'EXPIRED' ELSE release_outcome END, \
                     version = CASE WHEN state = 'HELD' THEN version + 1 ELSE version END, \
                     updated_at = CASE WHEN state = 'HELD' THEN ",
-                now_us!(),
+                sqlite_now_us!(),
                 " ELSE updated_at END, \
                     state = CASE WHEN state = 'HELD' THEN 'CANCELLING' ELSE state END \
                  WHERE id = ?1 AND state = ?4 \
                    AND (state <> 'HELD' OR expires_at <= ",
-                now_us!(),
+                sqlite_now_us!(),
                 ") RETURNING ?4 = 'HELD'"
             ))
             .bind(id)
@@ -979,9 +921,9 @@ impl Store for SqliteStore {
         let generation: Option<i32> = sqlx::query_scalar(concat!(
             "UPDATE reservations SET generation = generation + 1, \
              expires_at = ",
-            now_us!(),
+            sqlite_now_us!(),
             " + ttl_ms * 1000, version = version + 1, updated_at = ",
-            now_us!(),
+            sqlite_now_us!(),
             " WHERE id = ?1 AND state = 'EXPIRED' RETURNING generation"
         ))
         .bind(id)
@@ -1029,7 +971,7 @@ impl Store for SqliteStore {
         let done = sqlx::query(concat!(
             "UPDATE reservations SET state = 'CONFIRMING', late_payment_honored = 1, \
              version = version + 1, updated_at = ",
-            now_us!(),
+            sqlite_now_us!(),
             " WHERE id = ?1 AND state = 'EXPIRED' AND refund_id IS NULL"
         ))
         .bind(id)
@@ -1054,7 +996,7 @@ impl Store for SqliteStore {
         let done = sqlx::query(concat!(
             "UPDATE reservations SET state = 'CANCELLING', release_outcome = 'EXPIRED', \
              version = version + 1, updated_at = ",
-            now_us!(),
+            sqlite_now_us!(),
             " WHERE id = ?1 AND state = 'EXPIRED' AND refund_id IS NULL"
         ))
         .bind(id)
@@ -1100,7 +1042,7 @@ impl Store for SqliteStore {
         let mut tx = self.begin_write().await?;
         let renewed = sqlx::query(concat!(
             "UPDATE reservations SET lease_until = ",
-            now_us!(),
+            sqlite_now_us!(),
             " + ?3 WHERE id = ?1 AND lease_owner = ?2"
         ))
         .bind(id)
@@ -1117,10 +1059,10 @@ impl Store for SqliteStore {
         let mut tx = self.begin_write().await?;
         let woken = sqlx::query(concat!(
             "UPDATE reservations SET next_attempt_at = ",
-            now_us!(),
+            sqlite_now_us!(),
             " WHERE state IN ('CONFIRMING', 'CANCELLING') \
                AND next_attempt_at > ",
-            now_us!(),
+            sqlite_now_us!(),
             " AND EXISTS (SELECT 1 FROM branches b WHERE b.reservation_id = reservations.id \
                            AND b.participant = ?1 AND b.last_error IS NOT NULL)"
         ))
@@ -1137,7 +1079,7 @@ impl Store for SqliteStore {
             "SELECT count(*) FROM reservations \
              WHERE state IN ('TRYING', 'CONFIRMING', 'CANCELLING') \
                 OR (state = 'HELD' AND expires_at <= ",
-            now_us!(),
+            sqlite_now_us!(),
             ") OR refund_state = 'PENDING'"
         ))
         .fetch_one(&self.pool)

@@ -6,9 +6,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use holdfast::app::CoordinatorSettings;
+use holdfast::domain::policy::Backoff;
 use holdfast::proto;
 use holdfast::proto::reservation::State;
-use holdfast::store::Backoff;
 use sqlx::PgPool;
 
 use crate::common::*;

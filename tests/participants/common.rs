@@ -44,10 +44,9 @@ impl Db {
             "holdfast-participants-{}.db",
             uuid::Uuid::new_v4().simple()
         ));
-        let sqlite =
-            holdfast::participants::connect_sqlite(&format!("sqlite://{}", path.display()), 16)
-                .await
-                .expect("sqlite");
+        let sqlite = holdfast::db::open_sqlite(&format!("sqlite://{}", path.display()), 16)
+            .await
+            .expect("sqlite");
         holdfast::participants::SQLITE_MIGRATOR
             .run(&sqlite)
             .await

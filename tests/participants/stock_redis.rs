@@ -696,7 +696,7 @@ async fn stock_redis_rate() {
         base.rsplit_once('/').expect("database url").0,
         uuid::Uuid::new_v4().simple()
     );
-    let pool = holdfast::app::connect(&url, 8)
+    let pool = holdfast::db::connect_postgres(&url, 8)
         .await
         .expect("bench database");
     let mut p = start(&pool, HOUR).await;

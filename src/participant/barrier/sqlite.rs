@@ -43,7 +43,7 @@ fn barrier_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<BarrierRow, Resourc
 #[async_trait]
 impl Backend for Sqlite {
     async fn begin_write(pool: &Pool<Self>) -> Result<Transaction<'static, Self>, sqlx::Error> {
-        pool.begin_with("BEGIN IMMEDIATE").await
+        pool.begin_with(crate::db::SQLITE_BEGIN_WRITE).await
     }
 
     async fn lock(

@@ -1,0 +1,134 @@
+//! Opening databases: which one a URL names, PostgreSQL and SQLite pools with holdfast's
+//! conventions, and SQLite's clock in SQL. Shared by the coordinator's store, the participants
+//! and the benchmark, so none of them reaches into another for it.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::migrate::MigrateDatabase;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{ConnectOptions, Connection};
+
+/// SQLite's clock now, in integer microseconds since the Unix epoch (millisecond resolution,
+/// fixed for one statement step): "now" in every SQLite statement. A macro so statements stay
+/// `&'static str` (`concat!`).
+macro_rules! sqlite_now_us {
+    () => {
+        "(CAST(round(unixepoch('now', 'subsec') * 1000) AS INTEGER) * 1000)"
+    };
+}
+
+/// How long a SQLite writer waits for the write lock before its statement fails with
+/// `SQLITE_BUSY` (then the caller treats it as any storage failure: outcome unknown, retry).
+pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How every SQLite write transaction begins: the database write lock is taken at once and
+/// held until commit, so no other writer runs between a read and its conditional UPDATE.
+pub const SQLITE_BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
+
+/// How long a caller waits for a pooled connection.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Which database a URL names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DatabaseKind {
+    /// `postgres://` or `postgresql://`.
+    Postgres,
+    /// `sqlite:` (a file, e.g. `sqlite://./data/holdfast.db`).
+    Sqlite,
+}
+
+impl DatabaseKind {
+    /// The database `url` names, by its scheme; an error names what is supported.
+    pub fn of_url(url: &str) -> Result<DatabaseKind, sqlx::Error> {
+        let scheme = url.split(':').next().unwrap_or_default();
+        match scheme.to_ascii_lowercase().as_str() {
+            "postgres" | "postgresql" => Ok(DatabaseKind::Postgres),
+            "sqlite" => Ok(DatabaseKind::Sqlite),
+            _ => Err(sqlx::Error::Configuration(
+                format!(
+                    "unsupported database URL scheme {scheme:?}: use postgres://... or sqlite://..."
+                )
+                .into(),
+            )),
+        }
+    }
+}
+
+/// Creates the database named by `url` if it does not exist yet. (A SQLite file is created
+/// when it is opened.)
+pub async fn ensure_database(url: &str) -> Result<(), sqlx::Error> {
+    if DatabaseKind::of_url(url)? == DatabaseKind::Sqlite {
+        return Ok(());
+    }
+    if !sqlx::Postgres::database_exists(url).await? {
+        sqlx::Postgres::create_database(url).await?;
+    }
+    Ok(())
+}
+
+/// A PostgreSQL pool of `max_connections` on `url`, creating the database first if needed.
+pub async fn connect_postgres(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
+    ensure_database(url).await?;
+    open_postgres(url, max_connections).await
+}
+
+/// A PostgreSQL pool of `max_connections` on `url` (the database must exist; see
+/// [`ensure_database`]).
+pub async fn open_postgres(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
+    PgPoolOptions::new()
+        .max_connections(max_connections.max(1))
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .connect(url)
+        .await
+}
+
+/// Opens (creating it and its directory if needed) the SQLite file named by `url`
+/// (`sqlite://path/to/file.db`, `sqlite:file.db`) with a pool of `max_connections`: WAL
+/// journal, `synchronous = FULL` (a committed decision survives power loss, as in PostgreSQL),
+/// foreign keys on, busy timeout [`SQLITE_BUSY_TIMEOUT`].
+pub async fn open_sqlite(url: &str, max_connections: u32) -> Result<SqlitePool, sqlx::Error> {
+    let options = SqliteConnectOptions::from_str(url)?
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .foreign_keys(true)
+        .busy_timeout(SQLITE_BUSY_TIMEOUT);
+    create_parent_dir(options.get_filename())?;
+    // Switch the file to WAL on one connection first: changing the journal mode needs an
+    // exclusive lock that the busy timeout does not wait for, so a pool opening several
+    // connections at once on a new file could fail.
+    options.connect().await?.close().await?;
+    SqlitePoolOptions::new()
+        .max_connections(max_connections.max(1))
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .connect_with(options)
+        .await
+}
+
+/// The folder a SQLite database file lives in (`./data` for `sqlite://./data/holdfast.db`).
+pub fn sqlite_dir(url: &str) -> Result<std::path::PathBuf, sqlx::Error> {
+    let options = SqliteConnectOptions::from_str(url)?;
+    Ok(match options.get_filename().parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    })
+}
+
+/// Creates the directory a database file lives in.
+fn create_parent_dir(file: &Path) -> Result<(), sqlx::Error> {
+    // sqlx names in-memory databases `file:...`; they have no directory.
+    if file.to_string_lossy().starts_with("file:") {
+        return Ok(());
+    }
+    if let Some(dir) = file.parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir)?;
+    }
+    Ok(())
+}
