@@ -6,6 +6,7 @@ use std::future::Future;
 use tokio::net::TcpListener;
 
 use crate::api::CoordinatorApi;
+use crate::config::{CoordinatorArgs, ParticipantArgs, default_participant_port};
 use crate::coordinator::{Coordinator, Policy};
 use crate::db::{self, DatabaseKind};
 use crate::domain::validate::Limits;
@@ -24,6 +25,11 @@ pub enum AppError {
     Store(#[from] StoreError),
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
+    #[error("participant {kind}: {source}")]
+    Participant {
+        kind: &'static str,
+        source: crate::participants::ParticipantError,
+    },
     #[error(transparent)]
     Serve(#[from] ServeError),
     #[error("listening: {0}")]
@@ -37,6 +43,110 @@ pub struct CoordinatorSettings {
     pub limits: Limits,
     pub policy: Policy,
     pub server: crate::server::ServerLimits,
+}
+
+/// Runs the coordinator role as configured by `args` until `shutdown`: creates its database
+/// if needed, starts the metrics listener, migrates and serves.
+pub async fn run_coordinator(
+    args: CoordinatorArgs,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), AppError> {
+    let settings = CoordinatorSettings {
+        participants: args.endpoints(),
+        limits: args.limits().map_err(AppError::Config)?,
+        policy: args.policy().map_err(AppError::Config)?,
+        server: args.server_limits(),
+    };
+    db::ensure_database(&args.database_url).await?;
+    start_metrics(args.metrics_listen).await?;
+    let store = AnyStore::connect(&args.database_url, args.db_pool_size).await?;
+    let listener = TcpListener::bind(args.listen).await?;
+    serve_coordinator(settings, store, listener, shutdown).await
+}
+
+/// Runs the all-in-one as configured by `args` until `shutdown`, holding the data folder's
+/// one-writer lock (SQLite) for as long as it runs.
+pub async fn run_all_in_one(
+    args: CoordinatorArgs,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), AppError> {
+    let url = args.database_url.clone();
+    // One writer per data folder, taken before anything binds a port.
+    let _lock = lock_data_dir(&url)?;
+    start_metrics(args.metrics_listen).await?;
+    serve_all_in_one(&url, args, shutdown).await
+}
+
+/// Creates the coordinator's database if needed and applies its migrations (`holdfast migrate`).
+pub async fn migrate(database_url: &str) -> Result<(), AppError> {
+    db::ensure_database(database_url).await?;
+    AnyStore::connect(database_url, 1).await?.migrate().await?;
+    tracing::info!("migrations applied");
+    Ok(())
+}
+
+/// Runs one reference participant as configured by `args` until `shutdown`.
+pub async fn serve_participant(
+    args: ParticipantArgs,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), AppError> {
+    use crate::participants::{self, Kind, ParticipantDb, ParticipantError, stock_redis};
+    let listen = args.listen.unwrap_or_else(|| {
+        std::net::SocketAddr::from(([127, 0, 0, 1], default_participant_port(args.kind)))
+    });
+    let pool: ParticipantDb = match DatabaseKind::of_url(&args.database_url)? {
+        DatabaseKind::Postgres => db::connect_postgres(&args.database_url, args.db_pool_size)
+            .await?
+            .into(),
+        DatabaseKind::Sqlite => db::open_sqlite(&args.database_url, args.db_pool_size)
+            .await?
+            .into(),
+    };
+    let listener = TcpListener::bind(listen).await?;
+    tracing::info!(kind = args.kind.name(), %listen, "participant serving");
+    let kind = args.kind;
+    let served = if kind == Kind::StockRedis {
+        match (args.redis_url.clone(), pool) {
+            (None, _) => Err(ParticipantError::NeedsRedis),
+            (Some(_), ParticipantDb::Sqlite(_)) => Err(ParticipantError::NeedsPostgres),
+            (Some(url), ParticipantDb::Postgres(pool)) => {
+                let mut settings = stock_redis::StockRedisSettings::new(url);
+                settings.key_prefix = args.redis_prefix.clone();
+                settings.orphan_grace = args.orphan_grace;
+                settings.retention = args.redis_retention;
+                stock_redis::serve(settings, pool, listener, shutdown).await
+            }
+        }
+    } else {
+        let settings = participants::ParticipantSettings {
+            kind,
+            orphan_grace: args.orphan_grace,
+        };
+        participants::serve(settings, pool, listener, shutdown).await
+    };
+    served.map_err(|source| AppError::Participant {
+        kind: kind.name(),
+        source,
+    })
+}
+
+/// Serves /metrics in the background when an address is configured.
+pub async fn start_metrics(addr: Option<std::net::SocketAddr>) -> Result<(), AppError> {
+    if let Some(addr) = addr {
+        // Install the recorder before anything is counted.
+        crate::telemetry::metrics_handle();
+        let listener = TcpListener::bind(addr).await.map_err(|e| {
+            AppError::Config(format!(
+                "metrics cannot listen on {addr}: {e} (--metrics-listen)"
+            ))
+        })?;
+        tracing::info!(%addr, "metrics on /metrics");
+        tokio::spawn(crate::telemetry::serve_metrics(
+            listener,
+            std::future::pending(),
+        ));
+    }
+    Ok(())
 }
 
 /// Migrates the store (either backend: a `PgStore`, a `SqliteStore` or an [`AnyStore`]), then
@@ -210,7 +320,10 @@ pub async fn serve_all_in_one(
         tasks.spawn(async move {
             participants::serve(ParticipantSettings::new(kind), pool, listener, stop)
                 .await
-                .map_err(|e| AppError::Config(format!("participant {}: {e}", kind.name())))
+                .map_err(|source| AppError::Participant {
+                    kind: kind.name(),
+                    source,
+                })
         });
     }
     let redis_pg = match (&pdb, coordinator.redis_url.clone()) {
@@ -231,7 +344,10 @@ pub async fn serve_all_in_one(
         tasks.spawn(async move {
             stock_redis::serve(redis_settings, pool, listener, stop)
                 .await
-                .map_err(|e| AppError::Config(format!("participant {}: {e}", kind.name())))
+                .map_err(|source| AppError::Participant {
+                    kind: kind.name(),
+                    source,
+                })
         });
     }
     let settings = CoordinatorSettings {

@@ -3,9 +3,8 @@
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use holdfast::app::{self, AppError, CoordinatorSettings};
+use holdfast::app::{self, AppError};
 use holdfast::config::{CoordinatorArgs, ParticipantArgs};
-use holdfast::store::AnyStore;
 
 /// holdfast: a Try-Confirm/Cancel coordinator for time-limited reservations.
 ///
@@ -44,26 +43,17 @@ enum Command {
     },
 }
 
-/// Serves /metrics in the background when configured.
-async fn start_metrics(addr: Option<std::net::SocketAddr>) -> Result<(), AppError> {
-    if let Some(addr) = addr {
-        // Install the recorder before anything is counted.
-        holdfast::telemetry::metrics_handle();
-        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-            AppError::Config(format!(
-                "metrics cannot listen on {addr}: {e} (--metrics-listen)"
-            ))
-        })?;
-        tracing::info!(%addr, "metrics on /metrics");
-        tokio::spawn(holdfast::telemetry::serve_metrics(
-            listener,
-            std::future::pending(),
-        ));
-    }
-    Ok(())
+/// Why a command failed: a role's error, or the benchmark's.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error(transparent)]
+    App(#[from] AppError),
+    #[error(transparent)]
+    Bench(#[from] holdfast::bench::BenchError),
 }
 
-async fn run(cli: Cli) -> Result<(), AppError> {
+async fn run(cli: Cli) -> Result<(), Failure> {
+    let shutdown = holdfast::server::shutdown_signal();
     let Some(command) = cli.command else {
         // All-in-one: the coordinator's defaults, every reference participant beside it.
         let args = cli.all_in_one;
@@ -71,102 +61,17 @@ async fn run(cli: Cli) -> Result<(), AppError> {
             print!("{}", args.describe());
             return Ok(());
         }
-        let url = args.database_url.clone();
-        // One writer per data folder, taken before anything binds a port.
-        let _lock = app::lock_data_dir(&url)?;
-        start_metrics(args.metrics_listen).await?;
-        return app::serve_all_in_one(&url, args, holdfast::server::shutdown_signal()).await;
+        return Ok(app::run_all_in_one(args, shutdown).await?);
     };
     match command {
-        Command::Participant(args) => {
-            let listen = args.listen.unwrap_or_else(|| {
-                std::net::SocketAddr::from((
-                    [127, 0, 0, 1],
-                    holdfast::config::default_participant_port(args.kind),
-                ))
-            });
-            let pool: holdfast::participants::ParticipantDb =
-                match holdfast::db::DatabaseKind::of_url(&args.database_url)? {
-                    holdfast::db::DatabaseKind::Postgres => {
-                        holdfast::db::connect_postgres(&args.database_url, args.db_pool_size)
-                            .await?
-                            .into()
-                    }
-                    holdfast::db::DatabaseKind::Sqlite => {
-                        holdfast::db::open_sqlite(&args.database_url, args.db_pool_size)
-                            .await?
-                            .into()
-                    }
-                };
-            let listener = tokio::net::TcpListener::bind(listen).await?;
-            tracing::info!(kind = args.kind.name(), %listen, "participant serving");
-            if args.kind == holdfast::participants::Kind::StockRedis {
-                use holdfast::participants::stock_redis;
-                let url = args.redis_url.clone().ok_or_else(|| {
-                    AppError::Config(
-                        holdfast::participants::ParticipantError::NeedsRedis.to_string(),
-                    )
-                })?;
-                let holdfast::participants::ParticipantDb::Postgres(pool) = pool else {
-                    return Err(AppError::Config(
-                        holdfast::participants::ParticipantError::NeedsPostgres.to_string(),
-                    ));
-                };
-                let mut settings = stock_redis::StockRedisSettings::new(url);
-                settings.key_prefix = args.redis_prefix.clone();
-                settings.orphan_grace = args.orphan_grace;
-                settings.retention = args.redis_retention;
-                return stock_redis::serve(
-                    settings,
-                    pool,
-                    listener,
-                    holdfast::server::shutdown_signal(),
-                )
-                .await
-                .map_err(|e| AppError::Config(e.to_string()));
-            }
-            holdfast::participants::serve(
-                holdfast::participants::ParticipantSettings {
-                    kind: args.kind,
-                    orphan_grace: args.orphan_grace,
-                },
-                pool,
-                listener,
-                holdfast::server::shutdown_signal(),
-            )
-            .await
-            .map_err(|e| AppError::Config(e.to_string()))
-        }
         Command::Coordinator(args) if args.print_config => {
             print!("{}", args.describe());
             Ok(())
         }
-        Command::Coordinator(args) => {
-            let settings = CoordinatorSettings {
-                participants: args.endpoints(),
-                limits: args.limits().map_err(AppError::Config)?,
-                policy: args.policy().map_err(AppError::Config)?,
-                server: args.server_limits(),
-            };
-            holdfast::db::ensure_database(&args.database_url).await?;
-            start_metrics(args.metrics_listen).await?;
-            let store = AnyStore::connect(&args.database_url, args.db_pool_size).await?;
-            let listener = tokio::net::TcpListener::bind(args.listen).await?;
-            app::serve_coordinator(
-                settings,
-                store,
-                listener,
-                holdfast::server::shutdown_signal(),
-            )
-            .await
-        }
-        Command::Bench(args) => holdfast::bench::run(args).await.map_err(AppError::Config),
-        Command::Migrate { database_url } => {
-            holdfast::db::ensure_database(&database_url).await?;
-            AnyStore::connect(&database_url, 1).await?.migrate().await?;
-            tracing::info!("migrations applied");
-            Ok(())
-        }
+        Command::Coordinator(args) => Ok(app::run_coordinator(args, shutdown).await?),
+        Command::Participant(args) => Ok(app::serve_participant(args, shutdown).await?),
+        Command::Bench(args) => Ok(holdfast::bench::run(args).await?),
+        Command::Migrate { database_url } => Ok(app::migrate(&database_url).await?),
     }
 }
 

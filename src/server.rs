@@ -62,6 +62,25 @@ pub async fn serve(
     .await
 }
 
+/// Reflection that knows every message type holdfast speaks but lists only what this port
+/// serves: `service_names`, health and reflection itself (a participant's port does not offer
+/// `tcc.v1.Coordinator`, nor the coordinator's `tcc.v1.Participant`).
+fn reflection(service_names: &[&str]) -> tonic_reflection::server::Builder<'static> {
+    let builder = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET);
+    service_names
+        .iter()
+        .copied()
+        .chain([
+            "grpc.health.v1.Health",
+            "grpc.reflection.v1.ServerReflection",
+            "grpc.reflection.v1alpha.ServerReflection",
+        ])
+        .fold(builder, |b, name| b.with_service_name(name))
+}
+
 /// [`serve`] with explicit limits.
 pub async fn serve_with(
     limits: ServerLimits,
@@ -76,16 +95,8 @@ pub async fn serve_with(
             .set_service_status(*name, tonic_health::ServingStatus::Serving)
             .await;
     }
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()?;
+    let reflection_v1 = reflection(service_names).build_v1()?;
+    let reflection_v1alpha = reflection(service_names).build_v1alpha()?;
     let routes = routes
         .add_service(health_service)
         .add_service(reflection_v1)

@@ -192,9 +192,23 @@ async fn xacts(url: &str) -> Option<(i64, i64)> {
     Some(row)
 }
 
+/// Why `holdfast bench` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The in-process deployment's database could not be reset or migrated.
+    #[error("bench: preparing the database: {0}")]
+    Setup(String),
+    /// The `--json` results could not be written.
+    #[error("bench: writing the results: {0}")]
+    Output(String),
+    /// These scenarios failed, had errors, or oversold (their rows say which).
+    #[error("bench: scenarios with failures, errors or oversell: {}", .0.join(", "))]
+    Failed(Vec<String>),
+}
+
 /// Runs the selected scenarios and prints the summary; `Err` when a scenario failed, had
 /// errors, or oversold.
-pub async fn run(args: BenchArgs) -> Result<(), String> {
+pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
     let mut selected = if args.scenarios.is_empty() {
         vec![
             Scenario::Ceiling,
@@ -211,8 +225,12 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     let in_process = args.target.is_none();
     if in_process {
         eprintln!("bench: resetting database {}", redact(&args.database_url));
-        deploy::reset_database(&args.database_url).await?;
-        deploy::migrate(&args.database_url).await?;
+        deploy::reset_database(&args.database_url)
+            .await
+            .map_err(BenchError::Setup)?;
+        deploy::migrate(&args.database_url)
+            .await
+            .map_err(BenchError::Setup)?;
     }
     let run_id = format!("b{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let ceiling_many = format!("ceiling-{}", args.clients);
@@ -350,8 +368,10 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     print_table(&rows);
     if let Some(path) = &args.json {
         let doc = to_json(&args, &rows);
-        let text = serde_json::to_string_pretty(&doc).map_err(|e| format!("encoding JSON: {e}"))?;
-        std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        let text = serde_json::to_string_pretty(&doc)
+            .map_err(|e| BenchError::Output(format!("encoding JSON: {e}")))?;
+        std::fs::write(path, text)
+            .map_err(|e| BenchError::Output(format!("{}: {e}", path.display())))?;
         eprintln!("bench: results written to {}", path.display());
     }
     let failed: Vec<String> = rows
@@ -362,10 +382,7 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     if failed.is_empty() {
         Ok(())
     } else {
-        Err(format!(
-            "bench: scenarios with failures, errors or oversell: {}",
-            failed.join(", ")
-        ))
+        Err(BenchError::Failed(failed))
     }
 }
 

@@ -61,6 +61,17 @@ async fn reflection_lists_and_describes_the_services(pool: PgPool) {
             "{expected} in {names:?}"
         );
     }
+    // Only what this port serves: the participants' services live on their own ports.
+    for elsewhere in [
+        "tcc.v1.Participant",
+        "tcc.v1.Payments",
+        "tcc.v1.ResourceAdmin",
+    ] {
+        assert!(
+            !names.iter().any(|n| n == elsewhere),
+            "{elsewhere} not in {names:?}"
+        );
+    }
     let Some(Ok(file)) = responses.next().await else {
         panic!("no FileContainingSymbol answer")
     };
