@@ -20,7 +20,7 @@
 //!
 //! Business code must lock the resources it touches in the order of the items it is given
 //! (sorted by resource, then slot start) and use `clock_timestamp()` for time decisions.
-//! A business "can't" is `TryOutcome::Rejected`; an exclusion-constraint violation (SQLSTATE
+//! A business "can't" is `TryAnswer::Rejected`; an exclusion-constraint violation (SQLSTATE
 //! 23P01) raised by business SQL is turned into a rejection by the SDK as well.
 //!
 //! Backends: PostgreSQL (the default type parameter, `Resource` = `Resource<sqlx::Postgres>`)
@@ -48,7 +48,7 @@ mod service;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-pub use barrier::{Backend, BarrierRow, BranchCounts, Phase, branch_counts};
+pub use barrier::{Backend, BarrierPhase, BarrierRow, BranchCounts, branch_counts};
 pub use error::ResourceError;
 pub use service::{DEFAULT_ORPHAN_GRACE, ParticipantService};
 
@@ -113,9 +113,11 @@ pub struct BranchCtx {
     pub hold_until: DateTime<Utc>,
 }
 
-/// The business answer to a Try.
+/// The answer the business code gives to a Try; the barrier keeps the first one (its
+/// `try_answer` column) and gives it again to every repeat. Not the coordinator's
+/// `domain::TryOutcome`, which is what the coordinator makes of a participant's reply.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TryOutcome {
+pub enum TryAnswer {
     /// Every item is held.
     Held,
     /// Nothing can be held; the reason is for people (e.g. "seat A1 is taken").
@@ -180,7 +182,7 @@ pub trait Resource<DB: Backend = sqlx::Postgres>: Send + Sync + 'static {
         &self,
         conn: &mut DB::Connection,
         branch: &BranchCtx,
-    ) -> Result<TryOutcome, ResourceError>;
+    ) -> Result<TryAnswer, ResourceError>;
 
     /// Finalises the branch's holds.
     async fn confirm(

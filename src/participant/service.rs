@@ -9,10 +9,10 @@ use chrono::{DateTime, Utc};
 use sqlx::{Pool, Postgres};
 use tonic::{Request, Response, Status};
 
-use super::barrier::{Backend, BarrierRow, Phase};
+use super::barrier::{Backend, BarrierPhase, BarrierRow};
 use super::{
     BranchAnswer, BranchCtx, BranchKey, ConfirmOutcome, Item, Resource, ResourceError, Slot,
-    TryBranch, TryOutcome,
+    TryAnswer, TryBranch,
 };
 use crate::proto::participant_server::{Participant, ParticipantServer};
 use crate::proto::{BranchRequest, BranchResponse, TryRequest, TryResponse, branch, try_response};
@@ -77,11 +77,6 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         &self.name
     }
 
-    /// The business logic.
-    pub fn resource(&self) -> &R {
-        &self.resource
-    }
-
     /// The business logic, shared (e.g. with an admin service).
     pub fn resource_arc(&self) -> Arc<R> {
         self.resource.clone()
@@ -98,7 +93,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     /// was cancelled. A business rejection (or SQLSTATE 23P01) rolls the business change back
     /// and records the rejection. When a rejected Try finds orphaned holds, they are reclaimed
     /// and the Try is run once more. Invalid input is `ResourceError::InvalidArgument`.
-    pub async fn try_branch(&self, request: TryBranch) -> Result<TryOutcome, ResourceError> {
+    pub async fn try_branch(&self, request: TryBranch) -> Result<TryAnswer, ResourceError> {
         let branch = self.branch_ctx(request)?;
         let branch = &branch;
         let mut reclaimed = false;
@@ -111,8 +106,8 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         if self.resource.barrier_only() {
             // No business change: the barrier row alone, one statement, no transaction.
             let mut conn = self.pool.acquire().await?;
-            let held = TryOutcome::Held;
-            if DB::insert_try(&mut *conn, &self.name, branch, Phase::Held, &held).await? {
+            let held = TryAnswer::Held;
+            if DB::insert_try(&mut *conn, &self.name, branch, BarrierPhase::Held, &held).await? {
                 return Ok(held);
             }
             barrier_first = true;
@@ -121,7 +116,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
             let mut tx = DB::begin_write(&self.pool).await?;
             if barrier_first {
                 let found = DB::lock(&mut *tx, &self.name, &branch.key).await?;
-                if found.phase != Phase::Trying {
+                if found.phase != BarrierPhase::Trying {
                     let answer = self.answer_decided_try(&mut *tx, branch, &found).await?;
                     tx.commit().await?;
                     return Ok(answer);
@@ -130,7 +125,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
             let outcome = match self.resource.try_hold(&mut *tx, branch).await {
                 Ok(outcome) => outcome,
                 Err(err) if err.is_exclusion_violation() => {
-                    TryOutcome::Rejected("overlaps an existing hold".to_owned())
+                    TryAnswer::Rejected("overlaps an existing hold".to_owned())
                 }
                 // Dropping `tx` rolls everything back: no barrier row survives.
                 Err(err) if barrier_first => return Err(err),
@@ -140,12 +135,14 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
                     continue;
                 }
             };
-            let TryOutcome::Rejected(reason) = outcome else {
+            let TryAnswer::Rejected(reason) = outcome else {
                 let recorded = if barrier_first {
-                    DB::record_try(&mut *tx, &self.name, branch, Phase::Held, &outcome).await?;
+                    DB::record_try(&mut *tx, &self.name, branch, BarrierPhase::Held, &outcome)
+                        .await?;
                     true
                 } else {
-                    DB::insert_try(&mut *tx, &self.name, branch, Phase::Held, &outcome).await?
+                    DB::insert_try(&mut *tx, &self.name, branch, BarrierPhase::Held, &outcome)
+                        .await?
                 };
                 if recorded {
                     tx.commit().await?;
@@ -167,9 +164,16 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
             }
             let mut tx = DB::begin_write(&self.pool).await?;
             let found = DB::lock(&mut *tx, &self.name, &branch.key).await?;
-            let answer = if found.phase == Phase::Trying {
-                let rejected = TryOutcome::Rejected(reason);
-                DB::record_try(&mut *tx, &self.name, branch, Phase::Rejected, &rejected).await?;
+            let answer = if found.phase == BarrierPhase::Trying {
+                let rejected = TryAnswer::Rejected(reason);
+                DB::record_try(
+                    &mut *tx,
+                    &self.name,
+                    branch,
+                    BarrierPhase::Rejected,
+                    &rejected,
+                )
+                .await?;
                 rejected
             } else {
                 // A concurrent duplicate decided it meanwhile: its answer is the first one.
@@ -187,14 +191,14 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         tx: &mut DB::Connection,
         branch: &BranchCtx,
         found: &BarrierRow,
-    ) -> Result<TryOutcome, ResourceError> {
+    ) -> Result<TryAnswer, ResourceError> {
         Ok(match &found.try_answer {
             Some(answer) => answer.clone(),
             None => {
                 // Decided before any Try (Cancel or Confirm came first): refuse for good.
                 let reason = "branch was already released before its Try arrived";
                 DB::record_late_try(tx, &self.name, &branch.key, reason).await?;
-                TryOutcome::Rejected(reason.to_owned())
+                TryAnswer::Rejected(reason.to_owned())
             }
         })
     }
@@ -208,7 +212,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     /// `Cancelled` and changes nothing; a branch whose hold is gone (reclaimed, rejected, or
     /// never tried) answers `HoldLost`.
     pub async fn confirm_branch(&self, key: &BranchKey) -> Result<BranchAnswer, ResourceError> {
-        if self.resource.barrier_only() && self.advance_alone(key, Phase::Confirmed).await? {
+        if self.resource.barrier_only() && self.advance_alone(key, BarrierPhase::Confirmed).await? {
             return Ok(BranchAnswer::Confirmed);
         }
         let mut tx = DB::begin_write(&self.pool).await?;
@@ -217,7 +221,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         let held = if self.resource.barrier_only() {
             None
         } else {
-            DB::advance_held(&mut *tx, &self.name, key, Phase::Confirmed).await?
+            DB::advance_held(&mut *tx, &self.name, key, BarrierPhase::Confirmed).await?
         };
         if let Some(found) = held {
             return match self.resource.confirm(&mut *tx, &found.ctx(key)?).await? {
@@ -233,16 +237,16 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         }
         let found = DB::lock_existing(&mut *tx, &self.name, key).await?;
         let answer = match found.phase {
-            Phase::Trying => {
+            BarrierPhase::Trying => {
                 // Nothing was ever held; recording it also refuses a late Try.
-                DB::set_phase(&mut *tx, &self.name, key, Phase::HoldLost).await?;
+                DB::set_phase(&mut *tx, &self.name, key, BarrierPhase::HoldLost).await?;
                 BranchAnswer::HoldLost
             }
-            Phase::Held => {
+            BarrierPhase::Held => {
                 let ctx = found.ctx(key)?;
                 match self.resource.confirm(&mut *tx, &ctx).await? {
                     ConfirmOutcome::Confirmed => {
-                        DB::set_phase(&mut *tx, &self.name, key, Phase::Confirmed).await?;
+                        DB::set_phase(&mut *tx, &self.name, key, BarrierPhase::Confirmed).await?;
                         BranchAnswer::Confirmed
                     }
                     ConfirmOutcome::HoldLost => {
@@ -253,9 +257,9 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
                     }
                 }
             }
-            Phase::Confirmed => BranchAnswer::Confirmed,
-            Phase::Cancelled => BranchAnswer::Cancelled,
-            Phase::Rejected | Phase::HoldLost => BranchAnswer::HoldLost,
+            BarrierPhase::Confirmed => BranchAnswer::Confirmed,
+            BarrierPhase::Cancelled => BranchAnswer::Cancelled,
+            BarrierPhase::Rejected | BarrierPhase::HoldLost => BranchAnswer::HoldLost,
         };
         tx.commit().await?;
         Ok(answer)
@@ -263,7 +267,11 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
 
     /// A barrier-only resource has no business change to keep with the barrier's: a held
     /// branch moves to `to` in one statement of its own, no transaction. False: not held.
-    async fn advance_alone(&self, key: &BranchKey, to: Phase) -> Result<bool, ResourceError> {
+    async fn advance_alone(
+        &self,
+        key: &BranchKey,
+        to: BarrierPhase,
+    ) -> Result<bool, ResourceError> {
         let mut conn = self.pool.acquire().await?;
         Ok(DB::advance_held(&mut *conn, &self.name, key, to)
             .await?
@@ -276,9 +284,9 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         let mut tx = DB::begin_write(&self.pool).await?;
         let found = DB::lock_existing(&mut *tx, &self.name, key).await?;
         let answer = match found.phase {
-            Phase::Held => {
+            BarrierPhase::Held => {
                 self.resource.cancel(&mut *tx, &found.ctx(key)?).await?;
-                DB::set_phase(&mut *tx, &self.name, key, Phase::HoldLost).await?;
+                DB::set_phase(&mut *tx, &self.name, key, BarrierPhase::HoldLost).await?;
                 tracing::warn!(
                     participant = %self.name,
                     reservation_id = %key.reservation_id,
@@ -287,9 +295,11 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
                 );
                 BranchAnswer::HoldLost
             }
-            Phase::Confirmed => BranchAnswer::Confirmed,
-            Phase::Cancelled => BranchAnswer::Cancelled,
-            Phase::Trying | Phase::Rejected | Phase::HoldLost => BranchAnswer::HoldLost,
+            BarrierPhase::Confirmed => BranchAnswer::Confirmed,
+            BarrierPhase::Cancelled => BranchAnswer::Cancelled,
+            BarrierPhase::Trying | BarrierPhase::Rejected | BarrierPhase::HoldLost => {
+                BranchAnswer::HoldLost
+            }
         };
         tx.commit().await?;
         Ok(answer)
@@ -298,7 +308,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     /// Cancel: releases the branch. Before its Try it records the branch as cancelled (the
     /// late Try is rejected); after Confirm it answers `Confirmed` and changes nothing.
     pub async fn cancel_branch(&self, key: &BranchKey) -> Result<BranchAnswer, ResourceError> {
-        if self.resource.barrier_only() && self.advance_alone(key, Phase::Cancelled).await? {
+        if self.resource.barrier_only() && self.advance_alone(key, BarrierPhase::Cancelled).await? {
             return Ok(BranchAnswer::Cancelled);
         }
         let mut tx = DB::begin_write(&self.pool).await?;
@@ -307,7 +317,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         let held = if self.resource.barrier_only() {
             None
         } else {
-            DB::advance_held(&mut *tx, &self.name, key, Phase::Cancelled).await?
+            DB::advance_held(&mut *tx, &self.name, key, BarrierPhase::Cancelled).await?
         };
         if let Some(found) = held {
             self.resource.cancel(&mut *tx, &found.ctx(key)?).await?;
@@ -316,19 +326,19 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         }
         let found = DB::lock_existing(&mut *tx, &self.name, key).await?;
         let answer = match found.phase {
-            Phase::Trying | Phase::Rejected => {
-                DB::set_phase(&mut *tx, &self.name, key, Phase::Cancelled).await?;
+            BarrierPhase::Trying | BarrierPhase::Rejected => {
+                DB::set_phase(&mut *tx, &self.name, key, BarrierPhase::Cancelled).await?;
                 BranchAnswer::Cancelled
             }
-            Phase::Held => {
+            BarrierPhase::Held => {
                 self.resource.cancel(&mut *tx, &found.ctx(key)?).await?;
-                DB::set_phase(&mut *tx, &self.name, key, Phase::Cancelled).await?;
+                DB::set_phase(&mut *tx, &self.name, key, BarrierPhase::Cancelled).await?;
                 BranchAnswer::Cancelled
             }
-            Phase::Cancelled => BranchAnswer::Cancelled,
-            Phase::Confirmed => BranchAnswer::Confirmed,
+            BarrierPhase::Cancelled => BranchAnswer::Cancelled,
+            BarrierPhase::Confirmed => BranchAnswer::Confirmed,
             // Already released by the reclaim; nothing is held, nothing to change.
-            Phase::HoldLost => BranchAnswer::Cancelled,
+            BarrierPhase::HoldLost => BranchAnswer::Cancelled,
         };
         tx.commit().await?;
         Ok(answer)
@@ -352,7 +362,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
                 break;
             };
             self.resource.cancel(&mut *tx, &found.ctx(&key)?).await?;
-            DB::set_phase(&mut *tx, &self.name, &key, Phase::HoldLost).await?;
+            DB::set_phase(&mut *tx, &self.name, &key, BarrierPhase::HoldLost).await?;
             tx.commit().await?;
             tracing::warn!(
                 participant = %self.name,
@@ -540,8 +550,8 @@ impl<DB: Backend, R: Resource<DB>> Participant for ParticipantService<R, DB> {
         let branch = try_branch_from_wire(request.into_inner())?;
         let outcome = self.try_branch(branch).await?;
         let (outcome, reason) = match outcome {
-            TryOutcome::Held => (try_response::Outcome::Held, String::new()),
-            TryOutcome::Rejected(reason) => (try_response::Outcome::Rejected, reason),
+            TryAnswer::Held => (try_response::Outcome::Held, String::new()),
+            TryAnswer::Rejected(reason) => (try_response::Outcome::Rejected, reason),
         };
         Ok(Response::new(TryResponse {
             outcome: outcome as i32,

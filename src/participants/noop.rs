@@ -12,7 +12,7 @@ use sqlx::PgConnection;
 
 use super::admin::{Inventory, ResourceCounts};
 use crate::participant::{
-    BranchCounts, BranchCtx, ConfirmOutcome, Resource, ResourceError, TryOutcome, branch_counts,
+    BranchCounts, BranchCtx, ConfirmOutcome, Resource, ResourceError, TryAnswer, branch_counts,
 };
 
 /// The noop participant: no business data at all.
@@ -38,8 +38,8 @@ impl Resource for Noop {
         &self,
         _conn: &mut PgConnection,
         _branch: &BranchCtx,
-    ) -> Result<TryOutcome, ResourceError> {
-        Ok(TryOutcome::Held)
+    ) -> Result<TryAnswer, ResourceError> {
+        Ok(TryAnswer::Held)
     }
 
     async fn confirm(

@@ -16,7 +16,7 @@ use tonic::{Request, Response, Status};
 
 use super::admin::{Inventory, ResourceCounts};
 use crate::participant::{
-    Backend, BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryOutcome,
+    Backend, BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer,
 };
 use crate::proto::payments_server;
 use crate::proto::{
@@ -57,7 +57,7 @@ impl Resource for Payments {
         &self,
         conn: &mut PgConnection,
         branch: &BranchCtx,
-    ) -> Result<TryOutcome, ResourceError> {
+    ) -> Result<TryAnswer, ResourceError> {
         for item in &branch.items {
             let authorised = sqlx::query(
                 "WITH taken AS ( \
@@ -83,10 +83,10 @@ impl Resource for Payments {
                     Some(_) => format!("insufficient funds on account {}", item.resource),
                     None => format!("account {} does not exist", item.resource),
                 };
-                return Ok(TryOutcome::Rejected(reason));
+                return Ok(TryAnswer::Rejected(reason));
             }
         }
-        Ok(TryOutcome::Held)
+        Ok(TryAnswer::Held)
     }
 
     async fn confirm(

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use sqlx::{PgConnection, Row};
 
 use super::admin::{Inventory, ResourceCounts};
-use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryOutcome};
+use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer};
 
 /// The rooms participant's business logic and inventory.
 #[derive(Clone, Copy, Debug, Default)]
@@ -63,7 +63,7 @@ impl Resource for Rooms {
         &self,
         conn: &mut PgConnection,
         branch: &BranchCtx,
-    ) -> Result<TryOutcome, ResourceError> {
+    ) -> Result<TryAnswer, ResourceError> {
         let rooms = room_ids(branch);
         let found =
             sqlx::query("SELECT 1 FROM room WHERE resource = ANY($1) ORDER BY resource FOR UPDATE")
@@ -71,7 +71,7 @@ impl Resource for Rooms {
                 .fetch_all(&mut *conn)
                 .await?;
         if found.len() != rooms.len() {
-            return Ok(TryOutcome::Rejected("unknown room".to_owned()));
+            return Ok(TryAnswer::Rejected("unknown room".to_owned()));
         }
         for item in &branch.items {
             let Some(slot) = item.during else {
@@ -97,7 +97,7 @@ impl Resource for Rooms {
                 Ok(_) => {}
                 // The SDK rolls back to its savepoint, which also clears the aborted state.
                 Err(err) if err.is_exclusion_violation() => {
-                    return Ok(TryOutcome::Rejected(format!(
+                    return Ok(TryAnswer::Rejected(format!(
                         "room {} is taken during [{}, {})",
                         item.resource,
                         slot.start.to_rfc3339(),
@@ -107,7 +107,7 @@ impl Resource for Rooms {
                 Err(err) => return Err(err),
             }
         }
-        Ok(TryOutcome::Held)
+        Ok(TryAnswer::Held)
     }
 
     async fn confirm(

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use sqlx::{PgConnection, Row};
 
 use super::admin::{Inventory, ResourceCounts};
-use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryOutcome};
+use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer};
 
 /// The seats participant's business logic and inventory.
 #[derive(Clone, Copy, Debug, Default)]
@@ -56,7 +56,7 @@ impl Resource for Seats {
         &self,
         conn: &mut PgConnection,
         branch: &BranchCtx,
-    ) -> Result<TryOutcome, ResourceError> {
+    ) -> Result<TryAnswer, ResourceError> {
         // One statement per seat, in item order: each claim locks its row, so concurrent
         // multi-seat Tries lock in the same order.
         for item in &branch.items {
@@ -80,10 +80,10 @@ impl Resource for Seats {
                     Some(_) => format!("seat {} is taken", item.resource),
                     None => format!("seat {} does not exist", item.resource),
                 };
-                return Ok(TryOutcome::Rejected(reason));
+                return Ok(TryAnswer::Rejected(reason));
             }
         }
-        Ok(TryOutcome::Held)
+        Ok(TryAnswer::Held)
     }
 
     async fn confirm(

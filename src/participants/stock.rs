@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use sqlx::{PgConnection, Row};
 
 use super::admin::{Inventory, ResourceCounts};
-use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryOutcome};
+use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer};
 
 /// The stock participant's business logic and inventory.
 #[derive(Clone, Copy, Debug, Default)]
@@ -44,7 +44,7 @@ impl Resource for Stock {
         &self,
         conn: &mut PgConnection,
         branch: &BranchCtx,
-    ) -> Result<TryOutcome, ResourceError> {
+    ) -> Result<TryAnswer, ResourceError> {
         for item in &branch.items {
             let held = sqlx::query(
                 "WITH taken AS ( \
@@ -73,10 +73,10 @@ impl Resource for Stock {
                     ),
                     None => format!("item {} does not exist", item.resource),
                 };
-                return Ok(TryOutcome::Rejected(reason));
+                return Ok(TryAnswer::Rejected(reason));
             }
         }
-        Ok(TryOutcome::Held)
+        Ok(TryAnswer::Held)
     }
 
     async fn confirm(

@@ -77,7 +77,7 @@ use tonic::{Request, Response, Status};
 
 use super::ParticipantError;
 use super::admin::ResourceCounts;
-use crate::participant::{BranchAnswer, BranchKey, ResourceError, TryOutcome};
+use crate::participant::{BranchAnswer, BranchKey, ResourceError, TryAnswer};
 use crate::proto::participant_server::{Participant, ParticipantServer};
 use crate::proto::resource_admin_server::{ResourceAdmin, ResourceAdminServer};
 use crate::proto::{
@@ -551,7 +551,7 @@ impl StockRedis {
     }
 
     /// Try: holds every item or none (one script).
-    async fn try_branch(&self, args: TryArgs) -> Result<TryOutcome, StockRedisError> {
+    async fn try_branch(&self, args: TryArgs) -> Result<TryAnswer, StockRedisError> {
         let mut inv = TRY.prepare_invoke();
         inv.key(self.record_key(&args.key))
             .key(self.key("ready"))
@@ -572,12 +572,12 @@ impl StockRedis {
         inv.arg(self.inner.retention_ms);
         let (answer, reason): (String, String) = inv.invoke_async(&mut self.conn()).await?;
         match answer.as_str() {
-            "held" => Ok(TryOutcome::Held),
+            "held" => Ok(TryAnswer::Held),
             "rejected" => {
                 if reason == REBUILDING {
                     self.inner.wake.notify_one();
                 }
-                Ok(TryOutcome::Rejected(reason))
+                Ok(TryAnswer::Rejected(reason))
             }
             other => Err(StockRedisError::Internal(format!("try answered {other:?}"))),
         }
@@ -1209,8 +1209,8 @@ impl Participant for StockRedis {
     async fn r#try(&self, request: Request<TryRequest>) -> Result<Response<TryResponse>, Status> {
         let args = self.try_args(request.into_inner())?;
         let (outcome, reason) = match self.try_branch(args).await? {
-            TryOutcome::Held => (try_response::Outcome::Held, String::new()),
-            TryOutcome::Rejected(reason) => (try_response::Outcome::Rejected, reason),
+            TryAnswer::Held => (try_response::Outcome::Held, String::new()),
+            TryAnswer::Rejected(reason) => (try_response::Outcome::Rejected, reason),
         };
         Ok(Response::new(TryResponse {
             outcome: outcome as i32,

@@ -10,7 +10,7 @@ use super::{
     validate_items,
 };
 use crate::participant::{
-    Backend, BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryOutcome,
+    Backend, BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer,
 };
 use crate::participants::admin::{Inventory, ResourceCounts};
 use crate::proto::{ChargeRequest, PaymentRecord, Refund, RefundRequest, refund};
@@ -25,7 +25,7 @@ impl Resource<Sqlite> for Payments {
         &self,
         conn: &mut SqliteConnection,
         branch: &BranchCtx,
-    ) -> Result<TryOutcome, ResourceError> {
+    ) -> Result<TryAnswer, ResourceError> {
         for item in &branch.items {
             let taken = sqlx::query(
                 "UPDATE account SET available = available - ?2, authorised = authorised + ?2 \
@@ -45,7 +45,7 @@ impl Resource<Sqlite> for Payments {
                     Some(_) => format!("insufficient funds on account {}", item.resource),
                     None => format!("account {} does not exist", item.resource),
                 };
-                return Ok(TryOutcome::Rejected(reason));
+                return Ok(TryAnswer::Rejected(reason));
             }
             sqlx::query(
                 "INSERT INTO authorisation (reservation_id, branch_id, resource, amount_minor, state, held_until) \
@@ -59,7 +59,7 @@ impl Resource<Sqlite> for Payments {
             .execute(&mut *conn)
             .await?;
         }
-        Ok(TryOutcome::Held)
+        Ok(TryAnswer::Held)
     }
 
     async fn confirm(
