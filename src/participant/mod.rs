@@ -44,6 +44,8 @@
 mod barrier;
 mod error;
 mod service;
+pub(crate) mod validate;
+pub(crate) mod wire;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};

@@ -1,31 +1,27 @@
 //! [`ParticipantService`]: the generic `tcc.v1.Participant` around a [`Resource`], which runs
 //! every phase as barrier + business change in one local transaction.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use sqlx::{Pool, Postgres};
 use tonic::{Request, Response, Status};
 
 use super::barrier::{Backend, BarrierPhase, BarrierRow};
+use super::validate::check_try;
+use super::wire;
 use super::{
-    BranchAnswer, BranchCtx, BranchKey, ConfirmOutcome, Item, Resource, ResourceError, Slot,
-    TryAnswer, TryBranch,
+    BranchAnswer, BranchCtx, BranchKey, ConfirmOutcome, Resource, ResourceError, TryAnswer,
+    TryBranch,
 };
 use crate::proto::participant_server::{Participant, ParticipantServer};
-use crate::proto::{BranchRequest, BranchResponse, TryRequest, TryResponse, branch, try_response};
+use crate::proto::{BranchRequest, BranchResponse, TryRequest, TryResponse};
 
 /// How long after `expires_at` a participant keeps an unreleased hold before reclaiming it.
 pub const DEFAULT_ORPHAN_GRACE: Duration = Duration::from_secs(3600);
 
 /// Most orphans reclaimed by one lazy reclaim inside a rejected Try.
 const LAZY_RECLAIM_BATCH: usize = 100;
-/// Longest identifier accepted (reservation, branch, holder, resource), in bytes.
-const MAX_ID_BYTES: usize = 128;
-/// Most items in one Try (the coordinator allows 64 holds per reservation).
-const MAX_ITEMS: usize = 64;
 
 /// A `tcc.v1.Participant` backed by a [`Resource`] and the barrier table.
 ///
@@ -395,15 +391,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     /// Validates a Try (naming the offending field), sorts its items into lock order and
     /// computes how long the hold is kept (`expires_at + orphan_grace`).
     fn branch_ctx(&self, request: TryBranch) -> Result<BranchCtx, ResourceError> {
-        check_id("reservation_id", &request.key.reservation_id)?;
-        check_id("branch_id", &request.key.branch_id)?;
-        check_id("holder", &request.holder)?;
-        let mut items = request.items;
-        check_items(&items)?;
-        // Before sorting, so field names index the caller's list.
-        self.resource.validate(&items)?;
-        // Items arrive sorted; sort again so a careless caller cannot break the lock order.
-        items.sort_by(|a, b| (&a.resource, a.during).cmp(&(&b.resource, b.during)));
+        let request = check_try(request, |items| self.resource.validate(items))?;
         let grace = chrono::Duration::from_std(self.orphan_grace)
             .map_err(|_| ResourceError::Internal("orphan grace out of range".to_owned()))?;
         let hold_until = request
@@ -413,167 +401,33 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         Ok(BranchCtx {
             key: request.key,
             holder: request.holder,
-            items,
+            items: request.items,
             expires_at: request.expires_at,
             hold_until,
         })
     }
 }
 
-/// Converts a wire Try to domain terms; only wire-level checks (timestamps) happen here.
-fn try_branch_from_wire(req: TryRequest) -> Result<TryBranch, ResourceError> {
-    let expires_at = req
-        .expires_at
-        .ok_or_else(|| ResourceError::invalid("expires_at", "is required"))
-        .and_then(|ts| timestamp("expires_at", ts))?;
-    let items = req
-        .items
-        .into_iter()
-        .enumerate()
-        .map(|(i, hold)| {
-            let during = match hold.during {
-                None => None,
-                Some(interval) => {
-                    let at = |field: &str, ts: Option<prost_types::Timestamp>| {
-                        let field = format!("items[{i}].during.{field}");
-                        ts.ok_or_else(|| ResourceError::invalid(&field, "is required"))
-                            .and_then(|ts| timestamp(&field, ts))
-                    };
-                    Some(Slot {
-                        start: at("start", interval.start)?,
-                        end: at("end", interval.end)?,
-                    })
-                }
-            };
-            Ok(Item {
-                resource: hold.resource,
-                quantity: hold.quantity,
-                during,
-            })
-        })
-        .collect::<Result<Vec<_>, ResourceError>>()?;
-    Ok(TryBranch {
-        key: BranchKey {
-            reservation_id: req.reservation_id,
-            branch_id: req.branch_id,
-        },
-        holder: req.holder,
-        items,
-        expires_at,
-    })
-}
-
-fn check_id(field: &str, value: &str) -> Result<(), ResourceError> {
-    if value.is_empty() {
-        return Err(ResourceError::invalid(field, "is required"));
-    }
-    if value.len() > MAX_ID_BYTES {
-        return Err(ResourceError::invalid(
-            field,
-            format!("must be at most {MAX_ID_BYTES} bytes"),
-        ));
-    }
-    Ok(())
-}
-
-fn key_from_parts(reservation_id: String, branch_id: String) -> Result<BranchKey, ResourceError> {
-    check_id("reservation_id", &reservation_id)?;
-    check_id("branch_id", &branch_id)?;
-    Ok(BranchKey {
-        reservation_id,
-        branch_id,
-    })
-}
-
-/// Converts a wire timestamp, truncated to microseconds (Postgres precision) so stored and
-/// compared values agree.
-fn timestamp(field: &str, ts: prost_types::Timestamp) -> Result<DateTime<Utc>, ResourceError> {
-    let invalid = || ResourceError::invalid(field, "is not a valid timestamp");
-    let nanos = u32::try_from(ts.nanos).map_err(|_| invalid())?;
-    let at = DateTime::<Utc>::from_timestamp(ts.seconds, nanos).ok_or_else(invalid)?;
-    DateTime::<Utc>::from_timestamp_micros(at.timestamp_micros()).ok_or_else(invalid)
-}
-
-/// Checks what every participant needs of items: some, not too many, named, positive,
-/// proper slots, no duplicates.
-fn check_items(items: &[Item]) -> Result<(), ResourceError> {
-    if items.is_empty() {
-        return Err(ResourceError::invalid("items", "must not be empty"));
-    }
-    if items.len() > MAX_ITEMS {
-        return Err(ResourceError::invalid(
-            "items",
-            format!("must hold at most {MAX_ITEMS} items"),
-        ));
-    }
-    let mut seen: HashMap<(&str, Option<Slot>), usize> = HashMap::new();
-    for (i, item) in items.iter().enumerate() {
-        check_id(&format!("items[{i}].resource"), &item.resource)?;
-        if item.quantity < 1 {
-            return Err(ResourceError::invalid(
-                format!("items[{i}].quantity"),
-                "must be >= 1",
-            ));
-        }
-        if let Some(slot) = item.during
-            && slot.end <= slot.start
-        {
-            return Err(ResourceError::invalid(
-                format!("items[{i}].during.end"),
-                "must be after during.start",
-            ));
-        }
-        if let Some(first) = seen.insert((item.resource.as_str(), item.during), i) {
-            return Err(ResourceError::invalid(
-                format!("items[{i}]"),
-                format!("duplicates items[{first}]"),
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn branch_response(answer: BranchAnswer) -> Response<BranchResponse> {
-    let state = match answer {
-        BranchAnswer::Confirmed => branch::State::Confirmed,
-        BranchAnswer::Cancelled => branch::State::Cancelled,
-        BranchAnswer::HoldLost => branch::State::HoldLost,
-    };
-    Response::new(BranchResponse {
-        state: state as i32,
-    })
-}
-
 #[tonic::async_trait]
 impl<DB: Backend, R: Resource<DB>> Participant for ParticipantService<R, DB> {
     async fn r#try(&self, request: Request<TryRequest>) -> Result<Response<TryResponse>, Status> {
-        let branch = try_branch_from_wire(request.into_inner())?;
-        let outcome = self.try_branch(branch).await?;
-        let (outcome, reason) = match outcome {
-            TryAnswer::Held => (try_response::Outcome::Held, String::new()),
-            TryAnswer::Rejected(reason) => (try_response::Outcome::Rejected, reason),
-        };
-        Ok(Response::new(TryResponse {
-            outcome: outcome as i32,
-            reason,
-        }))
+        let branch = wire::try_branch(request.into_inner())?;
+        Ok(wire::try_response(self.try_branch(branch).await?))
     }
 
     async fn confirm(
         &self,
         request: Request<BranchRequest>,
     ) -> Result<Response<BranchResponse>, Status> {
-        let req = request.into_inner();
-        let key = key_from_parts(req.reservation_id, req.branch_id)?;
-        Ok(branch_response(self.confirm_branch(&key).await?))
+        let key = wire::branch_key(request.into_inner())?;
+        Ok(wire::branch_response(self.confirm_branch(&key).await?))
     }
 
     async fn cancel(
         &self,
         request: Request<BranchRequest>,
     ) -> Result<Response<BranchResponse>, Status> {
-        let req = request.into_inner();
-        let key = key_from_parts(req.reservation_id, req.branch_id)?;
-        Ok(branch_response(self.cancel_branch(&key).await?))
+        let key = wire::branch_key(request.into_inner())?;
+        Ok(wire::branch_response(self.cancel_branch(&key).await?))
     }
 }
