@@ -77,12 +77,13 @@ use tonic::{Request, Response, Status};
 
 use super::ParticipantError;
 use super::admin::ResourceCounts;
-use crate::participant::{BranchAnswer, BranchKey, ResourceError, TryAnswer};
+use crate::participant::validate::{self, check_id};
+use crate::participant::{BranchAnswer, BranchKey, ResourceError, TryAnswer, TryBranch, wire};
 use crate::proto::participant_server::{Participant, ParticipantServer};
 use crate::proto::resource_admin_server::{ResourceAdmin, ResourceAdminServer};
 use crate::proto::{
     BranchRequest, BranchResponse, GetResourceRequest, PutResourcesRequest, PutResourcesResponse,
-    ResourceStatus, TryRequest, TryResponse, branch, try_response,
+    ResourceStatus, TryRequest, TryResponse,
 };
 
 /// The participant's name (it is also the CLI kind).
@@ -94,8 +95,6 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The reason of a Try refused while the Redis data set is being rebuilt.
 pub const REBUILDING: &str = "rebuilding";
 
-const MAX_ID_BYTES: usize = 128;
-const MAX_ITEMS: usize = 64;
 const RECLAIM_BATCH: usize = 1000;
 const RESTORE_CONCURRENCY: usize = 256;
 /// Advisory lock key serialising rebuilds ("hfsr").
@@ -396,6 +395,20 @@ impl StockRedisError {
     }
 }
 
+impl From<ResourceError> for StockRedisError {
+    fn from(err: ResourceError) -> Self {
+        match err {
+            ResourceError::InvalidArgument { field, message } => {
+                Self::InvalidArgument { field, message }
+            }
+            ResourceError::NotFound(m) => Self::NotFound(m),
+            ResourceError::FailedPrecondition(m) => Self::FailedPrecondition(m),
+            ResourceError::Database(e) => Self::Database(e),
+            ResourceError::Internal(m) => Self::Internal(m),
+        }
+    }
+}
+
 impl From<StockRedisError> for Status {
     fn from(err: StockRedisError) -> Self {
         match err {
@@ -489,13 +502,6 @@ type CountsReply = (
     Option<i64>,
 );
 
-/// A validated Try.
-struct TryArgs {
-    key: BranchKey,
-    hold_until_ms: i64,
-    items: Vec<(String, i64)>,
-}
-
 impl StockRedis {
     /// Applies the participants' schema and connects to Redis. The data set is built by the
     /// first [`reconcile`](Self::reconcile) (done by [`run`](Self::run)).
@@ -550,24 +556,34 @@ impl StockRedis {
         )
     }
 
-    /// Try: holds every item or none (one script).
-    async fn try_branch(&self, args: TryArgs) -> Result<TryAnswer, StockRedisError> {
+    /// Checks a Try as every participant does (stock: no slots), items in lock order.
+    fn check_try(&self, branch: TryBranch) -> Result<TryBranch, ResourceError> {
+        validate::check_try(branch, super::stock::validate_items)
+    }
+
+    /// Try: holds every item or none (one script). `branch` is checked ([`Self::check_try`]).
+    async fn try_branch(&self, branch: &TryBranch) -> Result<TryAnswer, StockRedisError> {
+        let hold_until_ms = branch
+            .expires_at
+            .timestamp_millis()
+            .checked_add(self.inner.grace_ms)
+            .ok_or_else(|| StockRedisError::invalid("expires_at", "is not a valid timestamp"))?;
         let mut inv = TRY.prepare_invoke();
-        inv.key(self.record_key(&args.key))
+        inv.key(self.record_key(&branch.key))
             .key(self.key("ready"))
             .key(self.key("expiry"));
-        for (res, _) in &args.items {
-            inv.key(self.key(&format!("a:{res}")));
+        for item in &branch.items {
+            inv.key(self.key(&format!("a:{}", item.resource)));
         }
-        for (res, _) in &args.items {
-            inv.key(self.key(&format!("h:{res}")));
+        for item in &branch.items {
+            inv.key(self.key(&format!("h:{}", item.resource)));
         }
-        inv.arg(args.hold_until_ms).arg(args.items.len());
-        for (res, _) in &args.items {
-            inv.arg(res);
+        inv.arg(hold_until_ms).arg(branch.items.len());
+        for item in &branch.items {
+            inv.arg(&item.resource);
         }
-        for (_, q) in &args.items {
-            inv.arg(*q);
+        for item in &branch.items {
+            inv.arg(item.quantity);
         }
         inv.arg(self.inner.retention_ms);
         let (answer, reason): (String, String) = inv.invoke_async(&mut self.conn()).await?;
@@ -1111,129 +1127,27 @@ pub async fn serve(
         .await
 }
 
-fn check_id(field: &str, value: &str) -> Result<(), StockRedisError> {
-    if value.is_empty() {
-        return Err(StockRedisError::invalid(field, "is required"));
-    }
-    if value.len() > MAX_ID_BYTES {
-        return Err(StockRedisError::invalid(
-            field,
-            format!("must be at most {MAX_ID_BYTES} bytes"),
-        ));
-    }
-    Ok(())
-}
-
-fn branch_key(reservation_id: String, branch_id: String) -> Result<BranchKey, StockRedisError> {
-    check_id("reservation_id", &reservation_id)?;
-    check_id("branch_id", &branch_id)?;
-    Ok(BranchKey {
-        reservation_id,
-        branch_id,
-    })
-}
-
-impl StockRedis {
-    /// Validates a wire Try: ids, items (1..=64, named, quantity >= 1, no slot, no
-    /// duplicates), expires_at; sorts items by resource.
-    fn try_args(&self, req: TryRequest) -> Result<TryArgs, StockRedisError> {
-        let key = branch_key(req.reservation_id, req.branch_id)?;
-        check_id("holder", &req.holder)?;
-        let ts = req
-            .expires_at
-            .ok_or_else(|| StockRedisError::invalid("expires_at", "is required"))?;
-        let invalid = || StockRedisError::invalid("expires_at", "is not a valid timestamp");
-        if !(0..1_000_000_000).contains(&ts.nanos) {
-            return Err(invalid());
-        }
-        let hold_until_ms = ts
-            .seconds
-            .checked_mul(1000)
-            .and_then(|ms| ms.checked_add(i64::from(ts.nanos / 1_000_000)))
-            .and_then(|ms| ms.checked_add(self.inner.grace_ms))
-            .ok_or_else(invalid)?;
-        if req.items.is_empty() {
-            return Err(StockRedisError::invalid("items", "must not be empty"));
-        }
-        if req.items.len() > MAX_ITEMS {
-            return Err(StockRedisError::invalid(
-                "items",
-                format!("must hold at most {MAX_ITEMS} items"),
-            ));
-        }
-        let mut items = Vec::with_capacity(req.items.len());
-        for (i, hold) in req.items.into_iter().enumerate() {
-            check_id(&format!("items[{i}].resource"), &hold.resource)?;
-            if hold.quantity < 1 {
-                return Err(StockRedisError::invalid(
-                    format!("items[{i}].quantity"),
-                    "must be >= 1",
-                ));
-            }
-            if hold.during.is_some() {
-                return Err(StockRedisError::invalid(
-                    format!("items[{i}].during"),
-                    "must be empty for stock",
-                ));
-            }
-            items.push((hold.resource, hold.quantity, i));
-        }
-        items.sort();
-        if let Some(w) = items.windows(2).find(|w| w[0].0 == w[1].0) {
-            return Err(StockRedisError::invalid(
-                format!("items[{}]", w[1].2),
-                format!("duplicates items[{}]", w[0].2),
-            ));
-        }
-        Ok(TryArgs {
-            key,
-            hold_until_ms,
-            items: items.into_iter().map(|(r, q, _)| (r, q)).collect(),
-        })
-    }
-}
-
-fn branch_response(answer: BranchAnswer) -> Response<BranchResponse> {
-    let state = match answer {
-        BranchAnswer::Confirmed => branch::State::Confirmed,
-        BranchAnswer::Cancelled => branch::State::Cancelled,
-        BranchAnswer::HoldLost => branch::State::HoldLost,
-    };
-    Response::new(BranchResponse {
-        state: state as i32,
-    })
-}
-
 #[tonic::async_trait]
 impl Participant for StockRedis {
     async fn r#try(&self, request: Request<TryRequest>) -> Result<Response<TryResponse>, Status> {
-        let args = self.try_args(request.into_inner())?;
-        let (outcome, reason) = match self.try_branch(args).await? {
-            TryAnswer::Held => (try_response::Outcome::Held, String::new()),
-            TryAnswer::Rejected(reason) => (try_response::Outcome::Rejected, reason),
-        };
-        Ok(Response::new(TryResponse {
-            outcome: outcome as i32,
-            reason,
-        }))
+        let branch = self.check_try(wire::try_branch(request.into_inner())?)?;
+        Ok(wire::try_response(self.try_branch(&branch).await?))
     }
 
     async fn confirm(
         &self,
         request: Request<BranchRequest>,
     ) -> Result<Response<BranchResponse>, Status> {
-        let req = request.into_inner();
-        let key = branch_key(req.reservation_id, req.branch_id)?;
-        Ok(branch_response(self.confirm_branch(&key).await?))
+        let key = wire::branch_key(request.into_inner())?;
+        Ok(wire::branch_response(self.confirm_branch(&key).await?))
     }
 
     async fn cancel(
         &self,
         request: Request<BranchRequest>,
     ) -> Result<Response<BranchResponse>, Status> {
-        let req = request.into_inner();
-        let key = branch_key(req.reservation_id, req.branch_id)?;
-        Ok(branch_response(self.cancel_branch(&key).await?))
+        let key = wire::branch_key(request.into_inner())?;
+        Ok(wire::branch_response(self.cancel_branch(&key).await?))
     }
 }
 
