@@ -13,33 +13,6 @@
 //! - `P expiry`: sorted set of held branch records by `expires_at + orphan_grace` (ms);
 //! - `P ready`: present once the data set is built; holds its epoch.
 //!
-//! # Scripts
-//! Try checks every item and, only if all fit, decrements the counters, writes the record and
-//! the expiry entry: all in one script, so they change together or not at all. Confirm and
-//! Cancel move units only through the record's state transition (`held` -> `confirmed` /
-//! `cancelled`), so repeats and races never move units twice. A Cancel or Confirm before its
-//! Try writes a tombstone (`cancelled` / `hold_lost`); the late Try answers `REJECTED`.
-//! Confirm after Cancel answers `CANCELLED`, Cancel after Confirm `CONFIRMED`, unchanged.
-//!
-//! # Retention of finished records
-//! A record that becomes final (`confirmed`, `cancelled`, `rejected`, `hold_lost`) gets a
-//! Redis expiry in the same script, so the data set does not grow without bound:
-//! - a hold confirmed, cancelled or reclaimed, and a refused Try: at its deadline
-//!   (`expires_at + orphan_grace`, the `u` of the record or of the Try) + `retention`;
-//! - a tombstone (Cancel or Confirm before any Try, so no deadline is known):
-//!   `orphan_grace + retention` from now;
-//! - a `confirmed` record restored from the durable record: `retention` from now.
-//!
-//! A `held` record never expires (the reconciler finishes it). `retention` (default 7 days,
-//! [`DEFAULT_RETENTION`]) is meant to be far longer than any retry of the coordinator, so
-//! while a record is there every late Try, Confirm or Cancel answers exactly as above. After
-//! it expired the branch is unknown to Redis again, and:
-//! - a confirmed branch still answers CONFIRMED to Confirm and to Cancel: the durable row in
-//!   `stock_redis_confirmed` answers, and the record is restored (for another retention);
-//! - any other branch: Confirm answers `HOLD_LOST`, Cancel `CANCELLED` (tombstones, no unit
-//!   moves); a Try would be decided anew, and a hold it took carries its old deadline, so the
-//!   reconciler returns its units as soon as `expires_at + orphan_grace` has passed.
-//!
 //! # Durable record
 //! Confirm = script (held -> confirmed, returns the items and the epoch it ran under), then
 //! `INSERT .. ON CONFLICT DO NOTHING` into `stock_redis_confirmed` under a shared lock of the
@@ -67,7 +40,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
@@ -85,6 +58,9 @@ use crate::proto::{
     BranchRequest, BranchResponse, GetResourceRequest, PutResourcesRequest, PutResourcesResponse,
     ResourceStatus, TryRequest, TryResponse,
 };
+use scripts::{CANCEL, CONFIRM, DEMOTE, FINISH, PUT, RECLAIM, RESTORE, TRY};
+
+mod scripts;
 
 /// The participant's name (it is also the CLI kind).
 pub const NAME: &str = "stock-redis";
@@ -99,258 +75,6 @@ const RECLAIM_BATCH: usize = 1000;
 const RESTORE_CONCURRENCY: usize = 256;
 /// Advisory lock key serialising rebuilds ("hfsr").
 const REBUILD_LOCK: i64 = 0x6866_7372;
-
-/// Try. KEYS[1] = branch record, KEYS[2] = ready marker, KEYS[3] = expiry index,
-/// KEYS[4..3+n] = available counters, KEYS[4+n..3+2n] = held counters (items sorted).
-/// ARGV[1] = hold_until (ms), ARGV[2] = n, ARGV[3..2+n] = resources, ARGV[3+n..2+2n] = quantities,
-/// ARGV[3+2n] = retention (ms): a refused Try's record expires at hold_until + retention.
-/// Returns {answer, reason}, answer `held` or `rejected`.
-const TRY_LUA: &str = r#"
-local rec = KEYS[1]
-local function refuse(reason)
-  redis.call('HSET', rec, 's', 'rejected', 'a', 'rejected', 'r', reason)
-  redis.call('PEXPIREAT', rec, string.format('%d', tonumber(ARGV[1]) + tonumber(ARGV[#ARGV])))
-  return {'rejected', reason}
-end
-local s = redis.call('HGET', rec, 's')
-if s then
-  local a = redis.call('HGET', rec, 'a')
-  if a then return {a, redis.call('HGET', rec, 'r') or ''} end
-  local reason = 'branch was cancelled before its Try'
-  if s == 'hold_lost' then reason = 'branch was confirmed before its Try; nothing is held' end
-  redis.call('HSET', rec, 'a', 'rejected', 'r', reason)
-  return {'rejected', reason}
-end
-if not redis.call('GET', KEYS[2]) then return refuse('rebuilding') end
-local n = tonumber(ARGV[2])
-for i = 1, n do
-  local avail = redis.call('GET', KEYS[3 + i])
-  local want = tonumber(ARGV[2 + n + i])
-  local reason = nil
-  if not avail then
-    reason = 'item ' .. ARGV[2 + i] .. ' does not exist'
-  elseif tonumber(avail) < want then
-    reason = 'insufficient stock of ' .. ARGV[2 + i] .. ': ' .. ARGV[2 + n + i] .. ' requested, ' .. avail .. ' available'
-  end
-  if reason then return refuse(reason) end
-end
-local fields = {'s', 'held', 'a', 'held', 'r', '', 'u', ARGV[1], 'n', ARGV[2]}
-for i = 1, n do
-  local q = ARGV[2 + n + i]
-  redis.call('DECRBY', KEYS[3 + i], q)
-  redis.call('INCRBY', KEYS[3 + n + i], q)
-  fields[#fields + 1] = 'i' .. i
-  fields[#fields + 1] = ARGV[2 + i]
-  fields[#fields + 1] = 'q' .. i
-  fields[#fields + 1] = q
-end
-redis.call('HSET', rec, unpack(fields))
-redis.call('ZADD', KEYS[3], ARGV[1], rec)
-return {'held', ''}
-"#;
-
-/// Confirm. KEYS[1] = branch record, KEYS[2] = ready marker, KEYS[3] = expiry index.
-/// ARGV[1] = key prefix (item counters are `<prefix>h:<res>`, `<prefix>c:<res>`), ARGV[2] =
-/// retention (ms), ARGV[3] = a tombstone's time to live (ms).
-/// Returns {outcome, epoch, res1, q1, ...}; outcome `confirmed` (with the items to make
-/// durable and the epoch of the confirm), `cancelled`, `hold_lost`, `missing` (no record: a
-/// `hold_lost` tombstone was written) or `rebuilding`.
-const CONFIRM_LUA: &str = r#"
-local epoch = redis.call('GET', KEYS[2])
-if not epoch then return {'rebuilding', ''} end
-local rec = KEYS[1]
-local s = redis.call('HGET', rec, 's')
-if not s then
-  redis.call('HSET', rec, 's', 'hold_lost')
-  redis.call('PEXPIRE', rec, ARGV[3])
-  return {'missing', epoch}
-end
-local n = tonumber(redis.call('HGET', rec, 'n') or '0')
-if s == 'held' then
-  for i = 1, n do
-    local res = redis.call('HGET', rec, 'i' .. i)
-    local q = redis.call('HGET', rec, 'q' .. i)
-    redis.call('DECRBY', ARGV[1] .. 'h:' .. res, q)
-    redis.call('INCRBY', ARGV[1] .. 'c:' .. res, q)
-  end
-  redis.call('HSET', rec, 's', 'confirmed', 'e', epoch)
-  redis.call('ZREM', KEYS[3], rec)
-  local u = tonumber(redis.call('HGET', rec, 'u') or '0')
-  redis.call('PEXPIREAT', rec, string.format('%d', u + tonumber(ARGV[2])))
-  s = 'confirmed'
-end
-if s == 'confirmed' then
-  local out = {'confirmed', redis.call('HGET', rec, 'e') or epoch}
-  for i = 1, n do
-    out[#out + 1] = redis.call('HGET', rec, 'i' .. i)
-    out[#out + 1] = redis.call('HGET', rec, 'q' .. i)
-  end
-  return out
-end
-if s == 'rejected' or s == 'hold_lost' then return {'hold_lost', epoch} end
-return {'cancelled', epoch}
-"#;
-
-/// Cancel. KEYS[1] = branch record, KEYS[2] = ready marker, KEYS[3] = expiry index.
-/// ARGV[1] = key prefix, ARGV[2] = retention (ms), ARGV[3] = a tombstone's time to live (ms).
-/// Returns {outcome, epoch}: `cancelled`, `confirmed` (refused), `tombstone` (no record: a
-/// `cancelled` tombstone was written) or `rebuilding`.
-const CANCEL_LUA: &str = r#"
-local epoch = redis.call('GET', KEYS[2])
-if not epoch then return {'rebuilding', ''} end
-local rec = KEYS[1]
-local s = redis.call('HGET', rec, 's')
-if not s then
-  redis.call('HSET', rec, 's', 'cancelled')
-  redis.call('PEXPIRE', rec, ARGV[3])
-  return {'tombstone', epoch}
-end
-if s == 'rejected' then
-  redis.call('HSET', rec, 's', 'cancelled')
-  return {'cancelled', epoch}
-end
-if s == 'held' then
-  local n = tonumber(redis.call('HGET', rec, 'n') or '0')
-  for i = 1, n do
-    local res = redis.call('HGET', rec, 'i' .. i)
-    local q = redis.call('HGET', rec, 'q' .. i)
-    redis.call('INCRBY', ARGV[1] .. 'a:' .. res, q)
-    redis.call('DECRBY', ARGV[1] .. 'h:' .. res, q)
-  end
-  redis.call('HSET', rec, 's', 'cancelled')
-  redis.call('ZREM', KEYS[3], rec)
-  local u = tonumber(redis.call('HGET', rec, 'u') or '0')
-  redis.call('PEXPIREAT', rec, string.format('%d', u + tonumber(ARGV[2])))
-  return {'cancelled', epoch}
-end
-if s == 'confirmed' then return {'confirmed', epoch} end
-return {'cancelled', epoch}
-"#;
-
-/// Orphan reclaim. KEYS[1] = expiry index. ARGV[1] = key prefix, ARGV[2] = batch size,
-/// ARGV[3] = retention (ms). Releases held records whose hold_until is before the Redis clock
-/// (state `hold_lost`, units back to available, expiring at hold_until + retention). Returns
-/// how many were released.
-const RECLAIM_LUA: &str = r#"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now), 'LIMIT', 0, tonumber(ARGV[2]))
-local count = 0
-for _, rec in ipairs(due) do
-  redis.call('ZREM', KEYS[1], rec)
-  if redis.call('HGET', rec, 's') == 'held' then
-    local n = tonumber(redis.call('HGET', rec, 'n') or '0')
-    for i = 1, n do
-      local res = redis.call('HGET', rec, 'i' .. i)
-      local q = redis.call('HGET', rec, 'q' .. i)
-      redis.call('INCRBY', ARGV[1] .. 'a:' .. res, q)
-      redis.call('DECRBY', ARGV[1] .. 'h:' .. res, q)
-    end
-    redis.call('HSET', rec, 's', 'hold_lost')
-    local u = tonumber(redis.call('HGET', rec, 'u') or '0')
-    redis.call('PEXPIREAT', rec, string.format('%d', u + tonumber(ARGV[3])))
-    count = count + 1
-  end
-end
-return count
-"#;
-
-/// Demotes a confirm of a lost epoch. KEYS[1] = branch record. ARGV[1] = the old epoch.
-/// Returns 1 if the record was `confirmed` under that epoch and is now `hold_lost`.
-const DEMOTE_LUA: &str = r#"
-if redis.call('HGET', KEYS[1], 's') == 'confirmed' and redis.call('HGET', KEYS[1], 'e') == ARGV[1] then
-  redis.call('HSET', KEYS[1], 's', 'hold_lost')
-  return 1
-end
-return 0
-"#;
-
-/// Restores a durable confirmed branch. KEYS[1] = branch record, KEYS[2] = expiry index.
-/// ARGV[1] = epoch, ARGV[2] = n, then resource, quantity per item, then the retention (ms)
-/// from now. Returns 1 if written.
-const RESTORE_LUA: &str = r#"
-if redis.call('HGET', KEYS[1], 's') == 'confirmed' then return 0 end
-redis.call('DEL', KEYS[1])
-local n = tonumber(ARGV[2])
-local fields = {'s', 'confirmed', 'a', 'held', 'r', '', 'e', ARGV[1], 'n', ARGV[2]}
-for i = 1, n do
-  fields[#fields + 1] = 'i' .. i
-  fields[#fields + 1] = ARGV[1 + 2 * i]
-  fields[#fields + 1] = 'q' .. i
-  fields[#fields + 1] = ARGV[2 + 2 * i]
-end
-redis.call('HSET', KEYS[1], unpack(fields))
-redis.call('PEXPIRE', KEYS[1], ARGV[#ARGV])
-redis.call('ZREM', KEYS[2], KEYS[1])
-return 1
-"#;
-
-/// Finishes a rebuild. KEYS[1] = ready marker, KEYS[2] = expiry index.
-/// ARGV[1] = new epoch, ARGV[2] = key prefix, ARGV[3] = n, then per item resource, capacity,
-/// durable confirmed units. Sets every item's counters from the durable record and the holds
-/// still visible, then the marker. Returns -1 if the marker already existed, else n.
-const FINISH_LUA: &str = r#"
-if redis.call('GET', KEYS[1]) then return -1 end
-local held = {}
-for _, rec in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
-  if redis.call('HGET', rec, 's') == 'held' then
-    local n = tonumber(redis.call('HGET', rec, 'n') or '0')
-    for i = 1, n do
-      local res = redis.call('HGET', rec, 'i' .. i)
-      held[res] = (held[res] or 0) + tonumber(redis.call('HGET', rec, 'q' .. i))
-    end
-  else
-    redis.call('ZREM', KEYS[2], rec)
-  end
-end
-local n = tonumber(ARGV[3])
-for i = 1, n do
-  local res = ARGV[1 + 3 * i]
-  local cap = tonumber(ARGV[2 + 3 * i])
-  local conf = tonumber(ARGV[3 + 3 * i])
-  local h = held[res] or 0
-  redis.call('SET', ARGV[2] .. 'cap:' .. res, cap)
-  redis.call('SET', ARGV[2] .. 'c:' .. res, conf)
-  redis.call('SET', ARGV[2] .. 'h:' .. res, h)
-  redis.call('SET', ARGV[2] .. 'a:' .. res, cap - conf - h)
-end
-redis.call('SET', KEYS[1], ARGV[1])
-return n
-"#;
-
-/// Creates or resizes items, all or nothing. KEYS[1] = ready marker. ARGV[1] = key prefix,
-/// ARGV[2] = n, then resource, capacity per item. Returns {'ok'}, {'rebuilding'} or
-/// {'refused', resource, held, confirmed} when a capacity is below what is held and confirmed.
-const PUT_LUA: &str = r#"
-if not redis.call('GET', KEYS[1]) then return {'rebuilding'} end
-local n = tonumber(ARGV[2])
-local cur = {}
-for i = 1, n do
-  local res = ARGV[1 + 2 * i]
-  local h = tonumber(redis.call('GET', ARGV[1] .. 'h:' .. res) or '0')
-  local c = tonumber(redis.call('GET', ARGV[1] .. 'c:' .. res) or '0')
-  if h + c > tonumber(ARGV[2 + 2 * i]) then return {'refused', res, tostring(h), tostring(c)} end
-  cur[i] = {h, c}
-end
-for i = 1, n do
-  local res = ARGV[1 + 2 * i]
-  local cap = tonumber(ARGV[2 + 2 * i])
-  redis.call('SET', ARGV[1] .. 'cap:' .. res, cap)
-  redis.call('SET', ARGV[1] .. 'h:' .. res, cur[i][1])
-  redis.call('SET', ARGV[1] .. 'c:' .. res, cur[i][2])
-  redis.call('SET', ARGV[1] .. 'a:' .. res, cap - cur[i][1] - cur[i][2])
-end
-return {'ok'}
-"#;
-
-static TRY: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(TRY_LUA));
-static CONFIRM: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(CONFIRM_LUA));
-static CANCEL: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(CANCEL_LUA));
-static RECLAIM: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RECLAIM_LUA));
-static DEMOTE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(DEMOTE_LUA));
-static RESTORE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RESTORE_LUA));
-static FINISH: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(FINISH_LUA));
-static PUT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(PUT_LUA));
 
 /// Errors of the stock-redis participant; mapped to [`Status`] in one place (`From` below).
 #[derive(Debug, thiserror::Error)]
