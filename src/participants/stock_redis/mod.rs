@@ -13,149 +13,50 @@
 //! - `P expiry`: sorted set of held branch records by `expires_at + orphan_grace` (ms);
 //! - `P ready`: present once the data set is built; holds its epoch.
 //!
-//! # Durable record
-//! Confirm = script (held -> confirmed, returns the items and the epoch it ran under), then
-//! `INSERT .. ON CONFLICT DO NOTHING` into `stock_redis_confirmed` under a shared lock of the
-//! epoch row and only if the epoch is still current, then the answer. A repeated Confirm
-//! re-inserts (a no-op), so an answer CONFIRMED always means a durable row.
 //!
-//! # Reconciler
-//! [`StockRedis::reconcile`] (also run by a background task, and woken at once when a request
-//! meets a missing data set) reclaims holds whose `expires_at + orphan_grace` passed by the
-//! Redis clock (one script per batch: units back, state `hold_lost`, so each hold is returned
-//! exactly once however many reconcilers run), and reports drift of Redis counters against
-//! Postgres (capacity, confirmed units).
-//!
-//! # After Redis loses its data (a restart without persistence, a flush)
-//! `P ready` is gone, so every script refuses: Try answers `REJECTED "rebuilding"`, Confirm and
-//! Cancel `UNAVAILABLE` (the coordinator retries). The reconciler then rebuilds, serialised by a
-//! Postgres advisory lock: it bumps the epoch (waiting for Confirms still writing their durable
-//! row; later ones of the old epoch answer `HOLD_LOST`), restores a `confirmed` record for each
-//! durable branch (so repeats and a Cancel after Confirm still answer `CONFIRMED`), and sets per
-//! item `available = capacity - confirmed - (holds it can still see)`. Holds granted but not
-//! confirmed before the loss are gone: their Confirm answers `HOLD_LOST` (the coordinator
-//! fails the reservation and refunds). Confirmed units are never resold. Tombstones are lost
-//! too: a Try arriving after its Cancel and after the loss may hold; it is reclaimed after
-//! `expires_at + orphan_grace`. Only one stock-redis participant per database.
+//! # Files
+//! - `scripts.rs` and `lua/*.lua`: the Lua scripts that decide in Redis, and how finished
+//!   branch records expire;
+//! - `branch.rs`: Try, Confirm and Cancel of one branch;
+//! - `durable.rs`: the Postgres record of truth (every SQL statement);
+//! - `reconciler.rs`: reclaim of expired holds, drift reports, rebuild after Redis data loss;
+//! - `inventory.rs`: creating, resizing and counting items;
+//! - `grpc.rs`: the `tcc.v1.Participant` and `tcc.v1.ResourceAdmin` services;
+//! - `error.rs`: [`StockRedisError`] and its mapping to gRPC statuses;
+//! - here: settings, connecting, serving.
 
-use std::collections::BTreeMap;
+mod branch;
+mod durable;
+mod error;
+mod grpc;
+mod inventory;
+mod reconciler;
+mod scripts;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 use tonic::service::Routes;
-use tonic::{Request, Response, Status};
 
 use super::ParticipantError;
-use super::admin::ResourceCounts;
-use crate::participant::validate::{self, check_id};
-use crate::participant::{BranchAnswer, BranchKey, ResourceError, TryAnswer, TryBranch, wire};
-use crate::proto::participant_server::{Participant, ParticipantServer};
-use crate::proto::resource_admin_server::{ResourceAdmin, ResourceAdminServer};
-use crate::proto::{
-    BranchRequest, BranchResponse, GetResourceRequest, PutResourcesRequest, PutResourcesResponse,
-    ResourceStatus, TryRequest, TryResponse,
-};
-use scripts::{CANCEL, CONFIRM, DEMOTE, FINISH, PUT, RECLAIM, RESTORE, TRY};
+use crate::participant::BranchKey;
+use crate::proto::participant_server::ParticipantServer;
+use crate::proto::resource_admin_server::ResourceAdminServer;
 
-mod scripts;
+pub use error::StockRedisError;
+pub use reconciler::ReconcileReport;
 
 /// The participant's name (it is also the CLI kind).
 pub const NAME: &str = "stock-redis";
 /// Default key prefix in Redis.
 pub const DEFAULT_PREFIX: &str = "hf:stock-redis:";
-/// Default retention of a finished branch record past its deadline (see the module doc).
+/// Default retention of a finished branch record past its deadline (see [`scripts`](self#files)).
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The reason of a Try refused while the Redis data set is being rebuilt.
 pub const REBUILDING: &str = "rebuilding";
-
-const RECLAIM_BATCH: usize = 1000;
-const RESTORE_CONCURRENCY: usize = 256;
-/// Advisory lock key serialising rebuilds ("hfsr").
-const REBUILD_LOCK: i64 = 0x6866_7372;
-
-/// Errors of the stock-redis participant; mapped to [`Status`] in one place (`From` below).
-#[derive(Debug, thiserror::Error)]
-pub enum StockRedisError {
-    /// A request field is missing or malformed.
-    #[error("{field} {message}")]
-    InvalidArgument {
-        /// The offending field (`items[2].quantity`).
-        field: String,
-        /// What is wrong with it.
-        message: String,
-    },
-    /// A named resource does not exist.
-    #[error("{0}")]
-    NotFound(String),
-    /// Refused in the current state; nothing changed.
-    #[error("{0}")]
-    FailedPrecondition(String),
-    /// The Redis data set is being rebuilt; retry shortly.
-    #[error("the Redis data set is being rebuilt")]
-    Rebuilding,
-    /// Redis failed.
-    #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
-    /// Postgres failed.
-    #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
-    /// Applying the schema failed.
-    #[error("migrations: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
-    /// A broken invariant in stored data.
-    #[error("internal: {0}")]
-    Internal(String),
-}
-
-impl StockRedisError {
-    fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::InvalidArgument {
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-}
-
-impl From<ResourceError> for StockRedisError {
-    fn from(err: ResourceError) -> Self {
-        match err {
-            ResourceError::InvalidArgument { field, message } => {
-                Self::InvalidArgument { field, message }
-            }
-            ResourceError::NotFound(m) => Self::NotFound(m),
-            ResourceError::FailedPrecondition(m) => Self::FailedPrecondition(m),
-            ResourceError::Database(e) => Self::Database(e),
-            ResourceError::Internal(m) => Self::Internal(m),
-        }
-    }
-}
-
-impl From<StockRedisError> for Status {
-    fn from(err: StockRedisError) -> Self {
-        match err {
-            StockRedisError::InvalidArgument { field, message } => {
-                ResourceError::invalid(field, message).into()
-            }
-            StockRedisError::NotFound(m) => Status::not_found(m),
-            StockRedisError::FailedPrecondition(m) => Status::failed_precondition(m),
-            StockRedisError::Rebuilding => {
-                Status::unavailable("the Redis data set is being rebuilt; retry")
-            }
-            StockRedisError::Database(e) => ResourceError::Database(e).into(),
-            StockRedisError::Redis(e) => {
-                tracing::warn!(error = %e, "redis failure");
-                Status::unavailable("redis temporarily unavailable; retry")
-            }
-            err @ (StockRedisError::Migrate(_) | StockRedisError::Internal(_)) => {
-                tracing::error!(error = %err, "internal failure");
-                Status::internal("internal error")
-            }
-        }
-    }
-}
 
 /// How to run the stock-redis participant.
 #[derive(Clone, Debug)]
@@ -167,8 +68,8 @@ pub struct StockRedisSettings {
     /// How long after `expires_at` an unreleased hold is kept before the reconciler may
     /// reclaim it (default one hour).
     pub orphan_grace: Duration,
-    /// How long a finished branch record stays in Redis past its deadline (see the module
-    /// doc; default 7 days).
+    /// How long a finished branch record stays in Redis past its deadline (see
+    /// [`scripts`](self#files); default 7 days).
     pub retention: Duration,
     /// How often the background reconciler runs.
     pub reconcile_every: Duration,
@@ -185,17 +86,6 @@ impl StockRedisSettings {
             reconcile_every: Duration::from_secs(1),
         }
     }
-}
-
-/// What one [`StockRedis::reconcile`] did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ReconcileReport {
-    /// Whether the Redis data set was missing and was rebuilt from the durable record.
-    pub rebuilt: bool,
-    /// Holds past `expires_at + orphan_grace` whose units were returned.
-    pub reclaimed: usize,
-    /// Differences between Redis and the durable record, for people (also logged).
-    pub drift: Vec<String>,
 }
 
 /// The stock-redis participant: `tcc.v1.Participant` + `tcc.v1.ResourceAdmin` over Redis
@@ -216,15 +106,6 @@ struct Inner {
     tombstone_ms: i64,
     wake: tokio::sync::Notify,
 }
-
-/// The ready marker and an item's capacity, available, held and confirmed counters.
-type CountsReply = (
-    Option<String>,
-    Option<i64>,
-    Option<i64>,
-    Option<i64>,
-    Option<i64>,
-);
 
 impl StockRedis {
     /// Applies the participants' schema and connects to Redis. The data set is built by the
@@ -262,14 +143,18 @@ impl StockRedis {
         })
     }
 
+    /// A handle on the shared, reconnecting Redis connection.
     fn conn(&self) -> ConnectionManager {
         self.inner.redis.clone()
     }
 
+    /// The Redis key `suffix` under this participant's prefix.
     fn key(&self, suffix: &str) -> String {
         format!("{}{suffix}", self.inner.prefix)
     }
 
+    /// The Redis key of a branch's record (its barrier); the id's length keeps
+    /// `("a:b", "c")` and `("a", "b:c")` apart.
     fn record_key(&self, key: &BranchKey) -> String {
         format!(
             "{}b:{}:{}:{}",
@@ -278,538 +163,6 @@ impl StockRedis {
             key.reservation_id,
             key.branch_id
         )
-    }
-
-    /// Checks a Try as every participant does (stock: no slots), items in lock order.
-    fn check_try(&self, branch: TryBranch) -> Result<TryBranch, ResourceError> {
-        validate::check_try(branch, super::stock::validate_items)
-    }
-
-    /// Try: holds every item or none (one script). `branch` is checked ([`Self::check_try`]).
-    async fn try_branch(&self, branch: &TryBranch) -> Result<TryAnswer, StockRedisError> {
-        let hold_until_ms = branch
-            .expires_at
-            .timestamp_millis()
-            .checked_add(self.inner.grace_ms)
-            .ok_or_else(|| StockRedisError::invalid("expires_at", "is not a valid timestamp"))?;
-        let mut inv = TRY.prepare_invoke();
-        inv.key(self.record_key(&branch.key))
-            .key(self.key("ready"))
-            .key(self.key("expiry"));
-        for item in &branch.items {
-            inv.key(self.key(&format!("a:{}", item.resource)));
-        }
-        for item in &branch.items {
-            inv.key(self.key(&format!("h:{}", item.resource)));
-        }
-        inv.arg(hold_until_ms).arg(branch.items.len());
-        for item in &branch.items {
-            inv.arg(&item.resource);
-        }
-        for item in &branch.items {
-            inv.arg(item.quantity);
-        }
-        inv.arg(self.inner.retention_ms);
-        let (answer, reason): (String, String) = inv.invoke_async(&mut self.conn()).await?;
-        match answer.as_str() {
-            "held" => Ok(TryAnswer::Held),
-            "rejected" => {
-                if reason == REBUILDING {
-                    self.inner.wake.notify_one();
-                }
-                Ok(TryAnswer::Rejected(reason))
-            }
-            other => Err(StockRedisError::Internal(format!("try answered {other:?}"))),
-        }
-    }
-
-    /// Confirm: the script moves the hold to confirmed, then the durable row is written,
-    /// then the answer.
-    async fn confirm_branch(&self, key: &BranchKey) -> Result<BranchAnswer, StockRedisError> {
-        let rec = self.record_key(key);
-        let out: Vec<String> = CONFIRM
-            .key(&rec)
-            .key(self.key("ready"))
-            .key(self.key("expiry"))
-            .arg(&self.inner.prefix)
-            .arg(self.inner.retention_ms)
-            .arg(self.inner.tombstone_ms)
-            .invoke_async(&mut self.conn())
-            .await?;
-        let (outcome, epoch) = match out.as_slice() {
-            [o, e, ..] => (o.as_str(), e.as_str()),
-            _ => return Err(StockRedisError::Internal("short confirm answer".to_owned())),
-        };
-        match outcome {
-            "rebuilding" => {
-                self.inner.wake.notify_one();
-                Err(StockRedisError::Rebuilding)
-            }
-            "cancelled" => Ok(BranchAnswer::Cancelled),
-            "hold_lost" => Ok(BranchAnswer::HoldLost),
-            "missing" => self.confirm_missing(key, &rec, epoch).await,
-            "confirmed" => {
-                let epoch: i64 = epoch
-                    .parse()
-                    .map_err(|_| StockRedisError::Internal(format!("bad epoch {epoch:?}")))?;
-                let mut items = Vec::new();
-                for pair in out[2..].chunks(2) {
-                    let [res, q] = pair else {
-                        return Err(StockRedisError::Internal("odd item list".to_owned()));
-                    };
-                    let q: i64 = q
-                        .parse()
-                        .map_err(|_| StockRedisError::Internal(format!("bad quantity {q:?}")))?;
-                    items.push((res.clone(), q));
-                }
-                if self.make_durable(key, epoch, &items).await? {
-                    Ok(BranchAnswer::Confirmed)
-                } else {
-                    // The epoch changed: Redis lost this confirm; the rebuild did not count it.
-                    let _: i64 = DEMOTE
-                        .key(&rec)
-                        .arg(epoch)
-                        .invoke_async(&mut self.conn())
-                        .await?;
-                    tracing::warn!(
-                        reservation_id = %key.reservation_id,
-                        branch_id = %key.branch_id,
-                        "confirm lost with the Redis data set; answering HOLD_LOST"
-                    );
-                    Ok(BranchAnswer::HoldLost)
-                }
-            }
-            other => Err(StockRedisError::Internal(format!(
-                "confirm answered {other:?}"
-            ))),
-        }
-    }
-
-    /// Writes the durable rows of a confirmed branch if `epoch` is still current; answers
-    /// whether the branch is durably confirmed.
-    async fn make_durable(
-        &self,
-        key: &BranchKey,
-        epoch: i64,
-        items: &[(String, i64)],
-    ) -> Result<bool, StockRedisError> {
-        let mut tx = self.inner.pool.begin().await?;
-        let current: i64 =
-            sqlx::query_scalar("SELECT epoch FROM stock_redis_epoch WHERE id FOR SHARE")
-                .fetch_one(&mut *tx)
-                .await?;
-        if current != epoch {
-            let durable = self.is_durable(&mut tx, key).await?;
-            tx.commit().await?;
-            return Ok(durable);
-        }
-        let (resources, quantities): (Vec<&str>, Vec<i64>) =
-            items.iter().map(|(r, q)| (r.as_str(), *q)).unzip();
-        sqlx::query(
-            "INSERT INTO stock_redis_confirmed (reservation_id, branch_id, resource, quantity) \
-             SELECT $1, $2, r, q FROM unnest($3::text[], $4::bigint[]) AS t(r, q) \
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(&key.reservation_id)
-        .bind(&key.branch_id)
-        .bind(&resources)
-        .bind(&quantities)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(true)
-    }
-
-    async fn is_durable(
-        &self,
-        conn: &mut sqlx::PgConnection,
-        key: &BranchKey,
-    ) -> Result<bool, StockRedisError> {
-        Ok(sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM stock_redis_confirmed \
-             WHERE reservation_id = $1 AND branch_id = $2)",
-        )
-        .bind(&key.reservation_id)
-        .bind(&key.branch_id)
-        .fetch_one(conn)
-        .await?)
-    }
-
-    /// Confirm found no record (it wrote a `hold_lost` tombstone). If the durable record says
-    /// confirmed (a record past its retention, or lost without a rebuild), restore it and
-    /// answer so.
-    async fn confirm_missing(
-        &self,
-        key: &BranchKey,
-        rec: &str,
-        epoch: &str,
-    ) -> Result<BranchAnswer, StockRedisError> {
-        Ok(if self.restore_if_durable(key, rec, epoch).await? {
-            BranchAnswer::Confirmed
-        } else {
-            BranchAnswer::HoldLost
-        })
-    }
-
-    /// Restores the `confirmed` record of a branch the durable record holds; answers whether
-    /// it did.
-    async fn restore_if_durable(
-        &self,
-        key: &BranchKey,
-        rec: &str,
-        epoch: &str,
-    ) -> Result<bool, StockRedisError> {
-        let rows = sqlx::query(
-            "SELECT resource, quantity FROM stock_redis_confirmed \
-             WHERE reservation_id = $1 AND branch_id = $2 ORDER BY resource",
-        )
-        .bind(&key.reservation_id)
-        .bind(&key.branch_id)
-        .fetch_all(&self.inner.pool)
-        .await?;
-        if rows.is_empty() {
-            return Ok(false);
-        }
-        let mut items = Vec::with_capacity(rows.len());
-        for row in rows {
-            items.push((row.try_get::<String, _>(0)?, row.try_get::<i64, _>(1)?));
-        }
-        self.restore(rec, epoch, &items).await?;
-        Ok(true)
-    }
-
-    async fn restore(
-        &self,
-        rec: &str,
-        epoch: &str,
-        items: &[(String, i64)],
-    ) -> Result<(), StockRedisError> {
-        let mut inv = RESTORE.prepare_invoke();
-        inv.key(rec)
-            .key(self.key("expiry"))
-            .arg(epoch)
-            .arg(items.len());
-        for (res, q) in items {
-            inv.arg(res).arg(*q);
-        }
-        inv.arg(self.inner.retention_ms);
-        let _: i64 = inv.invoke_async(&mut self.conn()).await?;
-        Ok(())
-    }
-
-    /// Cancel: releases the hold through its state transition; a tombstone before its Try.
-    /// A branch without a record (its record expired after the retention) that the durable
-    /// record holds as confirmed answers CONFIRMED, as a Cancel after Confirm always does.
-    async fn cancel_branch(&self, key: &BranchKey) -> Result<BranchAnswer, StockRedisError> {
-        let rec = self.record_key(key);
-        let out: Vec<String> = CANCEL
-            .key(&rec)
-            .key(self.key("ready"))
-            .key(self.key("expiry"))
-            .arg(&self.inner.prefix)
-            .arg(self.inner.retention_ms)
-            .arg(self.inner.tombstone_ms)
-            .invoke_async(&mut self.conn())
-            .await?;
-        let [outcome, epoch] = out.as_slice() else {
-            return Err(StockRedisError::Internal(format!(
-                "cancel answered {out:?}"
-            )));
-        };
-        match outcome.as_str() {
-            "cancelled" => Ok(BranchAnswer::Cancelled),
-            "confirmed" => Ok(BranchAnswer::Confirmed),
-            "tombstone" => Ok(if self.restore_if_durable(key, &rec, epoch).await? {
-                BranchAnswer::Confirmed
-            } else {
-                BranchAnswer::Cancelled
-            }),
-            "rebuilding" => {
-                self.inner.wake.notify_one();
-                Err(StockRedisError::Rebuilding)
-            }
-            other => Err(StockRedisError::Internal(format!(
-                "cancel answered {other:?}"
-            ))),
-        }
-    }
-
-    /// One reconciler pass: rebuilds the Redis data set if it is missing, returns the units
-    /// of holds past `expires_at + orphan_grace` (each exactly once, however many passes run
-    /// concurrently), and reports drift between Redis and the durable record.
-    pub async fn reconcile(&self) -> Result<ReconcileReport, StockRedisError> {
-        let mut report = ReconcileReport::default();
-        let ready: Option<String> = redis::cmd("GET")
-            .arg(self.key("ready"))
-            .query_async(&mut self.conn())
-            .await?;
-        if ready.is_none() {
-            report.rebuilt = self.rebuild().await?;
-        }
-        loop {
-            let n: usize = RECLAIM
-                .key(self.key("expiry"))
-                .arg(&self.inner.prefix)
-                .arg(RECLAIM_BATCH)
-                .arg(self.inner.retention_ms)
-                .invoke_async(&mut self.conn())
-                .await?;
-            report.reclaimed += n;
-            if n < RECLAIM_BATCH {
-                break;
-            }
-        }
-        if report.reclaimed > 0 {
-            tracing::warn!(
-                participant = NAME,
-                reclaimed = report.reclaimed,
-                "reclaimed orphaned holds past expires_at + orphan_grace"
-            );
-        }
-        if !report.rebuilt {
-            report.drift = self.drift().await?;
-            for d in &report.drift {
-                tracing::warn!(participant = NAME, "drift: {d}");
-            }
-        }
-        Ok(report)
-    }
-
-    /// Compares Redis capacity and confirmed counters with the durable record. A Confirm in
-    /// flight (script done, row not yet written) shows briefly as confirmed drift.
-    async fn drift(&self) -> Result<Vec<String>, StockRedisError> {
-        let rows = sqlx::query(
-            "SELECT i.resource, i.capacity, \
-                    COALESCE((SELECT sum(quantity) FROM stock_redis_confirmed c \
-                              WHERE c.resource = i.resource), 0)::bigint AS confirmed \
-             FROM stock_redis_item i ORDER BY i.resource",
-        )
-        .fetch_all(&self.inner.pool)
-        .await?;
-        let mut drift = Vec::new();
-        for row in rows {
-            let resource: String = row.try_get(0)?;
-            let capacity: i64 = row.try_get(1)?;
-            let confirmed: i64 = row.try_get(2)?;
-            let (cap, conf): (Option<i64>, Option<i64>) = redis::cmd("MGET")
-                .arg(self.key(&format!("cap:{resource}")))
-                .arg(self.key(&format!("c:{resource}")))
-                .query_async(&mut self.conn())
-                .await?;
-            if cap != Some(capacity) {
-                drift.push(format!(
-                    "{resource}: capacity {capacity} durable, {cap:?} in Redis"
-                ));
-            }
-            if conf != Some(confirmed) {
-                drift.push(format!(
-                    "{resource}: confirmed {confirmed} durable, {conf:?} in Redis"
-                ));
-            }
-        }
-        Ok(drift)
-    }
-
-    /// Rebuilds the Redis data set from the durable record (see the module doc). Returns
-    /// false when another rebuild finished first.
-    async fn rebuild(&self) -> Result<bool, StockRedisError> {
-        // Transaction-scoped, so a cancelled or failed rebuild releases it.
-        let mut lock = self.inner.pool.begin().await?;
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(REBUILD_LOCK)
-            .execute(&mut *lock)
-            .await?;
-        let ready: Option<String> = redis::cmd("GET")
-            .arg(self.key("ready"))
-            .query_async(&mut self.conn())
-            .await?;
-        if ready.is_some() {
-            lock.commit().await?;
-            return Ok(false);
-        }
-        tracing::warn!(
-            participant = NAME,
-            "Redis data set missing; rebuilding from the durable record"
-        );
-        // Bumping the epoch waits for Confirms writing under the old one; later ones refuse.
-        let mut tx = self.inner.pool.begin().await?;
-        let epoch: i64 = sqlx::query_scalar(
-            "UPDATE stock_redis_epoch SET epoch = epoch + 1 WHERE id RETURNING epoch",
-        )
-        .fetch_one(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        let items = sqlx::query(
-            "SELECT i.resource, i.capacity, \
-                    COALESCE((SELECT sum(quantity) FROM stock_redis_confirmed c \
-                              WHERE c.resource = i.resource), 0)::bigint AS confirmed \
-             FROM stock_redis_item i ORDER BY i.resource",
-        )
-        .fetch_all(&self.inner.pool)
-        .await?;
-        let rows = sqlx::query(
-            "SELECT reservation_id, branch_id, resource, quantity FROM stock_redis_confirmed \
-             ORDER BY reservation_id, branch_id, resource",
-        )
-        .fetch_all(&self.inner.pool)
-        .await?;
-        let mut branches: BTreeMap<(String, String), Vec<(String, i64)>> = BTreeMap::new();
-        for row in rows {
-            branches
-                .entry((row.try_get(0)?, row.try_get(1)?))
-                .or_default()
-                .push((row.try_get(2)?, row.try_get(3)?));
-        }
-        let epoch_s = epoch.to_string();
-        let branches: Vec<_> = branches.into_iter().collect();
-        for chunk in branches.chunks(RESTORE_CONCURRENCY) {
-            let restores = chunk.iter().map(|((reservation_id, branch_id), items)| {
-                let rec = self.record_key(&BranchKey {
-                    reservation_id: reservation_id.clone(),
-                    branch_id: branch_id.clone(),
-                });
-                let epoch_s = &epoch_s;
-                async move { self.restore(&rec, epoch_s, items).await }
-            });
-            futures_util::future::try_join_all(restores).await?;
-        }
-        let mut inv = FINISH.prepare_invoke();
-        inv.key(self.key("ready"))
-            .key(self.key("expiry"))
-            .arg(epoch)
-            .arg(&self.inner.prefix)
-            .arg(items.len());
-        for row in &items {
-            inv.arg(row.try_get::<String, _>(0)?)
-                .arg(row.try_get::<i64, _>(1)?)
-                .arg(row.try_get::<i64, _>(2)?);
-        }
-        let finished: i64 = inv.invoke_async(&mut self.conn()).await?;
-        lock.commit().await?;
-        tracing::warn!(
-            participant = NAME,
-            epoch,
-            items = finished,
-            confirmed_branches = branches.len(),
-            "Redis data set rebuilt"
-        );
-        Ok(finished >= 0)
-    }
-
-    /// Spawns the background reconciler: a pass every `every`, and at once when a request
-    /// met a missing data set. Failures are logged and retried.
-    pub fn spawn_reconciler(&self, every: Duration) -> tokio::task::JoinHandle<()> {
-        let this = self.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(every) => {}
-                    _ = this.inner.wake.notified() => {}
-                }
-                if let Err(err) = this.reconcile().await {
-                    tracing::warn!(participant = NAME, error = %err, "reconcile failed");
-                }
-            }
-        })
-    }
-
-    /// Counts of one resource, read atomically from Redis.
-    pub async fn counts(&self, resource: &str) -> Result<ResourceCounts, StockRedisError> {
-        let (ready, cap, a, h, c): CountsReply = redis::cmd("MGET")
-            .arg(self.key("ready"))
-            .arg(self.key(&format!("cap:{resource}")))
-            .arg(self.key(&format!("a:{resource}")))
-            .arg(self.key(&format!("h:{resource}")))
-            .arg(self.key(&format!("c:{resource}")))
-            .query_async(&mut self.conn())
-            .await?;
-        if ready.is_none() {
-            self.inner.wake.notify_one();
-            return Err(StockRedisError::Rebuilding);
-        }
-        match (cap, a, h, c) {
-            (Some(capacity), Some(available), Some(held), Some(confirmed)) => Ok(ResourceCounts {
-                resource: resource.to_owned(),
-                capacity,
-                available,
-                held,
-                confirmed,
-            }),
-            _ => Err(StockRedisError::NotFound(format!(
-                "resource {resource:?} does not exist"
-            ))),
-        }
-    }
-
-    /// Creates or resizes resources: durably in Postgres (row locks held) and in Redis (one
-    /// all-or-nothing script), then commits.
-    pub async fn put_resources(
-        &self,
-        specs: Vec<(String, i64)>,
-    ) -> Result<Vec<ResourceCounts>, StockRedisError> {
-        if specs.is_empty() {
-            return Err(StockRedisError::invalid("resources", "must not be empty"));
-        }
-        let mut sorted = Vec::with_capacity(specs.len());
-        for (i, (resource, capacity)) in specs.into_iter().enumerate() {
-            check_id(&format!("resources[{i}].resource"), &resource)?;
-            if capacity < 0 {
-                return Err(StockRedisError::invalid(
-                    format!("resources[{i}].capacity"),
-                    "must be >= 0",
-                ));
-            }
-            sorted.push((resource, capacity, i));
-        }
-        sorted.sort();
-        if let Some(w) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
-            return Err(StockRedisError::invalid(
-                format!("resources[{}].resource", w[1].2),
-                format!("duplicates resources[{}]", w[0].2),
-            ));
-        }
-        let mut tx = self.inner.pool.begin().await?;
-        for (resource, capacity, _) in &sorted {
-            sqlx::query(
-                "INSERT INTO stock_redis_item (resource, capacity) VALUES ($1, $2) \
-                 ON CONFLICT (resource) DO UPDATE SET capacity = EXCLUDED.capacity",
-            )
-            .bind(resource)
-            .bind(capacity)
-            .execute(&mut *tx)
-            .await?;
-        }
-        let mut inv = PUT.prepare_invoke();
-        inv.key(self.key("ready"))
-            .arg(&self.inner.prefix)
-            .arg(sorted.len());
-        for (resource, capacity, _) in &sorted {
-            inv.arg(resource).arg(*capacity);
-        }
-        let out: Vec<String> = inv.invoke_async(&mut self.conn()).await?;
-        match out.as_slice() {
-            [ok] if ok == "ok" => {}
-            [r] if r == "rebuilding" => {
-                self.inner.wake.notify_one();
-                return Err(StockRedisError::Rebuilding);
-            }
-            [refused, res, held, confirmed] if refused == "refused" => {
-                let capacity = sorted.iter().find(|s| &s.0 == res).map_or(0, |s| s.1);
-                return Err(StockRedisError::FailedPrecondition(format!(
-                    "cannot resize {res} to {capacity}: {held} held and {confirmed} confirmed"
-                )));
-            }
-            other => {
-                return Err(StockRedisError::Internal(format!("put answered {other:?}")));
-            }
-        }
-        // If this commit fails Redis is ahead; the reconciler reports the capacity drift.
-        tx.commit().await?;
-        let mut out = Vec::with_capacity(sorted.len());
-        for (resource, _, _) in &sorted {
-            out.push(self.counts(resource).await?);
-        }
-        Ok(out)
     }
 
     /// Applies the schema, builds the data set if needed, runs the reconciler, and serves
@@ -849,56 +202,4 @@ pub async fn serve(
     participant
         .run(settings.reconcile_every, listener, shutdown)
         .await
-}
-
-#[tonic::async_trait]
-impl Participant for StockRedis {
-    async fn r#try(&self, request: Request<TryRequest>) -> Result<Response<TryResponse>, Status> {
-        let branch = self.check_try(wire::try_branch(request.into_inner())?)?;
-        Ok(wire::try_response(self.try_branch(&branch).await?))
-    }
-
-    async fn confirm(
-        &self,
-        request: Request<BranchRequest>,
-    ) -> Result<Response<BranchResponse>, Status> {
-        let key = wire::branch_key(request.into_inner())?;
-        Ok(wire::branch_response(self.confirm_branch(&key).await?))
-    }
-
-    async fn cancel(
-        &self,
-        request: Request<BranchRequest>,
-    ) -> Result<Response<BranchResponse>, Status> {
-        let key = wire::branch_key(request.into_inner())?;
-        Ok(wire::branch_response(self.cancel_branch(&key).await?))
-    }
-}
-
-#[tonic::async_trait]
-impl ResourceAdmin for StockRedis {
-    async fn put_resources(
-        &self,
-        request: Request<PutResourcesRequest>,
-    ) -> Result<Response<PutResourcesResponse>, Status> {
-        let specs = request
-            .into_inner()
-            .resources
-            .into_iter()
-            .map(|s| (s.resource, s.capacity))
-            .collect();
-        let counts = StockRedis::put_resources(self, specs).await?;
-        Ok(Response::new(PutResourcesResponse {
-            resources: counts.into_iter().map(Into::into).collect(),
-        }))
-    }
-
-    async fn get_resource(
-        &self,
-        request: Request<GetResourceRequest>,
-    ) -> Result<Response<ResourceStatus>, Status> {
-        let resource = request.into_inner().resource;
-        check_id("resource", &resource)?;
-        Ok(Response::new(self.counts(&resource).await?.into()))
-    }
 }
