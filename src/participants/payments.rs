@@ -15,6 +15,7 @@ use sqlx::{PgConnection, Pool, Postgres, Row};
 use tonic::{Request, Response, Status};
 
 use super::admin::{Inventory, ResourceCounts};
+use crate::participant::validate::check_id;
 use crate::participant::{
     Backend, BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer,
 };
@@ -227,7 +228,7 @@ impl<DB: PaymentsSql> PaymentsService<DB> {
     }
 
     async fn charge(&self, req: ChargeRequest) -> Result<String, ResourceError> {
-        check_text("account", &req.account)?;
+        check_id("account", &req.account)?;
         check_amount(req.amount_minor)?;
         check_currency(&req.currency)?;
         let payment_ref = format!("pay_{}", uuid::Uuid::now_v7().simple());
@@ -236,16 +237,16 @@ impl<DB: PaymentsSql> PaymentsService<DB> {
     }
 
     async fn refund(&self, req: RefundRequest) -> Result<refund::State, ResourceError> {
-        check_text("refund_id", &req.refund_id)?;
-        check_text("reservation_id", &req.reservation_id)?;
-        check_text("payment_ref", &req.payment_ref)?;
+        check_id("refund_id", &req.refund_id)?;
+        check_id("reservation_id", &req.reservation_id)?;
+        check_id("payment_ref", &req.payment_ref)?;
         check_amount(req.amount_minor)?;
         check_currency(&req.currency)?;
         DB::refund(&self.pool, &req).await
     }
 
     async fn get_payment(&self, payment_ref: String) -> Result<PaymentRecord, ResourceError> {
-        check_text("payment_ref", &payment_ref)?;
+        check_id("payment_ref", &payment_ref)?;
         DB::get_payment(&self.pool, payment_ref).await
     }
 }
@@ -474,16 +475,6 @@ impl PaymentsSql for Postgres {
             refunds,
         })
     }
-}
-
-fn check_text(field: &str, value: &str) -> Result<(), ResourceError> {
-    if value.is_empty() {
-        return Err(ResourceError::invalid(field, "is required"));
-    }
-    if value.len() > 128 {
-        return Err(ResourceError::invalid(field, "must be at most 128 bytes"));
-    }
-    Ok(())
 }
 
 fn check_amount(amount_minor: i64) -> Result<(), ResourceError> {

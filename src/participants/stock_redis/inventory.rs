@@ -4,8 +4,7 @@
 use super::durable;
 use super::scripts::PUT;
 use super::{StockRedis, StockRedisError};
-use crate::participant::validate::check_id;
-use crate::participants::admin::ResourceCounts;
+use crate::participants::admin::{ResourceCounts, checked_specs, non_negative};
 
 /// The ready marker and an item's capacity, available, held and confirmed counters.
 type CountsReply = (
@@ -51,35 +50,14 @@ impl StockRedis {
         &self,
         specs: Vec<(String, i64)>,
     ) -> Result<Vec<ResourceCounts>, StockRedisError> {
-        if specs.is_empty() {
-            return Err(StockRedisError::invalid("resources", "must not be empty"));
-        }
-        let mut sorted = Vec::with_capacity(specs.len());
-        for (i, (resource, capacity)) in specs.into_iter().enumerate() {
-            check_id(&format!("resources[{i}].resource"), &resource)?;
-            if capacity < 0 {
-                return Err(StockRedisError::invalid(
-                    format!("resources[{i}].capacity"),
-                    "must be >= 0",
-                ));
-            }
-            sorted.push((resource, capacity, i));
-        }
-        sorted.sort();
-        if let Some(w) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
-            return Err(StockRedisError::invalid(
-                format!("resources[{}].resource", w[1].2),
-                format!("duplicates resources[{}]", w[0].2),
-            ));
-        }
+        let sorted = checked_specs(specs, non_negative)?;
         let mut tx = self.inner.pool.begin().await?;
-        let items: Vec<_> = sorted.iter().map(|(r, c, _)| (r.clone(), *c)).collect();
-        durable::put_items(&mut tx, &items).await?;
+        durable::put_items(&mut tx, &sorted).await?;
         let mut inv = PUT.prepare_invoke();
         inv.key(self.key("ready"))
             .arg(&self.inner.prefix)
             .arg(sorted.len());
-        for (resource, capacity, _) in &sorted {
+        for (resource, capacity) in &sorted {
             inv.arg(resource).arg(*capacity);
         }
         let out: Vec<String> = inv.invoke_async(&mut self.conn()).await?;
@@ -102,7 +80,7 @@ impl StockRedis {
         // If this commit fails Redis is ahead; the reconciler reports the capacity drift.
         tx.commit().await?;
         let mut out = Vec::with_capacity(sorted.len());
-        for (resource, _, _) in &sorted {
+        for (resource, _) in &sorted {
             out.push(self.counts(resource).await?);
         }
         Ok(out)
