@@ -1,14 +1,13 @@
-//! `payments` (Resource and Inventory; `tcc.v1.Payments` SQL is in [`PaymentsSql`]) on SQLite: the same transitions as the PostgreSQL SQL beside it (`payments.rs`). The
-//! SDK's `BEGIN IMMEDIATE` holds the write lock for the whole call, so a guarded UPDATE and the
-//! hold row it pays for, or a winning hold transition and its counter move, are atomic.
+//! `payments` on SQLite (Resource, Inventory and the `tcc.v1.Payments` SQL, [`PaymentsSql`]):
+//! the same transitions as the PostgreSQL SQL beside it (`postgres.rs`). The SDK's
+//! `BEGIN IMMEDIATE` holds the write lock for the whole call, so a guarded UPDATE and the hold
+//! row it pays for, or a winning hold transition and its counter move, are atomic.
 
 use async_trait::async_trait;
 use sqlx::{Pool, Row, Sqlite, SqliteConnection};
 
-use super::{
-    Payments, PaymentsSql, charge_refused, check_refund_currency, refund_fits, same_refund,
-    validate_items,
-};
+use super::service::{charge_refused, check_refund_currency, refund_fits, same_refund};
+use super::{Payments, PaymentsSql, validate_items};
 use crate::participant::{
     Backend, BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer,
 };

@@ -1,4 +1,4 @@
-//! `seats` on SQLite: the same transitions as the PostgreSQL SQL beside it (`seats.rs`), with
+//! `seats` on SQLite: the same transitions as the PostgreSQL SQL beside it (`postgres.rs`), with
 //! no row locks: the SDK's `BEGIN IMMEDIATE` holds the database write lock for the whole call.
 
 use async_trait::async_trait;

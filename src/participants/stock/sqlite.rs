@@ -1,4 +1,4 @@
-//! `stock` on SQLite: the same transitions as the PostgreSQL SQL beside it (`stock.rs`). The
+//! `stock` on SQLite: the same transitions as the PostgreSQL SQL beside it (`postgres.rs`). The
 //! SDK's `BEGIN IMMEDIATE` holds the write lock for the whole call, so a guarded UPDATE and the
 //! hold row it pays for, or a winning hold transition and its counter move, are atomic.
 

@@ -1,32 +1,13 @@
-//! Reference participant `noop`: holds anything and writes only its barrier - for measuring
-//! the coordinator's own cost and for users' tests.
-//!
-//! Admin counts are per participant, not per resource (noop keeps no resources): `held` and
-//! `confirmed` count branches in those phases, `available` is 0 (unlimited is not a number),
-//! and `capacity = held + confirmed`. PutResources accepts anything and changes nothing.
-
-mod sqlite;
+//! `noop` on PostgreSQL: nothing but the barrier; counts come from it.
 
 use async_trait::async_trait;
 use sqlx::PgConnection;
 
-use super::admin::{Inventory, ResourceCounts};
+use super::{Noop, noop_counts};
 use crate::participant::{
-    BranchCounts, BranchCtx, ConfirmOutcome, Resource, ResourceError, TryAnswer, branch_counts,
+    BranchCtx, ConfirmOutcome, Resource, ResourceError, TryAnswer, branch_counts,
 };
-
-/// The noop participant: no business data at all.
-#[derive(Clone, Debug)]
-pub struct Noop {
-    name: String,
-}
-
-impl Noop {
-    /// A noop participant whose barrier rows are scoped by `name`.
-    pub fn new(name: impl Into<String>) -> Self {
-        Self { name: name.into() }
-    }
-}
+use crate::participants::admin::{Inventory, ResourceCounts};
 
 #[async_trait]
 impl Resource for Noop {
@@ -79,16 +60,5 @@ impl Inventory for Noop {
     ) -> Result<Option<ResourceCounts>, ResourceError> {
         let counts = branch_counts(conn, &self.name).await?;
         Ok(Some(noop_counts(resource, counts)))
-    }
-}
-
-/// Noop's counts from its branch counts (both backends).
-pub(crate) fn noop_counts(resource: &str, counts: BranchCounts) -> ResourceCounts {
-    ResourceCounts {
-        resource: resource.to_owned(),
-        capacity: counts.held + counts.confirmed,
-        available: 0,
-        held: counts.held,
-        confirmed: counts.confirmed,
     }
 }
