@@ -28,6 +28,11 @@
 //! times in integer microseconds, the clock `unixepoch('now', 'subsec')`); [`Backend`] holds
 //! each one's barrier SQL, the logic in [`ParticipantService`] is written once.
 //!
+//! Inside: `service.rs` runs the phases; `barrier/` holds every barrier statement; `wire.rs`
+//! turns requests into SDK terms and answers into responses, and `validate.rs` checks a Try,
+//! for every participant server of this crate (`stock-redis` included) alike; `error.rs` maps
+//! errors to statuses once.
+//!
 //! Writing one (see `examples/my_participant.rs`): apply the barrier schema
 //! (`crate::participants::MIGRATOR`, or copy `0001_barrier.sql` into your migrations),
 //! implement [`Resource`], and serve `ParticipantService::new(name, resource, pool)

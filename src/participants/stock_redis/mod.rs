@@ -9,10 +9,9 @@
 //!   is this participant's barrier: `s` state (`held`, `rejected`, `confirmed`, `cancelled`,
 //!   `hold_lost`), `a`/`r` the first Try answer and reason, `u` hold_until (ms), `e` epoch of
 //!   the confirm, `n` and `i1..`/`q1..` the items; a finished record expires (see
-//!   "Retention of finished records");
+//!   "Retention of finished records" in `scripts.rs`);
 //! - `P expiry`: sorted set of held branch records by `expires_at + orphan_grace` (ms);
 //! - `P ready`: present once the data set is built; holds its epoch.
-//!
 //!
 //! # Files
 //! - `scripts.rs` and `lua/*.lua`: the Lua scripts that decide in Redis, and how finished
@@ -53,7 +52,7 @@ pub use reconciler::ReconcileReport;
 pub const NAME: &str = "stock-redis";
 /// Default key prefix in Redis.
 pub const DEFAULT_PREFIX: &str = "hf:stock-redis:";
-/// Default retention of a finished branch record past its deadline (see [`scripts`](self#files)).
+/// Default retention of a finished branch record past its deadline (see `scripts.rs`).
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The reason of a Try refused while the Redis data set is being rebuilt.
 pub const REBUILDING: &str = "rebuilding";
@@ -69,7 +68,7 @@ pub struct StockRedisSettings {
     /// reclaim it (default one hour).
     pub orphan_grace: Duration,
     /// How long a finished branch record stays in Redis past its deadline (see
-    /// [`scripts`](self#files); default 7 days).
+    /// `scripts.rs`; default 7 days).
     pub retention: Duration,
     /// How often the background reconciler runs.
     pub reconcile_every: Duration,

@@ -10,15 +10,15 @@
 //! Postgres (capacity, confirmed units).
 //!
 //! # After Redis loses its data (a restart without persistence, a flush)
-//! `P ready` is gone, so every script refuses: Try answers `REJECTED "rebuilding"`, Confirm and
-//! Cancel `UNAVAILABLE` (the coordinator retries). The reconciler then rebuilds, serialised by a
-//! Postgres advisory lock: it bumps the epoch (waiting for Confirms still writing their durable
-//! row; later ones of the old epoch answer `HOLD_LOST`), restores a `confirmed` record for each
-//! durable branch (so repeats and a Cancel after Confirm still answer `CONFIRMED`), and sets per
-//! item `available = capacity - confirmed - (holds it can still see)`. Holds granted but not
-//! confirmed before the loss are gone: their Confirm answers `HOLD_LOST` (the coordinator
-//! fails the reservation and refunds). Confirmed units are never resold. Tombstones are lost
-//! too: a Try arriving after its Cancel and after the loss may hold; it is reclaimed after
+//! `P ready` (see the keys in [`super`]) is gone, so every script refuses: Try answers `REJECTED
+//! "rebuilding"`, Confirm and Cancel `UNAVAILABLE` (the coordinator retries). The reconciler then
+//! rebuilds, serialised by a Postgres advisory lock: it bumps the epoch (waiting for Confirms still
+//! writing their durable row; later ones of the old epoch answer `HOLD_LOST`), restores a
+//! `confirmed` record for each durable branch (so repeats and a Cancel after Confirm still answer
+//! `CONFIRMED`), and sets per item `available = capacity - confirmed - (holds it can still see)`.
+//! Holds granted but not confirmed before the loss are gone: their Confirm answers `HOLD_LOST` (the
+//! coordinator fails the reservation and refunds). Confirmed units are never resold. Tombstones are
+//! lost too: a Try arriving after its Cancel and after the loss may hold; it is reclaimed after
 //! `expires_at + orphan_grace`. Only one stock-redis participant per database.
 
 use std::time::Duration;
