@@ -4,7 +4,7 @@
 //! cargo run --example my_participant`, then point the coordinator at http://127.0.0.1:50070.
 
 use holdfast::participant::{
-    BranchCtx, ConfirmOutcome, ParticipantService, Resource, ResourceError, TryOutcome,
+    BranchCtx, ConfirmOutcome, ParticipantService, Resource, ResourceError, TryAnswer,
 };
 use sqlx::PgConnection;
 
@@ -22,7 +22,7 @@ impl Resource for CarPark {
         &self,
         db: &mut PgConnection,
         b: &BranchCtx,
-    ) -> Result<TryOutcome, ResourceError> {
+    ) -> Result<TryAnswer, ResourceError> {
         for item in &b.items {
             // Guarded decrement under the bay's row lock; zero rows means "full".
             let taken = sqlx::query("UPDATE bay SET free = free - $2 WHERE id = $1 AND free >= $2")
@@ -31,7 +31,7 @@ impl Resource for CarPark {
                 .execute(&mut *db)
                 .await?;
             if taken.rows_affected() == 0 {
-                return Ok(TryOutcome::Rejected(format!("{} is full", item.resource)));
+                return Ok(TryAnswer::Rejected(format!("{} is full", item.resource)));
             }
             sqlx::query("INSERT INTO bay_hold VALUES ($1, $2, $3, 'held')")
                 .bind(&b.key.branch_id)
@@ -40,7 +40,7 @@ impl Resource for CarPark {
                 .execute(&mut *db)
                 .await?;
         }
-        Ok(TryOutcome::Held)
+        Ok(TryAnswer::Held)
     }
 
     async fn confirm(

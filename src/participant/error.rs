@@ -1,6 +1,6 @@
 //! Errors of participant code and their one mapping to gRPC statuses.
 //!
-//! Business "can't" is not an error (it is `TryOutcome::Rejected`); these are for bad input,
+//! Business "can't" is not an error (it is `TryAnswer::Rejected`); these are for bad input,
 //! missing things, refused admin changes and database trouble.
 
 use tonic::{Code, Status};

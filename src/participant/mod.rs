@@ -20,13 +20,18 @@
 //!
 //! Business code must lock the resources it touches in the order of the items it is given
 //! (sorted by resource, then slot start) and use `clock_timestamp()` for time decisions.
-//! A business "can't" is `TryOutcome::Rejected`; an exclusion-constraint violation (SQLSTATE
+//! A business "can't" is `TryAnswer::Rejected`; an exclusion-constraint violation (SQLSTATE
 //! 23P01) raised by business SQL is turned into a rejection by the SDK as well.
 //!
 //! Backends: PostgreSQL (the default type parameter, `Resource` = `Resource<sqlx::Postgres>`)
 //! and SQLite (`Resource<sqlx::Sqlite>`, every SDK transaction begun with `BEGIN IMMEDIATE`,
 //! times in integer microseconds, the clock `unixepoch('now', 'subsec')`); [`Backend`] holds
 //! each one's barrier SQL, the logic in [`ParticipantService`] is written once.
+//!
+//! Inside: `service.rs` runs the phases; `barrier/` holds every barrier statement; `wire.rs`
+//! turns requests into SDK terms and answers into responses, and `validate.rs` checks a Try,
+//! for every participant server of this crate (`stock-redis` included) alike; `error.rs` maps
+//! errors to statuses once.
 //!
 //! Writing one (see `examples/my_participant.rs`): apply the barrier schema
 //! (`crate::participants::MIGRATOR`, or copy `0001_barrier.sql` into your migrations),
@@ -44,11 +49,13 @@
 mod barrier;
 mod error;
 mod service;
+pub(crate) mod validate;
+pub(crate) mod wire;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-pub use barrier::{Backend, BarrierRow, BranchCounts, Phase, branch_counts};
+pub use barrier::{Backend, BarrierPhase, BarrierRow, BranchCounts, branch_counts};
 pub use error::ResourceError;
 pub use service::{DEFAULT_ORPHAN_GRACE, ParticipantService};
 
@@ -113,9 +120,11 @@ pub struct BranchCtx {
     pub hold_until: DateTime<Utc>,
 }
 
-/// The business answer to a Try.
+/// The answer the business code gives to a Try; the barrier keeps the first one (its
+/// `try_answer` column) and gives it again to every repeat. Not the coordinator's
+/// `domain::TryOutcome`, which is what the coordinator makes of a participant's reply.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TryOutcome {
+pub enum TryAnswer {
     /// Every item is held.
     Held,
     /// Nothing can be held; the reason is for people (e.g. "seat A1 is taken").
@@ -180,7 +189,7 @@ pub trait Resource<DB: Backend = sqlx::Postgres>: Send + Sync + 'static {
         &self,
         conn: &mut DB::Connection,
         branch: &BranchCtx,
-    ) -> Result<TryOutcome, ResourceError>;
+    ) -> Result<TryAnswer, ResourceError>;
 
     /// Finalises the branch's holds.
     async fn confirm(

@@ -1,31 +1,27 @@
 //! [`ParticipantService`]: the generic `tcc.v1.Participant` around a [`Resource`], which runs
 //! every phase as barrier + business change in one local transaction.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use sqlx::{Pool, Postgres};
 use tonic::{Request, Response, Status};
 
-use super::barrier::{Backend, BarrierRow, Phase};
+use super::barrier::{Backend, BarrierPhase, BarrierRow};
+use super::validate::check_try;
+use super::wire;
 use super::{
-    BranchAnswer, BranchCtx, BranchKey, ConfirmOutcome, Item, Resource, ResourceError, Slot,
-    TryBranch, TryOutcome,
+    BranchAnswer, BranchCtx, BranchKey, ConfirmOutcome, Resource, ResourceError, TryAnswer,
+    TryBranch,
 };
 use crate::proto::participant_server::{Participant, ParticipantServer};
-use crate::proto::{BranchRequest, BranchResponse, TryRequest, TryResponse, branch, try_response};
+use crate::proto::{BranchRequest, BranchResponse, TryRequest, TryResponse};
 
 /// How long after `expires_at` a participant keeps an unreleased hold before reclaiming it.
 pub const DEFAULT_ORPHAN_GRACE: Duration = Duration::from_secs(3600);
 
 /// Most orphans reclaimed by one lazy reclaim inside a rejected Try.
 const LAZY_RECLAIM_BATCH: usize = 100;
-/// Longest identifier accepted (reservation, branch, holder, resource), in bytes.
-const MAX_ID_BYTES: usize = 128;
-/// Most items in one Try (the coordinator allows 64 holds per reservation).
-const MAX_ITEMS: usize = 64;
 
 /// A `tcc.v1.Participant` backed by a [`Resource`] and the barrier table.
 ///
@@ -77,11 +73,6 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         &self.name
     }
 
-    /// The business logic.
-    pub fn resource(&self) -> &R {
-        &self.resource
-    }
-
     /// The business logic, shared (e.g. with an admin service).
     pub fn resource_arc(&self) -> Arc<R> {
         self.resource.clone()
@@ -98,7 +89,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     /// was cancelled. A business rejection (or SQLSTATE 23P01) rolls the business change back
     /// and records the rejection. When a rejected Try finds orphaned holds, they are reclaimed
     /// and the Try is run once more. Invalid input is `ResourceError::InvalidArgument`.
-    pub async fn try_branch(&self, request: TryBranch) -> Result<TryOutcome, ResourceError> {
+    pub async fn try_branch(&self, request: TryBranch) -> Result<TryAnswer, ResourceError> {
         let branch = self.branch_ctx(request)?;
         let branch = &branch;
         let mut reclaimed = false;
@@ -111,8 +102,8 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         if self.resource.barrier_only() {
             // No business change: the barrier row alone, one statement, no transaction.
             let mut conn = self.pool.acquire().await?;
-            let held = TryOutcome::Held;
-            if DB::insert_try(&mut *conn, &self.name, branch, Phase::Held, &held).await? {
+            let held = TryAnswer::Held;
+            if DB::insert_try(&mut *conn, &self.name, branch, BarrierPhase::Held, &held).await? {
                 return Ok(held);
             }
             barrier_first = true;
@@ -121,7 +112,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
             let mut tx = DB::begin_write(&self.pool).await?;
             if barrier_first {
                 let found = DB::lock(&mut *tx, &self.name, &branch.key).await?;
-                if found.phase != Phase::Trying {
+                if found.phase != BarrierPhase::Trying {
                     let answer = self.answer_decided_try(&mut *tx, branch, &found).await?;
                     tx.commit().await?;
                     return Ok(answer);
@@ -130,7 +121,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
             let outcome = match self.resource.try_hold(&mut *tx, branch).await {
                 Ok(outcome) => outcome,
                 Err(err) if err.is_exclusion_violation() => {
-                    TryOutcome::Rejected("overlaps an existing hold".to_owned())
+                    TryAnswer::Rejected("overlaps an existing hold".to_owned())
                 }
                 // Dropping `tx` rolls everything back: no barrier row survives.
                 Err(err) if barrier_first => return Err(err),
@@ -140,12 +131,14 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
                     continue;
                 }
             };
-            let TryOutcome::Rejected(reason) = outcome else {
+            let TryAnswer::Rejected(reason) = outcome else {
                 let recorded = if barrier_first {
-                    DB::record_try(&mut *tx, &self.name, branch, Phase::Held, &outcome).await?;
+                    DB::record_try(&mut *tx, &self.name, branch, BarrierPhase::Held, &outcome)
+                        .await?;
                     true
                 } else {
-                    DB::insert_try(&mut *tx, &self.name, branch, Phase::Held, &outcome).await?
+                    DB::insert_try(&mut *tx, &self.name, branch, BarrierPhase::Held, &outcome)
+                        .await?
                 };
                 if recorded {
                     tx.commit().await?;
@@ -167,9 +160,16 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
             }
             let mut tx = DB::begin_write(&self.pool).await?;
             let found = DB::lock(&mut *tx, &self.name, &branch.key).await?;
-            let answer = if found.phase == Phase::Trying {
-                let rejected = TryOutcome::Rejected(reason);
-                DB::record_try(&mut *tx, &self.name, branch, Phase::Rejected, &rejected).await?;
+            let answer = if found.phase == BarrierPhase::Trying {
+                let rejected = TryAnswer::Rejected(reason);
+                DB::record_try(
+                    &mut *tx,
+                    &self.name,
+                    branch,
+                    BarrierPhase::Rejected,
+                    &rejected,
+                )
+                .await?;
                 rejected
             } else {
                 // A concurrent duplicate decided it meanwhile: its answer is the first one.
@@ -187,14 +187,14 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         tx: &mut DB::Connection,
         branch: &BranchCtx,
         found: &BarrierRow,
-    ) -> Result<TryOutcome, ResourceError> {
+    ) -> Result<TryAnswer, ResourceError> {
         Ok(match &found.try_answer {
             Some(answer) => answer.clone(),
             None => {
                 // Decided before any Try (Cancel or Confirm came first): refuse for good.
                 let reason = "branch was already released before its Try arrived";
                 DB::record_late_try(tx, &self.name, &branch.key, reason).await?;
-                TryOutcome::Rejected(reason.to_owned())
+                TryAnswer::Rejected(reason.to_owned())
             }
         })
     }
@@ -208,7 +208,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     /// `Cancelled` and changes nothing; a branch whose hold is gone (reclaimed, rejected, or
     /// never tried) answers `HoldLost`.
     pub async fn confirm_branch(&self, key: &BranchKey) -> Result<BranchAnswer, ResourceError> {
-        if self.resource.barrier_only() && self.advance_alone(key, Phase::Confirmed).await? {
+        if self.resource.barrier_only() && self.advance_alone(key, BarrierPhase::Confirmed).await? {
             return Ok(BranchAnswer::Confirmed);
         }
         let mut tx = DB::begin_write(&self.pool).await?;
@@ -217,7 +217,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         let held = if self.resource.barrier_only() {
             None
         } else {
-            DB::advance_held(&mut *tx, &self.name, key, Phase::Confirmed).await?
+            DB::advance_held(&mut *tx, &self.name, key, BarrierPhase::Confirmed).await?
         };
         if let Some(found) = held {
             return match self.resource.confirm(&mut *tx, &found.ctx(key)?).await? {
@@ -233,16 +233,16 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         }
         let found = DB::lock_existing(&mut *tx, &self.name, key).await?;
         let answer = match found.phase {
-            Phase::Trying => {
+            BarrierPhase::Trying => {
                 // Nothing was ever held; recording it also refuses a late Try.
-                DB::set_phase(&mut *tx, &self.name, key, Phase::HoldLost).await?;
+                DB::set_phase(&mut *tx, &self.name, key, BarrierPhase::HoldLost).await?;
                 BranchAnswer::HoldLost
             }
-            Phase::Held => {
+            BarrierPhase::Held => {
                 let ctx = found.ctx(key)?;
                 match self.resource.confirm(&mut *tx, &ctx).await? {
                     ConfirmOutcome::Confirmed => {
-                        DB::set_phase(&mut *tx, &self.name, key, Phase::Confirmed).await?;
+                        DB::set_phase(&mut *tx, &self.name, key, BarrierPhase::Confirmed).await?;
                         BranchAnswer::Confirmed
                     }
                     ConfirmOutcome::HoldLost => {
@@ -253,9 +253,9 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
                     }
                 }
             }
-            Phase::Confirmed => BranchAnswer::Confirmed,
-            Phase::Cancelled => BranchAnswer::Cancelled,
-            Phase::Rejected | Phase::HoldLost => BranchAnswer::HoldLost,
+            BarrierPhase::Confirmed => BranchAnswer::Confirmed,
+            BarrierPhase::Cancelled => BranchAnswer::Cancelled,
+            BarrierPhase::Rejected | BarrierPhase::HoldLost => BranchAnswer::HoldLost,
         };
         tx.commit().await?;
         Ok(answer)
@@ -263,7 +263,11 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
 
     /// A barrier-only resource has no business change to keep with the barrier's: a held
     /// branch moves to `to` in one statement of its own, no transaction. False: not held.
-    async fn advance_alone(&self, key: &BranchKey, to: Phase) -> Result<bool, ResourceError> {
+    async fn advance_alone(
+        &self,
+        key: &BranchKey,
+        to: BarrierPhase,
+    ) -> Result<bool, ResourceError> {
         let mut conn = self.pool.acquire().await?;
         Ok(DB::advance_held(&mut *conn, &self.name, key, to)
             .await?
@@ -276,9 +280,9 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         let mut tx = DB::begin_write(&self.pool).await?;
         let found = DB::lock_existing(&mut *tx, &self.name, key).await?;
         let answer = match found.phase {
-            Phase::Held => {
+            BarrierPhase::Held => {
                 self.resource.cancel(&mut *tx, &found.ctx(key)?).await?;
-                DB::set_phase(&mut *tx, &self.name, key, Phase::HoldLost).await?;
+                DB::set_phase(&mut *tx, &self.name, key, BarrierPhase::HoldLost).await?;
                 tracing::warn!(
                     participant = %self.name,
                     reservation_id = %key.reservation_id,
@@ -287,9 +291,11 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
                 );
                 BranchAnswer::HoldLost
             }
-            Phase::Confirmed => BranchAnswer::Confirmed,
-            Phase::Cancelled => BranchAnswer::Cancelled,
-            Phase::Trying | Phase::Rejected | Phase::HoldLost => BranchAnswer::HoldLost,
+            BarrierPhase::Confirmed => BranchAnswer::Confirmed,
+            BarrierPhase::Cancelled => BranchAnswer::Cancelled,
+            BarrierPhase::Trying | BarrierPhase::Rejected | BarrierPhase::HoldLost => {
+                BranchAnswer::HoldLost
+            }
         };
         tx.commit().await?;
         Ok(answer)
@@ -298,7 +304,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     /// Cancel: releases the branch. Before its Try it records the branch as cancelled (the
     /// late Try is rejected); after Confirm it answers `Confirmed` and changes nothing.
     pub async fn cancel_branch(&self, key: &BranchKey) -> Result<BranchAnswer, ResourceError> {
-        if self.resource.barrier_only() && self.advance_alone(key, Phase::Cancelled).await? {
+        if self.resource.barrier_only() && self.advance_alone(key, BarrierPhase::Cancelled).await? {
             return Ok(BranchAnswer::Cancelled);
         }
         let mut tx = DB::begin_write(&self.pool).await?;
@@ -307,7 +313,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         let held = if self.resource.barrier_only() {
             None
         } else {
-            DB::advance_held(&mut *tx, &self.name, key, Phase::Cancelled).await?
+            DB::advance_held(&mut *tx, &self.name, key, BarrierPhase::Cancelled).await?
         };
         if let Some(found) = held {
             self.resource.cancel(&mut *tx, &found.ctx(key)?).await?;
@@ -316,19 +322,19 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         }
         let found = DB::lock_existing(&mut *tx, &self.name, key).await?;
         let answer = match found.phase {
-            Phase::Trying | Phase::Rejected => {
-                DB::set_phase(&mut *tx, &self.name, key, Phase::Cancelled).await?;
+            BarrierPhase::Trying | BarrierPhase::Rejected => {
+                DB::set_phase(&mut *tx, &self.name, key, BarrierPhase::Cancelled).await?;
                 BranchAnswer::Cancelled
             }
-            Phase::Held => {
+            BarrierPhase::Held => {
                 self.resource.cancel(&mut *tx, &found.ctx(key)?).await?;
-                DB::set_phase(&mut *tx, &self.name, key, Phase::Cancelled).await?;
+                DB::set_phase(&mut *tx, &self.name, key, BarrierPhase::Cancelled).await?;
                 BranchAnswer::Cancelled
             }
-            Phase::Cancelled => BranchAnswer::Cancelled,
-            Phase::Confirmed => BranchAnswer::Confirmed,
+            BarrierPhase::Cancelled => BranchAnswer::Cancelled,
+            BarrierPhase::Confirmed => BranchAnswer::Confirmed,
             // Already released by the reclaim; nothing is held, nothing to change.
-            Phase::HoldLost => BranchAnswer::Cancelled,
+            BarrierPhase::HoldLost => BranchAnswer::Cancelled,
         };
         tx.commit().await?;
         Ok(answer)
@@ -352,7 +358,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
                 break;
             };
             self.resource.cancel(&mut *tx, &found.ctx(&key)?).await?;
-            DB::set_phase(&mut *tx, &self.name, &key, Phase::HoldLost).await?;
+            DB::set_phase(&mut *tx, &self.name, &key, BarrierPhase::HoldLost).await?;
             tx.commit().await?;
             tracing::warn!(
                 participant = %self.name,
@@ -385,15 +391,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     /// Validates a Try (naming the offending field), sorts its items into lock order and
     /// computes how long the hold is kept (`expires_at + orphan_grace`).
     fn branch_ctx(&self, request: TryBranch) -> Result<BranchCtx, ResourceError> {
-        check_id("reservation_id", &request.key.reservation_id)?;
-        check_id("branch_id", &request.key.branch_id)?;
-        check_id("holder", &request.holder)?;
-        let mut items = request.items;
-        check_items(&items)?;
-        // Before sorting, so field names index the caller's list.
-        self.resource.validate(&items)?;
-        // Items arrive sorted; sort again so a careless caller cannot break the lock order.
-        items.sort_by(|a, b| (&a.resource, a.during).cmp(&(&b.resource, b.during)));
+        let request = check_try(request, |items| self.resource.validate(items))?;
         let grace = chrono::Duration::from_std(self.orphan_grace)
             .map_err(|_| ResourceError::Internal("orphan grace out of range".to_owned()))?;
         let hold_until = request
@@ -403,167 +401,33 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         Ok(BranchCtx {
             key: request.key,
             holder: request.holder,
-            items,
+            items: request.items,
             expires_at: request.expires_at,
             hold_until,
         })
     }
 }
 
-/// Converts a wire Try to domain terms; only wire-level checks (timestamps) happen here.
-fn try_branch_from_wire(req: TryRequest) -> Result<TryBranch, ResourceError> {
-    let expires_at = req
-        .expires_at
-        .ok_or_else(|| ResourceError::invalid("expires_at", "is required"))
-        .and_then(|ts| timestamp("expires_at", ts))?;
-    let items = req
-        .items
-        .into_iter()
-        .enumerate()
-        .map(|(i, hold)| {
-            let during = match hold.during {
-                None => None,
-                Some(interval) => {
-                    let at = |field: &str, ts: Option<prost_types::Timestamp>| {
-                        let field = format!("items[{i}].during.{field}");
-                        ts.ok_or_else(|| ResourceError::invalid(&field, "is required"))
-                            .and_then(|ts| timestamp(&field, ts))
-                    };
-                    Some(Slot {
-                        start: at("start", interval.start)?,
-                        end: at("end", interval.end)?,
-                    })
-                }
-            };
-            Ok(Item {
-                resource: hold.resource,
-                quantity: hold.quantity,
-                during,
-            })
-        })
-        .collect::<Result<Vec<_>, ResourceError>>()?;
-    Ok(TryBranch {
-        key: BranchKey {
-            reservation_id: req.reservation_id,
-            branch_id: req.branch_id,
-        },
-        holder: req.holder,
-        items,
-        expires_at,
-    })
-}
-
-fn check_id(field: &str, value: &str) -> Result<(), ResourceError> {
-    if value.is_empty() {
-        return Err(ResourceError::invalid(field, "is required"));
-    }
-    if value.len() > MAX_ID_BYTES {
-        return Err(ResourceError::invalid(
-            field,
-            format!("must be at most {MAX_ID_BYTES} bytes"),
-        ));
-    }
-    Ok(())
-}
-
-fn key_from_parts(reservation_id: String, branch_id: String) -> Result<BranchKey, ResourceError> {
-    check_id("reservation_id", &reservation_id)?;
-    check_id("branch_id", &branch_id)?;
-    Ok(BranchKey {
-        reservation_id,
-        branch_id,
-    })
-}
-
-/// Converts a wire timestamp, truncated to microseconds (Postgres precision) so stored and
-/// compared values agree.
-fn timestamp(field: &str, ts: prost_types::Timestamp) -> Result<DateTime<Utc>, ResourceError> {
-    let invalid = || ResourceError::invalid(field, "is not a valid timestamp");
-    let nanos = u32::try_from(ts.nanos).map_err(|_| invalid())?;
-    let at = DateTime::<Utc>::from_timestamp(ts.seconds, nanos).ok_or_else(invalid)?;
-    DateTime::<Utc>::from_timestamp_micros(at.timestamp_micros()).ok_or_else(invalid)
-}
-
-/// Checks what every participant needs of items: some, not too many, named, positive,
-/// proper slots, no duplicates.
-fn check_items(items: &[Item]) -> Result<(), ResourceError> {
-    if items.is_empty() {
-        return Err(ResourceError::invalid("items", "must not be empty"));
-    }
-    if items.len() > MAX_ITEMS {
-        return Err(ResourceError::invalid(
-            "items",
-            format!("must hold at most {MAX_ITEMS} items"),
-        ));
-    }
-    let mut seen: HashMap<(&str, Option<Slot>), usize> = HashMap::new();
-    for (i, item) in items.iter().enumerate() {
-        check_id(&format!("items[{i}].resource"), &item.resource)?;
-        if item.quantity < 1 {
-            return Err(ResourceError::invalid(
-                format!("items[{i}].quantity"),
-                "must be >= 1",
-            ));
-        }
-        if let Some(slot) = item.during
-            && slot.end <= slot.start
-        {
-            return Err(ResourceError::invalid(
-                format!("items[{i}].during.end"),
-                "must be after during.start",
-            ));
-        }
-        if let Some(first) = seen.insert((item.resource.as_str(), item.during), i) {
-            return Err(ResourceError::invalid(
-                format!("items[{i}]"),
-                format!("duplicates items[{first}]"),
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn branch_response(answer: BranchAnswer) -> Response<BranchResponse> {
-    let state = match answer {
-        BranchAnswer::Confirmed => branch::State::Confirmed,
-        BranchAnswer::Cancelled => branch::State::Cancelled,
-        BranchAnswer::HoldLost => branch::State::HoldLost,
-    };
-    Response::new(BranchResponse {
-        state: state as i32,
-    })
-}
-
 #[tonic::async_trait]
 impl<DB: Backend, R: Resource<DB>> Participant for ParticipantService<R, DB> {
     async fn r#try(&self, request: Request<TryRequest>) -> Result<Response<TryResponse>, Status> {
-        let branch = try_branch_from_wire(request.into_inner())?;
-        let outcome = self.try_branch(branch).await?;
-        let (outcome, reason) = match outcome {
-            TryOutcome::Held => (try_response::Outcome::Held, String::new()),
-            TryOutcome::Rejected(reason) => (try_response::Outcome::Rejected, reason),
-        };
-        Ok(Response::new(TryResponse {
-            outcome: outcome as i32,
-            reason,
-        }))
+        let branch = wire::try_branch(request.into_inner())?;
+        Ok(wire::try_response(self.try_branch(branch).await?))
     }
 
     async fn confirm(
         &self,
         request: Request<BranchRequest>,
     ) -> Result<Response<BranchResponse>, Status> {
-        let req = request.into_inner();
-        let key = key_from_parts(req.reservation_id, req.branch_id)?;
-        Ok(branch_response(self.confirm_branch(&key).await?))
+        let key = wire::branch_key(request.into_inner())?;
+        Ok(wire::branch_response(self.confirm_branch(&key).await?))
     }
 
     async fn cancel(
         &self,
         request: Request<BranchRequest>,
     ) -> Result<Response<BranchResponse>, Status> {
-        let req = request.into_inner();
-        let key = key_from_parts(req.reservation_id, req.branch_id)?;
-        Ok(branch_response(self.cancel_branch(&key).await?))
+        let key = wire::branch_key(request.into_inner())?;
+        Ok(wire::branch_response(self.cancel_branch(&key).await?))
     }
 }

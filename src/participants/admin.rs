@@ -7,12 +7,10 @@ use async_trait::async_trait;
 use sqlx::{Pool, Postgres};
 use tonic::{Request, Response, Status};
 
+use crate::participant::validate::check_id;
 use crate::participant::{Backend, ResourceError};
 use crate::proto::resource_admin_server::ResourceAdmin;
 use crate::proto::{GetResourceRequest, PutResourcesRequest, PutResourcesResponse, ResourceStatus};
-
-/// Longest resource id accepted, in bytes.
-const MAX_RESOURCE_BYTES: usize = 128;
 
 /// One resource's counts. Invariant: `capacity = available + held + confirmed`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,10 +45,7 @@ impl From<ResourceCounts> for ResourceStatus {
 pub trait Inventory<DB: Backend = Postgres>: Send + Sync + 'static {
     /// Why `capacity` is not acceptable for this kind of resource, if it is not.
     fn check_capacity(&self, capacity: i64) -> Result<(), String> {
-        if capacity < 0 {
-            return Err("must be >= 0".to_owned());
-        }
-        Ok(())
+        non_negative(capacity)
     }
 
     /// Creates `resource` with `capacity`, or resizes it; refuses (FailedPrecondition) a
@@ -88,27 +83,16 @@ impl<DB: Backend, I: Inventory<DB>> AdminService<I, DB> {
         &self,
         req: PutResourcesRequest,
     ) -> Result<Vec<ResourceCounts>, ResourceError> {
-        if req.resources.is_empty() {
-            return Err(ResourceError::invalid("resources", "must not be empty"));
-        }
-        let mut specs = Vec::with_capacity(req.resources.len());
-        for (i, spec) in req.resources.into_iter().enumerate() {
-            check_resource(&format!("resources[{i}].resource"), &spec.resource)?;
-            self.inventory
-                .check_capacity(spec.capacity)
-                .map_err(|msg| ResourceError::invalid(format!("resources[{i}].capacity"), msg))?;
-            specs.push((spec.resource, spec.capacity, i));
-        }
-        specs.sort();
-        if let Some(w) = specs.windows(2).find(|w| w[0].0 == w[1].0) {
-            return Err(ResourceError::invalid(
-                format!("resources[{}].resource", w[1].2),
-                format!("duplicates resources[{}]", w[0].2),
-            ));
-        }
+        let specs = checked_specs(
+            req.resources
+                .into_iter()
+                .map(|spec| (spec.resource, spec.capacity))
+                .collect(),
+            |capacity| self.inventory.check_capacity(capacity),
+        )?;
         let mut tx = DB::begin_write(&self.pool).await?;
         let mut out = Vec::with_capacity(specs.len());
-        for (resource, capacity, _) in &specs {
+        for (resource, capacity) in &specs {
             out.push(self.inventory.put(&mut *tx, resource, *capacity).await?);
         }
         tx.commit().await?;
@@ -116,17 +100,42 @@ impl<DB: Backend, I: Inventory<DB>> AdminService<I, DB> {
     }
 }
 
-fn check_resource(field: &str, resource: &str) -> Result<(), ResourceError> {
-    if resource.is_empty() {
-        return Err(ResourceError::invalid(field, "is required"));
-    }
-    if resource.len() > MAX_RESOURCE_BYTES {
-        return Err(ResourceError::invalid(
-            field,
-            format!("must be at most {MAX_RESOURCE_BYTES} bytes"),
-        ));
+/// The capacity rule of most resources: any number of units, none included.
+pub(crate) fn non_negative(capacity: i64) -> Result<(), String> {
+    if capacity < 0 {
+        return Err("must be >= 0".to_owned());
     }
     Ok(())
+}
+
+/// Checks the specs of a PutResources - some, each resource named and its capacity acceptable
+/// to `check_capacity`, no resource twice (field names index the caller's list) - and sorts
+/// them by resource, the lock order.
+pub(crate) fn checked_specs(
+    specs: Vec<(String, i64)>,
+    check_capacity: impl Fn(i64) -> Result<(), String>,
+) -> Result<Vec<(String, i64)>, ResourceError> {
+    if specs.is_empty() {
+        return Err(ResourceError::invalid("resources", "must not be empty"));
+    }
+    let mut sorted = Vec::with_capacity(specs.len());
+    for (i, (resource, capacity)) in specs.into_iter().enumerate() {
+        check_id(&format!("resources[{i}].resource"), &resource)?;
+        check_capacity(capacity)
+            .map_err(|msg| ResourceError::invalid(format!("resources[{i}].capacity"), msg))?;
+        sorted.push((resource, capacity, i));
+    }
+    sorted.sort();
+    if let Some(w) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(ResourceError::invalid(
+            format!("resources[{}].resource", w[1].2),
+            format!("duplicates resources[{}]", w[0].2),
+        ));
+    }
+    Ok(sorted
+        .into_iter()
+        .map(|(resource, capacity, _)| (resource, capacity))
+        .collect())
 }
 
 #[tonic::async_trait]
@@ -146,7 +155,7 @@ impl<DB: Backend, I: Inventory<DB>> ResourceAdmin for AdminService<I, DB> {
         request: Request<GetResourceRequest>,
     ) -> Result<Response<ResourceStatus>, Status> {
         let resource = request.into_inner().resource;
-        check_resource("resource", &resource)?;
+        check_id("resource", &resource)?;
         let mut conn = self.pool.acquire().await.map_err(ResourceError::from)?;
         match self.inventory.get(&mut *conn, &resource).await? {
             Some(counts) => Ok(Response::new(counts.into())),

@@ -5,8 +5,10 @@
 //! All of them share one schema per backend (PostgreSQL: `migrations/participants/`,
 //! [`MIGRATOR`]; SQLite: `migrations/participants-sqlite/`, [`SQLITE_MIGRATOR`]), tracked in
 //! its own migrations table so it can live in the same database as the coordinator's schema.
-//! Each participant's SQLite SQL lives beside its PostgreSQL SQL (`seats.rs` and
-//! `seats/sqlite.rs`, ...); `stock-redis` is PostgreSQL-only.
+//! Each participant is a folder of the same shape: `<kind>/mod.rs` (the type and the rules
+//! both backends share), `<kind>/postgres.rs` and `<kind>/sqlite.rs` (each backend's SQL);
+//! `payments/service.rs` adds `tcc.v1.Payments`. `stock-redis` (Redis + PostgreSQL only) is a
+//! folder of its own shape, see [`stock_redis`].
 
 pub mod admin;
 pub mod noop;

@@ -127,7 +127,7 @@ async fn expired_hold_is_kept_until_the_grace_has_passed(pool: PgPool) {
 #[sqlx::test(migrations = false)]
 async fn sweep_reclaims_orphans_through_the_domain_api(pool: PgPool) {
     use holdfast::participant::{
-        BranchAnswer, BranchKey, Item, ParticipantService, TryBranch, TryOutcome,
+        BranchAnswer, BranchKey, Item, ParticipantService, TryAnswer, TryBranch,
     };
     use holdfast::participants::{MIGRATOR, admin::Inventory, stock::Stock};
 
@@ -156,11 +156,11 @@ async fn sweep_reclaims_orphans_through_the_domain_api(pool: PgPool) {
     let live = branch("live", chrono::Utc::now() + chrono::Duration::minutes(10));
     assert_eq!(
         service.try_branch(orphan.clone()).await.expect("try"),
-        TryOutcome::Held
+        TryAnswer::Held
     );
     assert_eq!(
         service.try_branch(live.clone()).await.expect("try"),
-        TryOutcome::Held
+        TryAnswer::Held
     );
 
     assert_eq!(

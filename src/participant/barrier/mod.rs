@@ -16,11 +16,12 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use sqlx::{Pool, Transaction};
 
-use super::{BranchCtx, BranchKey, Item, ResourceError, Slot, TryOutcome};
+use super::{BranchCtx, BranchKey, Item, ResourceError, Slot, TryAnswer};
 
-/// A branch's phase at this participant.
+/// A branch's phase at this participant, as its barrier row records it (the `state`
+/// column). Not the coordinator store's record of a branch's phase.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
+pub enum BarrierPhase {
     /// Row inserted by the current transaction: no call for this branch was recorded before.
     Trying,
     /// Try held the items.
@@ -35,28 +36,28 @@ pub enum Phase {
     HoldLost,
 }
 
-impl Phase {
+impl BarrierPhase {
     /// The stored spelling.
     pub fn as_str(self) -> &'static str {
         match self {
-            Phase::Trying => "trying",
-            Phase::Held => "held",
-            Phase::Rejected => "rejected",
-            Phase::Confirmed => "confirmed",
-            Phase::Cancelled => "cancelled",
-            Phase::HoldLost => "hold_lost",
+            BarrierPhase::Trying => "trying",
+            BarrierPhase::Held => "held",
+            BarrierPhase::Rejected => "rejected",
+            BarrierPhase::Confirmed => "confirmed",
+            BarrierPhase::Cancelled => "cancelled",
+            BarrierPhase::HoldLost => "hold_lost",
         }
     }
 
     /// Parses the stored spelling.
     pub fn parse(s: &str) -> Result<Self, ResourceError> {
         Ok(match s {
-            "trying" => Phase::Trying,
-            "held" => Phase::Held,
-            "rejected" => Phase::Rejected,
-            "confirmed" => Phase::Confirmed,
-            "cancelled" => Phase::Cancelled,
-            "hold_lost" => Phase::HoldLost,
+            "trying" => BarrierPhase::Trying,
+            "held" => BarrierPhase::Held,
+            "rejected" => BarrierPhase::Rejected,
+            "confirmed" => BarrierPhase::Confirmed,
+            "cancelled" => BarrierPhase::Cancelled,
+            "hold_lost" => BarrierPhase::HoldLost,
             other => {
                 return Err(ResourceError::Internal(format!(
                     "unknown barrier state {other:?}"
@@ -70,9 +71,9 @@ impl Phase {
 #[derive(Debug)]
 pub struct BarrierRow {
     /// The branch's phase.
-    pub phase: Phase,
+    pub phase: BarrierPhase,
     /// The first answer given to Try, if any.
-    pub try_answer: Option<TryOutcome>,
+    pub try_answer: Option<TryAnswer>,
     /// Who holds the reservation (empty before Try).
     pub holder: String,
     /// The Try's items, as stored (see [`BarrierRow::ctx`]).
@@ -87,7 +88,7 @@ impl BarrierRow {
     /// A row just inserted by the current transaction: nothing recorded yet.
     pub fn trying() -> Self {
         BarrierRow {
-            phase: Phase::Trying,
+            phase: BarrierPhase::Trying,
             try_answer: None,
             holder: String::new(),
             items: Value::Array(Vec::new()),
@@ -110,14 +111,14 @@ impl BarrierRow {
 }
 
 /// Parses the stored Try answer (`try_answer`, `try_reason` columns).
-pub(crate) fn try_answer(
+pub(crate) fn parse_try_answer(
     answer: Option<&str>,
     reason: String,
-) -> Result<Option<TryOutcome>, ResourceError> {
+) -> Result<Option<TryAnswer>, ResourceError> {
     match answer {
         None => Ok(None),
-        Some("held") => Ok(Some(TryOutcome::Held)),
-        Some("rejected") => Ok(Some(TryOutcome::Rejected(reason))),
+        Some("held") => Ok(Some(TryAnswer::Held)),
+        Some("rejected") => Ok(Some(TryAnswer::Rejected(reason))),
         Some(other) => Err(ResourceError::Internal(format!(
             "unknown barrier try_answer {other:?}"
         ))),
@@ -125,10 +126,10 @@ pub(crate) fn try_answer(
 }
 
 /// The stored spelling of a Try answer and its reason.
-pub(crate) fn answer_parts(answer: &TryOutcome) -> (&'static str, &str) {
+pub(crate) fn answer_parts(answer: &TryAnswer) -> (&'static str, &str) {
     match answer {
-        TryOutcome::Held => ("held", ""),
-        TryOutcome::Rejected(reason) => ("rejected", reason.as_str()),
+        TryAnswer::Held => ("held", ""),
+        TryAnswer::Rejected(reason) => ("rejected", reason.as_str()),
     }
 }
 
@@ -162,8 +163,8 @@ pub trait Backend: sqlx::Database {
         conn: &mut Self::Connection,
         participant: &str,
         branch: &BranchCtx,
-        phase: Phase,
-        answer: &TryOutcome,
+        phase: BarrierPhase,
+        answer: &TryAnswer,
     ) -> Result<(), ResourceError>;
 
     /// Records a first Try's answer by inserting the branch's row in `phase`, after the
@@ -174,11 +175,11 @@ pub trait Backend: sqlx::Database {
         conn: &mut Self::Connection,
         participant: &str,
         branch: &BranchCtx,
-        phase: Phase,
-        answer: &TryOutcome,
+        phase: BarrierPhase,
+        answer: &TryAnswer,
     ) -> Result<bool, ResourceError> {
         let found = Self::lock(conn, participant, &branch.key).await?;
-        if found.phase != Phase::Trying {
+        if found.phase != BarrierPhase::Trying {
             return Ok(false);
         }
         Self::record_try(conn, participant, branch, phase, answer).await?;
@@ -192,10 +193,10 @@ pub trait Backend: sqlx::Database {
         conn: &mut Self::Connection,
         participant: &str,
         key: &BranchKey,
-        to: Phase,
+        to: BarrierPhase,
     ) -> Result<Option<BarrierRow>, ResourceError> {
         let mut found = Self::lock_existing(conn, participant, key).await?;
-        if found.phase != Phase::Held {
+        if found.phase != BarrierPhase::Held {
             return Ok(None);
         }
         Self::set_phase(conn, participant, key, to).await?;
@@ -217,7 +218,7 @@ pub trait Backend: sqlx::Database {
         conn: &mut Self::Connection,
         participant: &str,
         key: &BranchKey,
-        phase: Phase,
+        phase: BarrierPhase,
     ) -> Result<(), ResourceError>;
 
     /// Whether any hold of this participant is past `expires_at + orphan_grace` (database clock).

@@ -4,8 +4,10 @@
 use async_trait::async_trait;
 use sqlx::{PgConnection, Pool, Postgres, Row, Transaction};
 
-use super::{Backend, BarrierRow, BranchCounts, Phase, answer_parts, encode_items, try_answer};
-use crate::participant::{BranchCtx, BranchKey, ResourceError, TryOutcome};
+use super::{
+    Backend, BarrierPhase, BarrierRow, BranchCounts, answer_parts, encode_items, parse_try_answer,
+};
+use crate::participant::{BranchCtx, BranchKey, ResourceError, TryAnswer};
 
 /// The barrier columns every reader needs (a macro so queries stay static strings).
 macro_rules! barrier_columns {
@@ -18,8 +20,8 @@ fn barrier_from_row(row: &sqlx::postgres::PgRow) -> Result<BarrierRow, ResourceE
     let state: String = row.try_get("state")?;
     let answer: Option<String> = row.try_get("try_answer")?;
     Ok(BarrierRow {
-        phase: Phase::parse(&state)?,
-        try_answer: try_answer(answer.as_deref(), row.try_get("try_reason")?)?,
+        phase: BarrierPhase::parse(&state)?,
+        try_answer: parse_try_answer(answer.as_deref(), row.try_get("try_reason")?)?,
         holder: row.try_get("holder")?,
         items: row.try_get("items")?,
         expires_at: row.try_get("expires_at")?,
@@ -94,8 +96,8 @@ impl Backend for Postgres {
         conn: &mut PgConnection,
         participant: &str,
         branch: &BranchCtx,
-        phase: Phase,
-        answer: &TryOutcome,
+        phase: BarrierPhase,
+        answer: &TryAnswer,
     ) -> Result<(), ResourceError> {
         let (answer, reason) = answer_parts(answer);
         sqlx::query(
@@ -124,8 +126,8 @@ impl Backend for Postgres {
         conn: &mut PgConnection,
         participant: &str,
         branch: &BranchCtx,
-        phase: Phase,
-        answer: &TryOutcome,
+        phase: BarrierPhase,
+        answer: &TryAnswer,
     ) -> Result<bool, ResourceError> {
         let (answer, reason) = answer_parts(answer);
         let inserted = sqlx::query(
@@ -154,7 +156,7 @@ impl Backend for Postgres {
         conn: &mut PgConnection,
         participant: &str,
         key: &BranchKey,
-        to: Phase,
+        to: BarrierPhase,
     ) -> Result<Option<BarrierRow>, ResourceError> {
         let row = sqlx::query(concat!(
             "UPDATE tcc_barrier SET state = $4, updated_at = clock_timestamp() \
@@ -194,7 +196,7 @@ impl Backend for Postgres {
         conn: &mut PgConnection,
         participant: &str,
         key: &BranchKey,
-        phase: Phase,
+        phase: BarrierPhase,
     ) -> Result<(), ResourceError> {
         sqlx::query(
             "UPDATE tcc_barrier SET state = $4, updated_at = clock_timestamp() \

@@ -7,8 +7,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::{Pool, Row, Sqlite, SqliteConnection, Transaction};
 
-use super::{Backend, BarrierRow, BranchCounts, Phase, answer_parts, encode_items, try_answer};
-use crate::participant::{BranchCtx, BranchKey, ResourceError, TryOutcome};
+use super::{
+    Backend, BarrierPhase, BarrierRow, BranchCounts, answer_parts, encode_items, parse_try_answer,
+};
+use crate::participant::{BranchCtx, BranchKey, ResourceError, TryAnswer};
 
 macro_rules! barrier_columns {
     () => {
@@ -30,8 +32,8 @@ fn barrier_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<BarrierRow, Resourc
     let answer: Option<String> = row.try_get("try_answer")?;
     let items: String = row.try_get("items")?;
     Ok(BarrierRow {
-        phase: Phase::parse(&state)?,
-        try_answer: try_answer(answer.as_deref(), row.try_get("try_reason")?)?,
+        phase: BarrierPhase::parse(&state)?,
+        try_answer: parse_try_answer(answer.as_deref(), row.try_get("try_reason")?)?,
         holder: row.try_get("holder")?,
         items: serde_json::from_str(&items)
             .map_err(|e| ResourceError::Internal(format!("malformed barrier items: {e}")))?,
@@ -101,8 +103,8 @@ impl Backend for Sqlite {
         conn: &mut SqliteConnection,
         participant: &str,
         branch: &BranchCtx,
-        phase: Phase,
-        answer: &TryOutcome,
+        phase: BarrierPhase,
+        answer: &TryAnswer,
     ) -> Result<(), ResourceError> {
         let (answer, reason) = answer_parts(answer);
         sqlx::query(concat!(
@@ -131,8 +133,8 @@ impl Backend for Sqlite {
         conn: &mut SqliteConnection,
         participant: &str,
         branch: &BranchCtx,
-        phase: Phase,
-        answer: &TryOutcome,
+        phase: BarrierPhase,
+        answer: &TryAnswer,
     ) -> Result<bool, ResourceError> {
         let (answer, reason) = answer_parts(answer);
         let inserted = sqlx::query(
@@ -161,7 +163,7 @@ impl Backend for Sqlite {
         conn: &mut SqliteConnection,
         participant: &str,
         key: &BranchKey,
-        to: Phase,
+        to: BarrierPhase,
     ) -> Result<Option<BarrierRow>, ResourceError> {
         let row = sqlx::query(concat!(
             "UPDATE tcc_barrier SET state = ?4, updated_at = ",
@@ -203,7 +205,7 @@ impl Backend for Sqlite {
         conn: &mut SqliteConnection,
         participant: &str,
         key: &BranchKey,
-        phase: Phase,
+        phase: BarrierPhase,
     ) -> Result<(), ResourceError> {
         sqlx::query(concat!(
             "UPDATE tcc_barrier SET state = ?4, updated_at = ",

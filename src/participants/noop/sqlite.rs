@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use sqlx::{Sqlite, SqliteConnection};
 
 use super::{Noop, noop_counts};
-use crate::participant::{Backend, BranchCtx, ConfirmOutcome, Resource, ResourceError, TryOutcome};
+use crate::participant::{Backend, BranchCtx, ConfirmOutcome, Resource, ResourceError, TryAnswer};
 use crate::participants::admin::{Inventory, ResourceCounts};
 
 #[async_trait]
@@ -17,8 +17,8 @@ impl Resource<Sqlite> for Noop {
         &self,
         _conn: &mut SqliteConnection,
         _branch: &BranchCtx,
-    ) -> Result<TryOutcome, ResourceError> {
-        Ok(TryOutcome::Held)
+    ) -> Result<TryAnswer, ResourceError> {
+        Ok(TryAnswer::Held)
     }
 
     async fn confirm(

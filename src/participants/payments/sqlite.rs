@@ -1,16 +1,15 @@
-//! `payments` (Resource and Inventory; `tcc.v1.Payments` SQL is in [`PaymentsSql`]) on SQLite: the same transitions as the PostgreSQL SQL beside it (`payments.rs`). The
-//! SDK's `BEGIN IMMEDIATE` holds the write lock for the whole call, so a guarded UPDATE and the
-//! hold row it pays for, or a winning hold transition and its counter move, are atomic.
+//! `payments` on SQLite (Resource, Inventory and the `tcc.v1.Payments` SQL, [`PaymentsSql`]):
+//! the same transitions as the PostgreSQL SQL beside it (`postgres.rs`). The SDK's
+//! `BEGIN IMMEDIATE` holds the write lock for the whole call, so a guarded UPDATE and the hold
+//! row it pays for, or a winning hold transition and its counter move, are atomic.
 
 use async_trait::async_trait;
 use sqlx::{Pool, Row, Sqlite, SqliteConnection};
 
-use super::{
-    Payments, PaymentsSql, charge_refused, check_refund_currency, refund_fits, same_refund,
-    validate_items,
-};
+use super::service::{charge_refused, check_refund_currency, refund_fits, same_refund};
+use super::{Payments, PaymentsSql, validate_items};
 use crate::participant::{
-    Backend, BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryOutcome,
+    Backend, BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer,
 };
 use crate::participants::admin::{Inventory, ResourceCounts};
 use crate::proto::{ChargeRequest, PaymentRecord, Refund, RefundRequest, refund};
@@ -25,7 +24,7 @@ impl Resource<Sqlite> for Payments {
         &self,
         conn: &mut SqliteConnection,
         branch: &BranchCtx,
-    ) -> Result<TryOutcome, ResourceError> {
+    ) -> Result<TryAnswer, ResourceError> {
         for item in &branch.items {
             let taken = sqlx::query(
                 "UPDATE account SET available = available - ?2, authorised = authorised + ?2 \
@@ -45,7 +44,7 @@ impl Resource<Sqlite> for Payments {
                     Some(_) => format!("insufficient funds on account {}", item.resource),
                     None => format!("account {} does not exist", item.resource),
                 };
-                return Ok(TryOutcome::Rejected(reason));
+                return Ok(TryAnswer::Rejected(reason));
             }
             sqlx::query(
                 "INSERT INTO authorisation (reservation_id, branch_id, resource, amount_minor, state, held_until) \
@@ -59,7 +58,7 @@ impl Resource<Sqlite> for Payments {
             .execute(&mut *conn)
             .await?;
         }
-        Ok(TryOutcome::Held)
+        Ok(TryAnswer::Held)
     }
 
     async fn confirm(

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use sqlx::{Row, Sqlite, SqliteConnection};
 
 use super::{Rooms, room_ids, validate_items};
-use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryOutcome};
+use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer};
 use crate::participants::admin::{Inventory, ResourceCounts};
 
 #[async_trait]
@@ -20,14 +20,14 @@ impl Resource<Sqlite> for Rooms {
         &self,
         conn: &mut SqliteConnection,
         branch: &BranchCtx,
-    ) -> Result<TryOutcome, ResourceError> {
+    ) -> Result<TryAnswer, ResourceError> {
         for room in room_ids(branch) {
             let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM room WHERE resource = ?1")
                 .bind(&room)
                 .fetch_optional(&mut *conn)
                 .await?;
             if found.is_none() {
-                return Ok(TryOutcome::Rejected("unknown room".to_owned()));
+                return Ok(TryAnswer::Rejected("unknown room".to_owned()));
             }
         }
         for item in &branch.items {
@@ -48,7 +48,7 @@ impl Resource<Sqlite> for Rooms {
             .fetch_optional(&mut *conn)
             .await?;
             if overlap.is_some() {
-                return Ok(TryOutcome::Rejected(format!(
+                return Ok(TryAnswer::Rejected(format!(
                     "room {} is taken during [{}, {})",
                     item.resource,
                     slot.start.to_rfc3339(),
@@ -68,7 +68,7 @@ impl Resource<Sqlite> for Rooms {
             .execute(&mut *conn)
             .await?;
         }
-        Ok(TryOutcome::Held)
+        Ok(TryAnswer::Held)
     }
 
     async fn confirm(

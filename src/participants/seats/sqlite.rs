@@ -1,11 +1,11 @@
-//! `seats` on SQLite: the same transitions as the PostgreSQL SQL beside it (`seats.rs`), with
+//! `seats` on SQLite: the same transitions as the PostgreSQL SQL beside it (`postgres.rs`), with
 //! no row locks: the SDK's `BEGIN IMMEDIATE` holds the database write lock for the whole call.
 
 use async_trait::async_trait;
 use sqlx::{Row, Sqlite, SqliteConnection};
 
 use super::{Seats, validate_items};
-use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryOutcome};
+use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer};
 use crate::participants::admin::{Inventory, ResourceCounts};
 
 #[async_trait]
@@ -18,7 +18,7 @@ impl Resource<Sqlite> for Seats {
         &self,
         conn: &mut SqliteConnection,
         branch: &BranchCtx,
-    ) -> Result<TryOutcome, ResourceError> {
+    ) -> Result<TryAnswer, ResourceError> {
         for item in &branch.items {
             let claimed = sqlx::query(
                 "UPDATE seat SET state = 'held', reservation_id = ?2, branch_id = ?3, held_until = ?4 \
@@ -40,10 +40,10 @@ impl Resource<Sqlite> for Seats {
                     Some(_) => format!("seat {} is taken", item.resource),
                     None => format!("seat {} does not exist", item.resource),
                 };
-                return Ok(TryOutcome::Rejected(reason));
+                return Ok(TryAnswer::Rejected(reason));
             }
         }
-        Ok(TryOutcome::Held)
+        Ok(TryAnswer::Held)
     }
 
     async fn confirm(

@@ -1,4 +1,4 @@
-//! `stock` on SQLite: the same transitions as the PostgreSQL SQL beside it (`stock.rs`). The
+//! `stock` on SQLite: the same transitions as the PostgreSQL SQL beside it (`postgres.rs`). The
 //! SDK's `BEGIN IMMEDIATE` holds the write lock for the whole call, so a guarded UPDATE and the
 //! hold row it pays for, or a winning hold transition and its counter move, are atomic.
 
@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use sqlx::{Row, Sqlite, SqliteConnection};
 
 use super::{Stock, validate_items};
-use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryOutcome};
+use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer};
 use crate::participants::admin::{Inventory, ResourceCounts};
 
 #[async_trait]
@@ -19,7 +19,7 @@ impl Resource<Sqlite> for Stock {
         &self,
         conn: &mut SqliteConnection,
         branch: &BranchCtx,
-    ) -> Result<TryOutcome, ResourceError> {
+    ) -> Result<TryAnswer, ResourceError> {
         for item in &branch.items {
             let taken = sqlx::query(
                 "UPDATE stock_item SET available = available - ?2, held = held + ?2 \
@@ -42,7 +42,7 @@ impl Resource<Sqlite> for Stock {
                     ),
                     None => format!("item {} does not exist", item.resource),
                 };
-                return Ok(TryOutcome::Rejected(reason));
+                return Ok(TryAnswer::Rejected(reason));
             }
             sqlx::query(
                 "INSERT INTO stock_hold (reservation_id, branch_id, resource, quantity, state, held_until) \
@@ -56,7 +56,7 @@ impl Resource<Sqlite> for Stock {
             .execute(&mut *conn)
             .await?;
         }
-        Ok(TryOutcome::Held)
+        Ok(TryAnswer::Held)
     }
 
     async fn confirm(

@@ -1,29 +1,13 @@
-//! Reference participant `rooms`: time-slot holds over half-open intervals `[start, end)`.
-//! Each room row is the lock target; the partial exclusion constraint `slot_hold_no_overlap`
-//! (btree_gist over room and tstzrange) rejects overlapping active holds even if the lock
-//! protocol were bypassed. Adjacent slots coexist; a cancelled hold frees its slot.
-//!
-//! Admin counts: a room has capacity 1 and is counted *at the current instant*: `held` is 1
-//! when a held slot covers now, `confirmed` is 1 when a confirmed slot covers now, and
-//! `available = 1 - held - confirmed`. Future slots do not show in these counts.
-
-mod sqlite;
+//! `rooms` on PostgreSQL: the room rows are locked in resource order, and the exclusion
+//! constraint `slot_hold_no_overlap` refuses an overlapping active hold (SQLSTATE 23P01),
+//! answered as a rejection naming the slot.
 
 use async_trait::async_trait;
 use sqlx::{PgConnection, Row};
 
-use super::admin::{Inventory, ResourceCounts};
-use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryOutcome};
-
-/// The rooms participant's business logic and inventory.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Rooms;
-
-pub(crate) fn room_ids(branch: &BranchCtx) -> Vec<String> {
-    let mut rooms: Vec<String> = branch.items.iter().map(|i| i.resource.clone()).collect();
-    rooms.dedup();
-    rooms
-}
+use super::{Rooms, room_ids, validate_items};
+use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer};
+use crate::participants::admin::{Inventory, ResourceCounts};
 
 /// Locks the rooms in resource order, the order every writer uses.
 async fn lock_rooms(conn: &mut PgConnection, rooms: &[String]) -> Result<(), ResourceError> {
@@ -31,25 +15,6 @@ async fn lock_rooms(conn: &mut PgConnection, rooms: &[String]) -> Result<(), Res
         .bind(rooms)
         .execute(&mut *conn)
         .await?;
-    Ok(())
-}
-
-/// Checks items beyond what the SDK checks (both backends).
-pub(crate) fn validate_items(items: &[Item]) -> Result<(), ResourceError> {
-    for (i, item) in items.iter().enumerate() {
-        if item.quantity != 1 {
-            return Err(ResourceError::invalid(
-                format!("items[{i}].quantity"),
-                "must be 1 for a room",
-            ));
-        }
-        if item.during.is_none() {
-            return Err(ResourceError::invalid(
-                format!("items[{i}].during"),
-                "is required for a room",
-            ));
-        }
-    }
     Ok(())
 }
 
@@ -63,7 +28,7 @@ impl Resource for Rooms {
         &self,
         conn: &mut PgConnection,
         branch: &BranchCtx,
-    ) -> Result<TryOutcome, ResourceError> {
+    ) -> Result<TryAnswer, ResourceError> {
         let rooms = room_ids(branch);
         let found =
             sqlx::query("SELECT 1 FROM room WHERE resource = ANY($1) ORDER BY resource FOR UPDATE")
@@ -71,7 +36,7 @@ impl Resource for Rooms {
                 .fetch_all(&mut *conn)
                 .await?;
         if found.len() != rooms.len() {
-            return Ok(TryOutcome::Rejected("unknown room".to_owned()));
+            return Ok(TryAnswer::Rejected("unknown room".to_owned()));
         }
         for item in &branch.items {
             let Some(slot) = item.during else {
@@ -95,9 +60,10 @@ impl Resource for Rooms {
             .map_err(ResourceError::from);
             match inserted {
                 Ok(_) => {}
-                // The SDK rolls back to its savepoint, which also clears the aborted state.
+                // The SDK rolls the transaction back on a rejection, which also clears the
+                // aborted state.
                 Err(err) if err.is_exclusion_violation() => {
-                    return Ok(TryOutcome::Rejected(format!(
+                    return Ok(TryAnswer::Rejected(format!(
                         "room {} is taken during [{}, {})",
                         item.resource,
                         slot.start.to_rfc3339(),
@@ -107,7 +73,7 @@ impl Resource for Rooms {
                 Err(err) => return Err(err),
             }
         }
-        Ok(TryOutcome::Held)
+        Ok(TryAnswer::Held)
     }
 
     async fn confirm(

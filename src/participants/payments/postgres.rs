@@ -1,32 +1,16 @@
-//! Reference participant `payments`: account balances in minor units. Try authorises
-//! (moves the amount from `available` to `authorised` with a guarded UPDATE), Confirm captures
-//! (`authorised` -> `captured`), Cancel voids (`authorised` -> `available`), each through the
-//! authorisation's winning state transition. Also `tcc.v1.Payments`: `Charge` captures outside
-//! any reservation, `Refund` returns captured money exactly once per `refund_id` and never
-//! more than was captured, `GetPayment` reads a payment with its refunds.
-//!
-//! Admin counts: capacity = the account's balance = available + authorised (held) + captured
-//! (confirmed). Accounts carry no currency; a payment carries the currency it was charged in.
-
-mod sqlite;
+//! `payments` on PostgreSQL: authorisations take the account's row lock with their guarded
+//! UPDATE; capture and void lock each account before their winning transition moves money.
+//! Also the `tcc.v1.Payments` SQL ([`PaymentsSql`]): charges and refunds under the account's
+//! and the payment's row locks.
 
 use async_trait::async_trait;
 use sqlx::{PgConnection, Pool, Postgres, Row};
-use tonic::{Request, Response, Status};
 
-use super::admin::{Inventory, ResourceCounts};
-use crate::participant::{
-    Backend, BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryOutcome,
-};
-use crate::proto::payments_server;
-use crate::proto::{
-    ChargeRequest, ChargeResponse, GetPaymentRequest, PaymentRecord, Refund, RefundRequest,
-    RefundResponse, refund,
-};
-
-/// The payments participant's business logic and inventory (accounts).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Payments;
+use super::service::{charge_refused, check_refund_currency, refund_fits, same_refund};
+use super::{Payments, PaymentsSql, validate_items};
+use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer};
+use crate::participants::admin::{Inventory, ResourceCounts};
+use crate::proto::{ChargeRequest, PaymentRecord, Refund, RefundRequest, refund};
 
 async fn lock_account(conn: &mut PgConnection, account: &str) -> Result<(), ResourceError> {
     sqlx::query("SELECT 1 FROM account WHERE resource = $1 FOR UPDATE")
@@ -34,17 +18,6 @@ async fn lock_account(conn: &mut PgConnection, account: &str) -> Result<(), Reso
         .execute(&mut *conn)
         .await?;
     Ok(())
-}
-
-/// Checks items beyond what the SDK checks (both backends).
-pub(crate) fn validate_items(items: &[Item]) -> Result<(), ResourceError> {
-    match items.iter().position(|i| i.during.is_some()) {
-        Some(i) => Err(ResourceError::invalid(
-            format!("items[{i}].during"),
-            "must be empty for a payment",
-        )),
-        None => Ok(()),
-    }
 }
 
 #[async_trait]
@@ -57,7 +30,7 @@ impl Resource for Payments {
         &self,
         conn: &mut PgConnection,
         branch: &BranchCtx,
-    ) -> Result<TryOutcome, ResourceError> {
+    ) -> Result<TryAnswer, ResourceError> {
         for item in &branch.items {
             let authorised = sqlx::query(
                 "WITH taken AS ( \
@@ -83,10 +56,10 @@ impl Resource for Payments {
                     Some(_) => format!("insufficient funds on account {}", item.resource),
                     None => format!("account {} does not exist", item.resource),
                 };
-                return Ok(TryOutcome::Rejected(reason));
+                return Ok(TryAnswer::Rejected(reason));
             }
         }
-        Ok(TryOutcome::Held)
+        Ok(TryAnswer::Held)
     }
 
     async fn confirm(
@@ -211,125 +184,6 @@ impl Inventory for Payments {
             confirmed,
         }))
     }
-}
-
-/// The `tcc.v1.Payments` service of the reference payments participant, on database `DB`
-/// (PostgreSQL by default, or SQLite): checks requests once, then runs its backend's
-/// [`PaymentsSql`].
-pub struct PaymentsService<DB: PaymentsSql = Postgres> {
-    pool: Pool<DB>,
-}
-
-impl<DB: PaymentsSql> PaymentsService<DB> {
-    /// Payments on the accounts in `pool`.
-    pub fn new(pool: Pool<DB>) -> Self {
-        Self { pool }
-    }
-
-    async fn charge(&self, req: ChargeRequest) -> Result<String, ResourceError> {
-        check_text("account", &req.account)?;
-        check_amount(req.amount_minor)?;
-        check_currency(&req.currency)?;
-        let payment_ref = format!("pay_{}", uuid::Uuid::now_v7().simple());
-        DB::charge(&self.pool, &req, &payment_ref).await?;
-        Ok(payment_ref)
-    }
-
-    async fn refund(&self, req: RefundRequest) -> Result<refund::State, ResourceError> {
-        check_text("refund_id", &req.refund_id)?;
-        check_text("reservation_id", &req.reservation_id)?;
-        check_text("payment_ref", &req.payment_ref)?;
-        check_amount(req.amount_minor)?;
-        check_currency(&req.currency)?;
-        DB::refund(&self.pool, &req).await
-    }
-
-    async fn get_payment(&self, payment_ref: String) -> Result<PaymentRecord, ResourceError> {
-        check_text("payment_ref", &payment_ref)?;
-        DB::get_payment(&self.pool, payment_ref).await
-    }
-}
-
-/// The `tcc.v1.Payments` SQL of one backend (requests are already checked).
-#[async_trait]
-pub trait PaymentsSql: Backend {
-    /// Captures `amount_minor` from the account outside any reservation, recorded as
-    /// `payment_ref`: NotFound for an unknown account, FailedPrecondition when funds are short.
-    async fn charge(
-        pool: &Pool<Self>,
-        req: &ChargeRequest,
-        payment_ref: &str,
-    ) -> Result<(), ResourceError>;
-
-    /// Refunds under the payment's lock: repeats of a `refund_id` find its row and move no
-    /// money ([`same_refund`]); the running `refunded_minor` never exceeds the captured amount
-    /// ([`refund_fits`]).
-    async fn refund(pool: &Pool<Self>, req: &RefundRequest)
-    -> Result<refund::State, ResourceError>;
-
-    /// A payment with its refunds.
-    async fn get_payment(
-        pool: &Pool<Self>,
-        payment_ref: String,
-    ) -> Result<PaymentRecord, ResourceError>;
-}
-
-/// The error of a charge that debited nothing: no such account, or not enough on it.
-pub(crate) fn charge_refused(req: &ChargeRequest, account_exists: bool) -> ResourceError {
-    if account_exists {
-        ResourceError::FailedPrecondition(format!("insufficient funds on account {}", req.account))
-    } else {
-        ResourceError::NotFound(format!("account {:?} does not exist", req.account))
-    }
-}
-
-/// The refund's currency must be the payment's.
-pub(crate) fn check_refund_currency(
-    req: &RefundRequest,
-    currency: &str,
-) -> Result<(), ResourceError> {
-    if req.currency != currency {
-        return Err(ResourceError::invalid(
-            "currency",
-            format!("must match the payment's currency {currency}"),
-        ));
-    }
-    Ok(())
-}
-
-/// A repeated `refund_id` must name the same refund (payment, amount, currency).
-pub(crate) fn same_refund(
-    req: &RefundRequest,
-    payment_ref: &str,
-    amount_minor: i64,
-    currency: &str,
-) -> Result<refund::State, ResourceError> {
-    if payment_ref == req.payment_ref
-        && amount_minor == req.amount_minor
-        && currency == req.currency
-    {
-        Ok(refund::State::Refunded)
-    } else {
-        Err(ResourceError::invalid(
-            "refund_id",
-            "was already used for a different refund",
-        ))
-    }
-}
-
-/// A new refund must fit in what was captured and not yet refunded.
-pub(crate) fn refund_fits(
-    req: &RefundRequest,
-    amount: i64,
-    refunded: i64,
-) -> Result<(), ResourceError> {
-    if refunded + req.amount_minor > amount {
-        return Err(ResourceError::FailedPrecondition(format!(
-            "refund of {} would exceed the captured {amount} (already refunded {refunded})",
-            req.amount_minor
-        )));
-    }
-    Ok(())
 }
 
 #[async_trait]
@@ -473,61 +327,5 @@ impl PaymentsSql for Postgres {
             refunded_minor: payment.try_get("refunded_minor")?,
             refunds,
         })
-    }
-}
-
-fn check_text(field: &str, value: &str) -> Result<(), ResourceError> {
-    if value.is_empty() {
-        return Err(ResourceError::invalid(field, "is required"));
-    }
-    if value.len() > 128 {
-        return Err(ResourceError::invalid(field, "must be at most 128 bytes"));
-    }
-    Ok(())
-}
-
-fn check_amount(amount_minor: i64) -> Result<(), ResourceError> {
-    if amount_minor <= 0 {
-        return Err(ResourceError::invalid("amount_minor", "must be > 0"));
-    }
-    Ok(())
-}
-
-fn check_currency(currency: &str) -> Result<(), ResourceError> {
-    if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_uppercase()) {
-        return Err(ResourceError::invalid(
-            "currency",
-            "must be an ISO 4217 code such as EUR",
-        ));
-    }
-    Ok(())
-}
-
-#[tonic::async_trait]
-impl<DB: PaymentsSql> payments_server::Payments for PaymentsService<DB> {
-    async fn refund(
-        &self,
-        request: Request<RefundRequest>,
-    ) -> Result<Response<RefundResponse>, Status> {
-        let state = PaymentsService::refund(self, request.into_inner()).await?;
-        Ok(Response::new(RefundResponse {
-            state: state as i32,
-        }))
-    }
-
-    async fn get_payment(
-        &self,
-        request: Request<GetPaymentRequest>,
-    ) -> Result<Response<PaymentRecord>, Status> {
-        let record = PaymentsService::get_payment(self, request.into_inner().payment_ref).await?;
-        Ok(Response::new(record))
-    }
-
-    async fn charge(
-        &self,
-        request: Request<ChargeRequest>,
-    ) -> Result<Response<ChargeResponse>, Status> {
-        let payment_ref = PaymentsService::charge(self, request.into_inner()).await?;
-        Ok(Response::new(ChargeResponse { payment_ref }))
     }
 }

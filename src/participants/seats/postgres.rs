@@ -1,19 +1,14 @@
-//! Reference participant `seats`: one row per seat (capacity 1). A hold writes the holding
-//! branch (the hold token) and its deadline on the seat row with an atomic conditional claim;
-//! Confirm and Cancel only move seats the branch still holds.
-
-mod sqlite;
+//! `seats` on PostgreSQL: each seat claimed with an atomic conditional UPDATE of its row;
+//! Confirm and Cancel lock the branch's seats in resource order first.
 
 use async_trait::async_trait;
 use sqlx::{PgConnection, Row};
 
-use super::admin::{Inventory, ResourceCounts};
-use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryOutcome};
+use super::{Seats, seat_counts, validate_items};
+use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer};
+use crate::participants::admin::{Inventory, ResourceCounts};
 
-/// The seats participant's business logic and inventory.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Seats;
-
+/// The branch's seats, in lock order (items are sorted by resource).
 fn seat_ids(branch: &BranchCtx) -> Vec<String> {
     branch.items.iter().map(|i| i.resource.clone()).collect()
 }
@@ -27,25 +22,6 @@ async fn lock_seats(conn: &mut PgConnection, seats: &[String]) -> Result<(), Res
     Ok(())
 }
 
-/// Checks items beyond what the SDK checks (both backends).
-pub(crate) fn validate_items(items: &[Item]) -> Result<(), ResourceError> {
-    for (i, item) in items.iter().enumerate() {
-        if item.quantity != 1 {
-            return Err(ResourceError::invalid(
-                format!("items[{i}].quantity"),
-                "must be 1 for a seat",
-            ));
-        }
-        if item.during.is_some() {
-            return Err(ResourceError::invalid(
-                format!("items[{i}].during"),
-                "must be empty for a seat",
-            ));
-        }
-    }
-    Ok(())
-}
-
 #[async_trait]
 impl Resource for Seats {
     fn validate(&self, items: &[Item]) -> Result<(), ResourceError> {
@@ -56,7 +32,7 @@ impl Resource for Seats {
         &self,
         conn: &mut PgConnection,
         branch: &BranchCtx,
-    ) -> Result<TryOutcome, ResourceError> {
+    ) -> Result<TryAnswer, ResourceError> {
         // One statement per seat, in item order: each claim locks its row, so concurrent
         // multi-seat Tries lock in the same order.
         for item in &branch.items {
@@ -80,10 +56,10 @@ impl Resource for Seats {
                     Some(_) => format!("seat {} is taken", item.resource),
                     None => format!("seat {} does not exist", item.resource),
                 };
-                return Ok(TryOutcome::Rejected(reason));
+                return Ok(TryAnswer::Rejected(reason));
             }
         }
-        Ok(TryOutcome::Held)
+        Ok(TryAnswer::Held)
     }
 
     async fn confirm(
@@ -166,21 +142,5 @@ impl Inventory for Seats {
         let Some(row) = row else { return Ok(None) };
         let state: String = row.try_get("state")?;
         Ok(Some(seat_counts(resource, &state)))
-    }
-}
-
-/// A seat's counts from its state (both backends).
-pub(crate) fn seat_counts(resource: &str, state: &str) -> ResourceCounts {
-    let (available, held, confirmed) = match state {
-        "available" => (1, 0, 0),
-        "held" => (0, 1, 0),
-        _ => (0, 0, 1),
-    };
-    ResourceCounts {
-        resource: resource.to_owned(),
-        capacity: 1,
-        available,
-        held,
-        confirmed,
     }
 }

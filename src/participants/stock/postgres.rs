@@ -1,19 +1,12 @@
-//! Reference participant `stock`: interchangeable units. A Try decrements a non-negative
-//! `available` counter with a guarded UPDATE (which takes the item row lock) and records a
-//! quantity hold; Confirm and Cancel move units only through the hold's winning state
-//! transition (a conditional UPDATE whose returned rows decide), so units never move twice.
-
-mod sqlite;
+//! `stock` on PostgreSQL: the guarded UPDATE takes the item's row lock; Confirm and Cancel
+//! lock each item before their winning hold transition moves its units.
 
 use async_trait::async_trait;
 use sqlx::{PgConnection, Row};
 
-use super::admin::{Inventory, ResourceCounts};
-use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryOutcome};
-
-/// The stock participant's business logic and inventory.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Stock;
+use super::{Stock, validate_items};
+use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer};
+use crate::participants::admin::{Inventory, ResourceCounts};
 
 async fn lock_item(conn: &mut PgConnection, resource: &str) -> Result<(), ResourceError> {
     sqlx::query("SELECT 1 FROM stock_item WHERE resource = $1 FOR UPDATE")
@@ -21,17 +14,6 @@ async fn lock_item(conn: &mut PgConnection, resource: &str) -> Result<(), Resour
         .execute(&mut *conn)
         .await?;
     Ok(())
-}
-
-/// Checks items beyond what the SDK checks (both backends).
-pub(crate) fn validate_items(items: &[Item]) -> Result<(), ResourceError> {
-    match items.iter().position(|i| i.during.is_some()) {
-        Some(i) => Err(ResourceError::invalid(
-            format!("items[{i}].during"),
-            "must be empty for stock",
-        )),
-        None => Ok(()),
-    }
 }
 
 #[async_trait]
@@ -44,7 +26,7 @@ impl Resource for Stock {
         &self,
         conn: &mut PgConnection,
         branch: &BranchCtx,
-    ) -> Result<TryOutcome, ResourceError> {
+    ) -> Result<TryAnswer, ResourceError> {
         for item in &branch.items {
             let held = sqlx::query(
                 "WITH taken AS ( \
@@ -73,10 +55,10 @@ impl Resource for Stock {
                     ),
                     None => format!("item {} does not exist", item.resource),
                 };
-                return Ok(TryOutcome::Rejected(reason));
+                return Ok(TryAnswer::Rejected(reason));
             }
         }
-        Ok(TryOutcome::Held)
+        Ok(TryAnswer::Held)
     }
 
     async fn confirm(

@@ -1,0 +1,214 @@
+//! A branch's Try, Confirm and Cancel at `stock-redis`: each decided by one script on the
+//! Redis gate (the branch record is the barrier, see [`super::scripts`]); a Confirm is then
+//! made durable in Postgres before it is answered ([`super::durable`]), and a branch Redis no
+//! longer knows is answered from the durable record.
+
+use super::scripts::{CANCEL, CONFIRM, DEMOTE, RESTORE, TRY};
+use super::{REBUILDING, StockRedis, StockRedisError, durable};
+use crate::participant::validate;
+use crate::participant::{BranchAnswer, BranchKey, ResourceError, TryAnswer, TryBranch};
+
+impl StockRedis {
+    /// Checks a Try as every participant does (stock: no slots), items in lock order.
+    pub(super) fn check_try(&self, branch: TryBranch) -> Result<TryBranch, ResourceError> {
+        validate::check_try(branch, crate::participants::stock::validate_items)
+    }
+
+    /// Try: holds every item or none (one script). `branch` is checked ([`Self::check_try`]).
+    pub(super) async fn try_branch(
+        &self,
+        branch: &TryBranch,
+    ) -> Result<TryAnswer, StockRedisError> {
+        let hold_until_ms = branch
+            .expires_at
+            .timestamp_millis()
+            .checked_add(self.inner.grace_ms)
+            .ok_or_else(|| StockRedisError::invalid("expires_at", "is not a valid timestamp"))?;
+        let mut inv = TRY.prepare_invoke();
+        inv.key(self.record_key(&branch.key))
+            .key(self.key("ready"))
+            .key(self.key("expiry"));
+        for item in &branch.items {
+            inv.key(self.key(&format!("a:{}", item.resource)));
+        }
+        for item in &branch.items {
+            inv.key(self.key(&format!("h:{}", item.resource)));
+        }
+        inv.arg(hold_until_ms).arg(branch.items.len());
+        for item in &branch.items {
+            inv.arg(&item.resource);
+        }
+        for item in &branch.items {
+            inv.arg(item.quantity);
+        }
+        inv.arg(self.inner.retention_ms);
+        let (answer, reason): (String, String) = inv.invoke_async(&mut self.conn()).await?;
+        match answer.as_str() {
+            "held" => Ok(TryAnswer::Held),
+            "rejected" => {
+                if reason == REBUILDING {
+                    self.inner.wake.notify_one();
+                }
+                Ok(TryAnswer::Rejected(reason))
+            }
+            other => Err(StockRedisError::Internal(format!("try answered {other:?}"))),
+        }
+    }
+
+    /// Confirm: the script moves the hold to confirmed, then the durable row is written,
+    /// then the answer.
+    pub(super) async fn confirm_branch(
+        &self,
+        key: &BranchKey,
+    ) -> Result<BranchAnswer, StockRedisError> {
+        let rec = self.record_key(key);
+        let out: Vec<String> = CONFIRM
+            .key(&rec)
+            .key(self.key("ready"))
+            .key(self.key("expiry"))
+            .arg(&self.inner.prefix)
+            .arg(self.inner.retention_ms)
+            .arg(self.inner.tombstone_ms)
+            .invoke_async(&mut self.conn())
+            .await?;
+        let (outcome, epoch) = match out.as_slice() {
+            [o, e, ..] => (o.as_str(), e.as_str()),
+            _ => return Err(StockRedisError::Internal("short confirm answer".to_owned())),
+        };
+        match outcome {
+            "rebuilding" => {
+                self.inner.wake.notify_one();
+                Err(StockRedisError::Rebuilding)
+            }
+            "cancelled" => Ok(BranchAnswer::Cancelled),
+            "hold_lost" => Ok(BranchAnswer::HoldLost),
+            "missing" => self.confirm_missing(key, &rec, epoch).await,
+            "confirmed" => {
+                let epoch: i64 = epoch
+                    .parse()
+                    .map_err(|_| StockRedisError::Internal(format!("bad epoch {epoch:?}")))?;
+                let mut items = Vec::new();
+                for pair in out[2..].chunks(2) {
+                    let [res, q] = pair else {
+                        return Err(StockRedisError::Internal("odd item list".to_owned()));
+                    };
+                    let q: i64 = q
+                        .parse()
+                        .map_err(|_| StockRedisError::Internal(format!("bad quantity {q:?}")))?;
+                    items.push((res.clone(), q));
+                }
+                if durable::make_durable(&self.inner.pool, key, epoch, &items).await? {
+                    Ok(BranchAnswer::Confirmed)
+                } else {
+                    // The epoch changed: Redis lost this confirm; the rebuild did not count it.
+                    let _: i64 = DEMOTE
+                        .key(&rec)
+                        .arg(epoch)
+                        .invoke_async(&mut self.conn())
+                        .await?;
+                    tracing::warn!(
+                        reservation_id = %key.reservation_id,
+                        branch_id = %key.branch_id,
+                        "confirm lost with the Redis data set; answering HOLD_LOST"
+                    );
+                    Ok(BranchAnswer::HoldLost)
+                }
+            }
+            other => Err(StockRedisError::Internal(format!(
+                "confirm answered {other:?}"
+            ))),
+        }
+    }
+
+    /// Confirm found no record (it wrote a `hold_lost` tombstone). If the durable record says
+    /// confirmed (a record past its retention, or lost without a rebuild), restore it and
+    /// answer so.
+    async fn confirm_missing(
+        &self,
+        key: &BranchKey,
+        rec: &str,
+        epoch: &str,
+    ) -> Result<BranchAnswer, StockRedisError> {
+        Ok(if self.restore_if_durable(key, rec, epoch).await? {
+            BranchAnswer::Confirmed
+        } else {
+            BranchAnswer::HoldLost
+        })
+    }
+
+    /// Restores the `confirmed` record of a branch the durable record holds; answers whether
+    /// it did.
+    async fn restore_if_durable(
+        &self,
+        key: &BranchKey,
+        rec: &str,
+        epoch: &str,
+    ) -> Result<bool, StockRedisError> {
+        let items = durable::confirmed_items(&self.inner.pool, key).await?;
+        if items.is_empty() {
+            return Ok(false);
+        }
+        self.restore(rec, epoch, &items).await?;
+        Ok(true)
+    }
+
+    /// Writes a `confirmed` record for `items` under `epoch` (one script), unless one is there.
+    pub(super) async fn restore(
+        &self,
+        rec: &str,
+        epoch: &str,
+        items: &[(String, i64)],
+    ) -> Result<(), StockRedisError> {
+        let mut inv = RESTORE.prepare_invoke();
+        inv.key(rec)
+            .key(self.key("expiry"))
+            .arg(epoch)
+            .arg(items.len());
+        for (res, q) in items {
+            inv.arg(res).arg(*q);
+        }
+        inv.arg(self.inner.retention_ms);
+        let _: i64 = inv.invoke_async(&mut self.conn()).await?;
+        Ok(())
+    }
+
+    /// Cancel: releases the hold through its state transition; a tombstone before its Try.
+    /// A branch without a record (its record expired after the retention) that the durable
+    /// record holds as confirmed answers CONFIRMED, as a Cancel after Confirm always does.
+    pub(super) async fn cancel_branch(
+        &self,
+        key: &BranchKey,
+    ) -> Result<BranchAnswer, StockRedisError> {
+        let rec = self.record_key(key);
+        let out: Vec<String> = CANCEL
+            .key(&rec)
+            .key(self.key("ready"))
+            .key(self.key("expiry"))
+            .arg(&self.inner.prefix)
+            .arg(self.inner.retention_ms)
+            .arg(self.inner.tombstone_ms)
+            .invoke_async(&mut self.conn())
+            .await?;
+        let [outcome, epoch] = out.as_slice() else {
+            return Err(StockRedisError::Internal(format!(
+                "cancel answered {out:?}"
+            )));
+        };
+        match outcome.as_str() {
+            "cancelled" => Ok(BranchAnswer::Cancelled),
+            "confirmed" => Ok(BranchAnswer::Confirmed),
+            "tombstone" => Ok(if self.restore_if_durable(key, &rec, epoch).await? {
+                BranchAnswer::Confirmed
+            } else {
+                BranchAnswer::Cancelled
+            }),
+            "rebuilding" => {
+                self.inner.wake.notify_one();
+                Err(StockRedisError::Rebuilding)
+            }
+            other => Err(StockRedisError::Internal(format!(
+                "cancel answered {other:?}"
+            ))),
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Reference participant `stock-redis`: a flash-sale fast gate for interchangeable units
+//! (seed 000). Redis decides Try/Confirm/Cancel with one Lua script each; Postgres keeps the
+//! durable record of truth (capacity and every confirmed hold).
+//!
+//! # Keys (all under a configurable prefix `P`, e.g. `hf:stock-redis:`)
+//! - `P a:<res>`, `P h:<res>`, `P c:<res>`, `P cap:<res>`: available, held, confirmed and
+//!   capacity of an item (`capacity = available + held + confirmed`);
+//! - `P b:<len(reservation_id)>:<reservation_id>:<branch_id>`: the branch record, a hash that
+//!   is this participant's barrier: `s` state (`held`, `rejected`, `confirmed`, `cancelled`,
+//!   `hold_lost`), `a`/`r` the first Try answer and reason, `u` hold_until (ms), `e` epoch of
+//!   the confirm, `n` and `i1..`/`q1..` the items; a finished record expires (see
+//!   "Retention of finished records" in `scripts.rs`);
+//! - `P expiry`: sorted set of held branch records by `expires_at + orphan_grace` (ms);
+//! - `P ready`: present once the data set is built; holds its epoch.
+//!
+//! # Files
+//! - `scripts.rs` and `lua/*.lua`: the Lua scripts that decide in Redis, and how finished
+//!   branch records expire;
+//! - `branch.rs`: Try, Confirm and Cancel of one branch;
+//! - `durable.rs`: the Postgres record of truth (every SQL statement);
+//! - `reconciler.rs`: reclaim of expired holds, drift reports, rebuild after Redis data loss;
+//! - `inventory.rs`: creating, resizing and counting items;
+//! - `grpc.rs`: the `tcc.v1.Participant` and `tcc.v1.ResourceAdmin` services;
+//! - `error.rs`: [`StockRedisError`] and its mapping to gRPC statuses;
+//! - here: settings, connecting, serving.
+
+mod branch;
+mod durable;
+mod error;
+mod grpc;
+mod inventory;
+mod reconciler;
+mod scripts;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use sqlx::PgPool;
+use tonic::service::Routes;
+
+use super::ParticipantError;
+use crate::participant::BranchKey;
+use crate::proto::participant_server::ParticipantServer;
+use crate::proto::resource_admin_server::ResourceAdminServer;
+
+pub use error::StockRedisError;
+pub use reconciler::ReconcileReport;
+
+/// The participant's name (it is also the CLI kind).
+pub const NAME: &str = "stock-redis";
+/// Default key prefix in Redis.
+pub const DEFAULT_PREFIX: &str = "hf:stock-redis:";
+/// Default retention of a finished branch record past its deadline (see `scripts.rs`).
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The reason of a Try refused while the Redis data set is being rebuilt.
+pub const REBUILDING: &str = "rebuilding";
+
+/// How to run the stock-redis participant.
+#[derive(Clone, Debug)]
+pub struct StockRedisSettings {
+    /// Redis URL, e.g. `redis://127.0.0.1:6379`.
+    pub redis_url: String,
+    /// Prefix of every key this participant owns.
+    pub key_prefix: String,
+    /// How long after `expires_at` an unreleased hold is kept before the reconciler may
+    /// reclaim it (default one hour).
+    pub orphan_grace: Duration,
+    /// How long a finished branch record stays in Redis past its deadline (see
+    /// `scripts.rs`; default 7 days).
+    pub retention: Duration,
+    /// How often the background reconciler runs.
+    pub reconcile_every: Duration,
+}
+
+impl StockRedisSettings {
+    /// Settings with the default prefix, grace, retention and a one-second reconciler period.
+    pub fn new(redis_url: impl Into<String>) -> Self {
+        Self {
+            redis_url: redis_url.into(),
+            key_prefix: DEFAULT_PREFIX.to_owned(),
+            orphan_grace: crate::participant::DEFAULT_ORPHAN_GRACE,
+            retention: DEFAULT_RETENTION,
+            reconcile_every: Duration::from_secs(1),
+        }
+    }
+}
+
+/// The stock-redis participant: `tcc.v1.Participant` + `tcc.v1.ResourceAdmin` over Redis
+/// with a durable Postgres record. Cheap to clone.
+#[derive(Clone)]
+pub struct StockRedis {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    redis: ConnectionManager,
+    pool: PgPool,
+    prefix: String,
+    grace_ms: i64,
+    /// Retention of a finished record past its deadline (ms).
+    retention_ms: i64,
+    /// Time to live of a tombstone: `orphan_grace + retention` (ms).
+    tombstone_ms: i64,
+    wake: tokio::sync::Notify,
+}
+
+impl StockRedis {
+    /// Applies the participants' schema and connects to Redis. The data set is built by the
+    /// first [`reconcile`](Self::reconcile) (done by [`run`](Self::run)).
+    pub async fn connect(
+        settings: &StockRedisSettings,
+        pool: PgPool,
+    ) -> Result<Self, StockRedisError> {
+        super::MIGRATOR.run(&pool).await?;
+        let client = redis::Client::open(settings.redis_url.as_str())?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(5)))
+            .set_number_of_retries(2);
+        let redis = ConnectionManager::new_with_config(client, config).await?;
+        let grace_ms = i64::try_from(settings.orphan_grace.as_millis())
+            .map_err(|_| StockRedisError::Internal("orphan grace out of range".to_owned()))?;
+        let retention_ms = i64::try_from(settings.retention.as_millis())
+            .ok()
+            .filter(|ms| *ms > 0)
+            .ok_or_else(|| StockRedisError::Internal("retention out of range".to_owned()))?;
+        let tombstone_ms = grace_ms
+            .checked_add(retention_ms)
+            .ok_or_else(|| StockRedisError::Internal("retention out of range".to_owned()))?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                redis,
+                pool,
+                prefix: settings.key_prefix.clone(),
+                grace_ms,
+                retention_ms,
+                tombstone_ms,
+                wake: tokio::sync::Notify::new(),
+            }),
+        })
+    }
+
+    /// A handle on the shared, reconnecting Redis connection.
+    fn conn(&self) -> ConnectionManager {
+        self.inner.redis.clone()
+    }
+
+    /// The Redis key `suffix` under this participant's prefix.
+    fn key(&self, suffix: &str) -> String {
+        format!("{}{suffix}", self.inner.prefix)
+    }
+
+    /// The Redis key of a branch's record (its barrier); the id's length keeps
+    /// `("a:b", "c")` and `("a", "b:c")` apart.
+    fn record_key(&self, key: &BranchKey) -> String {
+        format!(
+            "{}b:{}:{}:{}",
+            self.inner.prefix,
+            key.reservation_id.len(),
+            key.reservation_id,
+            key.branch_id
+        )
+    }
+
+    /// Applies the schema, builds the data set if needed, runs the reconciler, and serves
+    /// `tcc.v1.Participant` + `tcc.v1.ResourceAdmin` on `listener` until `shutdown`.
+    pub async fn run(
+        self,
+        reconcile_every: Duration,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ParticipantError> {
+        self.reconcile().await?;
+        let reconciler = self.spawn_reconciler(reconcile_every);
+        let routes = Routes::new(ParticipantServer::new(self.clone()))
+            .add_service(ResourceAdminServer::new(self));
+        tracing::info!(participant = NAME, "participant serving");
+        let result = crate::server::serve(
+            listener,
+            routes,
+            &["tcc.v1.Participant", "tcc.v1.ResourceAdmin"],
+            shutdown,
+        )
+        .await;
+        reconciler.abort();
+        Ok(result?)
+    }
+}
+
+/// Connects with `settings` and serves until `shutdown` (what `holdfast participant
+/// stock-redis` runs).
+pub async fn serve(
+    settings: StockRedisSettings,
+    pool: PgPool,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ParticipantError> {
+    let participant = StockRedis::connect(&settings, pool).await?;
+    participant
+        .run(settings.reconcile_every, listener, shutdown)
+        .await
+}

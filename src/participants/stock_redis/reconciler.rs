@@ -1,0 +1,190 @@
+//! The `stock-redis` reconciler: returns the units of holds past `expires_at + orphan_grace`,
+//! reports drift of the Redis counters from the durable record, and rebuilds the Redis data
+//! set from that record after Redis lost it.
+//!
+//! # Reconciler
+//! [`StockRedis::reconcile`] (also run by a background task, and woken at once when a request
+//! meets a missing data set) reclaims holds whose `expires_at + orphan_grace` passed by the
+//! Redis clock (one script per batch: units back, state `hold_lost`, so each hold is returned
+//! exactly once however many reconcilers run), and reports drift of Redis counters against
+//! Postgres (capacity, confirmed units).
+//!
+//! # After Redis loses its data (a restart without persistence, a flush)
+//! `P ready` (see the keys in [`super`]) is gone, so every script refuses: Try answers `REJECTED
+//! "rebuilding"`, Confirm and Cancel `UNAVAILABLE` (the coordinator retries). The reconciler then
+//! rebuilds, serialised by a Postgres advisory lock: it bumps the epoch (waiting for Confirms still
+//! writing their durable row; later ones of the old epoch answer `HOLD_LOST`), restores a
+//! `confirmed` record for each durable branch (so repeats and a Cancel after Confirm still answer
+//! `CONFIRMED`), and sets per item `available = capacity - confirmed - (holds it can still see)`.
+//! Holds granted but not confirmed before the loss are gone: their Confirm answers `HOLD_LOST` (the
+//! coordinator fails the reservation and refunds). Confirmed units are never resold. Tombstones are
+//! lost too: a Try arriving after its Cancel and after the loss may hold; it is reclaimed after
+//! `expires_at + orphan_grace`. Only one stock-redis participant per database.
+
+use std::time::Duration;
+
+use super::durable::{self, DurableItem};
+use super::scripts::{FINISH, RECLAIM};
+use super::{NAME, StockRedis, StockRedisError};
+use crate::participant::BranchKey;
+
+/// Most holds one reclaim script returns; a pass runs scripts until one returns fewer.
+const RECLAIM_BATCH: usize = 1000;
+/// Branch records a rebuild restores at once.
+const RESTORE_CONCURRENCY: usize = 256;
+
+/// What one [`StockRedis::reconcile`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReconcileReport {
+    /// Whether the Redis data set was missing and was rebuilt from the durable record.
+    pub rebuilt: bool,
+    /// Holds past `expires_at + orphan_grace` whose units were returned.
+    pub reclaimed: usize,
+    /// Differences between Redis and the durable record, for people (also logged).
+    pub drift: Vec<String>,
+}
+
+impl StockRedis {
+    /// One reconciler pass: rebuilds the Redis data set if it is missing, returns the units
+    /// of holds past `expires_at + orphan_grace` (each exactly once, however many passes run
+    /// concurrently), and reports drift between Redis and the durable record.
+    pub async fn reconcile(&self) -> Result<ReconcileReport, StockRedisError> {
+        let mut report = ReconcileReport::default();
+        let ready: Option<String> = redis::cmd("GET")
+            .arg(self.key("ready"))
+            .query_async(&mut self.conn())
+            .await?;
+        if ready.is_none() {
+            report.rebuilt = self.rebuild().await?;
+        }
+        loop {
+            let n: usize = RECLAIM
+                .key(self.key("expiry"))
+                .arg(&self.inner.prefix)
+                .arg(RECLAIM_BATCH)
+                .arg(self.inner.retention_ms)
+                .invoke_async(&mut self.conn())
+                .await?;
+            report.reclaimed += n;
+            if n < RECLAIM_BATCH {
+                break;
+            }
+        }
+        if report.reclaimed > 0 {
+            tracing::warn!(
+                participant = NAME,
+                reclaimed = report.reclaimed,
+                "reclaimed orphaned holds past expires_at + orphan_grace"
+            );
+        }
+        if !report.rebuilt {
+            report.drift = self.drift().await?;
+            for d in &report.drift {
+                tracing::warn!(participant = NAME, "drift: {d}");
+            }
+        }
+        Ok(report)
+    }
+
+    /// Compares Redis capacity and confirmed counters with the durable record. A Confirm in
+    /// flight (script done, row not yet written) shows briefly as confirmed drift.
+    async fn drift(&self) -> Result<Vec<String>, StockRedisError> {
+        let mut drift = Vec::new();
+        for item in durable::items(&self.inner.pool).await? {
+            let DurableItem {
+                resource,
+                capacity,
+                confirmed,
+            } = item;
+            let (cap, conf): (Option<i64>, Option<i64>) = redis::cmd("MGET")
+                .arg(self.key(&format!("cap:{resource}")))
+                .arg(self.key(&format!("c:{resource}")))
+                .query_async(&mut self.conn())
+                .await?;
+            if cap != Some(capacity) {
+                drift.push(format!(
+                    "{resource}: capacity {capacity} durable, {cap:?} in Redis"
+                ));
+            }
+            if conf != Some(confirmed) {
+                drift.push(format!(
+                    "{resource}: confirmed {confirmed} durable, {conf:?} in Redis"
+                ));
+            }
+        }
+        Ok(drift)
+    }
+
+    /// Rebuilds the Redis data set from the durable record (see the module doc), serialised
+    /// by the rebuild lock. Returns
+    /// false when another rebuild finished first.
+    async fn rebuild(&self) -> Result<bool, StockRedisError> {
+        let lock = durable::lock_rebuilds(&self.inner.pool).await?;
+        let ready: Option<String> = redis::cmd("GET")
+            .arg(self.key("ready"))
+            .query_async(&mut self.conn())
+            .await?;
+        if ready.is_some() {
+            lock.commit().await?;
+            return Ok(false);
+        }
+        tracing::warn!(
+            participant = NAME,
+            "Redis data set missing; rebuilding from the durable record"
+        );
+        let epoch = durable::next_epoch(&self.inner.pool).await?;
+        let items = durable::items(&self.inner.pool).await?;
+        let branches = durable::confirmed_branches(&self.inner.pool).await?;
+        let epoch_s = epoch.to_string();
+        let branches: Vec<_> = branches.into_iter().collect();
+        for chunk in branches.chunks(RESTORE_CONCURRENCY) {
+            let restores = chunk.iter().map(|((reservation_id, branch_id), items)| {
+                let rec = self.record_key(&BranchKey {
+                    reservation_id: reservation_id.clone(),
+                    branch_id: branch_id.clone(),
+                });
+                let epoch_s = &epoch_s;
+                async move { self.restore(&rec, epoch_s, items).await }
+            });
+            futures_util::future::try_join_all(restores).await?;
+        }
+        let mut inv = FINISH.prepare_invoke();
+        inv.key(self.key("ready"))
+            .key(self.key("expiry"))
+            .arg(epoch)
+            .arg(&self.inner.prefix)
+            .arg(items.len());
+        for item in &items {
+            inv.arg(&item.resource)
+                .arg(item.capacity)
+                .arg(item.confirmed);
+        }
+        let finished: i64 = inv.invoke_async(&mut self.conn()).await?;
+        lock.commit().await?;
+        tracing::warn!(
+            participant = NAME,
+            epoch,
+            items = finished,
+            confirmed_branches = branches.len(),
+            "Redis data set rebuilt"
+        );
+        Ok(finished >= 0)
+    }
+
+    /// Spawns the background reconciler: a pass every `every`, and at once when a request
+    /// met a missing data set. Failures are logged and retried.
+    pub fn spawn_reconciler(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+        let this = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = this.inner.wake.notified() => {}
+                }
+                if let Err(err) = this.reconcile().await {
+                    tracing::warn!(participant = NAME, error = %err, "reconcile failed");
+                }
+            }
+        })
+    }
+}
