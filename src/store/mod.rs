@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use crate::db::DatabaseKind;
-pub use crate::domain::policy::{Backoff, HoldLimits, LimitScope};
+use crate::domain::policy::{Backoff, HoldLimits, LimitScope};
 use crate::domain::{
     BranchState, Decision, HoldToken, ListQuery, NewReservation, Rejection, Reservation, State,
     Verdict,
@@ -75,9 +75,10 @@ pub struct Claimed {
     pub expired: bool,
 }
 
-/// What `record_phase` did.
+/// What `record_phase` did: the coordinator's record of a Confirm or Cancel fan-out (not to be
+/// confused with a participant barrier's `Phase`).
 #[derive(Debug)]
-pub struct Phase {
+pub struct PhaseRecorded {
     pub reservation: Reservation,
     /// This call moved the reservation to the terminal state asked for.
     pub finished: bool,
@@ -160,7 +161,7 @@ pub trait Store: Send + Sync + 'static {
         reports: &[BranchReport],
         finish: Option<State>,
         backoff: Backoff,
-    ) -> Result<Phase, StoreError>;
+    ) -> Result<PhaseRecorded, StoreError>;
 
     /// Claims up to `limit` reservations that need driving and whose lease is free: expired
     /// `HELD` ones (moved to `CANCELLING` ending `EXPIRED` in the same statement), `TRYING` ones

@@ -15,11 +15,9 @@ use uuid::Uuid;
 
 use super::batch::{Batcher, RecentlyHeld};
 use super::record::{StoredBranch, StoredReservation};
-use super::{
-    Backoff, BranchReport, Claimed, Created, Decided, HoldLimits, LimitScope, Phase, Store,
-    StoreError, WorkLease,
-};
+use super::{BranchReport, Claimed, Created, Decided, PhaseRecorded, Store, StoreError, WorkLease};
 use crate::domain::lifecycle::{self, Snapshot};
+use crate::domain::policy::{Backoff, HoldLimits, LimitScope};
 use crate::domain::{
     Branch, Decision, HoldToken, ListQuery, NewReservation, Payment, Rejection, Reservation, State,
     Verdict,
@@ -138,7 +136,7 @@ struct PhaseJob {
     reports: Vec<BranchReport>,
     finish: Option<State>,
     backoff: Backoff,
-    reply: oneshot::Sender<Result<Phase, StoreError>>,
+    reply: oneshot::Sender<Result<PhaseRecorded, StoreError>>,
 }
 
 /// Splits jobs into ones for distinct reservations (they may share a statement) and repeats.
@@ -193,11 +191,6 @@ impl PgStore {
     pub async fn migrate(&self) -> Result<(), StoreError> {
         MIGRATOR.run(&self.pool).await?;
         Ok(())
-    }
-
-    /// The underlying pool.
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
     }
 }
 
@@ -885,13 +878,13 @@ async fn phase_answer(
     pool: &PgPool,
     job: &PhaseJob,
     recorded: Option<Reservation>,
-) -> Result<Phase, StoreError> {
+) -> Result<PhaseRecorded, StoreError> {
     match recorded {
-        Some(reservation) => Ok(Phase {
+        Some(reservation) => Ok(PhaseRecorded {
             finished: job.finish.is_some_and(|f| reservation.stored_state == f),
             reservation,
         }),
-        None => Ok(Phase {
+        None => Ok(PhaseRecorded {
             reservation: load_existing(&mut *pool.acquire().await?, job.id).await?,
             finished: false,
         }),
@@ -899,7 +892,7 @@ async fn phase_answer(
 }
 
 /// One `record_phase` on its own.
-async fn record_phase_alone(pool: &PgPool, job: &PhaseJob) -> Result<Phase, StoreError> {
+async fn record_phase_alone(pool: &PgPool, job: &PhaseJob) -> Result<PhaseRecorded, StoreError> {
     let mut done = record_phases(pool, std::slice::from_ref(job)).await?;
     phase_answer(pool, job, done.remove(&job.id)).await
 }
@@ -1454,7 +1447,7 @@ impl Store for PgStore {
         reports: &[BranchReport],
         finish: Option<State>,
         backoff: Backoff,
-    ) -> Result<Phase, StoreError> {
+    ) -> Result<PhaseRecorded, StoreError> {
         let (_in_flight, idle) = self.phases.enter();
         let (reply, answer) = oneshot::channel();
         let job = PhaseJob {

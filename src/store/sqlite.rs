@@ -23,11 +23,9 @@ use sqlx::{Sqlite, Transaction};
 use uuid::Uuid;
 
 use super::record::{StoredBranch, StoredReservation};
-use super::{
-    Backoff, BranchReport, Claimed, Created, Decided, HoldLimits, LimitScope, Phase, Store,
-    StoreError, WorkLease,
-};
+use super::{BranchReport, Claimed, Created, Decided, PhaseRecorded, Store, StoreError, WorkLease};
 use crate::domain::lifecycle::{self, Snapshot};
+use crate::domain::policy::{Backoff, HoldLimits, LimitScope};
 use crate::domain::{
     Branch, Decision, HoldToken, ListQuery, NewReservation, Payment, Rejection, Reservation, State,
     Verdict,
@@ -83,11 +81,6 @@ impl SqliteStore {
     pub async fn migrate(&self) -> Result<(), StoreError> {
         MIGRATOR.run(&self.pool).await?;
         Ok(())
-    }
-
-    /// The underlying pool.
-    pub fn pool(&self) -> &SqlitePool {
-        &self.pool
     }
 
     /// A write transaction: the write lock is ours until commit or rollback.
@@ -817,7 +810,7 @@ impl Store for SqliteStore {
         reports: &[BranchReport],
         finish: Option<State>,
         backoff: Backoff,
-    ) -> Result<Phase, StoreError> {
+    ) -> Result<PhaseRecorded, StoreError> {
         // The write lock orders two drivers of one reservation: they record one after the other.
         let mut tx = self.begin_write().await?;
         let mut finished = false;
@@ -852,7 +845,7 @@ impl Store for SqliteStore {
         }
         let reservation = load_existing(&mut tx, id).await?;
         tx.commit().await?;
-        Ok(Phase {
+        Ok(PhaseRecorded {
             reservation,
             finished,
         })
