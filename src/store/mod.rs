@@ -7,9 +7,21 @@
 //! PostgreSQL group-commits concurrent writes of one kind (`batch`).
 //! Each backend keeps its SQL in its own file; [`connect_store`] picks one by URL scheme.
 
-mod batch;
+/// Why a `FAILED` reservation's payment is refunded: a lost hold voids the sale. A macro so
+/// PostgreSQL's group-committed statement carries it as a literal, as SQLite's code does.
+macro_rules! lost_hold_refund_reason {
+    () => {
+        "a participant lost a hold it had granted"
+    };
+}
+
+mod admission;
+mod decide;
+mod outcome;
 pub mod postgres;
 mod record;
+mod retake;
+mod sql;
 pub mod sqlite;
 
 use std::sync::Arc;
