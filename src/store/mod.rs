@@ -1,11 +1,24 @@
-//! Durable storage of reservations: one trait, one implementation per database.
+//! Durable storage of reservations: one trait, [`Store`], implemented for PostgreSQL
+//! ([`PgStore`]) and SQLite ([`SqliteStore`]); [`connect_store`] picks one by URL scheme.
 //!
 //! The only module that issues SQL for the coordinator. Every state change is a conditional
 //! UPDATE whose row count decides the outcome: inside a transaction holding the row lock
 //! (PostgreSQL: `FOR UPDATE`; SQLite: the database write lock taken by `BEGIN IMMEDIATE`), or,
 //! for PostgreSQL's common Confirm/Cancel, guarded by the row's `version` as it was read.
-//! PostgreSQL group-commits concurrent writes of one kind (`batch`).
-//! Each backend keeps its SQL in its own file; [`connect_store`] picks one by URL scheme.
+//!
+//! The logic is written once; only the SQL is per database:
+//! - `sql.rs`: `ReservationSql`, the primitive statements the shared logic runs (one
+//!   impl per database, in `postgres/decide.rs` and `sqlite/decide.rs`).
+//! - `decide.rs`: the locked decision flow (token, verdict, the write, the lease).
+//! - `retake.rs`: a late payment re-placing released holds (begin, finish, fail).
+//! - `outcome.rs`: a stopped placement (`record_rejected`) and refund attempts.
+//! - `admission.rs`: whether a Reserve may be recorded (its counts are each backend's
+//!   `create.rs`).
+//! - `record.rs`: a stored row, either backend's, into a [`Reservation`].
+//! - `postgres/`, `sqlite/`: each backend's store, its row reads (`rows.rs`), Reserves
+//!   (`create.rs`), recording fan-out answers (`answers.rs`; PostgreSQL group-commits them,
+//!   `group_commit.rs`), recovery claims and leases (`recovery.rs`), and PostgreSQL's unlocked
+//!   Confirm/Cancel (`unlocked.rs`).
 
 /// Why a `FAILED` reservation's payment is refunded: a lost hold voids the sale. A macro so
 /// PostgreSQL's group-committed statement carries it as a literal, as SQLite's code does.
