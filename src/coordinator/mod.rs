@@ -21,15 +21,14 @@ use uuid::Uuid;
 pub use error::Error;
 
 use crate::domain::lifecycle::Refusal;
+use crate::domain::policy::{Backoff, HoldLimits, LimitScope};
 use crate::domain::validate::{self, FieldError, Limits, ReserveInput};
 use crate::domain::{
     BranchState, Decision, HoldToken, LatePaymentPolicy, ListQuery, ParticipantBranch, Payment,
     Rejection, Reservation, State, TryOutcome, Verdict,
 };
 use crate::registry::Registry;
-use crate::store::{
-    Backoff, BranchReport, Created, Decided, HoldLimits, LimitScope, Store, WorkLease,
-};
+use crate::store::{BranchReport, Created, Decided, Store, WorkLease};
 
 /// Lifecycle and recovery policy beyond the input limits.
 #[derive(Clone, Debug)]

@@ -11,12 +11,12 @@ use async_trait::async_trait;
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
+use crate::domain::policy::{Backoff, HoldLimits};
 use crate::domain::{
     Decision, HoldToken, ListQuery, NewReservation, Rejection, Reservation, State,
 };
 use crate::store::{
-    Backoff, BranchReport, Claimed, Created, Decided, HoldLimits, Phase, Store, StoreError,
-    WorkLease,
+    BranchReport, Claimed, Created, Decided, PhaseRecorded as Phase, Store, StoreError, WorkLease,
 };
 
 /// Per-reservation broadcast channels, created on first subscription, dropped with the last.

@@ -1,15 +1,40 @@
-//! Durable storage of reservations: one trait, one implementation per database.
+//! Durable storage of reservations: one trait, [`Store`], implemented for PostgreSQL
+//! ([`PgStore`]) and SQLite ([`SqliteStore`]); [`connect_store`] picks one by URL scheme.
 //!
 //! The only module that issues SQL for the coordinator. Every state change is a conditional
 //! UPDATE whose row count decides the outcome: inside a transaction holding the row lock
 //! (PostgreSQL: `FOR UPDATE`; SQLite: the database write lock taken by `BEGIN IMMEDIATE`), or,
 //! for PostgreSQL's common Confirm/Cancel, guarded by the row's `version` as it was read.
-//! PostgreSQL group-commits concurrent writes of one kind (`batch`).
-//! Each backend keeps its SQL in its own file; [`connect_store`] picks one by URL scheme.
+//!
+//! The logic is written once; only the SQL is per database:
+//! - `sql.rs`: `ReservationSql`, the primitive statements the shared logic runs (one
+//!   impl per database, in `postgres/decide.rs` and `sqlite/decide.rs`).
+//! - `decide.rs`: the locked decision flow (token, verdict, the write, the lease).
+//! - `retake.rs`: a late payment re-placing released holds (begin, finish, fail).
+//! - `outcome.rs`: a stopped placement (`record_rejected`) and refund attempts.
+//! - `admission.rs`: whether a Reserve may be recorded (its counts are each backend's
+//!   `create.rs`).
+//! - `record.rs`: a stored row, either backend's, into a [`Reservation`].
+//! - `postgres/`, `sqlite/`: each backend's store, its row reads (`rows.rs`), Reserves
+//!   (`create.rs`), recording fan-out answers (`answers.rs`; PostgreSQL group-commits them,
+//!   `group_commit.rs`), recovery claims and leases (`recovery.rs`), and PostgreSQL's unlocked
+//!   Confirm/Cancel (`unlocked.rs`).
 
-mod batch;
+/// Why a `FAILED` reservation's payment is refunded: a lost hold voids the sale. A macro so
+/// PostgreSQL's group-committed statement carries it as a literal, as SQLite's code does.
+macro_rules! lost_hold_refund_reason {
+    () => {
+        "a participant lost a hold it had granted"
+    };
+}
+
+mod admission;
+mod decide;
+mod outcome;
 pub mod postgres;
 mod record;
+mod retake;
+mod sql;
 pub mod sqlite;
 
 use std::sync::Arc;
@@ -18,7 +43,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use crate::db::DatabaseKind;
-pub use crate::domain::policy::{Backoff, HoldLimits, LimitScope};
+use crate::domain::policy::{Backoff, HoldLimits, LimitScope};
 use crate::domain::{
     BranchState, Decision, HoldToken, ListQuery, NewReservation, Rejection, Reservation, State,
     Verdict,
@@ -75,9 +100,10 @@ pub struct Claimed {
     pub expired: bool,
 }
 
-/// What `record_phase` did.
+/// What `record_phase` did: the coordinator's record of a Confirm or Cancel fan-out (not to be
+/// confused with a participant barrier's `Phase`).
 #[derive(Debug)]
-pub struct Phase {
+pub struct PhaseRecorded {
     pub reservation: Reservation,
     /// This call moved the reservation to the terminal state asked for.
     pub finished: bool,
@@ -160,7 +186,7 @@ pub trait Store: Send + Sync + 'static {
         reports: &[BranchReport],
         finish: Option<State>,
         backoff: Backoff,
-    ) -> Result<Phase, StoreError>;
+    ) -> Result<PhaseRecorded, StoreError>;
 
     /// Claims up to `limit` reservations that need driving and whose lease is free: expired
     /// `HELD` ones (moved to `CANCELLING` ending `EXPIRED` in the same statement), `TRYING` ones

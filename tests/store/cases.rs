@@ -8,13 +8,12 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use holdfast::domain::LatePaymentPolicy;
 use holdfast::domain::lifecycle::Refusal;
+use holdfast::domain::policy::{Backoff, HoldLimits, LimitScope};
 use holdfast::domain::{
     BranchState, Decision, Hold, HoldToken, Interval, ListQuery, NewReservation, Payment,
     RefundState, Rejection, Reservation, State, Verdict,
 };
-use holdfast::store::{
-    Backoff, BranchReport, Claimed, Created, Decided, HoldLimits, LimitScope, Store, WorkLease,
-};
+use holdfast::store::{BranchReport, Claimed, Created, Decided, Store, WorkLease};
 use uuid::Uuid;
 
 type S = Arc<dyn Store>;

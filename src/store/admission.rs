@@ -1,0 +1,51 @@
+//! Whether a Reserve may be recorded, written once for both databases: its (holder,
+//! request_id) may already be recorded (answer that reservation), or a hold limit may be
+//! reached. The caller holds what makes the check and its insert atomic (PostgreSQL: the
+//! holder's advisory lock, and the global one under a global cap; SQLite: the write lock).
+//! The counting statements are [`AdmissionSql`], implemented in each backend's `create.rs`.
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use super::sql::ReservationSql;
+use super::{Created, StoreError};
+use crate::domain::NewReservation;
+use crate::domain::policy::{HoldLimits, LimitScope};
+
+/// The statements admission counts with. "Live" is `TRYING`, or `HELD` and unexpired by the
+/// database clock.
+#[async_trait]
+pub(crate) trait AdmissionSql: ReservationSql {
+    /// The reservation recorded for (`holder`, `request_id`), if any, and how many live
+    /// reservations `holder` has.
+    async fn find_request(
+        conn: &mut Self::Connection,
+        holder: &str,
+        request_id: &str,
+    ) -> Result<(Option<Uuid>, i64), StoreError>;
+
+    /// How many live reservations there are in all.
+    async fn count_live(conn: &mut Self::Connection) -> Result<i64, StoreError>;
+}
+
+/// Why `new` may not be recorded: its (holder, request_id) is recorded already, or a hold
+/// limit is reached (the global one only counted when set). `None`: it may.
+pub(crate) async fn admission<DB: AdmissionSql>(
+    conn: &mut DB::Connection,
+    new: &NewReservation,
+    limits: HoldLimits,
+) -> Result<Option<Created>, StoreError> {
+    let (existing, live_for_holder) = DB::find_request(conn, &new.holder, &new.request_id).await?;
+    if let Some(existing) = existing {
+        return Ok(Some(Created::Existing(
+            DB::load_existing(conn, existing).await?,
+        )));
+    }
+    if live_for_holder >= i64::from(limits.per_holder) {
+        return Ok(Some(Created::LimitReached(LimitScope::Holder)));
+    }
+    if limits.total > 0 && DB::count_live(conn).await? >= i64::from(limits.total) {
+        return Ok(Some(Created::LimitReached(LimitScope::Total)));
+    }
+    Ok(None)
+}

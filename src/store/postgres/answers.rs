@@ -1,0 +1,225 @@
+//! Recording participants' answers on PostgreSQL, for many reservations in one statement:
+//! `record_held` (`TRYING -> HELD`) and `record_phase` (a Confirm or Cancel fan-out's answers,
+//! finishing it or scheduling its retry). Each statement answers with the reservations as
+//! written; `group_commit.rs` decides which calls share one.
+
+use std::collections::HashMap;
+
+use sqlx::Postgres;
+use sqlx::postgres::PgPool;
+use uuid::Uuid;
+
+use super::rows::{ReservationRow, millis};
+use crate::domain::policy::Backoff;
+use crate::domain::{Reservation, State};
+use crate::store::sql::ReservationSql;
+use crate::store::{BranchReport, PhaseRecorded, StoreError};
+
+/// One `record_phase` call's arguments.
+pub(super) struct PhaseWrite {
+    pub id: Uuid,
+    pub from: State,
+    pub reports: Vec<BranchReport>,
+    pub finish: Option<State>,
+    pub backoff: Backoff,
+}
+
+/// Several reservations' reports as parallel arrays (reservation, branch, state, error), for
+/// `UNNEST`.
+#[allow(clippy::type_complexity)]
+fn reports_of<'a>(
+    jobs: impl Iterator<Item = (Uuid, &'a [BranchReport])>,
+) -> (Vec<Uuid>, Vec<Uuid>, Vec<&'a str>, Vec<Option<&'a str>>) {
+    let (mut owners, mut branch_ids, mut states, mut errors) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (id, reports) in jobs {
+        for r in reports {
+            owners.push(id);
+            branch_ids.push(r.branch_id);
+            states.push(r.state.as_str());
+            errors.push(r.error.as_deref());
+        }
+    }
+    (owners, branch_ids, states, errors)
+}
+
+/// Reads a reservation the caller just wrote or was told of, on a pooled connection.
+async fn load_existing(pool: &PgPool, id: Uuid) -> Result<Reservation, StoreError> {
+    Postgres::load_existing(&mut *pool.acquire().await?, id).await
+}
+
+/// `TRYING -> HELD` for each reservation of `jobs` (distinct ids) in one statement: the
+/// transition gates each one's branch updates, so they happen together or not at all. Returns
+/// the reservations that moved, as written.
+pub(super) async fn record_held_batch(
+    pool: &PgPool,
+    jobs: &[(Uuid, &[BranchReport])],
+) -> Result<HashMap<Uuid, Reservation>, StoreError> {
+    let ids: Vec<Uuid> = jobs.iter().map(|(id, _)| *id).collect();
+    let (owners, branch_ids, states, errors) =
+        reports_of(jobs.iter().map(|(id, reports)| (*id, *reports)));
+    let rows = sqlx::query_as::<_, ReservationRow>(concat!(
+        "WITH w AS ( \
+            UPDATE reservations SET state = 'HELD', version = version + 1, \
+                   updated_at = clock_timestamp(), lease_owner = NULL, lease_until = NULL \
+            WHERE id = ANY($1::uuid[]) AND state = 'TRYING' RETURNING ",
+        reservation_columns!(),
+        "), upd AS ( \
+            UPDATE branches b SET state = u.state, attempts = b.attempts + 1, last_error = u.error \
+            FROM UNNEST($2::uuid[], $3::uuid[], $4::text[], $5::text[]) \
+                 AS u(reservation_id, branch_id, state, error), w \
+            WHERE w.id = u.reservation_id AND b.reservation_id = w.id AND b.branch_id = u.branch_id \
+            RETURNING b.reservation_id, b.generation, b.position, b.state, b.attempts, b.last_error) ",
+        select_written!()
+    ))
+    .bind(&ids)
+    .bind(&owners)
+    .bind(&branch_ids)
+    .bind(&states)
+    .bind(&errors)
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter()
+        .map(|row| row.into_domain().map(|r| (r.id, r)))
+        .collect()
+}
+
+/// A `record_held` answer: the reservation as recorded, or (it had left TRYING meanwhile) as
+/// it is now.
+pub(super) async fn held_answer(
+    pool: &PgPool,
+    id: Uuid,
+    recorded: Option<Reservation>,
+) -> Result<Reservation, StoreError> {
+    match recorded {
+        Some(r) => Ok(r),
+        None => load_existing(pool, id).await,
+    }
+}
+
+/// One `record_held` on its own.
+pub(super) async fn record_held_alone(
+    pool: &PgPool,
+    id: Uuid,
+    reports: &[BranchReport],
+) -> Result<Reservation, StoreError> {
+    let mut done = record_held_batch(pool, &[(id, reports)]).await?;
+    held_answer(pool, id, done.remove(&id)).await
+}
+
+/// Records the answers of a confirm/release fan-out for each reservation of `writes` (distinct
+/// ids) in one statement. Each row is locked only if still in its `from` state (a second
+/// driver waits, then finds it moved on and records nothing); then the answers are recorded,
+/// and it finishes or gets its next attempt (backoff with jitter), its lease freed; a lost hold
+/// voids the sale, so a FAILED reservation's payment gets its refund, due at once. Rows are
+/// locked in id order. Returns the reservations recorded, as written.
+pub(super) async fn record_phases(
+    pool: &PgPool,
+    writes: &[&PhaseWrite],
+) -> Result<HashMap<Uuid, Reservation>, StoreError> {
+    let n = writes.len();
+    let (mut ids, mut froms, mut finishes, mut refund_ids, mut bases, mut caps) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    for write in writes {
+        ids.push(write.id);
+        froms.push(write.from.as_str());
+        finishes.push(write.finish.map(State::as_str));
+        refund_ids.push(Uuid::new_v4());
+        bases.push(millis(write.backoff.base) as f64);
+        caps.push(millis(write.backoff.cap) as f64);
+    }
+    let (owners, branch_ids, states, errors) =
+        reports_of(writes.iter().map(|w| (w.id, w.reports.as_slice())));
+    let rows = sqlx::query_as::<_, ReservationRow>(concat!(
+        "WITH cur AS ( \
+            SELECT r.id AS cur_id, (r.payment_ref IS NOT NULL AND r.refund_id IS NULL) AS owes, \
+                   i.finish, i.new_refund_id, i.base_ms, i.cap_ms \
+            FROM reservations r \
+            JOIN UNNEST($1::uuid[], $2::text[], $3::text[], $4::uuid[], $5::float8[], $6::float8[]) \
+                 AS i(id, from_state, finish, new_refund_id, base_ms, cap_ms) ON r.id = i.id \
+            WHERE r.state = i.from_state ORDER BY r.id FOR UPDATE OF r), \
+         upd AS ( \
+            UPDATE branches b SET state = u.state, attempts = b.attempts + 1, last_error = u.error \
+            FROM UNNEST($7::uuid[], $8::uuid[], $9::text[], $10::text[]) \
+                 AS u(reservation_id, branch_id, state, error), cur \
+            WHERE cur.cur_id = u.reservation_id AND b.reservation_id = cur.cur_id \
+              AND b.branch_id = u.branch_id \
+            RETURNING b.reservation_id, b.generation, b.position, b.state, b.attempts, b.last_error), \
+         w AS ( \
+         UPDATE reservations SET \
+            state = coalesce(cur.finish, reservations.state), \
+            version = reservations.version + CASE WHEN cur.finish IS NULL THEN 0 ELSE 1 END, \
+            updated_at = clock_timestamp(), \
+            lease_owner = NULL, lease_until = NULL, \
+            next_attempt_at = CASE \
+                WHEN cur.finish = 'FAILED' AND cur.owes THEN clock_timestamp() \
+                WHEN cur.finish IS NOT NULL THEN NULL \
+                ELSE clock_timestamp() + \
+                     least(cur.cap_ms, cur.base_ms * power(2, least(reservations.recovery_attempts, 30))) \
+                     * (0.5 + random() / 2) * interval '1 millisecond' END, \
+            recovery_attempts = reservations.recovery_attempts \
+                                + CASE WHEN cur.finish IS NULL THEN 1 ELSE 0 END, \
+            refund_id = CASE WHEN cur.finish = 'FAILED' AND cur.owes THEN cur.new_refund_id \
+                             ELSE reservations.refund_id END, \
+            refund_state = CASE WHEN cur.finish = 'FAILED' AND cur.owes THEN 'PENDING' \
+                                ELSE reservations.refund_state END, \
+            refund_reason = CASE WHEN cur.finish = 'FAILED' AND cur.owes \
+                                 THEN '",
+        lost_hold_refund_reason!(),
+        "' ELSE reservations.refund_reason END \
+         FROM cur WHERE reservations.id = cur.cur_id \
+         RETURNING ",
+        reservation_columns!(),
+        ") ",
+        select_written!()
+    ))
+    .bind(&ids)
+    .bind(&froms)
+    .bind(&finishes)
+    .bind(&refund_ids)
+    .bind(&bases)
+    .bind(&caps)
+    .bind(&owners)
+    .bind(&branch_ids)
+    .bind(&states)
+    .bind(&errors)
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter()
+        .map(|row| row.into_domain().map(|r| (r.id, r)))
+        .collect()
+}
+
+/// A `record_phase` answer: the reservation as recorded, or (it had left `from` meanwhile:
+/// another driver finished it) as it is now.
+pub(super) async fn phase_answer(
+    pool: &PgPool,
+    write: &PhaseWrite,
+    recorded: Option<Reservation>,
+) -> Result<PhaseRecorded, StoreError> {
+    match recorded {
+        Some(reservation) => Ok(PhaseRecorded {
+            finished: write.finish.is_some_and(|f| reservation.stored_state == f),
+            reservation,
+        }),
+        None => Ok(PhaseRecorded {
+            reservation: load_existing(pool, write.id).await?,
+            finished: false,
+        }),
+    }
+}
+
+/// One `record_phase` on its own.
+pub(super) async fn record_phase_alone(
+    pool: &PgPool,
+    write: &PhaseWrite,
+) -> Result<PhaseRecorded, StoreError> {
+    let mut done = record_phases(pool, &[write]).await?;
+    phase_answer(pool, write, done.remove(&write.id)).await
+}

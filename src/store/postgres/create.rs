@@ -1,0 +1,251 @@
+//! Recording Reserves on PostgreSQL: the holder's advisory lock (and the global one under a
+//! global hold cap), then one statement inserting each reservation with its branches unless
+//! its request id is taken or its holder is at the cap, answering with the rows as inserted.
+//! A batch of distinct holders' Reserves shares the transaction and the statement (see
+//! `group_commit.rs`); the others are judged by the shared [`admission`].
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use sqlx::Postgres;
+use sqlx::postgres::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use super::rows::{ReservationRow, millis};
+use crate::domain::policy::HoldLimits;
+use crate::domain::{HoldToken, NewReservation, Reservation};
+use crate::store::admission::{AdmissionSql, admission};
+use crate::store::{Created, StoreError, WorkLease};
+
+/// Advisory lock key serialising Reserves while a global hold cap is configured.
+const GLOBAL_LIMIT_LOCK: i64 = 0x686f_6c64_6661_7374; // "holdfast"
+
+/// A Reserve to record.
+#[derive(Clone, Copy)]
+pub(super) struct NewRow<'a> {
+    pub new: &'a NewReservation,
+    pub token: &'a HoldToken,
+    pub lease: WorkLease,
+    pub limits: HoldLimits,
+}
+
+#[async_trait]
+impl AdmissionSql for Postgres {
+    async fn find_request(
+        conn: &mut PgConnection,
+        holder: &str,
+        request_id: &str,
+    ) -> Result<(Option<Uuid>, i64), StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT (SELECT id FROM reservations WHERE holder = $1 AND request_id = $2), \
+                    (SELECT count(*) FROM reservations WHERE holder = $1 AND state IN ('TRYING', 'HELD') \
+                       AND (state = 'TRYING' OR expires_at > clock_timestamp()))",
+        )
+        .bind(holder)
+        .bind(request_id)
+        .fetch_one(&mut *conn)
+        .await?)
+    }
+
+    async fn count_live(conn: &mut PgConnection) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT count(*) FROM reservations WHERE state IN ('TRYING', 'HELD') \
+               AND (state = 'TRYING' OR expires_at > clock_timestamp())",
+        )
+        .fetch_one(&mut *conn)
+        .await?)
+    }
+}
+
+/// One Reserve on its own (with a global hold cap, every Reserve goes this way).
+pub(super) async fn create_alone(pool: &PgPool, row: NewRow<'_>) -> Result<Created, StoreError> {
+    let mut tx = pool.begin().await?;
+    // One holder's Reserves run this transaction one at a time, so counting its live holds
+    // and inserting are one atomic step. (A separate statement: the count must see what
+    // committed while we waited for the lock.)
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+        .bind(&row.new.holder)
+        .execute(&mut *tx)
+        .await?;
+    if row.limits.total > 0 {
+        // Rare configuration: every Reserve queues on one lock, and admission is checked
+        // statement by statement.
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(GLOBAL_LIMIT_LOCK)
+            .execute(&mut *tx)
+            .await?;
+        if let Some(refused) = admission::<Postgres>(&mut tx, row.new, row.limits).await? {
+            tx.rollback().await?;
+            return Ok(refused);
+        }
+    }
+    let mut answers = insert_new(&mut tx, &[row]).await?;
+    tx.commit().await?;
+    answers
+        .pop()
+        .ok_or_else(|| StoreError::Corrupt("no answer for a Reserve".into()))
+}
+
+/// Records a batch of Reserves (distinct holders, no global cap) in one transaction: every
+/// holder's lock, in key order so concurrent batches cannot deadlock, then [`insert_new`].
+/// Answers in `rows` order.
+pub(super) async fn create_batch(
+    pool: &PgPool,
+    rows: &[NewRow<'_>],
+) -> Result<Vec<Created>, StoreError> {
+    let mut tx = pool.begin().await?;
+    let holders: Vec<&str> = rows.iter().map(|r| r.new.holder.as_str()).collect();
+    sqlx::query(
+        "SELECT pg_advisory_xact_lock(k) FROM ( \
+            SELECT DISTINCT hashtextextended(h, 0) AS k FROM UNNEST($1::text[]) AS h ORDER BY k) s",
+    )
+    .bind(&holders)
+    .execute(&mut *tx)
+    .await?;
+    let answers = insert_new(&mut tx, rows).await?;
+    tx.commit().await?;
+    Ok(answers)
+}
+
+/// Under the holders' locks: one statement inserting each reservation with its branches
+/// unless its request id is taken or its holder is at the cap (checked by the statement's
+/// snapshot, taken after the locks were granted), answering with the rows as inserted; the
+/// others are judged one by one ([`admission`]). Answers in `rows` order.
+async fn insert_new(
+    tx: &mut PgConnection,
+    rows: &[NewRow<'_>],
+) -> Result<Vec<Created>, StoreError> {
+    let n = rows.len();
+    let holders: Vec<&str> = rows.iter().map(|r| r.new.holder.as_str()).collect();
+    let mut ids = Vec::with_capacity(n);
+    let (mut request_ids, mut tokens, mut ttls, mut labels, mut owners, mut leases, mut caps) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut b_res, mut b_pos, mut b_ids, mut b_parts, mut b_resources, mut b_qtys) = (
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+    );
+    let (mut b_starts, mut b_ends) = (Vec::new(), Vec::new());
+    for job in rows {
+        let id = Uuid::now_v7();
+        ids.push(id);
+        request_ids.push(job.new.request_id.as_str());
+        tokens.push(job.token.expose());
+        ttls.push(i64::try_from(job.new.ttl.as_millis()).unwrap_or(i64::MAX));
+        labels.push(
+            serde_json::to_string(&job.new.labels)
+                .map_err(|e| StoreError::Corrupt(format!("labels: {e}")))?,
+        );
+        owners.push(job.lease.owner);
+        leases.push(millis(job.lease.duration));
+        caps.push(i64::from(job.limits.per_holder));
+        // One participant-level branch id per participant, shared by its holds.
+        let mut branch_ids: HashMap<&str, Uuid> = HashMap::new();
+        for (i, h) in job.new.holds.iter().enumerate() {
+            b_res.push(id);
+            b_pos.push(i32::try_from(i).unwrap_or(i32::MAX));
+            b_ids.push(
+                *branch_ids
+                    .entry(&h.participant)
+                    .or_insert_with(Uuid::new_v4),
+            );
+            b_parts.push(h.participant.as_str());
+            b_resources.push(h.resource.as_str());
+            b_qtys.push(h.quantity);
+            b_starts.push(h.during.map(|d| d.start));
+            b_ends.push(h.during.map(|d| d.end));
+        }
+    }
+    // Each row's admission is checked by this statement's snapshot, taken after every holder
+    // lock was granted.
+    let written = sqlx::query_as::<_, ReservationRow>(concat!(
+        "WITH i AS ( \
+            SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bigint[], \
+                                 $6::text[], $7::uuid[], $8::bigint[], $9::bigint[]) \
+                AS i(id, request_id, holder, token, ttl_ms, labels, lease_owner, lease_ms, cap)), \
+         w AS ( \
+            INSERT INTO reservations (id, request_id, holder, state, hold_token, ttl_ms, \
+                                      expires_at, labels, lease_owner, lease_until) \
+            SELECT i.id, i.request_id, i.holder, 'TRYING', i.token, i.ttl_ms, \
+                   clock_timestamp() + i.ttl_ms * interval '1 millisecond', i.labels::jsonb, \
+                   i.lease_owner, clock_timestamp() + i.lease_ms * interval '1 millisecond' \
+            FROM i \
+            WHERE NOT EXISTS (SELECT 1 FROM reservations r \
+                              WHERE r.holder = i.holder AND r.request_id = i.request_id) \
+              AND (SELECT count(*) FROM reservations r WHERE r.holder = i.holder \
+                     AND r.state IN ('TRYING', 'HELD') \
+                     AND (r.state = 'TRYING' OR r.expires_at > clock_timestamp())) < i.cap \
+            ON CONFLICT (holder, request_id) DO NOTHING \
+            RETURNING ",
+        reservation_columns!(),
+        "), ins AS ( \
+            INSERT INTO branches (reservation_id, position, branch_id, participant, resource, \
+                                  quantity, during_start, during_end, state) \
+            SELECT u.reservation_id, u.position, u.branch_id, u.participant, u.resource, \
+                   u.quantity, u.during_start, u.during_end, 'PENDING' \
+            FROM UNNEST($10::uuid[], $11::int[], $12::uuid[], $13::text[], $14::text[], \
+                        $15::bigint[], $16::timestamptz[], $17::timestamptz[]) \
+                AS u(reservation_id, position, branch_id, participant, resource, quantity, \
+                     during_start, during_end) \
+            JOIN w ON w.id = u.reservation_id \
+            RETURNING *) \
+         SELECT w.*, b.* FROM w CROSS JOIN LATERAL ( \
+            SELECT array_agg(branch_id ORDER BY position) AS b_branch_ids, \
+                   array_agg(participant ORDER BY position) AS b_participants, \
+                   array_agg(resource ORDER BY position) AS b_resources, \
+                   array_agg(quantity ORDER BY position) AS b_quantities, \
+                   array_agg(during_start ORDER BY position) AS b_starts, \
+                   array_agg(during_end ORDER BY position) AS b_ends, \
+                   array_agg(state ORDER BY position) AS b_states, \
+                   array_agg(attempts ORDER BY position) AS b_attempts, \
+                   array_agg(last_error ORDER BY position) AS b_errors \
+            FROM ins WHERE ins.reservation_id = w.id) b"
+    ))
+    .bind(&ids)
+    .bind(&request_ids)
+    .bind(&holders)
+    .bind(&tokens)
+    .bind(&ttls)
+    .bind(&labels)
+    .bind(&owners)
+    .bind(&leases)
+    .bind(&caps)
+    .bind(&b_res)
+    .bind(&b_pos)
+    .bind(&b_ids)
+    .bind(&b_parts)
+    .bind(&b_resources)
+    .bind(&b_qtys)
+    .bind(&b_starts)
+    .bind(&b_ends)
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut inserted: HashMap<Uuid, Reservation> = HashMap::with_capacity(written.len());
+    for row in written {
+        let r = row.into_domain()?;
+        inserted.insert(r.id, r);
+    }
+    let mut answers = Vec::with_capacity(n);
+    for (job, id) in rows.iter().zip(&ids) {
+        answers.push(match inserted.remove(id) {
+            Some(r) => Created::New(r),
+            // A repeat of a recorded request, or the holder is at its cap.
+            None => admission::<Postgres>(&mut *tx, job.new, job.limits)
+                .await?
+                .ok_or_else(|| {
+                    StoreError::Corrupt("request_id conflicted under the holder lock".into())
+                })?,
+        });
+    }
+    Ok(answers)
+}

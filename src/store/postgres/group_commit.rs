@@ -1,0 +1,343 @@
+//! Group commit for the PostgreSQL store: concurrent calls of one kind of write (`create`,
+//! `record_held`, `record_phase`) queue up and reach the database as one statement (one round
+//! trip, one commit) for the whole batch.
+//!
+//! One task per kind drains its queue: it takes every job waiting (up to a cap), runs them as
+//! one batch, answers each, and takes the next. While a batch is in the database, newcomers
+//! queue, so batches grow with load. A call made while no other of its kind is in flight runs
+//! alone in the caller's task ([`Batcher::enter`]): an idle coordinator pays no hop. Should a
+//! batch fail as a whole, its calls run one by one, so one call's error is its own.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use sqlx::postgres::PgPool;
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+use super::answers::{self, PhaseWrite};
+use super::create::{self, NewRow};
+use crate::domain::policy::{Backoff, HoldLimits};
+use crate::domain::{HoldToken, NewReservation, Reservation, State};
+use crate::store::{BranchReport, Created, PhaseRecorded, StoreError, WorkLease};
+
+/// Most writes of one kind in one statement.
+const MAX_BATCH: usize = 64;
+
+/// Queues jobs of one kind for a task that runs them in batches.
+#[derive(Debug)]
+struct Batcher<J> {
+    queue: Option<mpsc::UnboundedSender<J>>,
+    /// Calls of this kind in flight (queued, or running alone).
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// A call in flight; counted until dropped (also when the caller's future is dropped).
+struct InFlight(Arc<AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl<J: Send + 'static> Batcher<J> {
+    /// Starts the task on the current runtime; `run` answers every job of the batch it is
+    /// given. Outside a runtime no task is started and every job is handed back by
+    /// [`Batcher::submit`].
+    fn spawn<F, Fut>(max: usize, run: F) -> Self
+    where
+        F: Fn(Vec<J>) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send,
+    {
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return Batcher {
+                queue: None,
+                in_flight,
+            };
+        };
+        let (queue, mut jobs) = mpsc::unbounded_channel();
+        runtime.spawn(async move {
+            let mut batch = Vec::with_capacity(max);
+            while jobs.recv_many(&mut batch, max).await > 0 {
+                run(std::mem::replace(&mut batch, Vec::with_capacity(max))).await;
+            }
+        });
+        Batcher {
+            queue: Some(queue),
+            in_flight,
+        }
+    }
+
+    /// Counts a call in; true when no other call of this kind is in flight: then the caller
+    /// should run it alone rather than queue it. Keep the guard until the call is answered.
+    fn enter(&self) -> (InFlight, bool) {
+        let before = self.in_flight.fetch_add(1, Ordering::AcqRel);
+        (InFlight(self.in_flight.clone()), before == 0)
+    }
+
+    /// Queues `job`; hands it back when no task runs (none started, or its runtime is gone):
+    /// the caller then runs it alone.
+    fn submit(&self, job: J) -> Result<(), J> {
+        match &self.queue {
+            Some(queue) => queue.send(job).map_err(|e| e.0),
+            None => Err(job),
+        }
+    }
+}
+
+/// A queued `create`.
+struct CreateJob {
+    new: NewReservation,
+    token: HoldToken,
+    lease: WorkLease,
+    limits: HoldLimits,
+    reply: oneshot::Sender<Result<Created, StoreError>>,
+}
+
+impl CreateJob {
+    fn row(&self) -> NewRow<'_> {
+        NewRow {
+            new: &self.new,
+            token: &self.token,
+            lease: self.lease,
+            limits: self.limits,
+        }
+    }
+}
+
+/// A queued `record_held`.
+struct HeldJob {
+    id: Uuid,
+    reports: Vec<BranchReport>,
+    reply: oneshot::Sender<Result<Reservation, StoreError>>,
+}
+
+/// A queued `record_phase`.
+struct PhaseJob {
+    write: PhaseWrite,
+    reply: oneshot::Sender<Result<PhaseRecorded, StoreError>>,
+}
+
+/// The PostgreSQL store's group-committed writes: one batcher (and task) per kind.
+pub(super) struct GroupCommit {
+    pool: PgPool,
+    /// Reserves (`create`).
+    creates: Batcher<CreateJob>,
+    /// `record_held` calls.
+    held: Batcher<HeldJob>,
+    /// `record_phase` calls.
+    phases: Batcher<PhaseJob>,
+}
+
+impl GroupCommit {
+    /// Inside a tokio runtime this starts the tasks that group-commit concurrent writes (they
+    /// end with the runtime); outside one, every write runs alone.
+    pub(super) fn spawn(pool: &PgPool) -> GroupCommit {
+        let creates = {
+            let pool = pool.clone();
+            Batcher::spawn(MAX_BATCH, move |jobs| run_creates(pool.clone(), jobs))
+        };
+        let held = {
+            let pool = pool.clone();
+            Batcher::spawn(MAX_BATCH, move |jobs| run_held(pool.clone(), jobs))
+        };
+        let phases = {
+            let pool = pool.clone();
+            Batcher::spawn(MAX_BATCH, move |jobs| run_phases(pool.clone(), jobs))
+        };
+        GroupCommit {
+            pool: pool.clone(),
+            creates,
+            held,
+            phases,
+        }
+    }
+
+    /// [`crate::store::Store::create`]: alone when idle or under a global hold cap (every
+    /// Reserve then queues on one lock anyway), else queued.
+    pub(super) async fn create(
+        &self,
+        new: &NewReservation,
+        token: &HoldToken,
+        lease: WorkLease,
+        limits: HoldLimits,
+    ) -> Result<Created, StoreError> {
+        let (_in_flight, idle) = self.creates.enter();
+        if idle || limits.total > 0 {
+            let row = NewRow {
+                new,
+                token,
+                lease,
+                limits,
+            };
+            return create::create_alone(&self.pool, row).await;
+        }
+        let (reply, answer) = oneshot::channel();
+        let job = CreateJob {
+            new: new.clone(),
+            token: token.clone(),
+            lease,
+            limits,
+            reply,
+        };
+        match self.creates.submit(job) {
+            Ok(()) => answer.await.unwrap_or_else(batch_task_gone),
+            Err(job) => create::create_alone(&self.pool, job.row()).await,
+        }
+    }
+
+    /// [`crate::store::Store::record_held`]: alone when idle, else queued.
+    pub(super) async fn record_held(
+        &self,
+        id: Uuid,
+        reports: &[BranchReport],
+    ) -> Result<Reservation, StoreError> {
+        let (_in_flight, idle) = self.held.enter();
+        if idle {
+            return answers::record_held_alone(&self.pool, id, reports).await;
+        }
+        let (reply, answer) = oneshot::channel();
+        let job = HeldJob {
+            id,
+            reports: reports.to_vec(),
+            reply,
+        };
+        match self.held.submit(job) {
+            Ok(()) => answer.await.unwrap_or_else(batch_task_gone),
+            Err(job) => answers::record_held_alone(&self.pool, job.id, &job.reports).await,
+        }
+    }
+
+    /// [`crate::store::Store::record_phase`]: alone when idle, else queued.
+    pub(super) async fn record_phase(
+        &self,
+        id: Uuid,
+        from: State,
+        reports: &[BranchReport],
+        finish: Option<State>,
+        backoff: Backoff,
+    ) -> Result<PhaseRecorded, StoreError> {
+        let (_in_flight, idle) = self.phases.enter();
+        let (reply, answer) = oneshot::channel();
+        let job = PhaseJob {
+            write: PhaseWrite {
+                id,
+                from,
+                reports: reports.to_vec(),
+                finish,
+                backoff,
+            },
+            reply,
+        };
+        let queued = if idle {
+            Err(job)
+        } else {
+            self.phases.submit(job)
+        };
+        match queued {
+            Ok(()) => answer.await.unwrap_or_else(batch_task_gone),
+            Err(job) => answers::record_phase_alone(&self.pool, &job.write).await,
+        }
+    }
+}
+
+/// Splits jobs into ones with distinct keys (they may share a statement) and repeats.
+fn distinct_by<J, K: Eq + Hash>(jobs: Vec<J>, key: impl Fn(&J) -> K) -> (Vec<J>, Vec<J>) {
+    let mut seen = HashSet::with_capacity(jobs.len());
+    jobs.into_iter().partition(|j| seen.insert(key(j)))
+}
+
+/// Logs a batch that failed as a whole (its calls are then run one by one).
+fn batch_failed(e: StoreError) {
+    tracing::warn!(error = %e, "a group-committed batch failed; running its calls one by one");
+}
+
+/// The answer of a batcher whose task went away with its runtime.
+fn batch_task_gone<T>(_: oneshot::error::RecvError) -> Result<T, StoreError> {
+    Err(StoreError::Database(sqlx::Error::WorkerCrashed))
+}
+
+/// Runs queued Reserves: distinct holders in one transaction; should that fail, each alone,
+/// so one call's error is its own.
+async fn run_creates(pool: PgPool, jobs: Vec<CreateJob>) {
+    let (batch, repeats) = distinct_by(jobs, |j| j.new.holder.clone());
+    let shared = if batch.len() > 1 {
+        let rows: Vec<NewRow<'_>> = batch.iter().map(CreateJob::row).collect();
+        create::create_batch(&pool, &rows)
+            .await
+            .map_err(batch_failed)
+            .ok()
+    } else {
+        None
+    };
+    let mut shared = shared.map(Vec::into_iter);
+    for job in batch.into_iter().chain(repeats) {
+        let answer = match shared.as_mut().and_then(Iterator::next) {
+            Some(created) => Ok(created),
+            None => create::create_alone(&pool, job.row()).await,
+        };
+        let _ = job.reply.send(answer);
+    }
+}
+
+/// Runs queued `record_held` calls: distinct reservations in one statement; should that fail,
+/// each alone. A second call for a reservation of the batch runs after it, alone.
+async fn run_held(pool: PgPool, jobs: Vec<HeldJob>) {
+    let (batch, repeats) = distinct_by(jobs, |j| j.id);
+    let mut shared = if batch.len() > 1 {
+        let args: Vec<(Uuid, &[BranchReport])> =
+            batch.iter().map(|j| (j.id, j.reports.as_slice())).collect();
+        answers::record_held_batch(&pool, &args)
+            .await
+            .map_err(batch_failed)
+            .ok()
+    } else {
+        None
+    };
+    for job in batch {
+        let answer = match shared.as_mut() {
+            Some(done) => answers::held_answer(&pool, job.id, done.remove(&job.id)).await,
+            None => answers::record_held_alone(&pool, job.id, &job.reports).await,
+        };
+        let _ = job.reply.send(answer);
+    }
+    for job in repeats {
+        let answer = answers::record_held_alone(&pool, job.id, &job.reports).await;
+        let _ = job.reply.send(answer);
+    }
+}
+
+/// Runs queued `record_phase` calls: distinct reservations in one statement; should that fail,
+/// each alone. A second call for a reservation of the batch runs after it, alone, as it would
+/// have waited for the row lock.
+async fn run_phases(pool: PgPool, jobs: Vec<PhaseJob>) {
+    let (batch, repeats) = distinct_by(jobs, |j| j.write.id);
+    let mut shared = if batch.len() > 1 {
+        let writes: Vec<&PhaseWrite> = batch.iter().map(|j| &j.write).collect();
+        answers::record_phases(&pool, &writes)
+            .await
+            .map_err(batch_failed)
+            .ok()
+    } else {
+        None
+    };
+    for job in batch {
+        let answer = match shared.as_mut() {
+            Some(done) => {
+                let recorded = done.remove(&job.write.id);
+                answers::phase_answer(&pool, &job.write, recorded).await
+            }
+            None => answers::record_phase_alone(&pool, &job.write).await,
+        };
+        let _ = job.reply.send(answer);
+    }
+    for job in repeats {
+        let answer = answers::record_phase_alone(&pool, &job.write).await;
+        let _ = job.reply.send(answer);
+    }
+}

@@ -1,0 +1,214 @@
+//! The coordinator's store on PostgreSQL.
+//!
+//! Decisions read `clock_timestamp()`, so every replica agrees on what "expired" means. Rows
+//! are locked with `FOR UPDATE` (sweeps skip locked ones), Reserves serialise per holder on an
+//! advisory lock. Hot paths: concurrent `create`/`record_held`/`record_phase` calls are
+//! group-committed (`group_commit.rs`), a Confirm or Cancel first tries the unlocked,
+//! version-guarded UPDATE (`unlocked.rs`), and writes answer with their after-image in the
+//! same statement.
+//!
+//! - `rows.rs`: the column lists, the row type, `load` and `list`.
+//! - `create.rs`: Reserves (advisory locks, the batched insert, admission's counts).
+//! - `unlocked.rs`: the unlocked Confirm/Cancel and the images it decides on.
+//! - `decide.rs`: the statements of the shared locked decision, retake and outcome flows.
+//! - `answers.rs` / `group_commit.rs`: recording fan-out answers, many per statement.
+//! - `recovery.rs`: claims, leases, backlog.
+
+// First, so its column-list macros are in scope for every module below.
+#[macro_use]
+mod rows;
+
+mod answers;
+mod create;
+mod decide;
+mod group_commit;
+mod recovery;
+mod unlocked;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use sqlx::Postgres;
+use sqlx::postgres::PgPool;
+use uuid::Uuid;
+
+use self::group_commit::GroupCommit;
+use self::unlocked::RecentlyHeld;
+use super::{
+    BranchReport, Claimed, Created, Decided, PhaseRecorded, Store, StoreError, WorkLease, outcome,
+    retake,
+};
+use crate::domain::policy::{Backoff, HoldLimits};
+use crate::domain::{
+    Decision, HoldToken, ListQuery, NewReservation, Rejection, Reservation, State,
+};
+
+/// The coordinator's schema, embedded in the binary.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/coordinator");
+
+/// Reservations on PostgreSQL.
+#[derive(Clone)]
+pub struct PgStore {
+    pool: PgPool,
+    /// `create`, `record_held` and `record_phase` calls, group-committed.
+    group_commit: Arc<GroupCommit>,
+    /// What this process last recorded `HELD`, for its Confirm/Cancel to skip a read.
+    recently_held: Arc<RecentlyHeld>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore").field("pool", &self.pool).finish()
+    }
+}
+
+impl PgStore {
+    /// Connects a pool of `max_connections` to `url`.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<PgStore, StoreError> {
+        let pool = crate::db::open_postgres(url, max_connections).await?;
+        Ok(PgStore::from_pool(pool))
+    }
+
+    /// Wraps an existing pool. Inside a tokio runtime this starts the tasks that group-commit
+    /// concurrent writes (they end with the runtime); outside one, every write runs alone.
+    pub fn from_pool(pool: PgPool) -> PgStore {
+        PgStore {
+            group_commit: Arc::new(GroupCommit::spawn(&pool)),
+            pool,
+            recently_held: Arc::new(RecentlyHeld::default()),
+        }
+    }
+
+    /// Applies pending migrations. Safe to run concurrently from several replicas (sqlx takes
+    /// an advisory lock).
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn create(
+        &self,
+        new: &NewReservation,
+        token: &HoldToken,
+        lease: WorkLease,
+        limits: HoldLimits,
+    ) -> Result<Created, StoreError> {
+        self.group_commit.create(new, token, lease, limits).await
+    }
+
+    async fn get(&self, id: Uuid) -> Result<Option<Reservation>, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        rows::load(&mut conn, id, false).await
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Vec<Reservation>, StoreError> {
+        rows::list(&self.pool, query).await
+    }
+
+    async fn decide(
+        &self,
+        id: Uuid,
+        presented_token: &str,
+        decision: &Decision,
+        lease: WorkLease,
+    ) -> Result<Decided, StoreError> {
+        let unlocked = unlocked::decide_unlocked(
+            &self.pool,
+            &self.recently_held,
+            id,
+            presented_token,
+            decision,
+            lease,
+        );
+        if let Some(decided) = unlocked.await? {
+            return Ok(decided);
+        }
+        super::decide::decide_locked::<Postgres>(&self.pool, id, presented_token, decision, lease)
+            .await
+    }
+
+    async fn record_held(
+        &self,
+        id: Uuid,
+        reports: &[BranchReport],
+    ) -> Result<Reservation, StoreError> {
+        let recorded = self.group_commit.record_held(id, reports).await;
+        if let Ok(r) = &recorded
+            && r.stored_state == State::Held
+        {
+            self.recently_held.put(r);
+        }
+        recorded
+    }
+
+    async fn record_rejected(
+        &self,
+        id: Uuid,
+        rejection: Option<&Rejection>,
+        reports: &[BranchReport],
+    ) -> Result<Reservation, StoreError> {
+        outcome::record_rejected::<Postgres>(&self.pool, id, rejection, reports).await
+    }
+
+    async fn record_phase(
+        &self,
+        id: Uuid,
+        from: State,
+        reports: &[BranchReport],
+        finish: Option<State>,
+        backoff: Backoff,
+    ) -> Result<PhaseRecorded, StoreError> {
+        self.group_commit
+            .record_phase(id, from, reports, finish, backoff)
+            .await
+    }
+
+    async fn claim_due(&self, lease: WorkLease, limit: u32) -> Result<Vec<Claimed>, StoreError> {
+        recovery::claim_due(&self.pool, lease, limit).await
+    }
+
+    async fn begin_retake(&self, id: Uuid) -> Result<Reservation, StoreError> {
+        retake::begin_retake::<Postgres>(&self.pool, id).await
+    }
+
+    async fn finish_retake(
+        &self,
+        id: Uuid,
+        reports: &[BranchReport],
+    ) -> Result<Reservation, StoreError> {
+        retake::finish_retake::<Postgres>(&self.pool, id, reports).await
+    }
+
+    async fn fail_retake(
+        &self,
+        id: Uuid,
+        reports: &[BranchReport],
+        reason: &str,
+    ) -> Result<Reservation, StoreError> {
+        retake::fail_retake::<Postgres>(&self.pool, id, reports, reason).await
+    }
+
+    async fn record_refund_attempt(
+        &self,
+        id: Uuid,
+        acknowledged: bool,
+        backoff: Backoff,
+    ) -> Result<Reservation, StoreError> {
+        outcome::record_refund_attempt::<Postgres>(&self.pool, id, acknowledged, backoff).await
+    }
+
+    async fn renew_lease(&self, id: Uuid, lease: WorkLease) -> Result<bool, StoreError> {
+        recovery::renew_lease(&self.pool, id, lease).await
+    }
+
+    async fn wake_backlog(&self, participant: &str) -> Result<u64, StoreError> {
+        recovery::wake_backlog(&self.pool, participant).await
+    }
+
+    async fn backlog(&self) -> Result<i64, StoreError> {
+        recovery::backlog(&self.pool).await
+    }
+}

@@ -1,0 +1,101 @@
+//! Recovery work on PostgreSQL: sweeps claim due reservations with leases (`FOR UPDATE SKIP
+//! LOCKED`, expiry decided in the claiming statement), drivers renew their leases, a
+//! participant that answers again has its backlog woken, and the backlog is counted.
+
+use sqlx::postgres::PgPool;
+use uuid::Uuid;
+
+use super::rows::millis;
+use crate::store::{Claimed, StoreError, WorkLease};
+
+/// [`crate::store::Store::claim_due`].
+pub(super) async fn claim_due(
+    pool: &PgPool,
+    lease: WorkLease,
+    limit: u32,
+) -> Result<Vec<Claimed>, StoreError> {
+    // Expiry is decided here, by the database clock, in the same statement that claims the
+    // row: a Confirm racing it waits on the row lock and then sees CANCELLING.
+    let rows: Vec<(Uuid, bool)> = sqlx::query_as(
+        "WITH due AS ( \
+            SELECT id, state FROM reservations \
+            WHERE (lease_until IS NULL OR lease_until < clock_timestamp()) \
+              AND ((state IN ('TRYING', 'HELD', 'CONFIRMING', 'CANCELLING') \
+                    AND CASE state \
+                          WHEN 'HELD' THEN expires_at <= clock_timestamp() \
+                          ELSE coalesce(next_attempt_at, '-infinity') <= clock_timestamp() \
+                        END) \
+                OR ((refund_state = 'PENDING' \
+                     OR (state = 'EXPIRED' AND payment_ref IS NOT NULL AND refund_id IS NULL)) \
+                    AND coalesce(next_attempt_at, '-infinity') <= clock_timestamp())) \
+            ORDER BY coalesce(next_attempt_at, expires_at) \
+            LIMIT $3 \
+            FOR UPDATE SKIP LOCKED) \
+         UPDATE reservations r SET \
+            lease_owner = $1, \
+            lease_until = clock_timestamp() + $2 * interval '1 millisecond', \
+            state = CASE WHEN r.state = 'HELD' THEN 'CANCELLING' ELSE r.state END, \
+            release_outcome = CASE WHEN r.state = 'HELD' THEN 'EXPIRED' ELSE r.release_outcome END, \
+            version = CASE WHEN r.state = 'HELD' THEN r.version + 1 ELSE r.version END, \
+            updated_at = CASE WHEN r.state = 'HELD' THEN clock_timestamp() ELSE r.updated_at END \
+         FROM due WHERE r.id = due.id \
+         RETURNING r.id, due.state = 'HELD'",
+    )
+    .bind(lease.owner)
+    .bind(millis(lease.duration))
+    .bind(i64::from(limit))
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, expired)| Claimed { id, expired })
+        .collect())
+}
+
+/// [`crate::store::Store::renew_lease`].
+pub(super) async fn renew_lease(
+    pool: &PgPool,
+    id: Uuid,
+    lease: WorkLease,
+) -> Result<bool, StoreError> {
+    let renewed = sqlx::query(
+        "UPDATE reservations SET lease_until = clock_timestamp() + $3 * interval '1 millisecond' \
+         WHERE id = $1 AND lease_owner = $2",
+    )
+    .bind(id)
+    .bind(lease.owner)
+    .bind(millis(lease.duration))
+    .execute(pool)
+    .await?
+    .rows_affected();
+    Ok(renewed == 1)
+}
+
+/// [`crate::store::Store::wake_backlog`].
+pub(super) async fn wake_backlog(pool: &PgPool, participant: &str) -> Result<u64, StoreError> {
+    let woken = sqlx::query(
+        "UPDATE reservations r SET next_attempt_at = clock_timestamp() \
+         WHERE r.state IN ('CONFIRMING', 'CANCELLING') \
+           AND r.next_attempt_at > clock_timestamp() \
+           AND EXISTS (SELECT 1 FROM branches b WHERE b.reservation_id = r.id \
+                       AND b.participant = $1 AND b.last_error IS NOT NULL)",
+    )
+    .bind(participant)
+    .execute(pool)
+    .await?
+    .rows_affected();
+    Ok(woken)
+}
+
+/// [`crate::store::Store::backlog`].
+pub(super) async fn backlog(pool: &PgPool) -> Result<i64, StoreError> {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM reservations \
+         WHERE state IN ('TRYING', 'CONFIRMING', 'CANCELLING') \
+            OR (state = 'HELD' AND expires_at <= clock_timestamp()) \
+            OR refund_state = 'PENDING'",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(n)
+}

@@ -1,0 +1,176 @@
+//! PostgreSQL's fast path for the common decisions (Confirm or Cancel of a `HELD`
+//! reservation, a repeat, a refusal): no transaction, no row lock. The reservation is read
+//! (or taken from the image this process recorded when its holds were placed,
+//! [`RecentlyHeld`]), judged, and a Confirm or Cancel is applied by one UPDATE guarded by the
+//! version it was judged on, answering with its after-image. Any change in between makes the
+//! UPDATE miss; then, as for every rarer verdict, the locked flow (`store/decide.rs`) decides.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use sqlx::postgres::PgPool;
+use uuid::Uuid;
+
+use super::rows::{self, ReservationRow, millis};
+use crate::domain::lifecycle;
+use crate::domain::{Decision, Reservation, State, Verdict};
+use crate::store::decide::snapshot_of;
+use crate::store::{Decided, StoreError, WorkLease};
+
+/// The reservations this process last recorded as `HELD`, as recorded, so their Confirm or
+/// Cancel can skip reading the row: the decision is applied by an UPDATE guarded by the cached
+/// `version`, so a stale entry only makes it miss (then the row is read and locked). Bounded:
+/// the oldest entries go first.
+#[derive(Debug, Default)]
+pub(super) struct RecentlyHeld {
+    inner: Mutex<Recent>,
+}
+
+#[derive(Debug, Default)]
+struct Recent {
+    by_id: HashMap<Uuid, Reservation>,
+    order: VecDeque<Uuid>,
+}
+
+/// Most reservations remembered.
+const RECENTLY_HELD: usize = 4096;
+
+impl RecentlyHeld {
+    /// Remembers `r` (a reservation just recorded `HELD`).
+    pub(super) fn put(&self, r: &Reservation) {
+        let Ok(mut recent) = self.inner.lock() else {
+            return;
+        };
+        while recent.order.len() >= RECENTLY_HELD {
+            if let Some(old) = recent.order.pop_front() {
+                recent.by_id.remove(&old);
+            }
+        }
+        recent.order.push_back(r.id);
+        recent.by_id.insert(r.id, r.clone());
+    }
+
+    /// Takes the entry for `id`, if any (a decision uses it once).
+    fn take(&self, id: Uuid) -> Option<Reservation> {
+        self.inner.lock().ok()?.by_id.remove(&id)
+    }
+}
+
+/// The common decisions without a transaction: read the row (or take the image this process
+/// recorded when it placed the holds), judge it, and apply a Confirm or Cancel of a HELD
+/// reservation with one conditional UPDATE guarded by that image's version, so any change
+/// since makes it miss (then the locked path judges again). A refusal or a repeat changes
+/// nothing, so the read answers it. `None`: the locked path decides (lapsed holds, late
+/// payments, refunds, Extend, a missed UPDATE).
+pub(super) async fn decide_unlocked(
+    pool: &PgPool,
+    recently_held: &RecentlyHeld,
+    id: Uuid,
+    presented_token: &str,
+    decision: &Decision,
+    lease: WorkLease,
+) -> Result<Option<Decided>, StoreError> {
+    if matches!(decision, Decision::Extend { .. }) {
+        return Ok(None);
+    }
+    let mut conn = pool.acquire().await?;
+    // This process recorded it HELD: decide on that image (a stale one makes the guarded
+    // UPDATE below miss), else read the row.
+    let cached = recently_held.take(id);
+    let from_cache = cached.is_some();
+    let current = match cached {
+        Some(r) => r,
+        None => match rows::load(&mut conn, id, false).await? {
+            Some(r) => r,
+            None => return Ok(Some(Decided::NotFound)),
+        },
+    };
+    if !current.hold_token.matches(presented_token) {
+        return Ok(Some(Decided::TokenMismatch));
+    }
+    let verdict = lifecycle::decide(&snapshot_of(&current), decision);
+    if from_cache && !matches!(verdict, Verdict::Transition { .. }) {
+        return Ok(None);
+    }
+    let row = match (&verdict, decision) {
+        (Verdict::AlreadyDone | Verdict::Refuse(_), _) => {
+            return Ok(Some(Decided::Judged {
+                verdict,
+                reservation: Box::new(current),
+                leased: false,
+            }));
+        }
+        // The database clock at the UPDATE is the arbiter of "before expires_at". HELD rows
+        // carry no lease: the deciding instance takes it in the same UPDATE.
+        (
+            Verdict::Transition {
+                to: State::Confirming,
+                ..
+            },
+            Decision::Confirm { payment, .. },
+        ) => {
+            let payment = payment.as_ref();
+            sqlx::query_as::<_, ReservationRow>(concat!(
+                "UPDATE reservations SET state = 'CONFIRMING', version = version + 1, \
+                 updated_at = clock_timestamp(), lease_owner = $3, \
+                 lease_until = clock_timestamp() + $4 * interval '1 millisecond', \
+                 payment_participant = coalesce(payment_participant, $5), \
+                 payment_ref = coalesce(payment_ref, $6), \
+                 payment_amount_minor = coalesce(payment_amount_minor, $7), \
+                 payment_currency = coalesce(payment_currency, $8) \
+                 WHERE id = $1 AND version = $2 AND state = 'HELD' \
+                   AND clock_timestamp() < expires_at \
+                 RETURNING ",
+                reservation_columns!()
+            ))
+            .bind(id)
+            .bind(current.version)
+            .bind(lease.owner)
+            .bind(millis(lease.duration))
+            .bind(payment.map(|p| p.participant.as_str()))
+            .bind(payment.map(|p| p.payment_ref.as_str()))
+            .bind(payment.map(|p| p.amount_minor))
+            .bind(payment.map(|p| p.currency.as_str()))
+            .fetch_optional(&mut *conn)
+            .await?
+        }
+        (
+            Verdict::Transition {
+                to,
+                release_outcome,
+            },
+            Decision::Cancel { reason },
+        ) => {
+            sqlx::query_as::<_, ReservationRow>(concat!(
+                "UPDATE reservations SET state = $3, release_outcome = $4, cancel_reason = $5, \
+             version = version + 1, updated_at = clock_timestamp(), lease_owner = $6, \
+             lease_until = clock_timestamp() + $7 * interval '1 millisecond' \
+             WHERE id = $1 AND version = $2 AND state = 'HELD' \
+               AND clock_timestamp() < expires_at \
+             RETURNING ",
+                reservation_columns!()
+            ))
+            .bind(id)
+            .bind(current.version)
+            .bind(to.as_str())
+            .bind(release_outcome.map(State::as_str))
+            .bind(reason.as_deref())
+            .bind(lease.owner)
+            .bind(millis(lease.duration))
+            .fetch_optional(&mut *conn)
+            .await?
+        }
+        _ => return Ok(None),
+    };
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    // A decision changes the reservation row only; its branches are as read.
+    let mut after = row.into_domain()?;
+    after.branches = current.branches;
+    Ok(Some(Decided::Judged {
+        verdict,
+        reservation: Box::new(after),
+        leased: true,
+    }))
+}

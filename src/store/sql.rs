@@ -1,0 +1,171 @@
+//! The statements the store's shared logic is written over: [`ReservationSql`], one
+//! implementation per database (`postgres/decide.rs`, `sqlite/decide.rs`).
+//!
+//! Each function is one primitive statement (or, where a dialect needs it, a few) on the
+//! caller's connection, usually inside the transaction [`ReservationSql::begin_write`] opened.
+//! The decisions built from them (which statement, in which order, what its row count means)
+//! live once, in `decide.rs`, `retake.rs`, `outcome.rs` and `admission.rs`; an implementation
+//! only says how its database spells each statement.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::{Pool, Transaction};
+use uuid::Uuid;
+
+use super::{BranchReport, StoreError, WorkLease};
+use crate::domain::policy::Backoff;
+use crate::domain::{Payment, Rejection, Reservation, State};
+
+/// What a decision's conditional UPDATE did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Applied {
+    /// The row was not as the UPDATE required: nothing changed.
+    Missed,
+    /// Written. `leased`: the same statement leased the reservation to the decider (PostgreSQL
+    /// does, saving a statement); otherwise the decision flow takes the lease afterwards.
+    Written { leased: bool },
+}
+
+/// A database the coordinator keeps its reservations in: PostgreSQL ([`sqlx::Postgres`]) or
+/// SQLite ([`sqlx::Sqlite`]). Every "now" is the database clock's, read inside the statement
+/// that decides. Conditional writes answer whether they applied (their row count).
+#[async_trait]
+pub(crate) trait ReservationSql: sqlx::Database {
+    /// Opens a write transaction. PostgreSQL: a plain `BEGIN` (rows are locked as they are
+    /// touched); SQLite: `BEGIN IMMEDIATE`, the database write lock, which stands in for every
+    /// row lock.
+    async fn begin_write(pool: &Pool<Self>) -> Result<Transaction<'static, Self>, sqlx::Error>;
+
+    /// Reads one reservation with its current generation of branches.
+    async fn load(conn: &mut Self::Connection, id: Uuid)
+    -> Result<Option<Reservation>, StoreError>;
+
+    /// Reads one reservation and locks its row until the transaction ends (PostgreSQL:
+    /// `FOR UPDATE`; SQLite: the write lock is held already).
+    async fn load_locked(
+        conn: &mut Self::Connection,
+        id: Uuid,
+    ) -> Result<Option<Reservation>, StoreError>;
+
+    /// Reads a reservation that must exist (its id comes from a row just read or written).
+    async fn load_existing(
+        conn: &mut Self::Connection,
+        id: Uuid,
+    ) -> Result<Reservation, StoreError> {
+        Self::load(conn, id)
+            .await?
+            .ok_or_else(|| StoreError::Corrupt(format!("reservation {id} vanished")))
+    }
+
+    /// Whether `request_id` is the key of the last Extend applied to the reservation.
+    async fn repeats_last_extend(
+        conn: &mut Self::Connection,
+        id: Uuid,
+        request_id: &str,
+    ) -> Result<bool, StoreError>;
+
+    /// `HELD -> CONFIRMING`, only while the database clock is before `expires_at`.
+    async fn confirm_held(
+        conn: &mut Self::Connection,
+        id: Uuid,
+        lease: WorkLease,
+    ) -> Result<Applied, StoreError>;
+
+    /// `HELD -> to` (with `release_outcome` and the Cancel's `reason`): a Cancel.
+    async fn release_held(
+        conn: &mut Self::Connection,
+        id: Uuid,
+        to: State,
+        release_outcome: Option<State>,
+        reason: Option<&str>,
+        lease: WorkLease,
+    ) -> Result<Applied, StoreError>;
+
+    /// `HELD -> CONFIRMING` with `late_payment_honored`: a late payment confirms the lapsed
+    /// holds as they are.
+    async fn honor_late(conn: &mut Self::Connection, id: Uuid) -> Result<bool, StoreError>;
+
+    /// `HELD -> CANCELLING` ending `EXPIRED`, only if the database clock says the hold lapsed.
+    async fn expire_hold(conn: &mut Self::Connection, id: Uuid) -> Result<bool, StoreError>;
+
+    /// Records the payment given to Confirm, unless the reservation has one already.
+    async fn record_payment(
+        conn: &mut Self::Connection,
+        id: Uuid,
+        payment: &Payment,
+    ) -> Result<(), StoreError>;
+
+    /// Records the reservation's one refund of its payment (a fresh `refund_id`, `PENDING`,
+    /// due at once). False if it has a refund already or no payment.
+    async fn record_refund(
+        conn: &mut Self::Connection,
+        id: Uuid,
+        reason: &str,
+    ) -> Result<bool, StoreError>;
+
+    /// Starts a retake: an `EXPIRED` reservation with no payment yet moves its version (the
+    /// payment is recorded next). False if it is not so.
+    async fn mark_retake(conn: &mut Self::Connection, id: Uuid) -> Result<bool, StoreError>;
+
+    /// Pushes a `HELD` reservation's `expires_at` out by `by`, while the database clock is
+    /// before it, counting the extension and remembering its `request_id`.
+    async fn extend_held(
+        conn: &mut Self::Connection,
+        id: Uuid,
+        by: Duration,
+        request_id: Option<&str>,
+    ) -> Result<bool, StoreError>;
+
+    /// Leases a reservation to `lease.owner` (it is about to drive it), unless another instance
+    /// holds an unexpired lease on it (it is driving it already). True if the lease is ours.
+    async fn take_lease(
+        conn: &mut Self::Connection,
+        id: Uuid,
+        lease: WorkLease,
+    ) -> Result<bool, StoreError>;
+
+    /// Records each participant's answer on its branch rows (`attempts` counted).
+    async fn apply_reports(
+        conn: &mut Self::Connection,
+        id: Uuid,
+        reports: &[BranchReport],
+    ) -> Result<(), StoreError>;
+
+    /// `TRYING -> CANCELLING` ending `REJECTED`, with the rejection if there is one.
+    async fn reject_trying(
+        conn: &mut Self::Connection,
+        id: Uuid,
+        rejection: Option<&Rejection>,
+    ) -> Result<bool, StoreError>;
+
+    /// An `EXPIRED` reservation gets its next generation and `expires_at = now + ttl`; answers
+    /// the new generation, or `None` if the reservation is not `EXPIRED`.
+    async fn renew_generation(
+        conn: &mut Self::Connection,
+        id: Uuid,
+    ) -> Result<Option<i32>, StoreError>;
+
+    /// Copies the previous generation's branches into `generation`: same holds, same order,
+    /// `PENDING`, a fresh branch id per participant (new TCC branches).
+    async fn insert_retake_branches(
+        conn: &mut Self::Connection,
+        id: Uuid,
+        generation: i32,
+    ) -> Result<(), StoreError>;
+
+    /// `EXPIRED -> CONFIRMING` with `late_payment_honored`, unless a refund was recorded.
+    async fn honor_retake(conn: &mut Self::Connection, id: Uuid) -> Result<bool, StoreError>;
+
+    /// `EXPIRED -> CANCELLING` ending `EXPIRED`, unless a refund was recorded.
+    async fn release_retake(conn: &mut Self::Connection, id: Uuid) -> Result<bool, StoreError>;
+
+    /// Records a refund call's outcome on a `PENDING` refund: `REFUNDED`, or the next attempt
+    /// by `backoff` (with jitter); the lease is given up either way.
+    async fn record_refund_attempt(
+        conn: &mut Self::Connection,
+        id: Uuid,
+        acknowledged: bool,
+        backoff: Backoff,
+    ) -> Result<(), StoreError>;
+}

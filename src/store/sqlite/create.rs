@@ -1,0 +1,126 @@
+//! Recording Reserves on SQLite: under the write lock the shared [`admission`] check and the
+//! insert of the reservation and its branches are one atomic step (PostgreSQL needs advisory
+//! locks for that). Also admission's counting statements ([`AdmissionSql`]).
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use sqlx::Sqlite;
+use sqlx::sqlite::{SqliteConnection, SqlitePool};
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use super::rows::{micros, micros_of};
+use crate::domain::policy::HoldLimits;
+use crate::domain::{HoldToken, NewReservation};
+use crate::store::admission::{AdmissionSql, admission};
+use crate::store::sql::ReservationSql;
+use crate::store::{Created, StoreError, WorkLease};
+
+#[async_trait]
+impl AdmissionSql for Sqlite {
+    async fn find_request(
+        conn: &mut SqliteConnection,
+        holder: &str,
+        request_id: &str,
+    ) -> Result<(Option<Uuid>, i64), StoreError> {
+        Ok(sqlx::query_as(concat!(
+            "SELECT (SELECT id FROM reservations WHERE holder = ?1 AND request_id = ?2), \
+                    (SELECT count(*) FROM reservations WHERE holder = ?1 \
+                       AND state IN ('TRYING', 'HELD') \
+                       AND (state = 'TRYING' OR expires_at > ",
+            sqlite_now_us!(),
+            "))"
+        ))
+        .bind(holder)
+        .bind(request_id)
+        .fetch_one(&mut *conn)
+        .await?)
+    }
+
+    async fn count_live(conn: &mut SqliteConnection) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(concat!(
+            "SELECT count(*) FROM reservations WHERE state IN ('TRYING', 'HELD') \
+               AND (state = 'TRYING' OR expires_at > ",
+            sqlite_now_us!(),
+            ")"
+        ))
+        .fetch_one(&mut *conn)
+        .await?)
+    }
+}
+
+/// [`crate::store::Store::create`].
+pub(super) async fn create(
+    pool: &SqlitePool,
+    new: &NewReservation,
+    token: &HoldToken,
+    lease: WorkLease,
+    limits: HoldLimits,
+) -> Result<Created, StoreError> {
+    let id = Uuid::now_v7();
+    let ttl_ms = i64::try_from(new.ttl.as_millis()).unwrap_or(i64::MAX);
+    // The write lock makes the lookup, the limit counts and the insert one atomic step.
+    let mut tx = Sqlite::begin_write(pool).await?;
+    if let Some(refused) = admission::<Sqlite>(&mut tx, new, limits).await? {
+        tx.rollback().await?;
+        return Ok(refused);
+    }
+    let inserted = sqlx::query(concat!(
+        "INSERT INTO reservations (id, request_id, holder, state, hold_token, ttl_ms, \
+                                   created_at, updated_at, expires_at, labels, \
+                                   lease_owner, lease_until) \
+         VALUES (?1, ?2, ?3, 'TRYING', ?4, ?5, ",
+        sqlite_now_us!(),
+        ", ",
+        sqlite_now_us!(),
+        ", ",
+        sqlite_now_us!(),
+        " + ?5 * 1000, ?6, ?7, ",
+        sqlite_now_us!(),
+        " + ?8) \
+         ON CONFLICT (holder, request_id) DO NOTHING"
+    ))
+    .bind(id)
+    .bind(&new.request_id)
+    .bind(&new.holder)
+    .bind(token.expose())
+    .bind(ttl_ms)
+    .bind(Json(&new.labels))
+    .bind(lease.owner)
+    .bind(micros(lease.duration))
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if inserted == 0 {
+        // Unreachable under the write lock; the unique index stays the last word.
+        return Err(StoreError::Corrupt(
+            "request_id conflicted under the write lock".into(),
+        ));
+    }
+    // One participant-level branch id per participant, shared by its holds.
+    let mut branch_ids: HashMap<&str, Uuid> = HashMap::new();
+    for (i, h) in new.holds.iter().enumerate() {
+        let branch_id = *branch_ids
+            .entry(&h.participant)
+            .or_insert_with(Uuid::new_v4);
+        sqlx::query(
+            "INSERT INTO branches (reservation_id, position, branch_id, participant, resource, \
+                                   quantity, during_start, during_end, state) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'PENDING')",
+        )
+        .bind(id)
+        .bind(i64::try_from(i).unwrap_or(i64::MAX))
+        .bind(branch_id)
+        .bind(&h.participant)
+        .bind(&h.resource)
+        .bind(h.quantity)
+        .bind(h.during.map(|d| micros_of(d.start)))
+        .bind(h.during.map(|d| micros_of(d.end)))
+        .execute(&mut *tx)
+        .await?;
+    }
+    let created = Sqlite::load_existing(&mut tx, id).await?;
+    tx.commit().await?;
+    Ok(Created::New(created))
+}

@@ -1,0 +1,201 @@
+//! The coordinator's store on SQLite (bundled, WAL, one file).
+//!
+//! Same behaviour as [`super::postgres`], different mechanics:
+//! - **Writers serialise.** Every write transaction begins with `BEGIN IMMEDIATE`, which takes
+//!   the database's write lock up front (waiting up to the busy timeout). What PostgreSQL gets
+//!   from `SELECT ... FOR UPDATE`, advisory locks and `FOR UPDATE SKIP LOCKED`, SQLite gets from
+//!   that one lock: inside the transaction nobody else writes, so a read followed by a
+//!   conditional UPDATE is atomic, and so are a hold-limit count and its insert. Readers (WAL)
+//!   never block and never wait for writers.
+//! - **The clock is the database's.** Every "now" is SQLite's (`unixepoch('now', 'subsec')`,
+//!   millisecond resolution), evaluated inside the statement that decides, as PostgreSQL's
+//!   `clock_timestamp()` is. Times are stored as INTEGER microseconds since the Unix epoch.
+//! - UUIDs are 16-byte BLOBs, labels JSON text, booleans 0/1 (see the migration).
+//! - No fast path and no group commit: every decision takes the shared locked flow, every
+//!   write is its own transaction.
+//!
+//! - `rows.rs`: the column lists, the row types, `load`, `get` and `list`.
+//! - `create.rs`: Reserves (admission's counts, the insert).
+//! - `decide.rs`: the statements of the shared locked decision, retake and outcome flows.
+//! - `answers.rs`: recording fan-out answers (`record_held`, `record_phase`).
+//! - `recovery.rs`: claims, leases, backlog.
+
+/// Gives up the lease and, unless `finished`, schedules the next attempt:
+/// `now + min(cap, base * 2^attempts) * (0.5 + jitter/2)`, jitter uniform in [0, 1).
+/// (SQLite has no `power()` without its math extension: the doubling is a shift.)
+/// Defined before the modules below, which splice it into their statements.
+macro_rules! backoff_next_attempt {
+    ($finished:literal, $base:literal, $cap:literal) => {
+        concat!(
+            "next_attempt_at = CASE WHEN ",
+            $finished,
+            " THEN NULL ELSE ",
+            sqlite_now_us!(),
+            " + CAST(min(",
+            $cap,
+            ", ",
+            $base,
+            " * (1 << min(recovery_attempts, 30))) \
+               * (0.5 + (random() & 1048575) / 2097152.0) AS INTEGER) END, \
+             recovery_attempts = CASE WHEN ",
+            $finished,
+            " THEN recovery_attempts ELSE recovery_attempts + 1 END"
+        )
+    };
+}
+
+mod answers;
+mod create;
+mod decide;
+mod recovery;
+mod rows;
+
+use async_trait::async_trait;
+use sqlx::Sqlite;
+use sqlx::sqlite::SqlitePool;
+use uuid::Uuid;
+
+use super::{
+    BranchReport, Claimed, Created, Decided, PhaseRecorded, Store, StoreError, WorkLease, outcome,
+    retake,
+};
+use crate::domain::policy::{Backoff, HoldLimits};
+use crate::domain::{
+    Decision, HoldToken, ListQuery, NewReservation, Rejection, Reservation, State,
+};
+
+/// The coordinator's SQLite schema, embedded in the binary.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/coordinator-sqlite");
+
+/// Reservations on SQLite.
+#[derive(Clone, Debug)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+impl SqliteStore {
+    /// Opens the database file named by `url` with holdfast's SQLite conventions
+    /// ([`crate::db::open_sqlite`]), with a pool of `max_connections`.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<SqliteStore, StoreError> {
+        Ok(SqliteStore {
+            pool: crate::db::open_sqlite(url, max_connections).await?,
+        })
+    }
+
+    /// Wraps an existing pool (its connections must have foreign keys on).
+    pub fn from_pool(pool: SqlitePool) -> SqliteStore {
+        SqliteStore { pool }
+    }
+
+    /// Applies pending migrations.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn create(
+        &self,
+        new: &NewReservation,
+        token: &HoldToken,
+        lease: WorkLease,
+        limits: HoldLimits,
+    ) -> Result<Created, StoreError> {
+        create::create(&self.pool, new, token, lease, limits).await
+    }
+
+    async fn get(&self, id: Uuid) -> Result<Option<Reservation>, StoreError> {
+        rows::get(&self.pool, id).await
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Vec<Reservation>, StoreError> {
+        rows::list(&self.pool, query).await
+    }
+
+    async fn decide(
+        &self,
+        id: Uuid,
+        presented_token: &str,
+        decision: &Decision,
+        lease: WorkLease,
+    ) -> Result<Decided, StoreError> {
+        super::decide::decide_locked::<Sqlite>(&self.pool, id, presented_token, decision, lease)
+            .await
+    }
+
+    async fn record_held(
+        &self,
+        id: Uuid,
+        reports: &[BranchReport],
+    ) -> Result<Reservation, StoreError> {
+        answers::record_held(&self.pool, id, reports).await
+    }
+
+    async fn record_rejected(
+        &self,
+        id: Uuid,
+        rejection: Option<&Rejection>,
+        reports: &[BranchReport],
+    ) -> Result<Reservation, StoreError> {
+        outcome::record_rejected::<Sqlite>(&self.pool, id, rejection, reports).await
+    }
+
+    async fn record_phase(
+        &self,
+        id: Uuid,
+        from: State,
+        reports: &[BranchReport],
+        finish: Option<State>,
+        backoff: Backoff,
+    ) -> Result<PhaseRecorded, StoreError> {
+        answers::record_phase(&self.pool, id, from, reports, finish, backoff).await
+    }
+
+    async fn claim_due(&self, lease: WorkLease, limit: u32) -> Result<Vec<Claimed>, StoreError> {
+        recovery::claim_due(&self.pool, lease, limit).await
+    }
+
+    async fn begin_retake(&self, id: Uuid) -> Result<Reservation, StoreError> {
+        retake::begin_retake::<Sqlite>(&self.pool, id).await
+    }
+
+    async fn finish_retake(
+        &self,
+        id: Uuid,
+        reports: &[BranchReport],
+    ) -> Result<Reservation, StoreError> {
+        retake::finish_retake::<Sqlite>(&self.pool, id, reports).await
+    }
+
+    async fn fail_retake(
+        &self,
+        id: Uuid,
+        reports: &[BranchReport],
+        reason: &str,
+    ) -> Result<Reservation, StoreError> {
+        retake::fail_retake::<Sqlite>(&self.pool, id, reports, reason).await
+    }
+
+    async fn record_refund_attempt(
+        &self,
+        id: Uuid,
+        acknowledged: bool,
+        backoff: Backoff,
+    ) -> Result<Reservation, StoreError> {
+        outcome::record_refund_attempt::<Sqlite>(&self.pool, id, acknowledged, backoff).await
+    }
+
+    async fn renew_lease(&self, id: Uuid, lease: WorkLease) -> Result<bool, StoreError> {
+        recovery::renew_lease(&self.pool, id, lease).await
+    }
+
+    async fn wake_backlog(&self, participant: &str) -> Result<u64, StoreError> {
+        recovery::wake_backlog(&self.pool, participant).await
+    }
+
+    async fn backlog(&self) -> Result<i64, StoreError> {
+        recovery::backlog(&self.pool).await
+    }
+}

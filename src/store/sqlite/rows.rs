@@ -1,0 +1,246 @@
+//! Reading reservations on SQLite: the column lists, the row types (times as INTEGER
+//! microseconds, UUIDs as 16-byte BLOBs, labels as JSON text) and their conversion into the
+//! shared stored shape ([`crate::store::record`]), and the reads: `load` (the row, then its
+//! branches) and `get`/`list` (each in one read transaction, so rows and branches come from one
+//! snapshot).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::sqlite::{SqliteConnection, SqlitePool};
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use crate::domain::{Branch, ListQuery, Reservation, State};
+use crate::store::StoreError;
+use crate::store::record::{StoredBranch, StoredReservation};
+
+/// Columns of `reservations` every read needs, plus whether a HELD one lapsed (lazy expiry).
+macro_rules! reservation_columns {
+    () => {
+        concat!(
+            "id, request_id, holder, state, release_outcome, hold_token, ttl_ms, \
+             created_at, expires_at, extensions_used, labels, rejection_participant, \
+             rejection_resource, rejection_reason, late_payment_honored, version, \
+             payment_participant, payment_ref, payment_amount_minor, payment_currency, \
+             refund_id, refund_state, refund_reason, generation, \
+             (state = 'HELD' AND expires_at <= ",
+            sqlite_now_us!(),
+            ") AS lapsed"
+        )
+    };
+}
+
+macro_rules! branch_columns {
+    () => {
+        "reservation_id, branch_id, participant, resource, quantity, \
+         during_start, during_end, state, attempts, last_error"
+    };
+}
+
+#[derive(sqlx::FromRow)]
+struct ReservationRow {
+    id: Uuid,
+    request_id: String,
+    holder: String,
+    state: String,
+    release_outcome: Option<String>,
+    hold_token: String,
+    ttl_ms: i64,
+    created_at: i64,
+    expires_at: i64,
+    extensions_used: i32,
+    labels: Json<BTreeMap<String, String>>,
+    rejection_participant: Option<String>,
+    rejection_resource: Option<String>,
+    rejection_reason: Option<String>,
+    late_payment_honored: bool,
+    version: i64,
+    payment_participant: Option<String>,
+    payment_ref: Option<String>,
+    payment_amount_minor: Option<i64>,
+    payment_currency: Option<String>,
+    refund_id: Option<Uuid>,
+    refund_state: Option<String>,
+    refund_reason: Option<String>,
+    generation: i32,
+    lapsed: bool,
+}
+
+#[derive(sqlx::FromRow)]
+struct BranchRow {
+    reservation_id: Uuid,
+    branch_id: Uuid,
+    participant: String,
+    resource: String,
+    quantity: i64,
+    during_start: Option<i64>,
+    during_end: Option<i64>,
+    state: String,
+    attempts: i32,
+    last_error: Option<String>,
+}
+
+/// Stored microseconds since the epoch -> a time.
+fn time_of(us: i64) -> Result<DateTime<Utc>, StoreError> {
+    DateTime::from_timestamp_micros(us)
+        .ok_or_else(|| StoreError::Corrupt(format!("timestamp {us} out of range")))
+}
+
+/// A time -> stored microseconds since the epoch (PostgreSQL's precision too).
+pub(super) fn micros_of(t: DateTime<Utc>) -> i64 {
+    t.timestamp_micros()
+}
+
+/// A duration in microseconds, saturating.
+pub(super) fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+impl ReservationRow {
+    fn into_domain(self, branches: Vec<Branch>) -> Result<Reservation, StoreError> {
+        StoredReservation {
+            id: self.id,
+            request_id: self.request_id,
+            holder: self.holder,
+            state: self.state,
+            release_outcome: self.release_outcome,
+            hold_token: self.hold_token,
+            ttl_ms: self.ttl_ms,
+            created_at: time_of(self.created_at)?,
+            expires_at: time_of(self.expires_at)?,
+            extensions_used: self.extensions_used,
+            labels: self.labels.0,
+            rejection_participant: self.rejection_participant,
+            rejection_resource: self.rejection_resource,
+            rejection_reason: self.rejection_reason,
+            late_payment_honored: self.late_payment_honored,
+            version: self.version,
+            payment_participant: self.payment_participant,
+            payment_ref: self.payment_ref,
+            payment_amount_minor: self.payment_amount_minor,
+            payment_currency: self.payment_currency,
+            refund_id: self.refund_id,
+            refund_state: self.refund_state,
+            refund_reason: self.refund_reason,
+            generation: self.generation,
+            lapsed: self.lapsed,
+        }
+        .into_domain(branches)
+    }
+}
+
+impl BranchRow {
+    fn into_domain(self) -> Result<Branch, StoreError> {
+        StoredBranch {
+            branch_id: self.branch_id,
+            participant: self.participant,
+            resource: self.resource,
+            quantity: self.quantity,
+            during_start: self.during_start.map(time_of).transpose()?,
+            during_end: self.during_end.map(time_of).transpose()?,
+            state: self.state,
+            attempts: self.attempts,
+            last_error: self.last_error,
+        }
+        .into_domain()
+    }
+}
+
+/// Reads one reservation with its current generation of branches.
+pub(super) async fn load(
+    conn: &mut SqliteConnection,
+    id: Uuid,
+) -> Result<Option<Reservation>, StoreError> {
+    let Some(row) = sqlx::query_as::<_, ReservationRow>(concat!(
+        "SELECT ",
+        reservation_columns!(),
+        " FROM reservations WHERE id = ?1"
+    ))
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await?
+    else {
+        return Ok(None);
+    };
+    let branches = sqlx::query_as::<_, BranchRow>(concat!(
+        "SELECT ",
+        branch_columns!(),
+        " FROM branches WHERE reservation_id = ?1 AND generation = ?2 ORDER BY position"
+    ))
+    .bind(id)
+    .bind(row.generation)
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .map(BranchRow::into_domain)
+    .collect::<Result<Vec<_>, _>>()?;
+    row.into_domain(branches).map(Some)
+}
+
+/// [`crate::store::Store::get`].
+pub(super) async fn get(pool: &SqlitePool, id: Uuid) -> Result<Option<Reservation>, StoreError> {
+    // A read transaction: the row and its branches come from one snapshot (WAL readers
+    // neither wait for nor block the writer).
+    let mut tx = pool.begin().await?;
+    let r = load(&mut tx, id).await?;
+    tx.rollback().await?;
+    Ok(r)
+}
+
+/// [`crate::store::Store::list`]: a page of reservations, newest first.
+pub(super) async fn list(
+    pool: &SqlitePool,
+    query: &ListQuery,
+) -> Result<Vec<Reservation>, StoreError> {
+    let mut tx = pool.begin().await?;
+    let (after_ts, after_id) = match query.after {
+        Some((ts, id)) => (Some(micros_of(ts)), Some(id)),
+        None => (None, None),
+    };
+    let rows = sqlx::query_as::<_, ReservationRow>(concat!(
+        "SELECT ",
+        reservation_columns!(),
+        " FROM reservations \
+         WHERE (?1 IS NULL OR holder = ?1) \
+           AND (?2 IS NULL OR \
+                (CASE WHEN state = 'HELD' AND expires_at <= ",
+        sqlite_now_us!(),
+        " THEN 'EXPIRED' ELSE state END) = ?2) \
+           AND (?3 IS NULL OR (created_at, id) < (?3, ?4)) \
+         ORDER BY created_at DESC, id DESC LIMIT ?5"
+    ))
+    .bind(query.holder.as_deref())
+    .bind(query.state.map(State::as_str))
+    .bind(after_ts)
+    .bind(after_id)
+    .bind(i64::from(query.limit))
+    .fetch_all(&mut *tx)
+    .await?;
+    // The page's branches in one statement: the ids travel as a JSON array of hex strings.
+    let ids: Vec<String> = rows.iter().map(|r| r.id.simple().to_string()).collect();
+    let mut branches: HashMap<Uuid, Vec<Branch>> = HashMap::new();
+    for b in sqlx::query_as::<_, BranchRow>(concat!(
+        "SELECT ",
+        branch_columns!(),
+        " FROM branches b \
+         WHERE reservation_id IN (SELECT unhex(value) FROM json_each(?1)) \
+           AND generation = (SELECT generation FROM reservations r WHERE r.id = b.reservation_id) \
+         ORDER BY reservation_id, position"
+    ))
+    .bind(Json(&ids))
+    .fetch_all(&mut *tx)
+    .await?
+    {
+        let rid = b.reservation_id;
+        branches.entry(rid).or_default().push(b.into_domain()?);
+    }
+    tx.rollback().await?;
+    rows.into_iter()
+        .map(|r| {
+            let bs = branches.remove(&r.id).unwrap_or_default();
+            r.into_domain(bs)
+        })
+        .collect()
+}
