@@ -6,7 +6,7 @@ use std::process::Command;
 use sqlx::Connection;
 use sqlx::migrate::MigrateDatabase;
 
-use crate::binary::TempDatabase;
+use crate::process::TempDatabase;
 
 /// Runs `holdfast migrate --database-url <url>` and asserts it succeeded.
 fn migrate(url: &str) {

@@ -15,7 +15,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use opentelemetry_proto::tonic::trace::v1::Span;
 
-use crate::binary::{Holdfast, TempDatabase, admin, listen_addr, participant_addr, serving};
+use crate::process::{Holdfast, TempDatabase, admin, listen_addr, participant_addr, serving};
 
 /// An OTLP trace receiver that keeps every span it is sent.
 #[derive(Clone, Default)]
