@@ -1,8 +1,9 @@
 //! The real coordinator served over gRPC on a SQLite store, with the coordinator suite's
 //! in-test participants: Reserve -> Confirm, Cancel, a rejection, and expiry by the reaper.
 
-#[allow(dead_code)]
-#[path = "../coordinator/common.rs"]
+// The coordinator suite's helpers; this test uses a few of them (and none of the relay).
+#[allow(dead_code, unused_imports)]
+#[path = "../coordinator/common/mod.rs"]
 mod common;
 
 use std::sync::atomic::Ordering;
