@@ -95,14 +95,6 @@ async fn reserve_and_let_lapse(
     r
 }
 
-fn confirm(r: &proto::Reservation, payment: &proto::Payment) -> proto::ConfirmRequest {
-    proto::ConfirmRequest {
-        reservation_id: r.id.clone(),
-        hold_token: r.hold_token.clone(),
-        payment: Some(payment.clone()),
-    }
-}
-
 #[sqlx::test(migrations = false)]
 async fn a_late_payment_is_honoured_when_the_seat_is_still_free(pool: PgPool) {
     let shop = shop(&pool).await;
@@ -112,7 +104,7 @@ async fn a_late_payment_is_honoured_when_the_seat_is_still_free(pool: PgPool) {
 
     let c = app
         .client
-        .confirm(confirm(&r, &payment))
+        .confirm(Decide::on(&r).confirm_with(&payment))
         .await
         .unwrap()
         .into_inner();
@@ -125,7 +117,7 @@ async fn a_late_payment_is_honoured_when_the_seat_is_still_free(pool: PgPool) {
     // A repeat changes nothing.
     let again = app
         .client
-        .confirm(confirm(&r, &payment))
+        .confirm(Decide::on(&r).confirm_with(&payment))
         .await
         .unwrap()
         .into_inner();
@@ -162,7 +154,7 @@ async fn a_payment_just_after_expiry_confirms_the_holds_as_they_are(pool: PgPool
     let payment = charge(&shop).await;
     let c = app
         .client
-        .confirm(confirm(&r, &payment))
+        .confirm(Decide::on(&r).confirm_with(&payment))
         .await
         .unwrap()
         .into_inner();
@@ -183,7 +175,11 @@ async fn a_late_payment_for_a_taken_seat_is_refunded_exactly_once(pool: PgPool) 
     app.client.reserve(bob).await.unwrap();
     let payment = charge(&shop).await;
 
-    let err = app.client.confirm(confirm(&r, &payment)).await.unwrap_err();
+    let err = app
+        .client
+        .confirm(Decide::on(&r).confirm_with(&payment))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
     assert_eq!(reason(&err), "HOLD_EXPIRED");
     let refund = refund_detail(&err).expect("the refund is in the details");
@@ -196,7 +192,11 @@ async fn a_late_payment_for_a_taken_seat_is_refunded_exactly_once(pool: PgPool) 
 
     // Repeats answer the same refund and move no more money.
     for _ in 0..3 {
-        let again = app.client.confirm(confirm(&r, &payment)).await.unwrap_err();
+        let again = app
+            .client
+            .confirm(Decide::on(&r).confirm_with(&payment))
+            .await
+            .unwrap_err();
         assert_eq!(reason(&again), "HOLD_EXPIRED");
         assert_eq!(refund_detail(&again).unwrap().refund_id, refund.refund_id);
     }
@@ -234,7 +234,10 @@ async fn a_refund_survives_a_coordinator_crash_before_the_payment_service_heard(
 
     // The payment service is unreachable: the refund is recorded, not yet sent.
     network.cut().await;
-    let err = client.confirm(confirm(&r, &payment)).await.unwrap_err();
+    let err = client
+        .confirm(Decide::on(&r).confirm_with(&payment))
+        .await
+        .unwrap_err();
     assert_eq!(reason(&err), "HOLD_EXPIRED");
     let refund = refund_detail(&err).unwrap();
     assert_eq!(refund.state, i32::from(proto::refund::State::Pending));
@@ -249,7 +252,10 @@ async fn a_refund_survives_a_coordinator_crash_before_the_payment_service_heard(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let mut client = second.client().await;
-    let again = client.confirm(confirm(&r, &payment)).await.unwrap_err();
+    let again = client
+        .confirm(Decide::on(&r).confirm_with(&payment))
+        .await
+        .unwrap_err();
     let same = refund_detail(&again).unwrap();
     assert_eq!(same.refund_id, refund.refund_id, "never a second refund");
     assert_eq!(same.state, i32::from(proto::refund::State::Refunded));
@@ -264,7 +270,11 @@ async fn the_refund_policy_always_refunds_and_closed_reservations_refund_too(poo
     let mut app = spawn_app(pool, s).await;
     let r = reserve_and_let_lapse(&mut app.client, &shop, "alice").await;
     let payment = charge(&shop).await;
-    let err = app.client.confirm(confirm(&r, &payment)).await.unwrap_err();
+    let err = app
+        .client
+        .confirm(Decide::on(&r).confirm_with(&payment))
+        .await
+        .unwrap_err();
     assert_eq!(reason(&err), "HOLD_EXPIRED");
     assert!(refund_detail(&err).is_some());
     assert_eq!(
@@ -278,18 +288,11 @@ async fn the_refund_policy_always_refunds_and_closed_reservations_refund_too(poo
     let mut req = reserve_request("second", vec![hold("seats", "A1")]);
     req.holder = "carol".into();
     let r2 = app.client.reserve(req).await.unwrap().into_inner();
-    app.client
-        .cancel(proto::CancelRequest {
-            reservation_id: r2.id.clone(),
-            hold_token: r2.hold_token.clone(),
-            reason: String::new(),
-        })
-        .await
-        .unwrap();
+    app.client.cancel(Decide::on(&r2).cancel()).await.unwrap();
     let payment2 = charge(&shop).await;
     let err = app
         .client
-        .confirm(confirm(&r2, &payment2))
+        .confirm(Decide::on(&r2).confirm_with(&payment2))
         .await
         .unwrap_err();
     assert_eq!(reason(&err), "RESERVATION_CLOSED");
@@ -345,7 +348,7 @@ async fn a_hold_lost_at_confirm_fails_the_reservation_and_refunds_the_payment(po
     let payment = charge(&shop).await;
     let c = app
         .client
-        .confirm(confirm(&r, &payment))
+        .confirm(Decide::on(&r).confirm_with(&payment))
         .await
         .unwrap()
         .into_inner();
@@ -420,7 +423,7 @@ async fn a_coordinator_dying_while_honouring_a_late_payment_leaves_it_refunded(p
         currency: "EUR".into(),
     };
     let pending = tokio::spawn({
-        let req = confirm(&r, &payment);
+        let req = Decide::on(&r).confirm_with(&payment);
         async move { client.confirm(req).await }
     });
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

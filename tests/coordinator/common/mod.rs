@@ -202,15 +202,7 @@ pub async fn admin(url: &str) -> proto::resource_admin_client::ResourceAdminClie
 pub async fn put_resources(url: &str, resources: &[(&str, i64)]) {
     admin(url)
         .await
-        .put_resources(proto::PutResourcesRequest {
-            resources: resources
-                .iter()
-                .map(|(r, c)| proto::ResourceSpec {
-                    resource: (*r).to_owned(),
-                    capacity: *c,
-                })
-                .collect(),
-        })
+        .put_resources(put_resources_request(resources))
         .await
         .unwrap();
 }

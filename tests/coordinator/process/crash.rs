@@ -15,7 +15,7 @@ use super::{
     Holdfast, STARTUP, TempDatabase, admin, counts, embedded_command, listen_addr,
     participant_addr, scrape, serving,
 };
-use crate::common::state_of;
+use crate::common::{Decide, put_resources_request, state_of};
 
 #[tokio::test]
 async fn all_in_one_binary_confirms_and_keeps_it_across_a_sigkill() {
@@ -38,11 +38,7 @@ async fn all_in_one_binary_confirms_and_keeps_it_across_a_sigkill() {
     assert_eq!(counts(&mut stock, "mug").await, (3, 2, 0));
 
     client
-        .confirm(proto::ConfirmRequest {
-            reservation_id: r.id.clone(),
-            hold_token: r.hold_token.clone(),
-            payment: None,
-        })
+        .confirm(Decide::on(&r).confirm())
         .await
         .expect("confirm through the binary");
     let get = proto::GetReservationRequest {
@@ -126,12 +122,7 @@ async fn all_in_one_binary_confirms_and_keeps_it_across_a_sigkill() {
 
     // An expiry and a refunded late payment show on /metrics too.
     seats
-        .put_resources(proto::PutResourcesRequest {
-            resources: vec![proto::ResourceSpec {
-                resource: "C8".into(),
-                capacity: 1,
-            }],
-        })
+        .put_resources(put_resources_request(&[("C8", 1)]))
         .await
         .expect("add seat C8");
     let seat = |holder: &str, ttl: Option<prost_types::Duration>| proto::ReserveRequest {
@@ -169,12 +160,7 @@ async fn all_in_one_binary_confirms_and_keeps_it_across_a_sigkill() {
     let payments_addr = participant_addr(listen, 50064);
     admin(payments_addr)
         .await
-        .put_resources(proto::PutResourcesRequest {
-            resources: vec![proto::ResourceSpec {
-                resource: "card".into(),
-                capacity: 10_000,
-            }],
-        })
+        .put_resources(put_resources_request(&[("card", 10_000)]))
         .await
         .expect("fund the card");
     let payment_ref =
@@ -191,16 +177,12 @@ async fn all_in_one_binary_confirms_and_keeps_it_across_a_sigkill() {
             .into_inner()
             .payment_ref;
     let late = client
-        .confirm(proto::ConfirmRequest {
-            reservation_id: lapsing.id.clone(),
-            hold_token: lapsing.hold_token.clone(),
-            payment: Some(proto::Payment {
-                participant: "payments".into(),
-                payment_ref,
-                amount_minor: 500,
-                currency: "EUR".into(),
-            }),
-        })
+        .confirm(Decide::on(&lapsing).confirm_with(&proto::Payment {
+            participant: "payments".into(),
+            payment_ref,
+            amount_minor: 500,
+            currency: "EUR".into(),
+        }))
         .await
         .expect_err("the seat is taken: refunded");
     assert_eq!(crate::common::reason(&late), "HOLD_EXPIRED");
@@ -265,11 +247,7 @@ async fn embedded_binary_on_sqlite_keeps_a_confirmation_across_a_sigkill_and_has
     assert_eq!(counts(&mut seats, "C7").await, (0, 1, 0));
     assert_eq!(counts(&mut stock, "mug").await, (3, 2, 0));
     client
-        .confirm(proto::ConfirmRequest {
-            reservation_id: r.id.clone(),
-            hold_token: r.hold_token.clone(),
-            payment: None,
-        })
+        .confirm(Decide::on(&r).confirm())
         .await
         .expect("confirm");
     let get = proto::GetReservationRequest {
@@ -343,12 +321,7 @@ async fn provision_and_reserve(
     let mut stock = admin(stock_addr).await;
     for (admin, resource, capacity) in [(&mut seats, "C7", 1), (&mut stock, "mug", 5)] {
         admin
-            .put_resources(proto::PutResourcesRequest {
-                resources: vec![proto::ResourceSpec {
-                    resource: resource.into(),
-                    capacity,
-                }],
-            })
+            .put_resources(put_resources_request(&[(resource, capacity)]))
             .await
             .unwrap_or_else(|e| panic!("put {resource}: {e}"));
     }
