@@ -37,26 +37,7 @@ async fn all_in_one_binary_confirms_and_keeps_it_across_a_sigkill() {
     assert_eq!(counts(&mut seats, "C7").await, (0, 1, 0));
     assert_eq!(counts(&mut stock, "mug").await, (3, 2, 0));
 
-    client
-        .confirm(Decide::on(&r).confirm())
-        .await
-        .expect("confirm through the binary");
-    let get = proto::GetReservationRequest {
-        reservation_id: r.id.clone(),
-    };
-    let deadline = Instant::now() + STARTUP;
-    loop {
-        let now = client
-            .get_reservation(get.clone())
-            .await
-            .expect("get")
-            .into_inner();
-        if state_of(&now) == State::Confirmed {
-            break;
-        }
-        assert!(Instant::now() < deadline, "never CONFIRMED: {now:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let get = confirm_and_wait(&mut client, &r).await;
     assert_eq!(counts(&mut seats, "C7").await, (0, 0, 1));
     assert_eq!(counts(&mut stock, "mug").await, (3, 0, 2));
 
@@ -246,26 +227,7 @@ async fn embedded_binary_on_sqlite_keeps_a_confirmation_across_a_sigkill_and_has
     assert_eq!(state_of(&r), State::Held, "{r:?}");
     assert_eq!(counts(&mut seats, "C7").await, (0, 1, 0));
     assert_eq!(counts(&mut stock, "mug").await, (3, 2, 0));
-    client
-        .confirm(Decide::on(&r).confirm())
-        .await
-        .expect("confirm");
-    let get = proto::GetReservationRequest {
-        reservation_id: r.id.clone(),
-    };
-    let deadline = Instant::now() + STARTUP;
-    loop {
-        let now = client
-            .get_reservation(get.clone())
-            .await
-            .expect("get")
-            .into_inner();
-        if state_of(&now) == State::Confirmed {
-            break;
-        }
-        assert!(Instant::now() < deadline, "never CONFIRMED: {now:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let get = confirm_and_wait(&mut client, &r).await;
     assert_eq!(counts(&mut seats, "C7").await, (0, 0, 1));
     assert_eq!(counts(&mut stock, "mug").await, (3, 0, 2));
 
@@ -346,4 +308,33 @@ async fn provision_and_reserve(
         .expect("reserve through the binary")
         .into_inner();
     (client, seats, stock, r)
+}
+
+/// Confirms `r` through the binary and waits (at most [`STARTUP`]) until it reads CONFIRMED;
+/// answers the request that reads it, for reads after a restart.
+async fn confirm_and_wait(
+    client: &mut CoordinatorClient<Channel>,
+    r: &proto::Reservation,
+) -> proto::GetReservationRequest {
+    client
+        .confirm(Decide::on(r).confirm())
+        .await
+        .expect("confirm through the binary");
+    let get = proto::GetReservationRequest {
+        reservation_id: r.id.clone(),
+    };
+    let deadline = Instant::now() + STARTUP;
+    loop {
+        let now = client
+            .get_reservation(get.clone())
+            .await
+            .expect("get")
+            .into_inner();
+        if state_of(&now) == State::Confirmed {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never CONFIRMED: {now:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    get
 }

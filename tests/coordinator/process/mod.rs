@@ -94,34 +94,10 @@ impl Holdfast {
         log: PathBuf,
         env: &[(&str, &str)],
     ) -> Holdfast {
-        let out = File::options()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .unwrap_or_else(|e| panic!("open {}: {e}", log.display()));
-        let err = out.try_clone().expect("clone the log file handle");
-        let child = Command::new(env!("CARGO_BIN_EXE_holdfast"))
-            .arg("--listen")
-            .arg(listen.to_string())
-            .arg("--metrics-listen")
-            .arg(format!("{}:9464", listen.ip()))
-            .env("DATABASE_URL", database_url)
-            // Nothing from the caller's environment may reconfigure the all-in-one.
-            .env_remove("HOLDFAST_LISTEN")
-            .env_remove("HOLDFAST_PARTICIPANTS")
-            .env_remove("HOLDFAST_CONFIG")
-            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .env("RUST_LOG", "info")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err))
-            .spawn()
-            .expect("spawn the holdfast binary");
-        Holdfast {
-            child: Some(child),
-            log,
-        }
+        let mut cmd = all_in_one_command(listen);
+        cmd.env("DATABASE_URL", database_url)
+            .envs(env.iter().copied());
+        Holdfast::spawn(cmd, log)
     }
 
     /// Starts it with no arguments but the addresses and no `DATABASE_URL`, in `dir` as its
@@ -131,13 +107,18 @@ impl Holdfast {
         listen: SocketAddr,
         log: PathBuf,
     ) -> Holdfast {
+        Holdfast::spawn(embedded_command(dir, listen), log)
+    }
+
+    /// Spawns `cmd` with its output appended to `log`.
+    fn spawn(mut cmd: Command, log: PathBuf) -> Holdfast {
         let out = File::options()
             .create(true)
             .append(true)
             .open(&log)
             .unwrap_or_else(|e| panic!("open {}: {e}", log.display()));
         let err = out.try_clone().expect("clone the log file handle");
-        let child = embedded_command(dir, listen)
+        let child = cmd
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err))
             .spawn()
@@ -192,22 +173,34 @@ impl Holdfast {
     }
 }
 
-/// `holdfast --listen L --metrics-listen IP:9464` in `dir`, with nothing from the caller's
-/// environment that could configure it.
-fn embedded_command(dir: &std::path::Path, listen: SocketAddr) -> Command {
+/// The binary with nothing from the caller's environment that could configure it (every
+/// `HOLDFAST_*` variable, `DATABASE_URL`, the OTLP endpoint) and no stdin.
+fn holdfast_command() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_holdfast"));
     for (k, _) in std::env::vars() {
         if k.starts_with("HOLDFAST_") || k == "DATABASE_URL" || k == "OTEL_EXPORTER_OTLP_ENDPOINT" {
             cmd.env_remove(k);
         }
     }
-    cmd.current_dir(dir)
-        .arg("--listen")
+    cmd.stdin(Stdio::null());
+    cmd
+}
+
+/// `holdfast --listen L --metrics-listen IP:9464`, logging at info: the all-in-one.
+fn all_in_one_command(listen: SocketAddr) -> Command {
+    let mut cmd = holdfast_command();
+    cmd.arg("--listen")
         .arg(listen.to_string())
         .arg("--metrics-listen")
         .arg(format!("{}:9464", listen.ip()))
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null());
+        .env("RUST_LOG", "info");
+    cmd
+}
+
+/// The all-in-one in `dir`, with no database named: the embedded default.
+fn embedded_command(dir: &std::path::Path, listen: SocketAddr) -> Command {
+    let mut cmd = all_in_one_command(listen);
+    cmd.current_dir(dir);
     cmd
 }
 
@@ -307,16 +300,10 @@ pub(crate) async fn scrape(addr: SocketAddr) -> String {
 }
 
 /// Runs `holdfast <args>` to completion with only `env` from the HOLDFAST_* family set.
-fn run_holdfast(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_holdfast"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("HOLDFAST_") || k == "DATABASE_URL" {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.args(args)
+pub(crate) fn run_holdfast(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    holdfast_command()
+        .args(args)
         .envs(env.iter().copied())
-        .stdin(Stdio::null())
         .output()
         .expect("run holdfast")
 }
