@@ -95,6 +95,33 @@ async fn reserve_and_let_lapse(
     r
 }
 
+/// Reserves seat A1 for one second and waits until it reads EXPIRED (lazily: the callers run
+/// no reaper, so the coordinator has released nothing yet).
+async fn reserve_until_expired(
+    client: &mut proto::coordinator_client::CoordinatorClient<tonic::transport::Channel>,
+) -> proto::Reservation {
+    let mut req = reserve_request("r1", vec![hold("seats", "A1")]);
+    req.ttl = Some(prost_types::Duration {
+        seconds: 1,
+        nanos: 0,
+    });
+    let r = client.reserve(req).await.unwrap().into_inner();
+    let get = proto::GetReservationRequest {
+        reservation_id: r.id.clone(),
+    };
+    while state_of(
+        &client
+            .get_reservation(get.clone())
+            .await
+            .unwrap()
+            .into_inner(),
+    ) != State::Expired
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    r
+}
+
 #[sqlx::test(migrations = false)]
 async fn a_late_payment_is_honoured_when_the_seat_is_still_free(pool: PgPool) {
     let shop = shop(&pool).await;
@@ -131,25 +158,7 @@ async fn a_payment_just_after_expiry_confirms_the_holds_as_they_are(pool: PgPool
     // No reaper in this test: the holds are still in place when the payment lands.
     s.policy.sweep_interval = Duration::from_secs(3600);
     let mut app = spawn_app(pool, s).await;
-    let mut req = reserve_request("r1", vec![hold("seats", "A1")]);
-    req.ttl = Some(prost_types::Duration {
-        seconds: 1,
-        nanos: 0,
-    });
-    let r = app.client.reserve(req).await.unwrap().into_inner();
-    let get = proto::GetReservationRequest {
-        reservation_id: r.id.clone(),
-    };
-    while state_of(
-        &app.client
-            .get_reservation(get.clone())
-            .await
-            .unwrap()
-            .into_inner(),
-    ) != State::Expired
-    {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let r = reserve_until_expired(&mut app.client).await;
     assert_eq!(resource(&shop.seats, "A1").await.held, 1, "still held");
     let payment = charge(&shop).await;
     let c = app
@@ -321,25 +330,7 @@ async fn a_hold_lost_at_confirm_fails_the_reservation_and_refunds_the_payment(po
     s.policy.sweep_interval = Duration::from_secs(3600); // the coordinator never reaps here
     let mut app = spawn_app(pool, s).await;
 
-    let mut req = reserve_request("r1", vec![hold("seats", "A1")]);
-    req.ttl = Some(prost_types::Duration {
-        seconds: 1,
-        nanos: 0,
-    });
-    let r = app.client.reserve(req).await.unwrap().into_inner();
-    let get = proto::GetReservationRequest {
-        reservation_id: r.id.clone(),
-    };
-    while state_of(
-        &app.client
-            .get_reservation(get.clone())
-            .await
-            .unwrap()
-            .into_inner(),
-    ) != State::Expired
-    {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let r = reserve_until_expired(&mut app.client).await;
     // Bob's Try makes the participant reclaim alice's orphaned hold.
     let mut bob = reserve_request("bob-order", vec![hold("seats", "A1")]);
     bob.holder = "bob".into();
