@@ -25,34 +25,16 @@ async fn fifty_confirm_and_cancel_races_end_in_exactly_one_outcome(pool: PgPool)
         for i in 0..50 {
             // Each task its own connection: real concurrent clients.
             let addr = app.addr;
-            let (id, token) = (r.id.clone(), r.hold_token.clone());
+            let decide = Decide::on(&r);
             tasks.push(tokio::spawn(async move {
                 let mut client =
                     proto::coordinator_client::CoordinatorClient::connect(format!("http://{addr}"))
                         .await
                         .unwrap();
                 if i % 2 == 0 {
-                    (
-                        "confirm",
-                        client
-                            .confirm(proto::ConfirmRequest {
-                                reservation_id: id,
-                                hold_token: token,
-                                payment: None,
-                            })
-                            .await,
-                    )
+                    ("confirm", client.confirm(decide.confirm()).await)
                 } else {
-                    (
-                        "cancel",
-                        client
-                            .cancel(proto::CancelRequest {
-                                reservation_id: id,
-                                hold_token: token,
-                                reason: String::new(),
-                            })
-                            .await,
-                    )
+                    ("cancel", client.cancel(decide.cancel()).await)
                 }
             }));
         }
@@ -150,14 +132,7 @@ async fn twenty_concurrent_reserves_by_one_holder_with_limit_five(pool: PgPool) 
 
     // Releasing one frees a slot; an idempotent repeat of a live one is never refused.
     let mut client = app.client.clone();
-    client
-        .cancel(proto::CancelRequest {
-            reservation_id: won[0].id.clone(),
-            hold_token: won[0].hold_token.clone(),
-            reason: String::new(),
-        })
-        .await
-        .unwrap();
+    client.cancel(Decide::on(&won[0]).cancel()).await.unwrap();
     let repeat = client
         .reserve(reserve_request(
             &won[1].request_id,

@@ -13,7 +13,7 @@ use holdfast::proto::reservation::State;
 use sqlx::PgPool;
 use tonic::{Code, Status};
 
-use crate::common::{error_metadata, reason, state_of};
+use crate::common::{Decide, error_metadata, reason, state_of};
 use crate::real::*;
 
 /// Checks that a Reserve failed as a capacity rejection and that the rejected reservation is
@@ -102,7 +102,7 @@ async fn seats_stock_and_payment_confirm_across_real_participants(pool: PgPool) 
 
     let confirmed = stack
         .client()
-        .confirm(confirm(&r))
+        .confirm(Decide::on(&r).confirm())
         .await
         .expect("confirm")
         .into_inner();
@@ -123,7 +123,7 @@ async fn seats_stock_and_payment_confirm_across_real_participants(pool: PgPool) 
     // A repeated Confirm answers the same and moves nothing twice.
     let again = stack
         .client()
-        .confirm(confirm(&r))
+        .confirm(Decide::on(&r).confirm())
         .await
         .expect("repeat confirm")
         .into_inner();
@@ -131,7 +131,7 @@ async fn seats_stock_and_payment_confirm_across_real_participants(pool: PgPool) 
     // Cancel after Confirm is refused and releases nothing.
     let err = stack
         .client()
-        .cancel(cancel(&r))
+        .cancel(Decide::on(&r).cancel_because("end-to-end test"))
         .await
         .expect_err("cancel after confirm");
     assert_eq!(reason(&err), "RESERVATION_CLOSED", "{err:?}");
@@ -151,7 +151,7 @@ async fn seats_stock_and_payment_cancel_across_real_participants(pool: PgPool) {
 
     let cancelled = stack
         .client()
-        .cancel(cancel(&r))
+        .cancel(Decide::on(&r).cancel_because("end-to-end test"))
         .await
         .expect("cancel")
         .into_inner();
@@ -170,7 +170,7 @@ async fn seats_stock_and_payment_cancel_across_real_participants(pool: PgPool) {
     // Confirm after Cancel is refused and takes nothing.
     let err = stack
         .client()
-        .confirm(confirm(&r))
+        .confirm(Decide::on(&r).confirm())
         .await
         .expect_err("confirm after cancel");
     assert_eq!(reason(&err), "RESERVATION_CLOSED", "{err:?}");
@@ -273,7 +273,7 @@ async fn concurrent_reserves_of_the_same_seats_in_any_order_have_one_winner(pool
     // Every seat was the winner's: cancelling it frees all three.
     stack
         .client()
-        .cancel(cancel(winner))
+        .cancel(Decide::on(winner).cancel_because("end-to-end test"))
         .await
         .expect("cancel the winner");
     stack.wait_state(&winner.id, State::Cancelled).await;
@@ -323,7 +323,7 @@ async fn stock_flash_race_sells_exactly_the_capacity(pool: PgPool) {
     for r in &winners {
         stack
             .client()
-            .confirm(confirm(r))
+            .confirm(Decide::on(r).confirm())
             .await
             .expect("confirm a winner");
     }
@@ -388,10 +388,16 @@ async fn rooms_overlapping_slots_are_rejected_adjacent_ones_held(pool: PgPool) {
     assert_eq!(state_of(&adjacent), State::Held, "{adjacent:?}");
 
     // Confirm the first; cancel the adjacent one, whose slot is then free again.
-    client.confirm(confirm(&first)).await.expect("confirm");
+    client
+        .confirm(Decide::on(&first).confirm())
+        .await
+        .expect("confirm");
     stack.wait_state(&first.id, State::Confirmed).await;
     stack.wait_counts(Rooms, "blue", (0, 0, 1)).await;
-    client.cancel(cancel(&adjacent)).await.expect("cancel");
+    client
+        .cancel(Decide::on(&adjacent).cancel_because("end-to-end test"))
+        .await
+        .expect("cancel");
     stack.wait_state(&adjacent.id, State::Cancelled).await;
 
     let err = client
@@ -437,7 +443,7 @@ async fn expired_hold_is_released_by_the_reaper_through_the_real_stack(pool: PgP
     assert_branches(&expired, BranchState::Cancelled);
     let err = stack
         .client()
-        .confirm(confirm(&r))
+        .confirm(Decide::on(&r).confirm())
         .await
         .expect_err("confirm after expiry");
     assert_eq!(reason(&err), "HOLD_EXPIRED", "{err:?}");
@@ -511,7 +517,7 @@ async fn concurrent_losers_release_what_they_held_before_the_seats_refused(pool:
 
     stack
         .client()
-        .cancel(cancel(&winner))
+        .cancel(Decide::on(&winner).cancel_because("end-to-end test"))
         .await
         .expect("cancel the winner");
     stack.wait_state(&winner.id, State::Cancelled).await;

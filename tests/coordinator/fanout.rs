@@ -210,11 +210,7 @@ async fn participant_down_during_confirm_answers_confirming(pool: PgPool) {
         .store(1, Ordering::SeqCst);
     let c = app
         .client
-        .confirm(proto::ConfirmRequest {
-            reservation_id: r.id.clone(),
-            hold_token: r.hold_token.clone(),
-            payment: None,
-        })
+        .confirm(Decide::on(&r).confirm())
         .await
         .expect("the outcome is fixed: not an error for the caller")
         .into_inner();
@@ -237,11 +233,7 @@ async fn participant_down_during_confirm_answers_confirming(pool: PgPool) {
     // Cancel cannot undo a decided confirm.
     let err = app
         .client
-        .cancel(proto::CancelRequest {
-            reservation_id: r.id.clone(),
-            hold_token: r.hold_token.clone(),
-            reason: String::new(),
-        })
+        .cancel(Decide::on(&r).cancel())
         .await
         .unwrap_err();
     assert_eq!(reason(&err), "RESERVATION_CLOSED");

@@ -95,12 +95,31 @@ async fn reserve_and_let_lapse(
     r
 }
 
-fn confirm(r: &proto::Reservation, payment: &proto::Payment) -> proto::ConfirmRequest {
-    proto::ConfirmRequest {
+/// Reserves seat A1 for one second and waits until it reads EXPIRED (lazily: the callers run
+/// no reaper, so the coordinator has released nothing yet).
+async fn reserve_until_expired(
+    client: &mut proto::coordinator_client::CoordinatorClient<tonic::transport::Channel>,
+) -> proto::Reservation {
+    let mut req = reserve_request("r1", vec![hold("seats", "A1")]);
+    req.ttl = Some(prost_types::Duration {
+        seconds: 1,
+        nanos: 0,
+    });
+    let r = client.reserve(req).await.unwrap().into_inner();
+    let get = proto::GetReservationRequest {
         reservation_id: r.id.clone(),
-        hold_token: r.hold_token.clone(),
-        payment: Some(payment.clone()),
+    };
+    while state_of(
+        &client
+            .get_reservation(get.clone())
+            .await
+            .unwrap()
+            .into_inner(),
+    ) != State::Expired
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    r
 }
 
 #[sqlx::test(migrations = false)]
@@ -112,7 +131,7 @@ async fn a_late_payment_is_honoured_when_the_seat_is_still_free(pool: PgPool) {
 
     let c = app
         .client
-        .confirm(confirm(&r, &payment))
+        .confirm(Decide::on(&r).confirm_with(&payment))
         .await
         .unwrap()
         .into_inner();
@@ -125,7 +144,7 @@ async fn a_late_payment_is_honoured_when_the_seat_is_still_free(pool: PgPool) {
     // A repeat changes nothing.
     let again = app
         .client
-        .confirm(confirm(&r, &payment))
+        .confirm(Decide::on(&r).confirm_with(&payment))
         .await
         .unwrap()
         .into_inner();
@@ -139,30 +158,12 @@ async fn a_payment_just_after_expiry_confirms_the_holds_as_they_are(pool: PgPool
     // No reaper in this test: the holds are still in place when the payment lands.
     s.policy.sweep_interval = Duration::from_secs(3600);
     let mut app = spawn_app(pool, s).await;
-    let mut req = reserve_request("r1", vec![hold("seats", "A1")]);
-    req.ttl = Some(prost_types::Duration {
-        seconds: 1,
-        nanos: 0,
-    });
-    let r = app.client.reserve(req).await.unwrap().into_inner();
-    let get = proto::GetReservationRequest {
-        reservation_id: r.id.clone(),
-    };
-    while state_of(
-        &app.client
-            .get_reservation(get.clone())
-            .await
-            .unwrap()
-            .into_inner(),
-    ) != State::Expired
-    {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let r = reserve_until_expired(&mut app.client).await;
     assert_eq!(resource(&shop.seats, "A1").await.held, 1, "still held");
     let payment = charge(&shop).await;
     let c = app
         .client
-        .confirm(confirm(&r, &payment))
+        .confirm(Decide::on(&r).confirm_with(&payment))
         .await
         .unwrap()
         .into_inner();
@@ -183,7 +184,11 @@ async fn a_late_payment_for_a_taken_seat_is_refunded_exactly_once(pool: PgPool) 
     app.client.reserve(bob).await.unwrap();
     let payment = charge(&shop).await;
 
-    let err = app.client.confirm(confirm(&r, &payment)).await.unwrap_err();
+    let err = app
+        .client
+        .confirm(Decide::on(&r).confirm_with(&payment))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
     assert_eq!(reason(&err), "HOLD_EXPIRED");
     let refund = refund_detail(&err).expect("the refund is in the details");
@@ -196,7 +201,11 @@ async fn a_late_payment_for_a_taken_seat_is_refunded_exactly_once(pool: PgPool) 
 
     // Repeats answer the same refund and move no more money.
     for _ in 0..3 {
-        let again = app.client.confirm(confirm(&r, &payment)).await.unwrap_err();
+        let again = app
+            .client
+            .confirm(Decide::on(&r).confirm_with(&payment))
+            .await
+            .unwrap_err();
         assert_eq!(reason(&again), "HOLD_EXPIRED");
         assert_eq!(refund_detail(&again).unwrap().refund_id, refund.refund_id);
     }
@@ -234,7 +243,10 @@ async fn a_refund_survives_a_coordinator_crash_before_the_payment_service_heard(
 
     // The payment service is unreachable: the refund is recorded, not yet sent.
     network.cut().await;
-    let err = client.confirm(confirm(&r, &payment)).await.unwrap_err();
+    let err = client
+        .confirm(Decide::on(&r).confirm_with(&payment))
+        .await
+        .unwrap_err();
     assert_eq!(reason(&err), "HOLD_EXPIRED");
     let refund = refund_detail(&err).unwrap();
     assert_eq!(refund.state, i32::from(proto::refund::State::Pending));
@@ -249,7 +261,10 @@ async fn a_refund_survives_a_coordinator_crash_before_the_payment_service_heard(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let mut client = second.client().await;
-    let again = client.confirm(confirm(&r, &payment)).await.unwrap_err();
+    let again = client
+        .confirm(Decide::on(&r).confirm_with(&payment))
+        .await
+        .unwrap_err();
     let same = refund_detail(&again).unwrap();
     assert_eq!(same.refund_id, refund.refund_id, "never a second refund");
     assert_eq!(same.state, i32::from(proto::refund::State::Refunded));
@@ -264,7 +279,11 @@ async fn the_refund_policy_always_refunds_and_closed_reservations_refund_too(poo
     let mut app = spawn_app(pool, s).await;
     let r = reserve_and_let_lapse(&mut app.client, &shop, "alice").await;
     let payment = charge(&shop).await;
-    let err = app.client.confirm(confirm(&r, &payment)).await.unwrap_err();
+    let err = app
+        .client
+        .confirm(Decide::on(&r).confirm_with(&payment))
+        .await
+        .unwrap_err();
     assert_eq!(reason(&err), "HOLD_EXPIRED");
     assert!(refund_detail(&err).is_some());
     assert_eq!(
@@ -278,18 +297,11 @@ async fn the_refund_policy_always_refunds_and_closed_reservations_refund_too(poo
     let mut req = reserve_request("second", vec![hold("seats", "A1")]);
     req.holder = "carol".into();
     let r2 = app.client.reserve(req).await.unwrap().into_inner();
-    app.client
-        .cancel(proto::CancelRequest {
-            reservation_id: r2.id.clone(),
-            hold_token: r2.hold_token.clone(),
-            reason: String::new(),
-        })
-        .await
-        .unwrap();
+    app.client.cancel(Decide::on(&r2).cancel()).await.unwrap();
     let payment2 = charge(&shop).await;
     let err = app
         .client
-        .confirm(confirm(&r2, &payment2))
+        .confirm(Decide::on(&r2).confirm_with(&payment2))
         .await
         .unwrap_err();
     assert_eq!(reason(&err), "RESERVATION_CLOSED");
@@ -318,25 +330,7 @@ async fn a_hold_lost_at_confirm_fails_the_reservation_and_refunds_the_payment(po
     s.policy.sweep_interval = Duration::from_secs(3600); // the coordinator never reaps here
     let mut app = spawn_app(pool, s).await;
 
-    let mut req = reserve_request("r1", vec![hold("seats", "A1")]);
-    req.ttl = Some(prost_types::Duration {
-        seconds: 1,
-        nanos: 0,
-    });
-    let r = app.client.reserve(req).await.unwrap().into_inner();
-    let get = proto::GetReservationRequest {
-        reservation_id: r.id.clone(),
-    };
-    while state_of(
-        &app.client
-            .get_reservation(get.clone())
-            .await
-            .unwrap()
-            .into_inner(),
-    ) != State::Expired
-    {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let r = reserve_until_expired(&mut app.client).await;
     // Bob's Try makes the participant reclaim alice's orphaned hold.
     let mut bob = reserve_request("bob-order", vec![hold("seats", "A1")]);
     bob.holder = "bob".into();
@@ -345,7 +339,7 @@ async fn a_hold_lost_at_confirm_fails_the_reservation_and_refunds_the_payment(po
     let payment = charge(&shop).await;
     let c = app
         .client
-        .confirm(confirm(&r, &payment))
+        .confirm(Decide::on(&r).confirm_with(&payment))
         .await
         .unwrap()
         .into_inner();
@@ -420,7 +414,7 @@ async fn a_coordinator_dying_while_honouring_a_late_payment_leaves_it_refunded(p
         currency: "EUR".into(),
     };
     let pending = tokio::spawn({
-        let req = confirm(&r, &payment);
+        let req = Decide::on(&r).confirm_with(&payment);
         async move { client.confirm(req).await }
     });
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

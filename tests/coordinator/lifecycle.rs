@@ -25,11 +25,7 @@ async fn reserve_then_confirm(pool: PgPool) {
 
     let c = app
         .client
-        .confirm(proto::ConfirmRequest {
-            reservation_id: r.id.clone(),
-            hold_token: r.hold_token.clone(),
-            payment: None,
-        })
+        .confirm(Decide::on(&r).confirm())
         .await
         .unwrap()
         .into_inner();
@@ -51,11 +47,7 @@ async fn reserve_then_confirm(pool: PgPool) {
     // A repeat answers the same, with no further participant effect.
     let again = app
         .client
-        .confirm(proto::ConfirmRequest {
-            reservation_id: r.id.clone(),
-            hold_token: r.hold_token.clone(),
-            payment: None,
-        })
+        .confirm(Decide::on(&r).confirm())
         .await
         .unwrap()
         .into_inner();
@@ -65,11 +57,7 @@ async fn reserve_then_confirm(pool: PgPool) {
     // Cancel after Confirm is refused.
     let err = app
         .client
-        .cancel(proto::CancelRequest {
-            reservation_id: r.id.clone(),
-            hold_token: r.hold_token.clone(),
-            reason: String::new(),
-        })
+        .cancel(Decide::on(&r).cancel())
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
@@ -90,11 +78,7 @@ async fn reserve_then_cancel(pool: PgPool) {
         .await
         .unwrap()
         .into_inner();
-    let cancel = proto::CancelRequest {
-        reservation_id: r.id.clone(),
-        hold_token: r.hold_token.clone(),
-        reason: "changed my mind".into(),
-    };
+    let cancel = Decide::on(&r).cancel_because("changed my mind");
     let c = app
         .client
         .cancel(cancel.clone())
@@ -116,11 +100,7 @@ async fn reserve_then_cancel(pool: PgPool) {
 
     let err = app
         .client
-        .confirm(proto::ConfirmRequest {
-            reservation_id: r.id.clone(),
-            hold_token: r.hold_token.clone(),
-            payment: None,
-        })
+        .confirm(Decide::on(&r).confirm())
         .await
         .unwrap_err();
     assert_eq!(reason(&err), "RESERVATION_CLOSED");
@@ -166,11 +146,7 @@ async fn reserve_is_idempotent_on_holder_and_request_id(pool: PgPool) {
 
     // Still the same reservation, whatever its state now.
     app.client
-        .cancel(proto::CancelRequest {
-            reservation_id: first.id.clone(),
-            hold_token: first.hold_token.clone(),
-            reason: String::new(),
-        })
+        .cancel(Decide::on(&first).cancel())
         .await
         .unwrap();
     let after = app.client.reserve(req).await.unwrap().into_inner();
@@ -192,11 +168,7 @@ async fn wrong_token_changes_nothing(pool: PgPool) {
     for token in [wrong.clone(), "x".into()] {
         let err = app
             .client
-            .confirm(proto::ConfirmRequest {
-                reservation_id: r.id.clone(),
-                hold_token: token.clone(),
-                payment: None,
-            })
+            .confirm(Decide::with_token(&r.id, &token).confirm())
             .await
             .unwrap_err();
         assert_eq!(err.code(), Code::PermissionDenied);
@@ -204,11 +176,7 @@ async fn wrong_token_changes_nothing(pool: PgPool) {
         assert!(!err.message().contains(&r.hold_token), "never echo a token");
         let err = app
             .client
-            .cancel(proto::CancelRequest {
-                reservation_id: r.id.clone(),
-                hold_token: token,
-                reason: String::new(),
-            })
+            .cancel(Decide::with_token(&r.id, &token).cancel())
             .await
             .unwrap_err();
         assert_eq!(reason(&err), "HOLD_TOKEN_MISMATCH");
@@ -261,11 +229,7 @@ async fn confirm_after_ttl_ran_out_is_hold_expired(pool: PgPool) {
     }
     let err = app
         .client
-        .confirm(proto::ConfirmRequest {
-            reservation_id: r.id.clone(),
-            hold_token: r.hold_token.clone(),
-            payment: None,
-        })
+        .confirm(Decide::on(&r).confirm())
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
@@ -281,12 +245,7 @@ async fn confirm_after_ttl_ran_out_is_hold_expired(pool: PgPool) {
     // Extend after expiry is refused the same way.
     let err = app
         .client
-        .extend(proto::ExtendRequest {
-            reservation_id: r.id.clone(),
-            hold_token: r.hold_token.clone(),
-            ttl: None,
-            request_id: String::new(),
-        })
+        .extend(Decide::on(&r).extend(None, ""))
         .await
         .unwrap_err();
     assert_eq!(reason(&err), "HOLD_EXPIRED");
@@ -301,15 +260,7 @@ async fn extend_once_then_limit(pool: PgPool) {
         .await
         .unwrap()
         .into_inner();
-    let extend = proto::ExtendRequest {
-        reservation_id: r.id.clone(),
-        hold_token: r.hold_token.clone(),
-        ttl: Some(prost_types::Duration {
-            seconds: 60,
-            nanos: 0,
-        }),
-        request_id: String::new(),
-    };
+    let extend = Decide::on(&r).extend(Some(Duration::from_secs(60)), "");
     let e = app
         .client
         .extend(extend.clone())
@@ -337,15 +288,8 @@ async fn extend_with_a_request_id_is_idempotent(pool: PgPool) {
         .await
         .unwrap()
         .into_inner();
-    let extend = |request_id: &str| proto::ExtendRequest {
-        reservation_id: r.id.clone(),
-        hold_token: r.hold_token.clone(),
-        ttl: Some(prost_types::Duration {
-            seconds: 60,
-            nanos: 0,
-        }),
-        request_id: request_id.to_owned(),
-    };
+    let extend =
+        |request_id: &str| Decide::on(&r).extend(Some(Duration::from_secs(60)), request_id);
     let first = app
         .client
         .extend(extend("ext-1"))
@@ -399,14 +343,7 @@ async fn watch_streams_changes_and_ends_after_terminal(pool: PgPool) {
     let first = stream.message().await.unwrap().unwrap();
     assert_eq!(state_of(&first), State::Held);
     assert!(first.hold_token.is_empty());
-    app.client
-        .confirm(proto::ConfirmRequest {
-            reservation_id: r.id.clone(),
-            hold_token: r.hold_token.clone(),
-            payment: None,
-        })
-        .await
-        .unwrap();
+    app.client.confirm(Decide::on(&r).confirm()).await.unwrap();
     let mut seen = vec![];
     while let Some(msg) = tokio::time::timeout(Duration::from_secs(10), stream.message())
         .await

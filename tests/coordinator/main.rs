@@ -1,10 +1,10 @@
 //! The coordinator suite: a real coordinator over gRPC on loopback, a fresh Postgres database
-//! per test, and in-test participants that record their calls.
+//! per test, and in-test participants that record their calls; `process/` runs the real
+//! `holdfast` binary as a child process (crashes, configuration, the bench).
 
 mod common;
 mod real;
 
-mod binary;
 mod concurrency;
 mod end_to_end;
 mod fanout;
@@ -12,6 +12,7 @@ mod late_payment;
 mod lifecycle;
 mod migrate;
 mod overload;
+mod process;
 mod recovery;
 mod service;
 mod tracing;

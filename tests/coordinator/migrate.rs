@@ -1,21 +1,14 @@
 //! `holdfast migrate`: the real binary creates a missing database and applies the
 //! coordinator's schema, PostgreSQL or SQLite; a second run changes nothing.
 
-use std::process::Command;
-
 use sqlx::Connection;
 use sqlx::migrate::MigrateDatabase;
 
-use crate::binary::TempDatabase;
+use crate::process::{TempDatabase, run_holdfast};
 
 /// Runs `holdfast migrate --database-url <url>` and asserts it succeeded.
 fn migrate(url: &str) {
-    let out = Command::new(env!("CARGO_BIN_EXE_holdfast"))
-        .args(["migrate", "--database-url", url])
-        .env_remove("DATABASE_URL")
-        .env_remove("HOLDFAST_CONFIG")
-        .output()
-        .expect("run holdfast migrate");
+    let out = run_holdfast(&["migrate", "--database-url", url], &[]);
     assert!(
         out.status.success(),
         "holdfast migrate failed: {}\n{}",

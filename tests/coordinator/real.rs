@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 
-use crate::common::{TestApp, settings, spawn_app};
+use crate::common::{TestApp, proto_duration, put_resources_request, settings, spawn_app};
 
 /// The participants of the end-to-end stack, each registered under its kind's name.
 pub const KINDS: [Kind; 4] = [Kind::Seats, Kind::Stock, Kind::Rooms, Kind::Payments];
@@ -127,15 +127,7 @@ impl Stack {
             .participant(kind)
             .admin
             .clone()
-            .put_resources(proto::PutResourcesRequest {
-                resources: resources
-                    .iter()
-                    .map(|(resource, capacity)| proto::ResourceSpec {
-                        resource: (*resource).to_owned(),
-                        capacity: *capacity,
-                    })
-                    .collect(),
-            })
+            .put_resources(put_resources_request(resources))
             .await
             .unwrap_or_else(|e| panic!("PutResources on {}: {e:?}", kind.name()))
             .into_inner();
@@ -270,28 +262,9 @@ pub fn reserve(
     proto::ReserveRequest {
         request_id: request_id.to_owned(),
         holder: holder.to_owned(),
-        ttl: ttl.map(|d| prost_types::Duration {
-            seconds: d.as_secs() as i64,
-            nanos: d.subsec_nanos() as i32,
-        }),
+        ttl: ttl.map(proto_duration),
         holds,
         labels: Default::default(),
-    }
-}
-
-pub fn confirm(r: &proto::Reservation) -> proto::ConfirmRequest {
-    proto::ConfirmRequest {
-        reservation_id: r.id.clone(),
-        hold_token: r.hold_token.clone(),
-        payment: None,
-    }
-}
-
-pub fn cancel(r: &proto::Reservation) -> proto::CancelRequest {
-    proto::CancelRequest {
-        reservation_id: r.id.clone(),
-        hold_token: r.hold_token.clone(),
-        reason: "end-to-end test".to_owned(),
     }
 }
 

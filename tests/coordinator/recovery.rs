@@ -89,11 +89,7 @@ async fn a_participant_back_from_an_outage_gets_its_backlog_at_once(pool: PgPool
     network.cut().await;
     let c = app
         .client
-        .confirm(proto::ConfirmRequest {
-            reservation_id: r.id.clone(),
-            hold_token: r.hold_token.clone(),
-            payment: None,
-        })
+        .confirm(Decide::on(&r).confirm())
         .await
         .unwrap()
         .into_inner();
@@ -213,16 +209,8 @@ async fn crash_mid_confirm_then_recover(pool: PgPool, crash: CrashPoint) {
     };
     seats_stall.store(true, Ordering::SeqCst);
     stock_stall.store(true, Ordering::SeqCst);
-    let (id, token) = (r.id.clone(), r.hold_token.clone());
-    let pending = tokio::spawn(async move {
-        client
-            .confirm(proto::ConfirmRequest {
-                reservation_id: id,
-                hold_token: token,
-                payment: None,
-            })
-            .await
-    });
+    let confirm = Decide::on(&r).confirm();
+    let pending = tokio::spawn(async move { client.confirm(confirm).await });
     eventually(Duration::from_secs(5), "both Confirms sent", || async {
         log.count("seats", "Confirm") == 1 && log.count("stock", "Confirm") == 1
     })

@@ -135,11 +135,7 @@ async fn list_pages_filters_and_never_returns_tokens(pool: PgPool) {
     }
     // Cancel one of alice's.
     app.client
-        .cancel(proto::CancelRequest {
-            reservation_id: ids[0].0.clone(),
-            hold_token: ids[0].1.clone(),
-            reason: String::new(),
-        })
+        .cancel(Decide::with_token(&ids[0].0, &ids[0].1).cancel())
         .await
         .unwrap();
 

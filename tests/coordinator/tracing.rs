@@ -15,7 +15,8 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use opentelemetry_proto::tonic::trace::v1::Span;
 
-use crate::binary::{Holdfast, TempDatabase, admin, listen_addr, participant_addr, serving};
+use crate::common::put_resources_request;
+use crate::process::{Holdfast, TempDatabase, admin, listen_addr, participant_addr, serving};
 
 /// An OTLP trace receiver that keeps every span it is sent.
 #[derive(Clone, Default)]
@@ -71,12 +72,7 @@ async fn one_reserve_is_one_trace_across_coordinator_and_participants() {
     for (port, resource, capacity) in [(50061, "A1", 1), (50062, "sku-1", 5)] {
         admin(participant_addr(listen, port))
             .await
-            .put_resources(proto::PutResourcesRequest {
-                resources: vec![proto::ResourceSpec {
-                    resource: resource.into(),
-                    capacity,
-                }],
-            })
+            .put_resources(put_resources_request(&[(resource, capacity)]))
             .await
             .unwrap();
     }

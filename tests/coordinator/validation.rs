@@ -167,38 +167,28 @@ async fn other_methods_name_their_fields(pool: PgPool) {
 
     let err = app
         .client
-        .confirm(proto::ConfirmRequest {
-            reservation_id: missing.clone(),
-            hold_token: String::new(),
-            payment: None,
-        })
+        .confirm(Decide::with_token(&missing, "").confirm())
         .await
         .unwrap_err();
     assert_eq!(error_metadata(&err)["field"], "hold_token");
 
     let err = app
         .client
-        .confirm(proto::ConfirmRequest {
-            reservation_id: missing.clone(),
-            hold_token: "t".into(),
-            payment: Some(proto::Payment {
+        .confirm(
+            Decide::with_token(&missing, "t").confirm_with(&proto::Payment {
                 participant: "payments".into(),
                 payment_ref: "p1".into(),
                 amount_minor: 100,
                 currency: "euro".into(),
             }),
-        })
+        )
         .await
         .unwrap_err();
     assert_eq!(error_metadata(&err)["field"], "payment.currency");
 
     let err = app
         .client
-        .cancel(proto::CancelRequest {
-            reservation_id: missing.clone(),
-            hold_token: "t".into(),
-            reason: "r".repeat(257),
-        })
+        .cancel(Decide::with_token(&missing, "t").cancel_because(&"r".repeat(257)))
         .await
         .unwrap_err();
     assert_eq!(error_metadata(&err)["field"], "reason");

@@ -1,8 +1,9 @@
 //! The real coordinator served over gRPC on a SQLite store, with the coordinator suite's
 //! in-test participants: Reserve -> Confirm, Cancel, a rejection, and expiry by the reaper.
 
-#[allow(dead_code)]
-#[path = "../coordinator/common.rs"]
+// The coordinator suite's helpers; this test uses a few of them (and none of the relay).
+#[allow(dead_code, unused_imports)]
+#[path = "../coordinator/common/mod.rs"]
 mod common;
 
 use std::sync::atomic::Ordering;
@@ -14,7 +15,7 @@ use holdfast::proto::coordinator_client::CoordinatorClient;
 use holdfast::proto::reservation::State;
 use tokio::net::TcpListener;
 
-use common::{hold, reason, reserve_request, settings, spawn_fakes, state_of};
+use common::{Decide, hold, reason, reserve_request, settings, spawn_fakes, state_of};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coordinator_on_sqlite() {
@@ -47,11 +48,7 @@ async fn coordinator_on_sqlite() {
         .into_inner();
     assert_eq!(state_of(&r), State::Held);
     let confirmed = client
-        .confirm(proto::ConfirmRequest {
-            reservation_id: r.id.clone(),
-            hold_token: r.hold_token.clone(),
-            payment: None,
-        })
+        .confirm(Decide::on(&r).confirm())
         .await
         .unwrap()
         .into_inner();
@@ -66,11 +63,7 @@ async fn coordinator_on_sqlite() {
         .unwrap()
         .into_inner();
     let cancelled = client
-        .cancel(proto::CancelRequest {
-            reservation_id: c.id.clone(),
-            hold_token: c.hold_token.clone(),
-            reason: String::new(),
-        })
+        .cancel(Decide::on(&c).cancel())
         .await
         .unwrap()
         .into_inner();

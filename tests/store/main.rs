@@ -1,7 +1,7 @@
-//! The storage conformance suite: every case in `cases.rs` is written once against
-//! `Arc<dyn Store>` and run against both backends - PostgreSQL (a fresh database per test,
-//! `#[sqlx::test]`, from `DATABASE_URL`) and SQLite (a fresh file per test). Test names read
-//! `<case>::postgres` and `<case>::sqlite`.
+//! The storage conformance suite: every case in `cases/` (one file per topic) is written once
+//! against `Arc<dyn Store>` and run against both backends - PostgreSQL (a fresh database per
+//! test, `#[sqlx::test]`, from `DATABASE_URL`) and SQLite (a fresh file per test). Test names
+//! read `<topic>::<case>::postgres` and `<topic>::<case>::sqlite`.
 //!
 //! `grpc.rs` also serves the real coordinator over gRPC on a SQLite store (a smoke test).
 
@@ -52,56 +52,73 @@ impl Drop for TempDb {
     }
 }
 
-/// Runs `cases::$case` against both backends.
+/// Runs each `cases::<topic>::<case>` against both backends, as the tests
+/// `<topic>::<case>::postgres` and `<topic>::<case>::sqlite`.
 macro_rules! conformance {
-    ($($case:ident),* $(,)?) => {
+    ($($topic:ident: [$($case:ident),* $(,)?]),* $(,)?) => {
         $(
-            mod $case {
-                #[sqlx::test(migrations = false)]
-                async fn postgres(pool: sqlx::PgPool) {
-                    crate::cases::$case(crate::postgres(pool).await).await;
-                }
+            mod $topic {
+                $(
+                    mod $case {
+                        #[sqlx::test(migrations = false)]
+                        async fn postgres(pool: sqlx::PgPool) {
+                            crate::cases::$topic::$case(crate::postgres(pool).await).await;
+                        }
 
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn sqlite() {
-                    let db = crate::TempDb::fresh();
-                    let store = std::sync::Arc::new(db.store().await);
-                    crate::cases::$case(store).await;
-                }
+                        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                        async fn sqlite() {
+                            let db = crate::TempDb::fresh();
+                            let store = std::sync::Arc::new(db.store().await);
+                            crate::cases::$topic::$case(store).await;
+                        }
+                    }
+                )*
             }
         )*
     };
 }
 
 conformance!(
-    create_records_trying,
-    create_is_idempotent,
-    hold_limit_per_holder_and_total,
-    concurrent_creates_respect_the_limit,
-    decide_confirm,
-    decide_cancel,
-    decide_extend,
-    decide_token_mismatch_not_found_not_held,
-    lazy_expiry,
-    decide_on_lapsed_hold_expires_it,
-    record_held_only_from_trying,
-    record_rejected_then_finish,
-    record_phase_backoff_and_wrong_state,
-    claim_due_expires_and_leases,
-    claim_due_takes_abandoned_trying,
-    concurrent_claimers_never_share,
-    refund_recorded_once,
-    refund_attempts,
-    late_payment_refund_policy,
-    late_payment_honoured_in_place,
-    retake_confirms,
-    retake_fails_and_refunds,
-    failed_refunds_payment,
-    list_pages_and_filters,
-    backlog_and_wake,
-    renew_lease_only_by_owner,
-    writes_answer_with_the_stored_reservation,
-    concurrent_writes_are_each_recorded,
-    extend_repeat_is_not_applied_twice,
-    decide_sees_changes_since_placement,
+    create: [
+        create_records_trying,
+        create_is_idempotent,
+        hold_limit_per_holder_and_total,
+        concurrent_creates_respect_the_limit,
+    ],
+    decide: [
+        decide_confirm,
+        decide_cancel,
+        decide_extend,
+        decide_token_mismatch_not_found_not_held,
+        lazy_expiry,
+        decide_on_lapsed_hold_expires_it,
+        extend_repeat_is_not_applied_twice,
+        decide_sees_changes_since_placement,
+    ],
+    phases: [
+        record_held_only_from_trying,
+        record_rejected_then_finish,
+        record_phase_backoff_and_wrong_state,
+    ],
+    recovery: [
+        claim_due_expires_and_leases,
+        claim_due_takes_abandoned_trying,
+        concurrent_claimers_never_share,
+        backlog_and_wake,
+        renew_lease_only_by_owner,
+    ],
+    payments: [
+        refund_recorded_once,
+        refund_attempts,
+        late_payment_refund_policy,
+        late_payment_honoured_in_place,
+        retake_confirms,
+        retake_fails_and_refunds,
+        failed_refunds_payment,
+    ],
+    list: [list_pages_and_filters],
+    writes: [
+        writes_answer_with_the_stored_reservation,
+        concurrent_writes_are_each_recorded,
+    ],
 );

@@ -1,0 +1,161 @@
+//! `holdfast bench` end to end through the real binary, short runs on databases of their own:
+//! every row clean and each ratio its rate over the right ceiling; the flash sale sells exactly
+//! its units on `stock` and on `stock-redis`.
+
+use super::{TempDatabase, run_holdfast, server_url, with_database};
+
+/// Runs `holdfast bench <args>` on a fresh database of its own (a name with "bench" in it;
+/// the bench drops and recreates it) with small pools, asserts it exited 0, and answers its
+/// JSON result rows and its output (for failure messages).
+fn run_bench(args: &[&str]) -> (Vec<serde_json::Value>, String) {
+    let id = uuid::Uuid::new_v4().simple();
+    let db = TempDatabase {
+        url: with_database(&server_url(), &format!("holdfast_bench_smoke_{id}")),
+    };
+    let json = std::env::temp_dir().join(format!("holdfast-bench-smoke-{id}.json"));
+    let mut argv = vec!["bench"];
+    argv.extend_from_slice(args);
+    argv.extend_from_slice(&[
+        // Few connections: other tests share the server's max_connections.
+        "--coordinator-pool",
+        "8",
+        "--participant-pool",
+        "8",
+        "--database-url",
+        &db.url,
+        "--json",
+        json.to_str().expect("temp path"),
+    ]);
+    let out = run_holdfast(&argv, &[("RUST_LOG", "error")]);
+    let text = std::fs::read_to_string(&json);
+    let _ = std::fs::remove_file(&json);
+    let output = format!(
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "bench failed ({}); {output}",
+        out.status
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&text.unwrap_or_else(|e| panic!("no JSON ({e}); {output}")))
+            .expect("the JSON parses");
+    let rows = doc["results"].as_array().expect("results").clone();
+    (rows, output)
+}
+
+/// `holdfast bench ceiling latency throughput`, short: every row is there and clean, and each
+/// row's ratio is its rate over its ceiling's, both readings of the ceiling (a row per
+/// connection, one row for all) for the rows run at `--clients`.
+#[test]
+fn bench_reports_rates_against_both_ceilings() {
+    let (rows, output) = run_bench(&[
+        "ceiling",
+        "latency",
+        "throughput",
+        "--duration",
+        "1s",
+        "--clients",
+        "4",
+    ]);
+    let row = |name: &str| {
+        rows.iter()
+            .find(|r| r["scenario"] == name)
+            .unwrap_or_else(|| panic!("no {name} row; {output}"))
+    };
+    let rate = |name: &str| row(name)["rate_per_s"].as_f64().expect("rate");
+    for name in [
+        "ceiling-1",
+        "ceiling-4",
+        "ceiling-4-one-row",
+        "latency-noop",
+        "latency-real",
+        "throughput-noop",
+        "throughput-real",
+    ] {
+        let r = row(name);
+        assert!(r["failure"].is_null(), "{r}");
+        assert_eq!(r["error_count"], 0, "{r}");
+        assert!(r["ok"].as_u64().is_some_and(|ok| ok > 0), "{r}");
+        assert!(rate(name) > 0.0, "{r}");
+    }
+    for name in ["latency-noop", "latency-real"] {
+        let x = row(name)["ratio_to_ceiling"].as_f64().expect("ratio");
+        assert!((x - rate(name) / rate("ceiling-1")).abs() < 1e-9, "{name}");
+        assert!(row(name)["ratio_to_one_row_ceiling"].is_null());
+    }
+    for name in ["throughput-noop", "throughput-real"] {
+        let x = row(name)["ratio_to_ceiling"].as_f64().expect("ratio");
+        assert!((x - rate(name) / rate("ceiling-4")).abs() < 1e-9, "{name}");
+        let y = row(name)["ratio_to_one_row_ceiling"]
+            .as_f64()
+            .expect("one-row ratio");
+        assert!(
+            (y - rate(name) / rate("ceiling-4-one-row")).abs() < 1e-9,
+            "{name}"
+        );
+        assert!(row(name)["commits_per_op"].as_f64().is_some(), "{name}");
+    }
+}
+
+/// `holdfast bench flash`, small, end to end: the real binary drops and recreates its own
+/// database (a name with "bench" in it, unique to this test), runs the flash sale through its
+/// in-process coordinator on `stock` and on `stock-redis`, exits 0, and its JSON shows both
+/// rows sold exactly the units (the participants' own counts) with no error and no oversell;
+/// the run's Redis keys are deleted afterwards.
+#[test]
+fn bench_flash_sells_exactly_the_units_on_stock_and_stock_redis() {
+    const UNITS: i64 = 20;
+    const CLIENTS: i64 = 300;
+    let redis_url =
+        std::env::var("HOLDFAST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let (rows, output) = run_bench(&[
+        "flash",
+        "--flash-clients",
+        &CLIENTS.to_string(),
+        "--flash-concurrency",
+        "32",
+        "--flash-units",
+        &UNITS.to_string(),
+        "--redis-url",
+        &redis_url,
+    ]);
+    for name in ["flash", "flash-stock-redis"] {
+        let row = rows
+            .iter()
+            .find(|r| r["scenario"] == name)
+            .unwrap_or_else(|| panic!("no {name} row; {output}"));
+        assert!(row["failure"].is_null(), "{row}");
+        assert_eq!(row["error_count"], 0, "{row}");
+        assert_eq!(row["ok"], UNITS, "{row}");
+        assert_eq!(row["rejected"], CLIENTS - UNITS, "{row}");
+        let details = &row["details"];
+        assert_eq!(details["winners"], UNITS, "{row}");
+        assert_eq!(details["oversell"], 0, "{row}");
+        let counts = &details["participant_counts"];
+        assert_eq!(
+            (&counts["capacity"], &counts["confirmed"], &counts["held"]),
+            (&UNITS.into(), &UNITS.into(), &0.into()),
+            "{row}"
+        );
+    }
+    let redis_row = rows
+        .iter()
+        .find(|r| r["scenario"] == "flash-stock-redis")
+        .expect("row");
+    assert_eq!(redis_row["details"]["participant"], "stock-redis");
+    let prefix = redis_row["details"]["redis_key_prefix"]
+        .as_str()
+        .expect("redis_key_prefix");
+    let mut redis = redis::Client::open(redis_url.as_str())
+        .expect("redis url")
+        .get_connection()
+        .expect("redis");
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query(&mut redis)
+        .expect("KEYS");
+    assert!(left.is_empty(), "{} keys left under {prefix}", left.len());
+}

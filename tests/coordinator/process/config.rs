@@ -1,0 +1,120 @@
+//! Settings as the binary reads them: flags beat `HOLDFAST_*` environment variables, which beat
+//! the TOML file, which beats the defaults (shown by `--print-config`, secrets masked); a bad
+//! setting fails at start, naming it.
+
+use super::run_holdfast;
+
+#[test]
+fn settings_come_from_flags_then_env_then_file_then_defaults() {
+    let file = std::env::temp_dir().join(format!("holdfast-cfg-{}.toml", std::process::id()));
+    std::fs::write(
+        &file,
+        r#"
+max_ttl = "30m"
+default_ttl = "5m"
+participant_timeout = "3s"
+max_extensions = 4
+redis_url = "redis://:hunter2@cache:6379/0"
+redis_retention = "48h"
+[participants]
+seats = "http://127.0.0.1:50061"
+stock = { url = "http://127.0.0.1:50062", timeout = "1s" }
+"#,
+    )
+    .unwrap();
+    let out = run_holdfast(
+        &["coordinator", "--print-config", "--default-ttl", "7m"],
+        &[
+            ("HOLDFAST_CONFIG", file.to_str().unwrap()),
+            ("HOLDFAST_MAX_TTL", "2h"),
+            ("DATABASE_URL", "postgres://app:s3cret@db:5432/holdfast"),
+        ],
+    );
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        "default_ttl = \"420000ms\"",       // flag beats everything
+        "max_ttl = \"7200000ms\"",          // env beats the file
+        "max_extensions = 4",               // file beats the default
+        "participant_timeout = \"3000ms\"", // file
+        "max_active_holds_per_holder = 5",  // default
+        "seats = { url = \"http://127.0.0.1:50061\", timeout = \"3000ms\" }",
+        "stock = { url = \"http://127.0.0.1:50062\", timeout = \"1000ms\" }",
+        "database_url = \"postgres://app:***@db:5432/holdfast\"", // never print a password
+        "redis_url = \"redis://:***@cache:6379/0\"",              // file, masked too
+        "redis_retention = \"172800000ms\"",                      // file
+    ] {
+        assert!(
+            printed.lines().any(|l| l == line),
+            "{line:?} not in:\n{printed}"
+        );
+    }
+    assert!(!printed.contains("hunter2"), "{printed}");
+    // From its env var; the all-in-one (no subcommand) prints it as well.
+    let out = run_holdfast(
+        &["--print-config"],
+        &[("HOLDFAST_REDIS_URL", "redis://127.0.0.1:6380")],
+    );
+    assert!(out.status.success());
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed
+            .lines()
+            .any(|l| l == "redis_url = \"redis://127.0.0.1:6380\""),
+        "{printed}"
+    );
+    assert!(
+        printed
+            .lines()
+            .any(|l| l == "redis_retention = \"604800000ms\""),
+        "default 7 days: {printed}"
+    );
+    // Unset, it is named as such (a comment: the printed settings stay valid TOML).
+    let out = run_holdfast(&["coordinator", "--print-config"], &[]);
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed
+            .lines()
+            .any(|l| l.starts_with("# redis_url: not set")),
+        "{printed}"
+    );
+    assert!(printed.parse::<toml::Table>().is_ok(), "{printed}");
+}
+
+#[test]
+fn a_bad_config_fails_at_start_naming_the_setting() {
+    let file = std::env::temp_dir().join(format!("holdfast-bad-{}.toml", std::process::id()));
+    for (content, expected) in [
+        ("max_tll = \"5m\"", "unknown setting `max_tll`"),
+        ("max_ttl = \"5 parsecs\"", "--max-ttl"),
+        ("[participants]\nseats = 42", "participants.seats"),
+        ("max_ttl = ", "not valid TOML"),
+    ] {
+        std::fs::write(&file, content).unwrap();
+        let out = run_holdfast(
+            &[
+                "coordinator",
+                "--config",
+                file.to_str().unwrap(),
+                "--print-config",
+            ],
+            &[],
+        );
+        assert!(!out.status.success(), "{content:?} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(expected), "{content:?}: {err}");
+    }
+    let _ = std::fs::remove_file(&file);
+    // A bad flag or env value names its setting too.
+    let out = run_holdfast(
+        &["coordinator", "--print-config"],
+        &[("HOLDFAST_LEASE", "soon")],
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--lease"));
+}

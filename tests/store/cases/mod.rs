@@ -1,0 +1,216 @@
+//! The conformance cases: storage-level behaviour every backend must show, each written once
+//! against `Arc<dyn Store>` (see `main.rs` for how each runs on PostgreSQL and on SQLite), one
+//! file per topic. This file holds what several topics build on: the fixture reservation, the
+//! durations, leases and limits, and short forms of the store calls.
+
+pub mod create;
+pub mod decide;
+pub mod list;
+pub mod payments;
+pub mod phases;
+pub mod recovery;
+pub mod writes;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use holdfast::domain::LatePaymentPolicy;
+use holdfast::domain::policy::{Backoff, HoldLimits};
+use holdfast::domain::{
+    BranchState, Decision, Hold, HoldToken, Interval, ListQuery, NewReservation, Payment,
+    Reservation, State, Verdict,
+};
+use holdfast::store::{BranchReport, Created, Decided, Store, WorkLease};
+use uuid::Uuid;
+
+type S = Arc<dyn Store>;
+
+const LONG: Duration = Duration::from_secs(600);
+/// A ttl that lapses within the test (then `lapse()` waits it out).
+const SHORT: Duration = Duration::from_millis(300);
+
+async fn lapse() {
+    tokio::time::sleep(Duration::from_millis(450)).await;
+}
+
+fn lease() -> WorkLease {
+    WorkLease {
+        owner: Uuid::new_v4(),
+        duration: Duration::from_secs(30),
+    }
+}
+
+fn limits(per_holder: u32, total: u32) -> HoldLimits {
+    HoldLimits { per_holder, total }
+}
+
+const NO_LIMITS: HoldLimits = HoldLimits {
+    per_holder: 1000,
+    total: 0,
+};
+
+/// Retry much later: nothing is due again during the test.
+const SLOW: Backoff = Backoff {
+    base: Duration::from_secs(3600),
+    cap: Duration::from_secs(3600),
+};
+
+/// Retry at once.
+const FAST: Backoff = Backoff {
+    base: Duration::from_millis(1),
+    cap: Duration::from_millis(1),
+};
+
+fn at(us: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_micros(us).unwrap()
+}
+
+/// Three holds in canonical order: one room slot (microsecond precision), two seats.
+fn new_res(holder: &str, request_id: &str, ttl: Duration) -> NewReservation {
+    let mut labels = BTreeMap::new();
+    labels.insert("order".to_owned(), "o-1".to_owned());
+    labels.insert("ünïcode".to_owned(), "\"quoted\" value".to_owned());
+    NewReservation {
+        request_id: request_id.to_owned(),
+        holder: holder.to_owned(),
+        ttl,
+        holds: vec![
+            Hold {
+                participant: "rooms".into(),
+                resource: "r1".into(),
+                quantity: 1,
+                during: Some(Interval {
+                    start: at(1_900_000_000_123_456),
+                    end: at(1_900_003_600_654_321),
+                }),
+            },
+            Hold {
+                participant: "seats".into(),
+                resource: "A1".into(),
+                quantity: 1,
+                during: None,
+            },
+            Hold {
+                participant: "seats".into(),
+                resource: "A2".into(),
+                quantity: 2,
+                during: None,
+            },
+        ],
+        labels,
+    }
+}
+
+/// A new reservation (must be new) and its token.
+async fn create_with(
+    store: &S,
+    holder: &str,
+    request_id: &str,
+    ttl: Duration,
+    lease: WorkLease,
+) -> (Reservation, String) {
+    let token = HoldToken::generate().unwrap();
+    match store
+        .create(&new_res(holder, request_id, ttl), &token, lease, NO_LIMITS)
+        .await
+        .unwrap()
+    {
+        Created::New(r) => (r, token.expose().to_owned()),
+        other => panic!("expected a new reservation, got {other:?}"),
+    }
+}
+
+async fn create(store: &S, holder: &str, request_id: &str, ttl: Duration) -> (Reservation, String) {
+    create_with(store, holder, request_id, ttl, lease()).await
+}
+
+fn reports(r: &Reservation, state: BranchState, error: Option<&str>) -> Vec<BranchReport> {
+    r.participant_branches()
+        .into_iter()
+        .map(|b| BranchReport {
+            branch_id: b.branch_id,
+            state,
+            error: error.map(str::to_owned),
+        })
+        .collect()
+}
+
+/// A reservation whose holds are all placed.
+async fn held(store: &S, holder: &str, request_id: &str, ttl: Duration) -> (Reservation, String) {
+    let (r, token) = create(store, holder, request_id, ttl).await;
+    let r = store
+        .record_held(r.id, &reports(&r, BranchState::Held, None))
+        .await
+        .unwrap();
+    assert_eq!(r.state, State::Held);
+    (r, token)
+}
+
+fn confirm() -> Decision {
+    Decision::Confirm {
+        payment: None,
+        late_policy: LatePaymentPolicy::HonorIfAvailable,
+    }
+}
+
+fn payment() -> Payment {
+    Payment {
+        participant: "payments".into(),
+        payment_ref: "pay-1".into(),
+        amount_minor: 4200,
+        currency: "EUR".into(),
+    }
+}
+
+fn confirm_paid(late_policy: LatePaymentPolicy) -> Decision {
+    Decision::Confirm {
+        payment: Some(payment()),
+        late_policy,
+    }
+}
+
+fn cancel() -> Decision {
+    Decision::Cancel {
+        reason: Some("changed my mind".into()),
+    }
+}
+
+fn extend(by: Duration) -> Decision {
+    extend_keyed(by, None)
+}
+
+fn extend_keyed(by: Duration, request_id: Option<&str>) -> Decision {
+    Decision::Extend {
+        by: Some(by),
+        max_extensions: 1,
+        max_ttl: Duration::from_secs(3600),
+        request_id: request_id.map(str::to_owned),
+    }
+}
+
+/// The verdict, the reservation after it, and whether this caller got the lease.
+async fn decide(store: &S, id: Uuid, token: &str, d: &Decision) -> (Verdict, Reservation, bool) {
+    match store.decide(id, token, d, lease()).await.unwrap() {
+        Decided::Judged {
+            verdict,
+            reservation,
+            leased,
+        } => (verdict, *reservation, leased),
+        other => panic!("expected a verdict, got {other:?}"),
+    }
+}
+
+async fn get(store: &S, id: Uuid) -> Reservation {
+    store.get(id).await.unwrap().expect("reservation exists")
+}
+
+fn query(holder: Option<&str>, state: Option<State>, limit: u32) -> ListQuery {
+    ListQuery {
+        holder: holder.map(str::to_owned),
+        state,
+        limit,
+        after: None,
+    }
+}

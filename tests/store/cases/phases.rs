@@ -1,0 +1,152 @@
+//! Recording what the participants answered: `record_held` (only from TRYING),
+//! `record_rejected`, and `record_phase` with its backoff, its finish and a call from the wrong
+//! state.
+
+use std::time::Duration;
+
+use holdfast::domain::{BranchState, Rejection, State};
+use holdfast::store::BranchReport;
+
+use super::{FAST, LONG, S, SLOW, cancel, create, decide, held, lease, reports};
+
+pub async fn record_held_only_from_trying(store: S) {
+    let (r, token) = create(&store, "alice", "req-1", LONG).await;
+    let after = store
+        .record_held(r.id, &reports(&r, BranchState::Held, None))
+        .await
+        .unwrap();
+    assert_eq!(after.state, State::Held);
+    assert_eq!(after.version, 2);
+    assert!(
+        after
+            .branches
+            .iter()
+            .all(|b| b.state == BranchState::Held && b.attempts == 1 && b.last_error.is_none())
+    );
+    // A second report (or one after the reservation moved on) changes nothing.
+    let again = store
+        .record_held(r.id, &reports(&r, BranchState::Held, None))
+        .await
+        .unwrap();
+    assert_eq!(again.version, 2);
+    assert!(again.branches.iter().all(|b| b.attempts == 1));
+    decide(&store, r.id, &token, &cancel()).await;
+    let late = store
+        .record_held(r.id, &reports(&r, BranchState::Held, None))
+        .await
+        .unwrap();
+    assert_eq!(late.state, State::Cancelling);
+}
+
+pub async fn record_rejected_then_finish(store: S) {
+    let (r, _) = create(&store, "alice", "req-1", LONG).await;
+    let pbs = r.participant_branches();
+    let rejection = Rejection {
+        participant: "seats".into(),
+        resource: "A1".into(),
+        reason: "sold out".into(),
+    };
+    let recorded = store
+        .record_rejected(
+            r.id,
+            Some(&rejection),
+            &[
+                BranchReport {
+                    branch_id: pbs[0].branch_id,
+                    state: BranchState::Held,
+                    error: None,
+                },
+                BranchReport {
+                    branch_id: pbs[1].branch_id,
+                    state: BranchState::Rejected,
+                    error: None,
+                },
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(recorded.state, State::Cancelling);
+    assert_eq!(recorded.release_outcome, Some(State::Rejected));
+    assert_eq!(recorded.rejection.as_ref(), Some(&rejection));
+    assert_eq!(recorded.branches[0].state, BranchState::Held);
+    assert_eq!(recorded.branches[2].state, BranchState::Rejected);
+    // Only from TRYING.
+    let again = store.record_rejected(r.id, None, &[]).await.unwrap();
+    assert_eq!(again.version, recorded.version);
+    assert_eq!(again.rejection.as_ref(), Some(&rejection));
+    // Finish only from the expected state, once.
+    let wrong = store
+        .record_phase(r.id, State::Confirming, &[], Some(State::Confirmed), FAST)
+        .await
+        .unwrap();
+    assert!(!wrong.finished);
+    assert_eq!(wrong.reservation.state, State::Cancelling);
+    let done = store
+        .record_phase(
+            r.id,
+            State::Cancelling,
+            &reports(&r, BranchState::Cancelled, None),
+            Some(State::Rejected),
+            FAST,
+        )
+        .await
+        .unwrap();
+    assert!(done.finished);
+    assert_eq!(done.reservation.state, State::Rejected);
+    let twice = store
+        .record_phase(r.id, State::Cancelling, &[], Some(State::Rejected), FAST)
+        .await
+        .unwrap();
+    assert!(!twice.finished);
+    assert_eq!(twice.reservation.version, done.reservation.version);
+    assert_eq!(store.backlog().await.unwrap(), 0);
+}
+
+pub async fn record_phase_backoff_and_wrong_state(store: S) {
+    let (r, token) = held(&store, "alice", "req-1", LONG).await;
+    decide(&store, r.id, &token, &cancel()).await;
+    let pbs = r.participant_branches();
+    let phase = store
+        .record_phase(
+            r.id,
+            State::Cancelling,
+            &[
+                BranchReport {
+                    branch_id: pbs[0].branch_id,
+                    state: BranchState::Cancelled,
+                    error: None,
+                },
+                BranchReport {
+                    branch_id: pbs[1].branch_id,
+                    state: BranchState::Held,
+                    error: Some("seats unavailable".into()),
+                },
+            ],
+            None,
+            SLOW,
+        )
+        .await
+        .unwrap();
+    assert!(!phase.finished);
+    let after = phase.reservation;
+    assert_eq!(after.state, State::Cancelling);
+    assert_eq!(after.branches[0].state, BranchState::Cancelled);
+    assert_eq!(
+        after.branches[1].last_error.as_deref(),
+        Some("seats unavailable")
+    );
+    assert_eq!(after.branches[1].attempts, 2);
+    // The lease is free but the retry is not due yet.
+    assert!(store.claim_due(lease(), 10).await.unwrap().is_empty());
+    assert_eq!(store.backlog().await.unwrap(), 1);
+    // With a tiny backoff it is due at once.
+    store
+        .record_phase(r.id, State::Cancelling, &[], None, FAST)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let claimed = store.claim_due(lease(), 10).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].id, r.id);
+    assert!(!claimed[0].expired);
+}

@@ -1,0 +1,160 @@
+//! The work a sweeping instance finds: `claim_due` (lapsed holds expired in the claim,
+//! abandoned TRYING rows, leases nobody else can take), the backlog and its wake-up when a
+//! participant answers again, and lease renewal by its owner only.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use holdfast::domain::lifecycle::Refusal;
+use holdfast::domain::{BranchState, State, Verdict};
+use holdfast::store::{BranchReport, Claimed, WorkLease};
+use uuid::Uuid;
+
+use super::{
+    LONG, S, SHORT, SLOW, cancel, confirm, create, create_with, decide, get, held, lapse, lease,
+    reports,
+};
+
+pub async fn claim_due_expires_and_leases(store: S) {
+    let (r, token) = held(&store, "alice", "req-1", SHORT).await;
+    held(&store, "alice", "req-2", LONG).await;
+    assert!(store.claim_due(lease(), 10).await.unwrap().is_empty());
+    lapse().await;
+    let a = WorkLease {
+        owner: Uuid::new_v4(),
+        duration: Duration::from_millis(400),
+    };
+    let b = WorkLease {
+        owner: Uuid::new_v4(),
+        duration: Duration::from_secs(30),
+    };
+    let claimed = store.claim_due(a, 10).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!((claimed[0].id, claimed[0].expired), (r.id, true));
+    // Expired in the claim itself.
+    let after = get(&store, r.id).await;
+    assert_eq!(after.stored_state, State::Cancelling);
+    assert_eq!(after.release_outcome, Some(State::Expired));
+    assert_eq!(after.version, r.version + 1);
+    // A Confirm racing the reaper sees the release.
+    let (verdict, _, leased) = decide(&store, r.id, &token, &confirm()).await;
+    assert_eq!(verdict, Verdict::Refuse(Refusal::HoldExpired));
+    assert!(!leased);
+    // Leased: nobody else claims it until the lease ends.
+    assert!(store.claim_due(b, 10).await.unwrap().is_empty());
+    assert!(!store.renew_lease(r.id, b).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let taken = store.claim_due(b, 10).await.unwrap();
+    assert_eq!(taken.len(), 1);
+    assert_eq!((taken[0].id, taken[0].expired), (r.id, false));
+    assert_eq!(get(&store, r.id).await.version, after.version);
+    assert!(store.claim_due(a, 10).await.unwrap().is_empty());
+    assert!(!store.renew_lease(r.id, a).await.unwrap(), "a lost it");
+}
+
+pub async fn claim_due_takes_abandoned_trying(store: S) {
+    let short = WorkLease {
+        owner: Uuid::new_v4(),
+        duration: Duration::from_millis(300),
+    };
+    let (r, _) = create_with(&store, "alice", "req-1", LONG, short).await;
+    assert!(store.claim_due(lease(), 10).await.unwrap().is_empty());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let claimed = store.claim_due(lease(), 10).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!((claimed[0].id, claimed[0].expired), (r.id, false));
+    assert_eq!(get(&store, r.id).await.state, State::Trying);
+}
+
+pub async fn concurrent_claimers_never_share(store: S) {
+    let mut ids = HashSet::new();
+    for i in 0..12 {
+        let (r, _) = held(&store, &format!("h{i}"), "req", SHORT).await;
+        ids.insert(r.id);
+    }
+    lapse().await;
+    let claimer = |store: S| async move {
+        let lease = lease();
+        let mut got: Vec<Claimed> = Vec::new();
+        loop {
+            let batch = store.claim_due(lease, 3).await.unwrap();
+            if batch.is_empty() {
+                return got;
+            }
+            got.extend(batch);
+            tokio::task::yield_now().await;
+        }
+    };
+    let (a, b) = tokio::join!(
+        tokio::spawn(claimer(store.clone())),
+        tokio::spawn(claimer(store.clone()))
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let a_ids: HashSet<Uuid> = a.iter().map(|c| c.id).collect();
+    let b_ids: HashSet<Uuid> = b.iter().map(|c| c.id).collect();
+    assert_eq!(
+        a_ids.len() + b_ids.len(),
+        a.len() + b.len(),
+        "claimed twice by one"
+    );
+    assert!(a_ids.is_disjoint(&b_ids), "claimed by both");
+    assert_eq!(&a_ids | &b_ids, ids);
+    assert!(a.iter().chain(&b).all(|c| c.expired));
+}
+
+pub async fn backlog_and_wake(store: S) {
+    assert_eq!(store.backlog().await.unwrap(), 0);
+    let (r, token) = create(&store, "alice", "req-1", LONG).await;
+    assert_eq!(store.backlog().await.unwrap(), 1, "TRYING counts");
+    let r = store
+        .record_held(r.id, &reports(&r, BranchState::Held, None))
+        .await
+        .unwrap();
+    assert_eq!(store.backlog().await.unwrap(), 0, "live HELD does not");
+    decide(&store, r.id, &token, &cancel()).await;
+    assert_eq!(store.backlog().await.unwrap(), 1, "CANCELLING counts");
+    let pbs = r.participant_branches();
+    store
+        .record_phase(
+            r.id,
+            State::Cancelling,
+            &[
+                BranchReport {
+                    branch_id: pbs[0].branch_id,
+                    state: BranchState::Cancelled,
+                    error: None,
+                },
+                BranchReport {
+                    branch_id: pbs[1].branch_id,
+                    state: BranchState::Held,
+                    error: Some("connection refused".into()),
+                },
+            ],
+            None,
+            SLOW,
+        )
+        .await
+        .unwrap();
+    assert!(store.claim_due(lease(), 10).await.unwrap().is_empty());
+    assert_eq!(store.wake_backlog("rooms").await.unwrap(), 0);
+    assert_eq!(store.wake_backlog("seats").await.unwrap(), 1);
+    let claimed = store.claim_due(lease(), 10).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].id, r.id);
+    // Due already: waking again finds nothing to bring forward.
+    assert_eq!(store.wake_backlog("seats").await.unwrap(), 0);
+}
+
+pub async fn renew_lease_only_by_owner(store: S) {
+    let a = lease();
+    let (r, _) = create_with(&store, "alice", "req-1", LONG, a).await;
+    assert!(store.renew_lease(r.id, a).await.unwrap());
+    assert!(!store.renew_lease(r.id, lease()).await.unwrap());
+    // Recording the holds gives the lease up.
+    store
+        .record_held(r.id, &reports(&r, BranchState::Held, None))
+        .await
+        .unwrap();
+    assert!(!store.renew_lease(r.id, a).await.unwrap());
+    assert!(!store.renew_lease(Uuid::new_v4(), a).await.unwrap());
+}
