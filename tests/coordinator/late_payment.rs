@@ -261,6 +261,26 @@ async fn a_refund_survives_a_coordinator_crash_before_the_payment_service_heard(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let mut client = second.client().await;
+    // The payment service answered; the coordinator records that answer just after it, so
+    // wait for the record before asking again (a repeat in between rightly reads PENDING).
+    let refunded_state = i32::from(proto::refund::State::Refunded);
+    loop {
+        let got = client
+            .get_reservation(proto::GetReservationRequest {
+                reservation_id: r.id.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if got.refund.as_ref().map(|f| f.state) == Some(refunded_state) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "refund acknowledgement never recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let again = client
         .confirm(Decide::on(&r).confirm_with(&payment))
         .await
