@@ -23,10 +23,10 @@ pub use error::Error;
 use crate::domain::lifecycle::Refusal;
 use crate::domain::validate::{self, FieldError, Limits, ReserveInput};
 use crate::domain::{
-    BranchState, Decision, HoldToken, LatePaymentPolicy, ListQuery, ParticipantBranch, Payment,
-    Rejection, Reservation, State, TryOutcome, Verdict,
+    BranchOutcome, BranchState, Decision, HoldToken, LatePaymentPolicy, ListQuery,
+    ParticipantBranch, Payment, Rejection, Reservation, State, TryOutcome, Verdict,
 };
-use crate::registry::Registry;
+use crate::registry::{CallError, Registry};
 use crate::store::{
     Backoff, BranchReport, Created, Decided, HoldLimits, LimitScope, Store, WorkLease,
 };
@@ -212,14 +212,16 @@ impl Coordinator {
                 .first()
                 .map(|h| h.resource.clone())
                 .unwrap_or_default();
-            let outcome = match self.registry.get(&group.participant) {
-                Some(p) => {
+            let outcome = match self.registry.require(&group.participant) {
+                Ok(p) => {
                     p.try_hold(r.id, group.branch_id, &r.holder, &group.holds, r.expires_at)
                         .await
                 }
-                None => Err(crate::registry::CallError {
-                    refused: true,
+                // The rejection already names the participant; this wording predates `require`
+                // and is what clients see in `rejection.reason`.
+                Err(e) => Err(CallError {
                     message: "participant is no longer registered".into(),
+                    ..e
                 }),
             };
             let (report, failure) = match outcome {
@@ -353,15 +355,15 @@ impl Coordinator {
         if refund.state != crate::domain::RefundState::Pending {
             return Ok(r);
         }
-        let acknowledged = match self.registry.get(&payment.participant) {
-            Some(p) => match p.refund(r.id, payment, refund).await {
+        let acknowledged = match self.registry.require(&payment.participant) {
+            Ok(p) => match p.refund(r.id, payment, refund).await {
                 Ok(()) => true,
                 Err(e) => {
                     tracing::warn!(reservation_id = %r.id, refund_id = %refund.refund_id, error = %e, "refund not acknowledged; will retry");
                     false
                 }
             },
-            None => {
+            Err(_) => {
                 tracing::error!(reservation_id = %r.id, participant = %payment.participant, "refund owed by an unregistered payment participant");
                 false
             }
@@ -590,21 +592,23 @@ impl Coordinator {
             .filter(|b| !matches!(b.state, BranchState::Confirmed | BranchState::HoldLost))
             .collect();
         let calls = pending.iter().map(|b| async {
-            let result = match self.registry.get(&b.participant) {
-                Some(p) => p.confirm(r.id, b.branch_id).await,
-                None => Err(crate::registry::CallError {
-                    refused: false,
-                    message: format!("participant {:?} is not registered", b.participant),
-                }),
+            let result = match self.registry.require(&b.participant) {
+                Ok(p) => p.confirm(r.id, b.branch_id).await,
+                Err(e) => Err(e),
             };
             match result {
-                Ok(state @ (BranchState::Confirmed | BranchState::HoldLost)) => BranchReport {
+                Ok(BranchOutcome::Confirmed) => BranchReport {
                     branch_id: b.branch_id,
-                    state,
+                    state: BranchState::Confirmed,
+                    error: None,
+                },
+                Ok(BranchOutcome::HoldLost) => BranchReport {
+                    branch_id: b.branch_id,
+                    state: BranchState::HoldLost,
                     error: None,
                 },
                 // The participant released it (Confirm after Cancel): the hold is gone.
-                Ok(BranchState::Cancelled) => {
+                Ok(BranchOutcome::Cancelled) => {
                     tracing::error!(reservation_id = %r.id, participant = %b.participant, "participant had released a hold being confirmed");
                     BranchReport {
                         branch_id: b.branch_id,
@@ -612,11 +616,6 @@ impl Coordinator {
                         error: Some("participant had released the hold".into()),
                     }
                 }
-                Ok(other) => BranchReport {
-                    branch_id: b.branch_id,
-                    state: b.state,
-                    error: Some(format!("unexpected answer {} to Confirm", other.as_str())),
-                },
                 Err(e) => BranchReport {
                     branch_id: b.branch_id,
                     state: b.state,
@@ -665,20 +664,17 @@ impl Coordinator {
         }
         let to_release: Vec<ParticipantBranch> = release_candidates(&r);
         let calls = to_release.iter().map(|b| async {
-            let result = match self.registry.get(&b.participant) {
-                Some(p) => p.cancel(r.id, b.branch_id).await,
-                None => Err(crate::registry::CallError {
-                    refused: false,
-                    message: format!("participant {:?} is not registered", b.participant),
-                }),
+            let result = match self.registry.require(&b.participant) {
+                Ok(p) => p.cancel(r.id, b.branch_id).await,
+                Err(e) => Err(e),
             };
             match result {
-                Ok(BranchState::Cancelled) => BranchReport {
+                Ok(BranchOutcome::Cancelled) => BranchReport {
                     branch_id: b.branch_id,
                     state: BranchState::Cancelled,
                     error: None,
                 },
-                Ok(BranchState::Confirmed) => {
+                Ok(BranchOutcome::Confirmed) => {
                     tracing::error!(reservation_id = %r.id, participant = %b.participant, "participant had confirmed a branch being released");
                     BranchReport {
                         branch_id: b.branch_id,
@@ -686,10 +682,11 @@ impl Coordinator {
                         error: Some("participant had confirmed the branch".into()),
                     }
                 }
-                Ok(other) => BranchReport {
+                // Not an answer Cancel gives (SPEC 3.3): a failed call, retried.
+                Ok(BranchOutcome::HoldLost) => BranchReport {
                     branch_id: b.branch_id,
                     state: b.state,
-                    error: Some(format!("unexpected answer {} to Cancel", other.as_str())),
+                    error: Some("unexpected answer HOLD_LOST to Cancel".into()),
                 },
                 Err(e) => BranchReport {
                     branch_id: b.branch_id,
