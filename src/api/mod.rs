@@ -12,25 +12,21 @@ use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
 use crate::coordinator::{Coordinator, Error};
-use crate::domain::ListQuery;
-use crate::domain::validate::{self, FieldError};
+use crate::domain::validate::FieldError;
 use crate::proto;
-use crate::registry::Registry;
 use convert::Token;
 
 /// The `tcc.v1.Coordinator` service.
 #[derive(Clone)]
 pub struct CoordinatorApi {
     coordinator: Coordinator,
-    registry: Registry,
     watch_poll: Duration,
 }
 
 impl CoordinatorApi {
-    pub fn new(coordinator: Coordinator, registry: Registry) -> CoordinatorApi {
+    pub fn new(coordinator: Coordinator) -> CoordinatorApi {
         CoordinatorApi {
             coordinator,
-            registry,
             watch_poll: Duration::from_secs(1),
         }
     }
@@ -40,41 +36,6 @@ impl CoordinatorApi {
         proto::coordinator_server::CoordinatorServer::new(self)
             .max_decoding_message_size(1024 * 1024)
     }
-
-    fn check_payment(&self, p: &proto::Payment) -> Result<(), FieldError> {
-        let limits = self.coordinator.limits();
-        validate::identifier("payment.participant", &p.participant, limits.max_id_bytes)?;
-        if self.registry.get(&p.participant).is_none() {
-            return Err(FieldError::new(
-                "payment.participant",
-                format!("names no registered participant ({:?})", p.participant),
-            ));
-        }
-        validate::identifier("payment.payment_ref", &p.payment_ref, limits.max_id_bytes)?;
-        if p.amount_minor <= 0 {
-            return Err(FieldError::new("payment.amount_minor", "must be > 0"));
-        }
-        if p.currency.len() != 3 || !p.currency.bytes().all(|b| b.is_ascii_uppercase()) {
-            return Err(FieldError::new(
-                "payment.currency",
-                "must be an ISO 4217 code such as \"EUR\"",
-            ));
-        }
-        Ok(())
-    }
-}
-
-fn encode_page_token(created_at: chrono::DateTime<chrono::Utc>, id: Uuid) -> String {
-    format!("{}.{}", created_at.timestamp_micros(), id.simple())
-}
-
-fn decode_page_token(token: &str) -> Result<(chrono::DateTime<chrono::Utc>, Uuid), FieldError> {
-    let bad = || FieldError::new("page_token", "is not a token from a previous response");
-    let (micros, id) = token.split_once('.').ok_or_else(bad)?;
-    let micros: i64 = micros.parse().map_err(|_| bad())?;
-    let ts = chrono::DateTime::from_timestamp_micros(micros).ok_or_else(bad)?;
-    let id = Uuid::parse_str(id).map_err(|_| bad())?;
-    Ok((ts, id))
 }
 
 /// Records an RPC's outcome and latency.
@@ -114,9 +75,6 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
     ) -> Result<Response<proto::Reservation>, Status> {
         observed("Confirm", async move {
             let req = request.into_inner();
-            if let Some(p) = &req.payment {
-                self.check_payment(p).map_err(Error::from)?;
-            }
             let r = self
                 .coordinator
                 .confirm(
@@ -185,20 +143,7 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
         request: Request<proto::ListReservationsRequest>,
     ) -> Result<Response<proto::ListReservationsResponse>, Status> {
         observed("ListReservations", async move {
-            let req = request.into_inner();
-            if req.page_size < 0 {
-                return Err(Error::from(FieldError::new("page_size", "must be >= 0")).into());
-            }
-            let query = ListQuery {
-                holder: (!req.holder.is_empty()).then_some(req.holder),
-                state: convert::state_filter(req.state).map_err(Error::from)?,
-                limit: u32::try_from(req.page_size).unwrap_or(0),
-                after: if req.page_token.is_empty() {
-                    None
-                } else {
-                    Some(decode_page_token(&req.page_token).map_err(Error::from)?)
-                },
-            };
+            let query = convert::list_query(request.into_inner()).map_err(Error::from)?;
             let page = self.coordinator.list(query).await?;
             Ok(Response::new(proto::ListReservationsResponse {
                 reservations: page
@@ -208,7 +153,7 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
                     .collect(),
                 next_page_token: page
                     .next
-                    .map(|(ts, id)| encode_page_token(ts, id))
+                    .map(|(ts, id)| convert::page_token(ts, id))
                     .unwrap_or_default(),
             }))
         })
@@ -286,23 +231,5 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::ReceiverStream::new(rx),
         )))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn page_tokens_round_trip_and_reject_garbage() {
-        let ts = chrono::DateTime::from_timestamp_micros(1_700_000_000_123_456).unwrap();
-        let id = Uuid::now_v7();
-        assert_eq!(
-            decode_page_token(&encode_page_token(ts, id)).unwrap(),
-            (ts, id)
-        );
-        for bad in ["", "x", "1.2", "abc.0190f5c2-0000-7000-8000-000000000000"] {
-            assert_eq!(decode_page_token(bad).unwrap_err().field, "page_token");
-        }
     }
 }

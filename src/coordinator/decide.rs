@@ -5,22 +5,25 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use super::{Coordinator, Error, check_token, entered, parse_id, refund_recorded};
+use super::{Coordinator, Error, entered, refund_recorded};
 use crate::domain::lifecycle::Refusal;
 use crate::domain::validate;
 use crate::domain::{Decision, Payment, Reservation, State, Verdict};
 use crate::store::Decided;
 
 impl Coordinator {
-    /// Confirms a held reservation.
+    /// Confirms a held reservation, recording the payment that comes with it.
     pub async fn confirm(
         &self,
         id: &str,
         token: &str,
         payment: Option<Payment>,
     ) -> Result<Reservation, Error> {
-        let id = parse_id("reservation_id", id)?;
-        check_token(token)?;
+        if let Some(p) = &payment {
+            validate::payment(p, &self.limits, |name| self.registry.get(name).is_some())?;
+        }
+        let id = validate::reservation_id(id)?;
+        validate::hold_token(token)?;
         let decision = Decision::Confirm {
             payment,
             late_policy: self.policy.late_payment,
@@ -50,8 +53,8 @@ impl Coordinator {
 
     /// Releases a reservation.
     pub async fn cancel(&self, id: &str, token: &str, reason: &str) -> Result<Reservation, Error> {
-        let id = parse_id("reservation_id", id)?;
-        check_token(token)?;
+        let id = validate::reservation_id(id)?;
+        validate::hold_token(token)?;
         validate::reason("reason", reason, &self.limits)?;
         let decision = Decision::Cancel {
             reason: (!reason.is_empty()).then(|| reason.to_owned()),
@@ -75,8 +78,8 @@ impl Coordinator {
         ttl: Option<Duration>,
         request_id: &str,
     ) -> Result<Reservation, Error> {
-        let id = parse_id("reservation_id", id)?;
-        check_token(token)?;
+        let id = validate::reservation_id(id)?;
+        validate::hold_token(token)?;
         let by = match ttl {
             Some(t) => Some(validate::ttl("ttl", t, &self.limits)?),
             None => None,

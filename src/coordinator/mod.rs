@@ -28,7 +28,7 @@ use uuid::Uuid;
 pub use error::Error;
 pub use policy::Policy;
 
-use crate::domain::validate::{self, FieldError, Limits};
+use crate::domain::validate::{self, Limits};
 use crate::domain::{ListQuery, RefundState, Reservation, State};
 use crate::registry::Registry;
 use crate::store::{Store, WorkLease};
@@ -50,25 +50,6 @@ pub struct Coordinator {
     limits: Limits,
     policy: Policy,
     watchers: Arc<watch::Watchers>,
-}
-
-/// Parses a reservation id field.
-fn parse_id(field: &str, value: &str) -> Result<Uuid, FieldError> {
-    if value.is_empty() {
-        return Err(FieldError::new(field, "is required"));
-    }
-    Uuid::parse_str(value).map_err(|_| FieldError::new(field, "must be a UUID"))
-}
-
-/// Checks a presented token's shape (not its value).
-fn check_token(value: &str) -> Result<(), FieldError> {
-    if value.is_empty() {
-        return Err(FieldError::new("hold_token", "is required"));
-    }
-    if value.len() > 256 {
-        return Err(FieldError::new("hold_token", "must be at most 256 bytes"));
-    }
-    Ok(())
 }
 
 impl Coordinator {
@@ -99,11 +80,6 @@ impl Coordinator {
         }
     }
 
-    /// The input limits in force.
-    pub fn limits(&self) -> &Limits {
-        &self.limits
-    }
-
     /// Subscribes to the changes this process makes to a reservation (see [`watch`]).
     pub fn subscribe(&self, id: Uuid) -> tokio::sync::broadcast::Receiver<Arc<Reservation>> {
         self.watchers.subscribe(id)
@@ -111,7 +87,7 @@ impl Coordinator {
 
     /// Reads one reservation.
     pub async fn get(&self, id: &str) -> Result<Reservation, Error> {
-        let id = parse_id("reservation_id", id)?;
+        let id = validate::reservation_id(id)?;
         self.store.get(id).await?.ok_or(Error::NotFound(id))
     }
 
