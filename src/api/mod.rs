@@ -5,14 +5,11 @@ pub mod convert;
 pub mod error;
 
 use std::pin::Pin;
-use std::time::Duration;
 
-use tokio_stream::Stream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
-use uuid::Uuid;
 
 use crate::coordinator::{Coordinator, Error};
-use crate::domain::validate::FieldError;
 use crate::proto;
 use convert::Token;
 
@@ -20,15 +17,11 @@ use convert::Token;
 #[derive(Clone)]
 pub struct CoordinatorApi {
     coordinator: Coordinator,
-    watch_poll: Duration,
 }
 
 impl CoordinatorApi {
     pub fn new(coordinator: Coordinator) -> CoordinatorApi {
-        CoordinatorApi {
-            coordinator,
-            watch_poll: Duration::from_secs(1),
-        }
+        CoordinatorApi { coordinator }
     }
 
     /// The tonic service, with the request size limit applied.
@@ -166,70 +159,13 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
         &self,
         request: Request<proto::WatchReservationRequest>,
     ) -> Result<Response<WatchStream>, Status> {
-        let id = request.get_ref().reservation_id.clone();
-        let uuid = Uuid::parse_str(&id)
-            .map_err(|_| Error::from(FieldError::new("reservation_id", "must be a UUID")))?;
-        // Subscribe before the first read, so no change falls between the two.
-        let mut changes = self.coordinator.subscribe(uuid);
-        let first = self.coordinator.get(&id).await?;
-        let (tx, rx) = tokio::sync::mpsc::channel(16);
-        let coordinator = self.coordinator.clone();
-        let poll = self.watch_poll;
-        tokio::spawn(async move {
-            let mut last = first.version;
-            let mut state = first.state;
-            let mut expires_at = first.expires_at;
-            if tx
-                .send(Ok(convert::reservation(first, Token::Omit)))
-                .await
-                .is_err()
-            {
-                return;
-            }
-            while !state.is_terminal() {
-                // Changes made here arrive as events, in order; a poll catches other replicas'
-                // changes and lazy expiry (which writes nothing), at the latest at expiry.
-                let until_expiry = (expires_at - chrono::Utc::now())
-                    .to_std()
-                    .unwrap_or_default()
-                    + Duration::from_millis(20);
-                let next = tokio::select! {
-                    _ = tx.closed() => return,
-                    event = changes.recv() => match event {
-                        Ok(r) => Some((*r).clone()),
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => None,
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => None,
-                    },
-                    _ = tokio::time::sleep(poll.min(until_expiry)) => None,
-                };
-                let r = match next {
-                    Some(r) => r,
-                    None => match coordinator.get(&id).await {
-                        Ok(r) => r,
-                        Err(e) => {
-                            let _ = tx.send(Err(Status::from(e))).await;
-                            return;
-                        }
-                    },
-                };
-                // Versions only grow; a lazily expired read has the same version but a new state.
-                if r.version < last || (r.version == last && r.state == state) {
-                    continue;
-                }
-                last = r.version;
-                state = r.state;
-                expires_at = r.expires_at;
-                if tx
-                    .send(Ok(convert::reservation(r, Token::Omit)))
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-            }
-        });
-        Ok(Response::new(Box::pin(
-            tokio_stream::wrappers::ReceiverStream::new(rx),
-        )))
+        let changes = self
+            .coordinator
+            .watch(&request.get_ref().reservation_id)
+            .await?;
+        Ok(Response::new(Box::pin(changes.map(|r| {
+            r.map(|r| convert::reservation(r, Token::Omit))
+                .map_err(Status::from)
+        }))))
     }
 }

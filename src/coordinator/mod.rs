@@ -81,13 +81,16 @@ impl Coordinator {
     }
 
     /// Subscribes to the changes this process makes to a reservation (see [`watch`]).
-    pub fn subscribe(&self, id: Uuid) -> tokio::sync::broadcast::Receiver<Arc<Reservation>> {
+    fn subscribe(&self, id: Uuid) -> tokio::sync::broadcast::Receiver<Arc<Reservation>> {
         self.watchers.subscribe(id)
     }
 
     /// Reads one reservation.
     pub async fn get(&self, id: &str) -> Result<Reservation, Error> {
-        let id = validate::reservation_id(id)?;
+        self.read(validate::reservation_id(id)?).await
+    }
+
+    async fn read(&self, id: Uuid) -> Result<Reservation, Error> {
         self.store.get(id).await?.ok_or(Error::NotFound(id))
     }
 
