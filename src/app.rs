@@ -168,7 +168,7 @@ pub async fn serve_coordinator(
     );
     let (stop_recovery, stop) = tokio::sync::watch::channel(false);
     let recovery = tokio::spawn(coordinator.clone().run_recovery(stop));
-    let api = CoordinatorApi::new(coordinator, registry);
+    let api = CoordinatorApi::new(coordinator);
     let routes = tonic::service::Routes::new(api.into_server());
     tracing::info!(addr = %listener.local_addr()?, "coordinator serving");
     let served = crate::server::serve_with(

@@ -172,11 +172,14 @@ impl Registry {
         self.participants.get(name)
     }
 
-    /// Registered names, sorted.
-    pub fn names(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.participants.keys().cloned().collect();
-        v.sort();
-        v
+    /// The participant a call must go to. Not registered (removed from the configuration
+    /// since the reservation was placed) is a refusal: no call was made, so nothing changed
+    /// there.
+    pub fn require(&self, name: &str) -> Result<&ParticipantHandle, CallError> {
+        self.get(name).ok_or_else(|| CallError {
+            refused: true,
+            message: format!("participant {name:?} is not registered"),
+        })
     }
 }
 
@@ -199,24 +202,50 @@ fn to_proto_hold(h: &Hold) -> proto::Hold {
     }
 }
 
-fn branch_state_from_proto(s: i32) -> Option<BranchState> {
-    use proto::branch::State as P;
-    match P::try_from(s).ok()? {
-        P::Held => Some(BranchState::Held),
-        P::Rejected => Some(BranchState::Rejected),
-        P::Confirmed => Some(BranchState::Confirmed),
-        P::Cancelled => Some(BranchState::Cancelled),
-        P::HoldLost => Some(BranchState::HoldLost),
-        P::Pending | P::Unspecified => None,
+impl SecondPhase {
+    /// The method name, as in spans and metrics.
+    fn method(self) -> &'static str {
+        match self {
+            SecondPhase::Confirm => "confirm",
+            SecondPhase::Cancel => "cancel",
+        }
+    }
+
+    /// The method name, as in the `tcc.v1.Participant` service.
+    fn rpc(self) -> &'static str {
+        match self {
+            SecondPhase::Confirm => "Confirm",
+            SecondPhase::Cancel => "Cancel",
+        }
+    }
+
+    /// The participant's answer in domain terms. A state that is no answer to Confirm or
+    /// Cancel (SPEC 3.3) is a failed call: the branch stays as it was and the call is retried.
+    fn outcome(self, state: i32) -> Result<BranchOutcome, CallError> {
+        use proto::branch::State as P;
+        match P::try_from(state) {
+            Ok(P::Confirmed) => Ok(BranchOutcome::Confirmed),
+            Ok(P::Cancelled) => Ok(BranchOutcome::Cancelled),
+            Ok(P::HoldLost) => Ok(BranchOutcome::HoldLost),
+            Ok(P::Held) => Err(self.unexpected(BranchState::Held)),
+            Ok(P::Rejected) => Err(self.unexpected(BranchState::Rejected)),
+            Ok(P::Pending | P::Unspecified) | Err(_) => Err(CallError::protocol(format!(
+                "participant answered {} with state {state}",
+                self.method()
+            ))),
+        }
+    }
+
+    fn unexpected(self, state: BranchState) -> CallError {
+        CallError::protocol(format!(
+            "unexpected answer {} to {}",
+            state.as_str(),
+            self.rpc()
+        ))
     }
 }
 
 impl ParticipantHandle {
-    /// The registered name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     /// Remembers whether the participant answered; a first answer after failures is announced.
     fn observe<T>(&self, result: &Result<T, CallError>) {
         tracing::Span::current().record(
@@ -367,10 +396,7 @@ impl ParticipantHandle {
         reservation_id: Uuid,
         branch_id: Uuid,
     ) -> Result<BranchOutcome, CallError> {
-        let name = match phase {
-            SecondPhase::Confirm => "confirm",
-            SecondPhase::Cancel => "cancel",
-        };
+        let name = phase.method();
         let span = self.span(name, reservation_id, Some(branch_id));
         async move {
             let req = self.request(proto::BranchRequest {
@@ -386,13 +412,7 @@ impl ParticipantHandle {
             .map_err(|s| CallError::from_status(&s));
             crate::telemetry::branch_call(&self.name, name, started.elapsed());
             self.observe(&result);
-            let resp = result?;
-            branch_state_from_proto(resp.get_ref().state).ok_or_else(|| {
-                CallError::protocol(format!(
-                    "participant answered {name} with state {}",
-                    resp.get_ref().state
-                ))
-            })
+            phase.outcome(result?.get_ref().state)
         }
         .instrument(span)
         .await
@@ -437,5 +457,33 @@ impl ParticipantHandle {
         }
         .instrument(span)
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_final_states_answer_confirm_and_cancel() {
+        use proto::branch::State as P;
+        let confirm = SecondPhase::Confirm;
+        assert_eq!(
+            confirm.outcome(P::HoldLost.into()).ok(),
+            Some(BranchOutcome::HoldLost)
+        );
+        assert_eq!(
+            SecondPhase::Cancel.outcome(P::Confirmed.into()).ok(),
+            Some(BranchOutcome::Confirmed)
+        );
+        let held = confirm.outcome(P::Held.into()).unwrap_err();
+        assert_eq!(held.message, "unexpected answer HELD to Confirm");
+        assert!(!held.refused);
+        let rejected = SecondPhase::Cancel.outcome(P::Rejected.into()).unwrap_err();
+        assert_eq!(rejected.message, "unexpected answer REJECTED to Cancel");
+        let pending = confirm.outcome(P::Pending.into()).unwrap_err();
+        assert_eq!(pending.message, "participant answered confirm with state 1");
+        let unknown = SecondPhase::Cancel.outcome(99).unwrap_err();
+        assert_eq!(unknown.message, "participant answered cancel with state 99");
     }
 }

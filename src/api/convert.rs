@@ -1,13 +1,16 @@
-//! Translation between `tcc.v1` messages and domain types. Malformed fields become
-//! [`FieldError`]s naming the field.
+//! Translation between `tcc.v1` messages and domain types: wire shape only (a missing message,
+//! a timestamp or duration that is not one, an unknown enum value, a page token this service
+//! did not issue). Malformed fields become [`FieldError`]s naming the field; the rules on
+//! values live in `domain::validate` and the coordinator.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use uuid::Uuid;
 
 use crate::domain::validate::{FieldError, ReserveInput};
 use crate::domain::{
-    BranchState, Hold, Interval, Payment, Refund, RefundState, Reservation, State,
+    BranchState, Hold, Interval, ListQuery, Payment, Refund, RefundState, Reservation, State,
 };
 use crate::proto;
 
@@ -35,13 +38,6 @@ pub fn from_duration(field: &str, d: &prost_types::Duration) -> Result<Duration,
     match (secs, nanos) {
         (Some(s), Some(n)) => Ok(Duration::new(s, n)),
         _ => Err(FieldError::new(field, "must be a positive duration")),
-    }
-}
-
-pub fn duration(d: Duration) -> prost_types::Duration {
-    prost_types::Duration {
-        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
     }
 }
 
@@ -106,6 +102,37 @@ pub fn state(s: State) -> proto::reservation::State {
         State::Rejected => P::Rejected,
         State::Failed => P::Failed,
     }
+}
+
+/// A ListReservations request as a query; the page size is capped by the coordinator.
+pub fn list_query(req: proto::ListReservationsRequest) -> Result<ListQuery, FieldError> {
+    if req.page_size < 0 {
+        return Err(FieldError::new("page_size", "must be >= 0"));
+    }
+    Ok(ListQuery {
+        holder: (!req.holder.is_empty()).then_some(req.holder),
+        state: state_filter(req.state)?,
+        limit: u32::try_from(req.page_size).unwrap_or(0),
+        after: if req.page_token.is_empty() {
+            None
+        } else {
+            Some(from_page_token(&req.page_token)?)
+        },
+    })
+}
+
+/// The page token of a list cursor: `<created_at micros>.<id>`.
+pub fn page_token(created_at: DateTime<Utc>, id: Uuid) -> String {
+    format!("{}.{}", created_at.timestamp_micros(), id.simple())
+}
+
+fn from_page_token(token: &str) -> Result<(DateTime<Utc>, Uuid), FieldError> {
+    let bad = || FieldError::new("page_token", "is not a token from a previous response");
+    let (micros, id) = token.split_once('.').ok_or_else(bad)?;
+    let micros: i64 = micros.parse().map_err(|_| bad())?;
+    let ts = DateTime::from_timestamp_micros(micros).ok_or_else(bad)?;
+    let id = Uuid::parse_str(id).map_err(|_| bad())?;
+    Ok((ts, id))
 }
 
 /// A state filter; `STATE_UNSPECIFIED` means none.
@@ -194,5 +221,20 @@ pub fn payment(p: proto::Payment) -> Payment {
         payment_ref: p.payment_ref,
         amount_minor: p.amount_minor,
         currency: p.currency,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_tokens_round_trip_and_reject_garbage() {
+        let ts = DateTime::from_timestamp_micros(1_700_000_000_123_456).unwrap();
+        let id = Uuid::now_v7();
+        assert_eq!(from_page_token(&page_token(ts, id)).unwrap(), (ts, id));
+        for bad in ["", "x", "1.2", "abc.0190f5c2-0000-7000-8000-000000000000"] {
+            assert_eq!(from_page_token(bad).unwrap_err().field, "page_token");
+        }
     }
 }

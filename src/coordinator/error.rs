@@ -3,9 +3,12 @@
 
 use uuid::Uuid;
 
+use crate::domain::policy::LimitScope;
 use crate::domain::validate::FieldError;
 use crate::domain::{Refund, RefundState, Rejection, Reservation, State};
+use crate::store::StoreError;
 
+/// How an error message tells about the payment's refund, if there is one.
 fn refund_note(refund: Option<&Refund>) -> String {
     match refund {
         Some(r) if r.state == RefundState::Refunded => {
@@ -15,8 +18,6 @@ fn refund_note(refund: Option<&Refund>) -> String {
         None => String::new(),
     }
 }
-use crate::domain::policy::LimitScope;
-use crate::store::StoreError;
 
 /// Why a coordinator operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -25,7 +25,7 @@ const BACKLOG_GAUGE_INTERVAL: Duration = Duration::from_secs(5);
 impl Coordinator {
     /// Drives one claimed reservation as far as its participants allow now.
     pub async fn recover(&self, id: Uuid) -> Result<Reservation, Error> {
-        let r = self.store.get(id).await?.ok_or(Error::NotFound(id))?;
+        let r = self.read(id).await?;
         match r.stored_state {
             State::Trying => {
                 // Its placer stopped mid-way: any branch may hold something, so release all.

@@ -2,22 +2,97 @@
 //!
 //! Every reservation a store write returns is published to the watchers of that reservation in
 //! this process ([`Publishing`] wraps the store, so no write path can forget). Watchers also
-//! poll, for changes made by other replicas and for lazy expiry, which needs no write.
+//! poll, for changes made by other replicas and for lazy expiry, which needs no write
+//! ([`Coordinator::watch`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
 use uuid::Uuid;
 
+use super::{Coordinator, Error};
 use crate::domain::policy::{Backoff, HoldLimits};
+use crate::domain::validate;
 use crate::domain::{
     Decision, HoldToken, ListQuery, NewReservation, Rejection, Reservation, State,
 };
 use crate::store::{
-    BranchReport, Claimed, Created, Decided, PhaseRecorded as Phase, Store, StoreError, WorkLease,
+    BranchReport, Claimed, Created, Decided, PhaseRecorded, Store, StoreError, WorkLease,
 };
+
+/// How often a watch reads the reservation again when nothing was published here.
+const POLL: Duration = Duration::from_secs(1);
+
+/// Reservations a watch may have read but its client not yet taken.
+const WATCH_BUFFER: usize = 16;
+
+impl Coordinator {
+    /// Follows one reservation: as it is now, then each change until it is terminal. Ends
+    /// when the stream is dropped, or after the first failed read (its error is the last item).
+    pub async fn watch(
+        &self,
+        id: &str,
+    ) -> Result<impl Stream<Item = Result<Reservation, Error>> + Send + 'static, Error> {
+        // An empty id is "not a UUID" here (Get says "is required"): Watch always answered so.
+        let id = validate::uuid("reservation_id", id)?;
+        // Subscribe before the first read, so no change falls between the two.
+        let mut changes = self.subscribe(id);
+        let first = self.read(id).await?;
+        let (tx, rx) = mpsc::channel(WATCH_BUFFER);
+        let coordinator = self.clone();
+        tokio::spawn(async move {
+            let mut last = first.version;
+            let mut state = first.state;
+            let mut expires_at = first.expires_at;
+            if tx.send(Ok(first)).await.is_err() {
+                return;
+            }
+            while !state.is_terminal() {
+                // Changes made here arrive as events, in order; a poll catches other replicas'
+                // changes and lazy expiry (which writes nothing), at the latest at expiry.
+                let until_expiry = (expires_at - chrono::Utc::now())
+                    .to_std()
+                    .unwrap_or_default()
+                    + Duration::from_millis(20);
+                let next = tokio::select! {
+                    _ = tx.closed() => return,
+                    event = changes.recv() => match event {
+                        Ok(r) => Some((*r).clone()),
+                        Err(broadcast::error::RecvError::Lagged(_)) => None,
+                        Err(broadcast::error::RecvError::Closed) => None,
+                    },
+                    _ = tokio::time::sleep(POLL.min(until_expiry)) => None,
+                };
+                let r = match next {
+                    Some(r) => r,
+                    None => match coordinator.read(id).await {
+                        Ok(r) => r,
+                        Err(e) => {
+                            let _ = tx.send(Err(e)).await;
+                            return;
+                        }
+                    },
+                };
+                // Versions only grow; a lazily expired read has the same version but a new state.
+                if r.version < last || (r.version == last && r.state == state) {
+                    continue;
+                }
+                last = r.version;
+                state = r.state;
+                expires_at = r.expires_at;
+                if tx.send(Ok(r)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(ReceiverStream::new(rx))
+    }
+}
 
 /// Per-reservation broadcast channels, created on first subscription, dropped with the last.
 #[derive(Default)]
@@ -126,7 +201,7 @@ impl Store for Publishing {
         reports: &[BranchReport],
         finish: Option<State>,
         backoff: Backoff,
-    ) -> Result<Phase, StoreError> {
+    ) -> Result<PhaseRecorded, StoreError> {
         let phase = self
             .inner
             .record_phase(id, from, reports, finish, backoff)

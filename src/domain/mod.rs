@@ -307,8 +307,16 @@ pub enum TryOutcome {
     Rejected { reason: String },
 }
 
-/// A participant's answer to Confirm or Cancel: the branch's state there afterwards.
-pub type BranchOutcome = BranchState;
+/// A participant's answer to Confirm or Cancel: the branch's final state there afterwards
+/// (SPEC 3.3). Confirm answers `Confirmed`, `HoldLost` (the hold was gone) or `Cancelled`
+/// (refused: Cancel came first); Cancel answers `Cancelled` or `Confirmed` (refused: Confirm
+/// came first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BranchOutcome {
+    Confirmed,
+    Cancelled,
+    HoldLost,
+}
 
 /// Filters and paging for listing reservations.
 #[derive(Clone, Debug, Default)]

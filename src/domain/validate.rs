@@ -1,11 +1,14 @@
-//! Input validation for the coordinator: every limit of SPEC 3.2, checked before any write,
-//! each failure naming the offending field.
+//! Input validation for the coordinator: every limit of SPEC 3.2 and every rule on a request's
+//! fields (ids, tokens, payments), checked before any write, each failure naming the offending
+//! field.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::time::Duration;
 
-use super::{Hold, NewReservation};
+use uuid::Uuid;
+
+use super::{Hold, NewReservation, Payment};
 
 /// Bounds on every input (SPEC 3.2). Configurable; these defaults are the SPEC's.
 #[derive(Clone, Debug)]
@@ -88,6 +91,58 @@ pub fn identifier(field: &str, value: &str, max: usize) -> Result<(), FieldError
         return Err(FieldError::new(
             field,
             "must not contain control characters",
+        ));
+    }
+    Ok(())
+}
+
+/// Parses a reservation id: required, and a UUID.
+pub fn reservation_id(value: &str) -> Result<Uuid, FieldError> {
+    if value.is_empty() {
+        return Err(FieldError::new("reservation_id", "is required"));
+    }
+    uuid("reservation_id", value)
+}
+
+/// Parses a UUID field.
+pub fn uuid(field: &str, value: &str) -> Result<Uuid, FieldError> {
+    Uuid::parse_str(value).map_err(|_| FieldError::new(field, "must be a UUID"))
+}
+
+/// Checks a presented hold token's shape; its value is compared by the store, in constant
+/// time.
+pub fn hold_token(value: &str) -> Result<(), FieldError> {
+    if value.is_empty() {
+        return Err(FieldError::new("hold_token", "is required"));
+    }
+    if value.len() > 256 {
+        return Err(FieldError::new("hold_token", "must be at most 256 bytes"));
+    }
+    Ok(())
+}
+
+/// Checks a payment given to Confirm. `registered` says whether a participant name is
+/// registered (the coordinator knows; this module does no I/O).
+pub fn payment(
+    p: &Payment,
+    limits: &Limits,
+    registered: impl Fn(&str) -> bool,
+) -> Result<(), FieldError> {
+    identifier("payment.participant", &p.participant, limits.max_id_bytes)?;
+    if !registered(&p.participant) {
+        return Err(FieldError::new(
+            "payment.participant",
+            format!("names no registered participant ({:?})", p.participant),
+        ));
+    }
+    identifier("payment.payment_ref", &p.payment_ref, limits.max_id_bytes)?;
+    if p.amount_minor <= 0 {
+        return Err(FieldError::new("payment.amount_minor", "must be > 0"));
+    }
+    if p.currency.len() != 3 || !p.currency.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err(FieldError::new(
+            "payment.currency",
+            "must be an ISO 4217 code such as \"EUR\"",
         ));
     }
     Ok(())
@@ -250,6 +305,42 @@ mod tests {
             .collect();
         assert_eq!(keys, [("seats", "a"), ("seats", "z"), ("stock", "b")]);
         assert_eq!(r.ttl, Duration::from_secs(600));
+    }
+
+    #[test]
+    fn checks_ids_tokens_and_payments() {
+        assert_eq!(reservation_id("").unwrap_err().problem, "is required");
+        assert_eq!(reservation_id("x").unwrap_err().problem, "must be a UUID");
+        assert_eq!(
+            uuid("reservation_id", "").unwrap_err().problem,
+            "must be a UUID"
+        );
+        assert!(hold_token(&"t".repeat(256)).is_ok());
+        assert_eq!(
+            hold_token(&"t".repeat(257)).unwrap_err().field,
+            "hold_token"
+        );
+        let l = Limits::default();
+        let good = Payment {
+            participant: "payments".into(),
+            payment_ref: "p1".into(),
+            amount_minor: 100,
+            currency: "EUR".into(),
+        };
+        assert!(payment(&good, &l, |_| true).is_ok());
+        let unregistered = payment(&good, &l, |_| false).unwrap_err();
+        assert_eq!(unregistered.field, "payment.participant");
+        // Checked in field order: an unregistered participant is named before a bad currency.
+        let mut bad = good.clone();
+        bad.currency = "eur".into();
+        assert_eq!(
+            payment(&bad, &l, |_| true).unwrap_err().field,
+            "payment.currency"
+        );
+        assert_eq!(
+            payment(&bad, &l, |_| false).unwrap_err().field,
+            "payment.participant"
+        );
     }
 
     #[test]

@@ -1,0 +1,175 @@
+//! Confirm, Cancel and Extend: each decision is taken durably in the store (token compared,
+//! verdict judged under the row's guard) before any participant hears of it, then driven.
+
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use super::{Coordinator, Error, entered, refund_recorded};
+use crate::domain::lifecycle::Refusal;
+use crate::domain::validate;
+use crate::domain::{Decision, Payment, Reservation, State, Verdict};
+use crate::store::Decided;
+
+impl Coordinator {
+    /// Confirms a held reservation, recording the payment that comes with it.
+    pub async fn confirm(
+        &self,
+        id: &str,
+        token: &str,
+        payment: Option<Payment>,
+    ) -> Result<Reservation, Error> {
+        if let Some(p) = &payment {
+            validate::payment(p, &self.limits, |name| self.registry.get(name).is_some())?;
+        }
+        let id = validate::reservation_id(id)?;
+        validate::hold_token(token)?;
+        let decision = Decision::Confirm {
+            payment,
+            late_policy: self.policy.late_payment,
+        };
+        let (verdict, r) = self.decide(id, token, &decision).await?;
+        match verdict {
+            Verdict::Transition { .. } | Verdict::HonorLate => self.drive_confirm(r).await,
+            Verdict::AlreadyDone => Ok(r),
+            Verdict::Expire => {
+                self.drive_release(r).await?;
+                Err(Error::HoldExpired { id, refund: None })
+            }
+            Verdict::Retake => self.retake(r).await,
+            Verdict::Refund { expire, answer } => {
+                let r = if expire {
+                    self.drive_release(r).await?
+                } else {
+                    r
+                };
+                let r = self.drive_refund(r).await?;
+                Err(self.refusal(answer, &r))
+            }
+            Verdict::Extend { .. } => Err(Error::Internal("confirm judged as extend".into())),
+            Verdict::Refuse(refusal) => Err(self.refusal(refusal, &r)),
+        }
+    }
+
+    /// Releases a reservation.
+    pub async fn cancel(&self, id: &str, token: &str, reason: &str) -> Result<Reservation, Error> {
+        let id = validate::reservation_id(id)?;
+        validate::hold_token(token)?;
+        validate::reason("reason", reason, &self.limits)?;
+        let decision = Decision::Cancel {
+            reason: (!reason.is_empty()).then(|| reason.to_owned()),
+        };
+        let (verdict, r) = self.decide(id, token, &decision).await?;
+        match verdict {
+            Verdict::Transition { .. } | Verdict::Expire => self.drive_release(r).await,
+            Verdict::AlreadyDone => Ok(r),
+            Verdict::Refuse(refusal) => Err(self.refusal(refusal, &r)),
+            other => Err(Error::Internal(format!("cancel judged as {other:?}"))),
+        }
+    }
+
+    /// Pushes `expires_at` of a held reservation out by `ttl` (default: its original ttl).
+    /// With a `request_id`, a repeat of the last applied extension answers the reservation as
+    /// it is rather than extending again.
+    pub async fn extend(
+        &self,
+        id: &str,
+        token: &str,
+        ttl: Option<Duration>,
+        request_id: &str,
+    ) -> Result<Reservation, Error> {
+        let id = validate::reservation_id(id)?;
+        validate::hold_token(token)?;
+        let by = match ttl {
+            Some(t) => Some(validate::ttl("ttl", t, &self.limits)?),
+            None => None,
+        };
+        let request_id = if request_id.is_empty() {
+            None
+        } else {
+            validate::identifier("request_id", request_id, self.limits.max_id_bytes)?;
+            Some(request_id.to_owned())
+        };
+        // Without a ttl the reservation's original one applies (judged under the row lock).
+        let decision = Decision::Extend {
+            by,
+            max_extensions: self.policy.max_extensions,
+            max_ttl: self.limits.max_ttl,
+            request_id,
+        };
+        let (verdict, r) = self.decide(id, token, &decision).await?;
+        match verdict {
+            Verdict::Extend { .. } | Verdict::AlreadyDone => Ok(r),
+            Verdict::Expire => {
+                self.drive_release(r).await?;
+                Err(Error::HoldExpired { id, refund: None })
+            }
+            Verdict::Refuse(refusal) => Err(self.refusal(refusal, &r)),
+            other => Err(Error::Internal(format!("extend judged as {other:?}"))),
+        }
+    }
+
+    async fn decide(
+        &self,
+        id: Uuid,
+        token: &str,
+        decision: &Decision,
+    ) -> Result<(Verdict, Reservation), Error> {
+        let decided = self.store.decide(id, token, decision, self.lease()).await?;
+        match decided {
+            Decided::NotFound => Err(Error::NotFound(id)),
+            Decided::TokenMismatch => Err(Error::TokenMismatch(id)),
+            Decided::Judged {
+                verdict,
+                reservation,
+                leased,
+            } => {
+                match &verdict {
+                    Verdict::Transition { to, .. } => entered(&reservation, *to),
+                    Verdict::HonorLate => entered(&reservation, State::Confirming),
+                    Verdict::Expire => {
+                        entered(&reservation, State::Cancelling);
+                        crate::telemetry::hold_expired();
+                    }
+                    Verdict::Refund { expire, .. } => {
+                        if *expire {
+                            entered(&reservation, State::Cancelling);
+                            crate::telemetry::hold_expired();
+                        }
+                        refund_recorded(&reservation);
+                    }
+                    _ => {}
+                }
+                // Another instance is driving this reservation (a sweep mid-release): it will
+                // finish what this decision added; answer without driving it twice.
+                let verdict = match verdict {
+                    Verdict::Refund { answer, .. } if !leased => Verdict::Refuse(answer),
+                    other => other,
+                };
+                Ok((verdict, *reservation))
+            }
+        }
+    }
+
+    fn refusal(&self, refusal: Refusal, r: &Reservation) -> Error {
+        match refusal {
+            Refusal::HoldExpired => Error::HoldExpired {
+                id: r.id,
+                refund: r.refund.clone(),
+            },
+            Refusal::Closed => Error::Closed {
+                id: r.id,
+                state: r.state,
+                refund: r.refund.clone(),
+            },
+            Refusal::InProgress => Error::InProgress(r.id),
+            Refusal::NotHeld => Error::NotHeld(r.id),
+            Refusal::ExtensionLimit => Error::ExtensionLimit {
+                id: r.id,
+                used: r.extensions_used,
+                max: self.policy.max_extensions,
+                max_ttl_secs: self.limits.max_ttl.as_secs(),
+            },
+        }
+    }
+}

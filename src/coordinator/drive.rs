@@ -1,0 +1,212 @@
+//! Carrying out a decided outcome at the participants: Confirm or Cancel every branch in
+//! parallel and record the answers ([`Coordinator::drive_confirm`],
+//! [`Coordinator::drive_release`], the only confirm and release paths), and send a pending
+//! refund ([`Coordinator::drive_refund`]). What is not acknowledged stays for recovery.
+
+use std::collections::HashSet;
+
+use futures_util::future::join_all;
+use uuid::Uuid;
+
+use super::{Coordinator, Error, entered, refund_recorded};
+use crate::domain::{
+    BranchOutcome, BranchState, ParticipantBranch, RefundState, Reservation, State,
+};
+use crate::store::BranchReport;
+
+impl Coordinator {
+    /// Tells every participant to finalise its branch, in parallel, and records the answers.
+    /// A participant that does not answer leaves the reservation CONFIRMING: its outcome is
+    /// fixed, and recovery finishes it.
+    pub async fn drive_confirm(&self, r: Reservation) -> Result<Reservation, Error> {
+        let pending: Vec<ParticipantBranch> = r
+            .participant_branches()
+            .into_iter()
+            .filter(|b| !matches!(b.state, BranchState::Confirmed | BranchState::HoldLost))
+            .collect();
+        let calls = pending.iter().map(|b| async {
+            let result = match self.registry.require(&b.participant) {
+                Ok(p) => p.confirm(r.id, b.branch_id).await,
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(BranchOutcome::Confirmed) => BranchReport {
+                    branch_id: b.branch_id,
+                    state: BranchState::Confirmed,
+                    error: None,
+                },
+                Ok(BranchOutcome::HoldLost) => BranchReport {
+                    branch_id: b.branch_id,
+                    state: BranchState::HoldLost,
+                    error: None,
+                },
+                // The participant released it (Confirm after Cancel): the hold is gone.
+                Ok(BranchOutcome::Cancelled) => {
+                    tracing::error!(reservation_id = %r.id, participant = %b.participant, "participant had released a hold being confirmed");
+                    BranchReport {
+                        branch_id: b.branch_id,
+                        state: BranchState::HoldLost,
+                        error: Some("participant had released the hold".into()),
+                    }
+                }
+                Err(e) => BranchReport {
+                    branch_id: b.branch_id,
+                    state: b.state,
+                    error: Some(e.message),
+                },
+            }
+        });
+        let reports = join_all(calls).await;
+        let settled = reports
+            .iter()
+            .all(|rep| rep.error.is_none() || rep.state == BranchState::HoldLost);
+        let lost = reports.iter().any(|rep| rep.state == BranchState::HoldLost)
+            || r.branches.iter().any(|b| b.state == BranchState::HoldLost);
+        let finish = settled.then_some(if lost {
+            State::Failed
+        } else {
+            State::Confirmed
+        });
+        if lost {
+            tracing::error!(reservation_id = %r.id, "a participant lost a granted hold; reservation FAILED");
+        }
+        let phase = self
+            .store
+            .record_phase(
+                r.id,
+                State::Confirming,
+                &reports,
+                finish,
+                self.policy.backoff,
+            )
+            .await?;
+        if let (true, Some(to)) = (phase.finished, finish) {
+            entered(&phase.reservation, to);
+            if to == State::Failed {
+                refund_recorded(&phase.reservation);
+            }
+        }
+        self.drive_refund(phase.reservation).await
+    }
+
+    /// Tells every participant that may hold something to release it, in parallel, and
+    /// records the answers. The one release path: cancel, expiry and rejection all use it.
+    pub async fn drive_release(&self, r: Reservation) -> Result<Reservation, Error> {
+        if r.stored_state != State::Cancelling {
+            return Ok(r);
+        }
+        let to_release: Vec<ParticipantBranch> = release_candidates(&r);
+        let calls = to_release.iter().map(|b| async {
+            let result = match self.registry.require(&b.participant) {
+                Ok(p) => p.cancel(r.id, b.branch_id).await,
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(BranchOutcome::Cancelled) => BranchReport {
+                    branch_id: b.branch_id,
+                    state: BranchState::Cancelled,
+                    error: None,
+                },
+                Ok(BranchOutcome::Confirmed) => {
+                    tracing::error!(reservation_id = %r.id, participant = %b.participant, "participant had confirmed a branch being released");
+                    BranchReport {
+                        branch_id: b.branch_id,
+                        state: BranchState::Confirmed,
+                        error: Some("participant had confirmed the branch".into()),
+                    }
+                }
+                // Not an answer Cancel gives (SPEC 3.3): a failed call, retried.
+                Ok(BranchOutcome::HoldLost) => BranchReport {
+                    branch_id: b.branch_id,
+                    state: b.state,
+                    error: Some("unexpected answer HOLD_LOST to Cancel".into()),
+                },
+                Err(e) => BranchReport {
+                    branch_id: b.branch_id,
+                    state: b.state,
+                    error: Some(e.message),
+                },
+            }
+        });
+        let reports = join_all(calls).await;
+        let inconsistent = reports
+            .iter()
+            .any(|rep| rep.state == BranchState::Confirmed);
+        let settled = reports.iter().all(|rep| rep.error.is_none()) || inconsistent;
+        let finish = if inconsistent {
+            Some(State::Failed)
+        } else if settled {
+            Some(r.release_outcome.unwrap_or(State::Cancelled))
+        } else {
+            None
+        };
+        let phase = self
+            .store
+            .record_phase(
+                r.id,
+                State::Cancelling,
+                &reports,
+                finish,
+                self.policy.backoff,
+            )
+            .await?;
+        if let (true, Some(to)) = (phase.finished, finish) {
+            entered(&phase.reservation, to);
+        }
+        Ok(phase.reservation)
+    }
+
+    /// Sends the reservation's pending refund to its payment participant, once; a failure is
+    /// retried by recovery with backoff until acknowledged.
+    pub async fn drive_refund(&self, r: Reservation) -> Result<Reservation, Error> {
+        let (Some(refund), Some(payment)) = (&r.refund, &r.payment) else {
+            return Ok(r);
+        };
+        if refund.state != RefundState::Pending {
+            return Ok(r);
+        }
+        let acknowledged = match self.registry.require(&payment.participant) {
+            Ok(p) => match p.refund(r.id, payment, refund).await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(reservation_id = %r.id, refund_id = %refund.refund_id, error = %e, "refund not acknowledged; will retry");
+                    false
+                }
+            },
+            Err(_) => {
+                tracing::error!(reservation_id = %r.id, participant = %payment.participant, "refund owed by an unregistered payment participant");
+                false
+            }
+        };
+        let after = self
+            .store
+            .record_refund_attempt(r.id, acknowledged, self.policy.backoff)
+            .await?;
+        if acknowledged {
+            crate::telemetry::refund(RefundState::Refunded);
+        }
+        Ok(after)
+    }
+}
+
+/// Branches that may hold something at their participant: held ones, and ones whose Try was
+/// sent without a definite answer. Never-tried and rejected ones are left alone.
+fn release_candidates(r: &Reservation) -> Vec<ParticipantBranch> {
+    let tried: HashSet<Uuid> = r
+        .branches
+        .iter()
+        .filter(|b| b.attempts > 0)
+        .map(|b| b.branch_id)
+        .collect();
+    r.participant_branches()
+        .into_iter()
+        .filter(|b| match b.state {
+            BranchState::Held => true,
+            BranchState::Pending => tried.contains(&b.branch_id),
+            BranchState::Rejected
+            | BranchState::Cancelled
+            | BranchState::Confirmed
+            | BranchState::HoldLost => false,
+        })
+        .collect()
+}

@@ -1,0 +1,42 @@
+//! A late payment whose holds were all released: the holds are placed again as a new
+//! generation of branches and confirmed, or, if any cannot be had, released and refunded.
+
+use super::{Coordinator, Error, entered, refund_recorded};
+use crate::domain::{Reservation, State};
+
+impl Coordinator {
+    /// Honours a payment that arrived after every hold was released: places the holds again
+    /// as new branches, in order; all held -> confirmed (`late_payment_honored`), otherwise
+    /// releases what it re-took and refunds the payment.
+    pub(super) async fn retake(&self, r: Reservation) -> Result<Reservation, Error> {
+        let r = self.store.begin_retake(r.id).await?;
+        let placement = self.place_in_order(&r).await?;
+        match placement.failure {
+            None => {
+                let r = self.store.finish_retake(r.id, &placement.reports).await?;
+                entered(&r, State::Confirming);
+                self.drive_confirm(r).await
+            }
+            Some(failure) => {
+                let reason = format!(
+                    "the payment arrived after the hold expired and {} could no longer hold {}: {}",
+                    failure.rejection.participant,
+                    failure.rejection.resource,
+                    failure.rejection.reason
+                );
+                let r = self
+                    .store
+                    .fail_retake(r.id, &placement.reports, &reason)
+                    .await?;
+                entered(&r, State::Cancelling);
+                refund_recorded(&r);
+                let r = self.drive_release(r).await?;
+                let r = self.drive_refund(r).await?;
+                Err(Error::HoldExpired {
+                    id: r.id,
+                    refund: r.refund,
+                })
+            }
+        }
+    }
+}
