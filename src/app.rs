@@ -162,7 +162,7 @@ pub async fn serve_coordinator(
     let registry = Registry::new(&settings.participants)?;
     let coordinator = Coordinator::new(
         store.into_dyn(),
-        registry.clone(),
+        registry,
         settings.limits,
         settings.policy,
     );

@@ -19,3 +19,6 @@ pub mod registry;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+
+#[cfg(test)]
+mod tidy;

@@ -1,0 +1,134 @@
+//! The house rules of `ARCHITECTURE.md`, checked on every `cargo test`: which module may use
+//! which (the layers point one way), and how long a source file may grow. Test-only.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// What each module may use of the crate besides itself. A module missing here (`app`,
+/// `config`, `bench`, `main`, `lib`) is wiring and may use anything below it.
+const ALLOWED: &[(&str, &[&str])] = &[
+    ("domain", &[]),
+    ("db", &[]),
+    ("proto", &[]),
+    ("telemetry", &["domain"]),
+    ("store", &["db", "domain"]),
+    ("registry", &["domain", "proto", "telemetry"]),
+    ("coordinator", &["domain", "registry", "store", "telemetry"]),
+    ("api", &["coordinator", "domain", "proto", "telemetry"]),
+    ("server", &["proto", "telemetry"]),
+    ("participant", &["db", "proto", "server", "telemetry"]),
+    ("participants", &["db", "participant", "proto", "server", "telemetry"]),
+];
+
+/// No source file grows past this many lines (generated code is not under `src/`).
+const MAX_LINES: usize = 600;
+
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+fn src_files() -> Vec<(String, String)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .map(|p| {
+            let rel = p
+                .strip_prefix(&src)
+                .unwrap_or(&p)
+                .to_string_lossy()
+                .into_owned();
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            (rel, text)
+        })
+        .collect()
+}
+
+/// The top-level module a file under `src/` belongs to (`store` for `store/postgres/mod.rs`).
+fn module_of(rel: &str) -> &str {
+    let first = rel.split('/').next().unwrap_or(rel);
+    first.strip_suffix(".rs").unwrap_or(first)
+}
+
+/// The crate modules a file's code (comments aside) names: `crate::x`, and `db` for the
+/// SQLite clock macro it defines.
+fn uses(text: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for line in text.lines() {
+        let code = line.split("//").next().unwrap_or("");
+        for (i, _) in code.match_indices("crate::") {
+            let name: String = code[i + "crate::".len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                .collect();
+            if !name.is_empty() {
+                found.insert(name);
+            }
+        }
+        if code.contains("sqlite_now_us!") {
+            found.insert("db".to_owned());
+        }
+    }
+    found
+}
+
+#[test]
+fn modules_use_only_the_layers_below_them() {
+    let allowed: BTreeMap<&str, &[&str]> = ALLOWED.iter().copied().collect();
+    let mut broken = Vec::new();
+    for (rel, text) in src_files() {
+        let module = module_of(&rel);
+        if rel == "tidy.rs" {
+            continue;
+        }
+        let Some(may) = allowed.get(module) else {
+            continue;
+        };
+        for used in uses(&text) {
+            if used != module && !may.contains(&used.as_str()) {
+                broken.push(format!("src/{rel} uses crate::{used}"));
+            }
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "layering rules of ARCHITECTURE.md broken:\n{}",
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn no_source_file_is_longer_than_the_limit() {
+    let long: Vec<String> = src_files()
+        .into_iter()
+        .filter(|(_, text)| text.lines().count() > MAX_LINES)
+        .map(|(rel, text)| format!("src/{rel}: {} lines", text.lines().count()))
+        .collect();
+    assert!(
+        long.is_empty(),
+        "files over {MAX_LINES} lines (split them by job):\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn the_rules_read_code_not_comments() {
+    let text = "use crate::store::Store; // crate::api\n/// see crate::registry\n";
+    let found = uses(text);
+    assert!(found.contains("store"));
+    assert!(!found.contains("api") && !found.contains("registry"));
+    assert_eq!(module_of("store/postgres/mod.rs"), "store");
+    assert_eq!(module_of("app.rs"), "app");
+}
