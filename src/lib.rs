@@ -19,3 +19,4 @@ pub mod registry;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod tls;
