@@ -79,6 +79,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
 #[tokio::main]
 async fn main() -> ExitCode {
     holdfast::telemetry::init();
+    // One rustls crypto provider (ring) for the whole process, before any library builds TLS.
+    holdfast::tls::crypto_provider();
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let (command, extras) = match holdfast::config::apply_config_file(Cli::command(), &argv) {
         Ok(c) => c,
