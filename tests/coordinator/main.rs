@@ -14,5 +14,6 @@ mod migrate;
 mod overload;
 mod recovery;
 mod service;
+mod tls;
 mod tracing;
 mod validation;
