@@ -126,8 +126,6 @@ pub async fn run_all_in_one(
     let url = args.database_url.clone();
     // One writer per data folder, taken before anything binds a port.
     let _lock = lock_data_dir(&url)?;
-    let tls = server_tls(&args.tls)?;
-    start_metrics(args.metrics_listen, tls.as_ref()).await?;
     serve_all_in_one(&url, args, shutdown).await
 }
 
@@ -148,6 +146,7 @@ pub async fn serve_participant(
     let listen = args.listen.unwrap_or_else(|| {
         std::net::SocketAddr::from(([127, 0, 0, 1], default_participant_port(args.kind)))
     });
+    let tls = server_tls(&args.tls)?;
     let pool: ParticipantDb = match DatabaseKind::of_url(&args.database_url)? {
         DatabaseKind::Postgres => db::connect_postgres(&args.database_url, args.db_pool_size)
             .await?
@@ -156,7 +155,7 @@ pub async fn serve_participant(
             .await?
             .into(),
     };
-    let listener = Listener::new(TcpListener::bind(listen).await?, server_tls(&args.tls)?);
+    let listener = Listener::new(TcpListener::bind(listen).await?, tls);
     tracing::info!(kind = args.kind.name(), %listen, tls = listener.tls().is_some(), "participant serving");
     let kind = args.kind;
     let served = if kind == Kind::StockRedis {
@@ -322,7 +321,8 @@ async fn bind_participant(
 }
 
 /// Runs the coordinator and every reference participant in one process, all registered with
-/// the coordinator over real gRPC on loopback, until `shutdown`.
+/// the coordinator over real gRPC on loopback, and the metrics listener, until `shutdown`.
+/// With `--tls-cert`, every port serves TLS.
 ///
 /// On a `sqlite:` URL (the default, [`crate::config::DEFAULT_DATABASE_URL`]) the coordinator uses that file
 /// and the participants share `participants.db` beside it; the caller should hold
@@ -336,6 +336,9 @@ pub async fn serve_all_in_one(
 ) -> Result<(), AppError> {
     use crate::participants::{self, ParticipantDb, ParticipantSettings};
     let backend = DatabaseKind::of_url(database_url)?;
+    let tls = server_tls(&coordinator.tls)?;
+    let participant_transport = all_in_one_transport(&coordinator, tls.as_ref())?;
+    start_metrics(coordinator.metrics_listen, tls.as_ref()).await?;
     let (store, pdb, described): (AnyStore, ParticipantDb, String) = match backend {
         DatabaseKind::Postgres => {
             let pool = db::connect_postgres(database_url, coordinator.db_pool_size)
@@ -377,8 +380,6 @@ pub async fn serve_all_in_one(
         let _ = rx.wait_for(|s| *s).await;
     };
 
-    let tls = server_tls(&coordinator.tls)?;
-    let participant_transport = all_in_one_transport(&coordinator, tls.as_ref())?;
     let mut participants = Vec::new();
     let mut tasks = tokio::task::JoinSet::new();
     for kind in ALL_IN_ONE_KINDS {

@@ -154,3 +154,26 @@ fn create_parent_dir(file: &Path) -> Result<(), sqlx::Error> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn postgres_tls_is_what_the_url_asks_for() {
+        let base = "postgres://u@127.0.0.1:5432/db";
+        let mode = |url: &str| postgres_options(url).unwrap().get_ssl_mode();
+        assert!(matches!(
+            mode(&format!("{base}?sslmode=verify-full")),
+            PgSslMode::VerifyFull
+        ));
+        assert!(matches!(
+            mode(&format!("{base}?application_name=x&sslmode=require")),
+            PgSslMode::Require
+        ));
+        // Naming no mode keeps the plaintext default (unless the environment names one).
+        if std::env::var_os("PGSSLMODE").is_none() {
+            assert!(matches!(mode(base), PgSslMode::Disable));
+        }
+    }
+}
