@@ -11,8 +11,9 @@ use crate::coordinator::{Coordinator, Policy};
 use crate::db::{self, DatabaseKind};
 use crate::domain::validate::Limits;
 use crate::registry::{ParticipantEndpoint, Registry, RegistryError};
-use crate::server::ServeError;
+use crate::server::{Listener, ServeError};
 use crate::store::{AnyStore, PgStore, SqliteStore, StoreError};
+use crate::tls::{ClientTls, ParticipantTransport, ServerTls, TlsError};
 
 /// Why a role could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +35,8 @@ pub enum AppError {
     Serve(#[from] ServeError),
     #[error("listening: {0}")]
     Listen(#[from] std::io::Error),
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
 }
 
 /// Everything the coordinator role needs, already parsed.
@@ -43,6 +46,8 @@ pub struct CoordinatorSettings {
     pub limits: Limits,
     pub policy: Policy,
     pub server: crate::server::ServerLimits,
+    /// TLS towards `https://` participants, and whether a TLS coordinator may call `http://`.
+    pub participant_transport: ParticipantTransport,
 }
 
 /// Runs the coordinator role as configured by `args` until `shutdown`: creates its database
@@ -51,17 +56,65 @@ pub async fn run_coordinator(
     args: CoordinatorArgs,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), AppError> {
+    let tls = server_tls(&args.tls)?;
     let settings = CoordinatorSettings {
         participants: args.endpoints(),
         limits: args.limits().map_err(AppError::Config)?,
         policy: args.policy().map_err(AppError::Config)?,
         server: args.server_limits(),
+        participant_transport: participant_transport(&args)?,
     };
+    check_participant_transport(&settings, tls.is_some())?;
     db::ensure_database(&args.database_url).await?;
-    start_metrics(args.metrics_listen).await?;
+    start_metrics(args.metrics_listen, tls.as_ref()).await?;
     let store = AnyStore::connect(&args.database_url, args.db_pool_size).await?;
-    let listener = TcpListener::bind(args.listen).await?;
+    let listener = Listener::new(TcpListener::bind(args.listen).await?, tls);
     serve_coordinator(settings, store, listener, shutdown).await
+}
+
+/// The server TLS `args` configure, loaded (its files re-read when they change); `None`
+/// serves plaintext.
+fn server_tls(args: &crate::config::tls::ServerTlsArgs) -> Result<Option<ServerTls>, AppError> {
+    match args.files().map_err(AppError::Config)? {
+        Some(files) => Ok(Some(ServerTls::load(&files)?)),
+        None => Ok(None),
+    }
+}
+
+/// How the coordinator of `args` reaches its participants: TLS is loaded when a participant is
+/// `https://` or a TLS client setting is given (so a bad file fails the start either way).
+fn participant_transport(args: &CoordinatorArgs) -> Result<ParticipantTransport, AppError> {
+    let files = args.participant_tls.files().map_err(AppError::Config)?;
+    let needed = args.participant_tls.any_given()
+        || args
+            .participants
+            .iter()
+            .any(|(_, url)| crate::tls::is_https(url));
+    Ok(ParticipantTransport {
+        tls: if needed {
+            Some(ClientTls::load(&files)?)
+        } else {
+            None
+        },
+        allow_plaintext: args.participant_tls.allow_plaintext_participants,
+    })
+}
+
+/// A coordinator serving TLS refuses `http://` participants unless allowed.
+fn check_participant_transport(
+    settings: &CoordinatorSettings,
+    serving_tls: bool,
+) -> Result<(), AppError> {
+    settings
+        .participant_transport
+        .check(
+            serving_tls,
+            settings
+                .participants
+                .iter()
+                .map(|p| (p.name.as_str(), p.url.as_str())),
+        )
+        .map_err(AppError::Config)
 }
 
 /// Runs the all-in-one as configured by `args` until `shutdown`, holding the data folder's
@@ -73,7 +126,6 @@ pub async fn run_all_in_one(
     let url = args.database_url.clone();
     // One writer per data folder, taken before anything binds a port.
     let _lock = lock_data_dir(&url)?;
-    start_metrics(args.metrics_listen).await?;
     serve_all_in_one(&url, args, shutdown).await
 }
 
@@ -94,6 +146,7 @@ pub async fn serve_participant(
     let listen = args.listen.unwrap_or_else(|| {
         std::net::SocketAddr::from(([127, 0, 0, 1], default_participant_port(args.kind)))
     });
+    let tls = server_tls(&args.tls)?;
     let pool: ParticipantDb = match DatabaseKind::of_url(&args.database_url)? {
         DatabaseKind::Postgres => db::connect_postgres(&args.database_url, args.db_pool_size)
             .await?
@@ -102,8 +155,8 @@ pub async fn serve_participant(
             .await?
             .into(),
     };
-    let listener = TcpListener::bind(listen).await?;
-    tracing::info!(kind = args.kind.name(), %listen, "participant serving");
+    let listener = Listener::new(TcpListener::bind(listen).await?, tls);
+    tracing::info!(kind = args.kind.name(), %listen, tls = listener.tls().is_some(), "participant serving");
     let kind = args.kind;
     let served = if kind == Kind::StockRedis {
         match (args.redis_url.clone(), pool) {
@@ -130,8 +183,11 @@ pub async fn serve_participant(
     })
 }
 
-/// Serves /metrics in the background when an address is configured.
-pub async fn start_metrics(addr: Option<std::net::SocketAddr>) -> Result<(), AppError> {
+/// Serves /metrics in the background when an address is configured, over TLS with `tls`.
+pub async fn start_metrics(
+    addr: Option<std::net::SocketAddr>,
+    tls: Option<&ServerTls>,
+) -> Result<(), AppError> {
     if let Some(addr) = addr {
         // Install the recorder before anything is counted.
         crate::telemetry::metrics_handle();
@@ -140,9 +196,9 @@ pub async fn start_metrics(addr: Option<std::net::SocketAddr>) -> Result<(), App
                 "metrics cannot listen on {addr}: {e} (--metrics-listen)"
             ))
         })?;
-        tracing::info!(%addr, "metrics on /metrics");
+        tracing::info!(%addr, tls = tls.is_some(), "metrics on /metrics");
         tokio::spawn(crate::telemetry::serve_metrics(
-            listener,
+            Listener::new(listener, tls.cloned()),
             std::future::pending(),
         ));
     }
@@ -150,16 +206,22 @@ pub async fn start_metrics(addr: Option<std::net::SocketAddr>) -> Result<(), App
 }
 
 /// Migrates the store (either backend: a `PgStore`, a `SqliteStore` or an [`AnyStore`]), then
-/// serves the coordinator on `listener` until `shutdown`.
+/// serves the coordinator on `listener` (a `TcpListener`, or a [`Listener`] with TLS) until
+/// `shutdown`.
 pub async fn serve_coordinator(
     settings: CoordinatorSettings,
     store: impl Into<AnyStore>,
-    listener: TcpListener,
+    listener: impl Into<Listener>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), AppError> {
+    let listener = listener.into();
+    check_participant_transport(&settings, listener.tls().is_some())?;
     let store = store.into();
     store.migrate().await?;
-    let registry = Registry::new(&settings.participants)?;
+    let registry = Registry::new(
+        &settings.participants,
+        settings.participant_transport.tls.as_ref(),
+    )?;
     let coordinator = Coordinator::new(
         store.into_dyn(),
         registry,
@@ -170,7 +232,7 @@ pub async fn serve_coordinator(
     let recovery = tokio::spawn(coordinator.clone().run_recovery(stop));
     let api = CoordinatorApi::new(coordinator);
     let routes = tonic::service::Routes::new(api.into_server());
-    tracing::info!(addr = %listener.local_addr()?, "coordinator serving");
+    tracing::info!(addr = %listener.local_addr()?, tls = listener.tls().is_some(), "coordinator serving");
     let served = crate::server::serve_with(
         settings.server,
         listener,
@@ -232,12 +294,14 @@ pub fn lock_data_dir(database_url: &str) -> Result<Option<std::fs::File>, AppErr
     }
 }
 
-/// Binds `kind`'s all-in-one port on the coordinator's IP and registers its endpoint.
+/// Binds `kind`'s all-in-one port on the coordinator's IP, serving TLS with `tls`, and
+/// registers its endpoint (`https://` with TLS).
 async fn bind_participant(
     kind: crate::participants::Kind,
     coordinator: &crate::config::CoordinatorArgs,
+    tls: Option<&ServerTls>,
     registry: &mut Vec<ParticipantEndpoint>,
-) -> Result<TcpListener, AppError> {
+) -> Result<Listener, AppError> {
     let addr = std::net::SocketAddr::from((
         coordinator.listen.ip(),
         crate::config::default_participant_port(kind),
@@ -250,14 +314,15 @@ async fn bind_participant(
     })?;
     registry.push(ParticipantEndpoint {
         name: kind.name().to_owned(),
-        url: format!("http://{addr}"),
+        url: format!("{}://{addr}", if tls.is_some() { "https" } else { "http" }),
         timeout: coordinator.participant_timeout,
     });
-    Ok(listener)
+    Ok(Listener::new(listener, tls.cloned()))
 }
 
 /// Runs the coordinator and every reference participant in one process, all registered with
-/// the coordinator over real gRPC on loopback, until `shutdown`.
+/// the coordinator over real gRPC on loopback, and the metrics listener, until `shutdown`.
+/// With `--tls-cert`, every port serves TLS.
 ///
 /// On a `sqlite:` URL (the default, [`crate::config::DEFAULT_DATABASE_URL`]) the coordinator uses that file
 /// and the participants share `participants.db` beside it; the caller should hold
@@ -271,6 +336,9 @@ pub async fn serve_all_in_one(
 ) -> Result<(), AppError> {
     use crate::participants::{self, ParticipantDb, ParticipantSettings};
     let backend = DatabaseKind::of_url(database_url)?;
+    let tls = server_tls(&coordinator.tls)?;
+    let participant_transport = all_in_one_transport(&coordinator, tls.as_ref())?;
+    start_metrics(coordinator.metrics_listen, tls.as_ref()).await?;
     let (store, pdb, described): (AnyStore, ParticipantDb, String) = match backend {
         DatabaseKind::Postgres => {
             let pool = db::connect_postgres(database_url, coordinator.db_pool_size)
@@ -315,7 +383,8 @@ pub async fn serve_all_in_one(
     let mut participants = Vec::new();
     let mut tasks = tokio::task::JoinSet::new();
     for kind in ALL_IN_ONE_KINDS {
-        let listener = bind_participant(kind, &coordinator, &mut participants).await?;
+        let listener =
+            bind_participant(kind, &coordinator, tls.as_ref(), &mut participants).await?;
         let (pool, stop) = (pdb.clone(), stopped(stop_rx.clone()));
         tasks.spawn(async move {
             participants::serve(ParticipantSettings::new(kind), pool, listener, stop)
@@ -337,7 +406,8 @@ pub async fn serve_all_in_one(
     if let Some((pool, redis_url)) = redis_pg {
         use crate::participants::stock_redis;
         let kind = crate::participants::Kind::StockRedis;
-        let listener = bind_participant(kind, &coordinator, &mut participants).await?;
+        let listener =
+            bind_participant(kind, &coordinator, tls.as_ref(), &mut participants).await?;
         let stop = stopped(stop_rx.clone());
         let mut redis_settings = stock_redis::StockRedisSettings::new(redis_url);
         redis_settings.retention = coordinator.redis_retention;
@@ -355,6 +425,7 @@ pub async fn serve_all_in_one(
         limits: coordinator.limits().map_err(AppError::Config)?,
         policy: coordinator.policy().map_err(AppError::Config)?,
         server: coordinator.server_limits(),
+        participant_transport,
     };
     let listener = TcpListener::bind(coordinator.listen).await.map_err(|e| {
         AppError::Config(format!(
@@ -366,8 +437,10 @@ pub async fn serve_all_in_one(
         &settings,
         coordinator.listen,
         coordinator.metrics_listen,
+        tls.is_some(),
         &described,
     );
+    let listener = Listener::new(listener, tls);
     let coordinator_task = serve_coordinator(settings, store, listener, stopped(stop_rx.clone()));
     tokio::spawn(async move {
         shutdown.await;
@@ -382,10 +455,33 @@ pub async fn serve_all_in_one(
     result
 }
 
+/// The all-in-one's calls to its own participants: with TLS, they present this process's
+/// certificate, which is what the coordinator trusts on those hops (no CA needed); with
+/// `--tls-client-ca` it presents `--participant-client-cert`.
+fn all_in_one_transport(
+    args: &CoordinatorArgs,
+    tls: Option<&ServerTls>,
+) -> Result<ParticipantTransport, AppError> {
+    let Some(tls) = tls else {
+        return Ok(ParticipantTransport::default());
+    };
+    let files = args.participant_tls.files().map_err(AppError::Config)?;
+    if tls.requires_client_certificate() && files.cert.is_none() {
+        return Err(AppError::Config(
+            "--tls-client-ca makes the all-in-one's participants require a client certificate: give --participant-client-cert and --participant-client-key for the coordinator's calls to them".into(),
+        ));
+    }
+    Ok(ParticipantTransport {
+        tls: Some(ClientTls::pinned_to(tls, &files)?),
+        allow_plaintext: false,
+    })
+}
+
 fn print_banner(
     settings: &CoordinatorSettings,
     listen: std::net::SocketAddr,
     metrics: Option<std::net::SocketAddr>,
+    tls: bool,
     db: &str,
 ) {
     println!("holdfast all-in-one (database: {db})");
@@ -394,18 +490,21 @@ fn print_banner(
         println!(
             "  participant  {:<9}           {}",
             p.name,
-            p.url.trim_start_matches("http://")
+            p.url.split_once("://").map_or(p.url.as_str(), |(_, a)| a)
         );
     }
     if let Some(m) = metrics {
-        println!("  metrics      Prometheus          http://{m}/metrics");
+        let scheme = if tls { "https" } else { "http" };
+        println!("  metrics      Prometheus          {scheme}://{m}/metrics");
     }
     println!();
     println!("Try it (grpcurl, no proto files needed: the servers offer reflection):");
+    // With TLS, grpcurl verifies the served certificate against the CA given with -cacert.
+    let transport = if tls { "-cacert ca.pem" } else { "-plaintext" };
     println!(
-        "  grpcurl -plaintext -d '{{\"request_id\":\"demo-1\",\"holder\":\"alice\",\"holds\":[{{\"participant\":\"noop\",\"resource\":\"seat-A1\",\"quantity\":1}}]}}' {listen} tcc.v1.Coordinator/Reserve"
+        "  grpcurl {transport} -d '{{\"request_id\":\"demo-1\",\"holder\":\"alice\",\"holds\":[{{\"participant\":\"noop\",\"resource\":\"seat-A1\",\"quantity\":1}}]}}' {listen} tcc.v1.Coordinator/Reserve"
     );
     println!(
-        "  grpcurl -plaintext -d '{{\"reservation_id\":\"<id>\",\"hold_token\":\"<hold_token>\"}}' {listen} tcc.v1.Coordinator/Confirm"
+        "  grpcurl {transport} -d '{{\"reservation_id\":\"<id>\",\"hold_token\":\"<hold_token>\"}}' {listen} tcc.v1.Coordinator/Confirm"
     );
 }

@@ -3,6 +3,9 @@
 //! `HOLDFAST_CONFIG` (keys are the flag names with `_` for `-`), then the built-in default.
 //! The file's settings become the flags' defaults before parsing ([`apply_config_file`]), so
 //! every value, wherever it came from, is checked by the same parser.
+//! The TLS settings of every role live in [`tls`].
+
+pub mod tls;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -275,6 +278,9 @@ pub struct ParticipantArgs {
     /// A TOML file of settings (its `[participant]` table); flags and env vars override it.
     #[arg(long, env = "HOLDFAST_CONFIG")]
     pub config: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub tls: tls::ServerTlsArgs,
 }
 
 /// The all-in-one port of each reference participant kind (SPEC section 5).
@@ -394,6 +400,12 @@ pub struct CoordinatorArgs {
     #[arg(long)]
     pub print_config: bool,
 
+    #[command(flatten)]
+    pub tls: tls::ServerTlsArgs,
+
+    #[command(flatten)]
+    pub participant_tls: tls::ParticipantTlsArgs,
+
     /// Per-participant call timeouts from the config file.
     #[arg(skip)]
     pub participant_timeouts: HashMap<String, Duration>,
@@ -472,6 +484,8 @@ impl CoordinatorArgs {
             Some(url) => line("redis_url", format!("\"{}\"", mask_password(url))),
             None => out.push_str("# redis_url: not set (no stock-redis participant)\n"),
         }
+        self.tls.describe(&mut out);
+        self.participant_tls.describe(&mut out);
         out.push_str("\n[participants]\n");
         for ep in self.endpoints() {
             out.push_str(&format!(

@@ -1,13 +1,19 @@
 //! Opening databases: which one a URL names, PostgreSQL and SQLite pools with holdfast's
 //! conventions, and SQLite's clock in SQL. Shared by the coordinator's store, the participants
 //! and the benchmark, so none of them reaches into another for it.
+//!
+//! PostgreSQL TLS is what the URL asks for: `sslmode=require|verify-ca|verify-full` and
+//! `sslrootcert` (rustls, the process's one provider). A URL that names no `sslmode` (and no
+//! `PGSSLMODE`) connects in plaintext, as it always has: sqlx's default `prefer` would
+//! encrypt opportunistically without verifying anyone, which protects nothing and would make
+//! every default connection pay a handshake.
 
 use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::migrate::MigrateDatabase;
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgSslMode};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
@@ -83,8 +89,24 @@ pub async fn open_postgres(url: &str, max_connections: u32) -> Result<PgPool, sq
     PgPoolOptions::new()
         .max_connections(max_connections.max(1))
         .acquire_timeout(ACQUIRE_TIMEOUT)
-        .connect(url)
+        .connect_with(postgres_options(url)?)
         .await
+}
+
+/// The connection options `url` names, TLS included; plaintext unless it (or `PGSSLMODE`)
+/// names an `sslmode`.
+pub fn postgres_options(url: &str) -> Result<PgConnectOptions, sqlx::Error> {
+    let options = PgConnectOptions::from_str(url)?;
+    let query = url.split_once('?').map_or("", |(_, q)| q);
+    let names_mode = query
+        .split('&')
+        .filter_map(|pair| pair.split('=').next())
+        .any(|key| key.eq_ignore_ascii_case("sslmode") || key.eq_ignore_ascii_case("ssl-mode"));
+    if names_mode || std::env::var_os("PGSSLMODE").is_some() {
+        Ok(options)
+    } else {
+        Ok(options.ssl_mode(PgSslMode::Disable))
+    }
 }
 
 /// Opens (creating it and its directory if needed) the SQLite file named by `url`
@@ -131,4 +153,27 @@ fn create_parent_dir(file: &Path) -> Result<(), sqlx::Error> {
         std::fs::create_dir_all(dir)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn postgres_tls_is_what_the_url_asks_for() {
+        let base = "postgres://u@127.0.0.1:5432/db";
+        let mode = |url: &str| postgres_options(url).unwrap().get_ssl_mode();
+        assert!(matches!(
+            mode(&format!("{base}?sslmode=verify-full")),
+            PgSslMode::VerifyFull
+        ));
+        assert!(matches!(
+            mode(&format!("{base}?application_name=x&sslmode=require")),
+            PgSslMode::Require
+        ));
+        // Naming no mode keeps the plaintext default (unless the environment names one).
+        if std::env::var_os("PGSSLMODE").is_none() {
+            assert!(matches!(mode(base), PgSslMode::Disable));
+        }
+    }
 }

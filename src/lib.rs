@@ -19,6 +19,7 @@ pub mod registry;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod tls;
 
 #[cfg(test)]
 mod tidy;

@@ -26,7 +26,8 @@ struct Cli {
 enum Command {
     /// Run the coordinator (tcc.v1.Coordinator) against PostgreSQL or SQLite (by the
     /// --database-url scheme: postgres://... or sqlite://path/to/file.db).
-    Coordinator(CoordinatorArgs),
+    // Boxed: its settings are far larger than the other commands'.
+    Coordinator(Box<CoordinatorArgs>),
     /// Run one reference participant (tcc.v1.Participant + tcc.v1.ResourceAdmin).
     Participant(ParticipantArgs),
     /// Run benchmark scenarios (ceiling, latency, throughput, flash, holds); see BENCHMARKS.md.
@@ -68,7 +69,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             print!("{}", args.describe());
             Ok(())
         }
-        Command::Coordinator(args) => Ok(app::run_coordinator(args, shutdown).await?),
+        Command::Coordinator(args) => Ok(app::run_coordinator(*args, shutdown).await?),
         Command::Participant(args) => Ok(app::serve_participant(args, shutdown).await?),
         Command::Bench(args) => Ok(holdfast::bench::run(args).await?),
         Command::Migrate { database_url } => Ok(app::migrate(&database_url).await?),
@@ -78,6 +79,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
 #[tokio::main]
 async fn main() -> ExitCode {
     holdfast::telemetry::init();
+    // One rustls crypto provider (ring) for the whole process, before any library builds TLS.
+    holdfast::tls::crypto_provider();
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let (command, extras) = match holdfast::config::apply_config_file(Cli::command(), &argv) {
         Ok(c) => c,

@@ -36,6 +36,14 @@ pub enum RegistryError {
     },
     #[error("participant {0:?} is registered twice")]
     Duplicate(String),
+    /// An `https://` participant without TLS settings to reach it: refused, never plaintext.
+    #[error("participant {name:?}: {url} needs TLS, and none is configured (--participant-ca)")]
+    NoTls { name: String, url: String },
+    #[error("participant {name:?}: {source}")]
+    Tls {
+        name: String,
+        source: crate::tls::TlsError,
+    },
 }
 
 /// A participant call that did not produce an answer.
@@ -110,12 +118,16 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Builds the registry. Channels connect lazily and reconnect by themselves.
-    pub fn new(endpoints: &[ParticipantEndpoint]) -> Result<Registry, RegistryError> {
+    /// Builds the registry. Channels connect lazily and reconnect by themselves; `https://`
+    /// participants only over TLS with `tls`.
+    pub fn new(
+        endpoints: &[ParticipantEndpoint],
+        tls: Option<&crate::tls::ClientTls>,
+    ) -> Result<Registry, RegistryError> {
         let events = Arc::new(Events::default());
         let mut participants = HashMap::new();
         for ep in endpoints {
-            let endpoint = Endpoint::from_shared(ep.url.clone())
+            let endpoint = Endpoint::from_shared(crate::tls::endpoint_url(&ep.url))
                 .map_err(|source| RegistryError::InvalidEndpoint {
                     name: ep.name.clone(),
                     url: ep.url.clone(),
@@ -126,7 +138,22 @@ impl Registry {
                 .tcp_nodelay(true)
                 .http2_keep_alive_interval(Duration::from_secs(30))
                 .keep_alive_while_idle(true);
-            let channel = endpoint.connect_lazy();
+            let channel = match (crate::tls::is_https(&ep.url), tls) {
+                (false, _) => endpoint.connect_lazy(),
+                (true, Some(tls)) => {
+                    tls.connect_lazy(endpoint, &ep.url)
+                        .map_err(|source| RegistryError::Tls {
+                            name: ep.name.clone(),
+                            source,
+                        })?
+                }
+                (true, None) => {
+                    return Err(RegistryError::NoTls {
+                        name: ep.name.clone(),
+                        url: ep.url.clone(),
+                    });
+                }
+            };
             let handle = ParticipantHandle {
                 name: ep.name.clone(),
                 timeout: ep.timeout,

@@ -2,7 +2,8 @@
 //! of them offer reflection (v1 and v1alpha), `grpc.health.v1`, graceful shutdown, and the same
 //! overload protection: a per-request deadline (the client's `grpc-timeout`, capped), a global
 //! cap on requests in flight beyond which requests are shed at once with `RESOURCE_EXHAUSTED`
-//! rather than queued, HTTP/2 keepalive, and no Nagle delay.
+//! rather than queued, HTTP/2 keepalive, and no Nagle delay. A [`Listener`] with TLS serves
+//! TLS only (`crate::tls`); without, tonic's plain TCP path runs with nothing added.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,6 +14,8 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tonic::service::Routes;
 
+use crate::tls::ServerTls;
+
 /// Failure to start or run a gRPC server.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -20,6 +23,42 @@ pub enum ServeError {
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("gRPC transport: {0}")]
     Transport(#[from] tonic::transport::Error),
+}
+
+/// Where a server listens and how it speaks there: a bound TCP socket, plaintext or TLS.
+/// A plain `TcpListener` converts into a plaintext one.
+#[derive(Debug)]
+pub struct Listener {
+    tcp: TcpListener,
+    tls: Option<ServerTls>,
+}
+
+impl Listener {
+    /// `tcp`, serving TLS with `tls` when given (then TLS only).
+    pub fn new(tcp: TcpListener, tls: Option<ServerTls>) -> Listener {
+        Listener { tcp, tls }
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.tcp.local_addr()
+    }
+
+    /// Its TLS, if it serves TLS.
+    pub fn tls(&self) -> Option<&ServerTls> {
+        self.tls.as_ref()
+    }
+
+    /// The socket and its TLS.
+    pub fn into_parts(self) -> (TcpListener, Option<ServerTls>) {
+        (self.tcp, self.tls)
+    }
+}
+
+impl From<TcpListener> for Listener {
+    fn from(tcp: TcpListener) -> Listener {
+        Listener::new(tcp, None)
+    }
 }
 
 /// Limits every server applies.
@@ -41,13 +80,14 @@ impl Default for ServerLimits {
     }
 }
 
-/// Serves `routes` plus health and reflection on `listener` until `shutdown` resolves, then
-/// stops accepting and lets in-flight calls finish; with the default [`ServerLimits`].
+/// Serves `routes` plus health and reflection on `listener` (a `TcpListener`, or a
+/// [`Listener`] with TLS) until `shutdown` resolves, then stops accepting and lets in-flight
+/// calls finish; with the default [`ServerLimits`].
 ///
 /// `service_names` are the fully-qualified names reported SERVING by the health service
 /// (e.g. `tcc.v1.Coordinator`); the empty name (whole server) is always reported.
 pub async fn serve(
-    listener: TcpListener,
+    listener: impl Into<Listener>,
     routes: Routes,
     service_names: &[&str],
     shutdown: impl Future<Output = ()> + Send,
@@ -84,7 +124,7 @@ fn reflection(service_names: &[&str]) -> tonic_reflection::server::Builder<'stat
 /// [`serve`] with explicit limits.
 pub async fn serve_with(
     limits: ServerLimits,
-    listener: TcpListener,
+    listener: impl Into<Listener>,
     routes: Routes,
     service_names: &[&str],
     shutdown: impl Future<Output = ()> + Send,
@@ -104,7 +144,7 @@ pub async fn serve_with(
     let in_flight = Arc::new(tokio::sync::Semaphore::new(
         limits.max_concurrent_requests.max(1),
     ));
-    tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .trace_fn(crate::telemetry::propagation::server_span)
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
@@ -120,13 +160,23 @@ pub async fn serve_with(
                     max: limits.request_timeout,
                 }),
         )
-        .add_routes(routes)
+        .add_routes(routes);
+    match listener.into().into_parts() {
         // No Nagle delay: every TCC step is a small request waiting on a small answer.
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            shutdown,
-        )
-        .await?;
+        (tcp, None) => {
+            router
+                .serve_with_incoming_shutdown(
+                    tonic::transport::server::TcpIncoming::from(tcp).with_nodelay(Some(true)),
+                    shutdown,
+                )
+                .await?
+        }
+        (tcp, Some(tls)) => {
+            router
+                .serve_with_incoming_shutdown(crate::tls::incoming::grpc(tcp, tls), shutdown)
+                .await?
+        }
+    }
     Ok(())
 }
 

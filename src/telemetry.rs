@@ -1,7 +1,7 @@
 //! Telemetry: logging (`tracing` to stderr, filtered by `RUST_LOG`, default `info`), traces
 //! (OTLP over gRPC when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, W3C trace context carried in gRPC
 //! metadata), and Prometheus metrics (the SPEC names, recorded through the `metrics` facade,
-//! served as text on `/metrics`).
+//! served as text on `/metrics`, over TLS when the process has a certificate).
 
 use std::future::Future;
 use std::sync::OnceLock;
@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
 
 static TRACER_PROVIDER: OnceLock<opentelemetry_sdk::trace::SdkTracerProvider> = OnceLock::new();
 
@@ -237,13 +236,18 @@ pub fn recovery_backlog(n: i64) {
     metrics::gauge!(names::RECOVERY_BACKLOG).set(n as f64);
 }
 
-/// Serves the Prometheus text format on `GET /metrics` until `shutdown`. Deliberately tiny:
-/// one request per connection, nothing else routed.
-pub async fn serve_metrics(listener: TcpListener, shutdown: impl Future<Output = ()> + Send) {
+/// Serves the Prometheus text format on `GET /metrics` until `shutdown`, over TLS when
+/// `listener` has it (the same certificate as the gRPC ports). Deliberately tiny: one request
+/// per connection, nothing else routed.
+pub async fn serve_metrics(
+    listener: impl Into<crate::server::Listener>,
+    shutdown: impl Future<Output = ()> + Send,
+) {
     let handle = metrics_handle();
+    let (listener, tls) = listener.into().into_parts();
     tokio::pin!(shutdown);
     loop {
-        let (mut stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = &mut shutdown => return,
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
@@ -254,40 +258,55 @@ pub async fn serve_metrics(listener: TcpListener, shutdown: impl Future<Output =
                 }
             },
         };
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let mut buf = vec![0u8; 8192];
-            let mut read = 0;
-            // Read the request head (bounded), with a deadline, then answer and close.
-            let head = tokio::time::timeout(Duration::from_secs(5), async {
-                while read < buf.len() {
-                    match stream.read(&mut buf[read..]).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => read += n,
-                    }
-                    if buf[..read].windows(4).any(|w| w == b"\r\n\r\n") {
-                        break;
+            match tls {
+                None => answer_metrics(stream, handle).await,
+                Some(tls) => {
+                    if let Some(stream) = crate::tls::incoming::http1(&tls, stream, peer).await {
+                        answer_metrics(stream, handle).await;
                     }
                 }
-            })
-            .await;
-            if head.is_err() {
-                return;
             }
-            let request = String::from_utf8_lossy(&buf[..read]);
-            let (status, body) = if request.starts_with("GET /metrics ") {
-                ("200 OK", handle.render())
-            } else {
-                (
-                    "404 Not Found",
-                    "only GET /metrics is served here\n".to_owned(),
-                )
-            };
-            let response = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.write_all(response.as_bytes()).await;
-            let _ = stream.shutdown().await;
         });
     }
+}
+
+/// Reads one request head (bounded, with a deadline), answers it and closes.
+async fn answer_metrics<S>(mut stream: S, handle: &PrometheusHandle)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; 8192];
+    let mut read = 0;
+    let head = tokio::time::timeout(Duration::from_secs(5), async {
+        while read < buf.len() {
+            match stream.read(&mut buf[read..]).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => read += n,
+            }
+            if buf[..read].windows(4).any(|w| w == b"\r\n\r\n") {
+                break;
+            }
+        }
+    })
+    .await;
+    if head.is_err() {
+        return;
+    }
+    let request = String::from_utf8_lossy(&buf[..read]);
+    let (status, body) = if request.starts_with("GET /metrics ") {
+        ("200 OK", handle.render())
+    } else {
+        (
+            "404 Not Found",
+            "only GET /metrics is served here\n".to_owned(),
+        )
+    };
+    let response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.write_all(response.as_bytes()).await;
+    let _ = stream.shutdown().await;
 }

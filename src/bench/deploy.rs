@@ -196,6 +196,7 @@ impl Deployment {
             limits: Limits::default(),
             policy: Policy::default(),
             server: crate::server::ServerLimits::default(),
+            participant_transport: crate::tls::ParticipantTransport::default(),
         };
         let (store, shutdown) = (PgStore::from_pool(cpool.clone()), stopped(stop_rx.clone()));
         tasks.spawn(async move {

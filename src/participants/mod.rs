@@ -164,7 +164,7 @@ const RECLAIM_EVERY: Duration = Duration::from_secs(30);
 pub async fn serve(
     settings: ParticipantSettings,
     db: impl Into<ParticipantDb>,
-    listener: tokio::net::TcpListener,
+    listener: impl Into<crate::server::Listener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ParticipantError> {
     match db.into() {
@@ -182,7 +182,7 @@ pub async fn serve(
 async fn serve_on<DB>(
     settings: ParticipantSettings,
     pool: Pool<DB>,
-    listener: tokio::net::TcpListener,
+    listener: impl Into<crate::server::Listener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ParticipantError>
 where
@@ -196,7 +196,7 @@ where
     let server = Server {
         settings: &settings,
         pool: pool.clone(),
-        listener,
+        listener: listener.into(),
     };
     match settings.kind {
         Kind::Seats => server.run(seats::Seats, None, shutdown).await,
@@ -220,7 +220,7 @@ where
 struct Server<'a, DB: Backend> {
     settings: &'a ParticipantSettings,
     pool: Pool<DB>,
-    listener: tokio::net::TcpListener,
+    listener: crate::server::Listener,
 }
 
 impl<DB: payments::PaymentsSql> Server<'_, DB> {

@@ -15,5 +15,6 @@ mod overload;
 mod process;
 mod recovery;
 mod service;
+mod tls;
 mod tracing;
 mod validation;

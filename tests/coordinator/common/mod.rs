@@ -60,6 +60,7 @@ pub fn settings(participants: &[(&str, &str)]) -> CoordinatorSettings {
         limits: Limits::default(),
         policy: Policy::default(),
         server: holdfast::server::ServerLimits::default(),
+        participant_transport: holdfast::tls::ParticipantTransport::default(),
     }
 }
 

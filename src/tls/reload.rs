@@ -1,0 +1,182 @@
+//! Certificate files that are re-read when they change, so a renewal (cert-manager replacing a
+//! Secret's files, an operator copying new ones) takes effect without a restart.
+//!
+//! A [`Watched`] value is built from the bytes of its files. A background task reads them again
+//! every [`CHECK_EVERY`]; when the bytes differ from those the current value was built from, it
+//! builds a new value and swaps it in (connections already open keep theirs). Comparing bytes
+//! rather than modification times also catches Kubernetes' symlink swaps and copies that keep
+//! the timestamp. A change that cannot be used (a key that does not match, a half-written file)
+//! is logged at ERROR once and the previous value stays in use; the next change is tried again.
+
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+
+use super::TlsError;
+
+/// How often certificate files are checked for changes. Renewals happen days before expiry, so
+/// a few seconds is prompt; each check reads a few small files.
+pub const CHECK_EVERY: Duration = Duration::from_secs(5);
+
+/// One input file and the setting that named it (errors name both).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Source {
+    pub(crate) flag: &'static str,
+    pub(crate) path: PathBuf,
+}
+
+impl Source {
+    pub(crate) fn new(flag: &'static str, path: &std::path::Path) -> Source {
+        Source {
+            flag,
+            path: path.to_owned(),
+        }
+    }
+
+    /// Reads the whole file.
+    pub(crate) fn read(&self) -> Result<Vec<u8>, TlsError> {
+        std::fs::read(&self.path).map_err(|source| TlsError::Read {
+            flag: self.flag,
+            path: self.path.display().to_string(),
+            source,
+        })
+    }
+
+    /// An error about this file's content.
+    pub(crate) fn invalid(&self, problem: impl std::fmt::Display) -> TlsError {
+        TlsError::Invalid {
+            flag: self.flag,
+            path: self.path.display().to_string(),
+            problem: problem.to_string(),
+        }
+    }
+}
+
+/// Builds the value from the files' bytes, in the order of the sources.
+type Build<T> = Box<dyn Fn(&[Vec<u8>]) -> Result<T, TlsError> + Send + Sync>;
+
+/// A value built from files, rebuilt when they change.
+pub(crate) struct Watched<T> {
+    sources: Vec<Source>,
+    build: Build<T>,
+    current: ArcSwap<T>,
+    seen: Mutex<Seen>,
+}
+
+/// Fingerprints of the files' bytes: those `current` was built from, and the last ones that
+/// could not be used (so a bad change is reported once, not every check).
+struct Seen {
+    loaded: u64,
+    failed: Option<u64>,
+}
+
+impl<T: Send + Sync + 'static> Watched<T> {
+    /// Reads the files and builds the first value; any error is returned (a server must not
+    /// start with unusable certificates). Starts the background check when there are files to
+    /// watch and a Tokio runtime to run it on; it ends when the value is dropped.
+    pub(crate) fn load(
+        sources: Vec<Source>,
+        every: Duration,
+        build: impl Fn(&[Vec<u8>]) -> Result<T, TlsError> + Send + Sync + 'static,
+    ) -> Result<Arc<Watched<T>>, TlsError> {
+        let bytes = read_all(&sources)?;
+        let first = build(&bytes)?;
+        let watched = Arc::new(Watched {
+            sources,
+            build: Box::new(build),
+            current: ArcSwap::from_pointee(first),
+            seen: Mutex::new(Seen {
+                loaded: fingerprint(&bytes),
+                failed: None,
+            }),
+        });
+        if !watched.sources.is_empty() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn(check_periodically(Arc::downgrade(&watched), every));
+                }
+                Err(_) => tracing::warn!(
+                    files = %watched.describe(),
+                    "no Tokio runtime: these certificate files will not be re-read when they change"
+                ),
+            }
+        }
+        Ok(watched)
+    }
+
+    /// The value built from the files as they were at the last successful check.
+    pub(crate) fn current(&self) -> Arc<T> {
+        self.current.load_full()
+    }
+
+    /// Reads the files and, if they changed since the last check, rebuilds the value. A change
+    /// that cannot be used keeps the previous value and is logged once.
+    pub(crate) fn check(&self) {
+        let (print, outcome) = match read_all(&self.sources) {
+            Ok(bytes) => (fingerprint(&bytes), Ok(bytes)),
+            Err(e) => (fingerprint(&[e.to_string().into_bytes()]), Err(e)),
+        };
+        let mut seen = match self.seen.lock() {
+            Ok(seen) => seen,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if print == seen.loaded || Some(print) == seen.failed {
+            return;
+        }
+        match outcome.and_then(|bytes| (self.build)(&bytes)) {
+            Ok(value) => {
+                self.current.store(Arc::new(value));
+                *seen = Seen {
+                    loaded: print,
+                    failed: None,
+                };
+                tracing::info!(files = %self.describe(), "certificate files changed: now serving the new ones");
+            }
+            Err(e) => {
+                seen.failed = Some(print);
+                tracing::error!(
+                    error = %e,
+                    "certificate files changed but cannot be used; keeping the previous certificate until they are fixed"
+                );
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        self.sources
+            .iter()
+            .map(|s| format!("{} {}", s.flag, s.path.display()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Checks `watched` every `every` until it is dropped. Reading files is blocking I/O, so each
+/// check runs on the blocking pool.
+async fn check_periodically<T: Send + Sync + 'static>(watched: Weak<Watched<T>>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let Some(watched) = watched.upgrade() else {
+            return;
+        };
+        let _ = tokio::task::spawn_blocking(move || watched.check()).await;
+    }
+}
+
+fn read_all(sources: &[Source]) -> Result<Vec<Vec<u8>>, TlsError> {
+    sources.iter().map(Source::read).collect()
+}
+
+/// A fingerprint of the files' bytes, to tell a change from the same content read again (not a
+/// security check: the content itself is validated when it is built).
+fn fingerprint(files: &[Vec<u8>]) -> u64 {
+    let mut hasher = std::hash::DefaultHasher::new();
+    files.hash(&mut hasher);
+    hasher.finish()
+}

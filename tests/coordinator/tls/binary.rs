@@ -1,0 +1,349 @@
+//! The TLS flags through the real binary: an `https://` participant that speaks plaintext, an
+//! `http://` participant refused by a TLS coordinator at start, the all-in-one on TLS, and
+//! `stock-redis` on `rediss://` against a TLS-only Redis.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use holdfast::proto;
+use holdfast::proto::coordinator_client::CoordinatorClient;
+use holdfast::proto::reservation::State;
+use holdfast::proto::resource_admin_client::ResourceAdminClient;
+use tokio::net::TcpStream;
+use tonic::transport::Channel;
+
+use super::pki::{Ca, Files};
+use super::{free_port, health, plaintext_channel, tls_channel};
+use crate::process::TempDatabase;
+use crate::common::{hold, reason, reserve_request, state_of};
+
+/// A `holdfast` process started by a test; its output goes to a log file. Killed when dropped.
+struct Process {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Process {
+    fn start(args: &[&str], env: &[(&str, &str)], log: PathBuf) -> Process {
+        let out = std::fs::File::create(&log).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_holdfast"));
+        for (k, _) in std::env::vars() {
+            if k.starts_with("HOLDFAST_")
+                || k == "DATABASE_URL"
+                || k.starts_with("OTEL_")
+                || k.starts_with("SSL_CERT_")
+            {
+                cmd.env_remove(k);
+            }
+        }
+        let child = cmd
+            .args(args)
+            .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out.try_clone().unwrap()))
+            .stderr(Stdio::from(out))
+            .spawn()
+            .expect("spawn the holdfast binary");
+        Process { child, log }
+    }
+
+    fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits for the process to exit by itself.
+    async fn exit_code(&mut self, within: Duration) -> Option<i32> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!(
+            "holdfast still runs after {within:?}; output:\n{}",
+            self.output()
+        );
+    }
+
+    /// Waits until a health check through `channel` is answered.
+    async fn wait_serving(&mut self, channel: impl Fn() -> Channel) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("holdfast exited ({status}); output:\n{}", self.output());
+            }
+            match health(channel()).await {
+                Ok(()) => return,
+                Err(e) => assert!(
+                    Instant::now() < deadline,
+                    "not serving after 60 s ({e}); output:\n{}",
+                    self.output()
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn an_https_participant_that_speaks_plaintext_fails_the_reserve_and_never_holds() {
+    let (files, ca) = (Files::new(), Ca::new("holdfast test CA"));
+    let log = crate::common::CallLog::default();
+    let fake = crate::common::spawn_fake("seats", log.clone()).await;
+    let https = fake.url.replace("http://", "https://");
+    let db = TempDatabase::create().await;
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port().await));
+    let ca_path = files.ca("ca", &ca);
+    let mut process = Process::start(
+        &[
+            "coordinator",
+            "--listen",
+            &addr.to_string(),
+            "--metrics-listen",
+            "off",
+            "--database-url",
+            &db.url,
+            "--participant",
+            &format!("seats={https}"),
+            "--participant-ca",
+            ca_path.to_str().unwrap(),
+        ],
+        &[],
+        files.dir.join("coordinator.log"),
+    );
+    process.wait_serving(|| plaintext_channel(addr)).await;
+
+    let mut client = CoordinatorClient::new(plaintext_channel(addr));
+    let err = client
+        .reserve(reserve_request("https-plain-1", vec![hold("seats", "A1")]))
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&err), "PARTICIPANT_UNAVAILABLE", "{err:?}");
+    assert!(
+        log.calls().is_empty(),
+        "a call reached the participant in plaintext: {:?}",
+        log.calls()
+    );
+    let id = crate::common::error_metadata(&err)["reservation_id"].clone();
+    let reservation = client
+        .get_reservation(proto::GetReservationRequest { reservation_id: id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_ne!(state_of(&reservation), State::Held);
+    let output = process.output();
+    assert!(
+        output.contains("try failed")
+            && output.contains("TLS handshake with")
+            && output.contains("failed"),
+        "no log line says the TLS handshake failed:\n{output}"
+    );
+}
+
+#[tokio::test]
+async fn a_tls_coordinator_refuses_an_http_participant_at_start_unless_allowed() {
+    let (files, ca) = (Files::new(), Ca::new("holdfast test CA"));
+    let (cert, key) = files.leaf("coordinator", &ca.issue("coordinator"));
+    let database = format!("sqlite://{}", files.dir.join("coordinator.db").display());
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port().await));
+    let listen = addr.to_string();
+    let mut args = vec![
+        "coordinator",
+        "--listen",
+        &listen,
+        "--metrics-listen",
+        "off",
+        "--database-url",
+        &database,
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+        "--participant",
+        "seats=http://127.0.0.1:1",
+    ];
+    let mut refused = Process::start(&args, &[], files.dir.join("refused.log"));
+    assert_ne!(refused.exit_code(Duration::from_secs(60)).await, Some(0));
+    let output = refused.output();
+    assert!(
+        output.contains("--allow-plaintext-participants")
+            && output.contains("seats=http://127.0.0.1:1"),
+        "the refusal does not name the flag and the participant:\n{output}"
+    );
+
+    args.push("--allow-plaintext-participants");
+    let mut allowed = Process::start(&args, &[], files.dir.join("allowed.log"));
+    allowed.wait_serving(|| tls_channel(addr, &ca, None)).await;
+}
+
+#[tokio::test]
+async fn the_all_in_one_serves_tls_on_every_port_and_reaches_its_own_participants() {
+    let (files, ca) = (Files::new(), Ca::new("holdfast test CA"));
+    let (cert, key) = files.leaf("all-in-one", &ca.issue("all-in-one"));
+    let listen = crate::process::listen_addr(9);
+    let database = format!("sqlite://{}", files.dir.join("data/holdfast.db").display());
+    let mut process = Process::start(
+        &[
+            "--listen",
+            &listen.to_string(),
+            "--metrics-listen",
+            "off",
+            "--database-url",
+            &database,
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+        &[],
+        files.dir.join("all-in-one.log"),
+    );
+    process
+        .wait_serving(|| tls_channel(listen, &ca, None))
+        .await;
+    let noop = SocketAddr::new(listen.ip(), 50065);
+    assert!(
+        health(plaintext_channel(noop)).await.is_err(),
+        "a participant port answered plaintext"
+    );
+
+    let mut client = CoordinatorClient::new(tls_channel(listen, &ca, None));
+    let held = client
+        .reserve(reserve_request(
+            "all-in-one-tls",
+            vec![hold("noop", "anything")],
+        ))
+        .await
+        .expect("reserve through the all-in-one's TLS participants")
+        .into_inner();
+    assert_eq!(state_of(&held), State::Held);
+    let confirmed = client
+        .confirm(proto::ConfirmRequest {
+            reservation_id: held.id,
+            hold_token: held.hold_token,
+            payment: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(&confirmed), State::Confirmed);
+}
+
+/// A TLS-only Redis (`--port 0`) on a free port, stopped when dropped.
+struct TlsRedis {
+    child: Child,
+    port: u16,
+}
+
+impl TlsRedis {
+    async fn start(files: &Files, ca: &Ca) -> TlsRedis {
+        let (cert, key) = files.leaf("redis", &ca.issue("redis"));
+        let ca_path = files.ca("redis-ca", ca);
+        let port = free_port().await;
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                "0",
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--tls-port")
+            .arg(port.to_string())
+            .arg("--tls-cert-file")
+            .arg(&cert)
+            .arg("--tls-key-file")
+            .arg(&key)
+            .arg("--tls-ca-cert-file")
+            .arg(&ca_path)
+            .args(["--tls-auth-clients", "no", "--dir"])
+            .arg(&files.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server (with TLS support) must be installed");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+            assert!(Instant::now() < deadline, "the TLS Redis did not start");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        TlsRedis { child, port }
+    }
+}
+
+impl Drop for TlsRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn stock_redis_holds_over_rediss() {
+    let (files, ca) = (Files::new(), Ca::new("holdfast test CA"));
+    let redis = TlsRedis::start(&files, &ca).await;
+    let db = TempDatabase::create().await;
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port().await));
+    let ca_path = files.ca("system-roots", &ca);
+    let prefix = format!("hf:tls:{}:", uuid::Uuid::new_v4());
+    let mut process = Process::start(
+        &[
+            "participant",
+            "stock-redis",
+            "--listen",
+            &addr.to_string(),
+            "--database-url",
+            &db.url,
+            "--redis-url",
+            &format!("rediss://localhost:{}", redis.port),
+            "--redis-prefix",
+            &prefix,
+        ],
+        // rediss:// verifies against the system roots; SSL_CERT_FILE replaces them.
+        &[("SSL_CERT_FILE", ca_path.to_str().unwrap())],
+        files.dir.join("stock-redis.log"),
+    );
+    process.wait_serving(|| plaintext_channel(addr)).await;
+
+    ResourceAdminClient::new(plaintext_channel(addr))
+        .put_resources(proto::PutResourcesRequest {
+            resources: vec![proto::ResourceSpec {
+                resource: "sku-1".into(),
+                capacity: 2,
+            }],
+        })
+        .await
+        .expect("put resources through rediss://");
+    let answer = proto::participant_client::ParticipantClient::new(plaintext_channel(addr))
+        .r#try(proto::TryRequest {
+            reservation_id: uuid::Uuid::new_v4().to_string(),
+            branch_id: uuid::Uuid::new_v4().to_string(),
+            holder: "alice".into(),
+            items: vec![hold("stock-redis", "sku-1")],
+            expires_at: Some(prost_types::Timestamp {
+                seconds: chrono::Utc::now().timestamp() + 600,
+                nanos: 0,
+            }),
+        })
+        .await
+        .expect("a Try through rediss://")
+        .into_inner();
+    assert_eq!(
+        answer.outcome,
+        i32::from(proto::try_response::Outcome::Held)
+    );
+}

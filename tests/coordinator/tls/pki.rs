@@ -1,0 +1,123 @@
+//! Certificates for the TLS tests: a CA made with rcgen per test, certificates it signs, and a
+//! temporary folder of PEM files written the way a renewal writes them.
+
+use std::path::PathBuf;
+
+use holdfast::tls::{ServerTls, ServerTlsFiles};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+
+/// A certificate authority made for one test.
+pub(super) struct Ca {
+    issuer: Issuer<'static, KeyPair>,
+    pub(super) pem: String,
+}
+
+/// A certificate signed by a test CA, and its key.
+pub(super) struct Leaf {
+    pub(super) cert: String,
+    pub(super) key: String,
+    pub(super) der: Vec<u8>,
+}
+
+impl Ca {
+    pub(super) fn new(name: &str) -> Ca {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let pem = params.self_signed(&key).unwrap().pem();
+        Ca {
+            issuer: Issuer::new(params, key),
+            pem,
+        }
+    }
+
+    /// A certificate for `name` (its CN), valid for localhost and 127.0.0.1, usable by servers
+    /// and clients alike.
+    pub(super) fn issue(&self, name: &str) -> Leaf {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec![
+            "localhost".to_owned(),
+            "127.0.0.1".to_owned(),
+            format!("{name}.holdfast.test"),
+        ])
+        .unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        Leaf {
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+            der: cert.der().to_vec(),
+        }
+    }
+}
+
+/// A folder of certificate files for one test, removed when dropped.
+pub(super) struct Files {
+    pub(super) dir: PathBuf,
+}
+
+impl Files {
+    pub(super) fn new() -> Files {
+        let dir = std::env::temp_dir().join(format!("holdfast-tls-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Files { dir }
+    }
+
+    /// Writes `name` atomically (a rename), as a renewal would.
+    pub(super) fn write(&self, name: &str, contents: &str) -> PathBuf {
+        let path = self.dir.join(name);
+        let partial = self.dir.join(format!(".{name}.partial"));
+        std::fs::write(&partial, contents).unwrap();
+        std::fs::rename(&partial, &path).unwrap();
+        path
+    }
+
+    pub(super) fn ca(&self, name: &str, ca: &Ca) -> PathBuf {
+        self.write(&format!("{name}.pem"), &ca.pem)
+    }
+
+    /// Writes `leaf` as `name.pem` and `name.key`.
+    pub(super) fn leaf(&self, name: &str, leaf: &Leaf) -> (PathBuf, PathBuf) {
+        (
+            self.write(&format!("{name}.pem"), &leaf.cert),
+            self.write(&format!("{name}.key"), &leaf.key),
+        )
+    }
+
+    pub(super) fn server_files(
+        &self,
+        name: &str,
+        leaf: &Leaf,
+        client_ca: Option<&Ca>,
+    ) -> ServerTlsFiles {
+        let (cert, key) = self.leaf(name, leaf);
+        ServerTlsFiles {
+            cert,
+            key,
+            client_ca: client_ca.map(|ca| self.ca(&format!("{name}-client-ca"), ca)),
+        }
+    }
+
+    pub(super) fn server_tls(&self, name: &str, leaf: &Leaf, client_ca: Option<&Ca>) -> ServerTls {
+        ServerTls::load(&self.server_files(name, leaf, client_ca)).unwrap()
+    }
+}
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
