@@ -11,8 +11,9 @@ use crate::coordinator::{Coordinator, Policy};
 use crate::db::{self, DatabaseKind};
 use crate::domain::validate::Limits;
 use crate::registry::{ParticipantEndpoint, Registry, RegistryError};
-use crate::server::{Listener, ServeError};
+use crate::server::ServeError;
 use crate::store::{AnyStore, PgStore, SqliteStore, StoreError};
+use crate::tls::Listener;
 use crate::tls::{ClientTls, ParticipantTransport, ServerTls, TlsError};
 
 /// Why a role could not start or stopped with an error.
@@ -222,12 +223,8 @@ pub async fn serve_coordinator(
         &settings.participants,
         settings.participant_transport.tls.as_ref(),
     )?;
-    let coordinator = Coordinator::new(
-        store.into_dyn(),
-        registry,
-        settings.limits,
-        settings.policy,
-    );
+    let coordinator =
+        Coordinator::new(store.into_dyn(), registry, settings.limits, settings.policy);
     let (stop_recovery, stop) = tokio::sync::watch::channel(false);
     let recovery = tokio::spawn(coordinator.clone().run_recovery(stop));
     let api = CoordinatorApi::new(coordinator);

@@ -240,7 +240,7 @@ pub fn recovery_backlog(n: i64) {
 /// `listener` has it (the same certificate as the gRPC ports). Deliberately tiny: one request
 /// per connection, nothing else routed.
 pub async fn serve_metrics(
-    listener: impl Into<crate::server::Listener>,
+    listener: impl Into<crate::tls::Listener>,
     shutdown: impl Future<Output = ()> + Send,
 ) {
     let handle = metrics_handle();

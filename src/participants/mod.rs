@@ -164,7 +164,7 @@ const RECLAIM_EVERY: Duration = Duration::from_secs(30);
 pub async fn serve(
     settings: ParticipantSettings,
     db: impl Into<ParticipantDb>,
-    listener: impl Into<crate::server::Listener>,
+    listener: impl Into<crate::tls::Listener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ParticipantError> {
     match db.into() {
@@ -182,7 +182,7 @@ pub async fn serve(
 async fn serve_on<DB>(
     settings: ParticipantSettings,
     pool: Pool<DB>,
-    listener: impl Into<crate::server::Listener>,
+    listener: impl Into<crate::tls::Listener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ParticipantError>
 where
@@ -220,7 +220,7 @@ where
 struct Server<'a, DB: Backend> {
     settings: &'a ParticipantSettings,
     pool: Pool<DB>,
-    listener: crate::server::Listener,
+    listener: crate::tls::Listener,
 }
 
 impl<DB: payments::PaymentsSql> Server<'_, DB> {

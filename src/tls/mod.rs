@@ -10,6 +10,7 @@
 
 mod connector;
 pub(crate) mod incoming;
+mod listener;
 mod material;
 mod pin;
 pub mod reload;
@@ -25,6 +26,7 @@ use rustls_pki_types::CertificateDer;
 use material::Trust;
 use reload::{Source, Watched};
 
+pub use listener::Listener;
 pub use reload::CHECK_EVERY;
 
 /// Why TLS settings could not be used. Each message names the setting (flag) and file.

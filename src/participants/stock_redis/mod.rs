@@ -169,7 +169,7 @@ impl StockRedis {
     pub async fn run(
         self,
         reconcile_every: Duration,
-        listener: impl Into<crate::server::Listener>,
+        listener: impl Into<crate::tls::Listener>,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ParticipantError> {
         self.reconcile().await?;
@@ -194,7 +194,7 @@ impl StockRedis {
 pub async fn serve(
     settings: StockRedisSettings,
     pool: PgPool,
-    listener: impl Into<crate::server::Listener>,
+    listener: impl Into<crate::tls::Listener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ParticipantError> {
     let participant = StockRedis::connect(&settings, pool).await?;

@@ -16,8 +16,8 @@ use tonic::transport::Channel;
 
 use super::pki::{Ca, Files};
 use super::{free_port, health, plaintext_channel, tls_channel};
-use crate::process::TempDatabase;
 use crate::common::{hold, reason, reserve_request, state_of};
+use crate::process::TempDatabase;
 
 /// A `holdfast` process started by a test; its output goes to a log file. Killed when dropped.
 struct Process {
