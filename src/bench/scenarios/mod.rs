@@ -116,6 +116,15 @@ pub struct Measured {
     pub setup_xacts: i64,
 }
 
+impl std::fmt::Debug for Measured {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Measured")
+            .field("ok", &self.recorder.ok())
+            .field("elapsed", &self.elapsed)
+            .finish()
+    }
+}
+
 async fn join_workers(handles: Vec<tokio::task::JoinHandle<Recorder>>) -> Recorder {
     let mut all = Recorder::default();
     for h in handles {
