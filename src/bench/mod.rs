@@ -4,15 +4,18 @@
 //! Postgres measured in the same run (`ceiling`). See `BENCHMARKS.md`.
 
 pub mod deploy;
+mod report;
 pub mod scenarios;
 pub mod stats;
+
+pub use report::Row;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use report::{print_table, row, to_json};
 use scenarios::{Ctx, Measured, Progress, Workload};
-use stats::Percentiles;
 
 /// A named scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -107,74 +110,9 @@ pub struct BenchArgs {
     pub seat_block: usize,
 }
 
-/// One row of the summary.
-#[derive(Debug)]
-pub struct Row {
-    pub name: String,
-    pub clients: usize,
-    pub measured: Option<Measured>,
-    /// Which ceiling row this one is compared with.
-    pub baseline: Option<String>,
-    /// Database transactions (commits, rollbacks) during the scenario, in-process only.
-    pub xacts: Option<(i64, i64)>,
-    pub failure: Option<String>,
-}
-
-impl std::fmt::Debug for Measured {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Measured")
-            .field("ok", &self.recorder.ok())
-            .field("elapsed", &self.elapsed)
-            .finish()
-    }
-}
-
 /// Whether a row is a flash sale (`flash`, `flash-stock-redis`).
 fn is_flash(name: &str) -> bool {
     name == "flash" || name.starts_with("flash-")
-}
-
-impl Row {
-    fn rate(&self) -> f64 {
-        self.measured.as_ref().map_or(0.0, |m| {
-            let done = if is_flash(&self.name) {
-                m.recorder.ok() + m.recorder.rejected()
-            } else {
-                m.recorder.ok()
-            };
-            done as f64 / m.elapsed.as_secs_f64().max(1e-9)
-        })
-    }
-
-    fn latency(&self) -> Percentiles {
-        self.measured
-            .as_ref()
-            .map_or_else(Percentiles::default, |m| {
-                let mut all = m.recorder.ok_micros.clone();
-                all.extend(&m.recorder.rejected_micros);
-                stats::percentiles(&all)
-            })
-    }
-
-    fn errors(&self) -> u64 {
-        self.measured
-            .as_ref()
-            .map_or(0, |m| m.recorder.error_count())
-    }
-
-    fn oversell(&self) -> i64 {
-        self.measured
-            .as_ref()
-            .and_then(|m| m.extra.get("oversell"))
-            .and_then(|v| v.as_i64())
-            .unwrap_or(0)
-    }
-
-    fn ops(&self) -> u64 {
-        self.measured
-            .as_ref()
-            .map_or(0, |m| m.recorder.ok() + m.recorder.rejected())
-    }
 }
 
 /// Commits and rollbacks so far in the database at `url` (statistics of exited backends are
@@ -391,30 +329,6 @@ fn delta(before: Option<(i64, i64)>, after: Option<(i64, i64)>) -> Option<(i64, 
     Some((a.0 - b.0, a.1 - b.1))
 }
 
-fn row(
-    name: String,
-    clients: usize,
-    result: Result<Measured, String>,
-    baseline: Option<String>,
-    xacts: Option<(i64, i64)>,
-) -> Row {
-    let (measured, failure) = match result {
-        Ok(m) => (Some(m), None),
-        Err(e) => {
-            eprintln!("bench: {name} FAILED: {e}");
-            (None, Some(e))
-        }
-    };
-    Row {
-        name,
-        clients,
-        measured,
-        baseline,
-        xacts,
-        failure,
-    }
-}
-
 /// Starts a deployment (in-process; with a `stock-redis` participant on `--redis-url` when
 /// `stock_redis`, its keys deleted afterwards) or uses the target, runs `body`, stops the
 /// deployment and counts the database transactions it took.
@@ -510,146 +424,4 @@ async fn delete_redis_keys(keys: Option<(String, String)>) {
 
 fn redact(url: &str) -> &str {
     url.rsplit('@').next().unwrap_or(url)
-}
-
-fn ratio(rows: &[Row], r: &Row) -> Option<f64> {
-    ratio_to(rows, r, r.baseline.as_ref()?)
-}
-
-fn ratio_to(rows: &[Row], r: &Row, base: &str) -> Option<f64> {
-    let b = rows.iter().find(|x| x.name == base)?;
-    let b_rate = b.rate();
-    (b.failure.is_none() && b_rate > 0.0 && r.failure.is_none()).then(|| r.rate() / b_rate)
-}
-
-/// The ratio of a row compared with `ceiling-C` to `ceiling-C-one-row` instead.
-fn ratio_one_row(rows: &[Row], r: &Row) -> Option<f64> {
-    let base = r.baseline.as_ref()?;
-    if base == "ceiling-1" {
-        return None;
-    }
-    ratio_to(rows, r, &format!("{base}-one-row"))
-}
-
-fn commits_per_op(r: &Row) -> Option<f64> {
-    let (commits, _) = r.xacts?;
-    let setup = r.measured.as_ref().map_or(0, |m| m.setup_xacts);
-    let ops = r.ops();
-    (ops > 0).then(|| (commits - setup) as f64 / ops as f64)
-}
-
-fn print_table(rows: &[Row]) {
-    println!();
-    println!(
-        "{:<18} {:>7} {:>8} {:>6} {:>6} {:>10} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10}",
-        "scenario",
-        "clients",
-        "ok",
-        "rej",
-        "err",
-        "rate/s",
-        "p50 ms",
-        "p90 ms",
-        "p99 ms",
-        "max ms",
-        "x ceiling",
-        "commits/op"
-    );
-    for r in rows {
-        if let Some(f) = &r.failure {
-            println!("{:<18} FAILED: {f}", r.name);
-            continue;
-        }
-        let Some(m) = &r.measured else { continue };
-        let l = r.latency();
-        let x = ratio(rows, r).map_or("-".into(), |x| format!("{x:.3}"));
-        let c = commits_per_op(r).map_or("-".into(), |c| format!("{c:.2}"));
-        println!(
-            "{:<18} {:>7} {:>8} {:>6} {:>6} {:>10.1} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>10} {:>10}",
-            r.name,
-            r.clients,
-            m.recorder.ok(),
-            m.recorder.rejected(),
-            m.recorder.error_count(),
-            r.rate(),
-            l.p50,
-            l.p90,
-            l.p99,
-            l.max,
-            x,
-            c
-        );
-    }
-    for r in rows {
-        let Some(m) = &r.measured else { continue };
-        for (kind, n) in &m.recorder.errors {
-            println!("  {}: {n} x {kind}", r.name);
-        }
-        for note in &m.notes {
-            println!("  {}: {note}", r.name);
-        }
-        if is_flash(&r.name) {
-            println!(
-                "  {}: winners {} losers {} oversell {} participant counts {}",
-                r.name,
-                m.recorder.ok(),
-                m.recorder.rejected(),
-                r.oversell(),
-                m.extra
-                    .get("participant_counts")
-                    .map(|v| v.to_string())
-                    .unwrap_or_default()
-            );
-        }
-        if let Some(x) = ratio_one_row(rows, r) {
-            println!(
-                "  {}: {x:.3} x {}-one-row (every connection updating one shared row)",
-                r.name,
-                r.baseline.as_deref().unwrap_or_default()
-            );
-        }
-    }
-    println!(
-        "  rate/s: completed Reserve+Confirm per second (flash: Reserve answers per second); \
-         x ceiling: rate / commit rate of the ceiling row at the same concurrency, one row per \
-         connection (latency: ceiling-1); commits/op: pg_stat_database.xact_commit delta, less the bench's own \
-         provisioning transactions, / operations (includes the coordinator's background sweeps \
-         and stock-redis's reconciler reads)"
-    );
-}
-
-fn to_json(args: &BenchArgs, rows: &[Row]) -> serde_json::Value {
-    let rows: Vec<serde_json::Value> = rows
-        .iter()
-        .map(|r| {
-            let l = r.latency();
-            let m = r.measured.as_ref();
-            serde_json::json!({
-                "scenario": r.name,
-                "clients": r.clients,
-                "failure": r.failure,
-                "ok": m.map(|m| m.recorder.ok()),
-                "rejected": m.map(|m| m.recorder.rejected()),
-                "errors": m.map(|m| &m.recorder.errors),
-                "error_count": m.map(|m| m.recorder.error_count()),
-                "elapsed_s": m.map(|m| m.elapsed.as_secs_f64()),
-                "rate_per_s": r.rate(),
-                "latency_ms": { "p50": l.p50, "p90": l.p90, "p99": l.p99, "max": l.max },
-                "baseline": r.baseline,
-                "ratio_to_ceiling": ratio(rows, r),
-                "ratio_to_one_row_ceiling": ratio_one_row(rows, r),
-                "xact_commit": r.xacts.map(|x| x.0),
-                "xact_rollback": r.xacts.map(|x| x.1),
-                "commits_per_op": commits_per_op(r),
-                "notes": m.map(|m| &m.notes),
-                "details": m.map(|m| &m.extra),
-            })
-        })
-        .collect();
-    serde_json::json!({
-        "target": args.target.as_deref().unwrap_or("in-process"),
-        "duration_s": args.duration.as_secs_f64(),
-        "clients": args.clients,
-        "results": rows,
-    })
 }

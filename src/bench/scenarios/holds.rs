@@ -1,0 +1,160 @@
+//! `holds`: a stock participant alone, served in-process without a coordinator, taking Try
+//! calls straight from the clients (its own holds per second).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{Measured, Progress, join_workers, put};
+use crate::bench::deploy;
+use crate::bench::stats::{Outcome, Recorder};
+use crate::proto::ResourceSpec;
+
+/// One stock participant alone (no coordinator): `clients` clients, each on its own
+/// connection, send Try for 1 unit of one large item with a fresh branch each time, for
+/// `duration`. Measures the participant's own holds per second.
+pub async fn holds(
+    database_url: &str,
+    redis_url: Option<&str>,
+    kind: crate::participants::Kind,
+    clients: usize,
+    duration: Duration,
+    progress: Arc<Progress>,
+) -> Result<Measured, String> {
+    use crate::participants::{self, Kind, ParticipantSettings, stock_redis};
+    use crate::proto::participant_client::ParticipantClient;
+    let pool = crate::db::connect_postgres(
+        database_url,
+        u32::try_from(clients).unwrap_or(32).clamp(4, 32),
+    )
+    .await
+    .map_err(|e| format!("connecting to {database_url}: {e}"))?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| format!("binding a loopback port: {e}"))?;
+    let url = format!(
+        "http://{}",
+        listener
+            .local_addr()
+            .map_err(|e| format!("reading a bound address: {e}"))?
+    );
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = async move {
+        let mut rx = stop_rx;
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let mut redis_keys = None;
+    let server = match kind {
+        Kind::StockRedis => {
+            let redis = redis_url.ok_or("stock-redis needs --redis-url")?;
+            let settings = deploy::stock_redis_settings(redis);
+            redis_keys = Some((redis.to_owned(), settings.key_prefix.clone()));
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                stock_redis::serve(settings, pool, listener, stopped)
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+        }
+        _ => {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                participants::serve(ParticipantSettings::new(kind), pool, listener, stopped)
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+        }
+    };
+    let stop_all = || {
+        let _ = stop.send(true);
+    };
+    let delete_keys = || async {
+        if let Some((url, prefix)) = &redis_keys
+            && let Err(e) = deploy::delete_redis_keys(url, prefix).await
+        {
+            eprintln!("bench: {e}");
+        }
+    };
+    let item = format!("holds-{}", uuid::Uuid::new_v4().simple());
+    let mut ready = false;
+    for _ in 0..100 {
+        if let Ok(mut admin) = deploy::admin_client(&url)
+            && put(
+                &mut admin,
+                vec![ResourceSpec {
+                    resource: item.clone(),
+                    capacity: 1_000_000_000,
+                }],
+            )
+            .await
+            .is_ok()
+        {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    if !ready {
+        stop_all();
+        let _ = server.await;
+        delete_keys().await;
+        pool.close().await;
+        return Err(format!("{} never accepted PutResources", kind.name()));
+    }
+    let channels = deploy::channels(&url, clients.max(1))?;
+    let expires_at = prost_types::Timestamp {
+        seconds: chrono::Utc::now().timestamp() + 3600,
+        nanos: 0,
+    };
+    let start = Instant::now();
+    let deadline = start + duration;
+    let workers = channels.into_iter().map(|channel| {
+        let (progress, item, expires_at) = (progress.clone(), item.clone(), expires_at);
+        tokio::spawn(async move {
+            let mut client = ParticipantClient::new(channel);
+            let mut rec = Recorder::default();
+            while Instant::now() < deadline {
+                let t = Instant::now();
+                let answer = client
+                    .r#try(crate::proto::TryRequest {
+                        reservation_id: uuid::Uuid::new_v4().to_string(),
+                        branch_id: uuid::Uuid::new_v4().to_string(),
+                        holder: "bench".into(),
+                        items: vec![crate::proto::Hold {
+                            participant: kind.name().into(),
+                            resource: item.clone(),
+                            quantity: 1,
+                            during: None,
+                        }],
+                        expires_at: Some(expires_at),
+                    })
+                    .await;
+                let outcome = match answer {
+                    Ok(r)
+                        if r.get_ref().outcome
+                            == crate::proto::try_response::Outcome::Held as i32 =>
+                    {
+                        Outcome::Ok
+                    }
+                    Ok(_) => Outcome::Rejected,
+                    Err(e) => Outcome::Error(format!("{:?}", e.code())),
+                };
+                progress.count(&outcome);
+                rec.record(outcome, t.elapsed());
+            }
+            rec
+        })
+    });
+    let recorder = join_workers(workers.collect()).await;
+    let elapsed = start.elapsed();
+    stop_all();
+    let _ = server.await;
+    delete_keys().await;
+    pool.close().await;
+    Ok(Measured {
+        recorder,
+        elapsed,
+        notes: vec![],
+        extra: serde_json::json!({ "participant": kind.name(), "item": item }),
+        setup_xacts: 0,
+    })
+}

@@ -1,0 +1,228 @@
+//! `latency` and `throughput`: clients doing Reserve+Confirm of 2 holds in a loop, and the
+//! per-client provisioning of the seats and stock those holds take (`Holds`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tonic::transport::Channel;
+
+use super::{Ctx, Measured, Progress, Workload, describe, hold, is_capacity_refusal, put};
+use crate::bench::deploy;
+use crate::bench::stats::{Outcome, Recorder};
+use crate::proto::coordinator_client::CoordinatorClient;
+use crate::proto::resource_admin_client::ResourceAdminClient;
+use crate::proto::{ConfirmRequest, Hold, ReserveRequest, ResourceSpec};
+
+/// Reserve then Confirm; a refusal for capacity is `Rejected`, anything else not OK an error.
+async fn reserve_confirm(
+    client: &mut CoordinatorClient<Channel>,
+    holder: String,
+    holds: Vec<Hold>,
+) -> Outcome {
+    let reserved = client
+        .reserve(ReserveRequest {
+            request_id: "bench".into(),
+            holder,
+            ttl: None,
+            holds,
+            labels: Default::default(),
+        })
+        .await;
+    let r = match reserved {
+        Ok(r) => r.into_inner(),
+        Err(s) if is_capacity_refusal(&s) => return Outcome::Rejected,
+        Err(s) => return Outcome::Error(describe("Reserve", &s)),
+    };
+    let confirmed = client
+        .confirm(ConfirmRequest {
+            reservation_id: r.id,
+            hold_token: r.hold_token,
+            payment: None,
+        })
+        .await;
+    match confirmed {
+        Ok(c) if c.get_ref().state == crate::proto::reservation::State::Confirmed as i32 => {
+            Outcome::Ok
+        }
+        Ok(c) => Outcome::Error(format!("Confirm: answered state {}", c.get_ref().state)),
+        Err(s) => Outcome::Error(describe("Confirm", &s)),
+    }
+}
+
+/// What one client holds each time, and the resources it provisioned for that.
+struct Holds {
+    workload: Workload,
+    ctx: Arc<Ctx>,
+    client: usize,
+    seats_admin: Option<ResourceAdminClient<Channel>>,
+    seats_provisioned: usize,
+    next_seat: usize,
+    sku: String,
+    top_ups: u64,
+}
+
+impl Holds {
+    async fn prepare(ctx: Arc<Ctx>, workload: Workload, client: usize) -> Result<Holds, String> {
+        let sku = format!("{}-sku-{client}", ctx.run_id);
+        let mut holds = Holds {
+            workload,
+            ctx: ctx.clone(),
+            client,
+            seats_admin: None,
+            seats_provisioned: 0,
+            next_seat: 0,
+            sku: sku.clone(),
+            top_ups: 0,
+        };
+        if workload == Workload::Real {
+            let mut stock = deploy::admin_client(&ctx.endpoints.stock.1)?;
+            put(
+                &mut stock,
+                vec![ResourceSpec {
+                    resource: sku,
+                    capacity: 1_000_000_000,
+                }],
+            )
+            .await?;
+            holds.seats_admin = Some(deploy::admin_client(&ctx.endpoints.seats.1)?);
+            holds.provision_seats().await?;
+        }
+        Ok(holds)
+    }
+
+    fn seat(&self, i: usize) -> String {
+        format!("{}-seat-{}-{i}", self.ctx.run_id, self.client)
+    }
+
+    async fn provision_seats(&mut self) -> Result<(), String> {
+        let from = self.seats_provisioned;
+        let to = from + self.ctx.seat_block;
+        let specs = (from..to)
+            .map(|i| ResourceSpec {
+                resource: self.seat(i),
+                capacity: 1,
+            })
+            .collect();
+        let admin = self
+            .seats_admin
+            .as_mut()
+            .ok_or_else(|| "no seats admin client".to_owned())?;
+        put(admin, specs).await?;
+        self.seats_provisioned = to;
+        Ok(())
+    }
+
+    async fn next(&mut self) -> Result<Vec<Hold>, String> {
+        let ctx = self.ctx.clone();
+        let e = &ctx.endpoints;
+        match self.workload {
+            Workload::Noop => Ok(match e.noop.as_slice() {
+                [one] => vec![hold(one, "r-a"), hold(one, "r-b")],
+                [a, b, ..] => vec![hold(a, "r"), hold(b, "r")],
+                [] => return Err("no noop participant named".into()),
+            }),
+            Workload::Real => {
+                if self.next_seat == self.seats_provisioned {
+                    self.provision_seats().await?;
+                    self.top_ups += 1;
+                }
+                let seat = self.seat(self.next_seat);
+                self.next_seat += 1;
+                Ok(vec![hold(&e.seats.0, &seat), hold(&e.stock.0, &self.sku)])
+            }
+        }
+    }
+}
+
+/// `clients` clients, each doing Reserve+Confirm of 2 holds one after the other (a distinct
+/// holder per reservation, so the per-holder hold limit never applies) for `duration`.
+pub async fn reserve_confirm_loop(
+    ctx: Arc<Ctx>,
+    workload: Workload,
+    clients: usize,
+    duration: Duration,
+    progress: Arc<Progress>,
+) -> Result<Measured, String> {
+    let channels = deploy::channels(&ctx.endpoints.coordinator, clients.min(32))?;
+    let prepared = futures_util::future::join_all(
+        (0..clients).map(|c| Holds::prepare(ctx.clone(), workload, c)),
+    )
+    .await;
+    let mut all_holds = Vec::with_capacity(clients);
+    for p in prepared {
+        all_holds.push(p.map_err(|e| format!("provisioning resources: {e}"))?);
+    }
+    let start = Instant::now();
+    let deadline = start + duration;
+    let workers = all_holds.into_iter().enumerate().map(|(c, mut holds)| {
+        let mut client = CoordinatorClient::new(channels[c % channels.len()].clone());
+        let (progress, run_id) = (progress.clone(), ctx.run_id.clone());
+        tokio::spawn(async move {
+            let mut rec = Recorder::default();
+            let mut i = 0u64;
+            while Instant::now() < deadline {
+                let outcome = match holds.next().await {
+                    Ok(h) => {
+                        let holder = format!("{run_id}-{}-{c}-{i}", workload.name());
+                        let t = Instant::now();
+                        let outcome = match reserve_confirm(&mut client, holder, h).await {
+                            Outcome::Rejected => {
+                                Outcome::Error("Reserve: INSUFFICIENT_CAPACITY (unexpected)".into())
+                            }
+                            other => other,
+                        };
+                        progress.count(&outcome);
+                        rec.record(outcome.clone(), t.elapsed());
+                        outcome
+                    }
+                    Err(e) => {
+                        let outcome = Outcome::Error(format!("provisioning: {e}"));
+                        progress.count(&outcome);
+                        rec.record(outcome.clone(), Duration::ZERO);
+                        outcome
+                    }
+                };
+                if matches!(outcome, Outcome::Error(_)) {
+                    // Keep reporting, but do not spin on a broken deployment.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                i += 1;
+            }
+            (rec, holds.top_ups)
+        })
+    });
+    let handles: Vec<_> = workers.collect();
+    let mut recorder = Recorder::default();
+    let mut top_ups = 0;
+    for h in handles {
+        match h.await {
+            Ok((rec, t)) => {
+                recorder.merge(rec);
+                top_ups += t;
+            }
+            Err(e) => recorder.record(
+                Outcome::Error(format!("worker task failed: {e}")),
+                Duration::ZERO,
+            ),
+        }
+    }
+    let elapsed = start.elapsed();
+    let mut notes = vec![];
+    if top_ups > 0 {
+        notes.push(format!(
+            "{top_ups} seat top-ups of {} seats (PutResources) ran inside the timed window",
+            ctx.seat_block
+        ));
+    }
+    Ok(Measured {
+        recorder,
+        elapsed,
+        notes,
+        extra: serde_json::json!({ "seat_top_ups": top_ups }),
+        // One PutResources transaction for the item and one per seat block.
+        setup_xacts: match workload {
+            Workload::Noop => 0,
+            Workload::Real => (2 * clients as u64 + top_ups) as i64,
+        },
+    })
+}
