@@ -118,3 +118,32 @@ fn a_bad_config_fails_at_start_naming_the_setting() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--lease"));
 }
+
+#[test]
+fn a_participant_that_cannot_start_says_which_and_why() {
+    let dir = std::env::temp_dir().join(format!("holdfast-participant-{}", std::process::id()));
+    let url = format!("sqlite://{}", dir.join("participants.db").display());
+    let out = run_holdfast(
+        &[
+            "participant",
+            "stock-redis",
+            "--listen",
+            "127.0.0.1:0",
+            "--database-url",
+            &url,
+        ],
+        &[],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    // The error keeps its kind: which participant, and the participant's own reason (not a
+    // generic "configuration" error).
+    assert!(
+        err.contains(
+            "holdfast: participant stock-redis: the stock-redis participant needs a Redis URL"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("configuration:"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
