@@ -144,7 +144,7 @@ impl Transport {
             ""
         };
         match (&self.server, self.tls) {
-            (Some(_), _) => Some(format!("transport TLS (every hop{auth})")),
+            (Some(_), _) => Some(format!("transport TLS (every gRPC hop{auth})")),
             (None, true) => Some(format!("transport TLS (to the target{auth})")),
             (None, false) => None,
         }
