@@ -1,17 +1,18 @@
 //! The deployment a benchmark runs against: started in-process (coordinator + reference
 //! participants on 127.0.0.1:0, over real gRPC, against a fresh Postgres database, and the
-//! `stock-redis` participant when asked for) or an existing one named by `--target`.
+//! `stock-redis` participant when asked for) or an existing one named by `--target`. Every
+//! in-process hop speaks the run's [`Transport`]: plaintext, or TLS with the bench's flags.
 
 use std::time::Duration;
 
 use sqlx::PgPool;
 use sqlx::migrate::MigrateDatabase;
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tonic::service::Routes;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
 
+use super::transport::Transport;
 use crate::app::{self, CoordinatorSettings};
 use crate::coordinator::Policy;
 use crate::domain::validate::Limits;
@@ -44,6 +45,7 @@ pub struct Endpoints {
 /// so its backends exit and flush their statistics.
 pub struct Deployment {
     pub endpoints: Endpoints,
+    transport: Transport,
     stop: watch::Sender<bool>,
     tasks: JoinSet<Result<(), String>>,
     pools: Vec<PgPool>,
@@ -97,26 +99,18 @@ pub async fn migrate(url: &str) -> Result<(), String> {
     Ok(())
 }
 
-async fn bind() -> Result<(TcpListener, String), String> {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|e| format!("binding a loopback port: {e}"))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| format!("reading a bound address: {e}"))?;
-    Ok((listener, format!("http://{addr}")))
-}
-
 impl Deployment {
     /// Starts the coordinator (pool of `coordinator_pool`) and participants `noop-a`, `noop-b`,
     /// `seats`, `stock` (sharing one pool of `participant_pool`, as the all-in-one does) on
     /// the already migrated database at `url`, plus `stock-redis` (same pool) with
-    /// `stock_redis` settings if given, and waits until they answer.
+    /// `stock_redis` settings if given, every hop over `transport`, and waits until they
+    /// answer.
     pub async fn start(
         url: &str,
         coordinator_pool: u32,
         participant_pool: u32,
         stock_redis: Option<StockRedisSettings>,
+        transport: &Transport,
     ) -> Result<Deployment, String> {
         let connect = |n| async move {
             crate::db::connect_postgres(url, n)
@@ -134,7 +128,7 @@ impl Deployment {
         let timeout = Duration::from_secs(5);
 
         for name in NOOP_NAMES {
-            let (listener, url) = bind().await?;
+            let (listener, url) = transport.bind().await?;
             registered.push(ParticipantEndpoint {
                 name: name.to_owned(),
                 url,
@@ -160,7 +154,7 @@ impl Deployment {
         }
         let mut admin_urls = Vec::new();
         for kind in [Kind::Seats, Kind::Stock] {
-            let (listener, url) = bind().await?;
+            let (listener, url) = transport.bind().await?;
             registered.push(ParticipantEndpoint {
                 name: kind.name().to_owned(),
                 url: url.clone(),
@@ -176,7 +170,7 @@ impl Deployment {
         }
         let mut stock_redis_admin = None;
         if let Some(settings) = stock_redis {
-            let (listener, url) = bind().await?;
+            let (listener, url) = transport.bind().await?;
             registered.push(ParticipantEndpoint {
                 name: stock_redis::NAME.to_owned(),
                 url: url.clone(),
@@ -190,13 +184,13 @@ impl Deployment {
                     .map_err(|e| format!("participant {}: {e}", stock_redis::NAME))
             });
         }
-        let (listener, coordinator_url) = bind().await?;
+        let (listener, coordinator_url) = transport.bind().await?;
         let settings = CoordinatorSettings {
             participants: registered,
             limits: Limits::default(),
             policy: Policy::default(),
             server: crate::server::ServerLimits::default(),
-            participant_transport: crate::tls::ParticipantTransport::default(),
+            participant_transport: transport.participant_transport(),
         };
         let (store, shutdown) = (PgStore::from_pool(cpool.clone()), stopped(stop_rx.clone()));
         tasks.spawn(async move {
@@ -207,6 +201,7 @@ impl Deployment {
         let mut stock = admin_urls.pop();
         let mut seats = admin_urls.pop();
         let deployment = Deployment {
+            transport: transport.clone(),
             endpoints: Endpoints {
                 coordinator: coordinator_url,
                 noop: NOOP_NAMES.iter().map(|s| (*s).to_owned()).collect(),
@@ -234,15 +229,23 @@ impl Deployment {
                 return Err(why);
             }
             let stock_redis_ready = match &self.endpoints.stock_redis {
-                Some((_, url)) => admin_ready(url).await,
-                None => true,
+                Some((_, url)) => admin_ready(&self.transport, url).await,
+                None => Ok(()),
             };
-            if stock_redis_ready && coordinator_ready(&self.endpoints.coordinator).await {
-                return Ok(self);
-            }
+            let ready = match stock_redis_ready {
+                Ok(()) => coordinator_ready(&self.transport, &self.endpoints.coordinator).await,
+                not_yet => not_yet,
+            };
+            let why = match ready {
+                Ok(()) => return Ok(self),
+                Err(why) => why,
+            };
             if tokio::time::Instant::now() > deadline {
                 self.stop().await;
-                return Err("the in-process deployment did not answer within 30s".into());
+                // The last probe's error: with TLS, a certificate the clients refuse shows here.
+                return Err(format!(
+                    "the in-process deployment did not answer within 30s (last probe: {why})"
+                ));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -271,49 +274,51 @@ impl Deployment {
     }
 }
 
-/// Whether the coordinator answers a read (NOT_FOUND for a random id counts as an answer).
-async fn coordinator_ready(url: &str) -> bool {
-    let probe = async {
-        let mut client = CoordinatorClient::new(channel(url).ok()?.connect().await.ok()?);
+/// Whether the coordinator answers a read (NOT_FOUND for a random id counts as an answer);
+/// if not, why.
+async fn coordinator_ready(transport: &Transport, url: &str) -> Result<(), String> {
+    within_probe_time(async {
+        let mut client = CoordinatorClient::new(transport.probe_channel(url).await?);
         let answer = client
             .get_reservation(crate::proto::GetReservationRequest {
                 reservation_id: uuid::Uuid::new_v4().to_string(),
             })
             .await;
-        match answer {
-            Ok(_) => Some(()),
-            Err(s) if s.code() == tonic::Code::NotFound => Some(()),
-            Err(_) => None,
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(2), probe)
-        .await
-        .ok()
-        .flatten()
-        .is_some()
+        answered(answer)
+    })
+    .await
 }
 
 /// Whether a ResourceAdmin answers a read (NOT_FOUND for a random resource counts): for
-/// `stock-redis`, once its data set is built and it serves.
-async fn admin_ready(url: &str) -> bool {
-    let probe = async {
-        let mut client = ResourceAdminClient::new(channel(url).ok()?.connect().await.ok()?);
+/// `stock-redis`, once its data set is built and it serves. If not, why.
+async fn admin_ready(transport: &Transport, url: &str) -> Result<(), String> {
+    within_probe_time(async {
+        let mut client = ResourceAdminClient::new(transport.probe_channel(url).await?);
         let answer = client
             .get_resource(crate::proto::GetResourceRequest {
                 resource: format!("probe-{}", uuid::Uuid::new_v4().simple()),
             })
             .await;
-        match answer {
-            Ok(_) => Some(()),
-            Err(s) if s.code() == tonic::Code::NotFound => Some(()),
-            Err(_) => None,
-        }
-    };
+        answered(answer)
+    })
+    .await
+}
+
+/// A probe's answer: any answer from the service itself (NOT_FOUND included) means it serves.
+fn answered<T>(answer: Result<T, tonic::Status>) -> Result<(), String> {
+    match answer {
+        Ok(_) => Ok(()),
+        Err(s) if s.code() == tonic::Code::NotFound => Ok(()),
+        Err(s) => Err(format!("{:?}: {}", s.code(), s.message())),
+    }
+}
+
+async fn within_probe_time(
+    probe: impl std::future::Future<Output = Result<(), String>>,
+) -> Result<(), String> {
     tokio::time::timeout(Duration::from_secs(2), probe)
         .await
-        .ok()
-        .flatten()
-        .is_some()
+        .unwrap_or_else(|_| Err("no answer within 2s".into()))
 }
 
 /// Settings of a bench `stock-redis` participant on `redis_url`, under a key prefix of its
@@ -374,15 +379,4 @@ pub fn channel(url: &str) -> Result<Endpoint, String> {
         .connect_timeout(Duration::from_secs(5))
         .timeout(Duration::from_secs(30))
         .tcp_nodelay(true))
-}
-
-/// `n` lazily connected channels to `url` (clients spread over them round robin).
-pub fn channels(url: &str, n: usize) -> Result<Vec<Channel>, String> {
-    let endpoint = channel(url)?;
-    Ok((0..n.max(1)).map(|_| endpoint.connect_lazy()).collect())
-}
-
-/// A ResourceAdmin client for `url`.
-pub fn admin_client(url: &str) -> Result<ResourceAdminClient<Channel>, String> {
-    Ok(ResourceAdminClient::new(channel(url)?.connect_lazy()))
 }

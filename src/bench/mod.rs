@@ -1,14 +1,16 @@
 //! `holdfast bench`: runs named scenarios against an in-process deployment (coordinator +
-//! reference participants over loopback gRPC, on a fresh Postgres database) or an existing
-//! one (`--target`), and prints throughput and latency next to the raw commit rate of the same
+//! reference participants over loopback gRPC, plaintext or TLS on every hop, on a fresh
+//! Postgres database) or an existing one (`--target`), and prints throughput and latency next to the raw commit rate of the same
 //! Postgres measured in the same run (`ceiling`). See `BENCHMARKS.md`.
 
 pub mod deploy;
 mod report;
 pub mod scenarios;
 pub mod stats;
+mod transport;
 
 pub use report::Row;
+pub use transport::Transport;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -108,6 +110,31 @@ pub struct BenchArgs {
     /// Seats provisioned per client at a time (seats + stock workload).
     #[arg(long, default_value_t = 500)]
     pub seat_block: usize,
+
+    /// TLS on every gRPC hop of the in-process deployment: the certificate (PEM) every
+    /// in-process server serves; it must name 127.0.0.1 (IP SAN) and be signed by --tls-ca.
+    /// Needs --tls-key and --tls-ca. With --target, the client certificate of
+    /// --tls-client-auth. Make a test CA and one with
+    /// `sh deploy/tls/make-certs.sh certs bench`, then pass `--tls-cert certs/bench.crt
+    /// --tls-key certs/bench.key --tls-ca certs/ca.crt`.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+
+    /// The CA (PEM) that signed --tls-cert, trusted by the in-process coordinator towards its
+    /// participants and by the bench's own clients. With --target: the CA of its https://
+    /// URLs (default: the system roots).
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// mTLS: every in-process server also requires a client certificate signed by --tls-ca,
+    /// and the coordinator and the bench's clients present --tls-cert (with --target: the
+    /// bench's clients present it).
+    #[arg(long)]
+    pub tls_client_auth: bool,
 }
 
 /// Whether a row is a flash sale (`flash`, `flash-stock-redis`).
@@ -136,6 +163,9 @@ pub enum BenchError {
     /// The in-process deployment's database could not be reset or migrated.
     #[error("bench: preparing the database: {0}")]
     Setup(String),
+    /// The TLS settings (`--tls-*`) cannot be used.
+    #[error("bench: TLS settings: {0}")]
+    Transport(String),
     /// The `--json` results could not be written.
     #[error("bench: writing the results: {0}")]
     Output(String),
@@ -160,6 +190,13 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
     };
     selected.sort();
     selected.dedup();
+    // Before the database is reset: bad TLS settings fail the run at once.
+    let transport = Transport::from_args(&args)
+        .await
+        .map_err(BenchError::Transport)?;
+    if let Some(line) = transport.describe() {
+        eprintln!("bench: {line}");
+    }
     let in_process = args.target.is_none();
     if in_process {
         eprintln!("bench: resetting database {}", redact(&args.database_url));
@@ -211,8 +248,13 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
                 };
                 for workload in [Workload::Noop, Workload::Real] {
                     let name = format!("{prefix}-{}", workload.name());
-                    let r =
-                        with_deployment(&args, &run_id, &name, false, |ctx, progress| async move {
+                    let r = with_deployment(
+                        &args,
+                        &transport,
+                        &run_id,
+                        &name,
+                        false,
+                        |ctx, progress| async move {
                             scenarios::reserve_confirm_loop(
                                 ctx,
                                 workload,
@@ -221,8 +263,9 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
                                 progress,
                             )
                             .await
-                        })
-                        .await;
+                        },
+                    )
+                    .await;
                     rows.push(row(name, clients, r.0, Some(baseline.clone()), r.1));
                 }
             }
@@ -244,6 +287,7 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
                     );
                     let result = scenarios::holds(
                         &args.database_url,
+                        &transport,
                         args.redis_url.as_deref(),
                         kind,
                         args.clients,
@@ -278,8 +322,13 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
                         other => format!("flash-{}", other.name()),
                     };
                     let redis = kind == Kind::StockRedis;
-                    let r =
-                        with_deployment(&args, &run_id, &name, redis, |ctx, progress| async move {
+                    let r = with_deployment(
+                        &args,
+                        &transport,
+                        &run_id,
+                        &name,
+                        redis,
+                        |ctx, progress| async move {
                             scenarios::flash(
                                 ctx,
                                 kind,
@@ -289,8 +338,9 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
                                 progress,
                             )
                             .await
-                        })
-                        .await;
+                        },
+                    )
+                    .await;
                     rows.push(row(
                         name,
                         args.flash_concurrency,
@@ -303,9 +353,9 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
         }
     }
 
-    print_table(&rows);
+    print_table(&rows, &transport);
     if let Some(path) = &args.json {
-        let doc = to_json(&args, &rows);
+        let doc = to_json(&args, &transport, &rows);
         let text = serde_json::to_string_pretty(&doc)
             .map_err(|e| BenchError::Output(format!("encoding JSON: {e}")))?;
         std::fs::write(path, text)
@@ -329,11 +379,13 @@ fn delta(before: Option<(i64, i64)>, after: Option<(i64, i64)>) -> Option<(i64, 
     Some((a.0 - b.0, a.1 - b.1))
 }
 
-/// Starts a deployment (in-process; with a `stock-redis` participant on `--redis-url` when
-/// `stock_redis`, its keys deleted afterwards) or uses the target, runs `body`, stops the
+/// Starts a deployment (in-process, over `transport`; with a `stock-redis` participant on
+/// `--redis-url` when `stock_redis`, its keys deleted afterwards) or uses the target, runs
+/// `body` (its clients also over `transport`), stops the
 /// deployment and counts the database transactions it took.
 async fn with_deployment<F, Fut>(
     args: &BenchArgs,
+    transport: &Transport,
     run_id: &str,
     name: &str,
     stock_redis: bool,
@@ -373,6 +425,7 @@ where
                 args.coordinator_pool,
                 args.participant_pool,
                 redis,
+                transport,
             )
             .await
             {
@@ -391,6 +444,7 @@ where
     };
     let ctx = Arc::new(Ctx {
         endpoints,
+        transport: transport.clone(),
         run_id: format!("{run_id}-{name}"),
         seat_block: args.seat_block.max(1),
     });

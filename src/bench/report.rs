@@ -4,7 +4,7 @@
 
 use super::scenarios::Measured;
 use super::stats::{self, Percentiles};
-use super::{BenchArgs, is_flash};
+use super::{BenchArgs, Transport, is_flash};
 
 /// One row of the summary.
 #[derive(Debug)]
@@ -112,8 +112,12 @@ fn commits_per_op(r: &Row) -> Option<f64> {
     (ops > 0).then(|| (commits - setup) as f64 / ops as f64)
 }
 
-pub(super) fn print_table(rows: &[Row]) {
+pub(super) fn print_table(rows: &[Row], transport: &Transport) {
     println!();
+    // Only TLS runs say so: a plaintext run's table is as it always was.
+    if let Some(line) = transport.describe() {
+        println!("{line}");
+    }
     println!(
         "{:<18} {:>7} {:>8} {:>6} {:>6} {:>10} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10}",
         "scenario",
@@ -192,7 +196,7 @@ pub(super) fn print_table(rows: &[Row]) {
     );
 }
 
-pub(super) fn to_json(args: &BenchArgs, rows: &[Row]) -> serde_json::Value {
+pub(super) fn to_json(args: &BenchArgs, transport: &Transport, rows: &[Row]) -> serde_json::Value {
     let rows: Vec<serde_json::Value> = rows
         .iter()
         .map(|r| {
@@ -224,6 +228,8 @@ pub(super) fn to_json(args: &BenchArgs, rows: &[Row]) -> serde_json::Value {
         "target": args.target.as_deref().unwrap_or("in-process"),
         "duration_s": args.duration.as_secs_f64(),
         "clients": args.clients,
+        "tls": transport.is_tls(),
+        "tls_client_auth": transport.client_auth(),
         "results": rows,
     })
 }

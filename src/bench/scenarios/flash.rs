@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 
 use super::{Ctx, Measured, Progress, describe, hold, is_capacity_refusal, put};
-use crate::bench::deploy;
 use crate::bench::stats::{Outcome, Recorder};
 use crate::proto::coordinator_client::CoordinatorClient;
 use crate::proto::{ConfirmRequest, GetResourceRequest, ReserveRequest, ResourceSpec};
@@ -35,7 +34,7 @@ pub async fn flash(
             .ok_or("no stock-redis participant in this deployment")?,
         other => return Err(format!("flash runs on stock or stock-redis, not {other:?}")),
     };
-    let mut stock = deploy::admin_client(&stock_admin)?;
+    let mut stock = ctx.transport.admin_client(&stock_admin)?;
     put(
         &mut stock,
         vec![ResourceSpec {
@@ -45,7 +44,9 @@ pub async fn flash(
     )
     .await
     .map_err(|e| format!("provisioning the flash item: {e}"))?;
-    let channels = deploy::channels(&ctx.endpoints.coordinator, concurrency.min(32))?;
+    let channels = ctx
+        .transport
+        .channels(&ctx.endpoints.coordinator, concurrency.min(32))?;
     let confirmed = crate::proto::reservation::State::Confirmed as i32;
     let start = Instant::now();
     let results: Vec<(Outcome, Duration)> = futures_util::stream::iter(0..clients)

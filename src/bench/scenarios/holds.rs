@@ -5,15 +5,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Measured, Progress, join_workers, put};
-use crate::bench::deploy;
 use crate::bench::stats::{Outcome, Recorder};
+use crate::bench::{Transport, deploy};
 use crate::proto::ResourceSpec;
 
 /// One stock participant alone (no coordinator): `clients` clients, each on its own
-/// connection, send Try for 1 unit of one large item with a fresh branch each time, for
-/// `duration`. Measures the participant's own holds per second.
+/// connection (over `transport`), send Try for 1 unit of one large item with a fresh branch
+/// each time, for `duration`. Measures the participant's own holds per second.
 pub async fn holds(
     database_url: &str,
+    transport: &Transport,
     redis_url: Option<&str>,
     kind: crate::participants::Kind,
     clients: usize,
@@ -28,15 +29,7 @@ pub async fn holds(
     )
     .await
     .map_err(|e| format!("connecting to {database_url}: {e}"))?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|e| format!("binding a loopback port: {e}"))?;
-    let url = format!(
-        "http://{}",
-        listener
-            .local_addr()
-            .map_err(|e| format!("reading a bound address: {e}"))?
-    );
+    let (listener, url) = transport.bind().await?;
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = async move {
         let mut rx = stop_rx;
@@ -77,7 +70,7 @@ pub async fn holds(
     let item = format!("holds-{}", uuid::Uuid::new_v4().simple());
     let mut ready = false;
     for _ in 0..100 {
-        if let Ok(mut admin) = deploy::admin_client(&url)
+        if let Ok(mut admin) = transport.admin_client(&url)
             && put(
                 &mut admin,
                 vec![ResourceSpec {
@@ -100,7 +93,7 @@ pub async fn holds(
         pool.close().await;
         return Err(format!("{} never accepted PutResources", kind.name()));
     }
-    let channels = deploy::channels(&url, clients.max(1))?;
+    let channels = transport.channels(&url, clients.max(1))?;
     let expires_at = prost_types::Timestamp {
         seconds: chrono::Utc::now().timestamp() + 3600,
         nanos: 0,

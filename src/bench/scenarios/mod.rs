@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
 
+use super::Transport;
 use super::deploy::Endpoints;
 use super::stats::{Outcome, Recorder};
 use crate::proto::resource_admin_client::ResourceAdminClient;
@@ -52,6 +53,8 @@ impl Workload {
 #[derive(Clone, Debug)]
 pub struct Ctx {
     pub endpoints: Endpoints,
+    /// How the clients reach them (plaintext, or TLS).
+    pub transport: Transport,
     /// Prefix of every holder, request id and resource this run creates, so runs against a
     /// long-lived `--target` never collide.
     pub run_id: String,

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 
 use super::{Ctx, Measured, Progress, Workload, describe, hold, is_capacity_refusal, put};
-use crate::bench::deploy;
 use crate::bench::stats::{Outcome, Recorder};
 use crate::proto::coordinator_client::CoordinatorClient;
 use crate::proto::resource_admin_client::ResourceAdminClient;
@@ -75,7 +74,7 @@ impl Holds {
             top_ups: 0,
         };
         if workload == Workload::Real {
-            let mut stock = deploy::admin_client(&ctx.endpoints.stock.1)?;
+            let mut stock = ctx.transport.admin_client(&ctx.endpoints.stock.1)?;
             put(
                 &mut stock,
                 vec![ResourceSpec {
@@ -84,7 +83,7 @@ impl Holds {
                 }],
             )
             .await?;
-            holds.seats_admin = Some(deploy::admin_client(&ctx.endpoints.seats.1)?);
+            holds.seats_admin = Some(ctx.transport.admin_client(&ctx.endpoints.seats.1)?);
             holds.provision_seats().await?;
         }
         Ok(holds)
@@ -143,7 +142,9 @@ pub async fn reserve_confirm_loop(
     duration: Duration,
     progress: Arc<Progress>,
 ) -> Result<Measured, String> {
-    let channels = deploy::channels(&ctx.endpoints.coordinator, clients.min(32))?;
+    let channels = ctx
+        .transport
+        .channels(&ctx.endpoints.coordinator, clients.min(32))?;
     let prepared = futures_util::future::join_all(
         (0..clients).map(|c| Holds::prepare(ctx.clone(), workload, c)),
     )

@@ -8,6 +8,13 @@ use super::{TempDatabase, run_holdfast, server_url, with_database};
 /// the bench drops and recreates it) with small pools, asserts it exited 0, and answers its
 /// JSON result rows and its output (for failure messages).
 fn run_bench(args: &[&str]) -> (Vec<serde_json::Value>, String) {
+    let (doc, output) = run_bench_document(args);
+    let rows = doc["results"].as_array().expect("results").clone();
+    (rows, output)
+}
+
+/// [`run_bench`], answering the whole JSON document (the run's settings and its results).
+pub(crate) fn run_bench_document(args: &[&str]) -> (serde_json::Value, String) {
     let id = uuid::Uuid::new_v4().simple();
     let db = TempDatabase {
         url: with_database(&server_url(), &format!("holdfast_bench_smoke_{id}")),
@@ -42,8 +49,7 @@ fn run_bench(args: &[&str]) -> (Vec<serde_json::Value>, String) {
     let doc: serde_json::Value =
         serde_json::from_str(&text.unwrap_or_else(|e| panic!("no JSON ({e}); {output}")))
             .expect("the JSON parses");
-    let rows = doc["results"].as_array().expect("results").clone();
-    (rows, output)
+    (doc, output)
 }
 
 /// `holdfast bench ceiling latency throughput`, short: every row is there and clean, and each

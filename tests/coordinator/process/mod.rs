@@ -4,7 +4,7 @@
 //! runs of a subcommand. The tests are by topic: `crash` (SIGKILL and restart), `config`
 //! (settings precedence, bad configuration), `bench` (`holdfast bench` end to end).
 
-mod bench;
+pub(crate) mod bench;
 mod config;
 mod crash;
 

@@ -1,6 +1,6 @@
 //! The TLS flags through the real binary: an `https://` participant that speaks plaintext, an
-//! `http://` participant refused by a TLS coordinator at start, the all-in-one on TLS, and
-//! `stock-redis` on `rediss://` against a TLS-only Redis.
+//! `http://` participant refused by a TLS coordinator at start, the all-in-one on TLS,
+//! `stock-redis` on `rediss://` against a TLS-only Redis, and `holdfast bench` over mTLS.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -18,6 +18,7 @@ use super::pki::{Ca, Files};
 use super::{free_port, health, plaintext_channel, tls_channel};
 use crate::common::{hold, reason, reserve_request, state_of};
 use crate::process::TempDatabase;
+use crate::process::bench::run_bench_document;
 
 /// A `holdfast` process started by a test; its output goes to a log file. Killed when dropped.
 struct Process {
@@ -346,4 +347,54 @@ async fn stock_redis_holds_over_rediss() {
         answer.outcome,
         i32::from(proto::try_response::Outcome::Held)
     );
+}
+
+/// `holdfast bench` with TLS on every hop and client certificates required (`--tls-*` with a
+/// certificate made by rcgen), short: every row is clean, and the run says it was over TLS
+/// (stderr and the JSON document), so its numbers are told apart from a plaintext run's.
+#[test]
+fn the_bench_runs_with_mutual_tls_on_every_hop() {
+    let (files, ca) = (Files::new(), Ca::new("holdfast bench CA"));
+    let (cert, key) = files.leaf("bench", &ca.issue("bench"));
+    let ca_path = files.ca("ca", &ca);
+    let (doc, output) = run_bench_document(&[
+        "latency",
+        "throughput",
+        "holds",
+        "--duration",
+        "1s",
+        "--clients",
+        "4",
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+        "--tls-ca",
+        ca_path.to_str().unwrap(),
+        "--tls-client-auth",
+    ]);
+    assert!(
+        output.contains("bench: transport TLS (every gRPC hop, client certificates required)"),
+        "{output}"
+    );
+    assert_eq!(doc["tls"], true, "{output}");
+    assert_eq!(doc["tls_client_auth"], true, "{output}");
+    let rows = doc["results"].as_array().expect("results");
+    let names: Vec<&str> = rows.iter().filter_map(|r| r["scenario"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "latency-noop",
+            "latency-real",
+            "throughput-noop",
+            "throughput-real",
+            "holds-stock"
+        ],
+        "{output}"
+    );
+    for r in rows {
+        assert!(r["failure"].is_null(), "{r}");
+        assert_eq!(r["error_count"], 0, "{r}");
+        assert!(r["ok"].as_u64().is_some_and(|ok| ok > 0), "{r}");
+    }
 }
