@@ -148,8 +148,11 @@ pub fn payment(
     Ok(())
 }
 
-/// Checks a ttl against the limits.
+/// Checks a ttl against the limits, at the precision it is stored and applied with: whole
+/// milliseconds (sub-millisecond digits are dropped here, so a byte-identical retry of a
+/// Reserve compares equal to what was recorded).
 pub fn ttl(field: &str, ttl: Duration, limits: &Limits) -> Result<Duration, FieldError> {
+    let ttl = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
     if ttl < limits.min_ttl || ttl > limits.max_ttl {
         return Err(FieldError::new(
             field,
@@ -293,6 +296,15 @@ mod tests {
             ],
             labels: HashMap::new(),
         }
+    }
+
+    #[test]
+    fn ttl_is_kept_to_the_millisecond_it_is_stored_with() {
+        let limits = Limits::default();
+        let fine = Duration::new(60, 500_999);
+        assert_eq!(ttl("ttl", fine, &limits), Ok(Duration::from_millis(60_000)));
+        let fine = Duration::new(1, 1_999_999);
+        assert_eq!(ttl("ttl", fine, &limits), Ok(Duration::from_millis(1_001)));
     }
 
     #[test]

@@ -154,6 +154,23 @@ async fn reserve_is_idempotent_on_holder_and_request_id(pool: PgPool) {
     assert_eq!(state_of(&after), State::Cancelled);
 }
 
+/// A ttl with sub-millisecond digits is kept to the millisecond, so an honest retry of the
+/// same bytes is a repeat, not REQUEST_ID_REUSED.
+#[sqlx::test(migrations = false)]
+async fn a_retry_with_a_sub_millisecond_ttl_is_a_repeat(pool: PgPool) {
+    let (mut app, fakes) = spawn_with_fakes(pool, &["seats"]).await;
+    let mut req = reserve_request("order-ttl", vec![hold("seats", "A1")]);
+    req.ttl = Some(prost_types::Duration {
+        seconds: 60,
+        nanos: 500_999,
+    });
+    let first = app.client.reserve(req.clone()).await.unwrap().into_inner();
+    let again = app.client.reserve(req).await.unwrap().into_inner();
+    assert_eq!(again.id, first.id);
+    assert_eq!(again.hold_token, first.hold_token);
+    assert_eq!(fakes.log.count("seats", "Try"), 1, "holds placed once");
+}
+
 #[sqlx::test(migrations = false)]
 async fn wrong_token_changes_nothing(pool: PgPool) {
     let (mut app, fakes) = spawn_with_fakes(pool, &["seats"]).await;
