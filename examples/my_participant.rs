@@ -80,6 +80,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let routes = tonic::service::Routes::new(service.into_server());
     holdfast::server::serve(
         listener,
+        &holdfast::auth::Authenticator::Off,
         routes,
         &["tcc.v1.Participant"],
         holdfast::server::shutdown_signal(),

@@ -40,6 +40,17 @@ pub enum AppError {
     Tls(#[from] TlsError),
 }
 
+/// Who may call the coordinator, what it presents to participants, and how it derives hold
+/// tokens.
+#[derive(Clone, Debug, Default)]
+pub struct CoordinatorAccess {
+    pub auth: crate::auth::Authenticator,
+    /// The API key presented to participants (`--participant-api-key-file`).
+    pub participant_key: Option<String>,
+    /// `None`: a key of this process only.
+    pub tokens: Option<crate::domain::TokenKeys>,
+}
+
 /// Everything the coordinator role needs, already parsed.
 #[derive(Clone, Debug)]
 pub struct CoordinatorSettings {
@@ -49,6 +60,7 @@ pub struct CoordinatorSettings {
     pub server: crate::server::ServerLimits,
     /// TLS towards `https://` participants, and whether a TLS coordinator may call `http://`.
     pub participant_transport: ParticipantTransport,
+    pub access: CoordinatorAccess,
 }
 
 /// Runs the coordinator role as configured by `args` until `shutdown`: creates its database
@@ -64,6 +76,7 @@ pub async fn run_coordinator(
         policy: args.policy().map_err(AppError::Config)?,
         server: args.server_limits(),
         participant_transport: participant_transport(&args)?,
+        access: coordinator_access(&args, &[args.listen])?,
     };
     check_participant_transport(&settings, tls.is_some())?;
     db::ensure_database(&args.database_url).await?;
@@ -71,6 +84,35 @@ pub async fn run_coordinator(
     let store = AnyStore::connect(&args.database_url, args.db_pool_size).await?;
     let listener = Listener::new(TcpListener::bind(args.listen).await?, tls);
     serve_coordinator(settings, store, listener, shutdown).await
+}
+
+/// The coordinator's authentication, participant credential and token keys, as `args` give
+/// them, for servers on `listen`.
+fn coordinator_access(
+    args: &CoordinatorArgs,
+    listen: &[std::net::SocketAddr],
+) -> Result<CoordinatorAccess, AppError> {
+    let sqlite_dir = match DatabaseKind::of_url(&args.database_url)? {
+        DatabaseKind::Sqlite => Some(db::sqlite_dir(&args.database_url).map_err(StoreError::from)?),
+        DatabaseKind::Postgres => None,
+    };
+    if let Some(dir) = &sqlite_dir {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            AppError::Config(format!(
+                "cannot create the data folder {}: {e}",
+                dir.display()
+            ))
+        })?;
+    }
+    Ok(CoordinatorAccess {
+        auth: args.auth.authenticator(listen).map_err(AppError::Config)?,
+        participant_key: args.secrets.participant_key().map_err(AppError::Config)?,
+        tokens: Some(
+            args.secrets
+                .token_keys(sqlite_dir.as_deref())
+                .map_err(AppError::Config)?,
+        ),
+    })
 }
 
 /// The server TLS `args` configure, loaded (its files re-read when they change); `None`
@@ -148,6 +190,10 @@ pub async fn serve_participant(
         std::net::SocketAddr::from(([127, 0, 0, 1], default_participant_port(args.kind)))
     });
     let tls = server_tls(&args.tls)?;
+    let auth = args
+        .auth
+        .authenticator(&[listen])
+        .map_err(AppError::Config)?;
     let pool: ParticipantDb = match DatabaseKind::of_url(&args.database_url)? {
         DatabaseKind::Postgres => db::connect_postgres(&args.database_url, args.db_pool_size)
             .await?
@@ -157,7 +203,7 @@ pub async fn serve_participant(
             .into(),
     };
     let listener = Listener::new(TcpListener::bind(listen).await?, tls);
-    tracing::info!(kind = args.kind.name(), %listen, tls = listener.tls().is_some(), "participant serving");
+    tracing::info!(kind = args.kind.name(), %listen, tls = listener.tls().is_some(), auth = auth.is_on(), "participant serving");
     let kind = args.kind;
     let served = if kind == Kind::StockRedis {
         match (args.redis_url.clone(), pool) {
@@ -168,6 +214,7 @@ pub async fn serve_participant(
                 settings.key_prefix = args.redis_prefix.clone();
                 settings.orphan_grace = args.orphan_grace;
                 settings.retention = args.redis_retention;
+                settings.auth = auth;
                 stock_redis::serve(settings, pool, listener, shutdown).await
             }
         }
@@ -175,6 +222,7 @@ pub async fn serve_participant(
         let settings = participants::ParticipantSettings {
             kind,
             orphan_grace: args.orphan_grace,
+            auth,
         };
         participants::serve(settings, pool, listener, shutdown).await
     };
@@ -222,16 +270,28 @@ pub async fn serve_coordinator(
     let registry = Registry::new(
         &settings.participants,
         settings.participant_transport.tls.as_ref(),
+        settings.access.participant_key.as_deref(),
     )?;
-    let coordinator =
-        Coordinator::new(store.into_dyn(), registry, settings.limits, settings.policy);
+    let tokens = match settings.access.tokens.clone() {
+        Some(tokens) => tokens,
+        None => crate::domain::TokenKeys::ephemeral()
+            .map_err(|e| AppError::Config(format!("hold token keys: {e}")))?,
+    };
+    let coordinator = Coordinator::new(
+        store.into_dyn(),
+        registry,
+        settings.limits,
+        settings.policy,
+        tokens,
+    );
     let (stop_recovery, stop) = tokio::sync::watch::channel(false);
     let recovery = tokio::spawn(coordinator.clone().run_recovery(stop));
     let api = CoordinatorApi::new(coordinator);
     let routes = tonic::service::Routes::new(api.into_server());
-    tracing::info!(addr = %listener.local_addr()?, tls = listener.tls().is_some(), "coordinator serving");
+    tracing::info!(addr = %listener.local_addr()?, tls = listener.tls().is_some(), auth = settings.access.auth.is_on(), "coordinator serving");
     let served = crate::server::serve_with(
         settings.server,
+        &settings.access.auth,
         listener,
         routes,
         &["tcc.v1.Coordinator"],
@@ -335,6 +395,13 @@ pub async fn serve_all_in_one(
     let backend = DatabaseKind::of_url(database_url)?;
     let tls = server_tls(&coordinator.tls)?;
     let participant_transport = all_in_one_transport(&coordinator, tls.as_ref())?;
+    // Every port of the all-in-one listens on the coordinator's IP.
+    let access = coordinator_access(&coordinator, &[coordinator.listen])?;
+    if access.auth.is_on() && access.participant_key.is_none() {
+        return Err(AppError::Config(
+            "with --auth-keys the all-in-one's participants require the coordinator role: give --participant-api-key-file with the key of a principal that has it".into(),
+        ));
+    }
     start_metrics(coordinator.metrics_listen, tls.as_ref()).await?;
     let (store, pdb, described): (AnyStore, ParticipantDb, String) = match backend {
         DatabaseKind::Postgres => {
@@ -383,8 +450,12 @@ pub async fn serve_all_in_one(
         let listener =
             bind_participant(kind, &coordinator, tls.as_ref(), &mut participants).await?;
         let (pool, stop) = (pdb.clone(), stopped(stop_rx.clone()));
+        let settings = ParticipantSettings {
+            auth: access.auth.clone(),
+            ..ParticipantSettings::new(kind)
+        };
         tasks.spawn(async move {
-            participants::serve(ParticipantSettings::new(kind), pool, listener, stop)
+            participants::serve(settings, pool, listener, stop)
                 .await
                 .map_err(|source| AppError::Participant {
                     kind: kind.name(),
@@ -408,6 +479,7 @@ pub async fn serve_all_in_one(
         let stop = stopped(stop_rx.clone());
         let mut redis_settings = stock_redis::StockRedisSettings::new(redis_url);
         redis_settings.retention = coordinator.redis_retention;
+        redis_settings.auth = access.auth.clone();
         tasks.spawn(async move {
             stock_redis::serve(redis_settings, pool, listener, stop)
                 .await
@@ -423,6 +495,7 @@ pub async fn serve_all_in_one(
         policy: coordinator.policy().map_err(AppError::Config)?,
         server: coordinator.server_limits(),
         participant_transport,
+        access,
     };
     let listener = TcpListener::bind(coordinator.listen).await.map_err(|e| {
         AppError::Config(format!(
@@ -482,6 +555,11 @@ fn print_banner(
     db: &str,
 ) {
     println!("holdfast all-in-one (database: {db})");
+    if settings.access.auth.is_on() {
+        println!("  authentication on (--auth-keys): send -H 'authorization: Bearer <key>'");
+    } else {
+        println!("  authentication off (loopback only)");
+    }
     println!("  coordinator  tcc.v1.Coordinator  {listen}");
     for p in &settings.participants {
         println!(

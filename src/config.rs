@@ -3,8 +3,9 @@
 //! `HOLDFAST_CONFIG` (keys are the flag names with `_` for `-`), then the built-in default.
 //! The file's settings become the flags' defaults before parsing ([`apply_config_file`]), so
 //! every value, wherever it came from, is checked by the same parser.
-//! The TLS settings of every role live in [`tls`].
+//! The TLS settings of every role live in [`tls`]; identity and secrets in [`auth`].
 
+pub mod auth;
 pub mod tls;
 
 use std::collections::HashMap;
@@ -281,6 +282,9 @@ pub struct ParticipantArgs {
 
     #[command(flatten)]
     pub tls: tls::ServerTlsArgs,
+
+    #[command(flatten)]
+    pub auth: auth::ServerAuthArgs,
 }
 
 /// The all-in-one port of each reference participant kind (SPEC section 5).
@@ -406,6 +410,12 @@ pub struct CoordinatorArgs {
     #[command(flatten)]
     pub participant_tls: tls::ParticipantTlsArgs,
 
+    #[command(flatten)]
+    pub auth: auth::ServerAuthArgs,
+
+    #[command(flatten)]
+    pub secrets: auth::CoordinatorSecretArgs,
+
     /// Per-participant call timeouts from the config file.
     #[arg(skip)]
     pub participant_timeouts: HashMap<String, Duration>,
@@ -486,6 +496,8 @@ impl CoordinatorArgs {
         }
         self.tls.describe(&mut out);
         self.participant_tls.describe(&mut out);
+        self.auth.describe(&mut out);
+        self.secrets.describe(&mut out);
         out.push_str("\n[participants]\n");
         for ep in self.endpoints() {
             out.push_str(&format!(

@@ -8,6 +8,7 @@ pub mod db;
 
 pub mod api;
 pub mod app;
+pub mod auth;
 pub mod bench;
 pub mod config;
 pub mod coordinator;
@@ -20,6 +21,7 @@ pub mod server;
 pub mod store;
 pub mod telemetry;
 pub mod tls;
+pub mod watched;
 
 #[cfg(test)]
 mod tidy;

@@ -32,6 +32,9 @@ enum Command {
     Participant(ParticipantArgs),
     /// Run benchmark scenarios (ceiling, latency, throughput, flash, holds); see BENCHMARKS.md.
     Bench(holdfast::bench::BenchArgs),
+    /// Make credentials: an API key and its principals-file entry, or a token secret.
+    #[command(subcommand)]
+    Keys(KeysCommand),
     /// Apply the coordinator's database migrations and exit.
     Migrate {
         /// URL of the coordinator's database: postgres://... or sqlite://path/to/file.db.
@@ -42,6 +45,54 @@ enum Command {
         )]
         database_url: String,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum KeysCommand {
+    /// Print a fresh API key (256 random bits) and the [[principal]] entry for --auth-keys
+    /// that admits it (the file keeps only the key's SHA-256). Give the key to the caller.
+    New {
+        /// The principal's name (it owns the reservations it makes).
+        name: String,
+        /// A role: client, admin or coordinator (repeatable).
+        #[arg(long = "role", required = true, value_parser = parse_role)]
+        roles: Vec<holdfast::auth::Role>,
+    },
+    /// Print a --token-secret-file with one fresh key (to rotate: add its [[key]] to the
+    /// existing file and make it `current`).
+    TokenSecret {
+        /// The key's id.
+        #[arg(long, default_value = "k1")]
+        id: String,
+    },
+}
+
+fn parse_role(s: &str) -> Result<holdfast::auth::Role, String> {
+    holdfast::auth::Role::parse(s)
+}
+
+/// Prints what `keys` makes.
+fn keys(command: KeysCommand) -> Result<(), AppError> {
+    let random = |e: getrandom::Error| AppError::Config(format!("no randomness: {e}"));
+    match command {
+        KeysCommand::New { name, roles } => {
+            let key = holdfast::auth::keys::new_key().map_err(random)?;
+            println!("# API key of {name:?} (give it to the caller; it is not stored anywhere):");
+            println!("# {key}");
+            println!("# Add to the --auth-keys file:");
+            print!(
+                "{}",
+                holdfast::auth::keys::principal_entry(&name, &roles, &key)
+            );
+        }
+        KeysCommand::TokenSecret { id } => {
+            print!(
+                "{}",
+                holdfast::auth::keys::token_secret(&id).map_err(random)?
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Why a command failed: a role's error, or the benchmark's.
@@ -73,6 +124,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Participant(args) => Ok(app::serve_participant(args, shutdown).await?),
         Command::Bench(args) => Ok(holdfast::bench::run(args).await?),
         Command::Migrate { database_url } => Ok(app::migrate(&database_url).await?),
+        Command::Keys(command) => Ok(keys(command)?),
     }
 }
 

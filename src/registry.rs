@@ -44,6 +44,8 @@ pub enum RegistryError {
         name: String,
         source: crate::tls::TlsError,
     },
+    #[error("the participant API key cannot be sent as a header (printable ASCII only)")]
+    Credential,
 }
 
 /// A participant call that did not produce an answer.
@@ -98,6 +100,8 @@ pub struct ParticipantHandle {
     /// The same channel, for participants that also take payments (refunds).
     payments: crate::proto::payments_client::PaymentsClient<Channel>,
     health: tonic_health::pb::health_client::HealthClient<Channel>,
+    /// `Bearer <key>`: the coordinator's own credential (`--participant-api-key-file`).
+    credential: Option<tonic::metadata::AsciiMetadataValue>,
     /// The last call could not reach it (or failed); cleared by the next success.
     failing: Arc<AtomicBool>,
     events: Arc<Events>,
@@ -120,10 +124,20 @@ pub struct Registry {
 impl Registry {
     /// Builds the registry. Channels connect lazily and reconnect by themselves; `https://`
     /// participants only over TLS with `tls`.
+    /// Every call presents `api_key` (as `authorization: Bearer`) when one is given.
     pub fn new(
         endpoints: &[ParticipantEndpoint],
         tls: Option<&crate::tls::ClientTls>,
+        api_key: Option<&str>,
     ) -> Result<Registry, RegistryError> {
+        let credential = api_key
+            .map(|k| {
+                let mut v = tonic::metadata::AsciiMetadataValue::try_from(format!("Bearer {k}"))
+                    .map_err(|_| RegistryError::Credential)?;
+                v.set_sensitive(true);
+                Ok(v)
+            })
+            .transpose()?;
         let events = Arc::new(Events::default());
         let mut participants = HashMap::new();
         for ep in endpoints {
@@ -160,6 +174,7 @@ impl Registry {
                 client: ParticipantClient::new(channel.clone()),
                 payments: crate::proto::payments_client::PaymentsClient::new(channel.clone()),
                 health: tonic_health::pb::health_client::HealthClient::new(channel),
+                credential: credential.clone(),
                 failing: Arc::new(AtomicBool::new(false)),
                 events: events.clone(),
             };
@@ -326,6 +341,10 @@ impl ParticipantHandle {
     fn request<T>(&self, msg: T) -> tonic::Request<T> {
         let mut req = tonic::Request::new(msg);
         req.set_timeout(self.timeout);
+        if let Some(credential) = &self.credential {
+            req.metadata_mut()
+                .insert("authorization", credential.clone());
+        }
         crate::telemetry::propagation::inject(req.metadata_mut());
         req
     }

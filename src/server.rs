@@ -1,6 +1,7 @@
 //! Serving gRPC: every holdfast server (coordinator or participant) goes through here, so all
-//! of them offer reflection (v1 and v1alpha), `grpc.health.v1`, graceful shutdown, and the same
-//! overload protection: a per-request deadline (the client's `grpc-timeout`, capped), a global
+//! of them offer reflection (v1 and v1alpha), `grpc.health.v1`, graceful shutdown, the same
+//! authentication ([`AuthLayer`]: every request is admitted by `crate::auth` before any
+//! handler runs, and carries its caller), and the same overload protection: a per-request deadline (the client's `grpc-timeout`, capped), a global
 //! cap on requests in flight beyond which requests are shed at once with `RESOURCE_EXHAUSTED`
 //! rather than queued, HTTP/2 keepalive, and no Nagle delay. A [`Listener`] with TLS serves
 //! TLS only (`crate::tls`); without, tonic's plain TCP path runs with nothing added.
@@ -13,6 +14,7 @@ use std::time::Duration;
 
 use tonic::service::Routes;
 
+use crate::auth::Authenticator;
 use crate::tls::Listener;
 
 /// Failure to start or run a gRPC server.
@@ -51,12 +53,14 @@ impl Default for ServerLimits {
 /// (e.g. `tcc.v1.Coordinator`); the empty name (whole server) is always reported.
 pub async fn serve(
     listener: impl Into<Listener>,
+    auth: &Authenticator,
     routes: Routes,
     service_names: &[&str],
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
     serve_with(
         ServerLimits::default(),
+        auth,
         listener,
         routes,
         service_names,
@@ -87,6 +91,7 @@ fn reflection(service_names: &[&str]) -> tonic_reflection::server::Builder<'stat
 /// [`serve`] with explicit limits.
 pub async fn serve_with(
     limits: ServerLimits,
+    auth: &Authenticator,
     listener: impl Into<Listener>,
     routes: Routes,
     service_names: &[&str],
@@ -111,10 +116,12 @@ pub async fn serve_with(
         .trace_fn(crate::telemetry::propagation::server_span)
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-        // Outermost first: refuse at once when full (tonic answers RESOURCE_EXHAUSTED), count
-        // requests in flight across all connections, then bound each request's time.
+        // Outermost first: admit the caller (a refusal takes no slot), refuse at once when full
+        // (tonic answers RESOURCE_EXHAUSTED), count requests in flight across all
+        // connections, then bound each request's time.
         .layer(
             tower::ServiceBuilder::new()
+                .layer(AuthLayer { auth: auth.clone() })
                 .load_shed()
                 .layer(tower::limit::GlobalConcurrencyLimitLayer::with_semaphore(
                     in_flight,
@@ -166,6 +173,58 @@ pub async fn shutdown_signal() {
         _ = term => {},
     }
     tracing::info!("shutdown signal received; finishing in-flight calls");
+}
+
+/// Admits each request by `crate::auth` before anything else runs: a refusal is answered
+/// here; an admitted request carries its [`crate::auth::Caller`] in its extensions.
+#[derive(Clone, Debug)]
+struct AuthLayer {
+    auth: Authenticator,
+}
+
+impl<S> tower::Layer<S> for AuthLayer {
+    type Service = Admit<S>;
+
+    fn layer(&self, inner: S) -> Admit<S> {
+        Admit {
+            inner,
+            auth: self.auth.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Admit<S> {
+    inner: S,
+    auth: Authenticator,
+}
+
+impl<S, B> tower::Service<http::Request<B>> for Admit<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+        match self.auth.admit(&request) {
+            Ok(caller) => {
+                if let Some(caller) = caller {
+                    request.extensions_mut().insert(caller);
+                }
+                let call = self.inner.call(request);
+                Box::pin(async move { call.await.map_err(Into::into) })
+            }
+            Err(status) => Box::pin(std::future::ready(Ok(status.into_http()))),
+        }
+    }
 }
 
 /// Ends a request with `DEADLINE_EXCEEDED` when it outlives its deadline: the client's

@@ -161,6 +161,7 @@ pub mod names {
     pub const RPC_REQUESTS: &str = "holdfast_rpc_requests_total";
     pub const RPC_SECONDS: &str = "holdfast_rpc_seconds";
     pub const FAILED: &str = "holdfast_failed_reservations_total";
+    pub const AUTH_FAILURES: &str = "holdfast_auth_failures_total";
 }
 
 /// The process's metrics recorder, installed on first use.
@@ -229,6 +230,12 @@ pub fn rpc(method: &'static str, code: tonic::Code, elapsed: Duration) {
     metrics::counter!(names::RPC_REQUESTS, "method" => method, "code" => format!("{code:?}"))
         .increment(1);
     metrics::histogram!(names::RPC_SECONDS, "method" => method).record(elapsed.as_secs_f64());
+}
+
+/// A request refused by authentication (`UNAUTHENTICATED`) or authorisation
+/// (`PERMISSION_DENIED`).
+pub fn auth_failure(reason: &'static str) {
+    metrics::counter!(names::AUTH_FAILURES, "reason" => reason).increment(1);
 }
 
 /// Reservations waiting to be driven to their outcome.

@@ -10,17 +10,33 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("domain", &[]),
     ("db", &[]),
     ("proto", &[]),
-    ("tls", &[]),
+    ("watched", &[]),
+    ("tls", &["watched"]),
     ("telemetry", &["domain", "tls"]),
     ("store", &["db", "domain"]),
     ("registry", &["domain", "proto", "telemetry", "tls"]),
     ("coordinator", &["domain", "registry", "store", "telemetry"]),
-    ("api", &["coordinator", "domain", "proto", "telemetry"]),
-    ("server", &["proto", "telemetry", "tls"]),
-    ("participant", &["db", "proto", "server", "telemetry"]),
+    ("auth", &["domain", "telemetry", "watched"]),
+    (
+        "api",
+        &["auth", "coordinator", "domain", "proto", "telemetry"],
+    ),
+    ("server", &["auth", "proto", "telemetry", "tls"]),
+    (
+        "participant",
+        &["auth", "db", "proto", "server", "telemetry"],
+    ),
     (
         "participants",
-        &["db", "participant", "proto", "server", "telemetry", "tls"],
+        &[
+            "auth",
+            "db",
+            "participant",
+            "proto",
+            "server",
+            "telemetry",
+            "tls",
+        ],
     ),
 ];
 

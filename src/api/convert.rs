@@ -10,7 +10,8 @@ use uuid::Uuid;
 
 use crate::domain::validate::{FieldError, ReserveInput};
 use crate::domain::{
-    BranchState, Hold, Interval, ListQuery, Payment, Refund, RefundState, Reservation, State,
+    BranchState, Hold, HoldToken, Interval, ListQuery, Payment, Refund, RefundState, Reservation,
+    State,
 };
 use crate::proto;
 
@@ -110,6 +111,7 @@ pub fn list_query(req: proto::ListReservationsRequest) -> Result<ListQuery, Fiel
         return Err(FieldError::new("page_size", "must be >= 0"));
     }
     Ok(ListQuery {
+        owner: None,
         holder: (!req.holder.is_empty()).then_some(req.holder),
         state: state_filter(req.state)?,
         limit: u32::try_from(req.page_size).unwrap_or(0),
@@ -156,21 +158,21 @@ pub fn branch_state(s: BranchState) -> proto::branch::State {
 
 /// Which reservations may carry their secret.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Token {
-    /// Only the answer to Reserve.
-    Include,
+pub enum Token<'a> {
+    /// Only the answer to Reserve, and only to the reservation's own principal.
+    Include(Option<&'a HoldToken>),
     Omit,
 }
 
-pub fn reservation(r: Reservation, token: Token) -> proto::Reservation {
+pub fn reservation(r: Reservation, token: Token<'_>) -> proto::Reservation {
     proto::Reservation {
         id: r.id.to_string(),
         request_id: r.request_id,
         holder: r.holder,
         state: state(r.state).into(),
         hold_token: match token {
-            Token::Include => r.hold_token.expose().to_owned(),
-            Token::Omit => String::new(),
+            Token::Include(Some(t)) => t.expose().to_owned(),
+            Token::Include(None) | Token::Omit => String::new(),
         },
         created_at: Some(timestamp(r.created_at)),
         expires_at: Some(timestamp(r.expires_at)),

@@ -1,5 +1,7 @@
 //! The gRPC API: thin `tcc.v1.Coordinator` handlers that translate messages to domain calls
-//! and domain results (or errors, via [`error`]) back to messages.
+//! and domain results (or errors, via [`error`]) back to messages. Who is calling comes from
+//! the request's [`Caller`], which the server's auth layer put there (`crate::auth`): a
+//! request without one is refused, so a server built without the layer fails closed.
 
 pub mod convert;
 pub mod error;
@@ -9,7 +11,9 @@ use std::pin::Pin;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
+use crate::auth::Caller;
 use crate::coordinator::{Coordinator, Error};
+use crate::domain::Actor;
 use crate::proto;
 use convert::Token;
 
@@ -29,6 +33,20 @@ impl CoordinatorApi {
         proto::coordinator_server::CoordinatorServer::new(self)
             .max_decoding_message_size(1024 * 1024)
     }
+}
+
+/// Who is asking, as the lifecycle sees it.
+fn actor<T>(request: &Request<T>) -> Result<Actor, Status> {
+    let caller = request.extensions().get::<Caller>().ok_or_else(|| {
+        crate::auth::refusal(
+            crate::auth::Refused::Unauthenticated,
+            "this server authenticates no caller",
+        )
+    })?;
+    Ok(Actor {
+        principal: caller.principal().to_owned(),
+        sees_all: caller.has(crate::auth::Role::Admin),
+    })
 }
 
 /// Records an RPC's outcome and latency.
@@ -55,9 +73,13 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
         request: Request<proto::ReserveRequest>,
     ) -> Result<Response<proto::Reservation>, Status> {
         observed("Reserve", async move {
+            let actor = actor(&request)?;
             let input = convert::reserve_input(request.into_inner()).map_err(Error::from)?;
-            let r = self.coordinator.reserve(input).await?;
-            Ok(Response::new(convert::reservation(r, Token::Include)))
+            let r = self.coordinator.reserve(&actor, input).await?;
+            Ok(Response::new(convert::reservation(
+                r.reservation,
+                Token::Include(r.token.as_ref()),
+            )))
         })
         .await
     }
@@ -67,10 +89,12 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
         request: Request<proto::ConfirmRequest>,
     ) -> Result<Response<proto::Reservation>, Status> {
         observed("Confirm", async move {
+            let actor = actor(&request)?;
             let req = request.into_inner();
             let r = self
                 .coordinator
                 .confirm(
+                    &actor,
                     &req.reservation_id,
                     &req.hold_token,
                     req.payment.map(convert::payment),
@@ -86,10 +110,11 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
         request: Request<proto::CancelRequest>,
     ) -> Result<Response<proto::Reservation>, Status> {
         observed("Cancel", async move {
+            let actor = actor(&request)?;
             let req = request.into_inner();
             let r = self
                 .coordinator
-                .cancel(&req.reservation_id, &req.hold_token, &req.reason)
+                .cancel(&actor, &req.reservation_id, &req.hold_token, &req.reason)
                 .await?;
             Ok(Response::new(convert::reservation(r, Token::Omit)))
         })
@@ -101,6 +126,7 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
         request: Request<proto::ExtendRequest>,
     ) -> Result<Response<proto::Reservation>, Status> {
         observed("Extend", async move {
+            let actor = actor(&request)?;
             let req = request.into_inner();
             let ttl = req
                 .ttl
@@ -110,7 +136,13 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
                 .map_err(Error::from)?;
             let r = self
                 .coordinator
-                .extend(&req.reservation_id, &req.hold_token, ttl, &req.request_id)
+                .extend(
+                    &actor,
+                    &req.reservation_id,
+                    &req.hold_token,
+                    ttl,
+                    &req.request_id,
+                )
                 .await?;
             Ok(Response::new(convert::reservation(r, Token::Omit)))
         })
@@ -122,9 +154,10 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
         request: Request<proto::GetReservationRequest>,
     ) -> Result<Response<proto::Reservation>, Status> {
         observed("GetReservation", async move {
+            let actor = actor(&request)?;
             let r = self
                 .coordinator
-                .get(&request.get_ref().reservation_id)
+                .get(&actor, &request.get_ref().reservation_id)
                 .await?;
             Ok(Response::new(convert::reservation(r, Token::Omit)))
         })
@@ -136,8 +169,9 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
         request: Request<proto::ListReservationsRequest>,
     ) -> Result<Response<proto::ListReservationsResponse>, Status> {
         observed("ListReservations", async move {
+            let actor = actor(&request)?;
             let query = convert::list_query(request.into_inner()).map_err(Error::from)?;
-            let page = self.coordinator.list(query).await?;
+            let page = self.coordinator.list(&actor, query).await?;
             Ok(Response::new(proto::ListReservationsResponse {
                 reservations: page
                     .reservations
@@ -159,9 +193,10 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
         &self,
         request: Request<proto::WatchReservationRequest>,
     ) -> Result<Response<WatchStream>, Status> {
+        let actor = actor(&request)?;
         let changes = self
             .coordinator
-            .watch(&request.get_ref().reservation_id)
+            .watch(&actor, &request.get_ref().reservation_id)
             .await?;
         Ok(Response::new(Box::pin(changes.map(|r| {
             r.map(|r| convert::reservation(r, Token::Omit))

@@ -144,6 +144,7 @@ impl Deployment {
             tasks.spawn(async move {
                 crate::server::serve(
                     listener,
+                    &crate::auth::Authenticator::Off,
                     routes,
                     &["tcc.v1.Participant", "tcc.v1.ResourceAdmin"],
                     shutdown,
@@ -191,6 +192,7 @@ impl Deployment {
             policy: Policy::default(),
             server: crate::server::ServerLimits::default(),
             participant_transport: transport.participant_transport(),
+            access: app::CoordinatorAccess::default(),
         };
         let (store, shutdown) = (PgStore::from_pool(cpool.clone()), stopped(stop_rx.clone()));
         tasks.spawn(async move {

@@ -8,13 +8,14 @@ use uuid::Uuid;
 use super::{Coordinator, Error, entered, refund_recorded};
 use crate::domain::lifecycle::Refusal;
 use crate::domain::validate;
-use crate::domain::{Decision, Payment, Reservation, State, Verdict};
+use crate::domain::{Actor, Decision, Payment, Reservation, State, Verdict};
 use crate::store::Decided;
 
 impl Coordinator {
     /// Confirms a held reservation, recording the payment that comes with it.
     pub async fn confirm(
         &self,
+        actor: &Actor,
         id: &str,
         token: &str,
         payment: Option<Payment>,
@@ -28,7 +29,7 @@ impl Coordinator {
             payment,
             late_policy: self.policy.late_payment,
         };
-        let (verdict, r) = self.decide(id, token, &decision).await?;
+        let (verdict, r) = self.decide(actor, id, token, &decision).await?;
         match verdict {
             Verdict::Transition { .. } | Verdict::HonorLate => self.drive_confirm(r).await,
             Verdict::AlreadyDone => Ok(r),
@@ -52,14 +53,20 @@ impl Coordinator {
     }
 
     /// Releases a reservation.
-    pub async fn cancel(&self, id: &str, token: &str, reason: &str) -> Result<Reservation, Error> {
+    pub async fn cancel(
+        &self,
+        actor: &Actor,
+        id: &str,
+        token: &str,
+        reason: &str,
+    ) -> Result<Reservation, Error> {
         let id = validate::reservation_id(id)?;
         validate::hold_token(token)?;
         validate::reason("reason", reason, &self.limits)?;
         let decision = Decision::Cancel {
             reason: (!reason.is_empty()).then(|| reason.to_owned()),
         };
-        let (verdict, r) = self.decide(id, token, &decision).await?;
+        let (verdict, r) = self.decide(actor, id, token, &decision).await?;
         match verdict {
             Verdict::Transition { .. } | Verdict::Expire => self.drive_release(r).await,
             Verdict::AlreadyDone => Ok(r),
@@ -73,6 +80,7 @@ impl Coordinator {
     /// it is rather than extending again.
     pub async fn extend(
         &self,
+        actor: &Actor,
         id: &str,
         token: &str,
         ttl: Option<Duration>,
@@ -97,7 +105,7 @@ impl Coordinator {
             max_ttl: self.limits.max_ttl,
             request_id,
         };
-        let (verdict, r) = self.decide(id, token, &decision).await?;
+        let (verdict, r) = self.decide(actor, id, token, &decision).await?;
         match verdict {
             Verdict::Extend { .. } | Verdict::AlreadyDone => Ok(r),
             Verdict::Expire => {
@@ -111,11 +119,15 @@ impl Coordinator {
 
     async fn decide(
         &self,
+        actor: &Actor,
         id: Uuid,
         token: &str,
         decision: &Decision,
     ) -> Result<(Verdict, Reservation), Error> {
-        let decided = self.store.decide(id, token, decision, self.lease()).await?;
+        let decided = self
+            .store
+            .decide(id, actor.scope(), token, decision, self.lease())
+            .await?;
         match decided {
             Decided::NotFound => Err(Error::NotFound(id)),
             Decided::TokenMismatch => Err(Error::TokenMismatch(id)),

@@ -26,10 +26,11 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 pub use error::Error;
+pub use place::Reserved;
 pub use policy::Policy;
 
 use crate::domain::validate::{self, Limits};
-use crate::domain::{ListQuery, RefundState, Reservation, State};
+use crate::domain::{Actor, ListQuery, RefundState, Reservation, State, TokenKeys};
 use crate::registry::Registry;
 use crate::store::{Store, WorkLease};
 
@@ -49,6 +50,8 @@ pub struct Coordinator {
     registry: Registry,
     limits: Limits,
     policy: Policy,
+    /// Derive hold tokens (never stored; see `domain::token`).
+    tokens: Arc<TokenKeys>,
     watchers: Arc<watch::Watchers>,
 }
 
@@ -58,6 +61,7 @@ impl Coordinator {
         registry: Registry,
         limits: Limits,
         policy: Policy,
+        tokens: TokenKeys,
     ) -> Coordinator {
         let watchers = Arc::new(watch::Watchers::default());
         Coordinator {
@@ -69,6 +73,7 @@ impl Coordinator {
             registry,
             limits,
             policy,
+            tokens: Arc::new(tokens),
             watchers,
         }
     }
@@ -85,17 +90,24 @@ impl Coordinator {
         self.watchers.subscribe(id)
     }
 
-    /// Reads one reservation.
-    pub async fn get(&self, id: &str) -> Result<Reservation, Error> {
-        self.read(validate::reservation_id(id)?).await
+    /// Reads one reservation; another principal's does not exist for a client.
+    pub async fn get(&self, actor: &Actor, id: &str) -> Result<Reservation, Error> {
+        let id = validate::reservation_id(id)?;
+        let r = self.read(id).await?;
+        if actor.sees(&r) {
+            Ok(r)
+        } else {
+            Err(Error::NotFound(id))
+        }
     }
 
     async fn read(&self, id: Uuid) -> Result<Reservation, Error> {
         self.store.get(id).await?.ok_or(Error::NotFound(id))
     }
 
-    /// Lists reservations newest first.
-    pub async fn list(&self, mut query: ListQuery) -> Result<Page, Error> {
+    /// Lists reservations newest first: a client's own only.
+    pub async fn list(&self, actor: &Actor, mut query: ListQuery) -> Result<Page, Error> {
+        query.owner = actor.scope().map(str::to_owned);
         if let Some(h) = &query.holder {
             validate::identifier("holder", h, self.limits.max_id_bytes)?;
         }

@@ -6,8 +6,8 @@ use uuid::Uuid;
 
 use super::{Coordinator, Error, entered};
 use crate::domain::policy::LimitScope;
-use crate::domain::validate::{self, ReserveInput};
-use crate::domain::{BranchState, HoldToken, Rejection, Reservation, State, TryOutcome};
+use crate::domain::validate::{self, RecordAs, ReserveInput};
+use crate::domain::{Actor, BranchState, HoldToken, Rejection, Reservation, State, TryOutcome};
 use crate::registry::CallError;
 use crate::store::{BranchReport, Created};
 
@@ -24,11 +24,29 @@ pub(super) struct PlacementFailure {
     pub(super) unavailable: Option<String>,
 }
 
+/// A Reserve's answer: the reservation and, for its own principal, its hold token.
+#[derive(Debug)]
+pub struct Reserved {
+    pub reservation: Reservation,
+    /// `None` only for a repeat of a reservation whose token this coordinator cannot derive
+    /// (issued before tokens were derived, or under a key it does not have).
+    pub token: Option<HoldToken>,
+}
+
 impl Coordinator {
-    /// Records a reservation and places its holds, in canonical order, all-or-nothing.
-    pub async fn reserve(&self, input: ReserveInput) -> Result<Reservation, Error> {
+    /// Records a reservation for `actor` and places its holds, in canonical order,
+    /// all-or-nothing. A repeat of the same request by the same principal answers the same
+    /// reservation and token; other principals' reservations never collide with it.
+    pub async fn reserve(&self, actor: &Actor, input: ReserveInput) -> Result<Reserved, Error> {
         let participants: Vec<String> = input.holds.iter().map(|h| h.participant.clone()).collect();
-        let new = validate::reserve(input, &self.limits)?;
+        let id = uuid::Uuid::now_v7();
+        let (token, check) = self.tokens.issue(id);
+        let record = RecordAs {
+            id,
+            owner: actor.principal.clone(),
+            token: check,
+        };
+        let new = validate::reserve(input, &self.limits, record)?;
         for (i, name) in participants.iter().enumerate() {
             if self.registry.get(name).is_none() {
                 return Err(Error::UnknownParticipant {
@@ -37,11 +55,9 @@ impl Coordinator {
                 });
             }
         }
-        let token = HoldToken::generate()
-            .map_err(|e| Error::Internal(format!("no randomness for a hold token: {e}")))?;
         match self
             .store
-            .create(&new, &token, self.lease(), self.policy.hold_limits)
+            .create(&new, self.lease(), self.policy.hold_limits)
             .await?
         {
             Created::LimitReached(scope) => Err(Error::HoldLimit {
@@ -52,7 +68,20 @@ impl Coordinator {
                 },
                 scope,
             }),
-            Created::Existing(existing) if new.same_body_as(&existing) => Ok(existing),
+            Created::Existing(existing) if new.same_body_as(&existing) => {
+                let token = self.tokens.reissue(existing.id, &existing.token);
+                if token.is_none() {
+                    tracing::warn!(
+                        reservation_id = %existing.id,
+                        key_id = existing.token.key_id.as_deref().unwrap_or("none"),
+                        "a repeated Reserve is answered without its hold token: the key that derived it is not configured here (--token-secret-file)"
+                    );
+                }
+                Ok(Reserved {
+                    reservation: existing,
+                    token,
+                })
+            }
             Created::Existing(existing) => Err(Error::RequestIdReused {
                 holder: new.holder,
                 request_id: new.request_id,
@@ -60,7 +89,10 @@ impl Coordinator {
             }),
             Created::New(created) => {
                 entered(&created, State::Trying);
-                self.place_holds(created).await
+                Ok(Reserved {
+                    reservation: self.place_holds(created).await?,
+                    token: Some(token),
+                })
             }
         }
     }

@@ -18,9 +18,7 @@ use uuid::Uuid;
 use super::{Coordinator, Error};
 use crate::domain::policy::{Backoff, HoldLimits};
 use crate::domain::validate;
-use crate::domain::{
-    Decision, HoldToken, ListQuery, NewReservation, Rejection, Reservation, State,
-};
+use crate::domain::{Actor, Decision, ListQuery, NewReservation, Rejection, Reservation, State};
 use crate::store::{
     BranchReport, Claimed, Created, Decided, PhaseRecorded, Store, StoreError, WorkLease,
 };
@@ -36,6 +34,7 @@ impl Coordinator {
     /// when the stream is dropped, or after the first failed read (its error is the last item).
     pub async fn watch(
         &self,
+        actor: &Actor,
         id: &str,
     ) -> Result<impl Stream<Item = Result<Reservation, Error>> + Send + 'static, Error> {
         // An empty id is "not a UUID" here (Get says "is required"): Watch always answered so.
@@ -43,6 +42,9 @@ impl Coordinator {
         // Subscribe before the first read, so no change falls between the two.
         let mut changes = self.subscribe(id);
         let first = self.read(id).await?;
+        if !actor.sees(&first) {
+            return Err(Error::NotFound(id));
+        }
         let (tx, rx) = mpsc::channel(WATCH_BUFFER);
         let coordinator = self.clone();
         tokio::spawn(async move {
@@ -145,11 +147,10 @@ impl Store for Publishing {
     async fn create(
         &self,
         new: &NewReservation,
-        token: &HoldToken,
         lease: WorkLease,
         limits: HoldLimits,
     ) -> Result<Created, StoreError> {
-        self.inner.create(new, token, lease, limits).await
+        self.inner.create(new, lease, limits).await
     }
 
     async fn get(&self, id: Uuid) -> Result<Option<Reservation>, StoreError> {
@@ -163,13 +164,14 @@ impl Store for Publishing {
     async fn decide(
         &self,
         id: Uuid,
+        scope: Option<&str>,
         presented_token: &str,
         decision: &Decision,
         lease: WorkLease,
     ) -> Result<Decided, StoreError> {
         let decided = self
             .inner
-            .decide(id, presented_token, decision, lease)
+            .decide(id, scope, presented_token, decision, lease)
             .await?;
         if let Decided::Judged { reservation, .. } = &decided {
             self.watchers.publish(reservation);

@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 pub use lifecycle::{Decision, Verdict};
-pub use token::HoldToken;
+pub use token::{HoldToken, TokenCheck, TokenKeys};
 
 /// A reservation's global state (SPEC section 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -228,7 +228,10 @@ pub struct Reservation {
     pub stored_state: State,
     /// Where a `CANCELLING` reservation ends.
     pub release_outcome: Option<State>,
-    pub hold_token: HoldToken,
+    /// The principal that created it (SPEC 7.2); empty when authentication was off.
+    pub owner: String,
+    /// What verifies its hold token (the token itself is never stored).
+    pub token: TokenCheck,
     pub ttl: Duration,
     pub created_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
@@ -274,9 +277,14 @@ pub struct ParticipantBranch {
     pub state: BranchState,
 }
 
-/// A validated Reserve request, holds in canonical order.
+/// A validated Reserve request, holds in canonical order, with the id it will be recorded
+/// under, its owner and what verifies its hold token.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NewReservation {
+    pub id: Uuid,
+    /// The principal making the request; with `holder` and `request_id` the idempotency key.
+    pub owner: String,
+    pub token: TokenCheck,
     pub request_id: String,
     pub holder: String,
     pub ttl: Duration,
@@ -285,6 +293,11 @@ pub struct NewReservation {
 }
 
 impl NewReservation {
+    /// What hold limits count by, and Reserves are serialised on: the owner's holder.
+    pub fn limit_key(&self) -> String {
+        format!("{}\u{1f}{}", self.owner, self.holder)
+    }
+
     /// Whether an existing reservation was created from the same request body (for idempotency).
     pub fn same_body_as(&self, r: &Reservation) -> bool {
         self.request_id == r.request_id
@@ -297,6 +310,36 @@ impl NewReservation {
                 .iter()
                 .zip(&r.branches)
                 .all(|(h, b)| *h == b.hold)
+    }
+}
+
+/// Who is asking, as the lifecycle sees it (SPEC 7.2): the principal a new reservation belongs
+/// to, and whether it may see other principals' reservations.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Actor {
+    /// The principal's name; empty when authentication is off.
+    pub principal: String,
+    /// An admin (or anyone, with authentication off) sees every reservation.
+    pub sees_all: bool,
+}
+
+impl Actor {
+    /// Authentication off: one anonymous caller who may do everything.
+    pub fn anonymous() -> Actor {
+        Actor {
+            principal: String::new(),
+            sees_all: true,
+        }
+    }
+
+    /// Whether `r` exists for this actor: its own, or any for an admin.
+    pub fn sees(&self, r: &Reservation) -> bool {
+        self.sees_all || r.owner == self.principal
+    }
+
+    /// The owner a store query is restricted to (`None`: unrestricted).
+    pub fn scope(&self) -> Option<&str> {
+        (!self.sees_all).then_some(self.principal.as_str())
     }
 }
 
@@ -321,6 +364,8 @@ pub enum BranchOutcome {
 /// Filters and paging for listing reservations.
 #[derive(Clone, Debug, Default)]
 pub struct ListQuery {
+    /// Only this principal's reservations (`None`: everyone's, for an admin).
+    pub owner: Option<String>,
     pub holder: Option<String>,
     pub state: Option<State>,
     pub limit: u32,

@@ -1,39 +1,45 @@
-//! Hold tokens: the secret a holder needs to confirm, cancel or extend.
+//! Hold tokens: the secret a holder needs to confirm, cancel or extend (SPEC 7.3).
+//!
+//! A token is never stored. It is derived from the reservation id with a keyed hash
+//! (HMAC-SHA-256 under one of the [`TokenKeys`], named by key id), so a repeat Reserve by the
+//! reservation's own principal can answer it again; the database keeps only a [`TokenCheck`]:
+//! the SHA-256 digest of the token (which verifies a presented token and cannot be turned
+//! back into one) and the id of the key that derived it. Whoever reads the database learns no
+//! token; whoever holds the keys but not the database cannot know which ids exist.
 
+use std::collections::HashMap;
 use std::fmt;
 
+use ring::{digest, hmac};
 use subtle::ConstantTimeEq;
+use uuid::Uuid;
 
-/// 256 random bits, hex-encoded. Compared in constant time; `Debug` never shows it.
+/// What makes a derived token specific to holdfast's hold tokens (domain separation).
+const DERIVATION_CONTEXT: &[u8] = b"holdfast hold token v1\0";
+
+/// A hold token: 256 bits, hex-encoded. `Debug` never shows it. Lives only for one request.
 #[derive(Clone, PartialEq, Eq)]
 pub struct HoldToken(String);
 
 impl HoldToken {
-    /// A fresh token from the operating system's CSPRNG.
+    /// A fresh random token from the operating system's CSPRNG (tests, and a last resort).
     pub fn generate() -> Result<HoldToken, getrandom::Error> {
         let mut bytes = [0u8; 32];
         getrandom::fill(&mut bytes)?;
-        let mut s = String::with_capacity(64);
-        for b in bytes {
-            s.push(char::from_digit(u32::from(b >> 4), 16).unwrap_or('0'));
-            s.push(char::from_digit(u32::from(b & 0xf), 16).unwrap_or('0'));
-        }
-        Ok(HoldToken(s))
+        Ok(HoldToken(hex(&bytes)))
     }
 
-    /// Wraps a stored token.
-    pub fn from_stored(s: String) -> HoldToken {
-        HoldToken(s)
-    }
-
-    /// Constant-time comparison with a presented token.
-    pub fn matches(&self, presented: &str) -> bool {
-        self.0.as_bytes().ct_eq(presented.as_bytes()).into()
-    }
-
-    /// The secret itself, for storing and for the Reserve answer only.
+    /// The secret itself, for the Reserve answer only.
     pub fn expose(&self) -> &str {
         &self.0
+    }
+
+    /// What the store keeps of this token: its digest, and the key that derived it.
+    pub fn check(&self, key_id: Option<&str>) -> TokenCheck {
+        TokenCheck {
+            digest: sha256(self.0.as_bytes()),
+            key_id: key_id.map(str::to_owned),
+        }
     }
 }
 
@@ -41,6 +47,173 @@ impl fmt::Debug for HoldToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("HoldToken(<redacted>)")
     }
+}
+
+/// What verifies a hold token without revealing it: the SHA-256 of the token, and the id of the
+/// key it was derived with (`None` for tokens issued before derivation, which a repeat Reserve
+/// cannot answer again).
+#[derive(Clone, PartialEq, Eq)]
+pub struct TokenCheck {
+    pub digest: [u8; 32],
+    pub key_id: Option<String>,
+}
+
+impl TokenCheck {
+    /// The check of a token given as text.
+    pub fn of(token: &str, key_id: Option<String>) -> TokenCheck {
+        TokenCheck {
+            digest: sha256(token.as_bytes()),
+            key_id,
+        }
+    }
+
+    /// Whether `presented` is the token, compared in constant time.
+    pub fn verifies(&self, presented: &str) -> bool {
+        sha256(presented.as_bytes()).ct_eq(&self.digest).into()
+    }
+
+    /// The stored digest as bytes; `digest` is the same as a fixed array.
+    pub fn from_stored(digest: &[u8], key_id: Option<String>) -> Option<TokenCheck> {
+        Some(TokenCheck {
+            digest: digest.try_into().ok()?,
+            key_id,
+        })
+    }
+}
+
+impl fmt::Debug for TokenCheck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokenCheck")
+            .field("key_id", &self.key_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The keys hold tokens are derived with, by key id; one of them derives new tokens. Shared by
+/// every coordinator replica (`--token-secret-file`); rotating adds a key and makes it current,
+/// keeping the old ones so earlier reservations' tokens can still be answered.
+#[derive(Clone)]
+pub struct TokenKeys {
+    current: String,
+    current_key: hmac::Key,
+    keys: HashMap<String, hmac::Key>,
+}
+
+/// A key set that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenKeysError {
+    #[error("key {0:?}: the secret must be at least 32 bytes (64 hex digits)")]
+    ShortSecret(String),
+    #[error("the current key {0:?} is not among the keys")]
+    NoCurrent(String),
+    #[error("key id {0:?} must be 1 to 64 characters of a-z, A-Z, 0-9, '-', '_', '.'")]
+    BadKeyId(String),
+    #[error("no randomness for an ephemeral key: {0}")]
+    Random(getrandom::Error),
+}
+
+impl TokenKeys {
+    /// Keys from `(key id, secret)` pairs; `current` derives new tokens.
+    pub fn new<'a>(
+        current: &str,
+        keys: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+    ) -> Result<TokenKeys, TokenKeysError> {
+        let mut out = HashMap::new();
+        for (id, secret) in keys {
+            if id.is_empty()
+                || id.len() > 64
+                || !id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            {
+                return Err(TokenKeysError::BadKeyId(id.to_owned()));
+            }
+            if secret.len() < 32 {
+                return Err(TokenKeysError::ShortSecret(id.to_owned()));
+            }
+            out.insert(id.to_owned(), hmac::Key::new(hmac::HMAC_SHA256, secret));
+        }
+        let current_key = out
+            .get(current)
+            .cloned()
+            .ok_or_else(|| TokenKeysError::NoCurrent(current.to_owned()))?;
+        Ok(TokenKeys {
+            current: current.to_owned(),
+            current_key,
+            keys: out,
+        })
+    }
+
+    /// One random key known only to this process: tokens it derives cannot be answered again
+    /// by another replica or after a restart.
+    pub fn ephemeral() -> Result<TokenKeys, TokenKeysError> {
+        let mut secret = [0u8; 32];
+        getrandom::fill(&mut secret).map_err(TokenKeysError::Random)?;
+        let mut id = [0u8; 6];
+        getrandom::fill(&mut id).map_err(TokenKeysError::Random)?;
+        let id = format!("ephemeral-{}", hex(&id));
+        TokenKeys::new(&id, [(id.as_str(), secret.as_slice())])
+    }
+
+    /// The token of reservation `id` under the current key, and what the store keeps of it.
+    pub fn issue(&self, id: Uuid) -> (HoldToken, TokenCheck) {
+        let token = derive(&self.current_key, id);
+        let check = token.check(Some(&self.current));
+        (token, check)
+    }
+
+    /// The token of reservation `id` again, if the key that derived it is known here and the
+    /// result still matches the stored check.
+    pub fn reissue(&self, id: Uuid, check: &TokenCheck) -> Option<HoldToken> {
+        let token = self.derive_with(check.key_id.as_deref()?, id)?;
+        check.verifies(token.expose()).then_some(token)
+    }
+
+    /// The id of the key new tokens are derived with.
+    pub fn current_key_id(&self) -> &str {
+        &self.current
+    }
+
+    fn derive_with(&self, key_id: &str, id: Uuid) -> Option<HoldToken> {
+        Some(derive(self.keys.get(key_id)?, id))
+    }
+}
+
+/// HMAC-SHA-256 of the reservation id under `key`, with holdfast's context.
+fn derive(key: &hmac::Key, id: Uuid) -> HoldToken {
+    let mut ctx = hmac::Context::with_key(key);
+    ctx.update(DERIVATION_CONTEXT);
+    ctx.update(id.as_bytes());
+    HoldToken(hex(ctx.sign().as_ref()))
+}
+
+impl fmt::Debug for TokenKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut ids: Vec<&String> = self.keys.keys().collect();
+        ids.sort();
+        f.debug_struct("TokenKeys")
+            .field("current", &self.current)
+            .field("keys", &ids)
+            .finish()
+    }
+}
+
+/// SHA-256 of `bytes`.
+pub fn sha256(bytes: &[u8]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    out.copy_from_slice(digest::digest(&digest::SHA256, bytes).as_ref());
+    out
+}
+
+/// Lower-case hex.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(char::from(DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    s
 }
 
 #[cfg(test)]
@@ -54,9 +227,51 @@ mod tests {
         assert_eq!(a.expose().len(), 64);
         assert!(a.expose().chars().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);
-        assert!(a.matches(a.expose()));
-        assert!(!a.matches(b.expose()));
-        assert!(!a.matches(""));
+        let check = a.check(None);
+        assert!(check.verifies(a.expose()));
+        assert!(!check.verifies(b.expose()));
+        assert!(!check.verifies(""));
         assert!(!format!("{a:?}").contains(a.expose()));
+        assert!(!format!("{check:?}").contains(&hex(&check.digest)));
+    }
+
+    #[test]
+    fn derived_tokens_are_per_reservation_and_per_key_and_reissue_only_with_the_key() {
+        let (k1, k2) = ([1u8; 32], [2u8; 32]);
+        let keys = TokenKeys::new("k1", [("k1", k1.as_slice()), ("k2", k2.as_slice())]).unwrap();
+        let (id_a, id_b) = (Uuid::now_v7(), Uuid::now_v7());
+        let (a, check_a) = keys.issue(id_a);
+        let (b, _) = keys.issue(id_b);
+        assert_ne!(a, b);
+        assert_eq!(check_a.key_id.as_deref(), Some("k1"));
+        assert!(check_a.verifies(a.expose()));
+        assert_eq!(keys.reissue(id_a, &check_a), Some(a.clone()));
+        // The check of another reservation does not reissue this one's token.
+        assert_eq!(keys.reissue(id_b, &check_a), None);
+        // Rotated: k2 current, k1 kept: old tokens are still answered, new ones differ.
+        let rotated = TokenKeys::new("k2", [("k1", k1.as_slice()), ("k2", k2.as_slice())]).unwrap();
+        assert_eq!(rotated.reissue(id_a, &check_a), Some(a.clone()));
+        assert_ne!(rotated.issue(id_a).0, a);
+        // Without the key, nothing is answered.
+        let other = TokenKeys::new("k2", [("k2", k2.as_slice())]).unwrap();
+        assert_eq!(other.reissue(id_a, &check_a), None);
+        assert_eq!(keys.reissue(id_a, &a.check(None)), None);
+    }
+
+    #[test]
+    fn weak_or_inconsistent_key_sets_are_refused() {
+        assert!(matches!(
+            TokenKeys::new("k", [("k", [0u8; 31].as_slice())]),
+            Err(TokenKeysError::ShortSecret(_))
+        ));
+        assert!(matches!(
+            TokenKeys::new("x", [("k", [0u8; 32].as_slice())]),
+            Err(TokenKeysError::NoCurrent(_))
+        ));
+        assert!(matches!(
+            TokenKeys::new("a b", [("a b", [0u8; 32].as_slice())]),
+            Err(TokenKeysError::BadKeyId(_))
+        ));
+        assert!(TokenKeys::ephemeral().is_ok());
     }
 }

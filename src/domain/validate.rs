@@ -178,8 +178,20 @@ pub fn reason(field: &str, value: &str, limits: &Limits) -> Result<(), FieldErro
     Ok(())
 }
 
+/// Under which id, for whom, and with which token check a valid Reserve is recorded.
+#[derive(Clone, Debug)]
+pub struct RecordAs {
+    pub id: uuid::Uuid,
+    pub owner: String,
+    pub token: super::TokenCheck,
+}
+
 /// Validates a Reserve request and puts its holds in canonical order.
-pub fn reserve(input: ReserveInput, limits: &Limits) -> Result<NewReservation, FieldError> {
+pub fn reserve(
+    input: ReserveInput,
+    limits: &Limits,
+    record: RecordAs,
+) -> Result<NewReservation, FieldError> {
     identifier("request_id", &input.request_id, limits.max_id_bytes)?;
     identifier("holder", &input.holder, limits.max_id_bytes)?;
     let ttl = ttl("ttl", input.ttl.unwrap_or(limits.default_ttl), limits)?;
@@ -263,6 +275,9 @@ pub fn reserve(input: ReserveInput, limits: &Limits) -> Result<NewReservation, F
     let mut holds = input.holds;
     holds.sort_by(|a, b| a.canonical_key().cmp(&b.canonical_key()));
     Ok(NewReservation {
+        id: record.id,
+        owner: record.owner,
+        token: record.token,
         request_id: input.request_id,
         holder: input.holder,
         ttl,
@@ -274,6 +289,14 @@ pub fn reserve(input: ReserveInput, limits: &Limits) -> Result<NewReservation, F
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn record() -> RecordAs {
+        RecordAs {
+            id: uuid::Uuid::now_v7(),
+            owner: String::new(),
+            token: crate::domain::HoldToken::generate().unwrap().check(None),
+        }
+    }
 
     fn hold(p: &str, r: &str, q: i64) -> Hold {
         Hold {
@@ -309,7 +332,7 @@ mod tests {
 
     #[test]
     fn sorts_holds_canonically_and_defaults_ttl() {
-        let r = reserve(input(), &Limits::default()).unwrap();
+        let r = reserve(input(), &Limits::default(), record()).unwrap();
         let keys: Vec<_> = r
             .holds
             .iter()
@@ -360,24 +383,27 @@ mod tests {
         let l = Limits::default();
         let mut i = input();
         i.holds[2].quantity = 0;
-        assert_eq!(reserve(i, &l).unwrap_err().field, "holds[2].quantity");
+        assert_eq!(
+            reserve(i, &l, record()).unwrap_err().field,
+            "holds[2].quantity"
+        );
         let mut i = input();
         i.request_id = "x".repeat(129);
-        assert_eq!(reserve(i, &l).unwrap_err().field, "request_id");
+        assert_eq!(reserve(i, &l, record()).unwrap_err().field, "request_id");
         let mut i = input();
         i.holder.clear();
-        assert_eq!(reserve(i, &l).unwrap_err().field, "holder");
+        assert_eq!(reserve(i, &l, record()).unwrap_err().field, "holder");
         let mut i = input();
         i.ttl = Some(Duration::from_millis(500));
-        assert_eq!(reserve(i, &l).unwrap_err().field, "ttl");
+        assert_eq!(reserve(i, &l, record()).unwrap_err().field, "ttl");
         let mut i = input();
         i.holds = (0..65).map(|n| hold("seats", &n.to_string(), 1)).collect();
-        assert_eq!(reserve(i, &l).unwrap_err().field, "holds");
+        assert_eq!(reserve(i, &l, record()).unwrap_err().field, "holds");
         let mut i = input();
         i.holds.push(hold("seats", "a", 2));
-        assert_eq!(reserve(i, &l).unwrap_err().field, "holds[3]");
+        assert_eq!(reserve(i, &l, record()).unwrap_err().field, "holds[3]");
         let mut i = input();
         i.labels = (0..17).map(|n| (n.to_string(), String::new())).collect();
-        assert_eq!(reserve(i, &l).unwrap_err().field, "labels");
+        assert_eq!(reserve(i, &l, record()).unwrap_err().field, "labels");
     }
 }

@@ -72,6 +72,8 @@ pub struct ParticipantSettings {
     /// How long after `expires_at` an unreleased hold is kept before the participant reclaims
     /// it itself (default [`crate::participant::DEFAULT_ORPHAN_GRACE`], one hour).
     pub orphan_grace: Duration,
+    /// Who may call (`--auth-keys`; default: authentication off).
+    pub auth: crate::auth::Authenticator,
 }
 
 impl ParticipantSettings {
@@ -80,6 +82,7 @@ impl ParticipantSettings {
         Self {
             kind,
             orphan_grace: crate::participant::DEFAULT_ORPHAN_GRACE,
+            auth: crate::auth::Authenticator::Off,
         }
     }
 }
@@ -243,7 +246,9 @@ impl<DB: payments::PaymentsSql> Server<'_, DB> {
             names.push("tcc.v1.Payments");
         }
         tracing::info!(participant = name, "participant serving");
-        let result = crate::server::serve(self.listener, routes, &names, shutdown).await;
+        let result =
+            crate::server::serve(self.listener, &self.settings.auth, routes, &names, shutdown)
+                .await;
         reclaimer.abort();
         Ok(result?)
     }

@@ -1,4 +1,4 @@
-//! Whether a Reserve may be recorded, written once for both databases: its (holder,
+//! Whether a Reserve may be recorded, written once for both databases: its (owner, holder,
 //! request_id) may already be recorded (answer that reservation), or a hold limit may be
 //! reached. The caller holds what makes the check and its insert atomic (PostgreSQL: the
 //! holder's advisory lock, and the global one under a global cap; SQLite: the write lock).
@@ -16,10 +16,11 @@ use crate::domain::policy::{HoldLimits, LimitScope};
 /// database clock.
 #[async_trait]
 pub(crate) trait AdmissionSql: ReservationSql {
-    /// The reservation recorded for (`holder`, `request_id`), if any, and how many live
-    /// reservations `holder` has.
+    /// The reservation recorded for (`owner`, `holder`, `request_id`), if any, and how many
+    /// live reservations `owner`'s `holder` has.
     async fn find_request(
         conn: &mut Self::Connection,
+        owner: &str,
         holder: &str,
         request_id: &str,
     ) -> Result<(Option<Uuid>, i64), StoreError>;
@@ -28,14 +29,15 @@ pub(crate) trait AdmissionSql: ReservationSql {
     async fn count_live(conn: &mut Self::Connection) -> Result<i64, StoreError>;
 }
 
-/// Why `new` may not be recorded: its (holder, request_id) is recorded already, or a hold
+/// Why `new` may not be recorded: its (owner, holder, request_id) is recorded already, or a hold
 /// limit is reached (the global one only counted when set). `None`: it may.
 pub(crate) async fn admission<DB: AdmissionSql>(
     conn: &mut DB::Connection,
     new: &NewReservation,
     limits: HoldLimits,
 ) -> Result<Option<Created>, StoreError> {
-    let (existing, live_for_holder) = DB::find_request(conn, &new.holder, &new.request_id).await?;
+    let (existing, live_for_holder) =
+        DB::find_request(conn, &new.owner, &new.holder, &new.request_id).await?;
     if let Some(existing) = existing {
         return Ok(Some(Created::Existing(
             DB::load_existing(conn, existing).await?,

@@ -33,6 +33,12 @@ pub(crate) fn snapshot_of(current: &Reservation) -> Snapshot {
     }
 }
 
+/// Whether `r` does not exist for a caller restricted to `scope`'s reservations (SPEC 7.2:
+/// another principal's reservation reads as not found, before its token is looked at).
+pub(crate) fn hidden(scope: Option<&str>, r: &Reservation) -> bool {
+    scope.is_some_and(|owner| owner != r.owner)
+}
+
 /// The payment a decision brings (a Confirm's).
 fn payment_of(decision: &Decision) -> Option<&Payment> {
     match decision {
@@ -47,16 +53,20 @@ fn payment_of(decision: &Decision) -> Option<&Payment> {
 pub(crate) async fn decide_locked<DB: ReservationSql>(
     pool: &Pool<DB>,
     id: Uuid,
+    scope: Option<&str>,
     presented_token: &str,
     decision: &Decision,
     lease: WorkLease,
 ) -> Result<Decided, StoreError> {
     let mut tx = DB::begin_write(pool).await?;
-    let Some(current) = DB::load_locked(&mut tx, id).await? else {
-        tx.rollback().await?;
-        return Ok(Decided::NotFound);
+    let current = match DB::load_locked(&mut tx, id).await? {
+        Some(r) if !hidden(scope, &r) => r,
+        _ => {
+            tx.rollback().await?;
+            return Ok(Decided::NotFound);
+        }
     };
-    if !current.hold_token.matches(presented_token) {
+    if !current.token.verifies(presented_token) {
         tx.rollback().await?;
         return Ok(Decided::TokenMismatch);
     }

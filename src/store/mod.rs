@@ -29,7 +29,7 @@ macro_rules! lost_hold_refund_reason {
 }
 
 mod admission;
-mod decide;
+pub(crate) mod decide;
 mod outcome;
 pub mod postgres;
 mod record;
@@ -45,8 +45,7 @@ use uuid::Uuid;
 use crate::db::DatabaseKind;
 use crate::domain::policy::{Backoff, HoldLimits, LimitScope};
 use crate::domain::{
-    BranchState, Decision, HoldToken, ListQuery, NewReservation, Rejection, Reservation, State,
-    Verdict,
+    BranchState, Decision, ListQuery, NewReservation, Rejection, Reservation, State, Verdict,
 };
 
 pub use postgres::PgStore;
@@ -69,7 +68,7 @@ pub enum StoreError {
 pub enum Created {
     /// Recorded now, in `TRYING`.
     New(Reservation),
-    /// A reservation with this (holder, request_id) already existed.
+    /// A reservation with this (owner, holder, request_id) already existed.
     Existing(Reservation),
     /// Nothing recorded: the holder (or everyone) has as many live reservations as allowed.
     LimitReached(LimitScope),
@@ -131,13 +130,12 @@ pub struct BranchReport {
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Records a new reservation in `TRYING` with `expires_at = now + ttl` (database clock),
-    /// or finds the existing one with the same (holder, request_id).
+    /// or finds the existing one with the same (owner, holder, request_id).
     /// The new reservation is leased to `lease.owner` while its holds are placed. The hold
     /// limits are checked and the row inserted atomically.
     async fn create(
         &self,
         new: &NewReservation,
-        token: &HoldToken,
         lease: WorkLease,
         limits: HoldLimits,
     ) -> Result<Created, StoreError>;
@@ -148,12 +146,14 @@ pub trait Store: Send + Sync + 'static {
     /// Lists reservations newest first.
     async fn list(&self, query: &ListQuery) -> Result<Vec<Reservation>, StoreError>;
 
-    /// Under the row lock: checks the token, judges the decision with
+    /// Under the row lock: a reservation of another owner than `scope` (when given) is
+    /// [`Decided::NotFound`]; then checks the token, judges the decision with
     /// [`crate::domain::lifecycle::decide`], and applies the verdict. A decision that starts a
     /// fan-out leases the reservation to `lease.owner`.
     async fn decide(
         &self,
         id: Uuid,
+        scope: Option<&str>,
         presented_token: &str,
         decision: &Decision,
         lease: WorkLease,

@@ -10,8 +10,8 @@ use uuid::Uuid;
 
 use super::StoreError;
 use crate::domain::{
-    Branch, BranchState, Hold, HoldToken, Interval, Payment, Refund, RefundState, Rejection,
-    Reservation, State,
+    Branch, BranchState, Hold, Interval, Payment, Refund, RefundState, Rejection, Reservation,
+    State, TokenCheck,
 };
 
 /// A `reservations` row, backend-neutral.
@@ -21,7 +21,10 @@ pub(crate) struct StoredReservation {
     pub holder: String,
     pub state: String,
     pub release_outcome: Option<String>,
-    pub hold_token: String,
+    pub owner: String,
+    /// `None` only for a row an earlier version wrote, before `migrate` replaced its token.
+    pub token_digest: Option<Vec<u8>>,
+    pub token_key_id: Option<String>,
     pub ttl_ms: i64,
     pub created_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
@@ -133,6 +136,16 @@ impl StoredReservation {
             }),
             _ => None,
         };
+        let token = self
+            .token_digest
+            .as_deref()
+            .and_then(|d| TokenCheck::from_stored(d, self.token_key_id))
+            .ok_or_else(|| {
+                StoreError::Corrupt(format!(
+                    "reservation {}: no usable token digest (run the migrations)",
+                    self.id
+                ))
+            })?;
         Ok(Reservation {
             id: self.id,
             request_id: self.request_id,
@@ -144,7 +157,8 @@ impl StoredReservation {
             },
             stored_state,
             release_outcome,
-            hold_token: HoldToken::from_stored(self.hold_token),
+            owner: self.owner,
+            token,
             ttl: Duration::from_millis(u64::try_from(self.ttl_ms).unwrap_or(0)),
             created_at: self.created_at,
             expires_at: self.expires_at,

@@ -12,7 +12,12 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::TlsError;
-use super::reload::Source;
+use crate::watched::Source;
+
+/// A problem with a file's content, as a TLS error.
+fn invalid(source: &Source, problem: impl std::fmt::Display) -> TlsError {
+    source.invalid(problem).into()
+}
 
 /// ALPN of gRPC (HTTP/2 over TLS).
 pub(crate) const ALPN_H2: &[u8] = b"h2";
@@ -26,9 +31,12 @@ pub(crate) fn certificates(
 ) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| source.invalid(format!("not a PEM certificate file: {e}")))?;
+        .map_err(|e| invalid(source, format!("not a PEM certificate file: {e}")))?;
     if certs.is_empty() {
-        return Err(source.invalid("no certificate in it (expected PEM `BEGIN CERTIFICATE`)"));
+        return Err(invalid(
+            source,
+            "no certificate in it (expected PEM `BEGIN CERTIFICATE`)",
+        ));
     }
     Ok(certs)
 }
@@ -36,9 +44,10 @@ pub(crate) fn certificates(
 /// The private key in a PEM file (PKCS#8, PKCS#1 or SEC1).
 pub(crate) fn private_key(source: &Source, pem: &[u8]) -> Result<PrivateKeyDer<'static>, TlsError> {
     PrivateKeyDer::from_pem_slice(pem).map_err(|e| {
-        source.invalid(format!(
-            "no usable private key in it (expected PEM `BEGIN PRIVATE KEY`): {e}"
-        ))
+        invalid(
+            source,
+            format!("no usable private key in it (expected PEM `BEGIN PRIVATE KEY`): {e}"),
+        )
     })
 }
 
@@ -52,11 +61,14 @@ pub(crate) fn certified_key(
     CertifiedKey::from_der(chain, private, &super::crypto_provider())
         .map(Arc::new)
         .map_err(|e| {
-            key.0.invalid(format!(
-                "does not fit the certificate in {} {}: {e}",
-                cert.0.flag,
-                cert.0.path.display()
-            ))
+            invalid(
+                key.0,
+                format!(
+                    "does not fit the certificate in {} {}: {e}",
+                    cert.0.flag,
+                    cert.0.path.display()
+                ),
+            )
         })
 }
 
@@ -66,7 +78,7 @@ pub(crate) fn roots(source: &Source, pem: &[u8]) -> Result<RootCertStore, TlsErr
     for cert in certificates(source, pem)? {
         roots
             .add(cert)
-            .map_err(|e| source.invalid(format!("not a usable CA certificate: {e}")))?;
+            .map_err(|e| invalid(source, format!("not a usable CA certificate: {e}")))?;
     }
     Ok(roots)
 }
@@ -102,7 +114,7 @@ pub(crate) fn server_config(
         Some((source, roots)) => {
             WebPkiClientVerifier::builder_with_provider(Arc::new(roots.clone()), provider.clone())
                 .build()
-                .map_err(|e| source.invalid(format!("cannot verify clients with it: {e}")))?
+                .map_err(|e| invalid(source, format!("cannot verify clients with it: {e}")))?
         }
         None => WebPkiClientVerifier::no_client_auth(),
     };

@@ -13,7 +13,6 @@ pub(crate) mod incoming;
 mod listener;
 mod material;
 mod pin;
-pub mod reload;
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -23,27 +22,17 @@ use rustls::crypto::CryptoProvider;
 use rustls::{ClientConfig, ServerConfig};
 use rustls_pki_types::CertificateDer;
 
+use crate::watched::{Source, Watched};
 use material::Trust;
-use reload::{Source, Watched};
 
+pub use crate::watched::CHECK_EVERY;
 pub use listener::Listener;
-pub use reload::CHECK_EVERY;
 
 /// Why TLS settings could not be used. Each message names the setting (flag) and file.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("{flag} {path}: cannot read it: {source}")]
-    Read {
-        flag: &'static str,
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("{flag} {path}: {problem}")]
-    Invalid {
-        flag: &'static str,
-        path: String,
-        problem: String,
-    },
+    #[error(transparent)]
+    File(#[from] crate::watched::FileError),
     #[error("{0}")]
     Config(String),
 }
@@ -121,21 +110,30 @@ impl ServerTls {
             sources.push(Source::new("--tls-client-ca", ca));
         }
         let named = sources.clone();
-        let served = Watched::load(sources, every, move |bytes| {
-            let key = material::certified_key((&named[0], &bytes[0]), (&named[1], &bytes[1]))?;
-            let client_roots = match (named.get(2), bytes.get(2)) {
-                (Some(source), Some(pem)) => Some((source, material::roots(source, pem)?)),
-                _ => None,
-            };
-            let client_roots = client_roots
-                .as_ref()
-                .map(|(source, roots)| (*source, roots));
-            Ok(Served {
-                grpc: material::server_config(key.clone(), client_roots, material::ALPN_H2)?,
-                http1: material::server_config(key.clone(), client_roots, material::ALPN_HTTP1)?,
-                certificate: key.cert[0].clone(),
-            })
-        })?;
+        let served = Watched::load(
+            "certificate files",
+            sources,
+            every,
+            move |bytes: &[Vec<u8>]| -> Result<_, TlsError> {
+                let key = material::certified_key((&named[0], &bytes[0]), (&named[1], &bytes[1]))?;
+                let client_roots = match (named.get(2), bytes.get(2)) {
+                    (Some(source), Some(pem)) => Some((source, material::roots(source, pem)?)),
+                    _ => None,
+                };
+                let client_roots = client_roots
+                    .as_ref()
+                    .map(|(source, roots)| (*source, roots));
+                Ok(Served {
+                    grpc: material::server_config(key.clone(), client_roots, material::ALPN_H2)?,
+                    http1: material::server_config(
+                        key.clone(),
+                        client_roots,
+                        material::ALPN_HTTP1,
+                    )?,
+                    certificate: key.cert[0].clone(),
+                })
+            },
+        )?;
         Ok(ServerTls {
             served,
             files: files.clone(),
@@ -218,23 +216,28 @@ impl ClientTls {
             Some(ca) => format!("CA {}", ca.display()),
             None => "the system roots".to_owned(),
         };
-        let config = Watched::load(sources, every, move |bytes| {
-            let (identity, rest) = match &identity {
-                Some([cert, key]) => (
-                    Some(material::certified_key(
-                        (cert, &bytes[0]),
-                        (key, &bytes[1]),
-                    )?),
-                    &bytes[2..],
-                ),
-                None => (None, bytes),
-            };
-            let roots = match (&ca, rest.first()) {
-                (Some(source), Some(pem)) => material::roots(source, pem)?,
-                _ => material::system_roots("--participant-ca")?,
-            };
-            material::client_config(Trust::Roots(roots), identity)
-        })?;
+        let config = Watched::load(
+            "certificate files",
+            sources,
+            every,
+            move |bytes: &[Vec<u8>]| -> Result<_, TlsError> {
+                let (identity, rest) = match &identity {
+                    Some([cert, key]) => (
+                        Some(material::certified_key(
+                            (cert, &bytes[0]),
+                            (key, &bytes[1]),
+                        )?),
+                        &bytes[2..],
+                    ),
+                    None => (None, bytes),
+                };
+                let roots = match (&ca, rest.first()) {
+                    (Some(source), Some(pem)) => material::roots(source, pem)?,
+                    _ => material::system_roots("--participant-ca")?,
+                };
+                material::client_config(Trust::Roots(roots), identity)
+            },
+        )?;
         Ok(ClientTls { config, described })
     }
 
@@ -246,16 +249,21 @@ impl ClientTls {
         let identity = identity_sources(files)?;
         let sources: Vec<Source> = identity.iter().flatten().cloned().collect();
         let pin = Arc::new(pin::SameAsServed::new(server.clone()));
-        let config = Watched::load(sources, CHECK_EVERY, move |bytes| {
-            let identity = match &identity {
-                Some([cert, key]) => Some(material::certified_key(
-                    (cert, &bytes[0]),
-                    (key, &bytes[1]),
-                )?),
-                None => None,
-            };
-            material::client_config(Trust::Verifier(pin.clone()), identity)
-        })?;
+        let config = Watched::load(
+            "certificate files",
+            sources,
+            CHECK_EVERY,
+            move |bytes: &[Vec<u8>]| -> Result<_, TlsError> {
+                let identity = match &identity {
+                    Some([cert, key]) => Some(material::certified_key(
+                        (cert, &bytes[0]),
+                        (key, &bytes[1]),
+                    )?),
+                    None => None,
+                };
+                material::client_config(Trust::Verifier(pin.clone()), identity)
+            },
+        )?;
         Ok(ClientTls {
             config,
             described: "this process's own certificate".to_owned(),

@@ -265,6 +265,7 @@ async fn the_coordinator_presents_its_client_certificate_and_the_participant_see
     ));
     tokio::spawn(holdfast::server::serve(
         Listener::new(tcp, Some(participant_tls)),
+        &holdfast::auth::Authenticator::Off,
         routes,
         &["tcc.v1.Participant"],
         std::future::pending(),
@@ -434,6 +435,7 @@ async fn a_renewed_certificate_is_served_without_a_restart() {
     let (tcp, addr) = bind().await;
     tokio::spawn(holdfast::server::serve(
         Listener::new(tcp, Some(tls)),
+        &holdfast::auth::Authenticator::Off,
         tonic::service::Routes::default(),
         &[],
         std::future::pending(),

@@ -72,6 +72,8 @@ pub struct StockRedisSettings {
     pub retention: Duration,
     /// How often the background reconciler runs.
     pub reconcile_every: Duration,
+    /// Who may call (`--auth-keys`; default: authentication off).
+    pub auth: crate::auth::Authenticator,
 }
 
 impl StockRedisSettings {
@@ -83,6 +85,7 @@ impl StockRedisSettings {
             orphan_grace: crate::participant::DEFAULT_ORPHAN_GRACE,
             retention: DEFAULT_RETENTION,
             reconcile_every: Duration::from_secs(1),
+            auth: crate::auth::Authenticator::Off,
         }
     }
 }
@@ -104,6 +107,7 @@ struct Inner {
     /// Time to live of a tombstone: `orphan_grace + retention` (ms).
     tombstone_ms: i64,
     wake: tokio::sync::Notify,
+    auth: crate::auth::Authenticator,
 }
 
 impl StockRedis {
@@ -138,6 +142,7 @@ impl StockRedis {
                 retention_ms,
                 tombstone_ms,
                 wake: tokio::sync::Notify::new(),
+                auth: settings.auth.clone(),
             }),
         })
     }
@@ -174,11 +179,13 @@ impl StockRedis {
     ) -> Result<(), ParticipantError> {
         self.reconcile().await?;
         let reconciler = self.spawn_reconciler(reconcile_every);
+        let auth = self.inner.auth.clone();
         let routes = Routes::new(ParticipantServer::new(self.clone()))
             .add_service(ResourceAdminServer::new(self));
         tracing::info!(participant = NAME, "participant serving");
         let result = crate::server::serve(
             listener,
+            &auth,
             routes,
             &["tcc.v1.Participant", "tcc.v1.ResourceAdmin"],
             shutdown,

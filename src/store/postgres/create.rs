@@ -1,7 +1,7 @@
-//! Recording Reserves on PostgreSQL: the holder's advisory lock (and the global one under a
+//! Recording Reserves on PostgreSQL: the (owner, holder)'s advisory lock (and the global one under a
 //! global hold cap), then one statement inserting each reservation with its branches unless
 //! its request id is taken or its holder is at the cap, answering with the rows as inserted.
-//! A batch of distinct holders' Reserves shares the transaction and the statement (see
+//! A batch of distinct (owner, holder)s' Reserves shares the transaction and the statement (see
 //! `group_commit.rs`); the others are judged by the shared [`admission`].
 
 use std::collections::HashMap;
@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::rows::{ReservationRow, millis};
 use crate::domain::policy::HoldLimits;
-use crate::domain::{HoldToken, NewReservation, Reservation};
+use crate::domain::{NewReservation, Reservation};
 use crate::store::admission::{AdmissionSql, admission};
 use crate::store::{Created, StoreError, WorkLease};
 
@@ -24,7 +24,6 @@ const GLOBAL_LIMIT_LOCK: i64 = 0x686f_6c64_6661_7374; // "holdfast"
 #[derive(Clone, Copy)]
 pub(super) struct NewRow<'a> {
     pub new: &'a NewReservation,
-    pub token: &'a HoldToken,
     pub lease: WorkLease,
     pub limits: HoldLimits,
 }
@@ -33,16 +32,19 @@ pub(super) struct NewRow<'a> {
 impl AdmissionSql for Postgres {
     async fn find_request(
         conn: &mut PgConnection,
+        owner: &str,
         holder: &str,
         request_id: &str,
     ) -> Result<(Option<Uuid>, i64), StoreError> {
         Ok(sqlx::query_as(
-            "SELECT (SELECT id FROM reservations WHERE holder = $1 AND request_id = $2), \
-                    (SELECT count(*) FROM reservations WHERE holder = $1 AND state IN ('TRYING', 'HELD') \
+            "SELECT (SELECT id FROM reservations WHERE owner = $3 AND holder = $1 AND request_id = $2), \
+                    (SELECT count(*) FROM reservations WHERE owner = $3 AND holder = $1 \
+                       AND state IN ('TRYING', 'HELD') \
                        AND (state = 'TRYING' OR expires_at > clock_timestamp()))",
         )
         .bind(holder)
         .bind(request_id)
+        .bind(owner)
         .fetch_one(&mut *conn)
         .await?)
     }
@@ -60,11 +62,11 @@ impl AdmissionSql for Postgres {
 /// One Reserve on its own (with a global hold cap, every Reserve goes this way).
 pub(super) async fn create_alone(pool: &PgPool, row: NewRow<'_>) -> Result<Created, StoreError> {
     let mut tx = pool.begin().await?;
-    // One holder's Reserves run this transaction one at a time, so counting its live holds
-    // and inserting are one atomic step. (A separate statement: the count must see what
+    // One (owner, holder)'s Reserves run this transaction one at a time, so counting its live
+    // holds and inserting are one atomic step. (A separate statement: the count must see what
     // committed while we waited for the lock.)
     sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-        .bind(&row.new.holder)
+        .bind(row.new.limit_key())
         .execute(&mut *tx)
         .await?;
     if row.limits.total > 0 {
@@ -86,20 +88,20 @@ pub(super) async fn create_alone(pool: &PgPool, row: NewRow<'_>) -> Result<Creat
         .ok_or_else(|| StoreError::Corrupt("no answer for a Reserve".into()))
 }
 
-/// Records a batch of Reserves (distinct holders, no global cap) in one transaction: every
-/// holder's lock, in key order so concurrent batches cannot deadlock, then [`insert_new`].
+/// Records a batch of Reserves (distinct (owner, holder)s, no global cap) in one
+/// transaction: every (owner, holder)'s lock, in key order so concurrent batches cannot deadlock, then [`insert_new`].
 /// Answers in `rows` order.
 pub(super) async fn create_batch(
     pool: &PgPool,
     rows: &[NewRow<'_>],
 ) -> Result<Vec<Created>, StoreError> {
     let mut tx = pool.begin().await?;
-    let holders: Vec<&str> = rows.iter().map(|r| r.new.holder.as_str()).collect();
+    let keys: Vec<String> = rows.iter().map(|r| r.new.limit_key()).collect();
     sqlx::query(
         "SELECT pg_advisory_xact_lock(k) FROM ( \
             SELECT DISTINCT hashtextextended(h, 0) AS k FROM UNNEST($1::text[]) AS h ORDER BY k) s",
     )
-    .bind(&holders)
+    .bind(&keys)
     .execute(&mut *tx)
     .await?;
     let answers = insert_new(&mut tx, rows).await?;
@@ -117,6 +119,8 @@ async fn insert_new(
 ) -> Result<Vec<Created>, StoreError> {
     let n = rows.len();
     let holders: Vec<&str> = rows.iter().map(|r| r.new.holder.as_str()).collect();
+    let principals: Vec<&str> = rows.iter().map(|r| r.new.owner.as_str()).collect();
+    let key_ids: Vec<Option<&str>> = rows.iter().map(|r| r.new.token.key_id.as_deref()).collect();
     let mut ids = Vec::with_capacity(n);
     let (mut request_ids, mut tokens, mut ttls, mut labels, mut owners, mut leases, mut caps) = (
         Vec::with_capacity(n),
@@ -137,10 +141,10 @@ async fn insert_new(
     );
     let (mut b_starts, mut b_ends) = (Vec::new(), Vec::new());
     for job in rows {
-        let id = Uuid::now_v7();
+        let id = job.new.id;
         ids.push(id);
         request_ids.push(job.new.request_id.as_str());
-        tokens.push(job.token.expose());
+        tokens.push(job.new.token.digest.as_slice());
         ttls.push(i64::try_from(job.new.ttl.as_millis()).unwrap_or(i64::MAX));
         labels.push(
             serde_json::to_string(&job.new.labels)
@@ -170,22 +174,28 @@ async fn insert_new(
     // lock was granted.
     let written = sqlx::query_as::<_, ReservationRow>(concat!(
         "WITH i AS ( \
-            SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bigint[], \
-                                 $6::text[], $7::uuid[], $8::bigint[], $9::bigint[]) \
-                AS i(id, request_id, holder, token, ttl_ms, labels, lease_owner, lease_ms, cap)), \
+            SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], \
+                                 $6::text[], $7::uuid[], $8::bigint[], $9::bigint[], \
+                                 $18::text[], $19::text[]) \
+                AS i(id, request_id, holder, token_digest, ttl_ms, labels, lease_owner, lease_ms, \
+                     cap, owner, token_key_id)), \
          w AS ( \
-            INSERT INTO reservations (id, request_id, holder, state, hold_token, ttl_ms, \
-                                      expires_at, labels, lease_owner, lease_until) \
-            SELECT i.id, i.request_id, i.holder, 'TRYING', i.token, i.ttl_ms, \
+            INSERT INTO reservations (id, request_id, holder, owner, state, token_digest, \
+                                      token_key_id, ttl_ms, expires_at, labels, lease_owner, \
+                                      lease_until) \
+            SELECT i.id, i.request_id, i.holder, i.owner, 'TRYING', i.token_digest, \
+                   i.token_key_id, i.ttl_ms, \
                    clock_timestamp() + i.ttl_ms * interval '1 millisecond', i.labels::jsonb, \
                    i.lease_owner, clock_timestamp() + i.lease_ms * interval '1 millisecond' \
             FROM i \
             WHERE NOT EXISTS (SELECT 1 FROM reservations r \
-                              WHERE r.holder = i.holder AND r.request_id = i.request_id) \
-              AND (SELECT count(*) FROM reservations r WHERE r.holder = i.holder \
+                              WHERE r.owner = i.owner AND r.holder = i.holder \
+                                AND r.request_id = i.request_id) \
+              AND (SELECT count(*) FROM reservations r \
+                     WHERE r.owner = i.owner AND r.holder = i.holder \
                      AND r.state IN ('TRYING', 'HELD') \
                      AND (r.state = 'TRYING' OR r.expires_at > clock_timestamp())) < i.cap \
-            ON CONFLICT (holder, request_id) DO NOTHING \
+            ON CONFLICT (owner, holder, request_id) DO NOTHING \
             RETURNING ",
         reservation_columns!(),
         "), ins AS ( \
@@ -228,6 +238,8 @@ async fn insert_new(
     .bind(&b_qtys)
     .bind(&b_starts)
     .bind(&b_ends)
+    .bind(&principals)
+    .bind(&key_ids)
     .fetch_all(&mut *tx)
     .await?;
     let mut inserted: HashMap<Uuid, Reservation> = HashMap::with_capacity(written.len());

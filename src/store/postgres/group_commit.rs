@@ -21,7 +21,7 @@ use uuid::Uuid;
 use super::answers::{self, PhaseWrite};
 use super::create::{self, NewRow};
 use crate::domain::policy::{Backoff, HoldLimits};
-use crate::domain::{HoldToken, NewReservation, Reservation, State};
+use crate::domain::{NewReservation, Reservation, State};
 use crate::store::{BranchReport, Created, PhaseRecorded, StoreError, WorkLease};
 
 /// Most writes of one kind in one statement.
@@ -93,7 +93,6 @@ impl<J: Send + 'static> Batcher<J> {
 /// A queued `create`.
 struct CreateJob {
     new: NewReservation,
-    token: HoldToken,
     lease: WorkLease,
     limits: HoldLimits,
     reply: oneshot::Sender<Result<Created, StoreError>>,
@@ -103,7 +102,6 @@ impl CreateJob {
     fn row(&self) -> NewRow<'_> {
         NewRow {
             new: &self.new,
-            token: &self.token,
             lease: self.lease,
             limits: self.limits,
         }
@@ -163,24 +161,17 @@ impl GroupCommit {
     pub(super) async fn create(
         &self,
         new: &NewReservation,
-        token: &HoldToken,
         lease: WorkLease,
         limits: HoldLimits,
     ) -> Result<Created, StoreError> {
         let (_in_flight, idle) = self.creates.enter();
         if idle || limits.total > 0 {
-            let row = NewRow {
-                new,
-                token,
-                lease,
-                limits,
-            };
+            let row = NewRow { new, lease, limits };
             return create::create_alone(&self.pool, row).await;
         }
         let (reply, answer) = oneshot::channel();
         let job = CreateJob {
             new: new.clone(),
-            token: token.clone(),
             lease,
             limits,
             reply,
@@ -262,10 +253,10 @@ fn batch_task_gone<T>(_: oneshot::error::RecvError) -> Result<T, StoreError> {
     Err(StoreError::Database(sqlx::Error::WorkerCrashed))
 }
 
-/// Runs queued Reserves: distinct holders in one transaction; should that fail, each alone,
+/// Runs queued Reserves: distinct (owner, holder)s in one transaction; should that fail, each alone,
 /// so one call's error is its own.
 async fn run_creates(pool: PgPool, jobs: Vec<CreateJob>) {
-    let (batch, repeats) = distinct_by(jobs, |j| j.new.holder.clone());
+    let (batch, repeats) = distinct_by(jobs, |j| j.new.limit_key());
     let shared = if batch.len() > 1 {
         let rows: Vec<NewRow<'_>> = batch.iter().map(CreateJob::row).collect();
         create::create_batch(&pool, &rows)

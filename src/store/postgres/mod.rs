@@ -39,9 +39,7 @@ use super::{
     retake,
 };
 use crate::domain::policy::{Backoff, HoldLimits};
-use crate::domain::{
-    Decision, HoldToken, ListQuery, NewReservation, Rejection, Reservation, State,
-};
+use crate::domain::{Decision, ListQuery, NewReservation, Rejection, Reservation, State};
 
 /// The coordinator's schema, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/coordinator");
@@ -92,11 +90,10 @@ impl Store for PgStore {
     async fn create(
         &self,
         new: &NewReservation,
-        token: &HoldToken,
         lease: WorkLease,
         limits: HoldLimits,
     ) -> Result<Created, StoreError> {
-        self.group_commit.create(new, token, lease, limits).await
+        self.group_commit.create(new, lease, limits).await
     }
 
     async fn get(&self, id: Uuid) -> Result<Option<Reservation>, StoreError> {
@@ -111,6 +108,7 @@ impl Store for PgStore {
     async fn decide(
         &self,
         id: Uuid,
+        scope: Option<&str>,
         presented_token: &str,
         decision: &Decision,
         lease: WorkLease,
@@ -119,6 +117,7 @@ impl Store for PgStore {
             &self.pool,
             &self.recently_held,
             id,
+            scope,
             presented_token,
             decision,
             lease,
@@ -126,8 +125,15 @@ impl Store for PgStore {
         if let Some(decided) = unlocked.await? {
             return Ok(decided);
         }
-        super::decide::decide_locked::<Postgres>(&self.pool, id, presented_token, decision, lease)
-            .await
+        super::decide::decide_locked::<Postgres>(
+            &self.pool,
+            id,
+            scope,
+            presented_token,
+            decision,
+            lease,
+        )
+        .await
     }
 
     async fn record_held(

@@ -19,7 +19,7 @@ use crate::store::record::{StoredBranch, StoredReservation};
 /// Macros rather than consts so queries stay `&'static str` (sqlx refuses built strings).
 macro_rules! reservation_columns {
     () => {
-        "id, request_id, holder, state, release_outcome, hold_token, ttl_ms, \
+        "id, request_id, holder, state, release_outcome, owner, token_digest, token_key_id, ttl_ms, \
          created_at, expires_at, extensions_used, labels, rejection_participant, \
          rejection_resource, rejection_reason, late_payment_honored, version, \
          payment_participant, payment_ref, payment_amount_minor, payment_currency, \
@@ -90,7 +90,9 @@ pub(super) struct ReservationRow {
     holder: String,
     state: String,
     release_outcome: Option<String>,
-    hold_token: String,
+    owner: String,
+    token_digest: Option<Vec<u8>>,
+    token_key_id: Option<String>,
     ttl_ms: i64,
     created_at: DateTime<Utc>,
     expires_at: DateTime<Utc>,
@@ -189,7 +191,9 @@ impl ReservationRow {
             holder: self.holder,
             state: self.state,
             release_outcome: self.release_outcome,
-            hold_token: self.hold_token,
+            owner: self.owner,
+            token_digest: self.token_digest,
+            token_key_id: self.token_key_id,
             ttl_ms: self.ttl_ms,
             created_at: self.created_at,
             expires_at: self.expires_at,
@@ -250,6 +254,7 @@ pub(super) async fn list(pool: &PgPool, query: &ListQuery) -> Result<Vec<Reserva
                 (CASE WHEN reservations.state = 'HELD' AND expires_at <= clock_timestamp() \
                       THEN 'EXPIRED' ELSE reservations.state END) = $2) \
            AND ($3::timestamptz IS NULL OR (created_at, id) < ($3, $4)) \
+           AND ($6::text IS NULL OR owner = $6) \
          ORDER BY created_at DESC, id DESC LIMIT $5"
     ))
     .bind(query.holder.as_deref())
@@ -257,6 +262,7 @@ pub(super) async fn list(pool: &PgPool, query: &ListQuery) -> Result<Vec<Reserva
     .bind(after_ts)
     .bind(after_id)
     .bind(i64::from(query.limit))
+    .bind(query.owner.as_deref())
     .fetch_all(&mut *conn)
     .await?
     .into_iter()

@@ -66,6 +66,7 @@ pub(super) async fn decide_unlocked(
     pool: &PgPool,
     recently_held: &RecentlyHeld,
     id: Uuid,
+    scope: Option<&str>,
     presented_token: &str,
     decision: &Decision,
     lease: WorkLease,
@@ -85,7 +86,10 @@ pub(super) async fn decide_unlocked(
             None => return Ok(Some(Decided::NotFound)),
         },
     };
-    if !current.hold_token.matches(presented_token) {
+    if crate::store::decide::hidden(scope, &current) {
+        return Ok(Some(Decided::NotFound));
+    }
+    if !current.token.verifies(presented_token) {
         return Ok(Some(Decided::TokenMismatch));
     }
     let verdict = lifecycle::decide(&snapshot_of(&current), decision);

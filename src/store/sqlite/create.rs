@@ -11,8 +11,8 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::rows::{micros, micros_of};
+use crate::domain::NewReservation;
 use crate::domain::policy::HoldLimits;
-use crate::domain::{HoldToken, NewReservation};
 use crate::store::admission::{AdmissionSql, admission};
 use crate::store::sql::ReservationSql;
 use crate::store::{Created, StoreError, WorkLease};
@@ -21,12 +21,13 @@ use crate::store::{Created, StoreError, WorkLease};
 impl AdmissionSql for Sqlite {
     async fn find_request(
         conn: &mut SqliteConnection,
+        owner: &str,
         holder: &str,
         request_id: &str,
     ) -> Result<(Option<Uuid>, i64), StoreError> {
         Ok(sqlx::query_as(concat!(
-            "SELECT (SELECT id FROM reservations WHERE holder = ?1 AND request_id = ?2), \
-                    (SELECT count(*) FROM reservations WHERE holder = ?1 \
+            "SELECT (SELECT id FROM reservations WHERE owner = ?3 AND holder = ?1 AND request_id = ?2), \
+                    (SELECT count(*) FROM reservations WHERE owner = ?3 AND holder = ?1 \
                        AND state IN ('TRYING', 'HELD') \
                        AND (state = 'TRYING' OR expires_at > ",
             sqlite_now_us!(),
@@ -34,6 +35,7 @@ impl AdmissionSql for Sqlite {
         ))
         .bind(holder)
         .bind(request_id)
+        .bind(owner)
         .fetch_one(&mut *conn)
         .await?)
     }
@@ -54,11 +56,10 @@ impl AdmissionSql for Sqlite {
 pub(super) async fn create(
     pool: &SqlitePool,
     new: &NewReservation,
-    token: &HoldToken,
     lease: WorkLease,
     limits: HoldLimits,
 ) -> Result<Created, StoreError> {
-    let id = Uuid::now_v7();
+    let id = new.id;
     let ttl_ms = i64::try_from(new.ttl.as_millis()).unwrap_or(i64::MAX);
     // The write lock makes the lookup, the limit counts and the insert one atomic step.
     let mut tx = Sqlite::begin_write(pool).await?;
@@ -67,9 +68,9 @@ pub(super) async fn create(
         return Ok(refused);
     }
     let inserted = sqlx::query(concat!(
-        "INSERT INTO reservations (id, request_id, holder, state, hold_token, ttl_ms, \
+        "INSERT INTO reservations (id, request_id, holder, state, token_digest, ttl_ms, \
                                    created_at, updated_at, expires_at, labels, \
-                                   lease_owner, lease_until) \
+                                   lease_owner, lease_until, owner, token_key_id) \
          VALUES (?1, ?2, ?3, 'TRYING', ?4, ?5, ",
         sqlite_now_us!(),
         ", ",
@@ -78,17 +79,19 @@ pub(super) async fn create(
         sqlite_now_us!(),
         " + ?5 * 1000, ?6, ?7, ",
         sqlite_now_us!(),
-        " + ?8) \
-         ON CONFLICT (holder, request_id) DO NOTHING"
+        " + ?8, ?9, ?10) \
+         ON CONFLICT (owner, holder, request_id) DO NOTHING"
     ))
     .bind(id)
     .bind(&new.request_id)
     .bind(&new.holder)
-    .bind(token.expose())
+    .bind(new.token.digest.as_slice())
     .bind(ttl_ms)
     .bind(Json(&new.labels))
     .bind(lease.owner)
     .bind(micros(lease.duration))
+    .bind(&new.owner)
+    .bind(new.token.key_id.as_deref())
     .execute(&mut *tx)
     .await?
     .rows_affected();

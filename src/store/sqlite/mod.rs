@@ -55,14 +55,13 @@ use sqlx::Sqlite;
 use sqlx::sqlite::SqlitePool;
 use uuid::Uuid;
 
+use super::sql::ReservationSql;
 use super::{
     BranchReport, Claimed, Created, Decided, PhaseRecorded, Store, StoreError, WorkLease, outcome,
     retake,
 };
 use crate::domain::policy::{Backoff, HoldLimits};
-use crate::domain::{
-    Decision, HoldToken, ListQuery, NewReservation, Rejection, Reservation, State,
-};
+use crate::domain::{Decision, ListQuery, NewReservation, Rejection, Reservation, State};
 
 /// The coordinator's SQLite schema, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/coordinator-sqlite");
@@ -90,8 +89,36 @@ impl SqliteStore {
     /// Applies pending migrations.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         MIGRATOR.run(&self.pool).await?;
-        Ok(())
+        digest_legacy_tokens(&self.pool).await
     }
+}
+
+/// Replaces hold tokens an earlier version stored in plaintext by their digests (migration 0003
+/// moved them to `legacy_hold_token`; SQLite has no SHA-256 to do it in SQL). Idempotent.
+async fn digest_legacy_tokens(pool: &SqlitePool) -> Result<(), StoreError> {
+    let mut tx = Sqlite::begin_write(pool).await?;
+    let legacy: Vec<(Uuid, String)> = sqlx::query_as(
+        "SELECT id, legacy_hold_token FROM reservations WHERE legacy_hold_token IS NOT NULL",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    for (id, token) in &legacy {
+        sqlx::query(
+            "UPDATE reservations SET token_digest = ?2, legacy_hold_token = NULL WHERE id = ?1",
+        )
+        .bind(id)
+        .bind(crate::domain::token::sha256(token.as_bytes()).as_slice())
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    if !legacy.is_empty() {
+        tracing::info!(
+            count = legacy.len(),
+            "replaced plaintext hold tokens by their digests"
+        );
+    }
+    Ok(())
 }
 
 #[async_trait]
@@ -99,11 +126,10 @@ impl Store for SqliteStore {
     async fn create(
         &self,
         new: &NewReservation,
-        token: &HoldToken,
         lease: WorkLease,
         limits: HoldLimits,
     ) -> Result<Created, StoreError> {
-        create::create(&self.pool, new, token, lease, limits).await
+        create::create(&self.pool, new, lease, limits).await
     }
 
     async fn get(&self, id: Uuid) -> Result<Option<Reservation>, StoreError> {
@@ -117,12 +143,20 @@ impl Store for SqliteStore {
     async fn decide(
         &self,
         id: Uuid,
+        scope: Option<&str>,
         presented_token: &str,
         decision: &Decision,
         lease: WorkLease,
     ) -> Result<Decided, StoreError> {
-        super::decide::decide_locked::<Sqlite>(&self.pool, id, presented_token, decision, lease)
-            .await
+        super::decide::decide_locked::<Sqlite>(
+            &self.pool,
+            id,
+            scope,
+            presented_token,
+            decision,
+            lease,
+        )
+        .await
     }
 
     async fn record_held(

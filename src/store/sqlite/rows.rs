@@ -20,7 +20,7 @@ use crate::store::record::{StoredBranch, StoredReservation};
 macro_rules! reservation_columns {
     () => {
         concat!(
-            "id, request_id, holder, state, release_outcome, hold_token, ttl_ms, \
+            "id, request_id, holder, state, release_outcome, owner, token_digest, token_key_id, ttl_ms, \
              created_at, expires_at, extensions_used, labels, rejection_participant, \
              rejection_resource, rejection_reason, late_payment_honored, version, \
              payment_participant, payment_ref, payment_amount_minor, payment_currency, \
@@ -46,7 +46,9 @@ struct ReservationRow {
     holder: String,
     state: String,
     release_outcome: Option<String>,
-    hold_token: String,
+    owner: String,
+    token_digest: Option<Vec<u8>>,
+    token_key_id: Option<String>,
     ttl_ms: i64,
     created_at: i64,
     expires_at: i64,
@@ -106,7 +108,9 @@ impl ReservationRow {
             holder: self.holder,
             state: self.state,
             release_outcome: self.release_outcome,
-            hold_token: self.hold_token,
+            owner: self.owner,
+            token_digest: self.token_digest,
+            token_key_id: self.token_key_id,
             ttl_ms: self.ttl_ms,
             created_at: time_of(self.created_at)?,
             expires_at: time_of(self.expires_at)?,
@@ -209,6 +213,7 @@ pub(super) async fn list(
         sqlite_now_us!(),
         " THEN 'EXPIRED' ELSE state END) = ?2) \
            AND (?3 IS NULL OR (created_at, id) < (?3, ?4)) \
+           AND (?6 IS NULL OR owner = ?6) \
          ORDER BY created_at DESC, id DESC LIMIT ?5"
     ))
     .bind(query.holder.as_deref())
@@ -216,6 +221,7 @@ pub(super) async fn list(
     .bind(after_ts)
     .bind(after_id)
     .bind(i64::from(query.limit))
+    .bind(query.owner.as_deref())
     .fetch_all(&mut *tx)
     .await?;
     // The page's branches in one statement: the ids travel as a JSON array of hex strings.

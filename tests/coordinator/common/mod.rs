@@ -61,6 +61,7 @@ pub fn settings(participants: &[(&str, &str)]) -> CoordinatorSettings {
         policy: Policy::default(),
         server: holdfast::server::ServerLimits::default(),
         participant_transport: holdfast::tls::ParticipantTransport::default(),
+        access: holdfast::app::CoordinatorAccess::default(),
     }
 }
 

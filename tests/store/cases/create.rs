@@ -3,7 +3,7 @@
 
 use chrono::Utc;
 use holdfast::domain::policy::LimitScope;
-use holdfast::domain::{BranchState, HoldToken, State};
+use holdfast::domain::{BranchState, State};
 use holdfast::store::Created;
 use uuid::Uuid;
 
@@ -14,12 +14,7 @@ use super::{
 
 pub async fn create_records_trying(store: S) {
     let new = new_res("alice", "req-1", LONG);
-    let token = HoldToken::generate().unwrap();
-    let Created::New(r) = store
-        .create(&new, &token, lease(), NO_LIMITS)
-        .await
-        .unwrap()
-    else {
+    let Created::New(r) = store.create(&new, lease(), NO_LIMITS).await.unwrap() else {
         panic!("expected New");
     };
     assert_eq!(r.state, State::Trying);
@@ -30,7 +25,7 @@ pub async fn create_records_trying(store: S) {
     assert_eq!(r.version, 1);
     assert_eq!(r.generation, 0);
     assert_eq!(r.extensions_used, 0);
-    assert!(r.hold_token.matches(token.expose()));
+    assert!(r.token.verifies(&super::token_of(r.id)));
     // expires_at = the database clock + ttl (PostgreSQL reads its clock twice in the insert).
     let ttl = (r.expires_at - r.created_at - chrono::Duration::seconds(600)).abs();
     assert!(ttl < chrono::Duration::milliseconds(100), "{ttl}");
@@ -52,15 +47,14 @@ pub async fn create_records_trying(store: S) {
 
 pub async fn create_is_idempotent(store: S) {
     let (r, token) = create(&store, "alice", "req-1", LONG).await;
-    let again = HoldToken::generate().unwrap();
     match store
-        .create(&new_res("alice", "req-1", LONG), &again, lease(), NO_LIMITS)
+        .create(&new_res("alice", "req-1", LONG), lease(), NO_LIMITS)
         .await
         .unwrap()
     {
         Created::Existing(e) => {
             assert_eq!(e.id, r.id);
-            assert!(e.hold_token.matches(&token), "the first token is kept");
+            assert!(e.token.verifies(&token), "the first token is kept");
         }
         other => panic!("expected Existing, got {other:?}"),
     }
@@ -73,9 +67,8 @@ pub async fn hold_limit_per_holder_and_total(store: S) {
     let two = limits(2, 0);
     let mut ids = Vec::new();
     for req in ["a1", "a2"] {
-        let t = HoldToken::generate().unwrap();
         match store
-            .create(&new_res("alice", req, LONG), &t, lease(), two)
+            .create(&new_res("alice", req, LONG), lease(), two)
             .await
             .unwrap()
         {
@@ -83,10 +76,9 @@ pub async fn hold_limit_per_holder_and_total(store: S) {
             other => panic!("expected New, got {other:?}"),
         }
     }
-    let t = HoldToken::generate().unwrap();
     assert!(matches!(
         store
-            .create(&new_res("alice", "a3", LONG), &t, lease(), two)
+            .create(&new_res("alice", "a3", LONG), lease(), two)
             .await
             .unwrap(),
         Created::LimitReached(LimitScope::Holder)
@@ -94,7 +86,7 @@ pub async fn hold_limit_per_holder_and_total(store: S) {
     // A repeat is answered even at the limit.
     assert!(matches!(
         store
-            .create(&new_res("alice", "a1", LONG), &t, lease(), two)
+            .create(&new_res("alice", "a1", LONG), lease(), two)
             .await
             .unwrap(),
         Created::Existing(e) if e.id == ids[0]
@@ -105,7 +97,7 @@ pub async fn hold_limit_per_holder_and_total(store: S) {
     decide(&store, c1.id, &tok, &cancel()).await;
     assert!(matches!(
         store
-            .create(&new_res("carol", "c3", LONG), &t, lease(), two)
+            .create(&new_res("carol", "c3", LONG), lease(), two)
             .await
             .unwrap(),
         Created::New(_)
@@ -116,7 +108,7 @@ pub async fn hold_limit_per_holder_and_total(store: S) {
     lapse().await;
     assert!(matches!(
         store
-            .create(&new_res("dave", "d3", LONG), &t, lease(), two)
+            .create(&new_res("dave", "d3", LONG), lease(), two)
             .await
             .unwrap(),
         Created::New(_)
@@ -125,7 +117,7 @@ pub async fn hold_limit_per_holder_and_total(store: S) {
     let total = limits(100, 5);
     assert!(matches!(
         store
-            .create(&new_res("erin", "e1", LONG), &t, lease(), total)
+            .create(&new_res("erin", "e1", LONG), lease(), total)
             .await
             .unwrap(),
         Created::LimitReached(LimitScope::Total)
@@ -133,7 +125,7 @@ pub async fn hold_limit_per_holder_and_total(store: S) {
     let total = limits(100, 6);
     assert!(matches!(
         store
-            .create(&new_res("erin", "e1", LONG), &t, lease(), total)
+            .create(&new_res("erin", "e1", LONG), lease(), total)
             .await
             .unwrap(),
         Created::New(_)
@@ -145,11 +137,9 @@ pub async fn concurrent_creates_respect_the_limit(store: S) {
     for i in 0..20 {
         let store = store.clone();
         tasks.spawn(async move {
-            let t = HoldToken::generate().unwrap();
             store
                 .create(
                     &new_res("alice", &format!("req-{i}"), LONG),
-                    &t,
                     lease(),
                     limits(5, 0),
                 )

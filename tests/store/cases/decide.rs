@@ -112,7 +112,7 @@ pub async fn decide_token_mismatch_not_found_not_held(store: S) {
     for d in [confirm(), cancel(), extend(LONG)] {
         assert!(matches!(
             store
-                .decide(r.id, wrong.expose(), &d, lease())
+                .decide(r.id, None, wrong.expose(), &d, lease())
                 .await
                 .unwrap(),
             Decided::TokenMismatch
@@ -122,7 +122,7 @@ pub async fn decide_token_mismatch_not_found_not_held(store: S) {
     assert_eq!((after.state, after.version), (State::Held, r.version));
     assert!(matches!(
         store
-            .decide(Uuid::new_v4(), &token, &cancel(), lease())
+            .decide(Uuid::new_v4(), None, &token, &cancel(), lease())
             .await
             .unwrap(),
         Decided::NotFound
@@ -222,7 +222,7 @@ pub async fn decide_sees_changes_since_placement(store: S) {
     // A wrong token is refused before anything is applied, cached image or not.
     let (r2, _) = held(&store, "alice", "req-2", LONG).await;
     match store
-        .decide(r2.id, "not-the-token", &cancel(), lease())
+        .decide(r2.id, None, "not-the-token", &cancel(), lease())
         .await
         .unwrap()
     {

@@ -19,8 +19,8 @@ use chrono::{DateTime, Utc};
 use holdfast::domain::LatePaymentPolicy;
 use holdfast::domain::policy::{Backoff, HoldLimits};
 use holdfast::domain::{
-    BranchState, Decision, Hold, HoldToken, Interval, ListQuery, NewReservation, Payment,
-    Reservation, State, Verdict,
+    BranchState, Decision, Hold, Interval, ListQuery, NewReservation, Payment, Reservation, State,
+    TokenCheck, Verdict,
 };
 use holdfast::store::{BranchReport, Created, Decided, Store, WorkLease};
 use uuid::Uuid;
@@ -72,7 +72,11 @@ fn new_res(holder: &str, request_id: &str, ttl: Duration) -> NewReservation {
     let mut labels = BTreeMap::new();
     labels.insert("order".to_owned(), "o-1".to_owned());
     labels.insert("ünïcode".to_owned(), "\"quoted\" value".to_owned());
+    let id = Uuid::now_v7();
     NewReservation {
+        id,
+        owner: String::new(),
+        token: TokenCheck::of(&token_of(id), None),
         request_id: request_id.to_owned(),
         holder: holder.to_owned(),
         ttl,
@@ -103,6 +107,11 @@ fn new_res(holder: &str, request_id: &str, ttl: Duration) -> NewReservation {
     }
 }
 
+/// The hold token of the reservation `new_res` made with `id`.
+fn token_of(id: Uuid) -> String {
+    format!("token-of-{id}")
+}
+
 /// A new reservation (must be new) and its token.
 async fn create_with(
     store: &S,
@@ -111,13 +120,15 @@ async fn create_with(
     ttl: Duration,
     lease: WorkLease,
 ) -> (Reservation, String) {
-    let token = HoldToken::generate().unwrap();
     match store
-        .create(&new_res(holder, request_id, ttl), &token, lease, NO_LIMITS)
+        .create(&new_res(holder, request_id, ttl), lease, NO_LIMITS)
         .await
         .unwrap()
     {
-        Created::New(r) => (r, token.expose().to_owned()),
+        Created::New(r) => {
+            let token = token_of(r.id);
+            (r, token)
+        }
         other => panic!("expected a new reservation, got {other:?}"),
     }
 }
@@ -192,7 +203,7 @@ fn extend_keyed(by: Duration, request_id: Option<&str>) -> Decision {
 
 /// The verdict, the reservation after it, and whether this caller got the lease.
 async fn decide(store: &S, id: Uuid, token: &str, d: &Decision) -> (Verdict, Reservation, bool) {
-    match store.decide(id, token, d, lease()).await.unwrap() {
+    match store.decide(id, None, token, d, lease()).await.unwrap() {
         Decided::Judged {
             verdict,
             reservation,
@@ -208,6 +219,7 @@ async fn get(store: &S, id: Uuid) -> Reservation {
 
 fn query(holder: Option<&str>, state: Option<State>, limit: u32) -> ListQuery {
     ListQuery {
+        owner: None,
         holder: holder.map(str::to_owned),
         state,
         limit,

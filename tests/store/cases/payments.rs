@@ -41,8 +41,8 @@ pub async fn refund_recorded_once(store: S) {
         duration: Duration::from_millis(300),
     };
     let (one, two) = tokio::join!(
-        store.decide(r.id, &token, &paid, short()),
-        store.decide(r.id, &token, &paid, short())
+        store.decide(r.id, None, &token, &paid, short()),
+        store.decide(r.id, None, &token, &paid, short())
     );
     let judged = |d: Decided| match d {
         Decided::Judged {

@@ -2,7 +2,7 @@
 //! many concurrent writes are group-committed into shared statements.
 
 use holdfast::domain::LatePaymentPolicy;
-use holdfast::domain::{BranchState, HoldToken, State};
+use holdfast::domain::{BranchState, State};
 use holdfast::store::{BranchReport, Created};
 
 use super::{
@@ -89,14 +89,12 @@ pub async fn writes_answer_with_the_stored_reservation(store: S) {
 pub async fn concurrent_writes_are_each_recorded(store: S) {
     const N: usize = 40;
     // Reserves of 40 holders at once, plus a repeat of the first one's request in the burst.
-    let token = HoldToken::generate().unwrap();
     let answers = futures_util::future::join_all((0..=N).map(|i| {
         let store = store.clone();
-        let token = token.clone();
         async move {
             let holder = format!("holder-{}", i % N);
             store
-                .create(&new_res(&holder, "req", LONG), &token, lease(), NO_LIMITS)
+                .create(&new_res(&holder, "req", LONG), lease(), NO_LIMITS)
                 .await
                 .unwrap()
         }
@@ -136,7 +134,7 @@ pub async fn concurrent_writes_are_each_recorded(store: S) {
     // Into CONFIRMING (via the store's claim: lease them all as due work is not needed here).
     let mut confirming = Vec::new();
     for r in &placed {
-        let token = r.hold_token.expose().to_owned();
+        let token = super::token_of(r.id);
         confirming.push(decide(&store, r.id, &token, &confirm()).await.1);
     }
     // Even ones finish CONFIRMED; odd ones hear from one participant only and stay; the

@@ -1,5 +1,5 @@
-//! Certificate files that are re-read when they change, so a renewal (cert-manager replacing a
-//! Secret's files, an operator copying new ones) takes effect without a restart.
+//! Files that are re-read when they change, so a renewal (cert-manager replacing a Secret's
+//! certificate files, an operator editing the principals file) takes effect without a restart.
 //!
 //! A [`Watched`] value is built from the bytes of its files. A background task reads them again
 //! every [`CHECK_EVERY`]; when the bytes differ from those the current value was built from, it
@@ -7,6 +7,7 @@
 //! rather than modification times also catches Kubernetes' symlink swaps and copies that keep
 //! the timestamp. A change that cannot be used (a key that does not match, a half-written file)
 //! is logged at ERROR once and the previous value stays in use; the next change is tried again.
+//! Used by `tls` (certificates) and `auth` (principals); it knows nothing of either.
 
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
@@ -15,21 +16,37 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
-use super::TlsError;
-
-/// How often certificate files are checked for changes. Renewals happen days before expiry, so
-/// a few seconds is prompt; each check reads a few small files.
+/// How often watched files are checked for changes. Renewals happen days before expiry and a
+/// revoked key should stop working promptly, so a few seconds; each check reads a few small
+/// files.
 pub const CHECK_EVERY: Duration = Duration::from_secs(5);
+
+/// A watched file that cannot be used, naming the setting and the path.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("{flag} {path}: cannot read it: {source}")]
+    Read {
+        flag: &'static str,
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{flag} {path}: {problem}")]
+    Invalid {
+        flag: &'static str,
+        path: String,
+        problem: String,
+    },
+}
 
 /// One input file and the setting that named it (errors name both).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Source {
-    pub(crate) flag: &'static str,
-    pub(crate) path: PathBuf,
+pub struct Source {
+    pub flag: &'static str,
+    pub path: PathBuf,
 }
 
 impl Source {
-    pub(crate) fn new(flag: &'static str, path: &std::path::Path) -> Source {
+    pub fn new(flag: &'static str, path: &std::path::Path) -> Source {
         Source {
             flag,
             path: path.to_owned(),
@@ -37,8 +54,8 @@ impl Source {
     }
 
     /// Reads the whole file.
-    pub(crate) fn read(&self) -> Result<Vec<u8>, TlsError> {
-        std::fs::read(&self.path).map_err(|source| TlsError::Read {
+    pub fn read(&self) -> Result<Vec<u8>, FileError> {
+        std::fs::read(&self.path).map_err(|source| FileError::Read {
             flag: self.flag,
             path: self.path.display().to_string(),
             source,
@@ -46,8 +63,8 @@ impl Source {
     }
 
     /// An error about this file's content.
-    pub(crate) fn invalid(&self, problem: impl std::fmt::Display) -> TlsError {
-        TlsError::Invalid {
+    pub fn invalid(&self, problem: impl std::fmt::Display) -> FileError {
+        FileError::Invalid {
             flag: self.flag,
             path: self.path.display().to_string(),
             problem: problem.to_string(),
@@ -55,11 +72,13 @@ impl Source {
     }
 }
 
-/// Builds the value from the files' bytes, in the order of the sources.
-type Build<T> = Box<dyn Fn(&[Vec<u8>]) -> Result<T, TlsError> + Send + Sync>;
+/// Builds the value from the files' bytes, in the order of the sources; an error is a message.
+type Build<T> = Box<dyn Fn(&[Vec<u8>]) -> Result<T, String> + Send + Sync>;
 
 /// A value built from files, rebuilt when they change.
-pub(crate) struct Watched<T> {
+pub struct Watched<T> {
+    /// What the files are, for the log ("certificate files", "principals file").
+    what: &'static str,
     sources: Vec<Source>,
     build: Build<T>,
     current: ArcSwap<T>,
@@ -75,18 +94,23 @@ struct Seen {
 
 impl<T: Send + Sync + 'static> Watched<T> {
     /// Reads the files and builds the first value; any error is returned (a server must not
-    /// start with unusable certificates). Starts the background check when there are files to
-    /// watch and a Tokio runtime to run it on; it ends when the value is dropped.
-    pub(crate) fn load(
+    /// start with unusable certificates or principals). Starts the background check when there
+    /// are files to watch and a Tokio runtime to run it on; it ends when the value is dropped.
+    pub fn load<E>(
+        what: &'static str,
         sources: Vec<Source>,
         every: Duration,
-        build: impl Fn(&[Vec<u8>]) -> Result<T, TlsError> + Send + Sync + 'static,
-    ) -> Result<Arc<Watched<T>>, TlsError> {
+        build: impl Fn(&[Vec<u8>]) -> Result<T, E> + Send + Sync + 'static,
+    ) -> Result<Arc<Watched<T>>, E>
+    where
+        E: From<FileError> + std::fmt::Display,
+    {
         let bytes = read_all(&sources)?;
         let first = build(&bytes)?;
         let watched = Arc::new(Watched {
+            what,
             sources,
-            build: Box::new(build),
+            build: Box::new(move |bytes| build(bytes).map_err(|e| e.to_string())),
             current: ArcSwap::from_pointee(first),
             seen: Mutex::new(Seen {
                 loaded: fingerprint(&bytes),
@@ -100,7 +124,8 @@ impl<T: Send + Sync + 'static> Watched<T> {
                 }
                 Err(_) => tracing::warn!(
                     files = %watched.describe(),
-                    "no Tokio runtime: these certificate files will not be re-read when they change"
+                    "no Tokio runtime: these {} will not be re-read when they change",
+                    watched.what
                 ),
             }
         }
@@ -108,7 +133,7 @@ impl<T: Send + Sync + 'static> Watched<T> {
     }
 
     /// The value built from the files as they were at the last successful check.
-    pub(crate) fn current(&self) -> Arc<T> {
+    pub fn current(&self) -> Arc<T> {
         self.current.load_full()
     }
 
@@ -126,20 +151,24 @@ impl<T: Send + Sync + 'static> Watched<T> {
         if print == seen.loaded || Some(print) == seen.failed {
             return;
         }
-        match outcome.and_then(|bytes| (self.build)(&bytes)) {
+        match outcome
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| (self.build)(&bytes))
+        {
             Ok(value) => {
                 self.current.store(Arc::new(value));
                 *seen = Seen {
                     loaded: print,
                     failed: None,
                 };
-                tracing::info!(files = %self.describe(), "certificate files changed: now serving the new ones");
+                tracing::info!(files = %self.describe(), "{} changed: now using the new ones", self.what);
             }
             Err(e) => {
                 seen.failed = Some(print);
                 tracing::error!(
                     error = %e,
-                    "certificate files changed but cannot be used; keeping the previous certificate until they are fixed"
+                    "{} changed but cannot be used; keeping the previous ones until they are fixed",
+                    self.what
                 );
             }
         }
@@ -169,7 +198,7 @@ async fn check_periodically<T: Send + Sync + 'static>(watched: Weak<Watched<T>>,
     }
 }
 
-fn read_all(sources: &[Source]) -> Result<Vec<Vec<u8>>, TlsError> {
+fn read_all(sources: &[Source]) -> Result<Vec<Vec<u8>>, FileError> {
     sources.iter().map(Source::read).collect()
 }
 

@@ -1,0 +1,230 @@
+//! The identity settings of each role (SPEC 7.2, 7.3): who may call a server (`--auth-keys`,
+//! or deliberately nobody checked: `--insecure-no-auth`), the coordinator's own credential
+//! towards participants, and the keys hold tokens are derived with. Misconfiguration is refused
+//! at start with a message naming the flag; `--print-config` shows paths, never a secret.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use crate::auth::Authenticator;
+use crate::domain::TokenKeys;
+
+/// Who may call this process's gRPC servers.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ServerAuthArgs {
+    /// TOML file of principals (`[[principal]]` with name, roles, key_sha256 and/or
+    /// tls_identity); every call must then prove a principal with the method's role. Re-read
+    /// when it changes.
+    #[arg(long, env = "HOLDFAST_AUTH_KEYS")]
+    pub auth_keys: Option<PathBuf>,
+
+    /// Without --auth-keys, listen on a non-loopback address anyway: anyone who can reach the
+    /// port can do anything.
+    #[arg(long, env = "HOLDFAST_INSECURE_NO_AUTH")]
+    pub insecure_no_auth: bool,
+}
+
+impl ServerAuthArgs {
+    /// The authenticator of servers listening on `listen`. Without `--auth-keys`, a
+    /// non-loopback address is refused unless `--insecure-no-auth`.
+    pub fn authenticator(&self, listen: &[SocketAddr]) -> Result<Authenticator, String> {
+        if let Some(path) = &self.auth_keys {
+            return Authenticator::from_file("--auth-keys", path).map_err(|e| e.to_string());
+        }
+        if let Some(open) = listen.iter().find(|a| !a.ip().is_loopback()) {
+            if !self.insecure_no_auth {
+                return Err(format!(
+                    "refusing to listen on {open} without authentication: give --auth-keys FILE (see `holdfast keys new`), listen on a loopback address, or pass --insecure-no-auth to let anyone who reaches the port do anything"
+                ));
+            }
+            tracing::warn!(%open, "authentication off on a non-loopback address (--insecure-no-auth): anyone who reaches it can do anything");
+        }
+        Ok(Authenticator::Off)
+    }
+
+    /// The settings as TOML lines for `--print-config`.
+    pub fn describe(&self, out: &mut String) {
+        match &self.auth_keys {
+            Some(p) => out.push_str(&format!("auth_keys = {:?}\n", p.display().to_string())),
+            None => out.push_str("# auth_keys: not set (authentication off)\n"),
+        }
+        out.push_str(&format!("insecure_no_auth = {}\n", self.insecure_no_auth));
+    }
+}
+
+/// The coordinator's secrets: its credential towards participants and its token keys.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct CoordinatorSecretArgs {
+    /// File holding the API key the coordinator presents to participants (`authorization:
+    /// Bearer`); a principal with the `coordinator` role in the participants' --auth-keys.
+    #[arg(long, env = "HOLDFAST_PARTICIPANT_API_KEY_FILE")]
+    pub participant_api_key_file: Option<PathBuf>,
+
+    /// TOML file of the keys hold tokens are derived with (`current = "ID"` and `[[key]]`
+    /// entries of id and hex secret; see `holdfast keys token-secret`). Shared by replicas;
+    /// rotate by adding a key and making it current. Default: a file beside a SQLite database,
+    /// else a key of this process only.
+    #[arg(long, env = "HOLDFAST_TOKEN_SECRET_FILE")]
+    pub token_secret_file: Option<PathBuf>,
+}
+
+impl CoordinatorSecretArgs {
+    /// The API key in `--participant-api-key-file`, if given.
+    pub fn participant_key(&self) -> Result<Option<String>, String> {
+        let Some(path) = &self.participant_api_key_file else {
+            return Ok(None);
+        };
+        let key = std::fs::read_to_string(path).map_err(|e| {
+            format!(
+                "--participant-api-key-file {}: cannot read it: {e}",
+                path.display()
+            )
+        })?;
+        let key = key.trim();
+        if key.is_empty() || !key.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(format!(
+                "--participant-api-key-file {}: must hold one API key (printable ASCII, no spaces)",
+                path.display()
+            ));
+        }
+        Ok(Some(key.to_owned()))
+    }
+
+    /// The token keys: `--token-secret-file`; else, on SQLite, `token-secret.toml` beside the
+    /// database (created on first start, owner-only); else a key of this process only (a
+    /// repeat Reserve after a restart, or at another replica, then answers without its token).
+    pub fn token_keys(&self, sqlite_dir: Option<&Path>) -> Result<TokenKeys, String> {
+        if let Some(path) = &self.token_secret_file {
+            return read_token_keys("--token-secret-file", path);
+        }
+        if let Some(dir) = sqlite_dir {
+            let path = dir.join("token-secret.toml");
+            if !path.exists() {
+                create_secret_file(&path)?;
+            }
+            return read_token_keys("token secret", &path);
+        }
+        tracing::warn!(
+            "no --token-secret-file: hold tokens are derived with a key of this process only; a repeated Reserve answered by another replica or after a restart comes without its token"
+        );
+        TokenKeys::ephemeral().map_err(|e| e.to_string())
+    }
+
+    /// The settings as TOML lines for `--print-config` (paths only).
+    pub fn describe(&self, out: &mut String) {
+        for (key, path) in [
+            ("participant_api_key_file", &self.participant_api_key_file),
+            ("token_secret_file", &self.token_secret_file),
+        ] {
+            match path {
+                Some(p) => out.push_str(&format!("{key} = {:?}\n", p.display().to_string())),
+                None => out.push_str(&format!("# {key}: not set\n")),
+            }
+        }
+    }
+}
+
+/// Parses a token secret file: `current = "ID"` and `[[key]]` tables of `id` and `secret`
+/// (hex, at least 64 digits).
+pub fn parse_token_keys(text: &str) -> Result<TokenKeys, String> {
+    let table: toml::Table = text.parse().map_err(|e| format!("not valid TOML: {e}"))?;
+    let current = match table.get("current") {
+        Some(toml::Value::String(c)) => c.clone(),
+        _ => return Err("`current` (the id of the key new tokens use) is required".into()),
+    };
+    let Some(toml::Value::Array(entries)) = table.get("key") else {
+        return Err("needs [[key]] entries with id and secret".into());
+    };
+    let mut keys = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        let (Some(toml::Value::String(id)), Some(toml::Value::String(secret))) =
+            (e.get("id"), e.get("secret"))
+        else {
+            return Err(format!("key[{i}]: needs id and secret (strings)"));
+        };
+        let secret = from_hex(secret.trim())
+            .ok_or_else(|| format!("key[{i}] ({id}): secret must be hex digits"))?;
+        keys.push((id.clone(), secret));
+    }
+    TokenKeys::new(
+        &current,
+        keys.iter().map(|(id, s)| (id.as_str(), s.as_slice())),
+    )
+    .map_err(|e| e.to_string())
+}
+
+fn read_token_keys(what: &str, path: &Path) -> Result<TokenKeys, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{what} {}: cannot read it: {e}", path.display()))?;
+    parse_token_keys(&text).map_err(|e| format!("{what} {}: {e}", path.display()))
+}
+
+/// Writes a fresh token secret file readable by its owner only.
+fn create_secret_file(path: &Path) -> Result<(), String> {
+    use std::io::Write;
+    let text = crate::auth::keys::token_secret("k1").map_err(|e| e.to_string())?;
+    let mut options = std::fs::File::options();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options
+        .open(path)
+        .map_err(|e| format!("cannot create the token secret {}: {e}", path.display()))?;
+    file.write_all(text.as_bytes())
+        .map_err(|e| format!("cannot write the token secret {}: {e}", path.display()))
+}
+
+fn from_hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_secret_files_parse_or_say_what_is_wrong() {
+        let text = crate::auth::keys::token_secret("k1").unwrap();
+        let keys = parse_token_keys(&text).unwrap();
+        assert_eq!(keys.current_key_id(), "k1");
+        assert!(
+            parse_token_keys("current = \"k\"")
+                .unwrap_err()
+                .contains("[[key]]")
+        );
+        assert!(
+            parse_token_keys("current = \"k\"\n[[key]]\nid = \"k\"\nsecret = \"zz\"")
+                .unwrap_err()
+                .contains("hex")
+        );
+        assert!(
+            parse_token_keys("current = \"k\"\n[[key]]\nid = \"k\"\nsecret = \"00\"")
+                .unwrap_err()
+                .contains("at least 32 bytes")
+        );
+    }
+
+    #[test]
+    fn without_keys_only_loopback_listens_unless_insecure() {
+        let loopback: SocketAddr = "127.0.0.1:50051".parse().unwrap();
+        let open: SocketAddr = "0.0.0.0:50051".parse().unwrap();
+        let off = ServerAuthArgs::default();
+        assert!(!off.authenticator(&[loopback]).unwrap().is_on());
+        assert!(
+            off.authenticator(&[open])
+                .unwrap_err()
+                .contains("--auth-keys")
+        );
+        let insecure = ServerAuthArgs {
+            insecure_no_auth: true,
+            ..ServerAuthArgs::default()
+        };
+        assert!(!insecure.authenticator(&[open]).unwrap().is_on());
+    }
+}
