@@ -77,13 +77,14 @@ fn keys(command: KeysCommand) -> Result<(), AppError> {
     match command {
         KeysCommand::New { name, roles } => {
             let key = holdfast::auth::keys::new_key().map_err(random)?;
+            let entry = holdfast::auth::keys::principal_entry(&name, &roles, &key);
+            // The same parser as --auth-keys: what it would refuse is refused here.
+            holdfast::auth::Principals::parse(&entry)
+                .map_err(|e| AppError::Config(format!("name {name:?}: {e}")))?;
             println!("# API key of {name:?} (give it to the caller; it is not stored anywhere):");
             println!("# {key}");
             println!("# Add to the --auth-keys file:");
-            print!(
-                "{}",
-                holdfast::auth::keys::principal_entry(&name, &roles, &key)
-            );
+            print!("{entry}");
         }
         KeysCommand::TokenSecret { id } => {
             print!(

@@ -19,7 +19,10 @@ CREATE INDEX reservations_live_by_holder ON reservations (owner, holder) WHERE s
 -- digest.
 ALTER TABLE reservations ADD COLUMN token_digest bytea;
 ALTER TABLE reservations ADD COLUMN token_key_id text;
-UPDATE reservations SET token_digest = sha256(convert_to(hold_token, 'UTF8'));
+ALTER TABLE reservations ALTER COLUMN hold_token DROP NOT NULL;
+-- The new row versions carry no token; the old ones are dead tuples until (auto)vacuum
+-- reclaims them: run VACUUM on `reservations` after the upgrade to purge them at once.
+UPDATE reservations SET token_digest = sha256(convert_to(hold_token, 'UTF8')), hold_token = NULL;
 ALTER TABLE reservations ALTER COLUMN token_digest SET NOT NULL;
 ALTER TABLE reservations ADD CONSTRAINT reservations_token_digest_length CHECK (length(token_digest) = 32);
 ALTER TABLE reservations DROP COLUMN hold_token;

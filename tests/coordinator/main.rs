@@ -5,6 +5,7 @@
 mod common;
 mod real;
 
+mod auth;
 mod concurrency;
 mod end_to_end;
 mod fanout;

@@ -6,7 +6,7 @@
 //! restart; metrics, PostgreSQL (`sslmode=verify-full`) and Redis (`rediss://`) over TLS.
 
 mod binary;
-mod pki;
+pub(crate) mod pki;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -38,7 +38,7 @@ use pki::{Ca, Files, Leaf};
 
 /// A gRPC channel to `addr` over TLS trusting `ca` (checking the name `localhost`),
 /// presenting `identity` when given. tonic's own TLS client, independent of holdfast's.
-fn tls_channel(addr: SocketAddr, ca: &Ca, identity: Option<&Leaf>) -> Channel {
+pub(crate) fn tls_channel(addr: SocketAddr, ca: &Ca, identity: Option<&Leaf>) -> Channel {
     let mut tls = ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(&ca.pem))
         .domain_name("localhost");

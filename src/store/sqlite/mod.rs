@@ -113,6 +113,12 @@ async fn digest_legacy_tokens(pool: &SqlitePool) -> Result<(), StoreError> {
     }
     tx.commit().await?;
     if !legacy.is_empty() {
+        // The tokens' old bytes stay in free pages and the WAL until rewritten: once, rewrite
+        // the file and empty the WAL.
+        sqlx::query("VACUUM").execute(pool).await?;
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(pool)
+            .await?;
         tracing::info!(
             count = legacy.len(),
             "replaced plaintext hold tokens by their digests"

@@ -147,3 +147,63 @@ fn a_participant_that_cannot_start_says_which_and_why() {
     assert!(!err.contains("configuration:"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Without `--auth-keys` a server listens on loopback only: a non-loopback address is refused
+/// at start, naming the way out, for the coordinator, a participant and the all-in-one;
+/// `--insecure-no-auth` is the explicit opt-out (checked here up to the database, which this
+/// test gives none).
+#[test]
+fn a_non_loopback_listen_without_keys_refuses_to_start() {
+    let db = ("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none");
+    for args in [
+        &["coordinator", "--listen", "0.0.0.0:0"][..],
+        &["participant", "seats", "--listen", "0.0.0.0:0"][..],
+        &["--listen", "0.0.0.0:0"][..],
+    ] {
+        let out = run_holdfast(args, &[db]);
+        assert!(!out.status.success(), "{args:?} started");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("without authentication") && err.contains("--auth-keys"),
+            "{args:?}: {err}"
+        );
+    }
+    let out = run_holdfast(
+        &["coordinator", "--listen", "0.0.0.0:0", "--insecure-no-auth"],
+        &[db],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("without authentication"), "{err}");
+}
+
+/// `holdfast keys new` prints a key and the entry that admits it (never the key in the entry);
+/// a name the principals file could not hold is refused.
+#[test]
+fn keys_new_prints_a_key_and_the_entry_that_admits_it() {
+    let out = run_holdfast(&["keys", "new", "order-service", "--role", "client"], &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    let key = printed
+        .lines()
+        .filter_map(|l| l.strip_prefix("# "))
+        .find(|l| l.len() == 64 && l.chars().all(|c| c.is_ascii_hexdigit()))
+        .expect("the key")
+        .to_owned();
+    let entry: String = printed
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(!entry.contains(&key), "{entry}");
+    let principals = holdfast::auth::Principals::parse(&entry).unwrap();
+    let caller = principals.by_key(&key).expect("the entry admits the key");
+    assert_eq!(caller.principal(), "order-service");
+    assert!(caller.has(holdfast::auth::Role::Client));
+    let bad = run_holdfast(&["keys", "new", "x", "--role", "root"], &[]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown role"));
+}

@@ -249,7 +249,44 @@ async fn embedded_binary_on_sqlite_keeps_a_confirmation_across_a_sigkill_and_has
     let mut stock = admin(stock_addr).await;
     assert_eq!(counts(&mut seats, "C7").await, (0, 0, 1));
     assert_eq!(counts(&mut stock, "mug").await, (3, 0, 2));
+    // A repeat of the Reserve after the restart still answers its token: the token key lives
+    // beside the database (owner-only), the token itself nowhere.
+    let (_, _, _, again) = provision_and_reserve(listen, seats_addr, stock_addr, "emb-1").await;
+    assert_eq!(
+        (again.id.as_str(), again.hold_token.as_str()),
+        (r.id.as_str(), r.hold_token.as_str())
+    );
+    let secret = dir.join("data").join("token-secret.toml");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&secret)
+            .expect("token-secret.toml")
+            .permissions()
+            .mode();
+        assert_eq!(
+            mode & 0o077,
+            0,
+            "the token secret is readable by others: {mode:o}"
+        );
+    }
     process.kill();
+    for entry in std::fs::read_dir(dir.join("data")).expect("data folder") {
+        let path = entry.expect("entry").path();
+        let bytes = std::fs::read(&path).expect("read a data file");
+        assert!(
+            !bytes
+                .windows(r.hold_token.len())
+                .any(|w| w == r.hold_token.as_bytes()),
+            "the hold token is stored in {}",
+            path.display()
+        );
+    }
+    let banner = std::fs::read_to_string(&log).expect("log");
+    assert!(
+        banner.contains("authentication off (loopback only)"),
+        "{banner}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -10,20 +10,20 @@ use rcgen::{
 };
 
 /// A certificate authority made for one test.
-pub(super) struct Ca {
+pub(crate) struct Ca {
     issuer: Issuer<'static, KeyPair>,
-    pub(super) pem: String,
+    pub(crate) pem: String,
 }
 
 /// A certificate signed by a test CA, and its key.
-pub(super) struct Leaf {
-    pub(super) cert: String,
-    pub(super) key: String,
-    pub(super) der: Vec<u8>,
+pub(crate) struct Leaf {
+    pub(crate) cert: String,
+    pub(crate) key: String,
+    pub(crate) der: Vec<u8>,
 }
 
 impl Ca {
-    pub(super) fn new(name: &str) -> Ca {
+    pub(crate) fn new(name: &str) -> Ca {
         let key = KeyPair::generate().unwrap();
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -42,7 +42,7 @@ impl Ca {
 
     /// A certificate for `name` (its CN), valid for localhost and 127.0.0.1, usable by servers
     /// and clients alike.
-    pub(super) fn issue(&self, name: &str) -> Leaf {
+    pub(crate) fn issue(&self, name: &str) -> Leaf {
         let key = KeyPair::generate().unwrap();
         let mut params = CertificateParams::new(vec![
             "localhost".to_owned(),
@@ -65,19 +65,19 @@ impl Ca {
 }
 
 /// A folder of certificate files for one test, removed when dropped.
-pub(super) struct Files {
-    pub(super) dir: PathBuf,
+pub(crate) struct Files {
+    pub(crate) dir: PathBuf,
 }
 
 impl Files {
-    pub(super) fn new() -> Files {
+    pub(crate) fn new() -> Files {
         let dir = std::env::temp_dir().join(format!("holdfast-tls-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
         Files { dir }
     }
 
     /// Writes `name` atomically (a rename), as a renewal would.
-    pub(super) fn write(&self, name: &str, contents: &str) -> PathBuf {
+    pub(crate) fn write(&self, name: &str, contents: &str) -> PathBuf {
         let path = self.dir.join(name);
         let partial = self.dir.join(format!(".{name}.partial"));
         std::fs::write(&partial, contents).unwrap();
@@ -85,19 +85,19 @@ impl Files {
         path
     }
 
-    pub(super) fn ca(&self, name: &str, ca: &Ca) -> PathBuf {
+    pub(crate) fn ca(&self, name: &str, ca: &Ca) -> PathBuf {
         self.write(&format!("{name}.pem"), &ca.pem)
     }
 
     /// Writes `leaf` as `name.pem` and `name.key`.
-    pub(super) fn leaf(&self, name: &str, leaf: &Leaf) -> (PathBuf, PathBuf) {
+    pub(crate) fn leaf(&self, name: &str, leaf: &Leaf) -> (PathBuf, PathBuf) {
         (
             self.write(&format!("{name}.pem"), &leaf.cert),
             self.write(&format!("{name}.key"), &leaf.key),
         )
     }
 
-    pub(super) fn server_files(
+    pub(crate) fn server_files(
         &self,
         name: &str,
         leaf: &Leaf,
@@ -111,7 +111,7 @@ impl Files {
         }
     }
 
-    pub(super) fn server_tls(&self, name: &str, leaf: &Leaf, client_ca: Option<&Ca>) -> ServerTls {
+    pub(crate) fn server_tls(&self, name: &str, leaf: &Leaf, client_ca: Option<&Ca>) -> ServerTls {
         ServerTls::load(&self.server_files(name, leaf, client_ca)).unwrap()
     }
 }
