@@ -167,6 +167,7 @@ pub async fn serve_participant(
                 let mut settings = stock_redis::StockRedisSettings::new(url);
                 settings.key_prefix = args.redis_prefix.clone();
                 settings.orphan_grace = args.orphan_grace;
+                settings.max_hold = args.max_hold;
                 settings.retention = args.redis_retention;
                 stock_redis::serve(settings, pool, listener, shutdown).await
             }
@@ -175,6 +176,7 @@ pub async fn serve_participant(
         let settings = participants::ParticipantSettings {
             kind,
             orphan_grace: args.orphan_grace,
+            max_hold: args.max_hold,
         };
         participants::serve(settings, pool, listener, shutdown).await
     };

@@ -72,14 +72,18 @@ pub struct ParticipantSettings {
     /// How long after `expires_at` an unreleased hold is kept before the participant reclaims
     /// it itself (default [`crate::participant::DEFAULT_ORPHAN_GRACE`], one hour).
     pub orphan_grace: Duration,
+    /// How far ahead a Try's `expires_at` may lie (default
+    /// [`crate::participant::DEFAULT_MAX_HOLD`], 24 hours; `--max-hold`).
+    pub max_hold: Duration,
 }
 
 impl ParticipantSettings {
-    /// Settings for `kind` with the default orphan grace.
+    /// Settings for `kind` with the default orphan grace and max hold.
     pub fn new(kind: Kind) -> Self {
         Self {
             kind,
             orphan_grace: crate::participant::DEFAULT_ORPHAN_GRACE,
+            max_hold: crate::participant::DEFAULT_MAX_HOLD,
         }
     }
 }
@@ -232,7 +236,8 @@ impl<DB: payments::PaymentsSql> Server<'_, DB> {
     ) -> Result<(), ParticipantError> {
         let name = self.settings.kind.name();
         let service = ParticipantService::new(name, resource, self.pool.clone())
-            .with_orphan_grace(self.settings.orphan_grace);
+            .with_orphan_grace(self.settings.orphan_grace)
+            .with_max_hold(self.settings.max_hold);
         let reclaimer = service.spawn_reclaimer(RECLAIM_EVERY);
         let admin = AdminService::new(service.resource_arc(), self.pool);
         let mut routes =

@@ -334,8 +334,8 @@ async fn a_hold_lost_at_confirm_fails_the_reservation_and_refunds_the_payment(po
     // A seats participant that reclaims lapsed holds at once (orphan grace 0).
     let seats = spawn_participant_with(
         holdfast::participants::ParticipantSettings {
-            kind: Kind::Seats,
             orphan_grace: Duration::ZERO,
+            ..holdfast::participants::ParticipantSettings::new(Kind::Seats)
         },
         &pool,
     )

@@ -26,8 +26,8 @@ async fn every_backend_and_kind(pool: &PgPool) -> Vec<(Db, Kind)> {
 async fn orphan_past_grace_is_reclaimed_and_its_confirm_answers_hold_lost(pool: PgPool) {
     for (db, kind) in every_backend_and_kind(&pool).await {
         let settings = ParticipantSettings {
-            kind,
             orphan_grace: Duration::ZERO,
+            ..ParticipantSettings::new(kind)
         };
         let mut p = spawn_settings_on(settings, &db).await;
         let f = fixture(kind);
@@ -225,8 +225,8 @@ async fn confirm_racing_the_sweep_decides_each_branch_once(pool: PgPool) {
     use holdfast::participants::stock::Stock;
 
     let settings = ParticipantSettings {
-        kind: Kind::Stock,
         orphan_grace: Duration::ZERO,
+        ..ParticipantSettings::new(Kind::Stock)
     };
     let mut p = spawn_with(settings, pool.clone()).await;
     p.put("sku-1", 20).await;

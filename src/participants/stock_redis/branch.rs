@@ -9,9 +9,14 @@ use crate::participant::validate;
 use crate::participant::{BranchAnswer, BranchKey, ResourceError, TryAnswer, TryBranch};
 
 impl StockRedis {
-    /// Checks a Try as every participant does (stock: no slots), items in lock order.
+    /// Checks a Try as every participant does (stock: no slots; `expires_at` within
+    /// `max_hold`), items in lock order.
     pub(super) fn check_try(&self, branch: TryBranch) -> Result<TryBranch, ResourceError> {
-        validate::check_try(branch, crate::participants::stock::validate_items)
+        validate::check_try(
+            branch,
+            self.inner.max_hold,
+            crate::participants::stock::validate_items,
+        )
     }
 
     /// Try: holds every item or none (one script). `branch` is checked ([`Self::check_try`]).

@@ -70,18 +70,22 @@ pub struct StockRedisSettings {
     /// How long a finished branch record stays in Redis past its deadline (see
     /// `scripts.rs`; default 7 days).
     pub retention: Duration,
+    /// How far ahead a Try's `expires_at` may lie (default 24 hours; `--max-hold`).
+    pub max_hold: Duration,
     /// How often the background reconciler runs.
     pub reconcile_every: Duration,
 }
 
 impl StockRedisSettings {
-    /// Settings with the default prefix, grace, retention and a one-second reconciler period.
+    /// Settings with the default prefix, grace, retention, max hold and a one-second
+    /// reconciler period.
     pub fn new(redis_url: impl Into<String>) -> Self {
         Self {
             redis_url: redis_url.into(),
             key_prefix: DEFAULT_PREFIX.to_owned(),
             orphan_grace: crate::participant::DEFAULT_ORPHAN_GRACE,
             retention: DEFAULT_RETENTION,
+            max_hold: crate::participant::DEFAULT_MAX_HOLD,
             reconcile_every: Duration::from_secs(1),
         }
     }
@@ -103,6 +107,8 @@ struct Inner {
     retention_ms: i64,
     /// Time to live of a tombstone: `orphan_grace + retention` (ms).
     tombstone_ms: i64,
+    /// How far ahead a Try's `expires_at` may lie.
+    max_hold: Duration,
     wake: tokio::sync::Notify,
 }
 
@@ -137,6 +143,7 @@ impl StockRedis {
                 grace_ms,
                 retention_ms,
                 tombstone_ms,
+                max_hold: settings.max_hold,
                 wake: tokio::sync::Notify::new(),
             }),
         })
