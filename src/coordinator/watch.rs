@@ -259,4 +259,9 @@ impl Store for Publishing {
     async fn backlog(&self) -> Result<i64, StoreError> {
         self.inner.backlog().await
     }
+
+    async fn discard(&self, id: Uuid, owner: Uuid) -> Result<bool, StoreError> {
+        // Nothing to publish: the request was never answered with this reservation.
+        self.inner.discard(id, owner).await
+    }
 }

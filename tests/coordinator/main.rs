@@ -8,6 +8,7 @@ mod real;
 mod concurrency;
 mod end_to_end;
 mod fanout;
+mod invalid_holds;
 mod late_payment;
 mod lifecycle;
 mod migrate;

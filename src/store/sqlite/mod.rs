@@ -198,4 +198,8 @@ impl Store for SqliteStore {
     async fn backlog(&self) -> Result<i64, StoreError> {
         recovery::backlog(&self.pool).await
     }
+
+    async fn discard(&self, id: Uuid, owner: Uuid) -> Result<bool, StoreError> {
+        recovery::discard(&self.pool, id, owner).await
+    }
 }
