@@ -213,6 +213,7 @@ pub async fn serve_participant(
                 let mut settings = stock_redis::StockRedisSettings::new(url);
                 settings.key_prefix = args.redis_prefix.clone();
                 settings.orphan_grace = args.orphan_grace;
+                settings.max_hold = args.max_hold;
                 settings.retention = args.redis_retention;
                 settings.auth = auth;
                 stock_redis::serve(settings, pool, listener, shutdown).await
@@ -223,6 +224,7 @@ pub async fn serve_participant(
             kind,
             orphan_grace: args.orphan_grace,
             auth,
+            max_hold: args.max_hold,
         };
         participants::serve(settings, pool, listener, shutdown).await
     };

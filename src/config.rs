@@ -258,6 +258,11 @@ pub struct ParticipantArgs {
     #[arg(long, env = "HOLDFAST_ORPHAN_GRACE", default_value = "1h", value_parser = parse_duration)]
     pub orphan_grace: Duration,
 
+    /// How far ahead a Try's `expires_at` may lie: a Try asking to be held longer is refused
+    /// (`INVALID_ARGUMENT` naming `expires_at`) and nothing is written.
+    #[arg(long, env = "HOLDFAST_MAX_HOLD", default_value = "24h", value_parser = parse_duration)]
+    pub max_hold: Duration,
+
     /// Database connections in the pool.
     #[arg(long, env = "HOLDFAST_DB_POOL_SIZE", default_value_t = 16)]
     pub db_pool_size: u32,

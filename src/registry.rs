@@ -84,6 +84,26 @@ impl CallError {
     }
 }
 
+/// A Try the participant refused as malformed: it applied nothing (the SDK checks before
+/// any write). The field comes from its `ErrorInfo` (`metadata.field`), the problem is the
+/// message without that field's name.
+fn invalid_try(status: &tonic::Status) -> TryOutcome {
+    use tonic_types::StatusExt;
+    let field = status
+        .get_details_error_info()
+        .and_then(|info| info.metadata.get("field").cloned())
+        .filter(|f| !f.is_empty());
+    let message = status.message();
+    let problem = field
+        .as_deref()
+        .and_then(|f| message.strip_prefix(f))
+        .map_or(message, str::trim_start);
+    TryOutcome::Invalid {
+        field,
+        problem: problem.to_owned(),
+    }
+}
+
 /// The two calls that finish a branch.
 #[derive(Clone, Copy, Debug)]
 enum SecondPhase {
@@ -387,15 +407,17 @@ impl ParticipantHandle {
                 expires_at: Some(to_timestamp(expires_at)),
             });
             let started = std::time::Instant::now();
-            let result = self
-                .client
-                .clone()
-                .r#try(req)
-                .await
-                .map_err(|s| CallError::from_status(&s));
+            let answer = self.client.clone().r#try(req).await;
             crate::telemetry::branch_call(&self.name, "try", started.elapsed());
-            self.observe(&result);
-            let resp = result?.into_inner();
+            let result = answer.map_err(|s| (CallError::from_status(&s), s));
+            self.observe(&result.as_ref().map_err(|(e, _)| e.clone()));
+            let resp = match result {
+                Ok(resp) => resp.into_inner(),
+                Err((_, status)) if status.code() == tonic::Code::InvalidArgument => {
+                    return Ok(invalid_try(&status));
+                }
+                Err((e, _)) => return Err(e),
+            };
             use proto::try_response::Outcome;
             match Outcome::try_from(resp.outcome) {
                 Ok(Outcome::Held) => Ok(TryOutcome::Held),

@@ -1,12 +1,14 @@
 //! Placing holds: Reserve records the reservation, then Tries one participant at a time in
 //! canonical order, all-or-nothing; the first refusal or unknown outcome stops the fan-out and
-//! releases what may be held.
+//! releases what may be held. A hold a participant finds malformed (`INVALID_ARGUMENT` from
+//! its Try) is the caller's mistake: what was placed is released and the reservation is
+//! discarded, so nothing of the request stays recorded (see `discard_invalid`).
 
 use uuid::Uuid;
 
 use super::{Coordinator, Error, entered};
 use crate::domain::policy::LimitScope;
-use crate::domain::validate::{self, RecordAs, ReserveInput};
+use crate::domain::validate::{self, FieldError, RecordAs, ReserveInput};
 use crate::domain::{Actor, BranchState, HoldToken, Rejection, Reservation, State, TryOutcome};
 use crate::registry::CallError;
 use crate::store::{BranchReport, Created};
@@ -22,6 +24,52 @@ pub(super) struct PlacementFailure {
     pub(super) rejection: Rejection,
     /// Set when the participant could not be reached (outcome unknown).
     pub(super) unavailable: Option<String>,
+    /// Set when the participant found the request malformed and applied nothing.
+    pub(super) invalid: Option<InvalidHold>,
+}
+
+/// A participant's `INVALID_ARGUMENT` answer to a Try, and where its holds sit.
+pub(super) struct InvalidHold {
+    /// The field the participant named, in its terms (`items[1].quantity`, `expires_at`).
+    field: Option<String>,
+    problem: String,
+    participant: String,
+    /// Canonical position (in the reservation's holds) of the group's first hold.
+    first: usize,
+}
+
+impl InvalidHold {
+    /// The field as the Reserve caller named it: `items[k].x` of this Try is `holds[j].x`,
+    /// `j` the caller's index of the group's `k`-th hold (`order` maps canonical positions to
+    /// the caller's indexes); `expires_at` comes from `ttl`, `holder` is `holder`; any other
+    /// field (or none) is the group's first hold.
+    fn caller_error(&self, order: &[usize]) -> FieldError {
+        let index = |k: usize| order.get(self.first + k).copied().unwrap_or(self.first);
+        let (field, theirs) = match self.field.as_deref() {
+            Some("holder") => ("holder".to_owned(), None),
+            Some(f) => match item_path(f) {
+                Some((k, rest)) => (format!("holds[{}]{rest}", index(k)), None),
+                None if f == "expires_at" => ("ttl".to_owned(), Some(f)),
+                None => (format!("holds[{}]", index(0)), Some(f)),
+            },
+            None => (format!("holds[{}]", index(0)), None),
+        };
+        let theirs = theirs.map_or(String::new(), |f| format!(" (its {f})"));
+        FieldError::new(
+            field,
+            format!(
+                "{}; participant {:?} refused the hold{theirs}",
+                self.problem, self.participant
+            ),
+        )
+    }
+}
+
+/// `items[3].quantity` -> `(3, ".quantity")`.
+fn item_path(field: &str) -> Option<(usize, &str)> {
+    let rest = field.strip_prefix("items[")?;
+    let (k, rest) = rest.split_once(']')?;
+    Some((k.parse().ok()?, rest))
 }
 
 /// A Reserve's answer: the reservation and, for its own principal, its hold token.
@@ -39,6 +87,14 @@ impl Coordinator {
     /// reservation and token; other principals' reservations never collide with it.
     pub async fn reserve(&self, actor: &Actor, input: ReserveInput) -> Result<Reserved, Error> {
         let participants: Vec<String> = input.holds.iter().map(|h| h.participant.clone()).collect();
+        // The caller's index of each hold in canonical order (validation sorts them alike),
+        // to name a field a participant refuses as the caller wrote it.
+        let mut order: Vec<usize> = (0..input.holds.len()).collect();
+        order.sort_by(|&a, &b| {
+            input.holds[a]
+                .canonical_key()
+                .cmp(&input.holds[b].canonical_key())
+        });
         let id = uuid::Uuid::now_v7();
         let (token, check) = self.tokens.issue(id);
         let record = RecordAs {
@@ -90,7 +146,7 @@ impl Coordinator {
             Created::New(created) => {
                 entered(&created, State::Trying);
                 Ok(Reserved {
-                    reservation: self.place_holds(created).await?,
+                    reservation: self.place_holds(created, &order).await?,
                     token: Some(token),
                 })
             }
@@ -103,6 +159,7 @@ impl Coordinator {
         let groups = r.participant_branches();
         let mut reports = Vec::with_capacity(groups.len());
         let mut leased_at = std::time::Instant::now();
+        let mut first = 0;
         for group in &groups {
             // A long placement keeps its lease, so no other instance releases it meanwhile.
             if leased_at.elapsed() > self.policy.lease / 2 {
@@ -148,6 +205,32 @@ impl Coordinator {
                             reason,
                         },
                         unavailable: None,
+                        invalid: None,
+                    }),
+                ),
+                Ok(TryOutcome::Invalid { field, problem }) => (
+                    // Nothing applied: like a rejection, it needs no release.
+                    BranchReport {
+                        branch_id: group.branch_id,
+                        state: BranchState::Rejected,
+                        error: None,
+                    },
+                    Some(PlacementFailure {
+                        rejection: Rejection {
+                            participant: group.participant.clone(),
+                            resource: first_resource,
+                            reason: match &field {
+                                Some(f) => format!("invalid request: {f} {problem}"),
+                                None => format!("invalid request: {problem}"),
+                            },
+                        },
+                        unavailable: None,
+                        invalid: Some(InvalidHold {
+                            field,
+                            problem,
+                            participant: group.participant.clone(),
+                            first,
+                        }),
                     }),
                 ),
                 Err(e) => {
@@ -171,11 +254,13 @@ impl Coordinator {
                                 },
                             },
                             unavailable: (!e.refused).then_some(e.message),
+                            invalid: None,
                         }),
                     )
                 }
             };
             reports.push(report);
+            first += group.holds.len();
             if let Some(failure) = failure {
                 return Ok(Placement {
                     reports,
@@ -189,14 +274,21 @@ impl Coordinator {
         })
     }
 
-    /// Places a new reservation's holds; all held -> HELD, else released and REJECTED.
-    async fn place_holds(&self, r: Reservation) -> Result<Reservation, Error> {
+    /// Places a new reservation's holds; all held -> HELD, else released and REJECTED (or,
+    /// for a hold a participant found malformed, released and discarded). `order` maps
+    /// canonical positions to the caller's hold indexes.
+    async fn place_holds(&self, r: Reservation, order: &[usize]) -> Result<Reservation, Error> {
         let placement = self.place_in_order(&r).await?;
         let Some(failure) = placement.failure else {
             let held = self.store.record_held(r.id, &placement.reports).await?;
             entered(&held, State::Held);
             return Ok(held);
         };
+        if let Some(invalid) = &failure.invalid {
+            self.discard_invalid(r.id, &failure.rejection, &placement.reports)
+                .await?;
+            return Err(Error::InvalidArgument(invalid.caller_error(order)));
+        }
         let released = self
             .abort_placement(r.id, &failure.rejection, &placement.reports)
             .await?;
@@ -211,6 +303,31 @@ impl Coordinator {
                 rejection: failure.rejection,
             },
         })
+    }
+
+    /// A participant found the request malformed: nothing of it is kept, as if it had been
+    /// refused before it was recorded. When no hold was placed (the first participant
+    /// refused) the `TRYING` row is deleted at once; otherwise the holds already placed are
+    /// released through the one release path and the row is deleted once it is `REJECTED`.
+    /// A release that cannot finish now leaves the reservation to recovery (it ends
+    /// `REJECTED`, readable); that is logged.
+    async fn discard_invalid(
+        &self,
+        id: Uuid,
+        rejection: &Rejection,
+        reports: &[BranchReport],
+    ) -> Result<(), Error> {
+        if reports.iter().any(|rep| rep.state != BranchState::Rejected) {
+            let released = self.abort_placement(id, rejection, reports).await?;
+            if released.stored_state != State::Rejected {
+                tracing::warn!(reservation_id = %id, state = %released.stored_state, "invalid request: holds not yet released; the reservation stays until they are");
+                return Ok(());
+            }
+        }
+        if !self.store.discard(id, self.instance).await? {
+            tracing::warn!(reservation_id = %id, "invalid request: the reservation could not be discarded");
+        }
+        Ok(())
     }
 
     /// Records the rejection (the reservation is CANCELLING, ending REJECTED) and releases

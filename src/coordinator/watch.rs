@@ -261,4 +261,9 @@ impl Store for Publishing {
     async fn backlog(&self) -> Result<i64, StoreError> {
         self.inner.backlog().await
     }
+
+    async fn discard(&self, id: Uuid, lease_owner: Uuid) -> Result<bool, StoreError> {
+        // Nothing to publish: the request was never answered with this reservation.
+        self.inner.discard(id, lease_owner).await
+    }
 }

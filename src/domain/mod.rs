@@ -347,7 +347,16 @@ impl Actor {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TryOutcome {
     Held,
-    Rejected { reason: String },
+    Rejected {
+        reason: String,
+    },
+    /// The participant found the request malformed (gRPC `INVALID_ARGUMENT`) and applied
+    /// nothing. `field` is the field it named, in its own terms (`items[0].quantity`,
+    /// `expires_at`), when it named one.
+    Invalid {
+        field: Option<String>,
+        problem: String,
+    },
 }
 
 /// A participant's answer to Confirm or Cancel: the branch's final state there afterwards

@@ -57,7 +57,7 @@ use chrono::{DateTime, Utc};
 
 pub use barrier::{Backend, BarrierPhase, BarrierRow, BranchCounts, branch_counts};
 pub use error::ResourceError;
-pub use service::{DEFAULT_ORPHAN_GRACE, ParticipantService};
+pub use service::{DEFAULT_MAX_HOLD, DEFAULT_ORPHAN_GRACE, ParticipantService};
 
 /// Identifies one branch: one participant's share of one reservation.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

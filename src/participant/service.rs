@@ -20,6 +20,9 @@ use crate::proto::{BranchRequest, BranchResponse, TryRequest, TryResponse};
 /// How long after `expires_at` a participant keeps an unreleased hold before reclaiming it.
 pub const DEFAULT_ORPHAN_GRACE: Duration = Duration::from_secs(3600);
 
+/// How far ahead a Try's `expires_at` may lie by default (`--max-hold`, SPEC 7.3).
+pub const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(24 * 3600);
+
 /// Most orphans reclaimed by one lazy reclaim inside a rejected Try.
 const LAZY_RECLAIM_BATCH: usize = 100;
 
@@ -35,6 +38,7 @@ pub struct ParticipantService<R, DB: Backend = Postgres> {
     resource: Arc<R>,
     pool: Pool<DB>,
     orphan_grace: Duration,
+    max_hold: Duration,
 }
 
 impl<R, DB: Backend> Clone for ParticipantService<R, DB> {
@@ -44,6 +48,7 @@ impl<R, DB: Backend> Clone for ParticipantService<R, DB> {
             resource: self.resource.clone(),
             pool: self.pool.clone(),
             orphan_grace: self.orphan_grace,
+            max_hold: self.max_hold,
         }
     }
 }
@@ -59,7 +64,15 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
             resource: Arc::new(resource),
             pool,
             orphan_grace: DEFAULT_ORPHAN_GRACE,
+            max_hold: DEFAULT_MAX_HOLD,
         }
+    }
+
+    /// Sets how far ahead a Try's `expires_at` may lie: a Try asking for more is refused with
+    /// `INVALID_ARGUMENT` naming `expires_at`, and nothing is written.
+    pub fn with_max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = max_hold;
+        self
     }
 
     /// Sets how long after `expires_at` an unreleased hold is kept before it may be reclaimed.
@@ -388,10 +401,12 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         })
     }
 
-    /// Validates a Try (naming the offending field), sorts its items into lock order and
+    /// Validates a Try (naming the offending field; `expires_at` at most `max_hold` ahead), sorts its items into lock order and
     /// computes how long the hold is kept (`expires_at + orphan_grace`).
     fn branch_ctx(&self, request: TryBranch) -> Result<BranchCtx, ResourceError> {
-        let request = check_try(request, |items| self.resource.validate(items))?;
+        let request = check_try(request, self.max_hold, |items| {
+            self.resource.validate(items)
+        })?;
         let grace = chrono::Duration::from_std(self.orphan_grace)
             .map_err(|_| ResourceError::Internal("orphan grace out of range".to_owned()))?;
         let hold_until = request

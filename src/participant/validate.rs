@@ -1,9 +1,13 @@
-//! What every participant checks of a Try before it touches data - ids, the items (some, not
-//! too many, named, positive, proper slots, no duplicates), then the resource's own rules - and
-//! the lock order its items are put in. Errors name the offending field as the caller sent it
+//! What every participant checks of a Try before it touches data - ids, how far ahead
+//! `expires_at` lies (`--max-hold`), the items (some, not too many, named, positive, proper
+//! slots, no duplicates), then the resource's own rules - and the lock order its items are put
+//! in. Errors name the offending field as the caller sent it
 //! (`items[2].quantity`).
 
 use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 
 use super::{Item, ResourceError, Slot, TryBranch};
 
@@ -12,22 +16,49 @@ pub(crate) const MAX_ID_BYTES: usize = 128;
 /// Most items in one Try (the coordinator allows 64 holds per reservation).
 const MAX_ITEMS: usize = 64;
 
-/// Checks a Try's ids and items, then the resource's own rules (`validate`, given the items in
-/// the caller's order so its field names index the caller's list), and sorts the items into
-/// lock order: by resource, then slot start.
+/// Checks a Try's ids, its `expires_at` against `max_hold` and its items, then the resource's
+/// own rules (`validate`, given the items in the caller's order so its field names index the
+/// caller's list), and sorts the items into lock order: by resource, then slot start.
 pub(crate) fn check_try(
     request: TryBranch,
+    max_hold: Duration,
     validate: impl FnOnce(&[Item]) -> Result<(), ResourceError>,
 ) -> Result<TryBranch, ResourceError> {
     check_id("reservation_id", &request.key.reservation_id)?;
     check_id("branch_id", &request.key.branch_id)?;
     check_id("holder", &request.holder)?;
+    check_max_hold(request.expires_at, max_hold, Utc::now())?;
     let mut items = request.items;
     check_items(&items)?;
     validate(&items)?;
     // Items arrive sorted; sort again so a careless caller cannot break the lock order.
     items.sort_by(|a, b| (&a.resource, a.during).cmp(&(&b.resource, b.during)));
     Ok(TryBranch { items, ..request })
+}
+
+/// Refuses an `expires_at` more than `max_hold` after `now` (SPEC 7.3, `--max-hold`): a
+/// participant never grants a hold longer than it allows, whatever a caller asks. A bound on
+/// input, not an expiry decision, so this host's clock is good enough (a skew of seconds
+/// against a bound of hours changes nothing).
+pub(crate) fn check_max_hold(
+    expires_at: DateTime<Utc>,
+    max_hold: Duration,
+    now: DateTime<Utc>,
+) -> Result<(), ResourceError> {
+    let too_far = chrono::Duration::from_std(max_hold)
+        .ok()
+        .and_then(|bound| now.checked_add_signed(bound))
+        .is_some_and(|latest| expires_at > latest);
+    if too_far {
+        return Err(ResourceError::invalid(
+            "expires_at",
+            format!(
+                "lies more than {}s ahead, further than this participant holds (--max-hold)",
+                max_hold.as_secs()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Checks an identifier: present and at most [`MAX_ID_BYTES`] bytes.

@@ -135,7 +135,8 @@ mod tests {
 
     /// Wire conversion, then the common checks: the error every participant answers with.
     fn refusal(req: TryRequest) -> String {
-        let checked = try_branch(req).and_then(|b| check_try(b, |_| Ok(())));
+        let checked = try_branch(req)
+            .and_then(|b| check_try(b, crate::participant::DEFAULT_MAX_HOLD, |_| Ok(())));
         match checked {
             Err(err) => err.to_string(),
             Ok(branch) => panic!("accepted {branch:?}"),
@@ -153,6 +154,13 @@ mod tests {
             nanos: -1,
         });
         assert_eq!(refusal(bad_nanos), "expires_at is not a valid timestamp");
+        // Year 9999: far past the default --max-hold of 24 h.
+        let mut too_long = request(vec![hold("a", 1, None)]);
+        too_long.expires_at = Some(ts(253_402_300_000));
+        assert_eq!(
+            refusal(too_long),
+            "expires_at lies more than 86400s ahead, further than this participant holds (--max-hold)"
+        );
         let mut no_reservation = request(vec![hold("a", 1, None)]);
         no_reservation.reservation_id.clear();
         assert_eq!(refusal(no_reservation), "reservation_id is required");
@@ -181,7 +189,12 @@ mod tests {
             hold("a", 1, Some((5, 6))),
             hold("a", 1, Some((1, 2))),
         ]);
-        let branch = check_try(try_branch(req).expect("converts"), |_| Ok(())).expect("valid");
+        let branch = check_try(
+            try_branch(req).expect("converts"),
+            crate::participant::DEFAULT_MAX_HOLD,
+            |_| Ok(()),
+        )
+        .expect("valid");
         let order: Vec<_> = branch
             .items
             .iter()

@@ -74,15 +74,19 @@ pub struct ParticipantSettings {
     pub orphan_grace: Duration,
     /// Who may call (`--auth-keys`; default: authentication off).
     pub auth: crate::auth::Authenticator,
+    /// How far ahead a Try's `expires_at` may lie (default
+    /// [`crate::participant::DEFAULT_MAX_HOLD`], 24 hours; `--max-hold`).
+    pub max_hold: Duration,
 }
 
 impl ParticipantSettings {
-    /// Settings for `kind` with the default orphan grace.
+    /// Settings for `kind` with the default orphan grace and max hold.
     pub fn new(kind: Kind) -> Self {
         Self {
             kind,
             orphan_grace: crate::participant::DEFAULT_ORPHAN_GRACE,
             auth: crate::auth::Authenticator::Off,
+            max_hold: crate::participant::DEFAULT_MAX_HOLD,
         }
     }
 }
@@ -235,7 +239,8 @@ impl<DB: payments::PaymentsSql> Server<'_, DB> {
     ) -> Result<(), ParticipantError> {
         let name = self.settings.kind.name();
         let service = ParticipantService::new(name, resource, self.pool.clone())
-            .with_orphan_grace(self.settings.orphan_grace);
+            .with_orphan_grace(self.settings.orphan_grace)
+            .with_max_hold(self.settings.max_hold);
         let reclaimer = service.spawn_reclaimer(RECLAIM_EVERY);
         let admin = AdminService::new(service.resource_arc(), self.pool);
         let mut routes =

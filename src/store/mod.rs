@@ -222,6 +222,12 @@ pub trait Store: Send + Sync + 'static {
         backoff: Backoff,
     ) -> Result<Reservation, StoreError>;
 
+    /// Deletes a reservation a participant found malformed, so nothing of its request stays
+    /// recorded (its (owner, holder, request_id) is free again): one still `TRYING` under
+    /// `lease_owner`'s lease (no participant holds anything of it), or one `REJECTED` (every
+    /// branch released). Anything else is left alone; false then.
+    async fn discard(&self, id: Uuid, lease_owner: Uuid) -> Result<bool, StoreError>;
+
     /// Extends `lease.owner`'s lease on a reservation it is still driving; false if it lost it.
     async fn renew_lease(&self, id: Uuid, lease: WorkLease) -> Result<bool, StoreError>;
 

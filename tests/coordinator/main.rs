@@ -9,6 +9,7 @@ mod auth;
 mod concurrency;
 mod end_to_end;
 mod fanout;
+mod invalid_holds;
 mod late_payment;
 mod lifecycle;
 mod migrate;

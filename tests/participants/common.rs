@@ -77,6 +77,26 @@ impl Db {
         }
         .expect(sql)
     }
+
+    /// How many barrier rows a branch has (any participant).
+    pub async fn barrier_rows(&self, branch_id: &str) -> i64 {
+        const SQL: &str = "SELECT count(*) FROM tcc_barrier WHERE branch_id = $1";
+        match self {
+            Db::Postgres(pool) => {
+                sqlx::query_scalar(SQL)
+                    .bind(branch_id)
+                    .fetch_one(pool)
+                    .await
+            }
+            Db::Sqlite(pool) => {
+                sqlx::query_scalar(SQL)
+                    .bind(branch_id)
+                    .fetch_one(pool)
+                    .await
+            }
+        }
+        .expect(SQL)
+    }
 }
 
 /// Starts `kind` on `db` with the default orphan grace.
@@ -133,6 +153,7 @@ pub async fn spawn_db(settings: ParticipantSettings, db: ParticipantDb) -> Runni
             // Real Redis, isolated by a key prefix of its own.
             let mut redis = crate::stock_redis::settings();
             redis.orphan_grace = settings.orphan_grace;
+            redis.max_hold = settings.max_hold;
             redis_keys = Some((redis.redis_url.clone(), redis.key_prefix.clone()));
             tokio::spawn(holdfast::participants::stock_redis::serve(
                 redis, pool, listener, stop,

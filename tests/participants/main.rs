@@ -4,6 +4,7 @@
 mod barrier;
 mod common;
 mod hold_lost;
+mod max_hold;
 mod noop;
 mod payments;
 mod rooms;

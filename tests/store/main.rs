@@ -98,6 +98,7 @@ conformance!(
     phases: [
         record_held_only_from_trying,
         record_rejected_then_finish,
+        discard_only_what_holds_nothing,
         record_phase_backoff_and_wrong_state,
     ],
     recovery: [

@@ -4,14 +4,19 @@
 //! longer knows is answered from the durable record.
 
 use super::scripts::{CANCEL, CONFIRM, DEMOTE, RESTORE, TRY};
-use super::{REBUILDING, StockRedis, StockRedisError, durable};
+use super::{StockRedis, StockRedisError, durable};
 use crate::participant::validate;
 use crate::participant::{BranchAnswer, BranchKey, ResourceError, TryAnswer, TryBranch};
 
 impl StockRedis {
-    /// Checks a Try as every participant does (stock: no slots), items in lock order.
+    /// Checks a Try as every participant does (stock: no slots; `expires_at` within
+    /// `max_hold`), items in lock order.
     pub(super) fn check_try(&self, branch: TryBranch) -> Result<TryBranch, ResourceError> {
-        validate::check_try(branch, crate::participants::stock::validate_items)
+        validate::check_try(
+            branch,
+            self.inner.max_hold,
+            crate::participants::stock::validate_items,
+        )
     }
 
     /// Try: holds every item or none (one script). `branch` is checked ([`Self::check_try`]).
@@ -34,6 +39,7 @@ impl StockRedis {
         for item in &branch.items {
             inv.key(self.key(&format!("h:{}", item.resource)));
         }
+        inv.key(self.key("seq"));
         inv.arg(hold_until_ms).arg(branch.items.len());
         for item in &branch.items {
             inv.arg(&item.resource);
@@ -41,15 +47,15 @@ impl StockRedis {
         for item in &branch.items {
             inv.arg(item.quantity);
         }
-        inv.arg(self.inner.retention_ms);
+        inv.arg(self.inner.retention_ms).arg(self.floor());
         let (answer, reason): (String, String) = inv.invoke_async(&mut self.conn()).await?;
         match answer.as_str() {
             "held" => Ok(TryAnswer::Held),
-            "rejected" => {
-                if reason == REBUILDING {
-                    self.inner.wake.notify_one();
-                }
-                Ok(TryAnswer::Rejected(reason))
+            "rejected" => Ok(TryAnswer::Rejected(reason)),
+            // Nothing recorded: the Try may be sent again once the data set is rebuilt.
+            "rebuilding" => {
+                self.inner.wake.notify_one();
+                Err(StockRedisError::Rebuilding)
             }
             other => Err(StockRedisError::Internal(format!("try answered {other:?}"))),
         }
@@ -66,9 +72,11 @@ impl StockRedis {
             .key(&rec)
             .key(self.key("ready"))
             .key(self.key("expiry"))
+            .key(self.key("seq"))
             .arg(&self.inner.prefix)
             .arg(self.inner.retention_ms)
             .arg(self.inner.tombstone_ms)
+            .arg(self.floor())
             .invoke_async(&mut self.conn())
             .await?;
         let (outcome, epoch) = match out.as_slice() {
@@ -87,8 +95,12 @@ impl StockRedis {
                 let epoch: i64 = epoch
                     .parse()
                     .map_err(|_| StockRedisError::Internal(format!("bad epoch {epoch:?}")))?;
+                let seq: i64 = out
+                    .get(2)
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| StockRedisError::Internal("confirm without seq".to_owned()))?;
                 let mut items = Vec::new();
-                for pair in out[2..].chunks(2) {
+                for pair in out[3..].chunks(2) {
                     let [res, q] = pair else {
                         return Err(StockRedisError::Internal("odd item list".to_owned()));
                     };
@@ -97,7 +109,8 @@ impl StockRedis {
                         .map_err(|_| StockRedisError::Internal(format!("bad quantity {q:?}")))?;
                     items.push((res.clone(), q));
                 }
-                if durable::make_durable(&self.inner.pool, key, epoch, &items).await? {
+                if durable::make_durable(&self.inner.pool, key, epoch, seq, &items).await? {
+                    self.saw_durable(seq);
                     Ok(BranchAnswer::Confirmed)
                 } else {
                     // The epoch changed: Redis lost this confirm; the rebuild did not count it.
@@ -184,9 +197,11 @@ impl StockRedis {
             .key(&rec)
             .key(self.key("ready"))
             .key(self.key("expiry"))
+            .key(self.key("seq"))
             .arg(&self.inner.prefix)
             .arg(self.inner.retention_ms)
             .arg(self.inner.tombstone_ms)
+            .arg(self.floor())
             .invoke_async(&mut self.conn())
             .await?;
         let [outcome, epoch] = out.as_slice() else {

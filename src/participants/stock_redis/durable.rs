@@ -9,6 +9,14 @@
 //! epoch row and only if the epoch is still current, then the answer. A repeated Confirm
 //! re-inserts (a no-op), so an answer CONFIRMED always means a durable row.
 //!
+//! # Sequence of durable changes
+//! Redis numbers every change it hands over to be made durable (`P seq`, INCR by the Confirm
+//! and PutResources scripts); the row written keeps that number (`seq` of
+//! `stock_redis_confirmed` and `stock_redis_item`). Redis only ever hands out numbers above
+//! every durable one, so a Redis whose `P seq` is below [`durable_seq`] came back with older
+//! data (a restart from a snapshot, a lost AOF tail, a failover to a lagging replica): its
+//! counters may offer units confirmed since. It is rebuilt before it serves (see
+//! `reconciler.rs`).
 
 use std::collections::BTreeMap;
 
@@ -31,12 +39,13 @@ pub(super) struct DurableItem {
 /// Units per resource of each durably confirmed branch, by (reservation_id, branch_id).
 pub(super) type ConfirmedBranches = BTreeMap<(String, String), Vec<(String, i64)>>;
 
-/// Writes the durable rows of a confirmed branch if `epoch` is still current; answers
-/// whether the branch is durably confirmed.
+/// Writes the durable rows of a confirmed branch (numbered `seq`, see the module doc) if
+/// `epoch` is still current; answers whether the branch is durably confirmed.
 pub(super) async fn make_durable(
     pool: &PgPool,
     key: &BranchKey,
     epoch: i64,
+    seq: i64,
     items: &[(String, i64)],
 ) -> Result<bool, StockRedisError> {
     let mut tx = pool.begin().await?;
@@ -51,14 +60,15 @@ pub(super) async fn make_durable(
     let (resources, quantities): (Vec<&str>, Vec<i64>) =
         items.iter().map(|(r, q)| (r.as_str(), *q)).unzip();
     sqlx::query(
-        "INSERT INTO stock_redis_confirmed (reservation_id, branch_id, resource, quantity) \
-         SELECT $1, $2, r, q FROM unnest($3::text[], $4::bigint[]) AS t(r, q) \
+        "INSERT INTO stock_redis_confirmed (reservation_id, branch_id, resource, quantity, seq) \
+         SELECT $1, $2, r, q, $5 FROM unnest($3::text[], $4::bigint[]) AS t(r, q) \
          ON CONFLICT DO NOTHING",
     )
     .bind(&key.reservation_id)
     .bind(&key.branch_id)
     .bind(&resources)
     .bind(&quantities)
+    .bind(seq)
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
@@ -180,4 +190,30 @@ pub(super) async fn put_items(
         .await?;
     }
     Ok(())
+}
+
+/// Numbers the change `put_items` made (`seq` from Redis), in the same transaction.
+pub(super) async fn number_items(
+    conn: &mut PgConnection,
+    items: &[(String, i64)],
+    seq: i64,
+) -> Result<(), StockRedisError> {
+    let resources: Vec<&str> = items.iter().map(|(r, _)| r.as_str()).collect();
+    sqlx::query("UPDATE stock_redis_item SET seq = $2 WHERE resource = ANY($1) AND seq < $2")
+        .bind(&resources)
+        .bind(seq)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// The highest sequence number of the durable record (0 when nothing was numbered yet): a
+/// Redis whose `P seq` is lower is behind it (see the module doc).
+pub(super) async fn durable_seq(pool: &PgPool) -> Result<i64, StockRedisError> {
+    Ok(sqlx::query_scalar(
+        "SELECT GREATEST((SELECT COALESCE(max(seq), 0) FROM stock_redis_confirmed), \
+                         (SELECT COALESCE(max(seq), 0) FROM stock_redis_item))::bigint",
+    )
+    .fetch_one(pool)
+    .await?)
 }

@@ -55,14 +55,18 @@ impl StockRedis {
         durable::put_items(&mut tx, &sorted).await?;
         let mut inv = PUT.prepare_invoke();
         inv.key(self.key("ready"))
+            .key(self.key("seq"))
             .arg(&self.inner.prefix)
             .arg(sorted.len());
         for (resource, capacity) in &sorted {
             inv.arg(resource).arg(*capacity);
         }
+        inv.arg(self.floor());
         let out: Vec<String> = inv.invoke_async(&mut self.conn()).await?;
-        match out.as_slice() {
-            [ok] if ok == "ok" => {}
+        let seq = match out.as_slice() {
+            [ok, seq] if ok == "ok" => seq
+                .parse::<i64>()
+                .map_err(|_| StockRedisError::Internal(format!("put answered seq {seq:?}")))?,
             [r] if r == "rebuilding" => {
                 self.inner.wake.notify_one();
                 return Err(StockRedisError::Rebuilding);
@@ -76,9 +80,11 @@ impl StockRedis {
             other => {
                 return Err(StockRedisError::Internal(format!("put answered {other:?}")));
             }
-        }
+        };
+        durable::number_items(&mut tx, &sorted, seq).await?;
         // If this commit fails Redis is ahead; the reconciler reports the capacity drift.
         tx.commit().await?;
+        self.saw_durable(seq);
         let mut out = Vec::with_capacity(sorted.len());
         for (resource, _) in &sorted {
             out.push(self.counts(resource).await?);

@@ -11,7 +11,10 @@
 //!   the confirm, `n` and `i1..`/`q1..` the items; a finished record expires (see
 //!   "Retention of finished records" in `scripts.rs`);
 //! - `P expiry`: sorted set of held branch records by `expires_at + orphan_grace` (ms);
-//! - `P ready`: present once the data set is built; holds its epoch.
+//! - `P ready`: present once the data set is built; holds its epoch;
+//! - `P seq`: the number of the last change handed over to the durable record (see
+//!   "Sequence of durable changes" in `durable.rs`): a data set whose `seq` is below the
+//!   durable record's came back with older data and is rebuilt before it serves.
 //!
 //! # Files
 //! - `scripts.rs` and `lua/*.lua`: the Lua scripts that decide in Redis, and how finished
@@ -34,6 +37,7 @@ mod scripts;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
@@ -54,8 +58,6 @@ pub const NAME: &str = "stock-redis";
 pub const DEFAULT_PREFIX: &str = "hf:stock-redis:";
 /// Default retention of a finished branch record past its deadline (see `scripts.rs`).
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
-/// The reason of a Try refused while the Redis data set is being rebuilt.
-pub const REBUILDING: &str = "rebuilding";
 
 /// How to run the stock-redis participant.
 #[derive(Clone, Debug)]
@@ -70,6 +72,8 @@ pub struct StockRedisSettings {
     /// How long a finished branch record stays in Redis past its deadline (see
     /// `scripts.rs`; default 7 days).
     pub retention: Duration,
+    /// How far ahead a Try's `expires_at` may lie (default 24 hours; `--max-hold`).
+    pub max_hold: Duration,
     /// How often the background reconciler runs.
     pub reconcile_every: Duration,
     /// Who may call (`--auth-keys`; default: authentication off).
@@ -77,13 +81,15 @@ pub struct StockRedisSettings {
 }
 
 impl StockRedisSettings {
-    /// Settings with the default prefix, grace, retention and a one-second reconciler period.
+    /// Settings with the default prefix, grace, retention, max hold and a one-second
+    /// reconciler period.
     pub fn new(redis_url: impl Into<String>) -> Self {
         Self {
             redis_url: redis_url.into(),
             key_prefix: DEFAULT_PREFIX.to_owned(),
             orphan_grace: crate::participant::DEFAULT_ORPHAN_GRACE,
             retention: DEFAULT_RETENTION,
+            max_hold: crate::participant::DEFAULT_MAX_HOLD,
             reconcile_every: Duration::from_secs(1),
             auth: crate::auth::Authenticator::Off,
         }
@@ -106,6 +112,11 @@ struct Inner {
     retention_ms: i64,
     /// Time to live of a tombstone: `orphan_grace + retention` (ms).
     tombstone_ms: i64,
+    /// How far ahead a Try's `expires_at` may lie.
+    max_hold: Duration,
+    /// The highest sequence number of the durable record this process has seen (written or
+    /// read): every script refuses a data set whose `P seq` is below it.
+    floor: AtomicI64,
     wake: tokio::sync::Notify,
     auth: crate::auth::Authenticator,
 }
@@ -141,6 +152,8 @@ impl StockRedis {
                 grace_ms,
                 retention_ms,
                 tombstone_ms,
+                max_hold: settings.max_hold,
+                floor: AtomicI64::new(0),
                 wake: tokio::sync::Notify::new(),
                 auth: settings.auth.clone(),
             }),
@@ -150,6 +163,16 @@ impl StockRedis {
     /// A handle on the shared, reconnecting Redis connection.
     fn conn(&self) -> ConnectionManager {
         self.inner.redis.clone()
+    }
+
+    /// The lowest sequence number the Redis data set may have (see `durable.rs`).
+    fn floor(&self) -> i64 {
+        self.inner.floor.load(Ordering::Acquire)
+    }
+
+    /// Raises [`Self::floor`] to a durable change's number.
+    fn saw_durable(&self, seq: i64) {
+        self.inner.floor.fetch_max(seq, Ordering::AcqRel);
     }
 
     /// The Redis key `suffix` under this participant's prefix.

@@ -9,22 +9,34 @@
 //! exactly once however many reconcilers run), and reports drift of Redis counters against
 //! Postgres (capacity, confirmed units).
 //!
-//! # After Redis loses its data (a restart without persistence, a flush)
-//! `P ready` (see the keys in [`super`]) is gone, so every script refuses: Try answers `REJECTED
-//! "rebuilding"`, Confirm and Cancel `UNAVAILABLE` (the coordinator retries). The reconciler then
-//! rebuilds, serialised by a Postgres advisory lock: it bumps the epoch (waiting for Confirms still
-//! writing their durable row; later ones of the old epoch answer `HOLD_LOST`), restores a
-//! `confirmed` record for each durable branch (so repeats and a Cancel after Confirm still answer
-//! `CONFIRMED`), and sets per item `available = capacity - confirmed - (holds it can still see)`.
-//! Holds granted but not confirmed before the loss are gone: their Confirm answers `HOLD_LOST` (the
-//! coordinator fails the reservation and refunds). Confirmed units are never resold. Tombstones are
-//! lost too: a Try arriving after its Cancel and after the loss may hold; it is reclaimed after
-//! `expires_at + orphan_grace`. Only one stock-redis participant per database.
+//! # After Redis loses its data (a restart without persistence, a flush) or comes back behind
+//! `P ready` (see the keys in [`super`]) is gone, so every script refuses: Try, Confirm and Cancel
+//! answer `UNAVAILABLE` (the coordinator retries; a Try refused so recorded nothing). Redis
+//! that came back with *older* data (a restart from a snapshot, a lost AOF tail, a failover to a
+//! lagging replica) still has its marker, but its `P seq` is below the durable record's highest
+//! sequence number (see `durable.rs`): each pass compares the two and takes the marker away
+//! from a data set behind, and every script compares `P seq` with the highest number this
+//! process has seen (made durable itself, or read by a pass) and does the same at once. So a
+//! process never serves from a data set behind what it has seen; another replica's confirms
+//! are caught by the next pass of any reconciler (at most `reconcile_every` later).
+//!
+//! The reconciler then rebuilds, serialised by a Postgres advisory lock: it bumps the epoch
+//! (waiting for Confirms still writing their durable row; later ones of the old epoch answer
+//! `HOLD_LOST`), restores a `confirmed` record for each durable branch (so repeats and a Cancel
+//! after Confirm still answer `CONFIRMED`), sets per item `available = capacity - confirmed -
+//! (holds it can still see)` and `P seq` to at least the durable one. Holds granted but not
+//! confirmed before the loss are gone: their Confirm answers `HOLD_LOST` (the coordinator fails
+//! the reservation and refunds). Confirmed units are never resold. Tombstones are lost too: a Try
+//! arriving after its Cancel and after the loss may hold; it is reclaimed after `expires_at +
+//! orphan_grace`. Holds an older data set still shows as held but that were released since stay
+//! counted as held until the reconciler reclaims them after their `expires_at + orphan_grace`
+//! (units are withheld for a while, never sold twice). Only one stock-redis participant per
+//! database.
 
 use std::time::Duration;
 
 use super::durable::{self, DurableItem};
-use super::scripts::{FINISH, RECLAIM};
+use super::scripts::{BEHIND, FINISH, RECLAIM};
 use super::{NAME, StockRedis, StockRedisError};
 use crate::participant::BranchKey;
 
@@ -50,6 +62,23 @@ impl StockRedis {
     /// concurrently), and reports drift between Redis and the durable record.
     pub async fn reconcile(&self) -> Result<ReconcileReport, StockRedisError> {
         let mut report = ReconcileReport::default();
+        // A data set behind the durable record (older data came back) loses its marker here,
+        // so it is rebuilt below like a lost one.
+        let durable_seq = durable::durable_seq(&self.inner.pool).await?;
+        self.saw_durable(durable_seq);
+        let behind: i64 = BEHIND
+            .key(self.key("ready"))
+            .key(self.key("seq"))
+            .arg(durable_seq)
+            .invoke_async(&mut self.conn())
+            .await?;
+        if behind == 1 {
+            tracing::warn!(
+                participant = NAME,
+                durable_seq,
+                "Redis data set is behind the durable record (older data came back)"
+            );
+        }
         let ready: Option<String> = redis::cmd("GET")
             .arg(self.key("ready"))
             .query_async(&mut self.conn())
@@ -133,6 +162,8 @@ impl StockRedis {
             "Redis data set missing; rebuilding from the durable record"
         );
         let epoch = durable::next_epoch(&self.inner.pool).await?;
+        // Read after the epoch changed: no Confirm of the old epoch is made durable later.
+        let seq = durable::durable_seq(&self.inner.pool).await?;
         let items = durable::items(&self.inner.pool).await?;
         let branches = durable::confirmed_branches(&self.inner.pool).await?;
         let epoch_s = epoch.to_string();
@@ -151,6 +182,7 @@ impl StockRedis {
         let mut inv = FINISH.prepare_invoke();
         inv.key(self.key("ready"))
             .key(self.key("expiry"))
+            .key(self.key("seq"))
             .arg(epoch)
             .arg(&self.inner.prefix)
             .arg(items.len());
@@ -159,8 +191,10 @@ impl StockRedis {
                 .arg(item.capacity)
                 .arg(item.confirmed);
         }
+        inv.arg(seq);
         let finished: i64 = inv.invoke_async(&mut self.conn()).await?;
         lock.commit().await?;
+        self.saw_durable(seq);
         tracing::warn!(
             participant = NAME,
             epoch,

@@ -10,6 +10,9 @@
 //! `cancelled`), so repeats and races never move units twice. A Cancel or Confirm before its
 //! Try writes a tombstone (`cancelled` / `hold_lost`); the late Try answers `REJECTED`.
 //! Confirm after Cancel answers `CANCELLED`, Cancel after Confirm `CONFIRMED`, unchanged.
+//! Try, Confirm, Cancel and PutResources first compare the data set's `seq` with the lowest
+//! this process knows it may have (the durable changes it has seen): a data set behind it
+//! loses its ready marker there and then, and the call answers `rebuilding`.
 //!
 //! # Retention of finished records
 //! A record that becomes final (`confirmed`, `cancelled`, `rejected`, `hold_lost`) gets a
@@ -55,6 +58,9 @@ pub(super) static RESTORE: LazyLock<Script> =
 /// Finishes a rebuild: every item's counters, then the ready marker (`lua/finish_rebuild.lua`).
 pub(super) static FINISH: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/finish_rebuild.lua")));
+/// Takes the ready marker from a data set behind the durable record (`lua/behind.lua`).
+pub(super) static BEHIND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/behind.lua")));
 /// Creates or resizes items, all or nothing (`lua/put.lua`).
 pub(super) static PUT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/put.lua")));

@@ -217,4 +217,8 @@ impl Store for PgStore {
     async fn backlog(&self) -> Result<i64, StoreError> {
         recovery::backlog(&self.pool).await
     }
+
+    async fn discard(&self, id: Uuid, lease_owner: Uuid) -> Result<bool, StoreError> {
+        recovery::discard(&self.pool, id, lease_owner).await
+    }
 }

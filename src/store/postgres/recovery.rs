@@ -99,3 +99,21 @@ pub(super) async fn backlog(pool: &PgPool) -> Result<i64, StoreError> {
     .await?;
     Ok(n)
 }
+
+/// [`crate::store::Store::discard`] (its branches go with it: `ON DELETE CASCADE`).
+pub(super) async fn discard(
+    pool: &PgPool,
+    id: Uuid,
+    lease_owner: Uuid,
+) -> Result<bool, StoreError> {
+    let deleted = sqlx::query(
+        "DELETE FROM reservations WHERE id = $1 \
+         AND ((state = 'TRYING' AND lease_owner = $2) OR state = 'REJECTED')",
+    )
+    .bind(id)
+    .bind(lease_owner)
+    .execute(pool)
+    .await?
+    .rows_affected();
+    Ok(deleted == 1)
+}

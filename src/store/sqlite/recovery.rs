@@ -129,3 +129,23 @@ pub(super) async fn backlog(pool: &SqlitePool) -> Result<i64, StoreError> {
     .await?;
     Ok(n)
 }
+
+/// [`crate::store::Store::discard`] (its branches go with it: `ON DELETE CASCADE`).
+pub(super) async fn discard(
+    pool: &SqlitePool,
+    id: Uuid,
+    lease_owner: Uuid,
+) -> Result<bool, StoreError> {
+    let mut tx = Sqlite::begin_write(pool).await?;
+    let deleted = sqlx::query(
+        "DELETE FROM reservations WHERE id = ?1 \
+         AND ((state = 'TRYING' AND lease_owner = ?2) OR state = 'REJECTED')",
+    )
+    .bind(id)
+    .bind(lease_owner)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    tx.commit().await?;
+    Ok(deleted == 1)
+}

@@ -10,6 +10,7 @@ mod holds;
 mod rate;
 mod recovery;
 mod retention;
+mod rollback;
 
 use std::time::Duration;
 
@@ -63,6 +64,17 @@ async fn start_with(pool: &PgPool, grace: Duration, retention: Duration) -> Sr {
     let mut s = settings();
     s.orphan_grace = grace;
     s.retention = retention;
+    serve_with(pool, s).await
+}
+
+/// A second participant process on the same Redis keys and database as `first`: a replica.
+async fn start_replica(pool: &PgPool, first: &Sr) -> Sr {
+    let mut s = settings();
+    s.key_prefix = first.prefix.clone();
+    serve_with(pool, s).await
+}
+
+async fn serve_with(pool: &PgPool, s: StockRedisSettings) -> Sr {
     let handle = StockRedis::connect(&s, pool.clone())
         .await
         .expect("connect");

@@ -7,7 +7,9 @@ use std::time::Duration;
 use holdfast::domain::{BranchState, Rejection, State};
 use holdfast::store::BranchReport;
 
-use super::{FAST, LONG, S, SLOW, cancel, create, decide, held, lease, reports};
+use super::{
+    FAST, LONG, S, SLOW, cancel, create, create_with, decide, held, lease, new_res, reports,
+};
 
 pub async fn record_held_only_from_trying(store: S) {
     let (r, token) = create(&store, "alice", "req-1", LONG).await;
@@ -100,6 +102,56 @@ pub async fn record_rejected_then_finish(store: S) {
     assert!(!twice.finished);
     assert_eq!(twice.reservation.version, done.reservation.version);
     assert_eq!(store.backlog().await.unwrap(), 0);
+}
+
+/// `discard`: a TRYING reservation under the caller's lease, or a REJECTED one, goes with its
+/// branches and its (holder, request_id) is free; anything else stays.
+pub async fn discard_only_what_holds_nothing(store: S) {
+    let mine = lease();
+    // TRYING, but under another instance's lease: left alone.
+    let (r, _) = create(&store, "alice", "req-1", LONG).await;
+    assert!(!store.discard(r.id, mine.owner).await.unwrap());
+    assert!(store.get(r.id).await.unwrap().is_some());
+    // TRYING under this lease: gone, and the request_id is new again.
+    let (r, _) = create_with(&store, "alice", "req-2", LONG, mine).await;
+    assert!(store.discard(r.id, mine.owner).await.unwrap());
+    assert!(store.get(r.id).await.unwrap().is_none());
+    let again = store
+        .create(&new_res("alice", "req-2", LONG), mine, super::NO_LIMITS)
+        .await
+        .unwrap();
+    assert!(
+        matches!(again, holdfast::store::Created::New(_)),
+        "{again:?}"
+    );
+    // HELD: left alone, whoever asks.
+    let (h, _) = held(&store, "alice", "req-3", LONG).await;
+    assert!(!store.discard(h.id, mine.owner).await.unwrap());
+    assert_eq!(store.get(h.id).await.unwrap().unwrap().state, State::Held);
+    // REJECTED (released): gone.
+    let (r, _) = create(&store, "alice", "req-4", LONG).await;
+    store
+        .record_rejected(r.id, None, &reports(&r, BranchState::Rejected, None))
+        .await
+        .unwrap();
+    let done = store
+        .record_phase(r.id, State::Cancelling, &[], Some(State::Rejected), FAST)
+        .await
+        .unwrap();
+    assert_eq!(done.reservation.state, State::Rejected);
+    assert!(store.discard(r.id, mine.owner).await.unwrap());
+    assert!(store.get(r.id).await.unwrap().is_none());
+    let listed = store
+        .list(&holdfast::domain::ListQuery {
+            holder: Some("alice".into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut ids: Vec<_> = listed.iter().map(|r| r.request_id.as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["req-1", "req-2", "req-3"]);
 }
 
 pub async fn record_phase_backoff_and_wrong_state(store: S) {

@@ -1,7 +1,13 @@
--- Cancel. KEYS[1] = branch record, KEYS[2] = ready marker, KEYS[3] = expiry index.
--- ARGV[1] = key prefix, ARGV[2] = retention (ms), ARGV[3] = a tombstone's time to live (ms).
+-- Cancel. KEYS[1] = branch record, KEYS[2] = ready marker, KEYS[3] = expiry index,
+-- KEYS[4] = the data set's sequence of durable changes.
+-- ARGV[1] = key prefix, ARGV[2] = retention (ms), ARGV[3] = a tombstone's time to live (ms),
+-- ARGV[4] = the lowest sequence the data set may have (else it is behind: the marker goes).
 -- Returns {outcome, epoch}: `cancelled`, `confirmed` (refused), `tombstone` (no record: a
 -- `cancelled` tombstone was written) or `rebuilding`.
+if tonumber(redis.call('GET', KEYS[4]) or '0') < tonumber(ARGV[4]) then
+  redis.call('DEL', KEYS[2])
+  return {'rebuilding', ''}
+end
 local epoch = redis.call('GET', KEYS[2])
 if not epoch then return {'rebuilding', ''} end
 local rec = KEYS[1]

@@ -1,9 +1,15 @@
--- Confirm. KEYS[1] = branch record, KEYS[2] = ready marker, KEYS[3] = expiry index.
+-- Confirm. KEYS[1] = branch record, KEYS[2] = ready marker, KEYS[3] = expiry index,
+-- KEYS[4] = the data set's sequence of durable changes.
 -- ARGV[1] = key prefix (item counters are `<prefix>h:<res>`, `<prefix>c:<res>`), ARGV[2] =
--- retention (ms), ARGV[3] = a tombstone's time to live (ms).
--- Returns {outcome, epoch, res1, q1, ...}; outcome `confirmed` (with the items to make
--- durable and the epoch of the confirm), `cancelled`, `hold_lost`, `missing` (no record: a
--- `hold_lost` tombstone was written) or `rebuilding`.
+-- retention (ms), ARGV[3] = a tombstone's time to live (ms), ARGV[4] = the lowest sequence the
+-- data set may have (else it is behind: the marker goes).
+-- Returns {outcome, epoch, ...}; outcome `confirmed` (then the sequence number of the confirm
+-- and the items to make durable: {'confirmed', epoch, seq, res1, q1, ...}), `cancelled`,
+-- `hold_lost`, `missing` (no record: a `hold_lost` tombstone was written) or `rebuilding`.
+if tonumber(redis.call('GET', KEYS[4]) or '0') < tonumber(ARGV[4]) then
+  redis.call('DEL', KEYS[2])
+  return {'rebuilding', ''}
+end
 local epoch = redis.call('GET', KEYS[2])
 if not epoch then return {'rebuilding', ''} end
 local rec = KEYS[1]
@@ -21,14 +27,15 @@ if s == 'held' then
     redis.call('DECRBY', ARGV[1] .. 'h:' .. res, q)
     redis.call('INCRBY', ARGV[1] .. 'c:' .. res, q)
   end
-  redis.call('HSET', rec, 's', 'confirmed', 'e', epoch)
+  local seq = redis.call('INCR', KEYS[4])
+  redis.call('HSET', rec, 's', 'confirmed', 'e', epoch, 'sq', seq)
   redis.call('ZREM', KEYS[3], rec)
   local u = tonumber(redis.call('HGET', rec, 'u') or '0')
   redis.call('PEXPIREAT', rec, string.format('%d', u + tonumber(ARGV[2])))
   s = 'confirmed'
 end
 if s == 'confirmed' then
-  local out = {'confirmed', redis.call('HGET', rec, 'e') or epoch}
+  local out = {'confirmed', redis.call('HGET', rec, 'e') or epoch, redis.call('HGET', rec, 'sq') or '0'}
   for i = 1, n do
     out[#out + 1] = redis.call('HGET', rec, 'i' .. i)
     out[#out + 1] = redis.call('HGET', rec, 'q' .. i)

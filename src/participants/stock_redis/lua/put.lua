@@ -1,8 +1,14 @@
--- Creates or resizes items, all or nothing. KEYS[1] = ready marker. ARGV[1] = key prefix,
--- ARGV[2] = n, then resource, capacity per item. Returns {'ok'}, {'rebuilding'} or
+-- Creates or resizes items, all or nothing. KEYS[1] = ready marker, KEYS[2] = the data set's
+-- sequence of durable changes. ARGV[1] = key prefix, ARGV[2] = n, then resource, capacity per
+-- item, then the lowest sequence the data set may have (else it is behind: the marker goes).
+-- Returns {'ok', seq} (the change's sequence number), {'rebuilding'} or
 -- {'refused', resource, held, confirmed} when a capacity is below what is held and confirmed.
-if not redis.call('GET', KEYS[1]) then return {'rebuilding'} end
 local n = tonumber(ARGV[2])
+if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[3 + 2 * n]) then
+  redis.call('DEL', KEYS[1])
+  return {'rebuilding'}
+end
+if not redis.call('GET', KEYS[1]) then return {'rebuilding'} end
 local cur = {}
 for i = 1, n do
   local res = ARGV[1 + 2 * i]
@@ -19,4 +25,4 @@ for i = 1, n do
   redis.call('SET', ARGV[1] .. 'c:' .. res, cur[i][2])
   redis.call('SET', ARGV[1] .. 'a:' .. res, cap - cur[i][1] - cur[i][2])
 end
-return {'ok'}
+return {'ok', tostring(redis.call('INCR', KEYS[2]))}
