@@ -1,5 +1,6 @@
 //! The participant registry: name -> endpoint, one long-lived HTTP/2 channel per participant,
-//! and the three TCC calls translated to domain outcomes.
+//! and the three TCC calls translated to domain outcomes (plus a payment service's GetPayment
+//! and Refund).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -80,6 +81,23 @@ impl CallError {
             message,
         }
     }
+}
+
+/// What a payments service answered about a payment (`tcc.v1.Payments/GetPayment`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PaymentLookup {
+    /// The payment as recorded there.
+    Found {
+        reservation_id: String,
+        amount_minor: i64,
+        currency: String,
+    },
+    /// No such payment (NOT_FOUND).
+    NotFound,
+    /// The participant serves no `tcc.v1.Payments` (UNIMPLEMENTED).
+    NotPayments,
+    /// It refused the request itself (e.g. INVALID_ARGUMENT): its message.
+    Refused(String),
 }
 
 /// The two calls that finish a branch.
@@ -440,6 +458,43 @@ impl ParticipantHandle {
             crate::telemetry::branch_call(&self.name, name, started.elapsed());
             self.observe(&result);
             phase.outcome(result?.get_ref().state)
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Reads a payment from the payment participant, to check it before a Confirm records it.
+    /// `Err` only when it could not be reached (or failed): nothing can be concluded then.
+    pub async fn get_payment(
+        &self,
+        reservation_id: Uuid,
+        payment_ref: &str,
+    ) -> Result<PaymentLookup, CallError> {
+        let span = self.span("get_payment", reservation_id, None);
+        async move {
+            let req = self.request(proto::GetPaymentRequest {
+                payment_ref: payment_ref.to_owned(),
+            });
+            let started = std::time::Instant::now();
+            let result = match self.payments.clone().get_payment(req).await {
+                Ok(resp) => {
+                    let record = resp.into_inner();
+                    Ok(PaymentLookup::Found {
+                        reservation_id: record.reservation_id,
+                        amount_minor: record.amount_minor,
+                        currency: record.currency,
+                    })
+                }
+                Err(s) if s.code() == tonic::Code::NotFound => Ok(PaymentLookup::NotFound),
+                Err(s) if s.code() == tonic::Code::Unimplemented => Ok(PaymentLookup::NotPayments),
+                Err(s) => match CallError::from_status(&s) {
+                    e if e.refused => Ok(PaymentLookup::Refused(e.message)),
+                    e => Err(e),
+                },
+            };
+            crate::telemetry::branch_call(&self.name, "get_payment", started.elapsed());
+            self.observe(&result);
+            result
         }
         .instrument(span)
         .await

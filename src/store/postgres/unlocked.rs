@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::rows::{self, ReservationRow, millis};
 use crate::domain::lifecycle;
 use crate::domain::{Decision, Reservation, State, Verdict};
-use crate::store::decide::snapshot_of;
+use crate::store::decide::{payment_conflict, snapshot_of};
 use crate::store::{Decided, StoreError, WorkLease};
 
 /// The reservations this process last recorded as `HELD`, as recorded, so their Confirm or
@@ -88,11 +88,22 @@ pub(super) async fn decide_unlocked(
     if !current.hold_token.matches(presented_token) {
         return Ok(Some(Decided::TokenMismatch));
     }
-    let verdict = lifecycle::decide(&snapshot_of(&current), decision);
-    if from_cache && !matches!(verdict, Verdict::Transition { .. }) {
+    let verdict = lifecycle::decide(&snapshot_of(&current, decision), decision);
+    if from_cache && !matches!(verdict, Verdict::Transition { .. } | Verdict::VerifyPayment) {
         return Ok(None);
     }
     let row = match (&verdict, decision) {
+        // The payment is checked before the decision is taken again: keep the image for it.
+        (Verdict::VerifyPayment, _) => {
+            if from_cache {
+                recently_held.put(&current);
+            }
+            return Ok(Some(Decided::Judged {
+                verdict,
+                reservation: Box::new(current),
+                leased: false,
+            }));
+        }
         (Verdict::AlreadyDone | Verdict::Refuse(_), _) => {
             return Ok(Some(Decided::Judged {
                 verdict,
@@ -110,7 +121,7 @@ pub(super) async fn decide_unlocked(
             Decision::Confirm { payment, .. },
         ) => {
             let payment = payment.as_ref();
-            sqlx::query_as::<_, ReservationRow>(concat!(
+            let confirmed = sqlx::query_as::<_, ReservationRow>(concat!(
                 "UPDATE reservations SET state = 'CONFIRMING', version = version + 1, \
                  updated_at = clock_timestamp(), lease_owner = $3, \
                  lease_until = clock_timestamp() + $4 * interval '1 millisecond', \
@@ -132,7 +143,12 @@ pub(super) async fn decide_unlocked(
             .bind(payment.map(|p| p.amount_minor))
             .bind(payment.map(|p| p.currency.as_str()))
             .fetch_optional(&mut *conn)
-            .await?
+            .await;
+            // Another reservation recorded this payment first (the unique index decided).
+            match confirmed.map_err(StoreError::from) {
+                Err(e) if payment_conflict(&e) => return Ok(Some(Decided::PaymentTaken)),
+                other => other?,
+            }
         }
         (
             Verdict::Transition {
