@@ -131,6 +131,8 @@ pub(super) async fn decide_unlocked(
                  payment_currency = coalesce(payment_currency, $8) \
                  WHERE id = $1 AND version = $2 AND state = 'HELD' \
                    AND clock_timestamp() < expires_at \
+                   AND NOT EXISTS (SELECT 1 FROM extra_payments \
+                                   WHERE payment_participant = $5 AND payment_ref = $6) \
                  RETURNING ",
                 reservation_columns!()
             ))
@@ -144,7 +146,9 @@ pub(super) async fn decide_unlocked(
             .bind(payment.map(|p| p.currency.as_str()))
             .fetch_optional(&mut *conn)
             .await;
-            // Another reservation recorded this payment first (the unique index decided).
+            // Another reservation recorded this payment first (the unique index decided). A
+            // payment recorded as another's further payment makes the UPDATE miss: the locked
+            // path tells.
             match confirmed.map_err(StoreError::from) {
                 Err(e) if payment_conflict(&e) => return Ok(Some(Decided::PaymentTaken)),
                 other => other?,
