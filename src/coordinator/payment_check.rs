@@ -12,13 +12,13 @@ use crate::registry::PaymentLookup;
 impl Coordinator {
     /// Checks `p` with its payments service for reservation `id`. Changes nothing.
     pub(super) async fn verify_payment(&self, id: Uuid, p: &Payment) -> Result<(), Error> {
-        let mismatch = |check: &'static str, problem: String| Error::PaymentMismatch {
-            id,
-            check,
-            problem,
-        };
+        let mismatch =
+            |check: &'static str, problem: String| Error::PaymentMismatch { id, check, problem };
         let participant = self.registry.require(&p.participant).map_err(|e| {
-            mismatch("payments_service", format!("payment.participant: {}", e.message))
+            mismatch(
+                "payments_service",
+                format!("payment.participant: {}", e.message),
+            )
         })?;
         let lookup = participant
             .get_payment(id, &p.payment_ref)

@@ -422,19 +422,28 @@ mod tests {
         };
         use LatePaymentPolicy::HonorIfAvailable;
         for (s, verified) in [
-            (snap(State::Held, false), Verdict::Transition {
-                to: State::Confirming,
-                release_outcome: None,
-            }),
+            (
+                snap(State::Held, false),
+                Verdict::Transition {
+                    to: State::Confirming,
+                    release_outcome: None,
+                },
+            ),
             (snap(State::Held, true), Verdict::HonorLate),
             (snap(State::Expired, false), Verdict::Retake),
-            (snap(State::Cancelled, false), Verdict::Refund {
-                expire: false,
-                answer: Refusal::Closed,
-            }),
-            (snap(State::Confirmed, false), Verdict::RefundExtra {
-                answer: Refusal::Closed,
-            }),
+            (
+                snap(State::Cancelled, false),
+                Verdict::Refund {
+                    expire: false,
+                    answer: Refusal::Closed,
+                },
+            ),
+            (
+                snap(State::Confirmed, false),
+                Verdict::RefundExtra {
+                    answer: Refusal::Closed,
+                },
+            ),
         ] {
             assert_eq!(decide(&s, &paid(HonorIfAvailable)), verified);
             assert_eq!(

@@ -17,8 +17,16 @@ pub(crate) type ExtraRow = (Uuid, String, String, i64, String, Uuid, String, Str
 
 /// A stored further payment, with the reservation it is on.
 pub(crate) fn extra_payment(row: ExtraRow) -> Result<(Uuid, ExtraPayment), StoreError> {
-    let (reservation_id, participant, payment_ref, amount_minor, currency, refund_id, state, reason) =
-        row;
+    let (
+        reservation_id,
+        participant,
+        payment_ref,
+        amount_minor,
+        currency,
+        refund_id,
+        state,
+        reason,
+    ) = row;
     let state = RefundState::parse(&state).ok_or_else(|| {
         StoreError::Corrupt(format!(
             "further payment {payment_ref}: unknown refund_state {state:?}"

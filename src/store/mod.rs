@@ -45,8 +45,8 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use crate::db::DatabaseKind;
-use crate::domain::policy::{Backoff, HoldLimits, LimitScope};
 use crate::domain::lifecycle::Refusal;
+use crate::domain::policy::{Backoff, HoldLimits, LimitScope};
 use crate::domain::{
     BranchState, Decision, ExtraPayment, HoldToken, ListQuery, NewReservation, Rejection,
     Reservation, State, Verdict,

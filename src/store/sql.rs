@@ -215,6 +215,8 @@ pub(crate) trait PaymentSql: ReservationSql {
 
     /// Gives up the lease on reservation `id` if it is in a terminal state (a sweep claimed it
     /// only for its refunds).
-    async fn release_terminal_lease(conn: &mut Self::Connection, id: Uuid)
-    -> Result<(), StoreError>;
+    async fn release_terminal_lease(
+        conn: &mut Self::Connection,
+        id: Uuid,
+    ) -> Result<(), StoreError>;
 }

@@ -227,7 +227,8 @@ async fn a_refund_survives_a_coordinator_crash_before_the_payment_service_heard(
     let payment = charge(&shop, &r).await;
 
     // The payment service does not take the refund: it is recorded, not yet acknowledged.
-    gate.refunds_fail.store(true, std::sync::atomic::Ordering::SeqCst);
+    gate.refunds_fail
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     let err = client
         .confirm(Decide::on(&r).confirm_with(&payment))
         .await
@@ -238,7 +239,8 @@ async fn a_refund_survives_a_coordinator_crash_before_the_payment_service_heard(
     first.kill();
     assert_eq!(refunded(&shop, &payment.payment_ref).await, (0, 0));
 
-    gate.refunds_fail.store(false, std::sync::atomic::Ordering::SeqCst);
+    gate.refunds_fail
+        .store(false, std::sync::atomic::Ordering::SeqCst);
     let second = spawn_killable(&pool, s).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     while refunded(&shop, &payment.payment_ref).await != (4_200, 1) {

@@ -44,13 +44,19 @@ async fn coordinator(pool: PgPool, shop: &Shop, payments_url: &str) -> TestApp {
 
 async fn reserve(client: &mut CoordinatorClient<Channel>, seat: &str) -> proto::Reservation {
     client
-        .reserve(reserve_request(&format!("order-{seat}"), vec![hold("seats", seat)]))
+        .reserve(reserve_request(
+            &format!("order-{seat}"),
+            vec![hold("seats", seat)],
+        ))
         .await
         .unwrap()
         .into_inner()
 }
 
-async fn read(client: &mut CoordinatorClient<Channel>, r: &proto::Reservation) -> proto::Reservation {
+async fn read(
+    client: &mut CoordinatorClient<Channel>,
+    r: &proto::Reservation,
+) -> proto::Reservation {
     client
         .get_reservation(proto::GetReservationRequest {
             reservation_id: r.id.clone(),
@@ -67,7 +73,11 @@ fn assert_mismatch(err: &tonic::Status, r: &proto::Reservation, check: &str) {
     let meta = error_metadata(err);
     assert_eq!(meta["reservation_id"], r.id);
     assert_eq!(meta["check"], check, "{}", err.message());
-    assert!(err.message().contains("nothing was changed"), "{}", err.message());
+    assert!(
+        err.message().contains("nothing was changed"),
+        "{}",
+        err.message()
+    );
 }
 
 /// Nothing changed: `r` is still HELD (its seat held, not sold), no payment refunded.
@@ -132,7 +142,11 @@ async fn a_payment_of_another_amount_is_refused(pool: PgPool) {
         .await
         .expect_err("the amount is not what was paid");
     assert_mismatch(&err, &r, "amount");
-    assert!(err.message().contains("payment.amount_minor"), "{}", err.message());
+    assert!(
+        err.message().contains("payment.amount_minor"),
+        "{}",
+        err.message()
+    );
     assert_unchanged(&mut app.client, &shop, &r, "A1", &paid.payment_ref).await;
 }
 
@@ -191,7 +205,11 @@ async fn a_seats_participant_is_not_a_payments_service(pool: PgPool) {
         .await
         .expect_err("seats takes no payments");
     assert_mismatch(&err, &r, "payments_service");
-    assert!(err.message().contains("not a payments service"), "{}", err.message());
+    assert!(
+        err.message().contains("not a payments service"),
+        "{}",
+        err.message()
+    );
     assert_unchanged(&mut app.client, &shop, &r, "A1", &paid.payment_ref).await;
 }
 
@@ -224,7 +242,11 @@ async fn the_same_payment_ref_on_two_reservations_is_refused(pool: PgPool) {
         .await
         .expect_err("the payment is A's");
     assert_mismatch(&err, &b, "payment_ref");
-    assert!(err.message().contains("another reservation"), "{}", err.message());
+    assert!(
+        err.message().contains("another reservation"),
+        "{}",
+        err.message()
+    );
     assert_unchanged(&mut app.client, &shop, &b, "B1", &paid.payment_ref).await;
     assert_eq!(state_of(&read(&mut app.client, &a).await), State::Confirmed);
 }
@@ -257,15 +279,27 @@ async fn a_second_different_payment_on_a_confirmed_reservation_is_refunded(pool:
     assert_eq!(reason(&err), "RESERVATION_CLOSED");
     let refund = refund_detail(&err).expect("the refund in the details");
     assert_eq!(refund.state, i32::from(proto::refund::State::Refunded));
-    assert_eq!((refund.amount_minor, refund.currency.as_str()), (1_500, "EUR"));
+    assert_eq!(
+        (refund.amount_minor, refund.currency.as_str()),
+        (1_500, "EUR")
+    );
     let record = payment_record(&shop.payments, &second.payment_ref).await;
     assert_eq!(record.refunded_minor, 1_500);
-    let ids: Vec<&str> = record.refunds.iter().map(|f| f.refund_id.as_str()).collect();
+    let ids: Vec<&str> = record
+        .refunds
+        .iter()
+        .map(|f| f.refund_id.as_str())
+        .collect();
     assert_eq!(ids, [refund.refund_id.as_str()]);
     // The reservation keeps its payment, which is not refunded.
     let now = read(&mut app.client, &r).await;
     assert_eq!((state_of(&now), now.refund), (State::Confirmed, None));
-    assert_eq!(payment_record(&shop.payments, &first.payment_ref).await.refunded_minor, 0);
+    assert_eq!(
+        payment_record(&shop.payments, &first.payment_ref)
+            .await
+            .refunded_minor,
+        0
+    );
     assert_eq!(resource(&shop.seats, "A1").await.confirmed, 1);
 
     // Repeats: the same refund, no second one; the first payment still answers the reservation.
@@ -275,7 +309,13 @@ async fn a_second_different_payment_on_a_confirmed_reservation_is_refunded(pool:
         .await
         .expect_err("a repeat");
     assert_eq!(refund_detail(&again).unwrap().refund_id, refund.refund_id);
-    assert_eq!(payment_record(&shop.payments, &second.payment_ref).await.refunds.len(), 1);
+    assert_eq!(
+        payment_record(&shop.payments, &second.payment_ref)
+            .await
+            .refunds
+            .len(),
+        1
+    );
     let same = app
         .client
         .confirm(Decide::on(&r).confirm_with(&first))
@@ -296,7 +336,12 @@ async fn a_second_different_payment_on_a_confirmed_reservation_is_refunded(pool:
     assert_eq!(reason(&err), "RESERVATION_CLOSED");
     let pending = refund_detail(&err).unwrap();
     assert_eq!(pending.state, i32::from(proto::refund::State::Pending));
-    assert_eq!(payment_record(&shop.payments, &third.payment_ref).await.refunded_minor, 0);
+    assert_eq!(
+        payment_record(&shop.payments, &third.payment_ref)
+            .await
+            .refunded_minor,
+        0
+    );
     gate.refunds_fail.store(false, Ordering::SeqCst);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {

@@ -140,7 +140,10 @@ async fn refunds_move_money_once_and_never_above_the_capture(pool: PgPool) {
         assert_eq!(record.amount_minor, 400);
         assert_eq!(record.refunded_minor, 400);
         assert_eq!(record.currency, "EUR");
-        assert_eq!(record.reservation_id, "r-1", "the payment keeps its reservation");
+        assert_eq!(
+            record.reservation_id, "r-1",
+            "the payment keeps its reservation"
+        );
         let ids: Vec<_> = record
             .refunds
             .iter()
@@ -180,7 +183,11 @@ async fn a_charge_is_bound_to_the_reservation_it_names(pool: PgPool) {
             "{}",
             err.message()
         );
-        assert_eq!(counts(&mut p, "acct-1").await, (1000, 0, 0), "nothing debited");
+        assert_eq!(
+            counts(&mut p, "acct-1").await,
+            (1000, 0, 0),
+            "nothing debited"
+        );
         let payment_ref = p
             .payments
             .charge(ChargeRequest {
@@ -199,8 +206,14 @@ async fn a_charge_is_bound_to_the_reservation_it_names(pool: PgPool) {
             .await
             .expect("get payment")
             .into_inner();
-        assert_eq!(record.reservation_id, "0190a0b0-0000-7000-8000-000000000001");
-        assert_eq!((record.amount_minor, record.currency.as_str()), (400, "EUR"));
+        assert_eq!(
+            record.reservation_id,
+            "0190a0b0-0000-7000-8000-000000000001"
+        );
+        assert_eq!(
+            (record.amount_minor, record.currency.as_str()),
+            (400, "EUR")
+        );
         p.stop().await;
     }
 }

@@ -22,8 +22,8 @@ mod rows;
 mod answers;
 mod create;
 mod decide;
-mod payments;
 mod group_commit;
+mod payments;
 mod recovery;
 mod unlocked;
 

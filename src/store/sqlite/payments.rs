@@ -117,7 +117,10 @@ impl PaymentSql for Sqlite {
         Ok(())
     }
 
-    async fn release_terminal_lease(conn: &mut SqliteConnection, id: Uuid) -> Result<(), StoreError> {
+    async fn release_terminal_lease(
+        conn: &mut SqliteConnection,
+        id: Uuid,
+    ) -> Result<(), StoreError> {
         sqlx::query(
             "UPDATE reservations SET lease_owner = NULL, lease_until = NULL \
              WHERE id = ?1 AND lease_owner IS NOT NULL \

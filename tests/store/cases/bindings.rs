@@ -135,10 +135,16 @@ pub async fn further_payment_is_refunded(store: S) {
     assert_eq!(seen.state, State::Confirmed);
     assert_eq!(extra.payment, other_payment());
     assert_eq!(extra.refund.state, RefundState::Pending);
-    assert_eq!((extra.refund.amount_minor, extra.refund.currency.as_str()), (900, "EUR"));
+    assert_eq!(
+        (extra.refund.amount_minor, extra.refund.currency.as_str()),
+        (900, "EUR")
+    );
     // The reservation itself is unchanged: its payment, no refund of it.
     let after = get(&store, r.id).await;
-    assert_eq!((after.version, after.refund.as_ref()), (confirmed.version, None));
+    assert_eq!(
+        (after.version, after.refund.as_ref()),
+        (confirmed.version, None)
+    );
     assert_eq!(after.payment, Some(payment()));
     // A repeat answers the same refund and records nothing.
     let (_, _, again, leased) = extra_refund(
@@ -151,13 +157,19 @@ pub async fn further_payment_is_refunded(store: S) {
     assert!(!leased);
     // The refund is owed work until acknowledged.
     assert_eq!(store.backlog().await.unwrap(), 1);
-    assert_eq!(store.pending_extra_payments(r.id).await.unwrap(), [extra.clone()]);
+    assert_eq!(
+        store.pending_extra_payments(r.id).await.unwrap(),
+        std::slice::from_ref(&extra)
+    );
     let failed = store
         .record_extra_refund_attempt(r.id, &extra, false, SLOW)
         .await
         .unwrap();
     assert_eq!(failed.refund.state, RefundState::Pending);
-    assert!(store.claim_due(lease(), 10).await.unwrap().is_empty(), "not due yet");
+    assert!(
+        store.claim_due(lease(), 10).await.unwrap().is_empty(),
+        "not due yet"
+    );
     let done = store
         .record_extra_refund_attempt(r.id, &extra, true, SLOW)
         .await
