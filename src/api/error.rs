@@ -118,6 +118,20 @@ impl From<Error> for Status {
                 &[("participant", participant.clone())],
                 &err,
             ),
+            Error::PaymentMismatch { check, .. } => status(
+                Code::InvalidArgument,
+                "PAYMENT_MISMATCH",
+                message,
+                &[("field", "payment".into()), ("check", (*check).to_owned())],
+                &err,
+            ),
+            Error::PaymentUnverified { participant, .. } => status(
+                Code::Unavailable,
+                "PARTICIPANT_UNAVAILABLE",
+                message,
+                &[("participant", participant.clone())],
+                &err,
+            ),
             Error::HoldExpired { .. } => {
                 status(Code::FailedPrecondition, "HOLD_EXPIRED", message, &[], &err)
             }

@@ -8,11 +8,14 @@ use uuid::Uuid;
 use super::{Coordinator, Error, entered, refund_recorded};
 use crate::domain::lifecycle::Refusal;
 use crate::domain::validate;
-use crate::domain::{Actor, Decision, Payment, Reservation, State, Verdict};
+use crate::domain::{Actor, Decision, Payment, RefundState, Reservation, State, Verdict};
 use crate::store::Decided;
 
 impl Coordinator {
-    /// Confirms a held reservation, recording the payment that comes with it.
+    /// Confirms a held reservation, recording the payment that comes with it. A payment is
+    /// recorded only after its payments service vouched for it (`verify_payment`): the store
+    /// answers [`Verdict::VerifyPayment`] when the decision would record one not yet checked,
+    /// so a repeat of a Confirm already applied needs no check.
     pub async fn confirm(
         &self,
         actor: &Actor,
@@ -25,11 +28,24 @@ impl Coordinator {
         }
         let id = validate::reservation_id(id)?;
         validate::hold_token(token)?;
-        let decision = Decision::Confirm {
+        let mut decision = Decision::Confirm {
             payment,
             late_policy: self.policy.late_payment,
+            payment_verified: false,
         };
-        let (verdict, r) = self.decide(actor, id, token, &decision).await?;
+        let (mut verdict, mut r) = self.decide(actor, id, token, &decision).await?;
+        if verdict == Verdict::VerifyPayment {
+            if let Decision::Confirm {
+                payment: Some(p),
+                payment_verified,
+                ..
+            } = &mut decision
+            {
+                self.verify_payment(id, p).await?;
+                *payment_verified = true;
+            }
+            (verdict, r) = self.decide(actor, id, token, &decision).await?;
+        }
         match verdict {
             Verdict::Transition { .. } | Verdict::HonorLate => self.drive_confirm(r).await,
             Verdict::AlreadyDone => Ok(r),
@@ -47,7 +63,9 @@ impl Coordinator {
                 let r = self.drive_refund(r).await?;
                 Err(self.refusal(answer, &r))
             }
-            Verdict::Extend { .. } => Err(Error::Internal("confirm judged as extend".into())),
+            Verdict::Extend { .. } | Verdict::VerifyPayment | Verdict::RefundExtra { .. } => Err(
+                Error::Internal(format!("confirm judged as {verdict:?} after the store")),
+            ),
             Verdict::Refuse(refusal) => Err(self.refusal(refusal, &r)),
         }
     }
@@ -131,6 +149,28 @@ impl Coordinator {
         match decided {
             Decided::NotFound => Err(Error::NotFound(id)),
             Decided::TokenMismatch => Err(Error::TokenMismatch(id)),
+            Decided::PaymentTaken => Err(Error::PaymentMismatch {
+                id,
+                check: "payment_ref",
+                problem: "payment.payment_ref is already recorded on another reservation".into(),
+            }),
+            Decided::ExtraRefund {
+                answer,
+                reservation,
+                extra,
+                leased,
+            } => {
+                // A further payment: refunded, never dropped; the answer shows its refund.
+                let refund = if leased {
+                    crate::telemetry::refund(RefundState::Pending);
+                    self.drive_extra_refund(id, extra).await?.refund
+                } else {
+                    extra.refund
+                };
+                let mut shown = *reservation;
+                shown.refund = Some(refund);
+                Err(self.refusal(answer, &shown))
+            }
             Decided::Judged {
                 verdict,
                 reservation,

@@ -1,7 +1,8 @@
 //! Carrying out a decided outcome at the participants: Confirm or Cancel every branch in
 //! parallel and record the answers ([`Coordinator::drive_confirm`],
 //! [`Coordinator::drive_release`], the only confirm and release paths), and send a pending
-//! refund ([`Coordinator::drive_refund`]). What is not acknowledged stays for recovery.
+//! refund ([`Coordinator::drive_refund`]; a further payment's:
+//! [`Coordinator::drive_extra_refund`]). What is not acknowledged stays for recovery.
 
 use std::collections::HashSet;
 
@@ -10,7 +11,8 @@ use uuid::Uuid;
 
 use super::{Coordinator, Error, entered, refund_recorded};
 use crate::domain::{
-    BranchOutcome, BranchState, ParticipantBranch, RefundState, Reservation, State,
+    BranchOutcome, BranchState, ExtraPayment, ParticipantBranch, Payment, Refund, RefundState,
+    Reservation, State,
 };
 use crate::store::BranchReport;
 
@@ -165,19 +167,7 @@ impl Coordinator {
         if refund.state != RefundState::Pending {
             return Ok(r);
         }
-        let acknowledged = match self.registry.require(&payment.participant) {
-            Ok(p) => match p.refund(r.id, payment, refund).await {
-                Ok(()) => true,
-                Err(e) => {
-                    tracing::warn!(reservation_id = %r.id, refund_id = %refund.refund_id, error = %e, "refund not acknowledged; will retry");
-                    false
-                }
-            },
-            Err(_) => {
-                tracing::error!(reservation_id = %r.id, participant = %payment.participant, "refund owed by an unregistered payment participant");
-                false
-            }
-        };
+        let acknowledged = self.send_refund(r.id, payment, refund).await;
         let after = self
             .store
             .record_refund_attempt(r.id, acknowledged, self.policy.backoff)
@@ -186,6 +176,52 @@ impl Coordinator {
             crate::telemetry::refund(RefundState::Refunded);
         }
         Ok(after)
+    }
+
+    /// Sends the refund of a further payment (SPEC 7.3: refunded, never dropped), once; a
+    /// failure is retried by recovery with backoff until acknowledged.
+    pub async fn drive_extra_refund(
+        &self,
+        id: Uuid,
+        extra: ExtraPayment,
+    ) -> Result<ExtraPayment, Error> {
+        if extra.refund.state != RefundState::Pending {
+            return Ok(extra);
+        }
+        let acknowledged = self.send_refund(id, &extra.payment, &extra.refund).await;
+        let after = self
+            .store
+            .record_extra_refund_attempt(id, &extra, acknowledged, self.policy.backoff)
+            .await?;
+        if acknowledged {
+            crate::telemetry::refund(RefundState::Refunded);
+        }
+        Ok(after)
+    }
+
+    /// Sends every refund still owed for the reservation's further payments.
+    pub async fn drive_extra_refunds(&self, id: Uuid) -> Result<(), Error> {
+        for extra in self.store.pending_extra_payments(id).await? {
+            self.drive_extra_refund(id, extra).await?;
+        }
+        Ok(())
+    }
+
+    /// One Refund call to the payment participant: whether it acknowledged the refund.
+    async fn send_refund(&self, id: Uuid, payment: &Payment, refund: &Refund) -> bool {
+        match self.registry.require(&payment.participant) {
+            Ok(p) => match p.refund(id, payment, refund).await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(reservation_id = %id, refund_id = %refund.refund_id, error = %e, "refund not acknowledged; will retry");
+                    false
+                }
+            },
+            Err(_) => {
+                tracing::error!(reservation_id = %id, participant = %payment.participant, "refund owed by an unregistered payment participant");
+                false
+            }
+        }
     }
 }
 

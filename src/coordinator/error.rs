@@ -65,6 +65,25 @@ pub enum Error {
         refund: Option<Refund>,
     },
 
+    /// The Confirm's payment is not one this reservation may record (SPEC 7.3): `check` names
+    /// which check failed (`exists`, `reservation`, `currency`, `amount`, `payments_service`,
+    /// `payment_ref`).
+    #[error("payment does not match reservation {id}: {problem}; nothing was changed")]
+    PaymentMismatch {
+        id: Uuid,
+        check: &'static str,
+        problem: String,
+    },
+
+    #[error(
+        "payment participant {participant} could not be reached to check the payment for reservation {id} ({detail}); nothing was changed, retry"
+    )]
+    PaymentUnverified {
+        id: Uuid,
+        participant: String,
+        detail: String,
+    },
+
     #[error("a late payment for reservation {0} is being processed; retry shortly")]
     InProgress(Uuid),
 
@@ -125,7 +144,9 @@ impl Error {
             | Error::InProgress(id)
             | Error::NotHeld(id)
             | Error::Closed { id, .. }
-            | Error::ExtensionLimit { id, .. } => Some(*id),
+            | Error::ExtensionLimit { id, .. }
+            | Error::PaymentMismatch { id, .. }
+            | Error::PaymentUnverified { id, .. } => Some(*id),
             Error::InsufficientCapacity { reservation, .. } => Some(reservation.id),
             Error::ParticipantUnavailable { reservation_id, .. } => Some(*reservation_id),
             Error::RequestIdReused { existing, .. } => Some(*existing),

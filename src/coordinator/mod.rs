@@ -6,8 +6,9 @@
 //! goes through one path, [`Coordinator::drive_release`]; confirmation through
 //! [`Coordinator::drive_confirm`].
 //!
-//! By lifecycle phase: `place` (Reserve), `decide` (Confirm, Cancel, Extend), `drive` (the
-//! confirm, release and refund fan-outs), `late_payment` (re-placing released holds),
+//! By lifecycle phase: `place` (Reserve), `decide` (Confirm, Cancel, Extend), `payment_check`
+//! (a Confirm's payment checked with its payments service), `drive` (the confirm, release and
+//! refund fan-outs), `late_payment` (re-placing released holds),
 //! `recovery` (the reaper and recovery loop), `watch` (change notification). This module
 //! holds the [`Coordinator`] itself and its reads.
 
@@ -15,6 +16,7 @@ mod decide;
 mod drive;
 pub mod error;
 mod late_payment;
+mod payment_check;
 mod place;
 mod policy;
 pub mod recovery;

@@ -23,8 +23,15 @@ const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 const BACKLOG_GAUGE_INTERVAL: Duration = Duration::from_secs(5);
 
 impl Coordinator {
-    /// Drives one claimed reservation as far as its participants allow now.
+    /// Drives one claimed reservation as far as its participants allow now, and sends the
+    /// refunds still owed for its further payments.
     pub async fn recover(&self, id: Uuid) -> Result<Reservation, Error> {
+        let r = self.recover_reservation(id).await?;
+        self.drive_extra_refunds(id).await?;
+        Ok(r)
+    }
+
+    async fn recover_reservation(&self, id: Uuid) -> Result<Reservation, Error> {
         let r = self.read(id).await?;
         match r.stored_state {
             State::Trying => {

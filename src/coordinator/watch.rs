@@ -18,7 +18,9 @@ use uuid::Uuid;
 use super::{Coordinator, Error};
 use crate::domain::policy::{Backoff, HoldLimits};
 use crate::domain::validate;
-use crate::domain::{Actor, Decision, ListQuery, NewReservation, Rejection, Reservation, State};
+use crate::domain::{
+    Actor, Decision, ExtraPayment, ListQuery, NewReservation, Rejection, Reservation, State,
+};
 use crate::store::{
     BranchReport, Claimed, Created, Decided, PhaseRecorded, Store, StoreError, WorkLease,
 };
@@ -248,6 +250,22 @@ impl Store for Publishing {
                 .record_refund_attempt(id, acknowledged, backoff)
                 .await,
         )
+    }
+
+    async fn pending_extra_payments(&self, id: Uuid) -> Result<Vec<ExtraPayment>, StoreError> {
+        self.inner.pending_extra_payments(id).await
+    }
+
+    async fn record_extra_refund_attempt(
+        &self,
+        id: Uuid,
+        extra: &ExtraPayment,
+        acknowledged: bool,
+        backoff: Backoff,
+    ) -> Result<ExtraPayment, StoreError> {
+        self.inner
+            .record_extra_refund_attempt(id, extra, acknowledged, backoff)
+            .await
     }
 
     async fn renew_lease(&self, id: Uuid, lease: WorkLease) -> Result<bool, StoreError> {

@@ -16,6 +16,9 @@ pub enum Decision {
     Confirm {
         payment: Option<Payment>,
         late_policy: LatePaymentPolicy,
+        /// The payment was checked with its payments service (`Payments/GetPayment`). A verdict
+        /// that would record an unchecked payment is [`Verdict::VerifyPayment`] instead.
+        payment_verified: bool,
     },
     Cancel {
         reason: Option<String>,
@@ -57,6 +60,8 @@ pub struct Snapshot {
     pub has_payment: bool,
     /// The reservation's one refund exists already.
     pub has_refund: bool,
+    /// The Confirm's payment is the one recorded already (same participant and payment_ref).
+    pub same_payment: bool,
     /// The decision is an Extend whose `request_id` is the last extension's applied.
     pub repeats_last_extend: bool,
 }
@@ -83,6 +88,13 @@ pub enum Verdict {
     /// Record the reservation's refund of the payment (and, with `expire`, release the lapsed
     /// holds); answer `answer` with the refund.
     Refund { expire: bool, answer: Refusal },
+    /// A payment other than the one recorded, on a reservation whose payment is settled
+    /// (confirmed, or refunded): record it as an [`super::ExtraPayment`] and refund it; answer
+    /// `answer` with that refund.
+    RefundExtra { answer: Refusal },
+    /// The decision would record a payment not yet checked with its payments service: nothing
+    /// changes; check it, then decide again with `payment_verified`.
+    VerifyPayment,
     /// Already decided this way: answer the reservation as it is.
     AlreadyDone,
     /// Refused; nothing changes.
@@ -104,8 +116,37 @@ pub enum Refusal {
     InProgress,
 }
 
-/// Decides a holder's request against the reservation's current state.
+impl Verdict {
+    /// Whether applying the verdict records the Confirm's payment (so it must be verified).
+    pub fn records_payment(&self) -> bool {
+        matches!(
+            self,
+            Verdict::Transition {
+                to: State::Confirming,
+                ..
+            } | Verdict::HonorLate
+                | Verdict::Retake
+                | Verdict::Refund { .. }
+                | Verdict::RefundExtra { .. }
+        )
+    }
+}
+
+/// Decides a holder's request against the reservation's current state. A payment is recorded
+/// only once verified: until then a verdict that would record it is [`Verdict::VerifyPayment`].
 pub fn decide(s: &Snapshot, decision: &Decision) -> Verdict {
+    let verdict = judge(s, decision);
+    match decision {
+        Decision::Confirm {
+            payment: Some(_),
+            payment_verified: false,
+            ..
+        } if verdict.records_payment() => Verdict::VerifyPayment,
+        _ => verdict,
+    }
+}
+
+fn judge(s: &Snapshot, decision: &Decision) -> Verdict {
     let released_by_expiry = s.state == State::Expired
         || (s.state == State::Cancelling && s.release_outcome == Some(State::Expired));
     match (s.state, decision) {
@@ -117,6 +158,7 @@ pub fn decide(s: &Snapshot, decision: &Decision) -> Verdict {
             Decision::Confirm {
                 payment: Some(_),
                 late_policy,
+                ..
             },
         ) if s.expired => match late_policy {
             LatePaymentPolicy::HonorIfAvailable => Verdict::HonorLate,
@@ -131,21 +173,39 @@ pub fn decide(s: &Snapshot, decision: &Decision) -> Verdict {
             to: State::Confirming,
             release_outcome: None,
         },
+        // A payment other than the one it was confirmed with (or without): refunded, never
+        // dropped.
+        (
+            State::Confirming | State::Confirmed,
+            Decision::Confirm {
+                payment: Some(_), ..
+            },
+        ) if !s.same_payment => Verdict::RefundExtra {
+            answer: Refusal::Closed,
+        },
         (State::Confirming | State::Confirmed, Decision::Confirm { .. }) => Verdict::AlreadyDone,
         (_, Decision::Confirm { payment: None, .. }) if released_by_expiry => {
             Verdict::Refuse(Refusal::HoldExpired)
         }
         (_, Decision::Confirm { payment: None, .. }) => Verdict::Refuse(Refusal::Closed),
-        // From here on a payment came with the Confirm. One refund per reservation, ever: a
-        // repeat answers the refund that exists.
+        // From here on a payment came with the Confirm. A late payment being honoured: wait.
+        (State::Expired, Decision::Confirm { .. }) if s.has_payment && !s.has_refund => {
+            Verdict::Refuse(Refusal::InProgress)
+        }
+        // One refund per reservation's payment, ever: a repeat answers the refund that exists;
+        // a different payment is refunded on its own.
+        (_, Decision::Confirm { .. }) if s.has_payment && !s.same_payment => Verdict::RefundExtra {
+            answer: if released_by_expiry {
+                Refusal::HoldExpired
+            } else {
+                Refusal::Closed
+            },
+        },
         (_, Decision::Confirm { .. }) if s.has_refund => Verdict::Refuse(if released_by_expiry {
             Refusal::HoldExpired
         } else {
             Refusal::Closed
         }),
-        (State::Expired, Decision::Confirm { .. }) if s.has_payment => {
-            Verdict::Refuse(Refusal::InProgress)
-        }
         (
             State::Expired,
             Decision::Confirm {
@@ -212,6 +272,7 @@ mod tests {
             ttl: Duration::from_secs(600),
             has_payment: false,
             has_refund: false,
+            same_payment: false,
             repeats_last_extend: false,
         }
     }
@@ -220,6 +281,7 @@ mod tests {
         Decision::Confirm {
             payment: None,
             late_policy: LatePaymentPolicy::HonorIfAvailable,
+            payment_verified: false,
         }
     }
 
@@ -232,6 +294,7 @@ mod tests {
                 currency: "EUR".into(),
             }),
             late_policy,
+            payment_verified: true,
         }
     }
 
@@ -269,6 +332,7 @@ mod tests {
         let mut refunded = snap(State::Expired, false);
         refunded.has_payment = true;
         refunded.has_refund = true;
+        refunded.same_payment = true;
         assert_eq!(
             decide(&refunded, &paid(HonorIfAvailable)),
             Verdict::Refuse(Refusal::HoldExpired)
@@ -291,9 +355,113 @@ mod tests {
                 answer: Refusal::HoldExpired
             }
         );
+        let mut confirmed = snap(State::Confirmed, false);
+        confirmed.has_payment = true;
+        confirmed.same_payment = true;
         assert_eq!(
-            decide(&snap(State::Confirmed, false), &paid(HonorIfAvailable)),
+            decide(&confirmed, &paid(HonorIfAvailable)),
             Verdict::AlreadyDone
+        );
+    }
+
+    #[test]
+    fn a_second_different_payment_is_refunded_never_dropped() {
+        use LatePaymentPolicy::HonorIfAvailable;
+        for st in [State::Confirming, State::Confirmed] {
+            // Confirmed with another payment, or with none.
+            for has_payment in [true, false] {
+                let mut s = snap(st, false);
+                s.has_payment = has_payment;
+                assert_eq!(
+                    decide(&s, &paid(HonorIfAvailable)),
+                    Verdict::RefundExtra {
+                        answer: Refusal::Closed
+                    }
+                );
+            }
+        }
+        let mut refunded = snap(State::Expired, false);
+        refunded.has_payment = true;
+        refunded.has_refund = true;
+        assert_eq!(
+            decide(&refunded, &paid(HonorIfAvailable)),
+            Verdict::RefundExtra {
+                answer: Refusal::HoldExpired
+            }
+        );
+        let mut cancelled = snap(State::Cancelled, false);
+        cancelled.has_payment = true;
+        cancelled.has_refund = true;
+        assert_eq!(
+            decide(&cancelled, &paid(HonorIfAvailable)),
+            Verdict::RefundExtra {
+                answer: Refusal::Closed
+            }
+        );
+        cancelled.same_payment = true;
+        assert_eq!(
+            decide(&cancelled, &paid(HonorIfAvailable)),
+            Verdict::Refuse(Refusal::Closed),
+            "a repeat answers the refund that exists"
+        );
+    }
+
+    #[test]
+    fn a_payment_is_recorded_only_once_verified() {
+        let unverified = |late_policy| match paid(late_policy) {
+            Decision::Confirm {
+                payment,
+                late_policy,
+                ..
+            } => Decision::Confirm {
+                payment,
+                late_policy,
+                payment_verified: false,
+            },
+            other => other,
+        };
+        use LatePaymentPolicy::HonorIfAvailable;
+        for (s, verified) in [
+            (
+                snap(State::Held, false),
+                Verdict::Transition {
+                    to: State::Confirming,
+                    release_outcome: None,
+                },
+            ),
+            (snap(State::Held, true), Verdict::HonorLate),
+            (snap(State::Expired, false), Verdict::Retake),
+            (
+                snap(State::Cancelled, false),
+                Verdict::Refund {
+                    expire: false,
+                    answer: Refusal::Closed,
+                },
+            ),
+            (
+                snap(State::Confirmed, false),
+                Verdict::RefundExtra {
+                    answer: Refusal::Closed,
+                },
+            ),
+        ] {
+            assert_eq!(decide(&s, &paid(HonorIfAvailable)), verified);
+            assert_eq!(
+                decide(&s, &unverified(HonorIfAvailable)),
+                Verdict::VerifyPayment
+            );
+        }
+        // Refusals and repeats record nothing: no check needed.
+        let mut confirmed = snap(State::Confirmed, false);
+        confirmed.has_payment = true;
+        confirmed.same_payment = true;
+        assert_eq!(
+            decide(&confirmed, &unverified(HonorIfAvailable)),
+            Verdict::AlreadyDone
+        );
+        assert_eq!(
+            decide(&snap(State::Trying, false), &unverified(HonorIfAvailable)),
+            Verdict::Refuse(Refusal::NotHeld)
         );
     }
 

@@ -205,6 +205,16 @@ pub struct Refund {
     pub reason: String,
 }
 
+/// A further payment cited by a Confirm of a reservation whose payment was settled already
+/// (it is confirmed, with another payment or none, or its payment was refunded): never
+/// dropped, always refunded in full (SPEC 7.3). Sent to the payment participant until
+/// acknowledged, like the reservation's own refund.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExtraPayment {
+    pub payment: Payment,
+    pub refund: Refund,
+}
+
 /// What to do with a payment that arrives after the hold expired.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum LatePaymentPolicy {

@@ -6,19 +6,19 @@
 //! SQLite decides every Confirm/Cancel/Extend here; PostgreSQL first tries its unlocked fast
 //! path (`postgres/unlocked.rs`) and comes here when it misses.
 
-use sqlx::Pool;
+use sqlx::{Pool, Transaction};
 use uuid::Uuid;
 
-use super::sql::{Applied, ReservationSql};
+use super::sql::{Applied, PaymentSql, ReservationSql};
 use super::{Decided, StoreError, WorkLease};
-use crate::domain::lifecycle::{self, Snapshot};
+use crate::domain::lifecycle::{self, Refusal, Snapshot};
 use crate::domain::{Decision, Payment, Reservation, State, Verdict};
 
 /// Why a payment that came after its hold lapsed is refunded.
 const LATE_PAYMENT_REFUND: &str = "the payment arrived after the hold expired";
 
-/// What the lifecycle rules need to know of a reservation.
-pub(crate) fn snapshot_of(current: &Reservation) -> Snapshot {
+/// What the lifecycle rules need to know of a reservation, to judge `decision`.
+pub(crate) fn snapshot_of(current: &Reservation, decision: &Decision) -> Snapshot {
     Snapshot {
         state: current.stored_state,
         release_outcome: current.release_outcome,
@@ -29,6 +29,12 @@ pub(crate) fn snapshot_of(current: &Reservation) -> Snapshot {
         ttl: current.ttl,
         has_payment: current.payment.is_some(),
         has_refund: current.refund.is_some(),
+        same_payment: match (payment_of(decision), &current.payment) {
+            (Some(p), Some(recorded)) => {
+                p.participant == recorded.participant && p.payment_ref == recorded.payment_ref
+            }
+            _ => false,
+        },
         repeats_last_extend: false,
     }
 }
@@ -47,10 +53,36 @@ fn payment_of(decision: &Decision) -> Option<&Payment> {
     }
 }
 
+/// Whether a write failed because the payment is bound to another reservation already: the
+/// unique index of payment bindings decided a race between two reservations citing it.
+pub(crate) fn payment_conflict(e: &StoreError) -> bool {
+    match e {
+        StoreError::Database(sqlx::Error::Database(db)) => {
+            db.kind() == sqlx::error::ErrorKind::UniqueViolation && db.message().contains("payment")
+        }
+        _ => false,
+    }
+}
+
 /// [`crate::store::Store::decide`] under the row lock: read and lock the row, judge, apply the
 /// verdict with one conditional write (its row count decides), take the lease unless the
-/// write took it, answer the after-image. Nothing changes on a refusal or a repeat.
-pub(crate) async fn decide_locked<DB: ReservationSql>(
+/// write took it, answer the after-image. Nothing changes on a refusal or a repeat, nor when
+/// the payment is bound to another reservation ([`Decided::PaymentTaken`]).
+pub(crate) async fn decide_locked<DB: PaymentSql>(
+    pool: &Pool<DB>,
+    id: Uuid,
+    scope: Option<&str>,
+    presented_token: &str,
+    decision: &Decision,
+    lease: WorkLease,
+) -> Result<Decided, StoreError> {
+    match decide_in_lock(pool, id, scope, presented_token, decision, lease).await {
+        Err(e) if payment_conflict(&e) => Ok(Decided::PaymentTaken),
+        other => other,
+    }
+}
+
+async fn decide_in_lock<DB: PaymentSql>(
     pool: &Pool<DB>,
     id: Uuid,
     scope: Option<&str>,
@@ -70,12 +102,25 @@ pub(crate) async fn decide_locked<DB: ReservationSql>(
         tx.rollback().await?;
         return Ok(Decided::TokenMismatch);
     }
-    let mut snapshot = snapshot_of(&current);
+    let mut snapshot = snapshot_of(&current, decision);
     if let Some(key) = decision.extend_request_id() {
         snapshot.repeats_last_extend = DB::repeats_last_extend(&mut tx, id, key).await?;
     }
     let payment = payment_of(decision);
     let mut verdict = lifecycle::decide(&snapshot, decision);
+    if let (true, Some(p)) = (verdict.records_payment(), payment) {
+        // One payment_ref per reservation (the unique index decides races).
+        if DB::payment_owner(&mut tx, p)
+            .await?
+            .is_some_and(|owner| owner != id)
+        {
+            tx.rollback().await?;
+            return Ok(Decided::PaymentTaken);
+        }
+        if let Verdict::RefundExtra { answer } = verdict {
+            return refund_extra(tx, current, p, answer, lease).await;
+        }
+    }
     let applied = match &verdict {
         Verdict::Transition {
             to: State::Confirming,
@@ -133,7 +178,10 @@ pub(crate) async fn decide_locked<DB: ReservationSql>(
         Verdict::Extend { by } => {
             written(DB::extend_held(&mut tx, id, *by, decision.extend_request_id()).await?)
         }
-        Verdict::AlreadyDone | Verdict::Refuse(_) => Applied::Missed,
+        Verdict::AlreadyDone
+        | Verdict::Refuse(_)
+        | Verdict::VerifyPayment
+        | Verdict::RefundExtra { .. } => Applied::Missed,
     };
     let (reservation, leased) = match applied {
         Applied::Missed => {
@@ -155,6 +203,47 @@ pub(crate) async fn decide_locked<DB: ReservationSql>(
     Ok(Decided::Judged {
         verdict,
         reservation: Box::new(reservation),
+        leased,
+    })
+}
+
+/// [`Verdict::RefundExtra`]: records the further payment with its refund, leased to the decider
+/// to send; a repeat (recorded already) answers it as it is and changes nothing.
+async fn refund_extra<DB: PaymentSql>(
+    mut tx: Transaction<'static, DB>,
+    current: Reservation,
+    payment: &Payment,
+    answer: Refusal,
+    lease: WorkLease,
+) -> Result<Decided, StoreError> {
+    let id = current.id;
+    let reason = format!(
+        "another payment for reservation {id}, which is {} already",
+        current.state
+    );
+    let inserted = DB::insert_extra_payment(&mut tx, id, payment, &reason).await?;
+    let Some((owner, extra)) = DB::load_extra_payment(&mut tx, payment).await? else {
+        return Err(StoreError::Corrupt(format!(
+            "payment {} of reservation {id} vanished",
+            payment.payment_ref
+        )));
+    };
+    if owner != id {
+        tx.rollback().await?;
+        return Ok(Decided::PaymentTaken);
+    }
+    let leased = if inserted {
+        let leased = DB::take_lease(&mut tx, id, lease).await?;
+        tx.commit().await?;
+        leased
+    } else {
+        tx.rollback().await?;
+        false
+    };
+    Ok(Decided::ExtraRefund {
+        answer,
+        reservation: Box::new(current),
+        extra,
         leased,
     })
 }

@@ -11,7 +11,8 @@
 //!   impl per database, in `postgres/decide.rs` and `sqlite/decide.rs`).
 //! - `decide.rs`: the locked decision flow (token, verdict, the write, the lease).
 //! - `retake.rs`: a late payment re-placing released holds (begin, finish, fail).
-//! - `outcome.rs`: a stopped placement (`record_rejected`) and refund attempts.
+//! - `outcome.rs`: a stopped placement (`record_rejected`) and refund attempts (of a
+//!   reservation's payment and of further payments).
 //! - `admission.rs`: whether a Reserve may be recorded (its counts are each backend's
 //!   `create.rs`).
 //! - `record.rs`: a stored row, either backend's, into a [`Reservation`].
@@ -30,6 +31,7 @@ macro_rules! lost_hold_refund_reason {
 
 mod admission;
 pub(crate) mod decide;
+mod extra;
 mod outcome;
 pub mod postgres;
 mod record;
@@ -43,9 +45,11 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use crate::db::DatabaseKind;
+use crate::domain::lifecycle::Refusal;
 use crate::domain::policy::{Backoff, HoldLimits, LimitScope};
 use crate::domain::{
-    BranchState, Decision, ListQuery, NewReservation, Rejection, Reservation, State, Verdict,
+    BranchState, Decision, ExtraPayment, ListQuery, NewReservation, Rejection, Reservation, State,
+    Verdict,
 };
 
 pub use postgres::PgStore;
@@ -87,6 +91,18 @@ pub enum Decided {
         reservation: Box<Reservation>,
         /// This instance holds the lease now and should drive the change; false when another
         /// instance is driving the reservation already.
+        leased: bool,
+    },
+    /// The Confirm's payment is recorded on another reservation already (one payment_ref per
+    /// reservation); nothing changed.
+    PaymentTaken,
+    /// [`Verdict::RefundExtra`] applied: the further payment is recorded with its refund (or
+    /// was by an earlier repeat of this Confirm, then `leased` is false).
+    ExtraRefund {
+        answer: Refusal,
+        reservation: Box<Reservation>,
+        extra: ExtraPayment,
+        /// This instance should send the refund now (otherwise recovery will).
         leased: bool,
     },
 }
@@ -227,6 +243,20 @@ pub trait Store: Send + Sync + 'static {
     /// `lease_owner`'s lease (no participant holds anything of it), or one `REJECTED` (every
     /// branch released). Anything else is left alone; false then.
     async fn discard(&self, id: Uuid, lease_owner: Uuid) -> Result<bool, StoreError>;
+
+    /// The reservation's further payments whose refund is not acknowledged yet, oldest first.
+    async fn pending_extra_payments(&self, id: Uuid) -> Result<Vec<ExtraPayment>, StoreError>;
+
+    /// Records the payment participant's answer to a further payment's refund: acknowledged,
+    /// or retry later by `backoff`. A terminal reservation's lease is given up. Answers the
+    /// further payment as it is afterwards.
+    async fn record_extra_refund_attempt(
+        &self,
+        id: Uuid,
+        extra: &ExtraPayment,
+        acknowledged: bool,
+        backoff: Backoff,
+    ) -> Result<ExtraPayment, StoreError>;
 
     /// Extends `lease.owner`'s lease on a reservation it is still driving; false if it lost it.
     async fn renew_lease(&self, id: Uuid, lease: WorkLease) -> Result<bool, StoreError>;

@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::{BranchReport, StoreError, WorkLease};
 use crate::domain::policy::Backoff;
-use crate::domain::{Payment, Rejection, Reservation, State};
+use crate::domain::{ExtraPayment, Payment, Rejection, Reservation, State};
 
 /// What a decision's conditional UPDATE did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -167,5 +167,56 @@ pub(crate) trait ReservationSql: sqlx::Database {
         id: Uuid,
         acknowledged: bool,
         backoff: Backoff,
+    ) -> Result<(), StoreError>;
+}
+
+/// The statements of payment bindings and further payments (`extra_payments`), one
+/// implementation per database (`postgres/payments.rs`, `sqlite/payments.rs`); the flows built
+/// from them are in `decide.rs` and `extra.rs`.
+#[async_trait]
+pub(crate) trait PaymentSql: ReservationSql {
+    /// The reservation `payment` (participant, payment_ref) is recorded on, as its own payment
+    /// or as a further one, if any.
+    async fn payment_owner(
+        conn: &mut Self::Connection,
+        payment: &Payment,
+    ) -> Result<Option<Uuid>, StoreError>;
+
+    /// Records a further payment of reservation `id` with its refund (a fresh `refund_id`,
+    /// `PENDING`, due at once), unless that payment is recorded as a further payment already
+    /// (of any reservation). True if inserted.
+    async fn insert_extra_payment(
+        conn: &mut Self::Connection,
+        id: Uuid,
+        payment: &Payment,
+        reason: &str,
+    ) -> Result<bool, StoreError>;
+
+    /// A further payment by its (participant, payment_ref), with the reservation it is on.
+    async fn load_extra_payment(
+        conn: &mut Self::Connection,
+        payment: &Payment,
+    ) -> Result<Option<(Uuid, ExtraPayment)>, StoreError>;
+
+    /// The further payments of reservation `id` whose refund is still `PENDING`, oldest first.
+    async fn pending_extra_payments(
+        conn: &mut Self::Connection,
+        id: Uuid,
+    ) -> Result<Vec<ExtraPayment>, StoreError>;
+
+    /// Records a refund call's outcome on a `PENDING` further payment: `REFUNDED`, or the next
+    /// attempt by `backoff` (with jitter).
+    async fn record_extra_refund_attempt(
+        conn: &mut Self::Connection,
+        extra: &ExtraPayment,
+        acknowledged: bool,
+        backoff: Backoff,
+    ) -> Result<(), StoreError>;
+
+    /// Gives up the lease on reservation `id` if it is in a terminal state (a sweep claimed it
+    /// only for its refunds).
+    async fn release_terminal_lease(
+        conn: &mut Self::Connection,
+        id: Uuid,
     ) -> Result<(), StoreError>;
 }

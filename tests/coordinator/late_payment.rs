@@ -37,25 +37,9 @@ fn settings_for(shop: &Shop, payments_url: &str) -> CoordinatorSettings {
     s
 }
 
-async fn charge(shop: &Shop) -> proto::Payment {
-    let payment_ref = PaymentsClient::connect(shop.payments.clone())
-        .await
-        .unwrap()
-        .charge(proto::ChargeRequest {
-            account: "card-1".into(),
-            amount_minor: 4_200,
-            currency: "EUR".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .payment_ref;
-    proto::Payment {
-        participant: "payments".into(),
-        payment_ref,
-        amount_minor: 4_200,
-        currency: "EUR".into(),
-    }
+/// A payment of 4 200 for reservation `r` (bound to it, SPEC 7.3).
+async fn charge(shop: &Shop, r: &proto::Reservation) -> proto::Payment {
+    charge_for(&shop.payments, "card-1", &r.id, 4_200).await
 }
 
 async fn refunded(shop: &Shop, payment_ref: &str) -> (i64, usize) {
@@ -127,7 +111,7 @@ async fn a_late_payment_is_honoured_when_the_seat_is_still_free(pool: PgPool) {
     let shop = shop(&pool).await;
     let mut app = spawn_app(pool, settings_for(&shop, &shop.payments)).await;
     let r = reserve_and_let_lapse(&mut app.client, &shop, "alice").await;
-    let payment = charge(&shop).await;
+    let payment = charge(&shop, &r).await;
 
     let c = app
         .client
@@ -160,7 +144,7 @@ async fn a_payment_just_after_expiry_confirms_the_holds_as_they_are(pool: PgPool
     let mut app = spawn_app(pool, s).await;
     let r = reserve_until_expired(&mut app.client).await;
     assert_eq!(resource(&shop.seats, "A1").await.held, 1, "still held");
-    let payment = charge(&shop).await;
+    let payment = charge(&shop, &r).await;
     let c = app
         .client
         .confirm(Decide::on(&r).confirm_with(&payment))
@@ -182,7 +166,7 @@ async fn a_late_payment_for_a_taken_seat_is_refunded_exactly_once(pool: PgPool) 
     let mut bob = reserve_request("bob-order", vec![hold("seats", "A1")]);
     bob.holder = "bob".into();
     app.client.reserve(bob).await.unwrap();
-    let payment = charge(&shop).await;
+    let payment = charge(&shop, &r).await;
 
     let err = app
         .client
@@ -231,18 +215,20 @@ async fn a_late_payment_for_a_taken_seat_is_refunded_exactly_once(pool: PgPool) 
 #[sqlx::test(migrations = false)]
 async fn a_refund_survives_a_coordinator_crash_before_the_payment_service_heard(pool: PgPool) {
     let shop = shop(&pool).await;
-    let network = Relay::start(&shop.payments).await;
-    let s = settings_for(&shop, &network.url);
+    // The payment is checked through the gate (SPEC 7.3); only its refund is held back.
+    let gate = spawn_payments_gate(&shop.payments).await;
+    let s = settings_for(&shop, &gate.url);
     let mut first = spawn_killable(&pool, s.clone()).await;
     let mut client = first.client().await;
     let r = reserve_and_let_lapse(&mut client, &shop, "alice").await;
     let mut bob = reserve_request("bob-order", vec![hold("seats", "A1")]);
     bob.holder = "bob".into();
     client.reserve(bob).await.unwrap();
-    let payment = charge(&shop).await;
+    let payment = charge(&shop, &r).await;
 
-    // The payment service is unreachable: the refund is recorded, not yet sent.
-    network.cut().await;
+    // The payment service does not take the refund: it is recorded, not yet acknowledged.
+    gate.refunds_fail
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     let err = client
         .confirm(Decide::on(&r).confirm_with(&payment))
         .await
@@ -253,7 +239,8 @@ async fn a_refund_survives_a_coordinator_crash_before_the_payment_service_heard(
     first.kill();
     assert_eq!(refunded(&shop, &payment.payment_ref).await, (0, 0));
 
-    network.restore().await;
+    gate.refunds_fail
+        .store(false, std::sync::atomic::Ordering::SeqCst);
     let second = spawn_killable(&pool, s).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     while refunded(&shop, &payment.payment_ref).await != (4_200, 1) {
@@ -298,7 +285,7 @@ async fn the_refund_policy_always_refunds_and_closed_reservations_refund_too(poo
     s.policy.late_payment = LatePaymentPolicy::Refund;
     let mut app = spawn_app(pool, s).await;
     let r = reserve_and_let_lapse(&mut app.client, &shop, "alice").await;
-    let payment = charge(&shop).await;
+    let payment = charge(&shop, &r).await;
     let err = app
         .client
         .confirm(Decide::on(&r).confirm_with(&payment))
@@ -318,7 +305,7 @@ async fn the_refund_policy_always_refunds_and_closed_reservations_refund_too(poo
     req.holder = "carol".into();
     let r2 = app.client.reserve(req).await.unwrap().into_inner();
     app.client.cancel(Decide::on(&r2).cancel()).await.unwrap();
-    let payment2 = charge(&shop).await;
+    let payment2 = charge(&shop, &r2).await;
     let err = app
         .client
         .confirm(Decide::on(&r2).confirm_with(&payment2))
@@ -356,7 +343,7 @@ async fn a_hold_lost_at_confirm_fails_the_reservation_and_refunds_the_payment(po
     bob.holder = "bob".into();
     app.client.reserve(bob).await.unwrap();
 
-    let payment = charge(&shop).await;
+    let payment = charge(&shop, &r).await;
     let c = app
         .client
         .confirm(Decide::on(&r).confirm_with(&payment))
@@ -415,24 +402,8 @@ async fn a_coordinator_dying_while_honouring_a_late_payment_leaves_it_refunded(p
         .behaviour
         .stall_tries
         .store(true, std::sync::atomic::Ordering::SeqCst);
-    let payment_ref = PaymentsClient::connect(payments.clone())
-        .await
-        .unwrap()
-        .charge(proto::ChargeRequest {
-            account: "card-1".into(),
-            amount_minor: 900,
-            currency: "EUR".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .payment_ref;
-    let payment = proto::Payment {
-        participant: "payments".into(),
-        payment_ref: payment_ref.clone(),
-        amount_minor: 900,
-        currency: "EUR".into(),
-    };
+    let payment = charge_for(&payments, "card-1", &r.id, 900).await;
+    let payment_ref = payment.payment_ref.clone();
     let pending = tokio::spawn({
         let req = Decide::on(&r).confirm_with(&payment);
         async move { client.confirm(req).await }

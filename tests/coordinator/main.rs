@@ -14,6 +14,7 @@ mod late_payment;
 mod lifecycle;
 mod migrate;
 mod overload;
+mod payment_binding;
 mod process;
 mod recovery;
 mod service;

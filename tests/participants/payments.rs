@@ -82,6 +82,7 @@ async fn refunds_move_money_once_and_never_above_the_capture(pool: PgPool) {
                 account: "acct-1".into(),
                 amount_minor: 400,
                 currency: "EUR".into(),
+                reservation_id: "r-1".into(),
             })
             .await
             .expect("charge")
@@ -139,6 +140,10 @@ async fn refunds_move_money_once_and_never_above_the_capture(pool: PgPool) {
         assert_eq!(record.amount_minor, 400);
         assert_eq!(record.refunded_minor, 400);
         assert_eq!(record.currency, "EUR");
+        assert_eq!(
+            record.reservation_id, "r-1",
+            "the payment keeps its reservation"
+        );
         let ids: Vec<_> = record
             .refunds
             .iter()
@@ -153,6 +158,62 @@ async fn refunds_move_money_once_and_never_above_the_capture(pool: PgPool) {
             .await
             .expect_err("unknown payment");
         assert_eq!(err.code(), tonic::Code::NotFound);
+        p.stop().await;
+    }
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_charge_is_bound_to_the_reservation_it_names(pool: PgPool) {
+    for db in Db::both(&pool).await {
+        let mut p = spawn_on(Kind::Payments, &db).await;
+        p.put("acct-1", 1000).await;
+        let err = p
+            .payments
+            .charge(ChargeRequest {
+                account: "acct-1".into(),
+                amount_minor: 400,
+                currency: "EUR".into(),
+                reservation_id: String::new(),
+            })
+            .await
+            .expect_err("a charge names its reservation");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert!(
+            err.message().starts_with("reservation_id"),
+            "{}",
+            err.message()
+        );
+        assert_eq!(
+            counts(&mut p, "acct-1").await,
+            (1000, 0, 0),
+            "nothing debited"
+        );
+        let payment_ref = p
+            .payments
+            .charge(ChargeRequest {
+                account: "acct-1".into(),
+                amount_minor: 400,
+                currency: "EUR".into(),
+                reservation_id: "0190a0b0-0000-7000-8000-000000000001".into(),
+            })
+            .await
+            .expect("charge")
+            .into_inner()
+            .payment_ref;
+        let record = p
+            .payments
+            .get_payment(GetPaymentRequest { payment_ref })
+            .await
+            .expect("get payment")
+            .into_inner();
+        assert_eq!(
+            record.reservation_id,
+            "0190a0b0-0000-7000-8000-000000000001"
+        );
+        assert_eq!(
+            (record.amount_minor, record.currency.as_str()),
+            (400, "EUR")
+        );
         p.stop().await;
     }
 }

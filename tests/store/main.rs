@@ -117,6 +117,12 @@ conformance!(
         retake_fails_and_refunds,
         failed_refunds_payment,
     ],
+    bindings: [
+        unverified_payment_changes_nothing,
+        payment_ref_belongs_to_one_reservation,
+        racing_confirms_bind_a_payment_once,
+        further_payment_is_refunded,
+    ],
     list: [list_pages_and_filters],
     writes: [
         writes_answer_with_the_stored_reservation,

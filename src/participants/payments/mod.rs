@@ -1,9 +1,10 @@
 //! Reference participant `payments`: account balances in minor units. Try authorises
 //! (moves the amount from `available` to `authorised` with a guarded UPDATE), Confirm captures
 //! (`authorised` -> `captured`), Cancel voids (`authorised` -> `available`), each through the
-//! authorisation's winning state transition. Also `tcc.v1.Payments`: `Charge` captures outside
-//! any reservation, `Refund` returns captured money exactly once per `refund_id` and never
-//! more than was captured, `GetPayment` reads a payment with its refunds.
+//! authorisation's winning state transition. Also `tcc.v1.Payments`: `Charge` captures for a
+//! reservation outside the coordinator (the payment keeps its `reservation_id`), `Refund`
+//! returns captured money exactly once per `refund_id` and never more than was captured,
+//! `GetPayment` reads a payment with its refunds and its reservation.
 //!
 //! Admin counts: capacity = the account's balance = available + authorised (held) + captured
 //! (confirmed). Accounts carry no currency; a payment carries the currency it was charged in.

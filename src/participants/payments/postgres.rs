@@ -211,12 +211,14 @@ impl PaymentsSql for Postgres {
             return Err(charge_refused(req, exists.is_some()));
         }
         sqlx::query(
-            "INSERT INTO payment (payment_ref, resource, amount_minor, currency) VALUES ($1, $2, $3, $4)",
+            "INSERT INTO payment (payment_ref, resource, amount_minor, currency, reservation_id) \
+             VALUES ($1, $2, $3, $4, $5)",
         )
         .bind(payment_ref)
         .bind(&req.account)
         .bind(req.amount_minor)
         .bind(&req.currency)
+        .bind(&req.reservation_id)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -295,7 +297,8 @@ impl PaymentsSql for Postgres {
     ) -> Result<PaymentRecord, ResourceError> {
         let mut conn = pool.acquire().await?;
         let payment = sqlx::query(
-            "SELECT amount_minor, currency, refunded_minor FROM payment WHERE payment_ref = $1",
+            "SELECT amount_minor, currency, refunded_minor, reservation_id FROM payment \
+             WHERE payment_ref = $1",
         )
         .bind(&payment_ref)
         .fetch_optional(&mut *conn)
@@ -326,6 +329,9 @@ impl PaymentsSql for Postgres {
             currency: payment.try_get("currency")?,
             refunded_minor: payment.try_get("refunded_minor")?,
             refunds,
+            reservation_id: payment
+                .try_get::<Option<String>, _>("reservation_id")?
+                .unwrap_or_default(),
         })
     }
 }

@@ -29,6 +29,7 @@ impl<DB: PaymentsSql> PaymentsService<DB> {
 
     async fn charge(&self, req: ChargeRequest) -> Result<String, ResourceError> {
         check_id("account", &req.account)?;
+        check_id("reservation_id", &req.reservation_id)?;
         check_amount(req.amount_minor)?;
         check_currency(&req.currency)?;
         let payment_ref = format!("pay_{}", uuid::Uuid::now_v7().simple());

@@ -11,6 +11,7 @@
 //! - `create.rs`: Reserves (advisory locks, the batched insert, admission's counts).
 //! - `unlocked.rs`: the unlocked Confirm/Cancel and the images it decides on.
 //! - `decide.rs`: the statements of the shared locked decision, retake and outcome flows.
+//! - `payments.rs`: the statements of payment bindings and further payments.
 //! - `answers.rs` / `group_commit.rs`: recording fan-out answers, many per statement.
 //! - `recovery.rs`: claims, leases, backlog.
 
@@ -22,6 +23,7 @@ mod answers;
 mod create;
 mod decide;
 mod group_commit;
+mod payments;
 mod recovery;
 mod unlocked;
 
@@ -35,11 +37,13 @@ use uuid::Uuid;
 use self::group_commit::GroupCommit;
 use self::unlocked::RecentlyHeld;
 use super::{
-    BranchReport, Claimed, Created, Decided, PhaseRecorded, Store, StoreError, WorkLease, outcome,
-    retake,
+    BranchReport, Claimed, Created, Decided, PhaseRecorded, Store, StoreError, WorkLease, extra,
+    outcome, retake,
 };
 use crate::domain::policy::{Backoff, HoldLimits};
-use crate::domain::{Decision, ListQuery, NewReservation, Rejection, Reservation, State};
+use crate::domain::{
+    Decision, ExtraPayment, ListQuery, NewReservation, Rejection, Reservation, State,
+};
 
 /// The coordinator's schema, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/coordinator");
@@ -204,6 +208,21 @@ impl Store for PgStore {
         backoff: Backoff,
     ) -> Result<Reservation, StoreError> {
         outcome::record_refund_attempt::<Postgres>(&self.pool, id, acknowledged, backoff).await
+    }
+
+    async fn pending_extra_payments(&self, id: Uuid) -> Result<Vec<ExtraPayment>, StoreError> {
+        extra::pending_extra_payments::<Postgres>(&self.pool, id).await
+    }
+
+    async fn record_extra_refund_attempt(
+        &self,
+        id: Uuid,
+        extra: &ExtraPayment,
+        acknowledged: bool,
+        backoff: Backoff,
+    ) -> Result<ExtraPayment, StoreError> {
+        extra::record_extra_refund_attempt::<Postgres>(&self.pool, id, extra, acknowledged, backoff)
+            .await
     }
 
     async fn renew_lease(&self, id: Uuid, lease: WorkLease) -> Result<bool, StoreError> {

@@ -1,6 +1,7 @@
-//! Recovery work on PostgreSQL: sweeps claim due reservations with leases (`FOR UPDATE SKIP
-//! LOCKED`, expiry decided in the claiming statement), drivers renew their leases, a
-//! participant that answers again has its backlog woken, and the backlog is counted.
+//! Recovery work on PostgreSQL: sweeps claim due reservations (further payments' refunds
+//! included) with leases (`FOR UPDATE SKIP LOCKED`, expiry decided in the claiming statement),
+//! drivers renew their leases, a participant that answers again has its backlog woken, and the
+//! backlog is counted.
 
 use sqlx::postgres::PgPool;
 use uuid::Uuid;
@@ -27,7 +28,9 @@ pub(super) async fn claim_due(
                         END) \
                 OR ((refund_state = 'PENDING' \
                      OR (state = 'EXPIRED' AND payment_ref IS NOT NULL AND refund_id IS NULL)) \
-                    AND coalesce(next_attempt_at, '-infinity') <= clock_timestamp())) \
+                    AND coalesce(next_attempt_at, '-infinity') <= clock_timestamp()) \
+                OR id IN (SELECT reservation_id FROM extra_payments \
+                          WHERE refund_state = 'PENDING' AND next_attempt_at <= clock_timestamp())) \
             ORDER BY coalesce(next_attempt_at, expires_at) \
             LIMIT $3 \
             FOR UPDATE SKIP LOCKED) \
@@ -93,7 +96,8 @@ pub(super) async fn backlog(pool: &PgPool) -> Result<i64, StoreError> {
         "SELECT count(*) FROM reservations \
          WHERE state IN ('TRYING', 'CONFIRMING', 'CANCELLING') \
             OR (state = 'HELD' AND expires_at <= clock_timestamp()) \
-            OR refund_state = 'PENDING'",
+            OR refund_state = 'PENDING' \
+            OR id IN (SELECT reservation_id FROM extra_payments WHERE refund_state = 'PENDING')",
     )
     .fetch_one(pool)
     .await?;

@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::rows::{self, ReservationRow, millis};
 use crate::domain::lifecycle;
 use crate::domain::{Decision, Reservation, State, Verdict};
-use crate::store::decide::snapshot_of;
+use crate::store::decide::{payment_conflict, snapshot_of};
 use crate::store::{Decided, StoreError, WorkLease};
 
 /// The reservations this process last recorded as `HELD`, as recorded, so their Confirm or
@@ -92,11 +92,22 @@ pub(super) async fn decide_unlocked(
     if !current.token.verifies(presented_token) {
         return Ok(Some(Decided::TokenMismatch));
     }
-    let verdict = lifecycle::decide(&snapshot_of(&current), decision);
-    if from_cache && !matches!(verdict, Verdict::Transition { .. }) {
+    let verdict = lifecycle::decide(&snapshot_of(&current, decision), decision);
+    if from_cache && !matches!(verdict, Verdict::Transition { .. } | Verdict::VerifyPayment) {
         return Ok(None);
     }
     let row = match (&verdict, decision) {
+        // The payment is checked before the decision is taken again: keep the image for it.
+        (Verdict::VerifyPayment, _) => {
+            if from_cache {
+                recently_held.put(&current);
+            }
+            return Ok(Some(Decided::Judged {
+                verdict,
+                reservation: Box::new(current),
+                leased: false,
+            }));
+        }
         (Verdict::AlreadyDone | Verdict::Refuse(_), _) => {
             return Ok(Some(Decided::Judged {
                 verdict,
@@ -114,7 +125,7 @@ pub(super) async fn decide_unlocked(
             Decision::Confirm { payment, .. },
         ) => {
             let payment = payment.as_ref();
-            sqlx::query_as::<_, ReservationRow>(concat!(
+            let confirmed = sqlx::query_as::<_, ReservationRow>(concat!(
                 "UPDATE reservations SET state = 'CONFIRMING', version = version + 1, \
                  updated_at = clock_timestamp(), lease_owner = $3, \
                  lease_until = clock_timestamp() + $4 * interval '1 millisecond', \
@@ -124,6 +135,8 @@ pub(super) async fn decide_unlocked(
                  payment_currency = coalesce(payment_currency, $8) \
                  WHERE id = $1 AND version = $2 AND state = 'HELD' \
                    AND clock_timestamp() < expires_at \
+                   AND NOT EXISTS (SELECT 1 FROM extra_payments \
+                                   WHERE payment_participant = $5 AND payment_ref = $6) \
                  RETURNING ",
                 reservation_columns!()
             ))
@@ -136,7 +149,14 @@ pub(super) async fn decide_unlocked(
             .bind(payment.map(|p| p.amount_minor))
             .bind(payment.map(|p| p.currency.as_str()))
             .fetch_optional(&mut *conn)
-            .await?
+            .await;
+            // Another reservation recorded this payment first (the unique index decided). A
+            // payment recorded as another's further payment makes the UPDATE miss: the locked
+            // path tells.
+            match confirmed.map_err(StoreError::from) {
+                Err(e) if payment_conflict(&e) => return Ok(Some(Decided::PaymentTaken)),
+                other => other?,
+            }
         }
         (
             Verdict::Transition {

@@ -17,6 +17,7 @@
 //! - `rows.rs`: the column lists, the row types, `load`, `get` and `list`.
 //! - `create.rs`: Reserves (admission's counts, the insert).
 //! - `decide.rs`: the statements of the shared locked decision, retake and outcome flows.
+//! - `payments.rs`: the statements of payment bindings and further payments.
 //! - `answers.rs`: recording fan-out answers (`record_held`, `record_phase`).
 //! - `recovery.rs`: claims, leases, backlog.
 
@@ -47,6 +48,7 @@ macro_rules! backoff_next_attempt {
 mod answers;
 mod create;
 mod decide;
+mod payments;
 mod recovery;
 mod rows;
 
@@ -57,11 +59,13 @@ use uuid::Uuid;
 
 use super::sql::ReservationSql;
 use super::{
-    BranchReport, Claimed, Created, Decided, PhaseRecorded, Store, StoreError, WorkLease, outcome,
-    retake,
+    BranchReport, Claimed, Created, Decided, PhaseRecorded, Store, StoreError, WorkLease, extra,
+    outcome, retake,
 };
 use crate::domain::policy::{Backoff, HoldLimits};
-use crate::domain::{Decision, ListQuery, NewReservation, Rejection, Reservation, State};
+use crate::domain::{
+    Decision, ExtraPayment, ListQuery, NewReservation, Rejection, Reservation, State,
+};
 
 /// The coordinator's SQLite schema, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/coordinator-sqlite");
@@ -225,6 +229,21 @@ impl Store for SqliteStore {
         backoff: Backoff,
     ) -> Result<Reservation, StoreError> {
         outcome::record_refund_attempt::<Sqlite>(&self.pool, id, acknowledged, backoff).await
+    }
+
+    async fn pending_extra_payments(&self, id: Uuid) -> Result<Vec<ExtraPayment>, StoreError> {
+        extra::pending_extra_payments::<Sqlite>(&self.pool, id).await
+    }
+
+    async fn record_extra_refund_attempt(
+        &self,
+        id: Uuid,
+        extra: &ExtraPayment,
+        acknowledged: bool,
+        backoff: Backoff,
+    ) -> Result<ExtraPayment, StoreError> {
+        extra::record_extra_refund_attempt::<Sqlite>(&self.pool, id, extra, acknowledged, backoff)
+            .await
     }
 
     async fn renew_lease(&self, id: Uuid, lease: WorkLease) -> Result<bool, StoreError> {

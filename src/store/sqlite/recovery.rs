@@ -1,7 +1,7 @@
-//! Recovery work on SQLite: sweeps claim due reservations with leases (under the write lock
-//! the pick and the claim are one atomic step; expiry is decided in the claiming UPDATE),
-//! drivers renew their leases, a participant that answers again has its backlog woken, and
-//! the backlog is counted.
+//! Recovery work on SQLite: sweeps claim due reservations (further payments' refunds included)
+//! with leases (under the write lock the pick and the claim are one atomic step; expiry is
+//! decided in the claiming UPDATE), drivers renew their leases, a participant that answers
+//! again has its backlog woken, and the backlog is counted.
 
 use sqlx::Sqlite;
 use sqlx::sqlite::SqlitePool;
@@ -35,6 +35,9 @@ pub(super) async fn claim_due(
             OR ((refund_state = 'PENDING' \
                  OR (state = 'EXPIRED' AND payment_ref IS NOT NULL AND refund_id IS NULL)) \
                 AND coalesce(next_attempt_at, -9223372036854775807) <= ",
+        sqlite_now_us!(),
+        ") OR id IN (SELECT reservation_id FROM extra_payments \
+                      WHERE refund_state = 'PENDING' AND next_attempt_at <= ",
         sqlite_now_us!(),
         ")) ORDER BY coalesce(next_attempt_at, expires_at) LIMIT ?1"
     ))
@@ -123,7 +126,8 @@ pub(super) async fn backlog(pool: &SqlitePool) -> Result<i64, StoreError> {
          WHERE state IN ('TRYING', 'CONFIRMING', 'CANCELLING') \
             OR (state = 'HELD' AND expires_at <= ",
         sqlite_now_us!(),
-        ") OR refund_state = 'PENDING'"
+        ") OR refund_state = 'PENDING' \
+         OR id IN (SELECT reservation_id FROM extra_payments WHERE refund_state = 'PENDING')"
     ))
     .fetch_one(pool)
     .await?;

@@ -8,10 +8,12 @@
 //! `tests/store` includes this folder too, for its coordinator-on-SQLite smoke test.
 
 mod fakes;
+mod payments;
 mod relay;
 mod requests;
 
 pub use fakes::*;
+pub use payments::*;
 pub use relay::Relay;
 pub use requests::*;
 

@@ -152,6 +152,7 @@ async fn all_in_one_binary_confirms_and_keeps_it_across_a_sigkill() {
                 account: "card".into(),
                 amount_minor: 500,
                 currency: "EUR".into(),
+                reservation_id: lapsing.id.clone(),
             })
             .await
             .expect("charge")

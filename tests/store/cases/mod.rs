@@ -3,6 +3,7 @@
 //! file per topic. This file holds what several topics build on: the fixture reservation, the
 //! durations, leases and limits, and short forms of the store calls.
 
+pub mod bindings;
 pub mod create;
 pub mod decide;
 pub mod list;
@@ -163,6 +164,7 @@ fn confirm() -> Decision {
     Decision::Confirm {
         payment: None,
         late_policy: LatePaymentPolicy::HonorIfAvailable,
+        payment_verified: false,
     }
 }
 
@@ -175,10 +177,13 @@ fn payment() -> Payment {
     }
 }
 
+/// A Confirm with [`payment`], checked with its payments service already (the store trusts
+/// `payment_verified`; the coordinator sets it).
 fn confirm_paid(late_policy: LatePaymentPolicy) -> Decision {
     Decision::Confirm {
         payment: Some(payment()),
         late_policy,
+        payment_verified: true,
     }
 }
 

@@ -1,5 +1,6 @@
 //! The participant registry: name -> endpoint, one long-lived HTTP/2 channel per participant,
-//! and the three TCC calls translated to domain outcomes.
+//! and the three TCC calls translated to domain outcomes (plus a payment service's GetPayment
+//! and Refund).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,6 +16,10 @@ use tracing::Instrument;
 use crate::domain::{BranchOutcome, BranchState, Hold, TryOutcome};
 use crate::proto;
 use crate::proto::participant_client::ParticipantClient;
+
+mod payments;
+
+pub use payments::PaymentLookup;
 
 /// How to reach one participant.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -481,47 +486,6 @@ impl ParticipantHandle {
             crate::telemetry::branch_call(&self.name, name, started.elapsed());
             self.observe(&result);
             phase.outcome(result?.get_ref().state)
-        }
-        .instrument(span)
-        .await
-    }
-
-    /// Asks the payment participant to refund `refund.amount_minor` of the payment; `Ok` once
-    /// it acknowledged (now or on an earlier call with the same refund id).
-    pub async fn refund(
-        &self,
-        reservation_id: Uuid,
-        payment: &crate::domain::Payment,
-        refund: &crate::domain::Refund,
-    ) -> Result<(), CallError> {
-        let span = self.span("refund", reservation_id, None);
-        async move {
-            let req = self.request(proto::RefundRequest {
-                refund_id: refund.refund_id.to_string(),
-                reservation_id: reservation_id.to_string(),
-                payment_ref: payment.payment_ref.clone(),
-                amount_minor: refund.amount_minor,
-                currency: refund.currency.clone(),
-                reason: refund.reason.clone(),
-            });
-            let started = std::time::Instant::now();
-            let result = self
-                .payments
-                .clone()
-                .refund(req)
-                .await
-                .map_err(|s| CallError::from_status(&s));
-            crate::telemetry::branch_call(&self.name, "refund", started.elapsed());
-            self.observe(&result);
-            let resp = result?;
-            if resp.get_ref().state == i32::from(proto::refund::State::Refunded) {
-                Ok(())
-            } else {
-                Err(CallError::protocol(format!(
-                    "payment participant answered refund state {}",
-                    resp.get_ref().state
-                )))
-            }
         }
         .instrument(span)
         .await

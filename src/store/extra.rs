@@ -1,0 +1,80 @@
+//! Further payments (SPEC 7.3: a second, different payment for a confirmed or refunded
+//! reservation is refunded, never dropped), written once for both databases: a stored row into
+//! the domain type, the refunds still owed, and the record of a refund attempt. (Recording
+//! one is part of the locked decision, `decide.rs`.)
+
+use sqlx::Pool;
+use uuid::Uuid;
+
+use super::StoreError;
+use super::sql::PaymentSql;
+use crate::domain::policy::Backoff;
+use crate::domain::{ExtraPayment, Payment, Refund, RefundState};
+
+/// An `extra_payments` row as both databases read it: (reservation_id, payment_participant,
+/// payment_ref, amount_minor, currency, refund_id, refund_state, refund_reason).
+pub(crate) type ExtraRow = (Uuid, String, String, i64, String, Uuid, String, String);
+
+/// A stored further payment, with the reservation it is on.
+pub(crate) fn extra_payment(row: ExtraRow) -> Result<(Uuid, ExtraPayment), StoreError> {
+    let (
+        reservation_id,
+        participant,
+        payment_ref,
+        amount_minor,
+        currency,
+        refund_id,
+        state,
+        reason,
+    ) = row;
+    let state = RefundState::parse(&state).ok_or_else(|| {
+        StoreError::Corrupt(format!(
+            "further payment {payment_ref}: unknown refund_state {state:?}"
+        ))
+    })?;
+    let refund = Refund {
+        refund_id,
+        state,
+        amount_minor,
+        currency: currency.clone(),
+        reason,
+    };
+    let payment = Payment {
+        participant,
+        payment_ref,
+        amount_minor,
+        currency,
+    };
+    Ok((reservation_id, ExtraPayment { payment, refund }))
+}
+
+/// [`crate::store::Store::pending_extra_payments`].
+pub(crate) async fn pending_extra_payments<DB: PaymentSql>(
+    pool: &Pool<DB>,
+    id: Uuid,
+) -> Result<Vec<ExtraPayment>, StoreError> {
+    let mut conn = pool.acquire().await?;
+    DB::pending_extra_payments(&mut conn, id).await
+}
+
+/// [`crate::store::Store::record_extra_refund_attempt`].
+pub(crate) async fn record_extra_refund_attempt<DB: PaymentSql>(
+    pool: &Pool<DB>,
+    id: Uuid,
+    extra: &ExtraPayment,
+    acknowledged: bool,
+    backoff: Backoff,
+) -> Result<ExtraPayment, StoreError> {
+    let mut tx = DB::begin_write(pool).await?;
+    DB::record_extra_refund_attempt(&mut tx, extra, acknowledged, backoff).await?;
+    DB::release_terminal_lease(&mut tx, id).await?;
+    let after = DB::load_extra_payment(&mut tx, &extra.payment).await?;
+    tx.commit().await?;
+    match after {
+        Some((_, after)) => Ok(after),
+        None => Err(StoreError::Corrupt(format!(
+            "further payment {} of reservation {id} vanished",
+            extra.payment.payment_ref
+        ))),
+    }
+}

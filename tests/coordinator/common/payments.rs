@@ -1,0 +1,114 @@
+//! The payments service as a test sees it: charge a card for a reservation (SPEC 7.3: every
+//! payment is bound to the reservation it is for), read a payment back, and a gate in front of
+//! the real service that can hold refunds back.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use holdfast::proto;
+use holdfast::proto::payments_client::PaymentsClient;
+use tokio::net::TcpListener;
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
+
+/// Charges `amount_minor` EUR on `account` at the payments participant at `url`, for
+/// reservation `reservation_id`; the payment as Confirm cites it (participant `payments`).
+pub async fn charge_for(
+    url: &str,
+    account: &str,
+    reservation_id: &str,
+    amount_minor: i64,
+) -> proto::Payment {
+    let payment_ref = PaymentsClient::connect(url.to_owned())
+        .await
+        .unwrap()
+        .charge(proto::ChargeRequest {
+            account: account.into(),
+            amount_minor,
+            currency: "EUR".into(),
+            reservation_id: reservation_id.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .payment_ref;
+    proto::Payment {
+        participant: "payments".into(),
+        payment_ref,
+        amount_minor,
+        currency: "EUR".into(),
+    }
+}
+
+/// A payment as the payments participant at `url` records it (with its refunds).
+pub async fn payment_record(url: &str, payment_ref: &str) -> proto::PaymentRecord {
+    PaymentsClient::connect(url.to_owned())
+        .await
+        .unwrap()
+        .get_payment(proto::GetPaymentRequest {
+            payment_ref: payment_ref.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// A `tcc.v1.Payments` in front of a real payments participant: forwards every call, except
+/// that Refund fails (UNAVAILABLE, nothing forwarded) while `refunds_fail` is set, so a refund
+/// can be recorded (the payment verified) and still not reach the payment service.
+pub struct PaymentsGate {
+    pub url: String,
+    pub refunds_fail: Arc<AtomicBool>,
+}
+
+struct Gate {
+    target: PaymentsClient<Channel>,
+    refunds_fail: Arc<AtomicBool>,
+}
+
+#[tonic::async_trait]
+impl proto::payments_server::Payments for Gate {
+    async fn refund(
+        &self,
+        request: Request<proto::RefundRequest>,
+    ) -> Result<Response<proto::RefundResponse>, Status> {
+        if self.refunds_fail.load(Ordering::SeqCst) {
+            return Err(Status::unavailable("the gate holds refunds back"));
+        }
+        self.target.clone().refund(request.into_inner()).await
+    }
+
+    async fn get_payment(
+        &self,
+        request: Request<proto::GetPaymentRequest>,
+    ) -> Result<Response<proto::PaymentRecord>, Status> {
+        self.target.clone().get_payment(request.into_inner()).await
+    }
+
+    async fn charge(
+        &self,
+        request: Request<proto::ChargeRequest>,
+    ) -> Result<Response<proto::ChargeResponse>, Status> {
+        self.target.clone().charge(request.into_inner()).await
+    }
+}
+
+/// Starts a [`PaymentsGate`] on 127.0.0.1:0 in front of the payments participant at `target`.
+pub async fn spawn_payments_gate(target: &str) -> PaymentsGate {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let refunds_fail = Arc::new(AtomicBool::new(false));
+    let gate = Gate {
+        target: PaymentsClient::connect(target.to_owned()).await.unwrap(),
+        refunds_fail: refunds_fail.clone(),
+    };
+    tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(proto::payments_server::PaymentsServer::new(gate))
+            .add_service(tonic_health::server::health_reporter().1)
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+            .await
+            .unwrap();
+    });
+    PaymentsGate { url, refunds_fail }
+}
