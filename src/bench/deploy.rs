@@ -141,10 +141,11 @@ impl Deployment {
             let routes = Routes::new(service.into_server())
                 .add_service(crate::proto::resource_admin_server::ResourceAdminServer::new(admin));
             let shutdown = stopped(stop_rx.clone());
+            let auth = transport.credentials.servers.clone();
             tasks.spawn(async move {
                 crate::server::serve(
                     listener,
-                    &crate::auth::Authenticator::Off,
+                    &auth,
                     routes,
                     &["tcc.v1.Participant", "tcc.v1.ResourceAdmin"],
                     shutdown,
@@ -163,14 +164,19 @@ impl Deployment {
             });
             admin_urls.push((kind.name().to_owned(), url));
             let (pool, shutdown) = (ppool.clone(), stopped(stop_rx.clone()));
+            let settings = ParticipantSettings {
+                auth: transport.credentials.servers.clone(),
+                ..ParticipantSettings::new(kind)
+            };
             tasks.spawn(async move {
-                participants::serve(ParticipantSettings::new(kind), pool, listener, shutdown)
+                participants::serve(settings, pool, listener, shutdown)
                     .await
                     .map_err(|e| format!("participant {}: {e}", kind.name()))
             });
         }
         let mut stock_redis_admin = None;
-        if let Some(settings) = stock_redis {
+        if let Some(mut settings) = stock_redis {
+            settings.auth = transport.credentials.servers.clone();
             let (listener, url) = transport.bind().await?;
             registered.push(ParticipantEndpoint {
                 name: stock_redis::NAME.to_owned(),
@@ -192,7 +198,11 @@ impl Deployment {
             policy: Policy::default(),
             server: crate::server::ServerLimits::default(),
             participant_transport: transport.participant_transport(),
-            access: app::CoordinatorAccess::default(),
+            access: app::CoordinatorAccess {
+                auth: transport.credentials.servers.clone(),
+                participant_key: transport.credentials.coordinator_key.clone(),
+                tokens: None,
+            },
         };
         let (store, shutdown) = (PgStore::from_pool(cpool.clone()), stopped(stop_rx.clone()));
         tasks.spawn(async move {
@@ -280,7 +290,7 @@ impl Deployment {
 /// if not, why.
 async fn coordinator_ready(transport: &Transport, url: &str) -> Result<(), String> {
     within_probe_time(async {
-        let mut client = CoordinatorClient::new(transport.probe_channel(url).await?);
+        let mut client = CoordinatorClient::new(transport.probe_channel(url, false).await?);
         let answer = client
             .get_reservation(crate::proto::GetReservationRequest {
                 reservation_id: uuid::Uuid::new_v4().to_string(),
@@ -295,7 +305,7 @@ async fn coordinator_ready(transport: &Transport, url: &str) -> Result<(), Strin
 /// `stock-redis`, once its data set is built and it serves. If not, why.
 async fn admin_ready(transport: &Transport, url: &str) -> Result<(), String> {
     within_probe_time(async {
-        let mut client = ResourceAdminClient::new(transport.probe_channel(url).await?);
+        let mut client = ResourceAdminClient::new(transport.probe_channel(url, true).await?);
         let answer = client
             .get_resource(crate::proto::GetResourceRequest {
                 resource: format!("probe-{}", uuid::Uuid::new_v4().simple()),

@@ -3,6 +3,7 @@
 //! Postgres database) or an existing one (`--target`), and prints throughput and latency next to the raw commit rate of the same
 //! Postgres measured in the same run (`ceiling`). See `BENCHMARKS.md`.
 
+pub mod credentials;
 pub mod deploy;
 mod report;
 pub mod scenarios;
@@ -135,6 +136,17 @@ pub struct BenchArgs {
     /// bench's clients present it).
     #[arg(long)]
     pub tls_client_auth: bool,
+
+    /// Authentication on every in-process server: principals and API keys made for the run
+    /// (a client key for the coordinator, an admin key for ResourceAdmin, the coordinator's
+    /// own key for its participants), as a deployment with --auth-keys has.
+    #[arg(long)]
+    pub auth: bool,
+
+    /// With --target: the API key presented on every call (`authorization: Bearer`); it needs
+    /// the client role at the coordinator and admin for ResourceAdmin.
+    #[arg(long, env = "HOLDFAST_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
 }
 
 /// Whether a row is a flash sale (`flash`, `flash-stock-redis`).
@@ -194,7 +206,10 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
     let transport = Transport::from_args(&args)
         .await
         .map_err(BenchError::Transport)?;
-    if let Some(line) = transport.describe() {
+    for line in [transport.describe(), transport.describe_auth()]
+        .into_iter()
+        .flatten()
+    {
         eprintln!("bench: {line}");
     }
     let in_process = args.target.is_none();

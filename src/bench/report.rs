@@ -229,6 +229,7 @@ pub(super) fn to_json(args: &BenchArgs, transport: &Transport, rows: &[Row]) -> 
         "duration_s": args.duration.as_secs_f64(),
         "clients": args.clients,
         "tls": transport.is_tls(),
+        "auth": transport.auth(),
         "tls_client_auth": transport.client_auth(),
         "results": rows,
     })

@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 use tonic::transport::Channel;
 
 use super::BenchArgs;
+use super::credentials::{BenchChannel, Credentials};
 use super::deploy::channel;
 use crate::proto::resource_admin_client::ResourceAdminClient;
 use crate::tls::{
@@ -30,6 +31,8 @@ pub struct Transport {
     client_auth: bool,
     /// Whether the coordinator is reached over TLS.
     tls: bool,
+    /// The keys calls present, and servers check (`--auth`, `--api-key`).
+    pub(crate) credentials: Credentials,
 }
 
 impl Transport {
@@ -39,10 +42,15 @@ impl Transport {
     /// files (re-read when they change, like every holdfast server's), so call it inside the
     /// Tokio runtime. In-process, one TLS handshake on loopback checks the certificate first.
     pub async fn from_args(args: &BenchArgs) -> Result<Transport, String> {
-        match &args.target {
+        let credentials = Credentials::from_args(args)?;
+        let transport = match &args.target {
             None => Transport::in_process(args).await,
             Some(target) => Transport::remote(args, target),
-        }
+        }?;
+        Ok(Transport {
+            credentials,
+            ..transport
+        })
     }
 
     async fn in_process(args: &BenchArgs) -> Result<Transport, String> {
@@ -83,6 +91,7 @@ impl Transport {
             client: Some(client),
             client_auth: args.tls_client_auth,
             tls: true,
+            credentials: Credentials::default(),
         })
     }
 
@@ -123,6 +132,7 @@ impl Transport {
             client: Some(client),
             client_auth: args.tls_client_auth,
             tls: is_https(target),
+            credentials: Credentials::default(),
         })
     }
 
@@ -134,6 +144,17 @@ impl Transport {
     /// Whether client certificates are presented (and, in-process, required).
     pub fn client_auth(&self) -> bool {
         self.client_auth
+    }
+
+    /// Whether calls carry API keys (and, in-process, servers check them).
+    pub fn auth(&self) -> bool {
+        self.credentials.is_on()
+    }
+
+    /// The authentication line of the summary, for runs with keys only.
+    pub fn describe_auth(&self) -> Option<String> {
+        self.auth()
+            .then(|| "authentication on (API keys on every call)".to_owned())
     }
 
     /// The transport line of the summary, for TLS runs only (plaintext runs print as before).
@@ -179,8 +200,16 @@ impl Transport {
         }
     }
 
+    /// A lazily connected channel to the coordinator at `url`, presenting the client key.
+    pub fn channel(&self, url: &str) -> Result<BenchChannel, String> {
+        Ok(BenchChannel::new(
+            self.raw_channel(url)?,
+            self.credentials.client(),
+        ))
+    }
+
     /// A lazily connected channel to `url`: TLS for `https://`, else plaintext.
-    pub fn channel(&self, url: &str) -> Result<Channel, String> {
+    fn raw_channel(&self, url: &str) -> Result<Channel, String> {
         if !is_https(url) {
             return Ok(channel(url)?.connect_lazy());
         }
@@ -192,27 +221,58 @@ impl Transport {
             .map_err(|e| e.to_string())
     }
 
-    /// `n` lazily connected channels to `url` (clients spread over them round robin).
-    pub fn channels(&self, url: &str, n: usize) -> Result<Vec<Channel>, String> {
+    /// `n` lazily connected channels to the coordinator at `url` (clients spread over them
+    /// round robin).
+    pub fn channels(&self, url: &str, n: usize) -> Result<Vec<BenchChannel>, String> {
         if !is_https(url) {
             let endpoint = channel(url)?;
-            return Ok((0..n.max(1)).map(|_| endpoint.connect_lazy()).collect());
+            return Ok((0..n.max(1))
+                .map(|_| BenchChannel::new(endpoint.connect_lazy(), self.credentials.client()))
+                .collect());
         }
         (0..n.max(1)).map(|_| self.channel(url)).collect()
     }
 
-    /// A channel to `url` for a readiness probe: plaintext ones connect at once (an error
-    /// there is a refused port), TLS ones on the probe's call.
-    pub(crate) async fn probe_channel(&self, url: &str) -> Result<Channel, String> {
-        if is_https(url) {
-            return self.channel(url);
-        }
-        channel(url)?.connect().await.map_err(|e| e.to_string())
+    /// `n` lazily connected channels straight to a participant at `url`, presenting what the
+    /// coordinator presents.
+    pub fn participant_channels(&self, url: &str, n: usize) -> Result<Vec<BenchChannel>, String> {
+        (0..n.max(1))
+            .map(|_| {
+                Ok(BenchChannel::new(
+                    self.raw_channel(url)?,
+                    self.credentials.participant(),
+                ))
+            })
+            .collect()
     }
 
-    /// A ResourceAdmin client for `url`.
-    pub fn admin_client(&self, url: &str) -> Result<ResourceAdminClient<Channel>, String> {
-        Ok(ResourceAdminClient::new(self.channel(url)?))
+    /// A channel to `url` for a readiness probe, presenting the admin key when `admin`, else
+    /// the client key: plaintext ones connect at once (an error there is a refused port), TLS
+    /// ones on the probe's call.
+    pub(crate) async fn probe_channel(
+        &self,
+        url: &str,
+        admin: bool,
+    ) -> Result<BenchChannel, String> {
+        let raw = if is_https(url) {
+            self.raw_channel(url)?
+        } else {
+            channel(url)?.connect().await.map_err(|e| e.to_string())?
+        };
+        let bearer = if admin {
+            self.credentials.admin()
+        } else {
+            self.credentials.client()
+        };
+        Ok(BenchChannel::new(raw, bearer))
+    }
+
+    /// A ResourceAdmin client for `url`, presenting the admin key.
+    pub fn admin_client(&self, url: &str) -> Result<ResourceAdminClient<BenchChannel>, String> {
+        Ok(ResourceAdminClient::new(BenchChannel::new(
+            self.raw_channel(url)?,
+            self.credentials.admin(),
+        )))
     }
 }
 

@@ -39,7 +39,8 @@ pub async fn holds(
     let server = match kind {
         Kind::StockRedis => {
             let redis = redis_url.ok_or("stock-redis needs --redis-url")?;
-            let settings = deploy::stock_redis_settings(redis);
+            let mut settings = deploy::stock_redis_settings(redis);
+            settings.auth = transport.credentials.servers.clone();
             redis_keys = Some((redis.to_owned(), settings.key_prefix.clone()));
             let pool = pool.clone();
             tokio::spawn(async move {
@@ -50,8 +51,12 @@ pub async fn holds(
         }
         _ => {
             let pool = pool.clone();
+            let settings = ParticipantSettings {
+                auth: transport.credentials.servers.clone(),
+                ..ParticipantSettings::new(kind)
+            };
             tokio::spawn(async move {
-                participants::serve(ParticipantSettings::new(kind), pool, listener, stopped)
+                participants::serve(settings, pool, listener, stopped)
                     .await
                     .map_err(|e| e.to_string())
             })
@@ -93,7 +98,7 @@ pub async fn holds(
         pool.close().await;
         return Err(format!("{} never accepted PutResources", kind.name()));
     }
-    let channels = transport.channels(&url, clients.max(1))?;
+    let channels = transport.participant_channels(&url, clients.max(1))?;
     let expires_at = prost_types::Timestamp {
         seconds: chrono::Utc::now().timestamp() + 3600,
         nanos: 0,

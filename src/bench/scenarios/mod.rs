@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use tonic::transport::Channel;
+use crate::bench::credentials::BenchChannel;
 use tonic_types::StatusExt;
 
 use super::Transport;
@@ -171,7 +171,7 @@ fn hold(participant: &str, resource: &str) -> Hold {
 }
 
 async fn put(
-    admin: &mut ResourceAdminClient<Channel>,
+    admin: &mut ResourceAdminClient<BenchChannel>,
     specs: Vec<ResourceSpec>,
 ) -> Result<(), String> {
     admin

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tonic::transport::Channel;
+use crate::bench::credentials::BenchChannel;
 
 use super::{Ctx, Measured, Progress, Workload, describe, hold, is_capacity_refusal, put};
 use crate::bench::stats::{Outcome, Recorder};
@@ -14,7 +14,7 @@ use crate::proto::{ConfirmRequest, Hold, ReserveRequest, ResourceSpec};
 
 /// Reserve then Confirm; a refusal for capacity is `Rejected`, anything else not OK an error.
 async fn reserve_confirm(
-    client: &mut CoordinatorClient<Channel>,
+    client: &mut CoordinatorClient<BenchChannel>,
     holder: String,
     holds: Vec<Hold>,
 ) -> Outcome {
@@ -53,7 +53,7 @@ struct Holds {
     workload: Workload,
     ctx: Arc<Ctx>,
     client: usize,
-    seats_admin: Option<ResourceAdminClient<Channel>>,
+    seats_admin: Option<ResourceAdminClient<BenchChannel>>,
     seats_provisioned: usize,
     next_seat: usize,
     sku: String,

@@ -165,3 +165,37 @@ fn bench_flash_sells_exactly_the_units_on_stock_and_stock_redis() {
         .expect("KEYS");
     assert!(left.is_empty(), "{} keys left under {prefix}", left.len());
 }
+
+/// `holdfast bench --auth`: every in-process server authenticates, the bench's calls carry the
+/// run's keys (client, admin, and the coordinator's own towards participants), and every row
+/// is clean - a key refused anywhere would be an error row.
+#[test]
+fn the_bench_runs_with_authentication_on_every_server() {
+    let (doc, output) = run_bench_document(&[
+        "latency",
+        "throughput",
+        "holds",
+        "--duration",
+        "1s",
+        "--clients",
+        "2",
+        "--auth",
+    ]);
+    assert_eq!(doc["auth"], true, "{output}");
+    let rows = doc["results"].as_array().expect("results");
+    for name in [
+        "latency-noop",
+        "latency-real",
+        "throughput-noop",
+        "throughput-real",
+        "holds-stock",
+    ] {
+        let row = rows
+            .iter()
+            .find(|r| r["scenario"] == name)
+            .unwrap_or_else(|| panic!("no {name} row; {output}"));
+        assert!(row["failure"].is_null(), "{row}");
+        assert_eq!(row["error_count"], 0, "{row}");
+        assert!(row["ok"].as_i64().expect("ok") > 0, "{row}");
+    }
+}
