@@ -559,8 +559,12 @@ fn print_banner(
     println!("holdfast all-in-one (database: {db})");
     if settings.access.auth.is_on() {
         println!("  authentication on (--auth-keys): send -H 'authorization: Bearer <key>'");
-    } else {
+    } else if listen.ip().is_loopback() {
         println!("  authentication off (loopback only)");
+    } else {
+        println!(
+            "  authentication off (--insecure-no-auth): anyone who reaches these ports can do anything"
+        );
     }
     println!("  coordinator  tcc.v1.Coordinator  {listen}");
     for p in &settings.participants {
