@@ -10,7 +10,6 @@ use sqlx::migrate::MigrateDatabase;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tonic::service::Routes;
-use tonic::transport::Endpoint;
 
 use super::transport::Transport;
 use crate::app::{self, CoordinatorSettings};
@@ -382,13 +381,4 @@ pub async fn delete_redis_keys(redis_url: &str, prefix: &str) -> Result<u64, Str
         }
         cursor = next;
     }
-}
-
-/// An endpoint for `url` with sane client settings.
-pub fn channel(url: &str) -> Result<Endpoint, String> {
-    Ok(Endpoint::from_shared(url.to_owned())
-        .map_err(|e| format!("bad URL {url:?}: {e}"))?
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(30))
-        .tcp_nodelay(true))
 }

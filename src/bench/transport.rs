@@ -8,11 +8,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tonic::transport::Channel;
+use tonic::transport::{Channel, Endpoint};
 
 use super::BenchArgs;
 use super::credentials::{BenchChannel, Credentials};
-use super::deploy::channel;
 use crate::proto::resource_admin_client::ResourceAdminClient;
 use crate::tls::{
     ClientTls, ClientTlsFiles, Listener, ParticipantTransport, ServerTls, ServerTlsFiles, TlsError,
@@ -333,4 +332,13 @@ fn in_bench_terms(e: TlsError) -> String {
         .replace("--participant-client-key", "--tls-key")
         .replace("--participant-ca", "--tls-ca")
         .replace("--tls-client-ca", "--tls-ca")
+}
+
+/// An endpoint for `url` with sane client settings.
+pub fn channel(url: &str) -> Result<Endpoint, String> {
+    Ok(Endpoint::from_shared(url.to_owned())
+        .map_err(|e| format!("bad URL {url:?}: {e}"))?
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(30))
+        .tcp_nodelay(true))
 }
