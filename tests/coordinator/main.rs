@@ -6,6 +6,7 @@ mod common;
 mod real;
 
 mod auth;
+mod caller_deadline;
 mod concurrency;
 mod end_to_end;
 mod extend;
