@@ -125,7 +125,8 @@ impl From<Error> for Status {
                 &[("field", "payment".into()), ("check", (*check).to_owned())],
                 &err,
             ),
-            Error::PaymentUnverified { participant, .. } => status(
+            Error::PaymentUnverified { participant, .. }
+            | Error::ExtendUnavailable { participant, .. } => status(
                 Code::Unavailable,
                 "PARTICIPANT_UNAVAILABLE",
                 message,

@@ -1,7 +1,6 @@
-//! Confirm, Cancel and Extend: each decision is taken durably in the store (token compared,
-//! verdict judged under the row's guard) before any participant hears of it, then driven.
-
-use std::time::Duration;
+//! Confirm and Cancel: each decision is taken durably in the store (token compared, verdict
+//! judged under the row's guard) before any participant hears of it, then driven. (Extend,
+//! which tells participants first, is `extend.rs`.)
 
 use uuid::Uuid;
 
@@ -63,9 +62,12 @@ impl Coordinator {
                 let r = self.drive_refund(r).await?;
                 Err(self.refusal(answer, &r))
             }
-            Verdict::Extend { .. } | Verdict::VerifyPayment | Verdict::RefundExtra { .. } => Err(
-                Error::Internal(format!("confirm judged as {verdict:?} after the store")),
-            ),
+            Verdict::Extend { .. }
+            | Verdict::TellParticipants { .. }
+            | Verdict::VerifyPayment
+            | Verdict::RefundExtra { .. } => Err(Error::Internal(format!(
+                "confirm judged as {verdict:?} after the store"
+            ))),
             Verdict::Refuse(refusal) => Err(self.refusal(refusal, &r)),
         }
     }
@@ -93,49 +95,7 @@ impl Coordinator {
         }
     }
 
-    /// Pushes `expires_at` of a held reservation out by `ttl` (default: its original ttl).
-    /// With a `request_id`, a repeat of the last applied extension answers the reservation as
-    /// it is rather than extending again.
-    pub async fn extend(
-        &self,
-        actor: &Actor,
-        id: &str,
-        token: &str,
-        ttl: Option<Duration>,
-        request_id: &str,
-    ) -> Result<Reservation, Error> {
-        let id = validate::reservation_id(id)?;
-        validate::hold_token(token)?;
-        let by = match ttl {
-            Some(t) => Some(validate::ttl("ttl", t, &self.limits)?),
-            None => None,
-        };
-        let request_id = if request_id.is_empty() {
-            None
-        } else {
-            validate::identifier("request_id", request_id, self.limits.max_id_bytes)?;
-            Some(request_id.to_owned())
-        };
-        // Without a ttl the reservation's original one applies (judged under the row lock).
-        let decision = Decision::Extend {
-            by,
-            max_extensions: self.policy.max_extensions,
-            max_ttl: self.limits.max_ttl,
-            request_id,
-        };
-        let (verdict, r) = self.decide(actor, id, token, &decision).await?;
-        match verdict {
-            Verdict::Extend { .. } | Verdict::AlreadyDone => Ok(r),
-            Verdict::Expire => {
-                self.drive_release(r).await?;
-                Err(Error::HoldExpired { id, refund: None })
-            }
-            Verdict::Refuse(refusal) => Err(self.refusal(refusal, &r)),
-            other => Err(Error::Internal(format!("extend judged as {other:?}"))),
-        }
-    }
-
-    async fn decide(
+    pub(super) async fn decide(
         &self,
         actor: &Actor,
         id: Uuid,
@@ -203,7 +163,7 @@ impl Coordinator {
         }
     }
 
-    fn refusal(&self, refusal: Refusal, r: &Reservation) -> Error {
+    pub(super) fn refusal(&self, refusal: Refusal, r: &Reservation) -> Error {
         match refusal {
             Refusal::HoldExpired => Error::HoldExpired {
                 id: r.id,

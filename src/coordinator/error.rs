@@ -84,6 +84,17 @@ pub enum Error {
         detail: String,
     },
 
+    /// A participant could not be told an extension (Extend tells every participant before it
+    /// records the new deadline): nothing was recorded.
+    #[error(
+        "participant {participant} could not be reached to extend reservation {id} ({detail}); the reservation was not extended, retry"
+    )]
+    ExtendUnavailable {
+        id: Uuid,
+        participant: String,
+        detail: String,
+    },
+
     #[error("a late payment for reservation {0} is being processed; retry shortly")]
     InProgress(Uuid),
 
@@ -146,7 +157,8 @@ impl Error {
             | Error::Closed { id, .. }
             | Error::ExtensionLimit { id, .. }
             | Error::PaymentMismatch { id, .. }
-            | Error::PaymentUnverified { id, .. } => Some(*id),
+            | Error::PaymentUnverified { id, .. }
+            | Error::ExtendUnavailable { id, .. } => Some(*id),
             Error::InsufficientCapacity { reservation, .. } => Some(reservation.id),
             Error::ParticipantUnavailable { reservation_id, .. } => Some(*reservation_id),
             Error::RequestIdReused { existing, .. } => Some(*existing),

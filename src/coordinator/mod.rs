@@ -6,7 +6,8 @@
 //! goes through one path, [`Coordinator::drive_release`]; confirmation through
 //! [`Coordinator::drive_confirm`].
 //!
-//! By lifecycle phase: `place` (Reserve), `decide` (Confirm, Cancel, Extend), `payment_check`
+//! By lifecycle phase: `place` (Reserve), `decide` (Confirm, Cancel), `extend` (Extend: told
+//! to every participant before it is recorded), `payment_check`
 //! (a Confirm's payment checked with its payments service), `drive` (the confirm, release and
 //! refund fan-outs), `late_payment` (re-placing released holds),
 //! `recovery` (the reaper and recovery loop), `watch` (change notification). This module
@@ -15,6 +16,7 @@
 mod decide;
 mod drive;
 pub mod error;
+mod extend;
 mod late_payment;
 mod payment_check;
 mod place;

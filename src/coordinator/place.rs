@@ -2,14 +2,19 @@
 //! canonical order, all-or-nothing; the first refusal or unknown outcome stops the fan-out and
 //! releases what may be held. A hold a participant finds malformed (`INVALID_ARGUMENT` from
 //! its Try) is the caller's mistake: what was placed is released and the reservation is
-//! discarded, so nothing of the request stays recorded (see `discard_invalid`).
+//! discarded, so nothing of the request stays recorded (see `discard_invalid`). Once a Reserve
+//! is validated, recording and placing run in a task of their own: the caller going away
+//! does not stop them half way.
 
+use tracing::Instrument;
 use uuid::Uuid;
 
 use super::{Coordinator, Error, entered};
 use crate::domain::policy::LimitScope;
 use crate::domain::validate::{self, FieldError, RecordAs, ReserveInput};
-use crate::domain::{Actor, BranchState, HoldToken, Rejection, Reservation, State, TryOutcome};
+use crate::domain::{
+    Actor, BranchState, HoldToken, NewReservation, Rejection, Reservation, State, TryOutcome,
+};
 use crate::registry::CallError;
 use crate::store::{BranchReport, Created};
 
@@ -111,6 +116,27 @@ impl Coordinator {
                 });
             }
         }
+        // From here the caller may go away (its deadline passes, its connection drops) at any
+        // point: recording and placing run in a task of their own that the handler only
+        // awaits, so the reservation still ends HELD or REJECTED (never TRYING for the sweep,
+        // with Cancel tombstones at every participant), and a repeat answers that outcome.
+        let this = self.clone();
+        tokio::spawn(
+            async move { this.record_and_place(new, token, order).await }
+                .instrument(tracing::Span::current()),
+        )
+        .await
+        .map_err(|e| Error::Internal(format!("placing reservation {id} failed: {e}")))?
+    }
+
+    /// Records the validated reservation (or finds the request's earlier one) and places its
+    /// holds; the rest of [`Coordinator::reserve`], run to its end whatever the caller does.
+    async fn record_and_place(
+        &self,
+        new: NewReservation,
+        token: HoldToken,
+        order: Vec<usize>,
+    ) -> Result<Reserved, Error> {
         match self
             .store
             .create(&new, self.lease(), self.policy.hold_limits)

@@ -16,7 +16,10 @@
 //! - serialisation: concurrent calls for one branch lock its barrier row, never both apply;
 //! - orphan reclaim: a hold is released by the participant itself only after
 //!   `expires_at + orphan_grace` ([`ParticipantService::reclaim_orphans`], also run lazily
-//!   when a Try is rejected while orphans exist); a later Confirm answers `HOLD_LOST`.
+//!   when a Try is rejected while orphans exist); a later Confirm answers `HOLD_LOST`;
+//! - extension: Extend moves a held branch's deadline later (never earlier), in the barrier
+//!   row the reclaim reads ([`ParticipantService::extend_branch`]); a repeat changes nothing,
+//!   a branch no longer held answers its state.
 //!
 //! Business code must lock the resources it touches in the order of the items it is given
 //! (sorted by resource, then slot start) and use `clock_timestamp()` for time decisions.
@@ -45,6 +48,10 @@
 //! - confirmed: first answer / `CONFIRMED` / `CONFIRMED` (refused, unchanged);
 //! - cancelled: first answer or `REJECTED` / `CANCELLED` (refused, unchanged) / `CANCELLED`;
 //! - hold lost: first answer or `REJECTED` / `HOLD_LOST` / `CANCELLED` (nothing is held).
+//!
+//! Extend answers `HELD` (deadline moved forward) only for a held branch; otherwise the state
+//! (`CONFIRMED`, `CANCELLED`, `HOLD_LOST` for rejected, lost or unknown branches) and writes
+//! nothing.
 
 mod barrier;
 mod error;
@@ -153,6 +160,16 @@ pub enum BranchAnswer {
     HoldLost,
 }
 
+/// The answer to Extend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExtendAnswer {
+    /// The branch holds at least until the new `expires_at + orphan_grace`.
+    Held,
+    /// The branch no longer holds (confirmed, cancelled, or its hold is gone / was never
+    /// granted); nothing changed.
+    Settled(BranchAnswer),
+}
+
 /// A participant's business logic. Each method runs inside a transaction the SDK opened
 /// (and will commit or roll back); do not commit or roll back `conn` yourself. Confirm and
 /// Cancel run after the branch's barrier row is locked. Try runs first and its barrier row is
@@ -204,4 +221,16 @@ pub trait Resource<DB: Backend = sqlx::Postgres>: Send + Sync + 'static {
         conn: &mut DB::Connection,
         branch: &BranchCtx,
     ) -> Result<(), ResourceError>;
+
+    /// A held branch's deadline moved later (Extend): `branch.expires_at`/`hold_until` are the
+    /// new ones. The barrier row already records them, and it alone decides reclaim; override
+    /// to keep a deadline stored on business rows up to date. Default: nothing.
+    async fn extend(
+        &self,
+        conn: &mut DB::Connection,
+        branch: &BranchCtx,
+    ) -> Result<(), ResourceError> {
+        let _ = (conn, branch);
+        Ok(())
+    }
 }

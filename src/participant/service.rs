@@ -8,14 +8,16 @@ use sqlx::{Pool, Postgres};
 use tonic::{Request, Response, Status};
 
 use super::barrier::{Backend, BarrierPhase, BarrierRow};
-use super::validate::check_try;
+use chrono::{DateTime, Utc};
+
+use super::validate::{check_max_hold, check_try};
 use super::wire;
 use super::{
-    BranchAnswer, BranchCtx, BranchKey, ConfirmOutcome, Resource, ResourceError, TryAnswer,
-    TryBranch,
+    BranchAnswer, BranchCtx, BranchKey, ConfirmOutcome, ExtendAnswer, Resource, ResourceError,
+    TryAnswer, TryBranch,
 };
 use crate::proto::participant_server::{Participant, ParticipantServer};
-use crate::proto::{BranchRequest, BranchResponse, TryRequest, TryResponse};
+use crate::proto::{BranchRequest, BranchResponse, ExtendBranchRequest, TryRequest, TryResponse};
 
 /// How long after `expires_at` a participant keeps an unreleased hold before reclaiming it.
 pub const DEFAULT_ORPHAN_GRACE: Duration = Duration::from_secs(3600);
@@ -353,6 +355,38 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         Ok(answer)
     }
 
+    /// Extend: moves a held branch's deadline to `expires_at` (and its reclaim to
+    /// `expires_at + orphan_grace`), never earlier than recorded, so the hold is kept at least
+    /// that long. A repeat (or an earlier deadline) changes nothing and answers `Held`. A
+    /// branch no longer held answers its state and nothing is written: `Confirmed`,
+    /// `Cancelled`, or `HoldLost` (rejected, reclaimed, or unknown here). An `expires_at`
+    /// beyond `max_hold` is `ResourceError::InvalidArgument` naming `expires_at`.
+    pub async fn extend_branch(
+        &self,
+        key: &BranchKey,
+        expires_at: DateTime<Utc>,
+    ) -> Result<ExtendAnswer, ResourceError> {
+        check_max_hold(expires_at, self.max_hold, Utc::now())?;
+        let hold_until = self.hold_until(expires_at)?;
+        let mut tx = DB::begin_write(&self.pool).await?;
+        if let Some(found) =
+            DB::extend_held(&mut *tx, &self.name, key, expires_at, hold_until).await?
+        {
+            if !self.resource.barrier_only() {
+                self.resource.extend(&mut *tx, &found.ctx(key)?).await?;
+            }
+            tx.commit().await?;
+            return Ok(ExtendAnswer::Held);
+        }
+        let phase = DB::phase(&mut *tx, &self.name, key).await?;
+        tx.rollback().await?;
+        Ok(ExtendAnswer::Settled(match phase {
+            Some(BarrierPhase::Confirmed) => BranchAnswer::Confirmed,
+            Some(BarrierPhase::Cancelled) => BranchAnswer::Cancelled,
+            _ => BranchAnswer::HoldLost,
+        }))
+    }
+
     /// Releases up to `limit` holds past `expires_at + orphan_grace` that the coordinator never
     /// released, each in its own transaction; their later Confirm answers `HOLD_LOST`.
     /// Returns how many were reclaimed. Safe to run concurrently with anything: branches
@@ -407,12 +441,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         let request = check_try(request, self.max_hold, |items| {
             self.resource.validate(items)
         })?;
-        let grace = chrono::Duration::from_std(self.orphan_grace)
-            .map_err(|_| ResourceError::Internal("orphan grace out of range".to_owned()))?;
-        let hold_until = request
-            .expires_at
-            .checked_add_signed(grace)
-            .ok_or_else(|| ResourceError::invalid("expires_at", "is out of range"))?;
+        let hold_until = self.hold_until(request.expires_at)?;
         Ok(BranchCtx {
             key: request.key,
             holder: request.holder,
@@ -420,6 +449,17 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
             expires_at: request.expires_at,
             hold_until,
         })
+    }
+}
+
+impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
+    /// How long a hold with deadline `expires_at` is kept: `expires_at + orphan_grace`.
+    fn hold_until(&self, expires_at: DateTime<Utc>) -> Result<DateTime<Utc>, ResourceError> {
+        let grace = chrono::Duration::from_std(self.orphan_grace)
+            .map_err(|_| ResourceError::Internal("orphan grace out of range".to_owned()))?;
+        expires_at
+            .checked_add_signed(grace)
+            .ok_or_else(|| ResourceError::invalid("expires_at", "is out of range"))
     }
 }
 
@@ -444,5 +484,15 @@ impl<DB: Backend, R: Resource<DB>> Participant for ParticipantService<R, DB> {
     ) -> Result<Response<BranchResponse>, Status> {
         let key = wire::branch_key(request.into_inner())?;
         Ok(wire::branch_response(self.cancel_branch(&key).await?))
+    }
+
+    async fn extend(
+        &self,
+        request: Request<ExtendBranchRequest>,
+    ) -> Result<Response<BranchResponse>, Status> {
+        let (key, expires_at) = wire::extend_branch(request.into_inner())?;
+        Ok(wire::extend_response(
+            self.extend_branch(&key, expires_at).await?,
+        ))
     }
 }

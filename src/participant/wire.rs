@@ -10,8 +10,13 @@ use chrono::{DateTime, Utc};
 use tonic::Response;
 
 use super::validate::check_id;
-use super::{BranchAnswer, BranchKey, Item, ResourceError, Slot, TryAnswer, TryBranch};
-use crate::proto::{BranchRequest, BranchResponse, TryRequest, TryResponse, branch, try_response};
+use super::{
+    BranchAnswer, BranchKey, ExtendAnswer, Item, ResourceError, Slot, TryAnswer, TryBranch,
+};
+use crate::proto::{
+    BranchRequest, BranchResponse, ExtendBranchRequest, TryRequest, TryResponse, branch,
+    try_response,
+};
 
 /// The branch a wire Try asks to hold, its timestamps converted (errors name the field:
 /// `expires_at`, `items[2].during.start`). Ids and items are checked by
@@ -66,6 +71,32 @@ pub(crate) fn branch_key(req: BranchRequest) -> Result<BranchKey, ResourceError>
         reservation_id: req.reservation_id,
         branch_id: req.branch_id,
     })
+}
+
+/// The branch a wire Extend names (ids checked) and its new deadline (`expires_at`, required).
+/// How far ahead it may lie is checked by the participant (`--max-hold`).
+pub(crate) fn extend_branch(
+    req: ExtendBranchRequest,
+) -> Result<(BranchKey, DateTime<Utc>), ResourceError> {
+    let expires_at = req
+        .expires_at
+        .ok_or_else(|| ResourceError::invalid("expires_at", "is required"))
+        .and_then(|ts| timestamp("expires_at", ts))?;
+    let key = branch_key(BranchRequest {
+        reservation_id: req.reservation_id,
+        branch_id: req.branch_id,
+    })?;
+    Ok((key, expires_at))
+}
+
+/// The wire answer to an Extend: `HELD` while the branch holds, else its state.
+pub(crate) fn extend_response(answer: ExtendAnswer) -> Response<BranchResponse> {
+    match answer {
+        ExtendAnswer::Held => Response::new(BranchResponse {
+            state: branch::State::Held as i32,
+        }),
+        ExtendAnswer::Settled(state) => branch_response(state),
+    }
 }
 
 /// The wire answer to a Try (a rejection carries its reason; a hold, none).

@@ -1,6 +1,6 @@
 //! The participant registry: name -> endpoint, one long-lived HTTP/2 channel per participant,
-//! and the three TCC calls translated to domain outcomes (plus a payment service's GetPayment
-//! and Refund).
+//! and the three TCC calls translated to domain outcomes (plus Extend, `extend.rs`, and a
+//! payment service's GetPayment and Refund, `payments.rs`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,8 +17,10 @@ use crate::domain::{BranchOutcome, BranchState, Hold, TryOutcome};
 use crate::proto;
 use crate::proto::participant_client::ParticipantClient;
 
+mod extend;
 mod payments;
 
+pub use extend::ExtendOutcome;
 pub use payments::PaymentLookup;
 
 /// How to reach one participant.
@@ -90,9 +92,15 @@ impl CallError {
 }
 
 /// A Try the participant refused as malformed: it applied nothing (the SDK checks before
-/// any write). The field comes from its `ErrorInfo` (`metadata.field`), the problem is the
-/// message without that field's name.
+/// any write).
 fn invalid_try(status: &tonic::Status) -> TryOutcome {
+    let (field, problem) = invalid_parts(status);
+    TryOutcome::Invalid { field, problem }
+}
+
+/// An `INVALID_ARGUMENT` answer's field, from its `ErrorInfo` (`metadata.field`), and the
+/// problem: the message without that field's name.
+fn invalid_parts(status: &tonic::Status) -> (Option<String>, String) {
     use tonic_types::StatusExt;
     let field = status
         .get_details_error_info()
@@ -103,10 +111,7 @@ fn invalid_try(status: &tonic::Status) -> TryOutcome {
         .as_deref()
         .and_then(|f| message.strip_prefix(f))
         .map_or(message, str::trim_start);
-    TryOutcome::Invalid {
-        field,
-        problem: problem.to_owned(),
-    }
+    (field, problem.to_owned())
 }
 
 /// The two calls that finish a branch.

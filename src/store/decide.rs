@@ -181,6 +181,7 @@ async fn decide_in_lock<DB: PaymentSql>(
         Verdict::AlreadyDone
         | Verdict::Refuse(_)
         | Verdict::VerifyPayment
+        | Verdict::TellParticipants { .. }
         | Verdict::RefundExtra { .. } => Applied::Missed,
     };
     let (reservation, leased) = match applied {

@@ -6,8 +6,10 @@ mod common;
 mod real;
 
 mod auth;
+mod caller_deadline;
 mod concurrency;
 mod end_to_end;
+mod extend;
 mod fanout;
 mod invalid_holds;
 mod late_payment;

@@ -191,6 +191,15 @@ impl proto::participant_server::Participant for PeerRecorder {
             state: proto::branch::State::Cancelled.into(),
         }))
     }
+
+    async fn extend(
+        &self,
+        _: Request<proto::ExtendBranchRequest>,
+    ) -> Result<Response<proto::BranchResponse>, Status> {
+        Ok(Response::new(proto::BranchResponse {
+            state: proto::branch::State::Held.into(),
+        }))
+    }
 }
 
 // ---- the tests ------------------------------------------------------------------------------

@@ -249,6 +249,35 @@ impl Running {
     }
 }
 
+impl Running {
+    /// Extend: moves `branch`'s deadline to `expires_at`; the state answered, or the error.
+    pub async fn extend(
+        &mut self,
+        branch: &TryRequest,
+        expires_at: prost_types::Timestamp,
+    ) -> Result<branch::State, tonic::Status> {
+        let state = self
+            .participant
+            .extend(extend_request(branch, expires_at))
+            .await?
+            .into_inner()
+            .state;
+        Ok(branch::State::try_from(state).expect("state"))
+    }
+}
+
+/// The Extend of `req`'s branch to `expires_at`.
+pub fn extend_request(
+    req: &TryRequest,
+    expires_at: prost_types::Timestamp,
+) -> holdfast::proto::ExtendBranchRequest {
+    holdfast::proto::ExtendBranchRequest {
+        reservation_id: req.reservation_id.clone(),
+        branch_id: req.branch_id.clone(),
+        expires_at: Some(expires_at),
+    }
+}
+
 pub fn branch_request(req: &TryRequest) -> BranchRequest {
     BranchRequest {
         reservation_id: req.reservation_id.clone(),

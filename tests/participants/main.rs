@@ -3,6 +3,7 @@
 
 mod barrier;
 mod common;
+mod extend;
 mod hold_lost;
 mod max_hold;
 mod noop;

@@ -204,6 +204,25 @@ pub trait Backend: sqlx::Database {
         Ok(Some(found))
     }
 
+    /// Moves a `Held` branch's deadline to `expires_at` and its reclaim time to `hold_until`,
+    /// each only if later than recorded (never earlier), locking its row; returns the branch
+    /// as recorded afterwards. `None`: the branch is not `Held` (or has no row); nothing
+    /// changed.
+    async fn extend_held(
+        conn: &mut Self::Connection,
+        participant: &str,
+        key: &BranchKey,
+        expires_at: DateTime<Utc>,
+        hold_until: DateTime<Utc>,
+    ) -> Result<Option<BarrierRow>, ResourceError>;
+
+    /// The branch's phase, without creating its row; `None` when it has none.
+    async fn phase(
+        conn: &mut Self::Connection,
+        participant: &str,
+        key: &BranchKey,
+    ) -> Result<Option<BarrierPhase>, ResourceError>;
+
     /// Records a rejection for a Try that arrived after the branch was already decided without
     /// one, so repeats of the late Try answer the same.
     async fn record_late_try(

@@ -2,6 +2,7 @@
 //! `clock_timestamp()` as the clock.
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Pool, Postgres, Row, Transaction};
 
 use super::{
@@ -171,6 +172,49 @@ impl Backend for Postgres {
         .fetch_optional(&mut *conn)
         .await?;
         row.as_ref().map(barrier_from_row).transpose()
+    }
+
+    /// One statement: `GREATEST` keeps a later deadline; the UPDATE locks the row (and waits
+    /// for a reclaim or phase change in progress, then re-checks `state`).
+    async fn extend_held(
+        conn: &mut PgConnection,
+        participant: &str,
+        key: &BranchKey,
+        expires_at: DateTime<Utc>,
+        hold_until: DateTime<Utc>,
+    ) -> Result<Option<BarrierRow>, ResourceError> {
+        let row = sqlx::query(concat!(
+            "UPDATE tcc_barrier SET expires_at = GREATEST(expires_at, $4), \
+                    reclaim_after = GREATEST(reclaim_after, $5), updated_at = clock_timestamp() \
+             WHERE participant = $1 AND reservation_id = $2 AND branch_id = $3 AND state = 'held' \
+             RETURNING ",
+            barrier_columns!()
+        ))
+        .bind(participant)
+        .bind(&key.reservation_id)
+        .bind(&key.branch_id)
+        .bind(expires_at)
+        .bind(hold_until)
+        .fetch_optional(&mut *conn)
+        .await?;
+        row.as_ref().map(barrier_from_row).transpose()
+    }
+
+    async fn phase(
+        conn: &mut PgConnection,
+        participant: &str,
+        key: &BranchKey,
+    ) -> Result<Option<BarrierPhase>, ResourceError> {
+        let state: Option<String> = sqlx::query_scalar(
+            "SELECT state FROM tcc_barrier \
+             WHERE participant = $1 AND reservation_id = $2 AND branch_id = $3",
+        )
+        .bind(participant)
+        .bind(&key.reservation_id)
+        .bind(&key.branch_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+        state.as_deref().map(BarrierPhase::parse).transpose()
     }
 
     async fn record_late_try(

@@ -181,6 +181,49 @@ impl Backend for Sqlite {
         row.as_ref().map(barrier_from_row).transpose()
     }
 
+    /// One statement: the two-argument `max` keeps a later deadline.
+    async fn extend_held(
+        conn: &mut SqliteConnection,
+        participant: &str,
+        key: &BranchKey,
+        expires_at: DateTime<Utc>,
+        hold_until: DateTime<Utc>,
+    ) -> Result<Option<BarrierRow>, ResourceError> {
+        let row = sqlx::query(concat!(
+            "UPDATE tcc_barrier SET expires_at = max(expires_at, ?4), \
+                    reclaim_after = max(reclaim_after, ?5), updated_at = ",
+            sqlite_now_us!(),
+            " WHERE participant = ?1 AND reservation_id = ?2 AND branch_id = ?3 \
+              AND state = 'held' RETURNING ",
+            barrier_columns!()
+        ))
+        .bind(participant)
+        .bind(&key.reservation_id)
+        .bind(&key.branch_id)
+        .bind(expires_at.timestamp_micros())
+        .bind(hold_until.timestamp_micros())
+        .fetch_optional(&mut *conn)
+        .await?;
+        row.as_ref().map(barrier_from_row).transpose()
+    }
+
+    async fn phase(
+        conn: &mut SqliteConnection,
+        participant: &str,
+        key: &BranchKey,
+    ) -> Result<Option<BarrierPhase>, ResourceError> {
+        let state: Option<String> = sqlx::query_scalar(
+            "SELECT state FROM tcc_barrier \
+             WHERE participant = ?1 AND reservation_id = ?2 AND branch_id = ?3",
+        )
+        .bind(participant)
+        .bind(&key.reservation_id)
+        .bind(&key.branch_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+        state.as_deref().map(BarrierPhase::parse).transpose()
+    }
+
     async fn record_late_try(
         conn: &mut SqliteConnection,
         participant: &str,

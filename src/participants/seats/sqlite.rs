@@ -90,6 +90,25 @@ impl Resource<Sqlite> for Seats {
         }
         Ok(())
     }
+
+    /// Extend: the deadline on the branch's hold rows follows the barrier's (for people
+    /// reading them; reclaim reads the barrier).
+    async fn extend(
+        &self,
+        conn: &mut SqliteConnection,
+        branch: &BranchCtx,
+    ) -> Result<(), ResourceError> {
+        sqlx::query(
+            "UPDATE seat SET held_until = ?3 \
+             WHERE reservation_id = ?1 AND branch_id = ?2 AND state = 'held'",
+        )
+        .bind(&branch.key.reservation_id)
+        .bind(&branch.key.branch_id)
+        .bind(branch.hold_until.timestamp_micros())
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
 }
 
 #[async_trait]

@@ -3,10 +3,14 @@
 //! made durable in Postgres before it is answered ([`super::durable`]), and a branch Redis no
 //! longer knows is answered from the durable record.
 
-use super::scripts::{CANCEL, CONFIRM, DEMOTE, RESTORE, TRY};
+use chrono::{DateTime, Utc};
+
+use super::scripts::{CANCEL, CONFIRM, DEMOTE, EXTEND, RESTORE, TRY};
 use super::{StockRedis, StockRedisError, durable};
 use crate::participant::validate;
-use crate::participant::{BranchAnswer, BranchKey, ResourceError, TryAnswer, TryBranch};
+use crate::participant::{
+    BranchAnswer, BranchKey, ExtendAnswer, ResourceError, TryAnswer, TryBranch,
+};
 
 impl StockRedis {
     /// Checks a Try as every participant does (stock: no slots; `expires_at` within
@@ -17,6 +21,63 @@ impl StockRedis {
             self.inner.max_hold,
             crate::participants::stock::validate_items,
         )
+    }
+
+    /// Checks an Extend's deadline as every participant does (`expires_at` within `max_hold`).
+    pub(super) fn check_extend(&self, expires_at: DateTime<Utc>) -> Result<(), ResourceError> {
+        validate::check_max_hold(expires_at, self.inner.max_hold, Utc::now())
+    }
+
+    /// Extend: a held branch keeps its units at least until `expires_at + orphan_grace` (one
+    /// script; the deadline never moves earlier). A branch no longer held answers its state
+    /// and nothing changes; one Redis does not know answers from the durable record
+    /// (`CONFIRMED` if it holds the branch as confirmed, else `HOLD_LOST`).
+    pub(super) async fn extend_branch(
+        &self,
+        key: &BranchKey,
+        expires_at: DateTime<Utc>,
+    ) -> Result<ExtendAnswer, StockRedisError> {
+        let hold_until_ms = expires_at
+            .timestamp_millis()
+            .checked_add(self.inner.grace_ms)
+            .ok_or_else(|| StockRedisError::invalid("expires_at", "is not a valid timestamp"))?;
+        let rec = self.record_key(key);
+        let out: Vec<String> = EXTEND
+            .key(&rec)
+            .key(self.key("ready"))
+            .key(self.key("expiry"))
+            .key(self.key("seq"))
+            .arg(hold_until_ms)
+            .arg(self.floor())
+            .invoke_async(&mut self.conn())
+            .await?;
+        let [outcome, epoch] = out.as_slice() else {
+            return Err(StockRedisError::Internal(format!(
+                "extend answered {out:?}"
+            )));
+        };
+        Ok(match outcome.as_str() {
+            "held" => ExtendAnswer::Held,
+            "confirmed" => ExtendAnswer::Settled(BranchAnswer::Confirmed),
+            "cancelled" => ExtendAnswer::Settled(BranchAnswer::Cancelled),
+            "hold_lost" => ExtendAnswer::Settled(BranchAnswer::HoldLost),
+            "missing" => {
+                ExtendAnswer::Settled(if self.restore_if_durable(key, &rec, epoch).await? {
+                    BranchAnswer::Confirmed
+                } else {
+                    BranchAnswer::HoldLost
+                })
+            }
+            "rebuilding" => {
+                self.inner.wake.notify_one();
+                return Err(StockRedisError::Rebuilding);
+            }
+            other => {
+                return Err(StockRedisError::Internal(format!(
+                    "extend answered {other:?}"
+                )));
+            }
+        })
     }
 
     /// Try: holds every item or none (one script). `branch` is checked ([`Self::check_try`]).

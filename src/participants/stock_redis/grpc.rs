@@ -9,8 +9,8 @@ use crate::participant::wire;
 use crate::proto::participant_server::Participant;
 use crate::proto::resource_admin_server::ResourceAdmin;
 use crate::proto::{
-    BranchRequest, BranchResponse, GetResourceRequest, PutResourcesRequest, PutResourcesResponse,
-    ResourceStatus, TryRequest, TryResponse,
+    BranchRequest, BranchResponse, ExtendBranchRequest, GetResourceRequest, PutResourcesRequest,
+    PutResourcesResponse, ResourceStatus, TryRequest, TryResponse,
 };
 
 #[tonic::async_trait]
@@ -34,6 +34,17 @@ impl Participant for StockRedis {
     ) -> Result<Response<BranchResponse>, Status> {
         let key = wire::branch_key(request.into_inner())?;
         Ok(wire::branch_response(self.cancel_branch(&key).await?))
+    }
+
+    async fn extend(
+        &self,
+        request: Request<ExtendBranchRequest>,
+    ) -> Result<Response<BranchResponse>, Status> {
+        let (key, expires_at) = wire::extend_branch(request.into_inner())?;
+        self.check_extend(expires_at)?;
+        Ok(wire::extend_response(
+            self.extend_branch(&key, expires_at).await?,
+        ))
     }
 }
 

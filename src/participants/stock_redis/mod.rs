@@ -1,6 +1,6 @@
 //! Reference participant `stock-redis`: a flash-sale fast gate for interchangeable units
-//! (seed 000). Redis decides Try/Confirm/Cancel with one Lua script each; Postgres keeps the
-//! durable record of truth (capacity and every confirmed hold).
+//! (seed 000). Redis decides Try/Confirm/Cancel/Extend with one Lua script each; Postgres
+//! keeps the durable record of truth (capacity and every confirmed hold).
 //!
 //! # Keys (all under a configurable prefix `P`, e.g. `hf:stock-redis:`)
 //! - `P a:<res>`, `P h:<res>`, `P c:<res>`, `P cap:<res>`: available, held, confirmed and
@@ -19,7 +19,7 @@
 //! # Files
 //! - `scripts.rs` and `lua/*.lua`: the Lua scripts that decide in Redis, and how finished
 //!   branch records expire;
-//! - `branch.rs`: Try, Confirm and Cancel of one branch;
+//! - `branch.rs`: Try, Confirm, Cancel and Extend of one branch;
 //! - `durable.rs`: the Postgres record of truth (every SQL statement);
 //! - `reconciler.rs`: reclaim of expired holds, drift reports, rebuild after Redis data loss;
 //! - `inventory.rs`: creating, resizing and counting items;

@@ -10,6 +10,9 @@
 //! `cancelled`), so repeats and races never move units twice. A Cancel or Confirm before its
 //! Try writes a tombstone (`cancelled` / `hold_lost`); the late Try answers `REJECTED`.
 //! Confirm after Cancel answers `CANCELLED`, Cancel after Confirm `CONFIRMED`, unchanged.
+//! Extend moves a held record's deadline (`u` and its expiry entry) later, never earlier, and
+//! answers the state of any other record unchanged. Like a hold itself, an extension lives in
+//! Redis only: a Redis that loses it has lost the hold as well, or reclaims at the old deadline.
 //! Try, Confirm, Cancel and PutResources first compare the data set's `seq` with the lowest
 //! this process knows it may have (the durable changes it has seen): a data set behind it
 //! loses its ready marker there and then, and the call answers `rebuilding`.
@@ -46,6 +49,9 @@ pub(super) static CONFIRM: LazyLock<Script> =
 /// Cancel: held -> cancelled, units back; a tombstone before Try (`lua/cancel.lua`).
 pub(super) static CANCEL: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/cancel.lua")));
+/// Extend: a held record's deadline moves later, never earlier (`lua/extend.lua`).
+pub(super) static EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
 /// Returns the units of holds past their deadline, a batch at a time (`lua/reclaim.lua`).
 pub(super) static RECLAIM: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/reclaim.lua")));

@@ -1,6 +1,7 @@
 //! In-test participants: real tonic servers of `tcc.v1.Participant` on loopback that record
-//! every call in a shared log, keep the business effects they applied per branch, and can be
-//! told at any time to reject, fail, stall or answer late.
+//! every call in a shared log, keep the business effects they applied per branch (and the
+//! deadline each branch holds to), and can be told at any time to reject, fail, stall or
+//! answer late.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -76,6 +77,8 @@ pub struct Behaviour {
     pub stall_confirms: AtomicBool,
     /// Apply Confirm calls, then hold the answer for 30 s (the caller never hears it).
     pub stall_after_confirm: AtomicBool,
+    /// Fail the next N Extend calls with UNAVAILABLE (after recording them).
+    pub fail_extends: AtomicUsize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,6 +92,8 @@ pub enum FakeBranch {
 #[derive(Default)]
 pub struct FakeState {
     pub branches: HashMap<String, (FakeBranch, Vec<String>)>,
+    /// The latest deadline each branch was given (by Try, moved later by Extend), as sent.
+    pub deadlines: HashMap<String, prost_types::Timestamp>,
     pub confirm_effects: usize,
     pub cancel_effects: usize,
 }
@@ -120,6 +125,11 @@ impl FakeHandle {
             .collect();
         v.sort();
         v
+    }
+
+    /// The deadline each branch holds to (Try's, moved later by Extend), by branch id.
+    pub fn deadlines(&self) -> HashMap<String, prost_types::Timestamp> {
+        self.state.lock().unwrap().deadlines.clone()
     }
 
     pub fn effects(&self) -> (usize, usize) {
@@ -181,6 +191,9 @@ impl proto::participant_server::Participant for Fake {
                 outcome: proto::try_response::Outcome::Rejected.into(),
                 reason: "branch already cancelled".into(),
             }));
+        }
+        if let Some(expires_at) = req.expires_at {
+            st.deadlines.insert(req.branch_id.clone(), expires_at);
         }
         st.branches
             .entry(req.branch_id)
@@ -263,6 +276,55 @@ impl proto::participant_server::Participant for Fake {
                     .insert(req.branch_id, (FakeBranch::Cancelled, vec![]));
                 proto::branch::State::Cancelled
             }
+        };
+        Ok(Response::new(proto::BranchResponse {
+            state: state.into(),
+        }))
+    }
+
+    async fn extend(
+        &self,
+        request: Request<proto::ExtendBranchRequest>,
+    ) -> Result<Response<proto::BranchResponse>, Status> {
+        self.extend_branch(request.into_inner()).await
+    }
+}
+
+impl Fake {
+    async fn extend_branch(
+        &self,
+        req: proto::ExtendBranchRequest,
+    ) -> Result<Response<proto::BranchResponse>, Status> {
+        self.log.push(Call {
+            participant: self.name.clone(),
+            method: "Extend",
+            branch_id: req.branch_id.clone(),
+            resources: vec![],
+        });
+        if self
+            .behaviour
+            .fail_extends
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(Status::unavailable("fake participant failing on purpose"));
+        }
+        let mut st = self.state.lock().unwrap();
+        let state = match st.branches.get(&req.branch_id).map(|(s, _)| *s) {
+            Some(FakeBranch::Held) => {
+                if let Some(expires_at) = req.expires_at {
+                    let later = st.deadlines.get(&req.branch_id).is_none_or(|t| {
+                        (t.seconds, t.nanos) < (expires_at.seconds, expires_at.nanos)
+                    });
+                    if later {
+                        st.deadlines.insert(req.branch_id, expires_at);
+                    }
+                }
+                proto::branch::State::Held
+            }
+            Some(FakeBranch::Confirmed) => proto::branch::State::Confirmed,
+            Some(FakeBranch::Cancelled) => proto::branch::State::Cancelled,
+            None => proto::branch::State::HoldLost,
         };
         Ok(Response::new(proto::BranchResponse {
             state: state.into(),

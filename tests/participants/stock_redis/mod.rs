@@ -6,6 +6,7 @@
 //! and `rate` (an ignored benchmark). This file is their harness: a participant of its own
 //! per test, its clients, and views of its Redis keys and durable records.
 
+mod extend;
 mod holds;
 mod rate;
 mod recovery;

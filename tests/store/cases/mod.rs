@@ -203,6 +203,8 @@ fn extend_keyed(by: Duration, request_id: Option<&str>) -> Decision {
         max_extensions: 1,
         max_ttl: Duration::from_secs(3600),
         request_id: request_id.map(str::to_owned),
+        // The participants hold long enough already (the coordinator tells them first).
+        told_until: Some(chrono::DateTime::<chrono::Utc>::MAX_UTC),
     }
 }
 
