@@ -21,6 +21,12 @@ pub struct Policy {
     pub sweep_interval: Duration,
     /// Reservations claimed per sweep.
     pub sweep_batch: u32,
+    /// Recovery drives in flight at once (each claimed reservation is driven on its own; a
+    /// sweep claims no more than this leaves room for).
+    pub max_recovery_drives: usize,
+    /// Recovery drives in flight at once that involve one participant, so a participant that
+    /// stalls ties up at most this many while the others' work goes on.
+    pub max_recovery_drives_per_participant: usize,
     /// What to do with a payment that arrives after expiry.
     pub late_payment: LatePaymentPolicy,
     /// Caps on live reservations, per holder and overall.
@@ -38,6 +44,8 @@ impl Default for Policy {
             },
             sweep_interval: Duration::from_millis(250),
             sweep_batch: 64,
+            max_recovery_drives: 256,
+            max_recovery_drives_per_participant: 32,
             late_payment: LatePaymentPolicy::HonorIfAvailable,
             hold_limits: HoldLimits {
                 per_holder: 5,
