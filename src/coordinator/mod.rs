@@ -18,7 +18,7 @@ pub mod error;
 mod late_payment;
 mod payment_check;
 mod place;
-mod policy;
+pub mod policy;
 pub mod recovery;
 pub mod watch;
 

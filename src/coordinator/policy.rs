@@ -13,7 +13,8 @@ pub struct Policy {
     /// How many times Extend may succeed per reservation.
     pub max_extensions: i32,
     /// How long an instance owns a reservation it drives before another may take it over.
-    /// Must exceed the longest fan-out (participant timeout x participants).
+    /// Must cover the longest call chain a lease covers ([`Policy::lease_needed`]; checked at
+    /// start by `config`).
     pub lease: Duration,
     /// Retry schedule of confirm/release fan-outs that did not finish.
     pub backoff: Backoff,
@@ -33,11 +34,28 @@ pub struct Policy {
     pub hold_limits: HoldLimits,
 }
 
+/// Calls to one participant a leased step may make one after another before it renews its
+/// lease or gives it up: a fan-out (Confirm or Cancel, in parallel), then the refund call after
+/// it. A placement renews its lease before each Try and after the last, and recovery renews a
+/// claim that waited for its turn at a participant.
+pub const LEASED_CALL_PHASES: u32 = 2;
+
+impl Policy {
+    /// The shortest lease that covers the longest call chain it must: an RPC's whole life
+    /// (`request_timeout`: the server ends the handler then) plus [`LEASED_CALL_PHASES`] calls
+    /// to the slowest participant (`longest_call`, its timeout), so a driver's lease never
+    /// runs out while it still acts on it - only a process paused past it (or a stalled
+    /// database) can lose it, and then its conditional writes decide.
+    pub fn lease_needed(longest_call: Duration, request_timeout: Duration) -> Duration {
+        request_timeout.saturating_add(longest_call.saturating_mul(LEASED_CALL_PHASES))
+    }
+}
+
 impl Default for Policy {
     fn default() -> Self {
         Policy {
             max_extensions: 1,
-            lease: Duration::from_secs(30),
+            lease: Duration::from_secs(60),
             backoff: Backoff {
                 base: Duration::from_millis(200),
                 cap: Duration::from_secs(30),

@@ -380,3 +380,54 @@ async fn a_stalled_participant_does_not_delay_the_expiry_of_others(pool: PgPool)
     assert_eq!(fast.effects(), (0, 3));
     assert_eq!(stored_state(&pool, &stuck.id).await, "CANCELLING");
 }
+
+/// A placer whose lease ran out (a pause past it) and was taken over by another instance,
+/// which is releasing the reservation, stops placing: it acts on `renew_lease`'s answer
+/// (#15 item 6). Before, it went on to Try the next participant.
+#[sqlx::test(migrations = false)]
+async fn a_placer_that_lost_its_lease_stops_placing(pool: PgPool) {
+    let log = CallLog::default();
+    let a = spawn_fake("a", log.clone()).await;
+    let b = spawn_fake("b", log.clone()).await;
+    let mut s = settings(&[("a", &a.url), ("b", &b.url)]);
+    for p in &mut s.participants {
+        p.timeout = Duration::from_secs(5);
+    }
+    // The placer: a lease shorter than a's Try (what the start-up check refuses), and no
+    // sweeps of its own, so the other instance is the one that takes over.
+    let mut placer = s.clone();
+    placer.policy.lease = Duration::from_secs(1);
+    placer.policy.sweep_interval = Duration::from_secs(3600);
+    let mut app = spawn_app(pool.clone(), placer).await;
+    let _other = spawn_app(pool.clone(), quick(s, Duration::from_secs(30))).await;
+
+    a.behaviour.try_delay_ms.store(2_000, Ordering::SeqCst);
+    a.behaviour.stall_cancels.store(true, Ordering::SeqCst);
+    let answer = app
+        .client
+        .reserve(reserve_request("r1", vec![hold("a", "1"), hold("b", "2")]))
+        .await;
+    a.behaviour.stall_cancels.store(false, Ordering::SeqCst);
+    assert!(
+        log.count("a", "Cancel") >= 1,
+        "the other instance took over: {:?}",
+        log.summary()
+    );
+    assert_eq!(
+        log.count("b", "Try"),
+        0,
+        "a placer without its lease went on: {:?}",
+        log.summary()
+    );
+    let status = answer.expect_err("the reservation is being released");
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    let id: String = sqlx::query_scalar("SELECT id::text FROM reservations")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(15), "REJECTED", || async {
+        stored_state(&pool, &id).await == "REJECTED"
+    })
+    .await;
+    assert!(a.held().is_empty(), "a's hold released");
+}
