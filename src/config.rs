@@ -6,6 +6,7 @@
 //! The TLS settings of every role live in [`tls`]; identity and secrets in [`auth`].
 
 pub mod auth;
+mod lease;
 pub mod tls;
 
 use std::collections::HashMap;
@@ -366,8 +367,9 @@ pub struct CoordinatorArgs {
     #[arg(long, env = "HOLDFAST_LATE_PAYMENT_POLICY", value_enum, default_value_t = crate::domain::LatePaymentPolicy::HonorIfAvailable)]
     pub late_payment_policy: crate::domain::LatePaymentPolicy,
 
-    /// How long an instance owns work it drives before another replica may take it over.
-    #[arg(long, env = "HOLDFAST_LEASE", default_value = "30s", value_parser = parse_duration)]
+    /// How long an instance owns work it drives before another replica may take it over; at
+    /// least --request-timeout + 2 x the longest participant timeout.
+    #[arg(long, env = "HOLDFAST_LEASE", default_value = "60s", value_parser = parse_duration)]
     pub lease: Duration,
 
     /// How often the reaper/recovery looks for due work.
@@ -544,9 +546,7 @@ impl CoordinatorArgs {
         if self.max_extensions < 0 {
             return Err("--max-extensions must be >= 0".into());
         }
-        if self.lease < self.participant_timeout * 2 {
-            return Err("--lease must be at least twice --participant-timeout".into());
-        }
+        lease::check(self)?;
         if self.retry_base.is_zero() || self.retry_cap < self.retry_base {
             return Err("--retry-base must be > 0 and <= --retry-cap".into());
         }

@@ -19,8 +19,12 @@ use crate::store::BranchReport;
 impl Coordinator {
     /// Tells every participant to finalise its branch, in parallel, and records the answers.
     /// A participant that does not answer leaves the reservation CONFIRMING: its outcome is
-    /// fixed, and recovery finishes it.
+    /// fixed, and recovery finishes it. Only a `CONFIRMING` reservation is confirmed (as only
+    /// a `CANCELLING` one is released): `r` is the after-image of the write that decided.
     pub async fn drive_confirm(&self, r: Reservation) -> Result<Reservation, Error> {
+        if r.stored_state != State::Confirming {
+            return Ok(r);
+        }
         let pending: Vec<ParticipantBranch> = r
             .participant_branches()
             .into_iter()

@@ -8,12 +8,22 @@ impl Coordinator {
     /// Honours a payment that arrived after every hold was released: places the holds again
     /// as new branches, in order; all held -> confirmed (`late_payment_honored`), otherwise
     /// releases what it re-took and refunds the payment.
+    ///
+    /// Each step's conditional write decides against recovery, which takes the reservation
+    /// over (refund, release) if this retake outlives its lease: a retake that did not begin,
+    /// or did not finish, has lost it and confirms nothing; the payment is being refunded.
     pub(super) async fn retake(&self, r: Reservation) -> Result<Reservation, Error> {
         let r = self.store.begin_retake(r.id).await?;
+        if r.stored_state != State::Expired || r.refund.is_some() {
+            return Err(taken_over(r));
+        }
         let placement = self.place_in_order(&r).await?;
         match placement.failure {
             None => {
                 let r = self.store.finish_retake(r.id, &placement.reports).await?;
+                if r.stored_state != State::Confirming {
+                    return Err(taken_over(r));
+                }
                 entered(&r, State::Confirming);
                 self.drive_confirm(r).await
             }
@@ -38,5 +48,14 @@ impl Coordinator {
                 })
             }
         }
+    }
+}
+
+/// The answer of a retake that recovery took over: the late payment is refunded.
+fn taken_over(r: Reservation) -> Error {
+    tracing::warn!(reservation_id = %r.id, state = %r.stored_state, "a late payment's retake was taken over by recovery; the payment is refunded");
+    Error::HoldExpired {
+        id: r.id,
+        refund: r.refund,
     }
 }

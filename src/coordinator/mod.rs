@@ -20,7 +20,7 @@ mod extend;
 mod late_payment;
 mod payment_check;
 mod place;
-mod policy;
+pub mod policy;
 pub mod recovery;
 pub mod watch;
 

@@ -187,11 +187,11 @@ impl Coordinator {
         let mut leased_at = std::time::Instant::now();
         let mut first = 0;
         for group in &groups {
-            // A long placement keeps its lease, so no other instance releases it meanwhile.
-            if leased_at.elapsed() > self.policy.lease / 2 {
-                self.store.renew_lease(r.id, self.lease()).await?;
-                leased_at = std::time::Instant::now();
-            }
+            // A long placement keeps its lease, so no other instance releases it meanwhile;
+            // one that lost it (another instance took the reservation over and releases it)
+            // stops. Checked before each Try and after the last (a release may follow).
+            self.keep_lease(r.id, &mut leased_at, &group.participant)
+                .await?;
             let first_resource = group
                 .holds
                 .first()
@@ -285,6 +285,14 @@ impl Coordinator {
                     )
                 }
             };
+            if groups
+                .last()
+                .is_some_and(|g| g.branch_id == group.branch_id)
+                || failure.is_some()
+            {
+                self.keep_lease(r.id, &mut leased_at, &group.participant)
+                    .await?;
+            }
             reports.push(report);
             first += group.holds.len();
             if let Some(failure) = failure {
@@ -298,6 +306,31 @@ impl Coordinator {
             reports,
             failure: None,
         })
+    }
+
+    /// Renews the placer's lease on `id` once half of it has passed since `leased_at`; a
+    /// placer that lost it stops (the reservation is another instance's to release now).
+    async fn keep_lease(
+        &self,
+        id: Uuid,
+        leased_at: &mut std::time::Instant,
+        participant: &str,
+    ) -> Result<(), Error> {
+        if leased_at.elapsed() <= self.policy.lease / 2 {
+            return Ok(());
+        }
+        if !self.store.renew_lease(id, self.lease()).await? {
+            tracing::warn!(reservation_id = %id, "lost the lease while placing holds; another instance releases them");
+            return Err(Error::ParticipantUnavailable {
+                reservation_id: id,
+                participant: participant.to_owned(),
+                detail: "this coordinator lost the reservation while placing its holds; \
+                         another instance releases them"
+                    .into(),
+            });
+        }
+        *leased_at = std::time::Instant::now();
+        Ok(())
     }
 
     /// Places a new reservation's holds; all held -> HELD, else released and REJECTED (or,

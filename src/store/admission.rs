@@ -30,7 +30,9 @@ pub(crate) trait AdmissionSql: ReservationSql {
 }
 
 /// Why `new` may not be recorded: its (owner, holder, request_id) is recorded already, or a hold
-/// limit is reached (the global one only counted when set). `None`: it may.
+/// limit is reached (the global one only counted when set). `None`: it may. A row recorded with
+/// `new`'s own id is answered [`Created::New`]: it is this call's, written by an attempt whose
+/// commit acknowledgement was lost.
 pub(crate) async fn admission<DB: AdmissionSql>(
     conn: &mut DB::Connection,
     new: &NewReservation,
@@ -39,9 +41,15 @@ pub(crate) async fn admission<DB: AdmissionSql>(
     let (existing, live_for_holder) =
         DB::find_request(conn, &new.owner, &new.holder, &new.request_id).await?;
     if let Some(existing) = existing {
-        return Ok(Some(Created::Existing(
-            DB::load_existing(conn, existing).await?,
-        )));
+        let found = DB::load_existing(conn, existing).await?;
+        // This very Reserve's row (its id is fresh per call): an earlier attempt of the same
+        // call committed but its acknowledgement was lost (PostgreSQL's group commit reruns a
+        // failed batch call by call). It is new to the caller, whose holds are yet to be placed.
+        return Ok(Some(if found.id == new.id {
+            Created::New(found)
+        } else {
+            Created::Existing(found)
+        }));
     }
     if live_for_holder >= i64::from(limits.per_holder) {
         return Ok(Some(Created::LimitReached(LimitScope::Holder)));

@@ -450,3 +450,85 @@ async fn a_coordinator_dying_while_honouring_a_late_payment_leaves_it_refunded(p
         "the first release, then the retake's"
     );
 }
+
+/// A retake slower than its lease races recovery: recovery takes the reservation over,
+/// refunds the payment and releases the re-placed seat while the retake's Try is still in
+/// flight. Whoever's conditional write lands first decides; the other must act on it - never
+/// are the same branches both confirmed and cancelled (#15 item 6). Before, the retake
+/// confirmed the branches recovery was releasing.
+#[sqlx::test(migrations = false)]
+async fn a_slow_retake_racing_recovery_never_confirms_what_is_released(pool: PgPool) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let log = CallLog::default();
+    let seats = spawn_fake("seats", log.clone()).await;
+    let payments = spawn_participant(Kind::Payments, &pool).await;
+    put_resources(&payments, &[("card-1", 100_000)]).await;
+    let mut s = settings(&[("seats", &seats.url), ("payments", &payments)]);
+    for p in &mut s.participants {
+        p.timeout = Duration::from_secs(6);
+    }
+    s.policy.sweep_interval = Duration::from_millis(100);
+    // Shorter than the retake's Try: a lease that does not cover the call chain (what the
+    // start-up check refuses) stands for a driver paused past its lease.
+    s.policy.lease = Duration::from_secs(1);
+    let mut app = spawn_app(pool.clone(), s).await;
+
+    let mut req = reserve_request("r1", vec![hold("seats", "A1")]);
+    req.ttl = Some(prost_types::Duration {
+        seconds: 1,
+        nanos: 0,
+    });
+    let r = app.client.reserve(req).await.unwrap().into_inner();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while seats.effects() != (0, 1) {
+        assert!(tokio::time::Instant::now() < deadline, "never released");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // The retake's Try takes 4 s; recovery's release of it hangs at the participant.
+    seats.behaviour.try_delay_ms.store(4_000, SeqCst);
+    seats.behaviour.stall_cancels.store(true, SeqCst);
+    let payment = charge_for(&payments, "card-1", &r.id, 900).await;
+    let answer = app
+        .client
+        .confirm(Decide::on(&r).confirm_with(&payment))
+        .await;
+    seats.behaviour.stall_cancels.store(false, SeqCst);
+    seats.behaviour.try_delay_ms.store(0, SeqCst);
+    assert!(
+        log.count("seats", "Cancel") >= 2,
+        "recovery took the retake over: {:?}",
+        log.summary()
+    );
+    let calls = log.calls();
+    for c in calls.iter().filter(|c| c.method == "Confirm") {
+        assert!(
+            !calls
+                .iter()
+                .any(|o| o.method == "Cancel" && o.branch_id == c.branch_id),
+            "branch {} was both confirmed and cancelled: {:?}",
+            c.branch_id,
+            log.summary()
+        );
+    }
+    let status = answer.expect_err("the payment is refunded, not honoured");
+    assert_eq!(reason(&status), "HOLD_EXPIRED", "{status:?}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (st, refund): (String, Option<String>) =
+            sqlx::query_as("SELECT state, refund_state FROM reservations WHERE id = $1::uuid")
+                .bind(&r.id)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        if st == "EXPIRED" && refund.as_deref() == Some("REFUNDED") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "left {st} / {refund:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(seats.effects().0, 0, "nothing confirmed");
+}

@@ -315,3 +315,119 @@ async fn two_replicas_release_200_lapsed_reservations_once_each_even_if_one_dies
     assert!(log.count("seats", "Cancel") >= 200);
     drop(two);
 }
+
+/// A participant that stalls every Cancel (its calls time out after 5 s) must not hold back
+/// the expiry of reservations that do not involve it: recovery drives each claimed
+/// reservation on its own (#15 item 5). Before, a sweep waited for all it had claimed, so the
+/// next sweep - and every expiry due meanwhile - waited out the stalled call.
+#[sqlx::test(migrations = false)]
+async fn a_stalled_participant_does_not_delay_the_expiry_of_others(pool: PgPool) {
+    let log = CallLog::default();
+    let slow = spawn_fake("slow", log.clone()).await;
+    let fast = spawn_fake("fast", log.clone()).await;
+    let mut s = settings(&[("slow", &slow.url), ("fast", &fast.url)]);
+    for p in &mut s.participants {
+        if p.name == "slow" {
+            p.timeout = Duration::from_secs(5);
+        }
+    }
+    s.policy.sweep_interval = Duration::from_millis(100);
+    let mut app = spawn_app(pool.clone(), s).await;
+    slow.behaviour.stall_cancels.store(true, Ordering::SeqCst);
+    let one_second = Some(prost_types::Duration {
+        seconds: 1,
+        nanos: 0,
+    });
+    let mut req = reserve_request("slow-1", vec![hold("slow", "S1")]);
+    req.ttl = one_second;
+    let stuck = app.client.reserve(req).await.unwrap().into_inner();
+    // The reaper is now in slow's Cancel, which hangs until its 5 s timeout.
+    eventually(Duration::from_secs(5), "slow.Cancel", || async {
+        log.count("slow", "Cancel") == 1
+    })
+    .await;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let mut req = reserve_request(&format!("fast-{i}"), vec![hold("fast", &format!("F{i}"))]);
+        req.holder = format!("user-{i}");
+        req.ttl = one_second;
+        ids.push(app.client.reserve(req).await.unwrap().into_inner().id);
+    }
+    eventually(Duration::from_secs(15), "fast ones EXPIRED", || async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM reservations WHERE id::text = ANY($1) AND state = 'EXPIRED'",
+        )
+        .bind(&ids)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        n == 3
+    })
+    .await;
+    // How long after its deadline each was released, by the database clock.
+    let lag: f64 = sqlx::query_scalar(
+        "SELECT max(extract(epoch FROM updated_at - expires_at))::float8 FROM reservations \
+         WHERE id::text = ANY($1)",
+    )
+    .bind(&ids)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(
+        lag < 2.0,
+        "released {lag:.2} s after the deadline while another participant stalled"
+    );
+    assert_eq!(fast.effects(), (0, 3));
+    assert_eq!(stored_state(&pool, &stuck.id).await, "CANCELLING");
+}
+
+/// A placer whose lease ran out (a pause past it) and was taken over by another instance,
+/// which is releasing the reservation, stops placing: it acts on `renew_lease`'s answer
+/// (#15 item 6). Before, it went on to Try the next participant.
+#[sqlx::test(migrations = false)]
+async fn a_placer_that_lost_its_lease_stops_placing(pool: PgPool) {
+    let log = CallLog::default();
+    let a = spawn_fake("a", log.clone()).await;
+    let b = spawn_fake("b", log.clone()).await;
+    let mut s = settings(&[("a", &a.url), ("b", &b.url)]);
+    for p in &mut s.participants {
+        p.timeout = Duration::from_secs(5);
+    }
+    // The placer: a lease shorter than a's Try (what the start-up check refuses), and no
+    // sweeps of its own, so the other instance is the one that takes over.
+    let mut placer = s.clone();
+    placer.policy.lease = Duration::from_secs(1);
+    placer.policy.sweep_interval = Duration::from_secs(3600);
+    let mut app = spawn_app(pool.clone(), placer).await;
+    let _other = spawn_app(pool.clone(), quick(s, Duration::from_secs(30))).await;
+
+    a.behaviour.try_delay_ms.store(2_000, Ordering::SeqCst);
+    a.behaviour.stall_cancels.store(true, Ordering::SeqCst);
+    let answer = app
+        .client
+        .reserve(reserve_request("r1", vec![hold("a", "1"), hold("b", "2")]))
+        .await;
+    a.behaviour.stall_cancels.store(false, Ordering::SeqCst);
+    assert!(
+        log.count("a", "Cancel") >= 1,
+        "the other instance took over: {:?}",
+        log.summary()
+    );
+    assert_eq!(
+        log.count("b", "Try"),
+        0,
+        "a placer without its lease went on: {:?}",
+        log.summary()
+    );
+    let status = answer.expect_err("the reservation is being released");
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    let id: String = sqlx::query_scalar("SELECT id::text FROM reservations")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(15), "REJECTED", || async {
+        stored_state(&pool, &id).await == "REJECTED"
+    })
+    .await;
+    assert!(a.held().is_empty(), "a's hold released");
+}

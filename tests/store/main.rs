@@ -5,6 +5,7 @@
 //!
 //! `grpc.rs` also serves the real coordinator over gRPC on a SQLite store (a smoke test).
 
+mod ack_relay;
 mod cases;
 mod grpc;
 
@@ -129,3 +130,17 @@ conformance!(
         concurrent_writes_are_each_recorded,
     ],
 );
+
+/// PostgreSQL only: its group commit after a lost commit acknowledgement (SQLite has no group
+/// commit).
+mod lost_ack {
+    #[sqlx::test(migrations = false)]
+    async fn record_phase_counts_a_batch_once(pool: sqlx::PgPool) {
+        crate::cases::lost_ack::record_phase_counts_a_batch_once(pool).await;
+    }
+
+    #[sqlx::test(migrations = false)]
+    async fn create_after_a_lost_ack_answers_the_new_reservation(pool: sqlx::PgPool) {
+        crate::cases::lost_ack::create_after_a_lost_ack_answers_the_new_reservation(pool).await;
+    }
+}

@@ -17,6 +17,9 @@ use crate::store::{BranchReport, PhaseRecorded, StoreError};
 
 /// One `record_phase` call's arguments.
 pub(super) struct PhaseWrite {
+    /// This call's own id, recorded on the row with its write (`last_phase_write`): a rerun
+    /// of a batch whose commit acknowledgement was lost finds it there and applies nothing.
+    pub write_id: Uuid,
     pub id: Uuid,
     pub from: State,
     pub reports: Vec<BranchReport>,
@@ -118,6 +121,7 @@ pub(super) async fn record_phases(
     writes: &[&PhaseWrite],
 ) -> Result<HashMap<Uuid, Reservation>, StoreError> {
     let n = writes.len();
+    let mut write_ids = Vec::with_capacity(n);
     let (mut ids, mut froms, mut finishes, mut refund_ids, mut bases, mut caps) = (
         Vec::with_capacity(n),
         Vec::with_capacity(n),
@@ -127,6 +131,7 @@ pub(super) async fn record_phases(
         Vec::with_capacity(n),
     );
     for write in writes {
+        write_ids.push(write.write_id);
         ids.push(write.id);
         froms.push(write.from.as_str());
         finishes.push(write.finish.map(State::as_str));
@@ -139,11 +144,13 @@ pub(super) async fn record_phases(
     let rows = sqlx::query_as::<_, ReservationRow>(concat!(
         "WITH cur AS ( \
             SELECT r.id AS cur_id, (r.payment_ref IS NOT NULL AND r.refund_id IS NULL) AS owes, \
-                   i.finish, i.new_refund_id, i.base_ms, i.cap_ms \
+                   i.finish, i.new_refund_id, i.base_ms, i.cap_ms, i.write_id \
             FROM reservations r \
-            JOIN UNNEST($1::uuid[], $2::text[], $3::text[], $4::uuid[], $5::float8[], $6::float8[]) \
-                 AS i(id, from_state, finish, new_refund_id, base_ms, cap_ms) ON r.id = i.id \
-            WHERE r.state = i.from_state ORDER BY r.id FOR UPDATE OF r), \
+            JOIN UNNEST($1::uuid[], $2::text[], $3::text[], $4::uuid[], $5::float8[], $6::float8[], \
+                        $11::uuid[]) \
+                 AS i(id, from_state, finish, new_refund_id, base_ms, cap_ms, write_id) ON r.id = i.id \
+            WHERE r.state = i.from_state AND r.last_phase_write IS DISTINCT FROM i.write_id \
+            ORDER BY r.id FOR UPDATE OF r), \
          upd AS ( \
             UPDATE branches b SET state = u.state, attempts = b.attempts + 1, last_error = u.error \
             FROM UNNEST($7::uuid[], $8::uuid[], $9::text[], $10::text[]) \
@@ -155,7 +162,7 @@ pub(super) async fn record_phases(
          UPDATE reservations SET \
             state = coalesce(cur.finish, reservations.state), \
             version = reservations.version + CASE WHEN cur.finish IS NULL THEN 0 ELSE 1 END, \
-            updated_at = clock_timestamp(), \
+            updated_at = clock_timestamp(), last_phase_write = cur.write_id, \
             lease_owner = NULL, lease_until = NULL, \
             next_attempt_at = CASE \
                 WHEN cur.finish = 'FAILED' AND cur.owes THEN clock_timestamp() \
@@ -189,6 +196,7 @@ pub(super) async fn record_phases(
     .bind(&branch_ids)
     .bind(&states)
     .bind(&errors)
+    .bind(&write_ids)
     .fetch_all(pool)
     .await?;
     rows.into_iter()
@@ -196,22 +204,35 @@ pub(super) async fn record_phases(
         .collect()
 }
 
-/// A `record_phase` answer: the reservation as recorded, or (it had left `from` meanwhile:
-/// another driver finished it) as it is now.
+/// A `record_phase` answer: the reservation as recorded, or as it is now - either another
+/// driver moved it on, or this very write was applied by a batch whose commit acknowledgement
+/// was lost (the row carries its write id): then it answers as the batch would have.
 pub(super) async fn phase_answer(
     pool: &PgPool,
     write: &PhaseWrite,
     recorded: Option<Reservation>,
 ) -> Result<PhaseRecorded, StoreError> {
+    let finished = |r: &Reservation| write.finish.is_some_and(|f| r.stored_state == f);
     match recorded {
         Some(reservation) => Ok(PhaseRecorded {
-            finished: write.finish.is_some_and(|f| reservation.stored_state == f),
+            finished: finished(&reservation),
             reservation,
         }),
-        None => Ok(PhaseRecorded {
-            reservation: load_existing(pool, write.id).await?,
-            finished: false,
-        }),
+        None => {
+            let mut conn = pool.acquire().await?;
+            let applied: Option<bool> = sqlx::query_scalar(
+                "SELECT last_phase_write IS NOT DISTINCT FROM $2 FROM reservations WHERE id = $1",
+            )
+            .bind(write.id)
+            .bind(write.write_id)
+            .fetch_optional(&mut *conn)
+            .await?;
+            let reservation = Postgres::load_existing(&mut conn, write.id).await?;
+            Ok(PhaseRecorded {
+                finished: applied == Some(true) && finished(&reservation),
+                reservation,
+            })
+        }
     }
 }
 

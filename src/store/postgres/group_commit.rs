@@ -7,6 +7,12 @@
 //! queue, so batches grow with load. A call made while no other of its kind is in flight runs
 //! alone in the caller's task ([`Batcher::enter`]): an idle coordinator pays no hop. Should a
 //! batch fail as a whole, its calls run one by one, so one call's error is its own.
+//!
+//! Those reruns are idempotent: a batch that failed may have committed all the same (the
+//! commit's acknowledgement lost with its connection). A rerun `create` finds its row by its
+//! own reservation id and answers it as new (`admission`); a rerun `record_phase` finds its
+//! write id on the row (`last_phase_write`, written with the batch) and applies nothing again;
+//! a rerun `record_held` finds the reservation left `TRYING` and only reads it.
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -217,6 +223,7 @@ impl GroupCommit {
         let (reply, answer) = oneshot::channel();
         let job = PhaseJob {
             write: PhaseWrite {
+                write_id: Uuid::new_v4(),
                 id,
                 from,
                 reports: reports.to_vec(),

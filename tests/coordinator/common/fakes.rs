@@ -79,6 +79,8 @@ pub struct Behaviour {
     pub stall_after_confirm: AtomicBool,
     /// Fail the next N Extend calls with UNAVAILABLE (after recording them).
     pub fail_extends: AtomicUsize,
+    /// Hold Cancel calls for 30 s before applying them (a participant gone silent).
+    pub stall_cancels: AtomicBool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -260,6 +262,9 @@ impl proto::participant_server::Participant for Fake {
             branch_id: req.branch_id.clone(),
             resources: vec![],
         });
+        if self.behaviour.stall_cancels.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        }
         let mut st = self.state.lock().unwrap();
         let state = match st.branches.get(&req.branch_id).map(|(s, _)| *s) {
             Some(FakeBranch::Held) => {

@@ -7,6 +7,7 @@ pub mod bindings;
 pub mod create;
 pub mod decide;
 pub mod list;
+pub mod lost_ack;
 pub mod payments;
 pub mod phases;
 pub mod recovery;
