@@ -25,6 +25,8 @@ pub struct Policy {
     pub late_payment: LatePaymentPolicy,
     /// Caps on live reservations, per holder and overall.
     pub hold_limits: HoldLimits,
+    /// Caps on open WatchReservation streams, and the shared poller's interval.
+    pub watch: super::WatchLimits,
 }
 
 impl Default for Policy {
@@ -43,6 +45,7 @@ impl Default for Policy {
                 per_holder: 5,
                 total: 0,
             },
+            watch: super::WatchLimits::default(),
         }
     }
 }
