@@ -56,10 +56,13 @@ pub enum WatchScope {
     Connection,
 }
 
-/// One reservation's channel, and what its watchers last saw: (version, lapsed).
+/// What watchers last saw of a reservation: (version, lapsed).
+type Seen = (i64, bool);
+
+/// One reservation's channel, and what its watchers last saw.
 struct Channel {
     tx: broadcast::Sender<Arc<Reservation>>,
-    seen: Option<(i64, bool)>,
+    seen: Option<Seen>,
 }
 
 impl Channel {
@@ -215,7 +218,7 @@ impl Watchers {
 
     /// The watched reservations (dropping channels nobody listens to any more); `None` when
     /// nothing is watched, and the poller then stops.
-    fn watched(&self) -> Option<Vec<(Uuid, Option<(i64, bool)>)>> {
+    fn watched(&self) -> Option<Vec<(Uuid, Option<Seen>)>> {
         let mut inner = self.lock();
         inner.channels.retain(|_, c| c.tx.receiver_count() > 0);
         if inner.channels.is_empty() {
@@ -250,7 +253,7 @@ async fn poll(watchers: Arc<Watchers>, store: Arc<dyn Store>) {
             }
         };
         crate::telemetry::watch_poll(ids.len());
-        let seen: HashMap<Uuid, Option<(i64, bool)>> = watched.into_iter().collect();
+        let seen: HashMap<Uuid, Option<Seen>> = watched.into_iter().collect();
         for s in stamps {
             let changed = seen
                 .get(&s.id)

@@ -21,3 +21,4 @@ mod service;
 mod tls;
 mod tracing;
 mod validation;
+mod watch;
