@@ -20,5 +20,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .file_descriptor_set_path(out_dir.join("tcc_v1_descriptor.bin"))
         .compile_protos(&protos, &["proto"])?;
     println!("cargo:rerun-if-changed=proto");
+    // sqlx::migrate! embeds the migrations: a new file must rebuild the crate.
+    println!("cargo:rerun-if-changed=migrations");
     Ok(())
 }

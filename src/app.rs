@@ -288,6 +288,13 @@ pub async fn serve_coordinator(
     );
     let (stop_recovery, stop) = tokio::sync::watch::channel(false);
     let recovery = tokio::spawn(coordinator.clone().run_recovery(stop));
+    // At shutdown, open Watch streams end at once (UNAVAILABLE): the graceful shutdown waits
+    // for calls in flight, and a stream could otherwise run until its hold's max_ttl.
+    let watches = coordinator.clone();
+    let shutdown = async move {
+        shutdown.await;
+        watches.close_watches();
+    };
     let api = CoordinatorApi::new(coordinator);
     let routes = tonic::service::Routes::new(api.into_server());
     tracing::info!(addr = %listener.local_addr()?, tls = listener.tls().is_some(), auth = settings.access.auth.is_on(), "coordinator serving");

@@ -8,6 +8,7 @@
 pub mod auth;
 mod lease;
 pub mod tls;
+pub mod watch;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -423,6 +424,9 @@ pub struct CoordinatorArgs {
     #[command(flatten)]
     pub secrets: auth::CoordinatorSecretArgs,
 
+    #[command(flatten)]
+    pub watch: watch::WatchArgs,
+
     /// Per-participant call timeouts from the config file.
     #[arg(skip)]
     pub participant_timeouts: HashMap<String, Duration>,
@@ -505,6 +509,7 @@ impl CoordinatorArgs {
         self.participant_tls.describe(&mut out);
         self.auth.describe(&mut out);
         self.secrets.describe(&mut out);
+        self.watch.describe(&mut out);
         out.push_str("\n[participants]\n");
         for ep in self.endpoints() {
             out.push_str(&format!(
@@ -566,6 +571,7 @@ impl CoordinatorArgs {
                 per_holder: self.max_active_holds_per_holder,
                 total: self.max_active_holds_total,
             },
+            watch: self.watch.limits()?,
             ..Policy::default()
         })
     }

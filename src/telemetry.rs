@@ -162,6 +162,8 @@ pub mod names {
     pub const RPC_SECONDS: &str = "holdfast_rpc_seconds";
     pub const FAILED: &str = "holdfast_failed_reservations_total";
     pub const AUTH_FAILURES: &str = "holdfast_auth_failures_total";
+    pub const WATCH_POLLS: &str = "holdfast_watch_polls_total";
+    pub const WATCHED: &str = "holdfast_watched_reservations";
 }
 
 /// The process's metrics recorder, installed on first use.
@@ -236,6 +238,13 @@ pub fn rpc(method: &'static str, code: tonic::Code, elapsed: Duration) {
 /// (`PERMISSION_DENIED`).
 pub fn auth_failure(reason: &'static str) {
     metrics::counter!(names::AUTH_FAILURES, "reason" => reason).increment(1);
+}
+
+/// The shared poller of WatchReservation read the versions of `watched` reservations (one
+/// statement for all of them).
+pub fn watch_poll(watched: usize) {
+    metrics::counter!(names::WATCH_POLLS).increment(1);
+    metrics::gauge!(names::WATCHED).set(watched as f64);
 }
 
 /// Reservations waiting to be driven to their outcome.

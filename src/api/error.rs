@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use prost::Message;
 use tonic::{Code, Status};
 
-use crate::coordinator::Error;
+use crate::coordinator::{Error, WatchScope};
 use crate::domain::policy::LimitScope;
 use crate::proto;
 
@@ -200,6 +200,23 @@ impl From<Error> for Status {
                 ],
                 &err,
             ),
+            Error::WatchLimit { limit, scope } => status(
+                Code::ResourceExhausted,
+                "WATCH_LIMIT_EXCEEDED",
+                message,
+                &[
+                    ("limit", limit.to_string()),
+                    (
+                        "scope",
+                        match scope {
+                            WatchScope::Process => "process".into(),
+                            WatchScope::Connection => "connection".into(),
+                        },
+                    ),
+                ],
+                &err,
+            ),
+            Error::ShuttingDown => status(Code::Unavailable, "SHUTTING_DOWN", message, &[], &err),
             Error::Store(e) => {
                 // Details stay in the log: a caller can only retry.
                 tracing::error!(error = %e, "storage failure");

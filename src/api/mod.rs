@@ -194,9 +194,12 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
         request: Request<proto::WatchReservationRequest>,
     ) -> Result<Response<WatchStream>, Status> {
         let actor = actor(&request)?;
+        // The client's connection, for the per-connection cap (tonic's connect info: TCP and
+        // TLS alike).
+        let connection = request.remote_addr();
         let changes = self
             .coordinator
-            .watch(&actor, &request.get_ref().reservation_id)
+            .watch(&actor, &request.get_ref().reservation_id, connection)
             .await?;
         Ok(Response::new(Box::pin(changes.map(|r| {
             r.map(|r| convert::reservation(r, Token::Omit))

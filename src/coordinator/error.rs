@@ -3,6 +3,7 @@
 
 use uuid::Uuid;
 
+use super::WatchScope;
 use crate::domain::policy::LimitScope;
 use crate::domain::validate::FieldError;
 use crate::domain::{Refund, RefundState, Rejection, Reservation, State};
@@ -130,6 +131,15 @@ pub enum Error {
         scope: LimitScope,
     },
 
+    #[error("{}", match scope {
+        WatchScope::Process => format!("this coordinator already serves {limit} WatchReservation streams (--max-watches); retry later or on another replica"),
+        WatchScope::Connection => format!("this connection already has {limit} open WatchReservation streams (--max-watches-per-connection); close one first"),
+    })]
+    WatchLimit { limit: usize, scope: WatchScope },
+
+    #[error("server shutting down")]
+    ShuttingDown,
+
     #[error("storage unavailable: {0}")]
     Store(#[from] StoreError),
 
@@ -165,6 +175,8 @@ impl Error {
             Error::InvalidArgument(_)
             | Error::UnknownParticipant { .. }
             | Error::HoldLimit { .. }
+            | Error::WatchLimit { .. }
+            | Error::ShuttingDown
             | Error::Store(_)
             | Error::Internal(_) => None,
         }

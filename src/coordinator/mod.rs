@@ -10,7 +10,8 @@
 //! to every participant before it is recorded), `payment_check`
 //! (a Confirm's payment checked with its payments service), `drive` (the confirm, release and
 //! refund fan-outs), `late_payment` (re-placing released holds),
-//! `recovery` (the reaper and recovery loop), `watch` (change notification). This module
+//! `recovery` (the reaper and recovery loop), `watch` (WatchReservation) and `watchers` (its
+//! hub: caps, the shared poller, shutdown). This module
 //! holds the [`Coordinator`] itself and its reads.
 
 mod decide;
@@ -23,6 +24,7 @@ mod place;
 pub mod policy;
 pub mod recovery;
 pub mod watch;
+pub mod watchers;
 
 use std::sync::Arc;
 
@@ -32,6 +34,7 @@ use uuid::Uuid;
 pub use error::Error;
 pub use place::Reserved;
 pub use policy::Policy;
+pub use watchers::{WatchLimits, WatchScope};
 
 use crate::domain::validate::{self, Limits};
 use crate::domain::{Actor, ListQuery, RefundState, Reservation, State, TokenKeys};
@@ -56,7 +59,7 @@ pub struct Coordinator {
     policy: Policy,
     /// Derive hold tokens (never stored; see `domain::token`).
     tokens: Arc<TokenKeys>,
-    watchers: Arc<watch::Watchers>,
+    watchers: Arc<watchers::Watchers>,
 }
 
 impl Coordinator {
@@ -67,7 +70,7 @@ impl Coordinator {
         policy: Policy,
         tokens: TokenKeys,
     ) -> Coordinator {
-        let watchers = Arc::new(watch::Watchers::default());
+        let watchers = Arc::new(watchers::Watchers::new(policy.watch));
         Coordinator {
             instance: Uuid::new_v4(),
             store: Arc::new(watch::Publishing {
@@ -87,11 +90,6 @@ impl Coordinator {
             owner: self.instance,
             duration: self.policy.lease,
         }
-    }
-
-    /// Subscribes to the changes this process makes to a reservation (see [`watch`]).
-    fn subscribe(&self, id: Uuid) -> tokio::sync::broadcast::Receiver<Arc<Reservation>> {
-        self.watchers.subscribe(id)
     }
 
     /// Reads one reservation; another principal's does not exist for a client.

@@ -32,6 +32,8 @@ pub struct Policy {
     pub late_payment: LatePaymentPolicy,
     /// Caps on live reservations, per holder and overall.
     pub hold_limits: HoldLimits,
+    /// Caps on open WatchReservation streams, and the shared poller's interval.
+    pub watch: super::WatchLimits,
 }
 
 /// Calls to one participant a leased step may make one after another before it renews its
@@ -69,6 +71,7 @@ impl Default for Policy {
                 per_holder: 5,
                 total: 0,
             },
+            watch: super::WatchLimits::default(),
         }
     }
 }

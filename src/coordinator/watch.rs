@@ -1,13 +1,11 @@
-//! Change notification for `WatchReservation`.
-//!
-//! Every reservation a store write returns is published to the watchers of that reservation in
-//! this process ([`Publishing`] wraps the store, so no write path can forget). Watchers also
-//! poll, for changes made by other replicas and for lazy expiry, which needs no write
-//! ([`Coordinator::watch`]).
+//! `WatchReservation`: [`Coordinator::watch`], and [`Publishing`], the store wrapper that
+//! publishes every reservation a store write returns to the watchers of that reservation in
+//! this process (so no write path can forget). The hub itself - caps, the one shared poller
+//! for changes made elsewhere and lazy expiry, the end of streams at shutdown - is
+//! [`super::watchers`].
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::net::SocketAddr;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use tokio::sync::{broadcast, mpsc};
@@ -15,6 +13,7 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use uuid::Uuid;
 
+use super::watchers::Watchers;
 use super::{Coordinator, Error};
 use crate::domain::policy::{Backoff, HoldLimits};
 use crate::domain::validate;
@@ -22,110 +21,95 @@ use crate::domain::{
     Actor, Decision, ExtraPayment, ListQuery, NewReservation, Rejection, Reservation, State,
 };
 use crate::store::{
-    BranchReport, Claimed, Created, Decided, PhaseRecorded, Store, StoreError, WorkLease,
+    BranchReport, Claimed, Created, Decided, PhaseRecorded, Stamp, Store, StoreError, WorkLease,
 };
-
-/// How often a watch reads the reservation again when nothing was published here.
-const POLL: Duration = Duration::from_secs(1);
 
 /// Reservations a watch may have read but its client not yet taken.
 const WATCH_BUFFER: usize = 16;
 
 impl Coordinator {
     /// Follows one reservation: as it is now, then each change until it is terminal. Ends
-    /// when the stream is dropped, or after the first failed read (its error is the last item).
+    /// when the stream is dropped, after the first failed read (its error is the last item),
+    /// or at shutdown ([`Error::ShuttingDown`] the last item). `connection` is the client's
+    /// address: at most `policy.watch.per_connection` streams per connection and
+    /// `per_process` in all, beyond which it is [`Error::WatchLimit`].
     pub async fn watch(
         &self,
         actor: &Actor,
         id: &str,
+        connection: Option<SocketAddr>,
     ) -> Result<impl Stream<Item = Result<Reservation, Error>> + Send + 'static, Error> {
         // An empty id is "not a UUID" here (Get says "is required"): Watch always answered so.
         let id = validate::uuid("reservation_id", id)?;
+        let slot = self.watchers.admit(connection)?;
         // Subscribe before the first read, so no change falls between the two.
-        let mut changes = self.subscribe(id);
+        let mut changes = self.watchers.subscribe(id, &self.store);
         let first = self.read(id).await?;
         if !actor.sees(&first) {
             return Err(Error::NotFound(id));
         }
+        self.watchers.saw(&first);
         let (tx, rx) = mpsc::channel(WATCH_BUFFER);
         let coordinator = self.clone();
+        let closed = self.watchers.closed();
         tokio::spawn(async move {
-            let mut last = first.version;
-            let mut state = first.state;
-            let mut expires_at = first.expires_at;
-            if tx.send(Ok(first)).await.is_err() {
-                return;
+            let _slot = slot;
+            let follow = coordinator.follow(first, &mut changes, &tx);
+            tokio::select! {
+                _ = follow => {}
+                _ = closed => {
+                    let _ = tx.try_send(Err(Error::ShuttingDown));
+                }
             }
-            while !state.is_terminal() {
-                // Changes made here arrive as events, in order; a poll catches other replicas'
-                // changes and lazy expiry (which writes nothing), at the latest at expiry.
-                let until_expiry = (expires_at - chrono::Utc::now())
-                    .to_std()
-                    .unwrap_or_default()
-                    + Duration::from_millis(20);
-                let next = tokio::select! {
-                    _ = tx.closed() => return,
-                    event = changes.recv() => match event {
-                        Ok(r) => Some((*r).clone()),
-                        Err(broadcast::error::RecvError::Lagged(_)) => None,
-                        Err(broadcast::error::RecvError::Closed) => None,
-                    },
-                    _ = tokio::time::sleep(POLL.min(until_expiry)) => None,
-                };
-                let r = match next {
-                    Some(r) => r,
-                    None => match coordinator.read(id).await {
+        });
+        Ok(ReceiverStream::new(rx))
+    }
+
+    /// Sends `first`, then every newer image of it published here (by this process's writes or
+    /// the shared poller), until it is terminal or the client went away.
+    async fn follow(
+        &self,
+        first: Reservation,
+        changes: &mut broadcast::Receiver<Arc<Reservation>>,
+        tx: &mpsc::Sender<Result<Reservation, Error>>,
+    ) {
+        let id = first.id;
+        let mut last = first.version;
+        let mut state = first.state;
+        if tx.send(Ok(first)).await.is_err() {
+            return;
+        }
+        while !state.is_terminal() {
+            let r = tokio::select! {
+                _ = tx.closed() => return,
+                event = changes.recv() => match event {
+                    Ok(r) => (*r).clone(),
+                    // Missed some: the reservation as it is now is what matters.
+                    Err(broadcast::error::RecvError::Lagged(_)) => match self.read(id).await {
                         Ok(r) => r,
                         Err(e) => {
                             let _ = tx.send(Err(e)).await;
                             return;
                         }
                     },
-                };
-                // Versions only grow; a lazily expired read has the same version but a new state.
-                if r.version < last || (r.version == last && r.state == state) {
-                    continue;
-                }
-                last = r.version;
-                state = r.state;
-                expires_at = r.expires_at;
-                if tx.send(Ok(r)).await.is_err() {
-                    return;
-                }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+            };
+            // Versions only grow; a lazily expired read has the same version but a new state.
+            if r.version < last || (r.version == last && r.state == state) {
+                continue;
             }
-        });
-        Ok(ReceiverStream::new(rx))
-    }
-}
-
-/// Per-reservation broadcast channels, created on first subscription, dropped with the last.
-#[derive(Default)]
-pub struct Watchers {
-    channels: Mutex<HashMap<Uuid, broadcast::Sender<Arc<Reservation>>>>,
-}
-
-impl Watchers {
-    /// Subscribes to the changes of one reservation.
-    pub fn subscribe(&self, id: Uuid) -> broadcast::Receiver<Arc<Reservation>> {
-        let mut channels = match self.channels.lock() {
-            Ok(c) => c,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        channels.retain(|_, tx| tx.receiver_count() > 0);
-        channels
-            .entry(id)
-            .or_insert_with(|| broadcast::channel(16).0)
-            .subscribe()
-    }
-
-    fn publish(&self, r: &Reservation) {
-        let channels = match self.channels.lock() {
-            Ok(c) => c,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        if let Some(tx) = channels.get(&r.id) {
-            let _ = tx.send(Arc::new(r.clone()));
+            last = r.version;
+            state = r.state;
+            if tx.send(Ok(r)).await.is_err() {
+                return;
+            }
         }
+    }
+
+    /// Ends every open Watch stream and refuses new ones (graceful shutdown).
+    pub fn close_watches(&self) {
+        self.watchers.close();
     }
 }
 
@@ -161,6 +145,10 @@ impl Store for Publishing {
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Reservation>, StoreError> {
         self.inner.list(query).await
+    }
+
+    async fn versions(&self, ids: &[Uuid]) -> Result<Vec<Stamp>, StoreError> {
+        self.inner.versions(ids).await
     }
 
     async fn decide(

@@ -32,6 +32,7 @@ macro_rules! lost_hold_refund_reason {
 mod admission;
 pub(crate) mod decide;
 mod extra;
+pub mod list;
 mod outcome;
 pub mod postgres;
 mod record;
@@ -124,6 +125,15 @@ pub struct PhaseRecorded {
     pub finished: bool,
 }
 
+/// What a watch needs to notice that a reservation changed without reading all of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    pub id: Uuid,
+    pub version: i64,
+    /// `HELD` past `expires_at` (database clock): it reads as `EXPIRED`.
+    pub lapsed: bool,
+}
+
 /// How one coordinator instance claims work: it owns what it drives until `duration` passes,
 /// after which another instance may take it over.
 #[derive(Clone, Copy, Debug)]
@@ -161,6 +171,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Lists reservations newest first.
     async fn list(&self, query: &ListQuery) -> Result<Vec<Reservation>, StoreError>;
+
+    /// The [`Stamp`] of each of `ids` that exists (any order), in one statement: the shared
+    /// poller of `WatchReservation` asks for every watched reservation at once.
+    async fn versions(&self, ids: &[Uuid]) -> Result<Vec<Stamp>, StoreError>;
 
     /// Under the row lock: a reservation of another owner than `scope` (when given) is
     /// [`Decided::NotFound`]; then checks the token, judges the decision with

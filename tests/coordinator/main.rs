@@ -23,3 +23,4 @@ mod service;
 mod tls;
 mod tracing;
 mod validation;
+mod watch;

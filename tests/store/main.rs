@@ -8,6 +8,7 @@
 mod ack_relay;
 mod cases;
 mod grpc;
+mod plans;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -124,7 +125,7 @@ conformance!(
         racing_confirms_bind_a_payment_once,
         further_payment_is_refunded,
     ],
-    list: [list_pages_and_filters],
+    list: [list_pages_and_filters, every_shape_answers_as_a_full_read_filtered],
     writes: [
         writes_answer_with_the_stored_reservation,
         concurrent_writes_are_each_recorded,

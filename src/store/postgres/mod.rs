@@ -7,7 +7,8 @@
 //! version-guarded UPDATE (`unlocked.rs`), and writes answer with their after-image in the
 //! same statement.
 //!
-//! - `rows.rs`: the column lists, the row type, `load` and `list`.
+//! - `rows.rs`: the column lists, the row type, `load`.
+//! - `list.rs`: a statement per List shape (index-backed, keyset) and the stamps a watch polls.
 //! - `create.rs`: Reserves (advisory locks, the batched insert, admission's counts).
 //! - `unlocked.rs`: the unlocked Confirm/Cancel and the images it decides on.
 //! - `decide.rs`: the statements of the shared locked decision, retake and outcome flows.
@@ -23,6 +24,7 @@ mod answers;
 mod create;
 mod decide;
 mod group_commit;
+mod list;
 mod payments;
 mod recovery;
 mod unlocked;
@@ -34,11 +36,13 @@ use sqlx::Postgres;
 use sqlx::postgres::PgPool;
 use uuid::Uuid;
 
+pub use self::list::statement as list_statement;
+
 use self::group_commit::GroupCommit;
 use self::unlocked::RecentlyHeld;
 use super::{
-    BranchReport, Claimed, Created, Decided, PhaseRecorded, Store, StoreError, WorkLease, extra,
-    outcome, retake,
+    BranchReport, Claimed, Created, Decided, PhaseRecorded, Stamp, Store, StoreError, WorkLease,
+    extra, outcome, retake,
 };
 use crate::domain::policy::{Backoff, HoldLimits};
 use crate::domain::{
@@ -106,7 +110,11 @@ impl Store for PgStore {
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Reservation>, StoreError> {
-        rows::list(&self.pool, query).await
+        list::list(&self.pool, query).await
+    }
+
+    async fn versions(&self, ids: &[Uuid]) -> Result<Vec<Stamp>, StoreError> {
+        list::versions(&self.pool, ids).await
     }
 
     async fn decide(

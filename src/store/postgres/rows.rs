@@ -1,17 +1,17 @@
 //! Reading reservations on PostgreSQL: the column lists every statement that answers a
 //! reservation ends with, the row type (a reservation with its branches as parallel arrays,
 //! one round trip) and its conversion into the shared stored shape ([`crate::store::record`]),
-//! and the two reads, `load` and `list`.
+//! and `load`. (List, and the stamps a watch polls, are `list.rs`.)
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::postgres::{PgConnection, PgPool};
+use sqlx::postgres::PgConnection;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use crate::domain::{Branch, ListQuery, Reservation, State};
+use crate::domain::{Branch, Reservation};
 use crate::store::StoreError;
 use crate::store::record::{StoredBranch, StoredReservation};
 
@@ -238,34 +238,4 @@ pub(super) async fn load(
         .await?
         .map(ReservationRow::into_domain)
         .transpose()
-}
-
-/// A page of reservations, newest first ([`crate::store::Store::list`]).
-pub(super) async fn list(pool: &PgPool, query: &ListQuery) -> Result<Vec<Reservation>, StoreError> {
-    let mut conn = pool.acquire().await?;
-    let (after_ts, after_id) = match query.after {
-        Some((ts, id)) => (Some(ts), Some(id)),
-        None => (None, None),
-    };
-    sqlx::query_as::<_, ReservationRow>(concat!(
-        select_reservations!(),
-        "WHERE ($1::text IS NULL OR holder = $1) \
-           AND ($2::text IS NULL OR \
-                (CASE WHEN reservations.state = 'HELD' AND expires_at <= clock_timestamp() \
-                      THEN 'EXPIRED' ELSE reservations.state END) = $2) \
-           AND ($3::timestamptz IS NULL OR (created_at, id) < ($3, $4)) \
-           AND ($6::text IS NULL OR owner = $6) \
-         ORDER BY created_at DESC, id DESC LIMIT $5"
-    ))
-    .bind(query.holder.as_deref())
-    .bind(query.state.map(State::as_str))
-    .bind(after_ts)
-    .bind(after_id)
-    .bind(i64::from(query.limit))
-    .bind(query.owner.as_deref())
-    .fetch_all(&mut *conn)
-    .await?
-    .into_iter()
-    .map(ReservationRow::into_domain)
-    .collect()
 }

@@ -52,6 +52,8 @@ mod payments;
 mod recovery;
 mod rows;
 
+pub use rows::list_statement;
+
 use async_trait::async_trait;
 use sqlx::Sqlite;
 use sqlx::sqlite::SqlitePool;
@@ -59,8 +61,8 @@ use uuid::Uuid;
 
 use super::sql::ReservationSql;
 use super::{
-    BranchReport, Claimed, Created, Decided, PhaseRecorded, Store, StoreError, WorkLease, extra,
-    outcome, retake,
+    BranchReport, Claimed, Created, Decided, PhaseRecorded, Stamp, Store, StoreError, WorkLease,
+    extra, outcome, retake,
 };
 use crate::domain::policy::{Backoff, HoldLimits};
 use crate::domain::{
@@ -148,6 +150,10 @@ impl Store for SqliteStore {
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Reservation>, StoreError> {
         rows::list(&self.pool, query).await
+    }
+
+    async fn versions(&self, ids: &[Uuid]) -> Result<Vec<Stamp>, StoreError> {
+        rows::versions(&self.pool, ids).await
     }
 
     async fn decide(

@@ -13,8 +13,9 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use crate::domain::{Branch, ListQuery, Reservation, State};
-use crate::store::StoreError;
+use crate::store::list::{ListShape, cursor};
 use crate::store::record::{StoredBranch, StoredReservation};
+use crate::store::{Stamp, StoreError};
 
 /// Columns of `reservations` every read needs, plus whether a HELD one lapsed (lazy expiry).
 macro_rules! reservation_columns {
@@ -193,37 +194,86 @@ pub(super) async fn get(pool: &SqlitePool, id: Uuid) -> Result<Option<Reservatio
     Ok(r)
 }
 
+/// The keyset condition and order every List statement ends with (`?1`, `?2` the cursor,
+/// `?3` the limit; `?4` owner, `?5` holder, `?6` stored state, used or not).
+macro_rules! page_end {
+    () => {
+        "(created_at, id) < (?1, ?2) ORDER BY created_at DESC, id DESC LIMIT ?3"
+    };
+}
+
+/// One page of the rows `$filter` (ending in `AND `) selects.
+macro_rules! page {
+    ($filter:expr) => {
+        concat!(
+            "SELECT ",
+            reservation_columns!(),
+            " FROM reservations WHERE ",
+            $filter,
+            page_end!()
+        )
+    };
+}
+
+/// The four state filters over `$rows`, in [`ListShape::index`] order (see
+/// `store/list.rs`); `EXPIRED` as read merges two index walks.
+macro_rules! by_state {
+    ($rows:expr) => {
+        [
+            page!($rows),
+            page!(concat!($rows, "state = ?6 AND ")),
+            page!(concat!(
+                $rows,
+                "state = ?6 AND expires_at > ",
+                sqlite_now_us!(),
+                " AND "
+            )),
+            concat!(
+                "SELECT * FROM (",
+                page!(concat!($rows, "state = ?6 AND ")),
+                ") UNION ALL SELECT * FROM (",
+                page!(concat!(
+                    $rows,
+                    "state = 'HELD' AND expires_at <= ",
+                    sqlite_now_us!(),
+                    " AND "
+                )),
+                ") ORDER BY created_at DESC, id DESC LIMIT ?3"
+            ),
+        ]
+    };
+}
+
+/// Every List statement, in [`ListShape::index`] order.
+const STATEMENTS: [[&str; 4]; 4] = [
+    by_state!(""),
+    by_state!("holder = ?5 AND "),
+    by_state!("owner = ?4 AND "),
+    by_state!("owner = ?4 AND holder = ?5 AND "),
+];
+
+/// The statement that answers lists of `shape` (for tests that EXPLAIN it).
+pub fn list_statement(shape: ListShape) -> &'static str {
+    let i = shape.index();
+    STATEMENTS[i / 4][i % 4]
+}
+
 /// [`crate::store::Store::list`]: a page of reservations, newest first.
 pub(super) async fn list(
     pool: &SqlitePool,
     query: &ListQuery,
 ) -> Result<Vec<Reservation>, StoreError> {
     let mut tx = pool.begin().await?;
-    let (after_ts, after_id) = match query.after {
-        Some((ts, id)) => (Some(micros_of(ts)), Some(id)),
-        None => (None, None),
-    };
-    let rows = sqlx::query_as::<_, ReservationRow>(concat!(
-        "SELECT ",
-        reservation_columns!(),
-        " FROM reservations \
-         WHERE (?1 IS NULL OR holder = ?1) \
-           AND (?2 IS NULL OR \
-                (CASE WHEN state = 'HELD' AND expires_at <= ",
-        sqlite_now_us!(),
-        " THEN 'EXPIRED' ELSE state END) = ?2) \
-           AND (?3 IS NULL OR (created_at, id) < (?3, ?4)) \
-           AND (?6 IS NULL OR owner = ?6) \
-         ORDER BY created_at DESC, id DESC LIMIT ?5"
-    ))
-    .bind(query.holder.as_deref())
-    .bind(query.state.map(State::as_str))
-    .bind(after_ts)
-    .bind(after_id)
-    .bind(i64::from(query.limit))
-    .bind(query.owner.as_deref())
-    .fetch_all(&mut *tx)
-    .await?;
+    let (after_ts, after_id) = cursor(query);
+    let rows = sqlx::query_as::<_, ReservationRow>(list_statement(ListShape::of(query)))
+        .bind(micros_of(after_ts))
+        .bind(after_id)
+        .bind(i64::from(query.limit))
+        .bind(query.owner.as_deref())
+        .bind(query.holder.as_deref())
+        .bind(query.state.map(State::as_str))
+        .fetch_all(&mut *tx)
+        .await?;
     // The page's branches in one statement: the ids travel as a JSON array of hex strings.
     let ids: Vec<String> = rows.iter().map(|r| r.id.simple().to_string()).collect();
     let mut branches: HashMap<Uuid, Vec<Branch>> = HashMap::new();
@@ -249,4 +299,25 @@ pub(super) async fn list(
             r.into_domain(bs)
         })
         .collect()
+}
+
+/// [`crate::store::Store::versions`]: the ids travel as a JSON array of hex strings.
+pub(super) async fn versions(pool: &SqlitePool, ids: &[Uuid]) -> Result<Vec<Stamp>, StoreError> {
+    let ids: Vec<String> = ids.iter().map(|id| id.simple().to_string()).collect();
+    let rows: Vec<(Uuid, i64, bool)> = sqlx::query_as(concat!(
+        "SELECT id, version, (state = 'HELD' AND expires_at <= ",
+        sqlite_now_us!(),
+        ") FROM reservations WHERE id IN (SELECT unhex(value) FROM json_each(?1))"
+    ))
+    .bind(Json(&ids))
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, version, lapsed)| Stamp {
+            id,
+            version,
+            lapsed,
+        })
+        .collect())
 }

@@ -2,11 +2,13 @@
 //! it - a database of its own per test, loopback addresses of the test's own, health and
 //! `/metrics` probes, `ResourceAdmin` clients for the all-in-one's participants, and one-shot
 //! runs of a subcommand. The tests are by topic: `crash` (SIGKILL and restart), `config`
-//! (settings precedence, bad configuration), `bench` (`holdfast bench` end to end).
+//! (settings precedence, bad configuration), `bench` (`holdfast bench` end to end), `shutdown`
+//! (SIGTERM with a Watch open).
 
 pub(crate) mod bench;
 mod config;
 mod crash;
+mod shutdown;
 
 use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -135,6 +137,26 @@ impl Holdfast {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// SIGTERM (as an orchestrator stops it), then waits up to `limit` for it to exit; how
+    /// long it took, or `None` if it still runs.
+    pub(crate) async fn terminate(&mut self, limit: Duration) -> Option<Duration> {
+        let child = self.child.as_mut()?;
+        let sent = Instant::now();
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM failed");
+        while sent.elapsed() < limit {
+            if let Ok(Some(_)) = child.try_wait() {
+                return Some(sent.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
     }
 
     fn log_text(&self) -> String {

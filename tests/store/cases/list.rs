@@ -61,3 +61,105 @@ pub async fn list_pages_and_filters(store: S) {
             .is_empty()
     );
 }
+
+/// Every List shape (owner, holder, state; with lazy expiry: a lapsed HELD lists as EXPIRED,
+/// not HELD) answers exactly what filtering a full read would, in order, page by page.
+pub async fn every_shape_answers_as_a_full_read_filtered(store: S) {
+    use holdfast::domain::{BranchState, ListQuery};
+
+    use super::{SHORT, cancel, confirm, decide, lapse, new_res, reports};
+    let mut made = Vec::new();
+    for (i, (owner, holder)) in [
+        ("alice", "h1"),
+        ("alice", "h2"),
+        ("bob", "h1"),
+        ("alice", "h1"),
+        ("bob", "h2"),
+        ("", "h1"),
+    ]
+    .into_iter()
+    .cycle()
+    .take(18)
+    .enumerate()
+    {
+        let mut new = new_res(
+            holder,
+            &format!("r{i}"),
+            if i % 3 == 0 { SHORT } else { LONG },
+        );
+        new.owner = owner.to_owned();
+        let r = match store
+            .create(&new, super::lease(), super::NO_LIMITS)
+            .await
+            .unwrap()
+        {
+            holdfast::store::Created::New(r) => r,
+            other => panic!("expected a new reservation, got {other:?}"),
+        };
+        let token = super::token_of(r.id);
+        // Stay TRYING, or be HELD (and then maybe confirmed or cancelled).
+        if i % 5 != 4 {
+            store
+                .record_held(r.id, &reports(&r, BranchState::Held, None))
+                .await
+                .unwrap();
+            match i % 6 {
+                1 => drop(decide(&store, r.id, &token, &confirm()).await),
+                2 => drop(decide(&store, r.id, &token, &cancel()).await),
+                _ => {}
+            }
+        }
+        made.push(r.id);
+    }
+    // The short holds still HELD lapse: they read EXPIRED without any write.
+    lapse().await;
+    let everything = store.list(&query(None, None, 1000)).await.unwrap();
+    assert_eq!(everything.len(), made.len());
+    assert!(
+        everything
+            .iter()
+            .any(|r| r.state == State::Expired && r.stored_state == State::Held)
+    );
+    assert!(everything.iter().any(|r| r.state == State::Held));
+    let states = [
+        None,
+        Some(State::Held),
+        Some(State::Expired),
+        Some(State::Trying),
+        Some(State::Confirming),
+        Some(State::Cancelling),
+        Some(State::Confirmed),
+    ];
+    for owner in [None, Some("alice"), Some("bob"), Some("")] {
+        for holder in [None, Some("h1"), Some("h2")] {
+            for state in states {
+                let expected: Vec<_> = everything
+                    .iter()
+                    .filter(|r| owner.is_none_or(|o| r.owner == o))
+                    .filter(|r| holder.is_none_or(|h| r.holder == h))
+                    .filter(|r| state.is_none_or(|s| r.state == s))
+                    .map(|r| (r.id, r.state))
+                    .collect();
+                let mut q = ListQuery {
+                    owner: owner.map(str::to_owned),
+                    holder: holder.map(str::to_owned),
+                    state,
+                    limit: 2,
+                    after: None,
+                };
+                let mut paged = Vec::new();
+                loop {
+                    let page = store.list(&q).await.unwrap();
+                    assert!(page.len() <= 2);
+                    let Some(last) = page.last() else { break };
+                    q.after = Some((last.created_at, last.id));
+                    paged.extend(page.iter().map(|r| (r.id, r.state)));
+                }
+                assert_eq!(
+                    paged, expected,
+                    "owner {owner:?}, holder {holder:?}, state {state:?}"
+                );
+            }
+        }
+    }
+}

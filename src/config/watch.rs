@@ -1,0 +1,56 @@
+//! The coordinator's bounds on `WatchReservation` streams (#15 item 12): how many may be open
+//! per process and per client connection (beyond, `RESOURCE_EXHAUSTED` reason
+//! `WATCH_LIMIT_EXCEEDED`), and how often one shared read looks for changes made elsewhere.
+
+use std::time::Duration;
+
+use super::parse_duration;
+use crate::coordinator::WatchLimits;
+
+/// Bounds on WatchReservation streams.
+#[derive(clap::Args, Clone, Debug)]
+pub struct WatchArgs {
+    /// WatchReservation streams open at once in this process; beyond, RESOURCE_EXHAUSTED.
+    #[arg(long, env = "HOLDFAST_MAX_WATCHES", default_value_t = 1024)]
+    pub max_watches: usize,
+
+    /// WatchReservation streams open at once on one client connection.
+    #[arg(
+        long,
+        env = "HOLDFAST_MAX_WATCHES_PER_CONNECTION",
+        default_value_t = 32
+    )]
+    pub max_watches_per_connection: usize,
+
+    /// How often one shared read checks every watched reservation for changes made by other
+    /// replicas and for lapsed holds (changes made here reach watchers at once).
+    #[arg(long, env = "HOLDFAST_WATCH_POLL_INTERVAL", default_value = "250ms", value_parser = parse_duration)]
+    pub watch_poll_interval: Duration,
+}
+
+impl WatchArgs {
+    /// The limits, checked.
+    pub fn limits(&self) -> Result<WatchLimits, String> {
+        if self.watch_poll_interval.is_zero() {
+            return Err("--watch-poll-interval must be > 0".into());
+        }
+        Ok(WatchLimits {
+            per_process: self.max_watches,
+            per_connection: self.max_watches_per_connection,
+            poll: self.watch_poll_interval,
+        })
+    }
+
+    /// The settings as TOML lines for `--print-config`.
+    pub fn describe(&self, out: &mut String) {
+        out.push_str(&format!("max_watches = {}\n", self.max_watches));
+        out.push_str(&format!(
+            "max_watches_per_connection = {}\n",
+            self.max_watches_per_connection
+        ));
+        out.push_str(&format!(
+            "watch_poll_interval = \"{}ms\"\n",
+            self.watch_poll_interval.as_millis()
+        ));
+    }
+}

@@ -1,0 +1,115 @@
+//! Which statement answers a List, decided once for both databases.
+//!
+//! Every shape of [`ListQuery`] (whose reservations: everyone's or one owner's; one holder's
+//! or all; which state) has a statement of its own, and each of them an index whose order is
+//! the listing's (`created_at DESC, id DESC` after the equality columns, migration `0006`), so
+//! even a generic (cached) plan walks exactly the page: no `($1 IS NULL OR col = $1)`
+//! catch-all, which no index can serve. Paging is keyset: every statement lists strictly
+//! before a cursor, the first page before [`first_cursor`].
+//!
+//! The state as read includes lazy expiry: `HELD` past `expires_at` reads `EXPIRED`. So
+//! `HELD` lists stored `HELD` rows not past their time ([`StateFilter::Live`]), and `EXPIRED`
+//! lists stored `EXPIRED` rows merged with lapsed `HELD` ones ([`StateFilter::Lapsed`]: two
+//! index walks, merged in order); every other state is the stored one.
+
+use chrono::{DateTime, TimeZone, Utc};
+use uuid::Uuid;
+
+use crate::domain::{ListQuery, State};
+
+/// How a List filters by state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateFilter {
+    /// No state filter.
+    Any,
+    /// The stored state is the one asked for (neither `HELD` nor `EXPIRED`).
+    Stored,
+    /// `HELD` as read: stored `HELD`, not past `expires_at`.
+    Live,
+    /// `EXPIRED` as read: stored `EXPIRED`, or `HELD` past `expires_at`.
+    Lapsed,
+}
+
+/// The shape of a List: which filters it has, so which statement answers it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListShape {
+    pub owner: bool,
+    pub holder: bool,
+    pub state: StateFilter,
+}
+
+impl ListShape {
+    pub fn of(query: &ListQuery) -> ListShape {
+        ListShape {
+            owner: query.owner.is_some(),
+            holder: query.holder.is_some(),
+            state: match query.state {
+                None => StateFilter::Any,
+                Some(State::Held) => StateFilter::Live,
+                Some(State::Expired) => StateFilter::Lapsed,
+                Some(_) => StateFilter::Stored,
+            },
+        }
+    }
+
+    /// Every shape, for tests that check each one's plan.
+    pub fn all() -> Vec<ListShape> {
+        let mut shapes = Vec::new();
+        for owner in [false, true] {
+            for holder in [false, true] {
+                for state in [
+                    StateFilter::Any,
+                    StateFilter::Stored,
+                    StateFilter::Live,
+                    StateFilter::Lapsed,
+                ] {
+                    shapes.push(ListShape {
+                        owner,
+                        holder,
+                        state,
+                    });
+                }
+            }
+        }
+        shapes
+    }
+
+    /// Index into a table of statements laid out as [`ListShape::all`] lists them.
+    pub fn index(self) -> usize {
+        let state = match self.state {
+            StateFilter::Any => 0,
+            StateFilter::Stored => 1,
+            StateFilter::Live => 2,
+            StateFilter::Lapsed => 3,
+        };
+        usize::from(self.owner) * 8 + usize::from(self.holder) * 4 + state
+    }
+}
+
+/// The cursor of a first page: after every reservation (9999-12-31, the largest id).
+pub fn first_cursor() -> (DateTime<Utc>, Uuid) {
+    let end = Utc
+        .with_ymd_and_hms(9999, 12, 31, 23, 59, 59)
+        .single()
+        .unwrap_or(DateTime::<Utc>::MAX_UTC);
+    (end, Uuid::max())
+}
+
+/// Where a List starts: its cursor, or before everything.
+pub fn cursor(query: &ListQuery) -> (DateTime<Utc>, Uuid) {
+    query.after.unwrap_or_else(first_cursor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_shape_has_its_own_slot() {
+        let all = ListShape::all();
+        assert_eq!(all.len(), 16);
+        for (i, s) in all.iter().enumerate() {
+            assert_eq!(s.index(), i, "{s:?}");
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! WatchReservation bounded and shared (#15 item 12): streams beyond the caps (per process,
+//! per connection) are refused with RESOURCE_EXHAUSTED and a closed stream frees its slot; a
+//! change made by another replica reaches a watcher promptly through one shared poller, not a
+//! read per stream. (SIGTERM with a Watch open: `process/shutdown.rs`.)
+
+use std::time::{Duration, Instant};
+
+use holdfast::app::CoordinatorSettings;
+use holdfast::coordinator::WatchLimits;
+use holdfast::proto;
+use holdfast::proto::coordinator_client::CoordinatorClient;
+use holdfast::proto::reservation::State;
+use sqlx::PgPool;
+use tonic::transport::Channel;
+use tonic::{Code, Status, Streaming};
+
+use crate::common::{
+    Decide, error_metadata, hold, reason, reserve_request, settings, spawn_app, spawn_fakes,
+    state_of,
+};
+
+fn with_watch(mut s: CoordinatorSettings, watch: WatchLimits) -> CoordinatorSettings {
+    s.policy.watch = watch;
+    s
+}
+
+/// `n` HELD reservations, each of its own holder (the hold limit is per holder).
+async fn reserve_n(client: &mut CoordinatorClient<Channel>, n: usize) -> Vec<proto::Reservation> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        let mut req = reserve_request(&format!("w{i}"), vec![hold("seats", &format!("S{i}"))]);
+        req.holder = format!("holder-{i}");
+        let r = client.reserve(req).await.unwrap().into_inner();
+        assert_eq!(state_of(&r), State::Held);
+        out.push(r);
+    }
+    out
+}
+
+/// Opens a watch and reads its first image.
+async fn watch(
+    client: &mut CoordinatorClient<Channel>,
+    r: &proto::Reservation,
+) -> Result<Streaming<proto::Reservation>, Status> {
+    let mut stream = client
+        .watch_reservation(proto::WatchReservationRequest {
+            reservation_id: r.id.clone(),
+        })
+        .await?
+        .into_inner();
+    let first = stream.message().await?.expect("a first image");
+    assert_eq!(first.id, r.id);
+    Ok(stream)
+}
+
+fn assert_watch_limit(err: &Status, scope: &str) {
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert_eq!(reason(err), "WATCH_LIMIT_EXCEEDED");
+    assert_eq!(error_metadata(err)["scope"], scope, "{err:?}");
+}
+
+#[sqlx::test(migrations = false)]
+async fn watches_beyond_the_caps_are_refused_and_a_closed_stream_frees_its_slot(pool: PgPool) {
+    let fakes = spawn_fakes(&["seats"]).await;
+    let s = with_watch(
+        settings(&[("seats", &fakes.get("seats").url)]),
+        WatchLimits {
+            per_process: 3,
+            per_connection: 2,
+            poll: Duration::from_millis(250),
+        },
+    );
+    let app = spawn_app(pool, s).await;
+    // One client connection (clones of a channel share it), and another.
+    let mut a = app.client.clone();
+    let mut b = CoordinatorClient::connect(format!("http://{}", app.addr))
+        .await
+        .unwrap();
+    let rs = reserve_n(&mut a, 4).await;
+
+    let a0 = watch(&mut a, &rs[0]).await.unwrap();
+    let mut a1 = watch(&mut a, &rs[1]).await.unwrap();
+    let err = watch(&mut a, &rs[2]).await.unwrap_err();
+    assert_watch_limit(&err, "connection");
+    let _b2 = watch(&mut b, &rs[2]).await.unwrap();
+    let err = watch(&mut b, &rs[3]).await.unwrap_err();
+    assert_watch_limit(&err, "process");
+
+    // A stream its client closed gives its slot back (once the server saw it go).
+    drop(a0);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let _b3 = loop {
+        match watch(&mut b, &rs[3]).await {
+            Ok(stream) => break stream,
+            Err(e) => {
+                assert_watch_limit(&e, "process");
+                assert!(
+                    Instant::now() < deadline,
+                    "the closed stream's slot never came back"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    // So does a stream that ended after a terminal state.
+    a.confirm(Decide::on(&rs[1]).confirm()).await.unwrap();
+    while let Some(m) = a1.message().await.unwrap() {
+        assert_ne!(state_of(&m), State::Held);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let _a4 = loop {
+        match watch(&mut a, &rs[0]).await {
+            Ok(stream) => break stream,
+            Err(e) => {
+                assert_watch_limit(&e, "process");
+                assert!(
+                    Instant::now() < deadline,
+                    "the ended stream's slot never came back"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+}
+
+/// Transactions committed in this test's database so far (PostgreSQL's statistics: each
+/// backend reports at most once a second).
+async fn commits(pool: &PgPool) -> i64 {
+    let (n,): (i64,) = sqlx::query_as(
+        "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    n
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_change_made_by_another_replica_reaches_watchers_through_one_shared_poll(pool: PgPool) {
+    const WATCHERS: usize = 100;
+    let fakes = spawn_fakes(&["seats"]).await;
+    let s = with_watch(
+        settings(&[("seats", &fakes.get("seats").url)]),
+        WatchLimits {
+            per_process: 1000,
+            per_connection: 1000,
+            poll: Duration::from_millis(100),
+        },
+    );
+    let mut a = spawn_app(pool.clone(), s.clone()).await;
+    let mut b = spawn_app(pool.clone(), s).await;
+    let rs = reserve_n(&mut a.client, WATCHERS).await;
+    let mut streams = Vec::new();
+    for r in &rs {
+        streams.push(watch(&mut a.client, r).await.unwrap());
+    }
+
+    // Idle, a hundred watchers cost this process a read per poll, not a read per stream per
+    // poll: measured as the transactions the database committed meanwhile (both replicas'
+    // recovery sweeps included).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = commits(&pool).await;
+    let window = Duration::from_secs(5);
+    tokio::time::sleep(window).await;
+    let during = commits(&pool).await - before;
+    eprintln!("{during} transactions in {window:?} with {WATCHERS} watchers");
+    // A read per watcher per second alone would be 500.
+    assert!(during < 250, "{during} transactions in {window:?}");
+
+    // Replica B confirms; A's watcher hears of it at A's next poll.
+    let started = Instant::now();
+    b.client
+        .confirm(Decide::on(&rs[0]).confirm())
+        .await
+        .unwrap();
+    let mut last = State::Held;
+    let stream = &mut streams[0];
+    tokio::time::timeout(Duration::from_secs(3), async {
+        while let Some(m) = stream.message().await.unwrap() {
+            last = state_of(&m);
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the watcher on A did not see B's confirm; last {last:?}"));
+    assert_eq!(last, State::Confirmed);
+    eprintln!("B's confirm reached A's watcher in {:?}", started.elapsed());
+    a.shut_down();
+    b.shut_down();
+}

@@ -1,0 +1,201 @@
+//! Every List shape has an index-backed plan (#15 item 13): the exact statements the stores
+//! run, on a table of 120k reservations, never scan `reservations` whole. PostgreSQL under a
+//! forced generic plan (what a cached prepared statement runs), SQLite by `EXPLAIN QUERY PLAN`.
+
+use holdfast::store::PgStore;
+use holdfast::store::list::{ListShape, StateFilter};
+use holdfast::store::postgres::list_statement as postgres_list_statement;
+use holdfast::store::sqlite::list_statement as sqlite_list_statement;
+use sqlx::{AssertSqlSafe, Connection, PgPool};
+
+const ROWS: i64 = 120_000;
+
+/// Values for the shape's parameters: an owner with few reservations, a holder, a state.
+fn args(shape: ListShape) -> String {
+    let state = match shape.state {
+        StateFilter::Any => "NULL",
+        StateFilter::Stored => "'FAILED'",
+        StateFilter::Live => "'HELD'",
+        StateFilter::Lapsed => "'EXPIRED'",
+    };
+    format!("('9999-12-31', 'ffffffff-ffff-ffff-ffff-ffffffffffff', 51, 'tiny', 'h7', {state})")
+}
+
+/// Skewed like a real table: most rows terminal and of one principal.
+const FILL_PG: &str = "
+INSERT INTO reservations (id, request_id, holder, owner, state, release_outcome, token_digest,
+                          ttl_ms, created_at, expires_at)
+SELECT gen_random_uuid(), 'r' || g, 'h' || (g % 3000),
+       CASE WHEN g % 100 = 0 THEN 'tiny' WHEN g % 10 = 0 THEN 'partner' ELSE 'shop' END,
+       s.state, NULL, sha256(int8send(g)), 600000,
+       now() - (g || ' ms')::interval,
+       now() - (g || ' ms')::interval + interval '10 minutes'
+FROM generate_series(1, 120000) g
+CROSS JOIN LATERAL (SELECT CASE
+    WHEN g % 1000 = 0 THEN 'FAILED' WHEN g % 50 = 0 THEN 'HELD' WHEN g % 7 = 0 THEN 'EXPIRED'
+    WHEN g % 5 = 0 THEN 'CANCELLED' ELSE 'CONFIRMED' END AS state) s;
+INSERT INTO branches (reservation_id, generation, position, branch_id, participant, resource,
+                      quantity, state)
+SELECT id, 0, 0, gen_random_uuid(), 'seats', 'A1', 1, 'CONFIRMED' FROM reservations;
+ANALYZE reservations;
+ANALYZE branches;
+";
+
+#[sqlx::test(migrations = false)]
+async fn every_list_shape_walks_an_index_on_postgres_under_a_generic_plan(pool: PgPool) {
+    PgStore::from_pool(pool.clone()).migrate().await.unwrap();
+    let mut conn = pool.acquire().await.unwrap();
+    sqlx::raw_sql(FILL_PG).execute(&mut *conn).await.unwrap();
+    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM reservations")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(n, ROWS);
+    sqlx::raw_sql("SET plan_cache_mode = force_generic_plan")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let mut wrong = Vec::new();
+    for (i, shape) in ListShape::all().into_iter().enumerate() {
+        let sql = postgres_list_statement(shape);
+        // The store's own statement text and fixed literals: nothing from outside.
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "PREPARE shape{i} (timestamptz, uuid, bigint, text, text, text) AS {sql}"
+        )))
+        .execute(&mut *conn)
+        .await
+        .unwrap_or_else(|e| panic!("{shape:?}: {e}"));
+        let plan: Vec<(String,)> = sqlx::query_as(AssertSqlSafe(format!(
+            "EXPLAIN EXECUTE shape{i} {}",
+            args(shape)
+        )))
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap();
+        let plan: String = plan.into_iter().map(|(l,)| l + "\n").collect();
+        if plan.contains("Seq Scan") {
+            wrong.push(format!("{shape:?} scans:\n{plan}"));
+        }
+        if !plan
+            .lines()
+            .any(|l| l.contains("Index") && l.contains(" on reservations"))
+        {
+            wrong.push(format!("{shape:?} uses no index on reservations:\n{plan}"));
+        }
+        // Every walk of reservations is bounded by the shape's filters: they are its Index Cond
+        // (owner, holder, state), not a Filter over some other order.
+        let mut wanted = vec!["ROW(created_at, id) < ROW($1, $2)"];
+        if shape.owner {
+            wanted.push("owner = $4");
+        }
+        if shape.holder {
+            wanted.push("holder = $5");
+        }
+        if shape.state != StateFilter::Any {
+            wanted.push("state = ");
+        }
+        for walk in index_walks(&plan) {
+            for w in &wanted {
+                // The HELD walks of live and lapsed holds may use the small partial indexes of
+                // live reservations (bounded by the hold limits), then sort what they found.
+                let live = walk.contains("reservations_open")
+                    || walk.contains("reservations_live_by_holder");
+                let bounded = walk.contains(w) || (live && w.starts_with("ROW"));
+                if !bounded {
+                    wrong.push(format!(
+                        "{shape:?}: a walk of reservations not bounded by {w}:\n{plan}"
+                    ));
+                }
+            }
+        }
+        if plan.contains(" Sort ") && matches!(shape.state, StateFilter::Any | StateFilter::Stored)
+        {
+            wrong.push(format!("{shape:?} sorts:\n{plan}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Each index scan of `reservations` in `plan`, with its condition lines: the node's own line up
+/// to the next node.
+fn index_walks(plan: &str) -> Vec<String> {
+    let mut walks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in plan.lines() {
+        let node = line.trim_start().starts_with("->") || !line.starts_with(' ');
+        if node {
+            walks.extend(current.take());
+            if line.contains("Index") && line.contains(" on reservations") {
+                current = Some(line.to_owned());
+            }
+        } else if let Some(c) = current.as_mut()
+            && line.contains("Index Cond")
+        {
+            c.push('\n');
+            c.push_str(line);
+        }
+    }
+    walks.extend(current);
+    walks
+}
+
+/// The same table on SQLite (times as microseconds, ids as 16-byte blobs).
+const FILL_SQLITE: &str = "
+WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 120000)
+INSERT INTO reservations (id, request_id, holder, owner, state, token_digest, ttl_ms,
+                          created_at, expires_at)
+SELECT randomblob(16), 'r' || n, 'h' || (n % 3000),
+       CASE WHEN n % 100 = 0 THEN 'tiny' WHEN n % 10 = 0 THEN 'partner' ELSE 'shop' END,
+       CASE WHEN n % 1000 = 0 THEN 'FAILED' WHEN n % 50 = 0 THEN 'HELD' WHEN n % 7 = 0 THEN 'EXPIRED'
+            WHEN n % 5 = 0 THEN 'CANCELLED' ELSE 'CONFIRMED' END,
+       randomblob(32), 600000, 1700000000000000 - n * 1000, 1700000600000000 - n * 1000
+FROM g;
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_list_shape_searches_an_index_on_sqlite() {
+    let db = crate::TempDb::fresh();
+    drop(db.store().await);
+    let mut conn = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
+    sqlx::raw_sql(FILL_SQLITE).execute(&mut conn).await.unwrap();
+    // With statistics too: what `ANALYZE` (or `PRAGMA optimize`) would leave behind.
+    for analyzed in [false, true] {
+        if analyzed {
+            sqlx::raw_sql("ANALYZE").execute(&mut conn).await.unwrap();
+        }
+        let mut wrong = Vec::new();
+        for shape in ListShape::all() {
+            let sql = sqlite_list_statement(shape);
+            // The store's own statement text: nothing from outside.
+            let plan: Vec<(i64, i64, i64, String)> =
+                sqlx::query_as(AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
+                    .bind(1_800_000_000_000_000_i64)
+                    .bind(vec![0xff_u8; 16])
+                    .bind(51_i64)
+                    .bind("tiny")
+                    .bind("h7")
+                    .bind("FAILED")
+                    .fetch_all(&mut conn)
+                    .await
+                    .unwrap_or_else(|e| panic!("{shape:?}: {e}"));
+            let plan: String = plan.into_iter().map(|(.., d)| d + "\n").collect();
+            // A full scan reads `SCAN reservations` (with or without an index: a covering walk
+            // of a whole index is still the whole table); a search names the index it uses.
+            if plan.lines().any(|l| l.starts_with("SCAN reservations")) {
+                wrong.push(format!("{shape:?} (analyzed: {analyzed}) scans:\n{plan}"));
+            }
+            if !plan
+                .lines()
+                .any(|l| l.starts_with("SEARCH reservations USING"))
+            {
+                wrong.push(format!(
+                    "{shape:?} (analyzed: {analyzed}) searches no index:\n{plan}"
+                ));
+            }
+            if plan.contains("TEMP B-TREE FOR ORDER BY") && shape.state != StateFilter::Lapsed {
+                wrong.push(format!("{shape:?} (analyzed: {analyzed}) sorts:\n{plan}"));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+}
