@@ -7,6 +7,7 @@ use crate::domain::policy::LimitScope;
 use crate::domain::validate::FieldError;
 use crate::domain::{Refund, RefundState, Rejection, Reservation, State};
 use crate::store::StoreError;
+use crate::store::fault::Fault;
 
 /// How an error message tells about the payment's refund, if there is one.
 fn refund_note(refund: Option<&Refund>) -> String {
@@ -119,11 +120,32 @@ pub enum Error {
         scope: LimitScope,
     },
 
+    /// A transient database fault (connection, pool timeout, serialization failure,
+    /// deadlock): the same request may be retried.
     #[error("storage unavailable: {0}")]
-    Store(#[from] StoreError),
+    StoreUnavailable(StoreError),
+
+    /// The request holds a value the database cannot store, which validation did not catch.
+    #[error("a value is out of the range storage can hold: {0}")]
+    OutOfRange(StoreError),
+
+    /// Any other storage failure (a bug, a broken database): details are logged only.
+    #[error("storage failed: {0}")]
+    Store(StoreError),
 
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl From<StoreError> for Error {
+    /// Classified once, by [`StoreError::fault`].
+    fn from(e: StoreError) -> Error {
+        match e.fault() {
+            Fault::Transient => Error::StoreUnavailable(e),
+            Fault::OutOfRange => Error::OutOfRange(e),
+            Fault::Internal => Error::Store(e),
+        }
+    }
 }
 
 impl Error {
@@ -153,6 +175,8 @@ impl Error {
             Error::InvalidArgument(_)
             | Error::UnknownParticipant { .. }
             | Error::HoldLimit { .. }
+            | Error::StoreUnavailable(_)
+            | Error::OutOfRange(_)
             | Error::Store(_)
             | Error::Internal(_) => None,
         }

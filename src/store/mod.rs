@@ -32,6 +32,7 @@ macro_rules! lost_hold_refund_reason {
 mod admission;
 pub(crate) mod decide;
 mod extra;
+pub mod fault;
 mod outcome;
 pub mod postgres;
 mod record;
@@ -55,7 +56,8 @@ use crate::domain::{
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
-/// A storage failure. Callers treat all of them as "outcome unknown, retry later".
+/// A storage failure; [`StoreError::fault`] says what it means for the caller (retry, a value
+/// out of range, or internal).
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("database: {0}")]
@@ -65,6 +67,20 @@ pub enum StoreError {
     /// A row the schema promises is missing or unreadable.
     #[error("corrupt record: {0}")]
     Corrupt(String),
+    /// Concurrent writers kept changing what a write depends on; retrying will do.
+    #[error("contended: {0}")]
+    Contended(String),
+}
+
+impl StoreError {
+    /// What the failure means for the caller ([`fault`], the one classification).
+    pub fn fault(&self) -> fault::Fault {
+        match self {
+            StoreError::Database(e) => fault::of_sqlx(e),
+            StoreError::Contended(_) => fault::Fault::Transient,
+            StoreError::Migrate(_) | StoreError::Corrupt(_) => fault::Fault::Internal,
+        }
+    }
 }
 
 /// What `create` found.

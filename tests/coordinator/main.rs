@@ -8,6 +8,7 @@ mod real;
 mod auth;
 mod concurrency;
 mod end_to_end;
+mod error_classes;
 mod fanout;
 mod invalid_holds;
 mod late_payment;
