@@ -215,10 +215,12 @@ pub fn refund(r: &Refund) -> proto::Refund {
         state: match r.state {
             RefundState::Pending => proto::refund::State::Pending,
             RefundState::Refunded => proto::refund::State::Refunded,
+            RefundState::Failed => proto::refund::State::Failed,
         }
         .into(),
         amount_minor: r.amount_minor,
         currency: r.currency.clone(),
+        failure_reason: r.failure.clone().unwrap_or_default(),
     }
 }
 

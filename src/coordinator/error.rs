@@ -15,6 +15,10 @@ fn refund_note(refund: Option<&Refund>) -> String {
         Some(r) if r.state == RefundState::Refunded => {
             format!("; the payment was refunded (refund {})", r.refund_id)
         }
+        Some(r) if r.state == RefundState::Failed => format!(
+            "; the payment's refund {} was refused by the payment service and needs a person",
+            r.refund_id
+        ),
         Some(r) => format!("; the payment is being refunded (refund {})", r.refund_id),
         None => String::new(),
     }

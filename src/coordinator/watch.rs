@@ -22,7 +22,8 @@ use crate::domain::{
     Actor, Decision, ExtraPayment, ListQuery, NewReservation, Rejection, Reservation, State,
 };
 use crate::store::{
-    BranchReport, Claimed, Created, Decided, PhaseRecorded, Store, StoreError, WorkLease,
+    BranchReport, Claimed, Created, Decided, PhaseRecorded, RefundAnswer, Store, StoreError,
+    WorkLease,
 };
 
 /// How often a watch reads the reservation again when nothing was published here.
@@ -242,14 +243,10 @@ impl Store for Publishing {
     async fn record_refund_attempt(
         &self,
         id: Uuid,
-        acknowledged: bool,
+        answer: &RefundAnswer,
         backoff: Backoff,
     ) -> Result<Reservation, StoreError> {
-        self.out(
-            self.inner
-                .record_refund_attempt(id, acknowledged, backoff)
-                .await,
-        )
+        self.out(self.inner.record_refund_attempt(id, answer, backoff).await)
     }
 
     async fn pending_extra_payments(&self, id: Uuid) -> Result<Vec<ExtraPayment>, StoreError> {
@@ -260,11 +257,11 @@ impl Store for Publishing {
         &self,
         id: Uuid,
         extra: &ExtraPayment,
-        acknowledged: bool,
+        answer: &RefundAnswer,
         backoff: Backoff,
     ) -> Result<ExtraPayment, StoreError> {
         self.inner
-            .record_extra_refund_attempt(id, extra, acknowledged, backoff)
+            .record_extra_refund_attempt(id, extra, answer, backoff)
             .await
     }
 

@@ -472,10 +472,7 @@ mod tests {
         );
         let mut i = input();
         i.labels.insert("k".into(), "a\0b".into());
-        assert_eq!(
-            reserve(i, &l, record()).unwrap_err().field,
-            "labels[\"k\"]"
-        );
+        assert_eq!(reserve(i, &l, record()).unwrap_err().field, "labels[\"k\"]");
         assert_eq!(reason("reason", "a\0", &l).unwrap_err().field, "reason");
         // However wide the configured max_ttl, a ttl stays within the ceiling.
         let wide = Limits {

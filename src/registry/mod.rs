@@ -19,7 +19,7 @@ use crate::proto::participant_client::ParticipantClient;
 
 mod payments;
 
-pub use payments::PaymentLookup;
+pub use payments::{PaymentLookup, RefundFailure, refund_refusal_is_permanent};
 
 /// How to reach one participant.
 #[derive(Clone, Debug, PartialEq, Eq)]

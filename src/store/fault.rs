@@ -53,8 +53,9 @@ pub(crate) fn of_sqlx(e: &sqlx::Error) -> Fault {
 /// The class of a PostgreSQL error by its SQLSTATE.
 pub(crate) fn of_sqlstate(code: &str) -> Fault {
     match code {
-        "40001" | "40P01" | "40003" | "55P03" | "57014" | "57P01" | "57P02" | "57P03"
-        | "25006" => Fault::Transient,
+        "40001" | "40P01" | "40003" | "55P03" | "57014" | "57P01" | "57P02" | "57P03" | "25006" => {
+            Fault::Transient
+        }
         c if c.starts_with("08") || c.starts_with("53") => Fault::Transient,
         c if c.starts_with("22") || c.starts_with("54") => Fault::OutOfRange,
         _ => Fault::Internal,

@@ -49,8 +49,8 @@ use crate::db::DatabaseKind;
 use crate::domain::lifecycle::Refusal;
 use crate::domain::policy::{Backoff, HoldLimits, LimitScope};
 use crate::domain::{
-    BranchState, Decision, ExtraPayment, ListQuery, NewReservation, Rejection, Reservation, State,
-    Verdict,
+    BranchState, Decision, ExtraPayment, ListQuery, NewReservation, RefundState, Rejection,
+    Reservation, State, Verdict,
 };
 
 pub use postgres::PgStore;
@@ -158,6 +158,36 @@ pub struct BranchReport {
     pub error: Option<String>,
 }
 
+/// What a payment participant answered to a refund, to record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RefundAnswer {
+    /// Acknowledged: the refund becomes `REFUNDED`.
+    Refunded,
+    /// Not this time (unreachable, timed out, failed, overloaded): retried by the backoff.
+    Retry,
+    /// Refused for good, with why: the refund becomes `FAILED` and is never sent again.
+    Refused(String),
+}
+
+impl RefundAnswer {
+    /// The refund state this answer settles on; `None`: still `PENDING`.
+    fn settles_on(&self) -> Option<&'static str> {
+        match self {
+            RefundAnswer::Refunded => Some(RefundState::Refunded.as_str()),
+            RefundAnswer::Refused(_) => Some(RefundState::Failed.as_str()),
+            RefundAnswer::Retry => None,
+        }
+    }
+
+    /// Why the refund failed, for `FAILED`.
+    fn failure(&self) -> Option<&str> {
+        match self {
+            RefundAnswer::Refused(why) => Some(why),
+            _ => None,
+        }
+    }
+}
+
 /// The coordinator's storage.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -246,11 +276,13 @@ pub trait Store: Send + Sync + 'static {
         reason: &str,
     ) -> Result<Reservation, StoreError>;
 
-    /// Records the payment participant's answer to the refund: acknowledged, or retry later.
+    /// Records the payment participant's answer to the refund: acknowledged (`REFUNDED`),
+    /// refused for good (`FAILED` with the reason, never sent again), or retry later by
+    /// `backoff`.
     async fn record_refund_attempt(
         &self,
         id: Uuid,
-        acknowledged: bool,
+        answer: &RefundAnswer,
         backoff: Backoff,
     ) -> Result<Reservation, StoreError>;
 
@@ -263,14 +295,14 @@ pub trait Store: Send + Sync + 'static {
     /// The reservation's further payments whose refund is not acknowledged yet, oldest first.
     async fn pending_extra_payments(&self, id: Uuid) -> Result<Vec<ExtraPayment>, StoreError>;
 
-    /// Records the payment participant's answer to a further payment's refund: acknowledged,
-    /// or retry later by `backoff`. A terminal reservation's lease is given up. Answers the
-    /// further payment as it is afterwards.
+    /// Records the payment participant's answer to a further payment's refund, as
+    /// [`Store::record_refund_attempt`] does. A terminal reservation's lease is given up.
+    /// Answers the further payment as it is afterwards.
     async fn record_extra_refund_attempt(
         &self,
         id: Uuid,
         extra: &ExtraPayment,
-        acknowledged: bool,
+        answer: &RefundAnswer,
         backoff: Backoff,
     ) -> Result<ExtraPayment, StoreError>;
 

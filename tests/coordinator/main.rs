@@ -18,6 +18,7 @@ mod overload;
 mod payment_binding;
 mod process;
 mod recovery;
+mod refund_failures;
 mod service;
 mod tls;
 mod tracing;

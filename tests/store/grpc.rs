@@ -159,7 +159,8 @@ async fn a_during_out_of_range_is_invalid_argument_on_sqlite() {
     let err = client.reserve(req).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
     assert!(
-        err.message().starts_with("holds[0].during.start is out of range"),
+        err.message()
+            .starts_with("holds[0].during.start is out of range"),
         "{}",
         err.message()
     );

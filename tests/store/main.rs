@@ -7,6 +7,7 @@
 
 mod cases;
 mod grpc;
+mod migration;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -111,6 +112,7 @@ conformance!(
     payments: [
         refund_recorded_once,
         refund_attempts,
+        refused_refund_is_parked,
         late_payment_refund_policy,
         late_payment_honoured_in_place,
         retake_confirms,
@@ -122,6 +124,7 @@ conformance!(
         payment_ref_belongs_to_one_reservation,
         racing_confirms_bind_a_payment_once,
         further_payment_is_refunded,
+        refused_further_refund_is_parked,
     ],
     list: [list_pages_and_filters],
     writes: [

@@ -37,8 +37,8 @@ use uuid::Uuid;
 use self::group_commit::GroupCommit;
 use self::unlocked::RecentlyHeld;
 use super::{
-    BranchReport, Claimed, Created, Decided, PhaseRecorded, Store, StoreError, WorkLease, extra,
-    outcome, retake,
+    BranchReport, Claimed, Created, Decided, PhaseRecorded, RefundAnswer, Store, StoreError,
+    WorkLease, extra, outcome, retake,
 };
 use crate::domain::policy::{Backoff, HoldLimits};
 use crate::domain::{
@@ -204,10 +204,10 @@ impl Store for PgStore {
     async fn record_refund_attempt(
         &self,
         id: Uuid,
-        acknowledged: bool,
+        answer: &RefundAnswer,
         backoff: Backoff,
     ) -> Result<Reservation, StoreError> {
-        outcome::record_refund_attempt::<Postgres>(&self.pool, id, acknowledged, backoff).await
+        outcome::record_refund_attempt::<Postgres>(&self.pool, id, answer, backoff).await
     }
 
     async fn pending_extra_payments(&self, id: Uuid) -> Result<Vec<ExtraPayment>, StoreError> {
@@ -218,11 +218,10 @@ impl Store for PgStore {
         &self,
         id: Uuid,
         extra: &ExtraPayment,
-        acknowledged: bool,
+        answer: &RefundAnswer,
         backoff: Backoff,
     ) -> Result<ExtraPayment, StoreError> {
-        extra::record_extra_refund_attempt::<Postgres>(&self.pool, id, extra, acknowledged, backoff)
-            .await
+        extra::record_extra_refund_attempt::<Postgres>(&self.pool, id, extra, answer, backoff).await
     }
 
     async fn renew_lease(&self, id: Uuid, lease: WorkLease) -> Result<bool, StoreError> {

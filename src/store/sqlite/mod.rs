@@ -59,8 +59,8 @@ use uuid::Uuid;
 
 use super::sql::ReservationSql;
 use super::{
-    BranchReport, Claimed, Created, Decided, PhaseRecorded, Store, StoreError, WorkLease, extra,
-    outcome, retake,
+    BranchReport, Claimed, Created, Decided, PhaseRecorded, RefundAnswer, Store, StoreError,
+    WorkLease, extra, outcome, retake,
 };
 use crate::domain::policy::{Backoff, HoldLimits};
 use crate::domain::{
@@ -225,10 +225,10 @@ impl Store for SqliteStore {
     async fn record_refund_attempt(
         &self,
         id: Uuid,
-        acknowledged: bool,
+        answer: &RefundAnswer,
         backoff: Backoff,
     ) -> Result<Reservation, StoreError> {
-        outcome::record_refund_attempt::<Sqlite>(&self.pool, id, acknowledged, backoff).await
+        outcome::record_refund_attempt::<Sqlite>(&self.pool, id, answer, backoff).await
     }
 
     async fn pending_extra_payments(&self, id: Uuid) -> Result<Vec<ExtraPayment>, StoreError> {
@@ -239,11 +239,10 @@ impl Store for SqliteStore {
         &self,
         id: Uuid,
         extra: &ExtraPayment,
-        acknowledged: bool,
+        answer: &RefundAnswer,
         backoff: Backoff,
     ) -> Result<ExtraPayment, StoreError> {
-        extra::record_extra_refund_attempt::<Sqlite>(&self.pool, id, extra, acknowledged, backoff)
-            .await
+        extra::record_extra_refund_attempt::<Sqlite>(&self.pool, id, extra, answer, backoff).await
     }
 
     async fn renew_lease(&self, id: Uuid, lease: WorkLease) -> Result<bool, StoreError> {
