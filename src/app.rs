@@ -286,6 +286,10 @@ pub async fn serve_coordinator(
         settings.policy,
         tokens,
     );
+    // Work waiting on a participant removed from the configuration: said at start (#15 item 4).
+    if let Err(e) = coordinator.report_unregistered_backlog().await {
+        tracing::warn!(error = %e, "counting work waiting on unregistered participants failed");
+    }
     let (stop_recovery, stop) = tokio::sync::watch::channel(false);
     let recovery = tokio::spawn(coordinator.clone().run_recovery(stop));
     let api = CoordinatorApi::new(coordinator);

@@ -9,7 +9,8 @@
 //! By lifecycle phase: `place` (Reserve), `decide` (Confirm, Cancel, Extend), `payment_check`
 //! (a Confirm's payment checked with its payments service), `drive` (the confirm, release and
 //! refund fan-outs), `late_payment` (re-placing released holds),
-//! `recovery` (the reaper and recovery loop), `watch` (change notification). This module
+//! `recovery` (the reaper and recovery loop), `unregistered` (work waiting on a participant no
+//! longer registered, reported at start), `watch` (change notification). This module
 //! holds the [`Coordinator`] itself and its reads.
 
 mod decide;
@@ -20,6 +21,7 @@ mod payment_check;
 mod place;
 mod policy;
 pub mod recovery;
+mod unregistered;
 pub mod watch;
 
 use std::sync::Arc;

@@ -23,7 +23,7 @@ use crate::domain::{
 };
 use crate::store::{
     BranchReport, Claimed, Created, Decided, PhaseRecorded, RefundAnswer, Store, StoreError,
-    WorkLease,
+    Waiting, WorkLease,
 };
 
 /// How often a watch reads the reservation again when nothing was published here.
@@ -275,6 +275,10 @@ impl Store for Publishing {
 
     async fn backlog(&self) -> Result<i64, StoreError> {
         self.inner.backlog().await
+    }
+
+    async fn waiting_on(&self, examples: u32) -> Result<Vec<Waiting>, StoreError> {
+        self.inner.waiting_on(examples).await
     }
 
     async fn discard(&self, id: Uuid, lease_owner: Uuid) -> Result<bool, StoreError> {

@@ -314,6 +314,37 @@ pub trait Store: Send + Sync + 'static {
 
     /// How many reservations are waiting to be driven to their outcome.
     async fn backlog(&self) -> Result<i64, StoreError>;
+
+    /// For each participant that unfinished work waits on (a branch it must still be told
+    /// about, or a refund it still owes), how many reservations, with up to `examples` (at
+    /// least one) of their ids, oldest first; by participant name.
+    async fn waiting_on(&self, examples: u32) -> Result<Vec<Waiting>, StoreError>;
+}
+
+/// Unfinished work waiting on one participant ([`Store::waiting_on`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Waiting {
+    pub participant: String,
+    /// How many reservations wait on it.
+    pub reservations: i64,
+    /// Some of them, oldest first.
+    pub examples: Vec<Uuid>,
+}
+
+/// Rows of (participant, its total, one example id), ordered by participant, grouped.
+fn waiting_by_participant(rows: Vec<(String, i64, Uuid)>) -> Vec<Waiting> {
+    let mut out: Vec<Waiting> = Vec::new();
+    for (participant, total, id) in rows {
+        match out.last_mut() {
+            Some(w) if w.participant == participant => w.examples.push(id),
+            _ => out.push(Waiting {
+                participant,
+                reservations: total,
+                examples: vec![id],
+            }),
+        }
+    }
+    out
 }
 
 /// A connected store of either backend, before it is shared as `Arc<dyn Store>`: what the

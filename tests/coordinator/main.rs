@@ -22,4 +22,5 @@ mod refund_failures;
 mod service;
 mod tls;
 mod tracing;
+mod unregistered;
 mod validation;

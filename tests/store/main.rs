@@ -108,6 +108,7 @@ conformance!(
         concurrent_claimers_never_share,
         backlog_and_wake,
         renew_lease_only_by_owner,
+        waiting_on_names_each_participant_s_work,
     ],
     payments: [
         refund_recorded_once,

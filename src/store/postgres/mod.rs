@@ -26,6 +26,7 @@ mod group_commit;
 mod payments;
 mod recovery;
 mod unlocked;
+mod waiting;
 
 use std::sync::Arc;
 
@@ -38,7 +39,7 @@ use self::group_commit::GroupCommit;
 use self::unlocked::RecentlyHeld;
 use super::{
     BranchReport, Claimed, Created, Decided, PhaseRecorded, RefundAnswer, Store, StoreError,
-    WorkLease, extra, outcome, retake,
+    Waiting, WorkLease, extra, outcome, retake,
 };
 use crate::domain::policy::{Backoff, HoldLimits};
 use crate::domain::{
@@ -234,6 +235,10 @@ impl Store for PgStore {
 
     async fn backlog(&self) -> Result<i64, StoreError> {
         recovery::backlog(&self.pool).await
+    }
+
+    async fn waiting_on(&self, examples: u32) -> Result<Vec<Waiting>, StoreError> {
+        waiting::waiting_on(&self.pool, examples).await
     }
 
     async fn discard(&self, id: Uuid, lease_owner: Uuid) -> Result<bool, StoreError> {

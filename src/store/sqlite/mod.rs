@@ -51,6 +51,7 @@ mod decide;
 mod payments;
 mod recovery;
 mod rows;
+mod waiting;
 
 use async_trait::async_trait;
 use sqlx::Sqlite;
@@ -60,7 +61,7 @@ use uuid::Uuid;
 use super::sql::ReservationSql;
 use super::{
     BranchReport, Claimed, Created, Decided, PhaseRecorded, RefundAnswer, Store, StoreError,
-    WorkLease, extra, outcome, retake,
+    Waiting, WorkLease, extra, outcome, retake,
 };
 use crate::domain::policy::{Backoff, HoldLimits};
 use crate::domain::{
@@ -255,6 +256,10 @@ impl Store for SqliteStore {
 
     async fn backlog(&self) -> Result<i64, StoreError> {
         recovery::backlog(&self.pool).await
+    }
+
+    async fn waiting_on(&self, examples: u32) -> Result<Vec<Waiting>, StoreError> {
+        waiting::waiting_on(&self.pool, examples).await
     }
 
     async fn discard(&self, id: Uuid, lease_owner: Uuid) -> Result<bool, StoreError> {
