@@ -532,6 +532,9 @@ impl CoordinatorArgs {
         if limits.max_ttl < limits.min_ttl {
             return Err(format!("--max-ttl must be at least {:?}", limits.min_ttl));
         }
+        if limits.max_ttl > crate::domain::validate::TTL_CEILING {
+            return Err("--max-ttl must be at most 100 years".into());
+        }
         if limits.default_ttl < limits.min_ttl || limits.default_ttl > limits.max_ttl {
             return Err("--default-ttl must be between 1s and --max-ttl".into());
         }

@@ -158,6 +158,7 @@ pub mod names {
     pub const REFUNDS: &str = "holdfast_refunds_total";
     pub const BRANCH_CALL_SECONDS: &str = "holdfast_branch_call_seconds";
     pub const RECOVERY_BACKLOG: &str = "holdfast_recovery_backlog";
+    pub const UNREGISTERED_BACKLOG: &str = "holdfast_unregistered_participant_backlog";
     pub const RPC_REQUESTS: &str = "holdfast_rpc_requests_total";
     pub const RPC_SECONDS: &str = "holdfast_rpc_seconds";
     pub const FAILED: &str = "holdfast_failed_reservations_total";
@@ -250,6 +251,13 @@ pub fn watch_poll(watched: usize) {
 /// Reservations waiting to be driven to their outcome.
 pub fn recovery_backlog(n: i64) {
     metrics::gauge!(names::RECOVERY_BACKLOG).set(n as f64);
+}
+
+/// How many unfinished reservations wait on `participant`, which is not registered (counted
+/// at start).
+pub fn unregistered_backlog(participant: &str, n: i64) {
+    metrics::gauge!(names::UNREGISTERED_BACKLOG, "participant" => participant.to_owned())
+        .set(n as f64);
 }
 
 /// Serves the Prometheus text format on `GET /metrics` until `shutdown`, over TLS when

@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::domain::validate::{FieldError, ReserveInput};
+use crate::domain::validate::{self, FieldError, ReserveInput};
 use crate::domain::{
     BranchState, Hold, HoldToken, Interval, ListQuery, Payment, Refund, RefundState, Reservation,
     State,
@@ -26,9 +26,14 @@ pub fn from_timestamp(
     field: &str,
     t: &prost_types::Timestamp,
 ) -> Result<DateTime<Utc>, FieldError> {
-    u32::try_from(t.nanos)
+    let nanos = u32::try_from(t.nanos)
         .ok()
-        .and_then(|nanos| DateTime::from_timestamp(t.seconds, nanos))
+        .filter(|n| *n < 1_000_000_000)
+        .ok_or_else(|| FieldError::new(field, "is not a valid timestamp (nanos)"))?;
+    if !validate::TIMESTAMP_SECONDS.contains(&t.seconds) {
+        return Err(validate::timestamp_out_of_range(field));
+    }
+    DateTime::from_timestamp(t.seconds, nanos)
         .ok_or_else(|| FieldError::new(field, "is not a valid timestamp"))
 }
 
@@ -210,10 +215,12 @@ pub fn refund(r: &Refund) -> proto::Refund {
         state: match r.state {
             RefundState::Pending => proto::refund::State::Pending,
             RefundState::Refunded => proto::refund::State::Refunded,
+            RefundState::Failed => proto::refund::State::Failed,
         }
         .into(),
         amount_minor: r.amount_minor,
         currency: r.currency.clone(),
+        failure_reason: r.failure.clone().unwrap_or_default(),
     }
 }
 

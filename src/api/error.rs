@@ -217,17 +217,40 @@ impl From<Error> for Status {
                 &err,
             ),
             Error::ShuttingDown => status(Code::Unavailable, "SHUTTING_DOWN", message, &[], &err),
-            Error::Store(e) => {
+            Error::StoreUnavailable(e) => {
                 // Details stay in the log: a caller can only retry.
-                tracing::error!(error = %e, "storage failure");
+                tracing::warn!(error = %e, "storage unavailable");
                 Status::unavailable("storage is unavailable; retry with the same request")
             }
-            Error::Internal(e) => {
-                tracing::error!(error = %e, "internal error");
-                Status::internal("internal error")
+            Error::OutOfRange(e) => {
+                // Validation names the field of every value it knows to be out of range; this
+                // is what got past it. The database's words stay in the log.
+                tracing::warn!(error = %e, "a request value storage cannot hold");
+                status(
+                    Code::InvalidArgument,
+                    "INVALID_ARGUMENT",
+                    "a value in the request is out of the range the coordinator can store \
+                     (timestamps lie in 0001-01-01..9999-12-31, durations within --max-ttl)"
+                        .into(),
+                    &[],
+                    &err,
+                )
             }
+            Error::Store(e) => internal(&format!("storage failed: {e}")),
+            Error::Internal(e) => internal(e),
         }
     }
+}
+
+/// An INTERNAL status: the detail is logged under a reference the message gives, so an operator
+/// can find it; the caller learns nothing of the internals.
+fn internal(detail: &str) -> Status {
+    let reference = uuid::Uuid::new_v4().simple().to_string();
+    tracing::error!(error = %detail, %reference, "internal error");
+    Status::internal(format!(
+        "internal error (reference {reference} in the coordinator's log); the request may be \
+         retried unchanged"
+    ))
 }
 
 /// Decodes the `tcc.v1.Refund` detail of an error status, if it has one (for clients and tests).

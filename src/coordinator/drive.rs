@@ -14,7 +14,8 @@ use crate::domain::{
     BranchOutcome, BranchState, ExtraPayment, ParticipantBranch, Payment, Refund, RefundState,
     Reservation, State,
 };
-use crate::store::BranchReport;
+use crate::registry::RefundFailure;
+use crate::store::{BranchReport, RefundAnswer};
 
 impl Coordinator {
     /// Tells every participant to finalise its branch, in parallel, and records the answers.
@@ -163,7 +164,8 @@ impl Coordinator {
     }
 
     /// Sends the reservation's pending refund to its payment participant, once; a failure is
-    /// retried by recovery with backoff until acknowledged.
+    /// retried by recovery with backoff until acknowledged, a permanent refusal parks it as
+    /// `FAILED` (never sent again).
     pub async fn drive_refund(&self, r: Reservation) -> Result<Reservation, Error> {
         let (Some(refund), Some(payment)) = (&r.refund, &r.payment) else {
             return Ok(r);
@@ -171,19 +173,18 @@ impl Coordinator {
         if refund.state != RefundState::Pending {
             return Ok(r);
         }
-        let acknowledged = self.send_refund(r.id, payment, refund).await;
+        let answer = self.send_refund(r.id, payment, refund).await;
         let after = self
             .store
-            .record_refund_attempt(r.id, acknowledged, self.policy.backoff)
+            .record_refund_attempt(r.id, &answer, self.policy.backoff)
             .await?;
-        if acknowledged {
-            crate::telemetry::refund(RefundState::Refunded);
-        }
+        refund_settled(r.id, payment, refund, &answer);
         Ok(after)
     }
 
     /// Sends the refund of a further payment (SPEC 7.3: refunded, never dropped), once; a
-    /// failure is retried by recovery with backoff until acknowledged.
+    /// failure is retried by recovery with backoff until acknowledged, a permanent refusal
+    /// parks it as `FAILED`.
     pub async fn drive_extra_refund(
         &self,
         id: Uuid,
@@ -192,14 +193,12 @@ impl Coordinator {
         if extra.refund.state != RefundState::Pending {
             return Ok(extra);
         }
-        let acknowledged = self.send_refund(id, &extra.payment, &extra.refund).await;
+        let answer = self.send_refund(id, &extra.payment, &extra.refund).await;
         let after = self
             .store
-            .record_extra_refund_attempt(id, &extra, acknowledged, self.policy.backoff)
+            .record_extra_refund_attempt(id, &extra, &answer, self.policy.backoff)
             .await?;
-        if acknowledged {
-            crate::telemetry::refund(RefundState::Refunded);
-        }
+        refund_settled(id, &extra.payment, &extra.refund, &answer);
         Ok(after)
     }
 
@@ -211,21 +210,49 @@ impl Coordinator {
         Ok(())
     }
 
-    /// One Refund call to the payment participant: whether it acknowledged the refund.
-    async fn send_refund(&self, id: Uuid, payment: &Payment, refund: &Refund) -> bool {
+    /// One Refund call to the payment participant, and what to record of its answer.
+    async fn send_refund(&self, id: Uuid, payment: &Payment, refund: &Refund) -> RefundAnswer {
         match self.registry.require(&payment.participant) {
             Ok(p) => match p.refund(id, payment, refund).await {
-                Ok(()) => true,
-                Err(e) => {
+                Ok(()) => RefundAnswer::Refunded,
+                Err(RefundFailure::Permanent(why)) => RefundAnswer::Refused(format!(
+                    "{} refused the refund: {why}",
+                    payment.participant
+                )),
+                Err(RefundFailure::Transient(e)) => {
                     tracing::warn!(reservation_id = %id, refund_id = %refund.refund_id, error = %e, "refund not acknowledged; will retry");
-                    false
+                    RefundAnswer::Retry
                 }
             },
+            // Removed from the configuration: not the payment service's answer, so retried
+            // (with backoff) for when it is registered again; counted at start
+            // (`unregistered.rs`).
             Err(_) => {
                 tracing::error!(reservation_id = %id, participant = %payment.participant, "refund owed by an unregistered payment participant");
-                false
+                RefundAnswer::Retry
             }
         }
+    }
+}
+
+/// Counts a refund this call settled, and says so loudly when it failed for good.
+fn refund_settled(id: Uuid, payment: &Payment, refund: &Refund, answer: &RefundAnswer) {
+    match answer {
+        RefundAnswer::Refunded => crate::telemetry::refund(RefundState::Refunded),
+        RefundAnswer::Refused(why) => {
+            crate::telemetry::refund(RefundState::Failed);
+            tracing::error!(
+                reservation_id = %id,
+                refund_id = %refund.refund_id,
+                participant = %payment.participant,
+                payment_ref = %payment.payment_ref,
+                amount_minor = refund.amount_minor,
+                currency = %refund.currency,
+                reason = %why,
+                "REFUND FAILED: the payment service refused the refund for good; it will not be retried and a person must settle it"
+            );
+        }
+        RefundAnswer::Retry => {}
     }
 }
 

@@ -8,6 +8,7 @@ use crate::domain::policy::LimitScope;
 use crate::domain::validate::FieldError;
 use crate::domain::{Refund, RefundState, Rejection, Reservation, State};
 use crate::store::StoreError;
+use crate::store::fault::Fault;
 
 /// How an error message tells about the payment's refund, if there is one.
 fn refund_note(refund: Option<&Refund>) -> String {
@@ -15,6 +16,10 @@ fn refund_note(refund: Option<&Refund>) -> String {
         Some(r) if r.state == RefundState::Refunded => {
             format!("; the payment was refunded (refund {})", r.refund_id)
         }
+        Some(r) if r.state == RefundState::Failed => format!(
+            "; the payment's refund {} was refused by the payment service and needs a person",
+            r.refund_id
+        ),
         Some(r) => format!("; the payment is being refunded (refund {})", r.refund_id),
         None => String::new(),
     }
@@ -140,11 +145,32 @@ pub enum Error {
     #[error("server shutting down")]
     ShuttingDown,
 
+    /// A transient database fault (connection, pool timeout, serialization failure,
+    /// deadlock): the same request may be retried.
     #[error("storage unavailable: {0}")]
-    Store(#[from] StoreError),
+    StoreUnavailable(StoreError),
+
+    /// The request holds a value the database cannot store, which validation did not catch.
+    #[error("a value is out of the range storage can hold: {0}")]
+    OutOfRange(StoreError),
+
+    /// Any other storage failure (a bug, a broken database): details are logged only.
+    #[error("storage failed: {0}")]
+    Store(StoreError),
 
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl From<StoreError> for Error {
+    /// Classified once, by [`StoreError::fault`].
+    fn from(e: StoreError) -> Error {
+        match e.fault() {
+            Fault::Transient => Error::StoreUnavailable(e),
+            Fault::OutOfRange => Error::OutOfRange(e),
+            Fault::Internal => Error::Store(e),
+        }
+    }
 }
 
 impl Error {
@@ -177,6 +203,8 @@ impl Error {
             | Error::HoldLimit { .. }
             | Error::WatchLimit { .. }
             | Error::ShuttingDown
+            | Error::StoreUnavailable(_)
+            | Error::OutOfRange(_)
             | Error::Store(_)
             | Error::Internal(_) => None,
         }

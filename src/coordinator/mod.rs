@@ -10,8 +10,9 @@
 //! to every participant before it is recorded), `payment_check`
 //! (a Confirm's payment checked with its payments service), `drive` (the confirm, release and
 //! refund fan-outs), `late_payment` (re-placing released holds),
-//! `recovery` (the reaper and recovery loop), `watch` (WatchReservation) and `watchers` (its
-//! hub: caps, the shared poller, shutdown). This module
+//! `recovery` (the reaper and recovery loop), `unregistered` (work waiting on a participant no
+//! longer registered, reported at start), `watch` (WatchReservation) and `watchers` (its hub:
+//! caps, the shared poller, shutdown). This module
 //! holds the [`Coordinator`] itself and its reads.
 
 mod decide;
@@ -23,6 +24,7 @@ mod payment_check;
 mod place;
 pub mod policy;
 pub mod recovery;
+mod unregistered;
 pub mod watch;
 pub mod watchers;
 

@@ -21,7 +21,8 @@ use crate::domain::{
     Actor, Decision, ExtraPayment, ListQuery, NewReservation, Rejection, Reservation, State,
 };
 use crate::store::{
-    BranchReport, Claimed, Created, Decided, PhaseRecorded, Stamp, Store, StoreError, WorkLease,
+    BranchReport, Claimed, Created, Decided, PhaseRecorded, RefundAnswer, Stamp, Store, StoreError,
+    Waiting, WorkLease,
 };
 
 /// Reservations a watch may have read but its client not yet taken.
@@ -230,14 +231,10 @@ impl Store for Publishing {
     async fn record_refund_attempt(
         &self,
         id: Uuid,
-        acknowledged: bool,
+        answer: &RefundAnswer,
         backoff: Backoff,
     ) -> Result<Reservation, StoreError> {
-        self.out(
-            self.inner
-                .record_refund_attempt(id, acknowledged, backoff)
-                .await,
-        )
+        self.out(self.inner.record_refund_attempt(id, answer, backoff).await)
     }
 
     async fn pending_extra_payments(&self, id: Uuid) -> Result<Vec<ExtraPayment>, StoreError> {
@@ -248,11 +245,11 @@ impl Store for Publishing {
         &self,
         id: Uuid,
         extra: &ExtraPayment,
-        acknowledged: bool,
+        answer: &RefundAnswer,
         backoff: Backoff,
     ) -> Result<ExtraPayment, StoreError> {
         self.inner
-            .record_extra_refund_attempt(id, extra, acknowledged, backoff)
+            .record_extra_refund_attempt(id, extra, answer, backoff)
             .await
     }
 
@@ -266,6 +263,10 @@ impl Store for Publishing {
 
     async fn backlog(&self) -> Result<i64, StoreError> {
         self.inner.backlog().await
+    }
+
+    async fn waiting_on(&self, examples: u32) -> Result<Vec<Waiting>, StoreError> {
+        self.inner.waiting_on(examples).await
     }
 
     async fn discard(&self, id: Uuid, lease_owner: Uuid) -> Result<bool, StoreError> {

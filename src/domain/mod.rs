@@ -173,8 +173,11 @@ pub struct Payment {
 /// Whether a refund was acknowledged by the payment participant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RefundState {
+    /// Recorded, not acknowledged yet: sent until it is (with backoff).
     Pending,
     Refunded,
+    /// Refused for good by the payment participant: parked, not retried (SPEC 8.1).
+    Failed,
 }
 
 impl RefundState {
@@ -182,6 +185,7 @@ impl RefundState {
         match self {
             RefundState::Pending => "PENDING",
             RefundState::Refunded => "REFUNDED",
+            RefundState::Failed => "FAILED",
         }
     }
 
@@ -189,6 +193,7 @@ impl RefundState {
         match s {
             "PENDING" => Some(RefundState::Pending),
             "REFUNDED" => Some(RefundState::Refunded),
+            "FAILED" => Some(RefundState::Failed),
             _ => None,
         }
     }
@@ -203,6 +208,8 @@ pub struct Refund {
     pub amount_minor: i64,
     pub currency: String,
     pub reason: String,
+    /// Why the payment participant refused it (`Failed` only).
+    pub failure: Option<String>,
 }
 
 /// A further payment cited by a Confirm of a reservation whose payment was settled already

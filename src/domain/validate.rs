@@ -42,6 +42,42 @@ impl Default for Limits {
     }
 }
 
+/// The longest ttl any configuration may allow (`--max-ttl`): far beyond any sensible hold, and
+/// far inside what either database's timestamps can hold, so `now + ttl` (and an Extend's
+/// push) never overflows.
+pub const TTL_CEILING: Duration = Duration::from_secs(100 * 366 * 24 * 3600);
+
+/// The range of a `google.protobuf.Timestamp`, 0001-01-01T00:00:00Z to
+/// 9999-12-31T23:59:59.999999999Z, in seconds since the epoch: every database the coordinator
+/// (and every reference participant) stores times in can hold it. PostgreSQL's `timestamptz`
+/// ends at 4713 BC and 294276 AD, chrono's at about 262000 BC and AD.
+pub const TIMESTAMP_SECONDS: std::ops::RangeInclusive<i64> = -62_135_596_800..=253_402_300_799;
+
+/// The error of a timestamp outside [`TIMESTAMP_SECONDS`].
+pub fn timestamp_out_of_range(field: &str) -> FieldError {
+    FieldError::new(
+        field,
+        "is out of range: timestamps must lie between 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z",
+    )
+}
+
+/// Checks that a timestamp lies within [`TIMESTAMP_SECONDS`].
+pub fn timestamp(field: &str, t: chrono::DateTime<chrono::Utc>) -> Result<(), FieldError> {
+    if TIMESTAMP_SECONDS.contains(&t.timestamp()) {
+        Ok(())
+    } else {
+        Err(timestamp_out_of_range(field))
+    }
+}
+
+/// Text the databases cannot store: PostgreSQL's `text` and `jsonb` refuse NUL.
+fn no_nul(field: &str, value: &str) -> Result<(), FieldError> {
+    if value.contains('\0') {
+        return Err(FieldError::new(field, "must not contain NUL characters"));
+    }
+    Ok(())
+}
+
 /// A malformed or out-of-bounds field. Displays as `<field> <problem>`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FieldError {
@@ -153,13 +189,14 @@ pub fn payment(
 /// Reserve compares equal to what was recorded).
 pub fn ttl(field: &str, ttl: Duration, limits: &Limits) -> Result<Duration, FieldError> {
     let ttl = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
-    if ttl < limits.min_ttl || ttl > limits.max_ttl {
+    let max_ttl = limits.max_ttl.min(TTL_CEILING);
+    if ttl < limits.min_ttl || ttl > max_ttl {
         return Err(FieldError::new(
             field,
             format!(
                 "must be between {}s and {}s (got {:.3}s)",
                 limits.min_ttl.as_secs(),
-                limits.max_ttl.as_secs(),
+                max_ttl.as_secs(),
                 ttl.as_secs_f64()
             ),
         ));
@@ -175,7 +212,7 @@ pub fn reason(field: &str, value: &str, limits: &Limits) -> Result<(), FieldErro
             format!("must be at most {} bytes", limits.max_label_bytes),
         ));
     }
-    Ok(())
+    no_nul(field, value)
 }
 
 /// Under which id, for whom, and with which token check a valid Reserve is recorded.
@@ -226,13 +263,15 @@ pub fn reserve(
                 format!("must be >= 1 (got {})", h.quantity),
             ));
         }
-        if let Some(d) = h.during
-            && d.start >= d.end
-        {
-            return Err(FieldError::new(
-                format!("holds[{i}].during"),
-                "end must be after start",
-            ));
+        if let Some(d) = h.during {
+            timestamp(&format!("holds[{i}].during.start"), d.start)?;
+            timestamp(&format!("holds[{i}].during.end"), d.end)?;
+            if d.start >= d.end {
+                return Err(FieldError::new(
+                    format!("holds[{i}].during"),
+                    "end must be after start",
+                ));
+            }
         }
     }
     // A resource listed twice would be held twice by one branch: ambiguous, so refused.
@@ -270,6 +309,8 @@ pub fn reserve(
                 format!("value must be at most {} bytes", limits.max_label_bytes),
             ));
         }
+        no_nul(&format!("labels[{k:?}]"), k)?;
+        no_nul(&format!("labels[{k:?}]"), v)?;
     }
 
     let mut holds = input.holds;
@@ -405,5 +446,41 @@ mod tests {
         let mut i = input();
         i.labels = (0..17).map(|n| (n.to_string(), String::new())).collect();
         assert_eq!(reserve(i, &l, record()).unwrap_err().field, "labels");
+    }
+
+    #[test]
+    fn values_no_database_can_hold_are_refused_before_any_write() {
+        let l = Limits::default();
+        let at = |secs: i64| chrono::DateTime::from_timestamp(secs, 0).unwrap();
+        // 5000 BC: chrono holds it, PostgreSQL's timestamptz does not.
+        let mut i = input();
+        i.holds[0].during = Some(super::super::Interval {
+            start: at(-219_915_000_000),
+            end: at(-219_914_000_000),
+        });
+        let e = reserve(i, &l, record()).unwrap_err();
+        assert_eq!(e.field, "holds[0].during.start");
+        assert!(e.problem.contains("out of range"), "{e}");
+        let mut i = input();
+        i.holds[0].during = Some(super::super::Interval {
+            start: at(0),
+            end: at(253_402_300_800),
+        });
+        assert_eq!(
+            reserve(i, &l, record()).unwrap_err().field,
+            "holds[0].during.end"
+        );
+        let mut i = input();
+        i.labels.insert("k".into(), "a\0b".into());
+        assert_eq!(reserve(i, &l, record()).unwrap_err().field, "labels[\"k\"]");
+        assert_eq!(reason("reason", "a\0", &l).unwrap_err().field, "reason");
+        // However wide the configured max_ttl, a ttl stays within the ceiling.
+        let wide = Limits {
+            max_ttl: Duration::MAX,
+            ..Limits::default()
+        };
+        let far = TTL_CEILING + Duration::from_secs(1);
+        assert_eq!(ttl("ttl", far, &wide).unwrap_err().field, "ttl");
+        assert!(ttl("ttl", TTL_CEILING, &wide).is_ok());
     }
 }

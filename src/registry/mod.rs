@@ -21,7 +21,7 @@ mod extend;
 mod payments;
 
 pub use extend::ExtendOutcome;
-pub use payments::PaymentLookup;
+pub use payments::{PaymentLookup, RefundFailure, refund_refusal_is_permanent};
 
 /// How to reach one participant.
 #[derive(Clone, Debug, PartialEq, Eq)]

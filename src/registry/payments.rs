@@ -63,13 +63,15 @@ impl ParticipantHandle {
     }
 
     /// Asks the payment participant to refund `refund.amount_minor` of the payment; `Ok` once
-    /// it acknowledged (now or on an earlier call with the same refund id).
+    /// it acknowledged (now or on an earlier call with the same refund id). An error says
+    /// whether the refusal is for good ([`RefundFailure::Permanent`], see
+    /// [`refund_refusal_is_permanent`]) or worth retrying.
     pub async fn refund(
         &self,
         reservation_id: Uuid,
         payment: &crate::domain::Payment,
         refund: &crate::domain::Refund,
-    ) -> Result<(), CallError> {
+    ) -> Result<(), RefundFailure> {
         let span = self.span("refund", reservation_id, None);
         async move {
             let req = self.request(proto::RefundRequest {
@@ -81,25 +83,92 @@ impl ParticipantHandle {
                 reason: refund.reason.clone(),
             });
             let started = std::time::Instant::now();
-            let result = self
-                .payments
-                .clone()
-                .refund(req)
-                .await
-                .map_err(|s| CallError::from_status(&s));
+            let result = self.payments.clone().refund(req).await.map_err(|s| {
+                let mut e = CallError::from_status(&s);
+                // A permanent refusal is an answer, not a participant failing.
+                e.refused = refund_refusal_is_permanent(s.code());
+                e
+            });
             crate::telemetry::branch_call(&self.name, "refund", started.elapsed());
             self.observe(&result);
-            let resp = result?;
-            if resp.get_ref().state == i32::from(proto::refund::State::Refunded) {
-                Ok(())
-            } else {
-                Err(CallError::protocol(format!(
+            match result {
+                Ok(resp) if resp.get_ref().state == i32::from(proto::refund::State::Refunded) => {
+                    Ok(())
+                }
+                Ok(resp) => Err(RefundFailure::Transient(format!(
                     "payment participant answered refund state {}",
                     resp.get_ref().state
-                )))
+                ))),
+                Err(e) if e.refused => Err(RefundFailure::Permanent(e.message)),
+                Err(e) => Err(RefundFailure::Transient(e.message)),
             }
         }
         .instrument(span)
         .await
+    }
+}
+
+/// Why a refund was not acknowledged.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RefundFailure {
+    /// The payments service refused it for good: the same refund can never succeed.
+    #[error("{0}")]
+    Permanent(String),
+    /// Not this time (unreachable, timed out, failed, overloaded): retry later.
+    #[error("{0}")]
+    Transient(String),
+}
+
+/// Whether a payments service's refusal of a refund (its gRPC status code) is for good.
+///
+/// Permanent, because the identical request (a refund is sent again unchanged: same refund id,
+/// payment, amount, currency) must get the same answer: `NOT_FOUND` (no such payment),
+/// `INVALID_ARGUMENT` (another currency, a refund id reused for another refund),
+/// `FAILED_PRECONDITION` (more than is left to refund), `UNIMPLEMENTED` (the participant
+/// serves no `tcc.v1.Payments`), `OUT_OF_RANGE`, `ALREADY_EXISTS`.
+/// Transient, retried with backoff: `UNAVAILABLE`, `DEADLINE_EXCEEDED`, `INTERNAL`,
+/// `RESOURCE_EXHAUSTED`, `ABORTED`, `UNKNOWN`, `CANCELLED`, `DATA_LOSS`, and also
+/// `UNAUTHENTICATED`/`PERMISSION_DENIED`: the coordinator's credential is configuration an
+/// operator fixes without the refund changing.
+pub fn refund_refusal_is_permanent(code: tonic::Code) -> bool {
+    use tonic::Code;
+    matches!(
+        code,
+        Code::NotFound
+            | Code::InvalidArgument
+            | Code::FailedPrecondition
+            | Code::Unimplemented
+            | Code::OutOfRange
+            | Code::AlreadyExists
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refund_refusal_is_permanent;
+    use tonic::Code;
+
+    #[test]
+    fn refusals_the_same_refund_would_meet_again_are_permanent() {
+        for code in [
+            Code::NotFound,
+            Code::InvalidArgument,
+            Code::FailedPrecondition,
+            Code::Unimplemented,
+        ] {
+            assert!(refund_refusal_is_permanent(code), "{code:?}");
+        }
+        for code in [
+            Code::Unavailable,
+            Code::DeadlineExceeded,
+            Code::Internal,
+            Code::ResourceExhausted,
+            Code::Aborted,
+            Code::Unknown,
+            Code::Unauthenticated,
+            Code::PermissionDenied,
+        ] {
+            assert!(!refund_refusal_is_permanent(code), "{code:?}");
+        }
     }
 }

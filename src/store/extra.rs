@@ -6,14 +6,25 @@
 use sqlx::Pool;
 use uuid::Uuid;
 
-use super::StoreError;
 use super::sql::PaymentSql;
+use super::{RefundAnswer, StoreError};
 use crate::domain::policy::Backoff;
 use crate::domain::{ExtraPayment, Payment, Refund, RefundState};
 
 /// An `extra_payments` row as both databases read it: (reservation_id, payment_participant,
-/// payment_ref, amount_minor, currency, refund_id, refund_state, refund_reason).
-pub(crate) type ExtraRow = (Uuid, String, String, i64, String, Uuid, String, String);
+/// payment_ref, amount_minor, currency, refund_id, refund_state, refund_reason,
+/// refund_failure).
+pub(crate) type ExtraRow = (
+    Uuid,
+    String,
+    String,
+    i64,
+    String,
+    Uuid,
+    String,
+    String,
+    Option<String>,
+);
 
 /// A stored further payment, with the reservation it is on.
 pub(crate) fn extra_payment(row: ExtraRow) -> Result<(Uuid, ExtraPayment), StoreError> {
@@ -26,6 +37,7 @@ pub(crate) fn extra_payment(row: ExtraRow) -> Result<(Uuid, ExtraPayment), Store
         refund_id,
         state,
         reason,
+        failure,
     ) = row;
     let state = RefundState::parse(&state).ok_or_else(|| {
         StoreError::Corrupt(format!(
@@ -38,6 +50,7 @@ pub(crate) fn extra_payment(row: ExtraRow) -> Result<(Uuid, ExtraPayment), Store
         amount_minor,
         currency: currency.clone(),
         reason,
+        failure,
     };
     let payment = Payment {
         participant,
@@ -62,11 +75,11 @@ pub(crate) async fn record_extra_refund_attempt<DB: PaymentSql>(
     pool: &Pool<DB>,
     id: Uuid,
     extra: &ExtraPayment,
-    acknowledged: bool,
+    answer: &RefundAnswer,
     backoff: Backoff,
 ) -> Result<ExtraPayment, StoreError> {
     let mut tx = DB::begin_write(pool).await?;
-    DB::record_extra_refund_attempt(&mut tx, extra, acknowledged, backoff).await?;
+    DB::record_extra_refund_attempt(&mut tx, extra, answer, backoff).await?;
     DB::release_terminal_lease(&mut tx, id).await?;
     let after = DB::load_extra_payment(&mut tx, &extra.payment).await?;
     tx.commit().await?;

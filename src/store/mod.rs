@@ -32,6 +32,7 @@ macro_rules! lost_hold_refund_reason {
 mod admission;
 pub(crate) mod decide;
 mod extra;
+pub mod fault;
 pub mod list;
 mod outcome;
 pub mod postgres;
@@ -49,14 +50,15 @@ use crate::db::DatabaseKind;
 use crate::domain::lifecycle::Refusal;
 use crate::domain::policy::{Backoff, HoldLimits, LimitScope};
 use crate::domain::{
-    BranchState, Decision, ExtraPayment, ListQuery, NewReservation, Rejection, Reservation, State,
-    Verdict,
+    BranchState, Decision, ExtraPayment, ListQuery, NewReservation, RefundState, Rejection,
+    Reservation, State, Verdict,
 };
 
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
-/// A storage failure. Callers treat all of them as "outcome unknown, retry later".
+/// A storage failure; [`StoreError::fault`] says what it means for the caller (retry, a value
+/// out of range, or internal).
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("database: {0}")]
@@ -66,6 +68,20 @@ pub enum StoreError {
     /// A row the schema promises is missing or unreadable.
     #[error("corrupt record: {0}")]
     Corrupt(String),
+    /// Concurrent writers kept changing what a write depends on; retrying will do.
+    #[error("contended: {0}")]
+    Contended(String),
+}
+
+impl StoreError {
+    /// What the failure means for the caller ([`fault`], the one classification).
+    pub fn fault(&self) -> fault::Fault {
+        match self {
+            StoreError::Database(e) => fault::of_sqlx(e),
+            StoreError::Contended(_) => fault::Fault::Transient,
+            StoreError::Migrate(_) | StoreError::Corrupt(_) => fault::Fault::Internal,
+        }
+    }
 }
 
 /// What `create` found.
@@ -150,6 +166,36 @@ pub struct BranchReport {
     pub state: BranchState,
     /// Why the call failed, when it did.
     pub error: Option<String>,
+}
+
+/// What a payment participant answered to a refund, to record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RefundAnswer {
+    /// Acknowledged: the refund becomes `REFUNDED`.
+    Refunded,
+    /// Not this time (unreachable, timed out, failed, overloaded): retried by the backoff.
+    Retry,
+    /// Refused for good, with why: the refund becomes `FAILED` and is never sent again.
+    Refused(String),
+}
+
+impl RefundAnswer {
+    /// The refund state this answer settles on; `None`: still `PENDING`.
+    fn settles_on(&self) -> Option<&'static str> {
+        match self {
+            RefundAnswer::Refunded => Some(RefundState::Refunded.as_str()),
+            RefundAnswer::Refused(_) => Some(RefundState::Failed.as_str()),
+            RefundAnswer::Retry => None,
+        }
+    }
+
+    /// Why the refund failed, for `FAILED`.
+    fn failure(&self) -> Option<&str> {
+        match self {
+            RefundAnswer::Refused(why) => Some(why),
+            _ => None,
+        }
+    }
 }
 
 /// The coordinator's storage.
@@ -244,11 +290,13 @@ pub trait Store: Send + Sync + 'static {
         reason: &str,
     ) -> Result<Reservation, StoreError>;
 
-    /// Records the payment participant's answer to the refund: acknowledged, or retry later.
+    /// Records the payment participant's answer to the refund: acknowledged (`REFUNDED`),
+    /// refused for good (`FAILED` with the reason, never sent again), or retry later by
+    /// `backoff`.
     async fn record_refund_attempt(
         &self,
         id: Uuid,
-        acknowledged: bool,
+        answer: &RefundAnswer,
         backoff: Backoff,
     ) -> Result<Reservation, StoreError>;
 
@@ -261,14 +309,14 @@ pub trait Store: Send + Sync + 'static {
     /// The reservation's further payments whose refund is not acknowledged yet, oldest first.
     async fn pending_extra_payments(&self, id: Uuid) -> Result<Vec<ExtraPayment>, StoreError>;
 
-    /// Records the payment participant's answer to a further payment's refund: acknowledged,
-    /// or retry later by `backoff`. A terminal reservation's lease is given up. Answers the
-    /// further payment as it is afterwards.
+    /// Records the payment participant's answer to a further payment's refund, as
+    /// [`Store::record_refund_attempt`] does. A terminal reservation's lease is given up.
+    /// Answers the further payment as it is afterwards.
     async fn record_extra_refund_attempt(
         &self,
         id: Uuid,
         extra: &ExtraPayment,
-        acknowledged: bool,
+        answer: &RefundAnswer,
         backoff: Backoff,
     ) -> Result<ExtraPayment, StoreError>;
 
@@ -280,6 +328,37 @@ pub trait Store: Send + Sync + 'static {
 
     /// How many reservations are waiting to be driven to their outcome.
     async fn backlog(&self) -> Result<i64, StoreError>;
+
+    /// For each participant that unfinished work waits on (a branch it must still be told
+    /// about, or a refund it still owes), how many reservations, with up to `examples` (at
+    /// least one) of their ids, oldest first; by participant name.
+    async fn waiting_on(&self, examples: u32) -> Result<Vec<Waiting>, StoreError>;
+}
+
+/// Unfinished work waiting on one participant ([`Store::waiting_on`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Waiting {
+    pub participant: String,
+    /// How many reservations wait on it.
+    pub reservations: i64,
+    /// Some of them, oldest first.
+    pub examples: Vec<Uuid>,
+}
+
+/// Rows of (participant, its total, one example id), ordered by participant, grouped.
+fn waiting_by_participant(rows: Vec<(String, i64, Uuid)>) -> Vec<Waiting> {
+    let mut out: Vec<Waiting> = Vec::new();
+    for (participant, total, id) in rows {
+        match out.last_mut() {
+            Some(w) if w.participant == participant => w.examples.push(id),
+            _ => out.push(Waiting {
+                participant,
+                reservations: total,
+                examples: vec![id],
+            }),
+        }
+    }
+    out
 }
 
 /// A connected store of either backend, before it is shared as `Arc<dyn Store>`: what the

@@ -8,7 +8,7 @@ use sqlx::Pool;
 use uuid::Uuid;
 
 use super::sql::ReservationSql;
-use super::{BranchReport, StoreError};
+use super::{BranchReport, RefundAnswer, StoreError};
 use crate::domain::policy::Backoff;
 use crate::domain::{Rejection, Reservation};
 
@@ -32,11 +32,11 @@ pub(crate) async fn record_rejected<DB: ReservationSql>(
 pub(crate) async fn record_refund_attempt<DB: ReservationSql>(
     pool: &Pool<DB>,
     id: Uuid,
-    acknowledged: bool,
+    answer: &RefundAnswer,
     backoff: Backoff,
 ) -> Result<Reservation, StoreError> {
     let mut tx = DB::begin_write(pool).await?;
-    DB::record_refund_attempt(&mut tx, id, acknowledged, backoff).await?;
+    DB::record_refund_attempt(&mut tx, id, answer, backoff).await?;
     let after = DB::load_existing(&mut tx, id).await?;
     tx.commit().await?;
     Ok(after)

@@ -42,6 +42,7 @@ pub(crate) struct StoredReservation {
     pub refund_id: Option<Uuid>,
     pub refund_state: Option<String>,
     pub refund_reason: Option<String>,
+    pub refund_failure: Option<String>,
     pub generation: i32,
     /// HELD with `expires_at` passed by the database clock, computed by the reading query.
     pub lapsed: bool,
@@ -133,6 +134,7 @@ impl StoredReservation {
                 amount_minor: p.amount_minor,
                 currency: p.currency.clone(),
                 reason: self.refund_reason.unwrap_or_default(),
+                failure: self.refund_failure,
             }),
             _ => None,
         };

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use sqlx::{Pool, Transaction};
 use uuid::Uuid;
 
-use super::{BranchReport, StoreError, WorkLease};
+use super::{BranchReport, RefundAnswer, StoreError, WorkLease};
 use crate::domain::policy::Backoff;
 use crate::domain::{ExtraPayment, Payment, Rejection, Reservation, State};
 
@@ -160,12 +160,12 @@ pub(crate) trait ReservationSql: sqlx::Database {
     /// `EXPIRED -> CANCELLING` ending `EXPIRED`, unless a refund was recorded.
     async fn release_retake(conn: &mut Self::Connection, id: Uuid) -> Result<bool, StoreError>;
 
-    /// Records a refund call's outcome on a `PENDING` refund: `REFUNDED`, or the next attempt
-    /// by `backoff` (with jitter); the lease is given up either way.
+    /// Records a refund call's outcome on a `PENDING` refund: `REFUNDED`, `FAILED` with the
+    /// refusal, or the next attempt by `backoff` (with jitter); the lease is given up either way.
     async fn record_refund_attempt(
         conn: &mut Self::Connection,
         id: Uuid,
-        acknowledged: bool,
+        answer: &RefundAnswer,
         backoff: Backoff,
     ) -> Result<(), StoreError>;
 }
@@ -204,12 +204,12 @@ pub(crate) trait PaymentSql: ReservationSql {
         id: Uuid,
     ) -> Result<Vec<ExtraPayment>, StoreError>;
 
-    /// Records a refund call's outcome on a `PENDING` further payment: `REFUNDED`, or the next
-    /// attempt by `backoff` (with jitter).
+    /// Records a refund call's outcome on a `PENDING` further payment: `REFUNDED`, `FAILED`
+    /// with the refusal, or the next attempt by `backoff` (with jitter).
     async fn record_extra_refund_attempt(
         conn: &mut Self::Connection,
         extra: &ExtraPayment,
-        acknowledged: bool,
+        answer: &RefundAnswer,
         backoff: Backoff,
     ) -> Result<(), StoreError>;
 

@@ -120,3 +120,57 @@ async fn coordinator_on_sqlite() {
     let _ = stop.send(());
     server.await.unwrap().unwrap();
 }
+
+/// #15 item 10 on SQLite: a `during` no store may hold (5000 BC fits SQLite's integers, not
+/// PostgreSQL's timestamptz, nor a google.protobuf.Timestamp) is INVALID_ARGUMENT naming the
+/// field on either backend, with nothing written and no participant called.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_during_out_of_range_is_invalid_argument_on_sqlite() {
+    let db = crate::TempDb::fresh();
+    let fakes = spawn_fakes(&["rooms"]).await;
+    let rooms = fakes.get("rooms").url.clone();
+    let store = db.store().await;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(app::serve_coordinator(
+        settings(&[("rooms", &rooms)]),
+        store,
+        listener,
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let mut client = CoordinatorClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let start = (-5000 - 1970) * 31_556_952;
+    let mut req = reserve_request("bc", vec![hold("rooms", "R1")]);
+    req.holds[0].during = Some(proto::Interval {
+        start: Some(prost_types::Timestamp {
+            seconds: start,
+            nanos: 0,
+        }),
+        end: Some(prost_types::Timestamp {
+            seconds: start + 3600,
+            nanos: 0,
+        }),
+    });
+    let err = client.reserve(req).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message()
+            .starts_with("holds[0].during.start is out of range"),
+        "{}",
+        err.message()
+    );
+    assert!(fakes.log.calls().is_empty(), "no participant called");
+    let reader = sqlx::SqlitePool::connect(&db.url).await.unwrap();
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM reservations")
+        .fetch_one(&reader)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0, "nothing written");
+    let _ = stop.send(());
+    server.await.unwrap().unwrap();
+}

@@ -8,6 +8,7 @@
 mod ack_relay;
 mod cases;
 mod grpc;
+mod migration;
 mod plans;
 
 use std::path::PathBuf;
@@ -109,10 +110,12 @@ conformance!(
         concurrent_claimers_never_share,
         backlog_and_wake,
         renew_lease_only_by_owner,
+        waiting_on_names_each_participant_s_work,
     ],
     payments: [
         refund_recorded_once,
         refund_attempts,
+        refused_refund_is_parked,
         late_payment_refund_policy,
         late_payment_honoured_in_place,
         retake_confirms,
@@ -124,6 +127,7 @@ conformance!(
         payment_ref_belongs_to_one_reservation,
         racing_confirms_bind_a_payment_once,
         further_payment_is_refunded,
+        refused_further_refund_is_parked,
     ],
     list: [list_pages_and_filters, every_shape_answers_as_a_full_read_filtered],
     writes: [

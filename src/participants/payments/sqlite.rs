@@ -342,6 +342,7 @@ impl PaymentsSql for Sqlite {
                 state: refund::State::Refunded as i32,
                 amount_minor: r.try_get("amount_minor")?,
                 currency: r.try_get("currency")?,
+                failure_reason: String::new(),
             })
         })
         .collect::<Result<Vec<_>, sqlx::Error>>()?;

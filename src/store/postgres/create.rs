@@ -112,11 +112,48 @@ pub(super) async fn create_batch(
 /// Under the holders' locks: one statement inserting each reservation with its branches
 /// unless its request id is taken or its holder is at the cap (checked by the statement's
 /// snapshot, taken after the locks were granted), answering with the rows as inserted; the
-/// others are judged one by one ([`admission`]). Answers in `rows` order.
+/// others are judged one by one ([`admit_again`]). Answers in `rows` order.
 async fn insert_new(
     tx: &mut PgConnection,
     rows: &[NewRow<'_>],
 ) -> Result<Vec<Created>, StoreError> {
+    let mut inserted = insert_rows(tx, rows).await?;
+    let mut answers = Vec::with_capacity(rows.len());
+    for job in rows {
+        answers.push(match inserted.remove(&job.new.id) {
+            Some(r) => Created::New(r),
+            None => admit_again(tx, *job).await?,
+        });
+    }
+    Ok(answers)
+}
+
+/// A Reserve the statement did not insert: a repeat of a recorded request, or its holder was
+/// at the cap. [`admission`] says which, by a later clock: a hold that lapsed in between, or a
+/// rejected reservation with this request id discarded meanwhile (`Store::discard`), leaves
+/// nothing to refuse, so the Reserve is inserted alone after all. Under the holder's lock only
+/// time changes the counts, and only downwards, so the second insert takes; a third round
+/// answers "retry" rather than loop.
+async fn admit_again(tx: &mut PgConnection, job: NewRow<'_>) -> Result<Created, StoreError> {
+    for _ in 0..3 {
+        if let Some(answer) = admission::<Postgres>(&mut *tx, job.new, job.limits).await? {
+            return Ok(answer);
+        }
+        if let Some(r) = insert_rows(tx, &[job]).await?.remove(&job.new.id) {
+            return Ok(Created::New(r));
+        }
+    }
+    Err(StoreError::Contended(format!(
+        "reservation of holder {:?} neither inserted nor refused",
+        job.new.holder
+    )))
+}
+
+/// The one statement of [`insert_new`]: the reservations it inserted, by id.
+async fn insert_rows(
+    tx: &mut PgConnection,
+    rows: &[NewRow<'_>],
+) -> Result<HashMap<Uuid, Reservation>, StoreError> {
     let n = rows.len();
     let holders: Vec<&str> = rows.iter().map(|r| r.new.holder.as_str()).collect();
     let principals: Vec<&str> = rows.iter().map(|r| r.new.owner.as_str()).collect();
@@ -247,17 +284,5 @@ async fn insert_new(
         let r = row.into_domain()?;
         inserted.insert(r.id, r);
     }
-    let mut answers = Vec::with_capacity(n);
-    for (job, id) in rows.iter().zip(&ids) {
-        answers.push(match inserted.remove(id) {
-            Some(r) => Created::New(r),
-            // A repeat of a recorded request, or the holder is at its cap.
-            None => admission::<Postgres>(&mut *tx, job.new, job.limits)
-                .await?
-                .ok_or_else(|| {
-                    StoreError::Corrupt("request_id conflicted under the holder lock".into())
-                })?,
-        });
-    }
-    Ok(answers)
+    Ok(inserted)
 }

@@ -13,7 +13,7 @@ use super::rows::{self, millis};
 use crate::domain::policy::Backoff;
 use crate::domain::{Payment, Rejection, Reservation, State};
 use crate::store::sql::{Applied, ReservationSql};
-use crate::store::{BranchReport, StoreError, WorkLease};
+use crate::store::{BranchReport, RefundAnswer, StoreError, WorkLease};
 
 /// The reports as parallel arrays, for `UNNEST`.
 fn report_columns(reports: &[BranchReport]) -> (Vec<Uuid>, Vec<&str>, Vec<Option<&str>>) {
@@ -339,24 +339,28 @@ impl ReservationSql for Postgres {
     async fn record_refund_attempt(
         conn: &mut PgConnection,
         id: Uuid,
-        acknowledged: bool,
+        answer: &RefundAnswer,
         backoff: Backoff,
     ) -> Result<(), StoreError> {
+        // $2: the state the refund settles on (NULL: still pending, retried by the backoff).
         sqlx::query(
             "UPDATE reservations SET \
-               refund_state = CASE WHEN $2 THEN 'REFUNDED' ELSE refund_state END, \
-               version = version + CASE WHEN $2 THEN 1 ELSE 0 END, \
+               refund_state = coalesce($2::text, refund_state), \
+               refund_failure = coalesce($5::text, refund_failure), \
+               version = version + CASE WHEN $2::text IS NOT NULL THEN 1 ELSE 0 END, \
                lease_owner = NULL, lease_until = NULL, \
-               next_attempt_at = CASE WHEN $2 THEN NULL ELSE clock_timestamp() + \
+               next_attempt_at = CASE WHEN $2::text IS NOT NULL THEN NULL ELSE clock_timestamp() + \
                    least($4::float8, $3::float8 * power(2, least(recovery_attempts, 30))) \
                    * (0.5 + random() / 2) * interval '1 millisecond' END, \
-               recovery_attempts = CASE WHEN $2 THEN recovery_attempts ELSE recovery_attempts + 1 END \
+               recovery_attempts = CASE WHEN $2::text IS NOT NULL THEN recovery_attempts \
+                   ELSE recovery_attempts + 1 END \
              WHERE id = $1 AND refund_state = 'PENDING'",
         )
         .bind(id)
-        .bind(acknowledged)
+        .bind(answer.settles_on())
         .bind(millis(backoff.base) as f64)
         .bind(millis(backoff.cap) as f64)
+        .bind(answer.failure())
         .execute(&mut *conn)
         .await?;
         Ok(())

@@ -28,6 +28,7 @@ mod list;
 mod payments;
 mod recovery;
 mod unlocked;
+mod waiting;
 
 use std::sync::Arc;
 
@@ -41,8 +42,8 @@ pub use self::list::statement as list_statement;
 use self::group_commit::GroupCommit;
 use self::unlocked::RecentlyHeld;
 use super::{
-    BranchReport, Claimed, Created, Decided, PhaseRecorded, Stamp, Store, StoreError, WorkLease,
-    extra, outcome, retake,
+    BranchReport, Claimed, Created, Decided, PhaseRecorded, RefundAnswer, Stamp, Store, StoreError,
+    Waiting, WorkLease, extra, outcome, retake,
 };
 use crate::domain::policy::{Backoff, HoldLimits};
 use crate::domain::{
@@ -212,10 +213,10 @@ impl Store for PgStore {
     async fn record_refund_attempt(
         &self,
         id: Uuid,
-        acknowledged: bool,
+        answer: &RefundAnswer,
         backoff: Backoff,
     ) -> Result<Reservation, StoreError> {
-        outcome::record_refund_attempt::<Postgres>(&self.pool, id, acknowledged, backoff).await
+        outcome::record_refund_attempt::<Postgres>(&self.pool, id, answer, backoff).await
     }
 
     async fn pending_extra_payments(&self, id: Uuid) -> Result<Vec<ExtraPayment>, StoreError> {
@@ -226,11 +227,10 @@ impl Store for PgStore {
         &self,
         id: Uuid,
         extra: &ExtraPayment,
-        acknowledged: bool,
+        answer: &RefundAnswer,
         backoff: Backoff,
     ) -> Result<ExtraPayment, StoreError> {
-        extra::record_extra_refund_attempt::<Postgres>(&self.pool, id, extra, acknowledged, backoff)
-            .await
+        extra::record_extra_refund_attempt::<Postgres>(&self.pool, id, extra, answer, backoff).await
     }
 
     async fn renew_lease(&self, id: Uuid, lease: WorkLease) -> Result<bool, StoreError> {
@@ -243,6 +243,10 @@ impl Store for PgStore {
 
     async fn backlog(&self) -> Result<i64, StoreError> {
         recovery::backlog(&self.pool).await
+    }
+
+    async fn waiting_on(&self, examples: u32) -> Result<Vec<Waiting>, StoreError> {
+        waiting::waiting_on(&self.pool, examples).await
     }
 
     async fn discard(&self, id: Uuid, lease_owner: Uuid) -> Result<bool, StoreError> {

@@ -8,9 +8,9 @@ use uuid::Uuid;
 use super::rows::millis;
 use crate::domain::policy::Backoff;
 use crate::domain::{ExtraPayment, Payment};
-use crate::store::StoreError;
 use crate::store::extra::{ExtraRow, extra_payment};
 use crate::store::sql::PaymentSql;
+use crate::store::{RefundAnswer, StoreError};
 
 #[async_trait]
 impl PaymentSql for Postgres {
@@ -61,7 +61,7 @@ impl PaymentSql for Postgres {
     ) -> Result<Option<(Uuid, ExtraPayment)>, StoreError> {
         let row: Option<ExtraRow> = sqlx::query_as(
             "SELECT reservation_id, payment_participant, payment_ref, amount_minor, currency, \
-               refund_id, refund_state, refund_reason \
+               refund_id, refund_state, refund_reason, refund_failure \
              FROM extra_payments WHERE payment_participant = $1 AND payment_ref = $2",
         )
         .bind(&p.participant)
@@ -77,7 +77,7 @@ impl PaymentSql for Postgres {
     ) -> Result<Vec<ExtraPayment>, StoreError> {
         let rows: Vec<ExtraRow> = sqlx::query_as(
             "SELECT reservation_id, payment_participant, payment_ref, amount_minor, currency, \
-               refund_id, refund_state, refund_reason \
+               refund_id, refund_state, refund_reason, refund_failure \
              FROM extra_payments WHERE reservation_id = $1 AND refund_state = 'PENDING' \
              ORDER BY created_at, refund_id",
         )
@@ -92,23 +92,26 @@ impl PaymentSql for Postgres {
     async fn record_extra_refund_attempt(
         conn: &mut PgConnection,
         extra: &ExtraPayment,
-        acknowledged: bool,
+        answer: &RefundAnswer,
         backoff: Backoff,
     ) -> Result<(), StoreError> {
+        // $3: the state the refund settles on (NULL: still pending, retried by the backoff).
         sqlx::query(
             "UPDATE extra_payments SET \
-               refund_state = CASE WHEN $3 THEN 'REFUNDED' ELSE refund_state END, \
-               next_attempt_at = CASE WHEN $3 THEN NULL ELSE clock_timestamp() + \
+               refund_state = coalesce($3::text, refund_state), \
+               refund_failure = coalesce($6::text, refund_failure), \
+               next_attempt_at = CASE WHEN $3::text IS NOT NULL THEN NULL ELSE clock_timestamp() + \
                    least($5::float8, $4::float8 * power(2, least(attempts, 30))) \
                    * (0.5 + random() / 2) * interval '1 millisecond' END, \
-               attempts = CASE WHEN $3 THEN attempts ELSE attempts + 1 END \
+               attempts = CASE WHEN $3::text IS NOT NULL THEN attempts ELSE attempts + 1 END \
              WHERE payment_participant = $1 AND payment_ref = $2 AND refund_state = 'PENDING'",
         )
         .bind(&extra.payment.participant)
         .bind(&extra.payment.payment_ref)
-        .bind(acknowledged)
+        .bind(answer.settles_on())
         .bind(millis(backoff.base) as f64)
         .bind(millis(backoff.cap) as f64)
+        .bind(answer.failure())
         .execute(&mut *conn)
         .await?;
         Ok(())

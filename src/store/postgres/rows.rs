@@ -23,7 +23,7 @@ macro_rules! reservation_columns {
          created_at, expires_at, extensions_used, labels, rejection_participant, \
          rejection_resource, rejection_reason, late_payment_honored, version, \
          payment_participant, payment_ref, payment_amount_minor, payment_currency, \
-         refund_id, refund_state, refund_reason, generation, \
+         refund_id, refund_state, refund_reason, refund_failure, generation, \
          (reservations.state = 'HELD' AND expires_at <= clock_timestamp()) AS lapsed"
     };
 }
@@ -110,6 +110,7 @@ pub(super) struct ReservationRow {
     refund_id: Option<Uuid>,
     refund_state: Option<String>,
     refund_reason: Option<String>,
+    refund_failure: Option<String>,
     generation: i32,
     lapsed: bool,
     #[sqlx(default)]
@@ -211,6 +212,7 @@ impl ReservationRow {
             refund_id: self.refund_id,
             refund_state: self.refund_state,
             refund_reason: self.refund_reason,
+            refund_failure: self.refund_failure,
             generation: self.generation,
             lapsed: self.lapsed,
         }

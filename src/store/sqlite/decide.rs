@@ -14,7 +14,7 @@ use super::rows::{self, micros};
 use crate::domain::policy::Backoff;
 use crate::domain::{Payment, Rejection, Reservation, State};
 use crate::store::sql::{Applied, ReservationSql};
-use crate::store::{BranchReport, StoreError, WorkLease};
+use crate::store::{BranchReport, RefundAnswer, StoreError, WorkLease};
 
 /// A conditional write's row count as a yes/no.
 fn one_row(result: sqlx::sqlite::SqliteQueryResult) -> bool {
@@ -355,21 +355,24 @@ impl ReservationSql for Sqlite {
     async fn record_refund_attempt(
         conn: &mut SqliteConnection,
         id: Uuid,
-        acknowledged: bool,
+        answer: &RefundAnswer,
         backoff: Backoff,
     ) -> Result<(), StoreError> {
+        // ?2: the state the refund settles on (NULL: still pending, retried by the backoff).
         sqlx::query(concat!(
             "UPDATE reservations SET \
-               refund_state = CASE WHEN ?2 THEN 'REFUNDED' ELSE refund_state END, \
-               version = version + CASE WHEN ?2 THEN 1 ELSE 0 END, \
+               refund_state = coalesce(?2, refund_state), \
+               refund_failure = coalesce(?5, refund_failure), \
+               version = version + CASE WHEN ?2 IS NOT NULL THEN 1 ELSE 0 END, \
                lease_owner = NULL, lease_until = NULL, ",
-            backoff_next_attempt!("?2", "?3", "?4"),
+            backoff_next_attempt!("?2 IS NOT NULL", "?3", "?4"),
             " WHERE id = ?1 AND refund_state = 'PENDING'"
         ))
         .bind(id)
-        .bind(acknowledged)
+        .bind(answer.settles_on())
         .bind(micros(backoff.base) as f64)
         .bind(micros(backoff.cap) as f64)
+        .bind(answer.failure())
         .execute(&mut *conn)
         .await?;
         Ok(())

@@ -51,6 +51,7 @@ mod decide;
 mod payments;
 mod recovery;
 mod rows;
+mod waiting;
 
 pub use rows::list_statement;
 
@@ -61,8 +62,8 @@ use uuid::Uuid;
 
 use super::sql::ReservationSql;
 use super::{
-    BranchReport, Claimed, Created, Decided, PhaseRecorded, Stamp, Store, StoreError, WorkLease,
-    extra, outcome, retake,
+    BranchReport, Claimed, Created, Decided, PhaseRecorded, RefundAnswer, Stamp, Store, StoreError,
+    Waiting, WorkLease, extra, outcome, retake,
 };
 use crate::domain::policy::{Backoff, HoldLimits};
 use crate::domain::{
@@ -231,10 +232,10 @@ impl Store for SqliteStore {
     async fn record_refund_attempt(
         &self,
         id: Uuid,
-        acknowledged: bool,
+        answer: &RefundAnswer,
         backoff: Backoff,
     ) -> Result<Reservation, StoreError> {
-        outcome::record_refund_attempt::<Sqlite>(&self.pool, id, acknowledged, backoff).await
+        outcome::record_refund_attempt::<Sqlite>(&self.pool, id, answer, backoff).await
     }
 
     async fn pending_extra_payments(&self, id: Uuid) -> Result<Vec<ExtraPayment>, StoreError> {
@@ -245,11 +246,10 @@ impl Store for SqliteStore {
         &self,
         id: Uuid,
         extra: &ExtraPayment,
-        acknowledged: bool,
+        answer: &RefundAnswer,
         backoff: Backoff,
     ) -> Result<ExtraPayment, StoreError> {
-        extra::record_extra_refund_attempt::<Sqlite>(&self.pool, id, extra, acknowledged, backoff)
-            .await
+        extra::record_extra_refund_attempt::<Sqlite>(&self.pool, id, extra, answer, backoff).await
     }
 
     async fn renew_lease(&self, id: Uuid, lease: WorkLease) -> Result<bool, StoreError> {
@@ -262,6 +262,10 @@ impl Store for SqliteStore {
 
     async fn backlog(&self) -> Result<i64, StoreError> {
         recovery::backlog(&self.pool).await
+    }
+
+    async fn waiting_on(&self, examples: u32) -> Result<Vec<Waiting>, StoreError> {
+        waiting::waiting_on(&self.pool, examples).await
     }
 
     async fn discard(&self, id: Uuid, lease_owner: Uuid) -> Result<bool, StoreError> {

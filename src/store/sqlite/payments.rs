@@ -8,9 +8,9 @@ use uuid::Uuid;
 use super::rows::micros;
 use crate::domain::policy::Backoff;
 use crate::domain::{ExtraPayment, Payment};
-use crate::store::StoreError;
 use crate::store::extra::{ExtraRow, extra_payment};
 use crate::store::sql::PaymentSql;
+use crate::store::{RefundAnswer, StoreError};
 
 #[async_trait]
 impl PaymentSql for Sqlite {
@@ -62,7 +62,7 @@ impl PaymentSql for Sqlite {
     ) -> Result<Option<(Uuid, ExtraPayment)>, StoreError> {
         let row: Option<ExtraRow> = sqlx::query_as(
             "SELECT reservation_id, payment_participant, payment_ref, amount_minor, currency, \
-               refund_id, refund_state, refund_reason \
+               refund_id, refund_state, refund_reason, refund_failure \
              FROM extra_payments WHERE payment_participant = ?1 AND payment_ref = ?2",
         )
         .bind(&p.participant)
@@ -78,7 +78,7 @@ impl PaymentSql for Sqlite {
     ) -> Result<Vec<ExtraPayment>, StoreError> {
         let rows: Vec<ExtraRow> = sqlx::query_as(
             "SELECT reservation_id, payment_participant, payment_ref, amount_minor, currency, \
-               refund_id, refund_state, refund_reason \
+               refund_id, refund_state, refund_reason, refund_failure \
              FROM extra_payments WHERE reservation_id = ?1 AND refund_state = 'PENDING' \
              ORDER BY created_at, refund_id",
         )
@@ -93,25 +93,28 @@ impl PaymentSql for Sqlite {
     async fn record_extra_refund_attempt(
         conn: &mut SqliteConnection,
         extra: &ExtraPayment,
-        acknowledged: bool,
+        answer: &RefundAnswer,
         backoff: Backoff,
     ) -> Result<(), StoreError> {
-        // The backoff of `backoff_next_attempt!`, over this row's own attempts.
+        // The backoff of `backoff_next_attempt!`, over this row's own attempts. ?3: the state
+        // the refund settles on (NULL: still pending).
         sqlx::query(concat!(
             "UPDATE extra_payments SET \
-               refund_state = CASE WHEN ?3 THEN 'REFUNDED' ELSE refund_state END, \
-               next_attempt_at = CASE WHEN ?3 THEN NULL ELSE ",
+               refund_state = coalesce(?3, refund_state), \
+               refund_failure = coalesce(?6, refund_failure), \
+               next_attempt_at = CASE WHEN ?3 IS NOT NULL THEN NULL ELSE ",
             sqlite_now_us!(),
             " + CAST(min(?5, ?4 * (1 << min(attempts, 30))) \
                    * (0.5 + (random() & 1048575) / 2097152.0) AS INTEGER) END, \
-               attempts = CASE WHEN ?3 THEN attempts ELSE attempts + 1 END \
+               attempts = CASE WHEN ?3 IS NOT NULL THEN attempts ELSE attempts + 1 END \
              WHERE payment_participant = ?1 AND payment_ref = ?2 AND refund_state = 'PENDING'"
         ))
         .bind(&extra.payment.participant)
         .bind(&extra.payment.payment_ref)
-        .bind(acknowledged)
+        .bind(answer.settles_on())
         .bind(micros(backoff.base) as f64)
         .bind(micros(backoff.cap) as f64)
+        .bind(answer.failure())
         .execute(&mut *conn)
         .await?;
         Ok(())

@@ -2,14 +2,15 @@
 //! payment is bound to the reservation it is for), read a payment back, and a gate in front of
 //! the real service that can hold refunds back.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use holdfast::proto;
 use holdfast::proto::payments_client::PaymentsClient;
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
-use tonic::{Request, Response, Status};
+use tonic::{Code, Request, Response, Status};
 
 /// Charges `amount_minor` EUR on `account` at the payments participant at `url`, for
 /// reservation `reservation_id`; the payment as Confirm cites it (participant `payments`).
@@ -55,15 +56,42 @@ pub async fn payment_record(url: &str, payment_ref: &str) -> proto::PaymentRecor
 
 /// A `tcc.v1.Payments` in front of a real payments participant: forwards every call, except
 /// that Refund fails (UNAVAILABLE, nothing forwarded) while `refunds_fail` is set, so a refund
-/// can be recorded (the payment verified) and still not reach the payment service.
+/// can be recorded (the payment verified) and still not reach the payment service; and that a
+/// Refund of a payment_ref in `refund_answers` is answered with that status (nothing
+/// forwarded). It counts the Refund calls it got per payment_ref.
 pub struct PaymentsGate {
     pub url: String,
     pub refunds_fail: Arc<AtomicBool>,
+    pub refund_answers: Arc<Mutex<HashMap<String, Code>>>,
+    refund_calls: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl PaymentsGate {
+    /// Answers every later Refund of `payment_ref` with `code` (`None`: forward it again).
+    pub fn answer_refunds(&self, payment_ref: &str, code: Option<Code>) {
+        let mut answers = self.refund_answers.lock().unwrap();
+        match code {
+            Some(code) => answers.insert(payment_ref.to_owned(), code),
+            None => answers.remove(payment_ref),
+        };
+    }
+
+    /// How many Refund calls of `payment_ref` the gate got.
+    pub fn refund_calls(&self, payment_ref: &str) -> usize {
+        self.refund_calls
+            .lock()
+            .unwrap()
+            .get(payment_ref)
+            .copied()
+            .unwrap_or(0)
+    }
 }
 
 struct Gate {
     target: PaymentsClient<Channel>,
     refunds_fail: Arc<AtomicBool>,
+    refund_answers: Arc<Mutex<HashMap<String, Code>>>,
+    refund_calls: Arc<Mutex<HashMap<String, usize>>>,
 }
 
 #[tonic::async_trait]
@@ -72,8 +100,24 @@ impl proto::payments_server::Payments for Gate {
         &self,
         request: Request<proto::RefundRequest>,
     ) -> Result<Response<proto::RefundResponse>, Status> {
+        let payment_ref = request.get_ref().payment_ref.clone();
+        *self
+            .refund_calls
+            .lock()
+            .unwrap()
+            .entry(payment_ref.clone())
+            .or_default() += 1;
         if self.refunds_fail.load(Ordering::SeqCst) {
             return Err(Status::unavailable("the gate holds refunds back"));
+        }
+        let answer = self
+            .refund_answers
+            .lock()
+            .unwrap()
+            .get(&payment_ref)
+            .copied();
+        if let Some(code) = answer {
+            return Err(Status::new(code, format!("the gate answers {code:?}")));
         }
         self.target.clone().refund(request.into_inner()).await
     }
@@ -98,9 +142,13 @@ pub async fn spawn_payments_gate(target: &str) -> PaymentsGate {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let refunds_fail = Arc::new(AtomicBool::new(false));
+    let refund_answers = Arc::new(Mutex::new(HashMap::new()));
+    let refund_calls = Arc::new(Mutex::new(HashMap::new()));
     let gate = Gate {
         target: PaymentsClient::connect(target.to_owned()).await.unwrap(),
         refunds_fail: refunds_fail.clone(),
+        refund_answers: refund_answers.clone(),
+        refund_calls: refund_calls.clone(),
     };
     tokio::spawn(async move {
         tonic::transport::Server::builder()
@@ -110,5 +158,10 @@ pub async fn spawn_payments_gate(target: &str) -> PaymentsGate {
             .await
             .unwrap();
     });
-    PaymentsGate { url, refunds_fail }
+    PaymentsGate {
+        url,
+        refunds_fail,
+        refund_answers,
+        refund_calls,
+    }
 }

@@ -6,7 +6,7 @@
 use holdfast::domain::LatePaymentPolicy;
 use holdfast::domain::lifecycle::Refusal;
 use holdfast::domain::{BranchState, Decision, Payment, RefundState, State, Verdict};
-use holdfast::store::Decided;
+use holdfast::store::{Decided, RefundAnswer};
 
 use super::{FAST, LONG, S, SLOW, decide, get, held, lease, payment, reports};
 
@@ -162,7 +162,7 @@ pub async fn further_payment_is_refunded(store: S) {
         std::slice::from_ref(&extra)
     );
     let failed = store
-        .record_extra_refund_attempt(r.id, &extra, false, SLOW)
+        .record_extra_refund_attempt(r.id, &extra, &RefundAnswer::Retry, SLOW)
         .await
         .unwrap();
     assert_eq!(failed.refund.state, RefundState::Pending);
@@ -171,7 +171,7 @@ pub async fn further_payment_is_refunded(store: S) {
         "not due yet"
     );
     let done = store
-        .record_extra_refund_attempt(r.id, &extra, true, SLOW)
+        .record_extra_refund_attempt(r.id, &extra, &RefundAnswer::Refunded, SLOW)
         .await
         .unwrap();
     assert_eq!(done.refund.state, RefundState::Refunded);
@@ -192,4 +192,43 @@ pub async fn further_payment_is_refunded(store: S) {
         .unwrap();
     assert!(matches!(taken, Decided::PaymentTaken), "{taken:?}");
     assert_eq!(get(&store, b.id).await.state, State::Held);
+}
+
+/// A further payment's refund refused for good is `FAILED` with the reason: no longer owed,
+/// never claimed again.
+pub async fn refused_further_refund_is_parked(store: S) {
+    let (r, token) = held(&store, "alice", "req-1", LONG).await;
+    decide(&store, r.id, &token, &paying(payment(), true)).await;
+    store
+        .record_phase(
+            r.id,
+            State::Confirming,
+            &reports(&r, BranchState::Confirmed, None),
+            Some(State::Confirmed),
+            FAST,
+        )
+        .await
+        .unwrap();
+    let extra = match store
+        .decide(r.id, None, &token, &paying(other_payment(), true), lease())
+        .await
+        .unwrap()
+    {
+        Decided::ExtraRefund { extra, .. } => extra,
+        other => panic!("expected a further payment's refund, got {other:?}"),
+    };
+    let why = "payments refused the refund: InvalidArgument: currency must match";
+    let failed = store
+        .record_extra_refund_attempt(r.id, &extra, &RefundAnswer::Refused(why.into()), FAST)
+        .await
+        .unwrap();
+    assert_eq!(failed.refund.state, RefundState::Failed);
+    assert_eq!(failed.refund.failure.as_deref(), Some(why));
+    assert_eq!(failed.refund.refund_id, extra.refund.refund_id);
+    assert!(store.pending_extra_payments(r.id).await.unwrap().is_empty());
+    assert_eq!(store.backlog().await.unwrap(), 0);
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    assert!(store.claim_due(lease(), 10).await.unwrap().is_empty());
+    // The reservation's own state is untouched.
+    assert_eq!(get(&store, r.id).await.state, State::Confirmed);
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use holdfast::domain::LatePaymentPolicy;
 use holdfast::domain::lifecycle::Refusal;
 use holdfast::domain::{BranchState, RefundState, Reservation, State, Verdict};
-use holdfast::store::{BranchReport, Decided, WorkLease};
+use holdfast::store::{BranchReport, Decided, RefundAnswer, WorkLease};
 use uuid::Uuid;
 
 use super::{
@@ -94,18 +94,63 @@ pub async fn refund_attempts(store: S) {
     .await;
     assert_eq!(store.backlog().await.unwrap(), 1);
     let after = store
-        .record_refund_attempt(r.id, false, SLOW)
+        .record_refund_attempt(r.id, &RefundAnswer::Retry, SLOW)
         .await
         .unwrap();
     assert_eq!(after.refund.as_ref().unwrap().state, RefundState::Pending);
     assert!(store.claim_due(lease(), 10).await.unwrap().is_empty());
-    let done = store.record_refund_attempt(r.id, true, SLOW).await.unwrap();
+    let done = store
+        .record_refund_attempt(r.id, &RefundAnswer::Refunded, SLOW)
+        .await
+        .unwrap();
     assert_eq!(done.refund.as_ref().unwrap().state, RefundState::Refunded);
     assert_eq!(done.version, after.version + 1);
     assert_eq!(store.backlog().await.unwrap(), 0);
-    let again = store.record_refund_attempt(r.id, true, SLOW).await.unwrap();
+    let again = store
+        .record_refund_attempt(r.id, &RefundAnswer::Refunded, SLOW)
+        .await
+        .unwrap();
     assert_eq!(again.version, done.version);
     assert!(store.claim_due(lease(), 10).await.unwrap().is_empty());
+}
+
+/// A refund the payment service refused for good is `FAILED` with the reason: no longer due
+/// work, never claimed again, and later answers change nothing.
+pub async fn refused_refund_is_parked(store: S) {
+    let (r, token) = cancelled(&store).await;
+    decide(
+        &store,
+        r.id,
+        &token,
+        &confirm_paid(LatePaymentPolicy::HonorIfAvailable),
+    )
+    .await;
+    let before = get(&store, r.id).await;
+    let why = "payments refused the refund: NotFound: payment pay_1 does not exist";
+    let failed = store
+        .record_refund_attempt(r.id, &RefundAnswer::Refused(why.into()), FAST)
+        .await
+        .unwrap();
+    let refund = failed.refund.clone().unwrap();
+    assert_eq!(refund.state, RefundState::Failed);
+    assert_eq!(refund.failure.as_deref(), Some(why));
+    assert_eq!(failed.version, before.version + 1, "a change watchers see");
+    assert_eq!(
+        get(&store, r.id).await,
+        failed,
+        "the answer is what is stored"
+    );
+    assert_eq!(store.backlog().await.unwrap(), 0, "no longer owed work");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(
+        store.claim_due(lease(), 10).await.unwrap().is_empty(),
+        "never claimed again"
+    );
+    let late = store
+        .record_refund_attempt(r.id, &RefundAnswer::Refunded, FAST)
+        .await
+        .unwrap();
+    assert_eq!(late, failed, "a FAILED refund stays as it is");
 }
 
 pub async fn late_payment_refund_policy(store: S) {

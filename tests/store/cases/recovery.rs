@@ -11,8 +11,8 @@ use holdfast::store::{BranchReport, Claimed, WorkLease};
 use uuid::Uuid;
 
 use super::{
-    LONG, S, SHORT, SLOW, cancel, confirm, create, create_with, decide, get, held, lapse, lease,
-    reports,
+    FAST, LONG, S, SHORT, SLOW, cancel, confirm, confirm_paid, create, create_with, decide, get,
+    held, lapse, lease, reports,
 };
 
 pub async fn claim_due_expires_and_leases(store: S) {
@@ -157,4 +157,85 @@ pub async fn renew_lease_only_by_owner(store: S) {
         .unwrap();
     assert!(!store.renew_lease(r.id, a).await.unwrap());
     assert!(!store.renew_lease(Uuid::new_v4(), a).await.unwrap());
+}
+
+/// Which participants unfinished work waits on (what a coordinator missing one of them
+/// reports at start): branches still to be told (held, or tried without an answer) and refunds
+/// still owed, with example ids oldest first.
+pub async fn waiting_on_names_each_participant_s_work(store: S) {
+    // Placing, nothing tried yet: waits on nobody.
+    create(&store, "alice", "req-0", LONG).await;
+    assert_eq!(store.waiting_on(5).await.unwrap(), []);
+    // Held at rooms and seats.
+    let (r1, _) = held(&store, "alice", "req-1", LONG).await;
+    // Released at rooms, seats did not answer.
+    let (r2, token2) = held(&store, "alice", "req-2", LONG).await;
+    decide(&store, r2.id, &token2, &cancel()).await;
+    let pbs = r2.participant_branches();
+    store
+        .record_phase(
+            r2.id,
+            State::Cancelling,
+            &[
+                BranchReport {
+                    branch_id: pbs[0].branch_id,
+                    state: BranchState::Cancelled,
+                    error: None,
+                },
+                BranchReport {
+                    branch_id: pbs[1].branch_id,
+                    state: BranchState::Held,
+                    error: Some("participant \"seats\" is not registered".into()),
+                },
+            ],
+            None,
+            SLOW,
+        )
+        .await
+        .unwrap();
+    // Cancelled everywhere, then paid: its refund is owed by "payments".
+    let (r3, token3) = held(&store, "bob", "req-3", LONG).await;
+    decide(&store, r3.id, &token3, &cancel()).await;
+    store
+        .record_phase(
+            r3.id,
+            State::Cancelling,
+            &reports(&r3, BranchState::Cancelled, None),
+            Some(State::Cancelled),
+            FAST,
+        )
+        .await
+        .unwrap();
+    decide(
+        &store,
+        r3.id,
+        &token3,
+        &confirm_paid(holdfast::domain::LatePaymentPolicy::HonorIfAvailable),
+    )
+    .await;
+
+    let waiting = store.waiting_on(5).await.unwrap();
+    let seen: Vec<(&str, i64, &[Uuid])> = waiting
+        .iter()
+        .map(|w| {
+            (
+                w.participant.as_str(),
+                w.reservations,
+                w.examples.as_slice(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("payments", 1, &[r3.id][..]),
+            ("rooms", 1, &[r1.id][..]),
+            ("seats", 2, &[r1.id, r2.id][..]),
+        ]
+    );
+    let one = store.waiting_on(1).await.unwrap();
+    assert_eq!(
+        (one[2].reservations, one[2].examples.as_slice()),
+        (2, &[r1.id][..])
+    );
 }

@@ -1,0 +1,312 @@
+//! Assembling and running each role: the wiring between config, store, registry, coordinator
+//! and server. `main.rs` and the tests both start servers through here.
+
+use std::future::Future;
+
+use tokio::net::TcpListener;
+
+use crate::api::CoordinatorApi;
+use crate::config::{CoordinatorArgs, ParticipantArgs, default_participant_port};
+use crate::coordinator::{Coordinator, Policy};
+use crate::db::{self, DatabaseKind};
+use crate::domain::validate::Limits;
+use crate::registry::{ParticipantEndpoint, Registry, RegistryError};
+use crate::server::ServeError;
+use crate::store::{AnyStore, StoreError};
+use crate::tls::Listener;
+use crate::tls::{ClientTls, ParticipantTransport, ServerTls, TlsError};
+
+mod all_in_one;
+
+pub use all_in_one::{ALL_IN_ONE_KINDS, lock_data_dir, run_all_in_one, serve_all_in_one};
+
+/// Why a role could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("participant {kind}: {source}")]
+    Participant {
+        kind: &'static str,
+        source: crate::participants::ParticipantError,
+    },
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+    #[error("listening: {0}")]
+    Listen(#[from] std::io::Error),
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
+}
+
+/// Who may call the coordinator, what it presents to participants, and how it derives hold
+/// tokens.
+#[derive(Clone, Debug, Default)]
+pub struct CoordinatorAccess {
+    pub auth: crate::auth::Authenticator,
+    /// The API key presented to participants (`--participant-api-key-file`).
+    pub participant_key: Option<String>,
+    /// `None`: a key of this process only.
+    pub tokens: Option<crate::domain::TokenKeys>,
+}
+
+/// Everything the coordinator role needs, already parsed.
+#[derive(Clone, Debug)]
+pub struct CoordinatorSettings {
+    pub participants: Vec<ParticipantEndpoint>,
+    pub limits: Limits,
+    pub policy: Policy,
+    pub server: crate::server::ServerLimits,
+    /// TLS towards `https://` participants, and whether a TLS coordinator may call `http://`.
+    pub participant_transport: ParticipantTransport,
+    pub access: CoordinatorAccess,
+}
+
+/// Runs the coordinator role as configured by `args` until `shutdown`: creates its database
+/// if needed, starts the metrics listener, migrates and serves.
+pub async fn run_coordinator(
+    args: CoordinatorArgs,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), AppError> {
+    let tls = server_tls(&args.tls)?;
+    let settings = CoordinatorSettings {
+        participants: args.endpoints(),
+        limits: args.limits().map_err(AppError::Config)?,
+        policy: args.policy().map_err(AppError::Config)?,
+        server: args.server_limits(),
+        participant_transport: participant_transport(&args)?,
+        access: coordinator_access(&args, &[args.listen])?,
+    };
+    check_participant_transport(&settings, tls.is_some())?;
+    db::ensure_database(&args.database_url).await?;
+    start_metrics(args.metrics_listen, tls.as_ref()).await?;
+    let store = AnyStore::connect(&args.database_url, args.db_pool_size).await?;
+    let listener = Listener::new(TcpListener::bind(args.listen).await?, tls);
+    serve_coordinator(settings, store, listener, shutdown).await
+}
+
+/// The coordinator's authentication, participant credential and token keys, as `args` give
+/// them, for servers on `listen`.
+fn coordinator_access(
+    args: &CoordinatorArgs,
+    listen: &[std::net::SocketAddr],
+) -> Result<CoordinatorAccess, AppError> {
+    let sqlite_dir = match DatabaseKind::of_url(&args.database_url)? {
+        DatabaseKind::Sqlite => Some(db::sqlite_dir(&args.database_url).map_err(StoreError::from)?),
+        DatabaseKind::Postgres => None,
+    };
+    if let Some(dir) = &sqlite_dir {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            AppError::Config(format!(
+                "cannot create the data folder {}: {e}",
+                dir.display()
+            ))
+        })?;
+    }
+    Ok(CoordinatorAccess {
+        auth: args.auth.authenticator(listen).map_err(AppError::Config)?,
+        participant_key: args.secrets.participant_key().map_err(AppError::Config)?,
+        tokens: Some(
+            args.secrets
+                .token_keys(sqlite_dir.as_deref())
+                .map_err(AppError::Config)?,
+        ),
+    })
+}
+
+/// The server TLS `args` configure, loaded (its files re-read when they change); `None`
+/// serves plaintext.
+fn server_tls(args: &crate::config::tls::ServerTlsArgs) -> Result<Option<ServerTls>, AppError> {
+    match args.files().map_err(AppError::Config)? {
+        Some(files) => Ok(Some(ServerTls::load(&files)?)),
+        None => Ok(None),
+    }
+}
+
+/// How the coordinator of `args` reaches its participants: TLS is loaded when a participant is
+/// `https://` or a TLS client setting is given (so a bad file fails the start either way).
+fn participant_transport(args: &CoordinatorArgs) -> Result<ParticipantTransport, AppError> {
+    let files = args.participant_tls.files().map_err(AppError::Config)?;
+    let needed = args.participant_tls.any_given()
+        || args
+            .participants
+            .iter()
+            .any(|(_, url)| crate::tls::is_https(url));
+    Ok(ParticipantTransport {
+        tls: if needed {
+            Some(ClientTls::load(&files)?)
+        } else {
+            None
+        },
+        allow_plaintext: args.participant_tls.allow_plaintext_participants,
+    })
+}
+
+/// A coordinator serving TLS refuses `http://` participants unless allowed.
+fn check_participant_transport(
+    settings: &CoordinatorSettings,
+    serving_tls: bool,
+) -> Result<(), AppError> {
+    settings
+        .participant_transport
+        .check(
+            serving_tls,
+            settings
+                .participants
+                .iter()
+                .map(|p| (p.name.as_str(), p.url.as_str())),
+        )
+        .map_err(AppError::Config)
+}
+
+/// Creates the coordinator's database if needed and applies its migrations (`holdfast migrate`).
+pub async fn migrate(database_url: &str) -> Result<(), AppError> {
+    db::ensure_database(database_url).await?;
+    AnyStore::connect(database_url, 1).await?.migrate().await?;
+    tracing::info!("migrations applied");
+    Ok(())
+}
+
+/// Runs one reference participant as configured by `args` until `shutdown`.
+pub async fn serve_participant(
+    args: ParticipantArgs,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), AppError> {
+    use crate::participants::{self, Kind, ParticipantDb, ParticipantError, stock_redis};
+    let listen = args.listen.unwrap_or_else(|| {
+        std::net::SocketAddr::from(([127, 0, 0, 1], default_participant_port(args.kind)))
+    });
+    let tls = server_tls(&args.tls)?;
+    let auth = args
+        .auth
+        .authenticator(&[listen])
+        .map_err(AppError::Config)?;
+    let pool: ParticipantDb = match DatabaseKind::of_url(&args.database_url)? {
+        DatabaseKind::Postgres => db::connect_postgres(&args.database_url, args.db_pool_size)
+            .await?
+            .into(),
+        DatabaseKind::Sqlite => db::open_sqlite(&args.database_url, args.db_pool_size)
+            .await?
+            .into(),
+    };
+    let listener = Listener::new(TcpListener::bind(listen).await?, tls);
+    tracing::info!(kind = args.kind.name(), %listen, tls = listener.tls().is_some(), auth = auth.is_on(), "participant serving");
+    let kind = args.kind;
+    let served = if kind == Kind::StockRedis {
+        match (args.redis_url.clone(), pool) {
+            (None, _) => Err(ParticipantError::NeedsRedis),
+            (Some(_), ParticipantDb::Sqlite(_)) => Err(ParticipantError::NeedsPostgres),
+            (Some(url), ParticipantDb::Postgres(pool)) => {
+                let mut settings = stock_redis::StockRedisSettings::new(url);
+                settings.key_prefix = args.redis_prefix.clone();
+                settings.orphan_grace = args.orphan_grace;
+                settings.max_hold = args.max_hold;
+                settings.retention = args.redis_retention;
+                settings.auth = auth;
+                stock_redis::serve(settings, pool, listener, shutdown).await
+            }
+        }
+    } else {
+        let settings = participants::ParticipantSettings {
+            kind,
+            orphan_grace: args.orphan_grace,
+            auth,
+            max_hold: args.max_hold,
+        };
+        participants::serve(settings, pool, listener, shutdown).await
+    };
+    served.map_err(|source| AppError::Participant {
+        kind: kind.name(),
+        source,
+    })
+}
+
+/// Serves /metrics in the background when an address is configured, over TLS with `tls`.
+pub async fn start_metrics(
+    addr: Option<std::net::SocketAddr>,
+    tls: Option<&ServerTls>,
+) -> Result<(), AppError> {
+    if let Some(addr) = addr {
+        // Install the recorder before anything is counted.
+        crate::telemetry::metrics_handle();
+        let listener = TcpListener::bind(addr).await.map_err(|e| {
+            AppError::Config(format!(
+                "metrics cannot listen on {addr}: {e} (--metrics-listen)"
+            ))
+        })?;
+        tracing::info!(%addr, tls = tls.is_some(), "metrics on /metrics");
+        tokio::spawn(crate::telemetry::serve_metrics(
+            Listener::new(listener, tls.cloned()),
+            std::future::pending(),
+        ));
+    }
+    Ok(())
+}
+
+/// Migrates the store (either backend: a `PgStore`, a `SqliteStore` or an [`AnyStore`]), then
+/// serves the coordinator on `listener` (a `TcpListener`, or a [`Listener`] with TLS) until
+/// `shutdown`.
+pub async fn serve_coordinator(
+    settings: CoordinatorSettings,
+    store: impl Into<AnyStore>,
+    listener: impl Into<Listener>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), AppError> {
+    let listener = listener.into();
+    check_participant_transport(&settings, listener.tls().is_some())?;
+    let store = store.into();
+    store.migrate().await?;
+    let registry = Registry::new(
+        &settings.participants,
+        settings.participant_transport.tls.as_ref(),
+        settings.access.participant_key.as_deref(),
+    )?;
+    let tokens = match settings.access.tokens.clone() {
+        Some(tokens) => tokens,
+        None => crate::domain::TokenKeys::ephemeral()
+            .map_err(|e| AppError::Config(format!("hold token keys: {e}")))?,
+    };
+    let coordinator = Coordinator::new(
+        store.into_dyn(),
+        registry,
+        settings.limits,
+        settings.policy,
+        tokens,
+    );
+    // Work waiting on a participant removed from the configuration: said at start (#15 item 4).
+    if let Err(e) = coordinator.report_unregistered_backlog().await {
+        tracing::warn!(error = %e, "counting work waiting on unregistered participants failed");
+    }
+    let (stop_recovery, stop) = tokio::sync::watch::channel(false);
+    let recovery = tokio::spawn(coordinator.clone().run_recovery(stop));
+    // At shutdown, open Watch streams end at once (UNAVAILABLE): the graceful shutdown waits
+    // for calls in flight, and a stream could otherwise run until its hold's max_ttl.
+    let watches = coordinator.clone();
+    let shutdown = async move {
+        shutdown.await;
+        watches.close_watches();
+    };
+    let api = CoordinatorApi::new(coordinator);
+    let routes = tonic::service::Routes::new(api.into_server());
+    tracing::info!(addr = %listener.local_addr()?, tls = listener.tls().is_some(), auth = settings.access.auth.is_on(), "coordinator serving");
+    let served = crate::server::serve_with(
+        settings.server,
+        &settings.access.auth,
+        listener,
+        routes,
+        &["tcc.v1.Coordinator"],
+        shutdown,
+    )
+    .await;
+    // In-flight calls are done; work left unfinished stays leased until its lease ends, then
+    // any instance recovers it.
+    let _ = stop_recovery.send(true);
+    let _ = recovery.await;
+    served?;
+    Ok(())
+}
