@@ -1,7 +1,8 @@
 //! A user's own participant in under a page: car-park bays with a counter of free spaces.
 //! Only the business SQL is written here; the SDK's barrier makes every call idempotent and
 //! safe against disorder. Run: `DATABASE_URL=postgres://postgres@127.0.0.1/parking
-//! cargo run --example my_participant`, then point the coordinator at http://127.0.0.1:50070.
+//! cargo run --example my_participant`, then point the coordinator at http://127.0.0.1:50070
+//! (`CAR_PARK_LISTEN` picks another address).
 
 use holdfast::participant::{
     BranchCtx, ConfirmOutcome, ParticipantService, Resource, ResourceError, TryAnswer,
@@ -76,7 +77,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     holdfast::participants::MIGRATOR.run(&pool).await?; // the barrier table
     sqlx::raw_sql(SCHEMA).execute(&pool).await?;
     let service = ParticipantService::new("car-park", CarPark, pool);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:50070").await?;
+    let listen = std::env::var("CAR_PARK_LISTEN").unwrap_or_else(|_| "127.0.0.1:50070".into());
+    let listener = tokio::net::TcpListener::bind(listen).await?;
     let routes = tonic::service::Routes::new(service.into_server());
     holdfast::server::serve(
         listener,

@@ -10,6 +10,7 @@ mod caller_deadline;
 mod concurrency;
 mod end_to_end;
 mod error_classes;
+mod example;
 mod extend;
 mod fanout;
 mod invalid_holds;
