@@ -179,6 +179,24 @@ async fn all_in_one_binary_confirms_and_keeps_it_across_a_sigkill() {
             "{line} missing in:\n{metrics}"
         );
     }
+    // Everything settled (the refund acknowledged): the recovery backlog gauge, sampled by
+    // every sweep, reads 0 within a few sweeps.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let metrics = scrape(SocketAddr::new(listen.ip(), 9464)).await;
+        let backlog = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("holdfast_recovery_backlog "))
+            .map(str::to_owned);
+        if backlog.as_deref() == Some("0") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "holdfast_recovery_backlog did not read 0 within 30 s (last: {backlog:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     process.kill();
     drop(db);
