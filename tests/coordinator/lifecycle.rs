@@ -19,7 +19,14 @@ async fn reserve_then_confirm(pool: PgPool) {
     assert_eq!(r.labels.get("order").map(String::as_str), Some("o-42"));
     assert_eq!(state_of(&r), State::Held);
     assert_eq!(r.hold_token.len(), 64, "token carries 256 bits");
-    assert!(r.expires_at.unwrap().seconds > r.created_at.unwrap().seconds);
+    // No ttl given: the default of 10 minutes (SPEC 3.1), by the database clock.
+    let (created, expires) = (r.created_at.unwrap(), r.expires_at.unwrap());
+    let span_ms = (expires.seconds - created.seconds) * 1000
+        + i64::from(expires.nanos - created.nanos) / 1_000_000;
+    assert!(
+        (599_900..=600_100).contains(&span_ms),
+        "default ttl: {span_ms} ms"
+    );
     assert_eq!(fakes.get("seats").held(), ["A1"]);
     assert_eq!(fakes.get("stock").held(), ["sku-9"]);
 

@@ -16,6 +16,7 @@ mod fanout;
 mod invalid_holds;
 mod late_payment;
 mod lifecycle;
+mod limits;
 mod migrate;
 mod overload;
 mod payment_binding;
