@@ -24,6 +24,7 @@ mod refund_failures;
 mod service;
 mod tls;
 mod tracing;
+mod unknown_try;
 mod unregistered;
 mod validation;
 mod watch;
