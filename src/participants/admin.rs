@@ -12,7 +12,10 @@ use crate::participant::{Backend, ResourceError};
 use crate::proto::resource_admin_server::ResourceAdmin;
 use crate::proto::{GetResourceRequest, PutResourcesRequest, PutResourcesResponse, ResourceStatus};
 
-/// One resource's counts. Invariant: `capacity = available + held + confirmed`.
+/// One resource's counts. Invariant: `capacity = available + held + confirmed`. Where a kind
+/// keeps units in a counter (`stock`, `payments`), `capacity` is the stored fact PutResources
+/// set, `available` the counter Try takes from and `held`/`confirmed` are summed from the
+/// hold rows, so the invariant is a real cross-check: a lost or duplicated unit breaks it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResourceCounts {
     /// Resource id.
@@ -25,6 +28,26 @@ pub struct ResourceCounts {
     pub held: i64,
     /// Units sold / captured.
     pub confirmed: i64,
+}
+
+impl ResourceCounts {
+    /// Counts from a row of `capacity`, `available`, `held`, `confirmed` (any database).
+    pub(crate) fn from_row<'r, R: sqlx::Row>(
+        resource: &str,
+        row: &'r R,
+    ) -> Result<Self, ResourceError>
+    where
+        &'r str: sqlx::ColumnIndex<R>,
+        i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    {
+        Ok(Self {
+            resource: resource.to_owned(),
+            capacity: row.try_get("capacity")?,
+            available: row.try_get("available")?,
+            held: row.try_get("held")?,
+            confirmed: row.try_get("confirmed")?,
+        })
+    }
 }
 
 impl From<ResourceCounts> for ResourceStatus {

@@ -191,6 +191,55 @@ async fn a_participant_that_times_out_is_cancelled_too(pool: PgPool) {
     assert_eq!(state_of(&r), State::Rejected);
 }
 
+/// The unknown outcome that did land: b records the hold, then its answer never arrives in
+/// time. The Cancel the coordinator sends must reach b and release that hold (with the
+/// stall before the hold, "nothing stays held" could not fail).
+#[sqlx::test(migrations = false)]
+async fn a_try_that_lands_but_times_out_is_released(pool: PgPool) {
+    let log = CallLog::default();
+    let a = spawn_fake("a", log.clone()).await;
+    let b = spawn_fake("b", log.clone()).await;
+    b.behaviour.stall_after_try.store(true, Ordering::SeqCst);
+    let mut s = settings(&[("a", a.url.as_str()), ("b", b.url.as_str())]);
+    for p in &mut s.participants {
+        p.timeout = Duration::from_millis(300);
+    }
+    let mut app = spawn_app(pool, s).await;
+    let err = app
+        .client
+        .reserve(reserve_request("r1", vec![hold("a", "1"), hold("b", "2")]))
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&err), "PARTICIPANT_UNAVAILABLE");
+    // b's Try landed: it was holding when the coordinator gave up on the answer.
+    assert_eq!(
+        b.state.lock().unwrap().branches.len(),
+        1,
+        "b recorded the hold"
+    );
+    assert!(b.held().is_empty(), "b's landed hold released");
+    assert!(a.held().is_empty());
+    assert_eq!(
+        b.effects(),
+        (0, 1),
+        "the Cancel found b's hold and released it"
+    );
+    assert_eq!(a.effects(), (0, 1));
+    log.assert_once_per_branch("a", "Cancel", 1);
+    log.assert_once_per_branch("b", "Cancel", 1);
+    let branch = log.per_branch("b", "Cancel").into_keys().next().unwrap();
+    assert_eq!(b.answers(&branch, "Cancel"), [FakeBranch::Cancelled]);
+    let r = app
+        .client
+        .get_reservation(proto::GetReservationRequest {
+            reservation_id: error_metadata(&err)["reservation_id"].clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(&r), State::Rejected);
+}
+
 #[sqlx::test(migrations = false)]
 async fn participant_down_during_confirm_answers_confirming(pool: PgPool) {
     let (mut app, fakes) = spawn_with_fakes(pool, &["seats", "stock"]).await;

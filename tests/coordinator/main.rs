@@ -26,6 +26,7 @@ mod refund_failures;
 mod service;
 mod tls;
 mod tracing;
+mod unknown_try;
 mod unregistered;
 mod validation;
 mod watch;

@@ -35,6 +35,9 @@ pub struct Stack {
     pub app: TestApp,
     participants: Vec<RealParticipant>,
     participants_pool: PgPool,
+    /// The capacity each resource was given by [`Stack::put`], by (kind, resource): what
+    /// [`Stack::counts`] checks the participants' reports against.
+    provisioned: std::sync::Mutex<std::collections::HashMap<(&'static str, String), i64>>,
 }
 
 /// Starts the stack with the suite's default coordinator settings, except a participant
@@ -98,6 +101,7 @@ pub async fn spawn_stack_with(pool: PgPool, tweak: impl FnOnce(&mut CoordinatorS
         app,
         participants: running,
         participants_pool,
+        provisioned: Default::default(),
     }
 }
 
@@ -132,6 +136,10 @@ impl Stack {
             .unwrap_or_else(|e| panic!("PutResources on {}: {e:?}", kind.name()))
             .into_inner();
         assert_eq!(answer.resources.len(), resources.len(), "{answer:?}");
+        let mut provisioned = self.provisioned.lock().expect("provisioned");
+        for (resource, capacity) in resources {
+            provisioned.insert((kind.name(), (*resource).to_owned()), *capacity);
+        }
     }
 
     /// `GetResource` of `resource` on `kind`.
@@ -148,9 +156,25 @@ impl Stack {
     }
 
     /// (available, held, confirmed) of `resource` on `kind`; checks
-    /// `capacity = available + held + confirmed` and that nothing is negative.
+    /// `capacity = available + held + confirmed` against the capacity [`Stack::put`] gave it
+    /// (stock and payments store it and sum held/confirmed from their rows, so this can fail)
+    /// and that nothing is negative.
     pub async fn counts(&self, kind: Kind, resource: &str) -> (i64, i64, i64) {
         let s = self.status(kind, resource).await;
+        let provisioned = self
+            .provisioned
+            .lock()
+            .expect("provisioned")
+            .get(&(kind.name(), resource.to_owned()))
+            .copied();
+        if let Some(capacity) = provisioned {
+            assert_eq!(
+                s.capacity,
+                capacity,
+                "{}/{resource}: capacity reported is not the capacity provisioned: {s:?}",
+                kind.name()
+            );
+        }
         assert_eq!(
             s.capacity,
             s.available + s.held + s.confirmed,

@@ -3,6 +3,7 @@
 
 mod barrier;
 mod common;
+mod conservation;
 mod extend;
 mod hold_lost;
 mod max_hold;

@@ -145,7 +145,7 @@ impl Inventory for Payments {
         capacity: i64,
     ) -> Result<ResourceCounts, ResourceError> {
         let created = sqlx::query(
-            "INSERT INTO account (resource, available) VALUES ($1, $2) \
+            "INSERT INTO account (resource, available, capacity) VALUES ($1, $2, $2) \
              ON CONFLICT DO NOTHING RETURNING 1",
         )
         .bind(resource)
@@ -167,7 +167,8 @@ impl Inventory for Payments {
                 )));
             }
             sqlx::query(
-                "UPDATE account SET available = $2 - authorised - captured WHERE resource = $1",
+                "UPDATE account SET capacity = $2, available = $2 - authorised - captured \
+                 WHERE resource = $1",
             )
             .bind(resource)
             .bind(capacity)
@@ -184,24 +185,23 @@ impl Inventory for Payments {
         conn: &mut PgConnection,
         resource: &str,
     ) -> Result<Option<ResourceCounts>, ResourceError> {
-        let row =
-            sqlx::query("SELECT available, authorised, captured FROM account WHERE resource = $1")
-                .bind(resource)
-                .fetch_optional(&mut *conn)
-                .await?;
-        let Some(row) = row else { return Ok(None) };
-        let (available, held, confirmed): (i64, i64, i64) = (
-            row.try_get("available")?,
-            row.try_get("authorised")?,
-            row.try_get("captured")?,
-        );
-        Ok(Some(ResourceCounts {
-            resource: resource.to_owned(),
-            capacity: available + held + confirmed,
-            available,
-            held,
-            confirmed,
-        }))
+        // The balance as set, the counter Try takes from, and what the rows say is out:
+        // authorised holds; captured holds plus charges not refunded. One snapshot.
+        let row = sqlx::query(
+            "SELECT a.capacity, a.available, \
+                 (SELECT CAST(coalesce(sum(amount_minor), 0) AS BIGINT) FROM authorisation \
+                  WHERE resource = a.resource AND state = 'authorised') AS held, \
+                 (SELECT CAST(coalesce(sum(amount_minor), 0) AS BIGINT) FROM authorisation \
+                  WHERE resource = a.resource AND state = 'captured') \
+                 + (SELECT CAST(coalesce(sum(amount_minor - refunded_minor), 0) AS BIGINT) \
+                    FROM payment WHERE resource = a.resource) AS confirmed \
+             FROM account a WHERE a.resource = $1",
+        )
+        .bind(resource)
+        .fetch_optional(&mut *conn)
+        .await?;
+        row.map(|row| ResourceCounts::from_row(resource, &row))
+            .transpose()
     }
 }
 

@@ -142,7 +142,7 @@ impl Inventory for Stock {
         capacity: i64,
     ) -> Result<ResourceCounts, ResourceError> {
         let created = sqlx::query(
-            "INSERT INTO stock_item (resource, available) VALUES ($1, $2) \
+            "INSERT INTO stock_item (resource, available, capacity) VALUES ($1, $2, $2) \
              ON CONFLICT DO NOTHING RETURNING 1",
         )
         .bind(resource)
@@ -164,7 +164,8 @@ impl Inventory for Stock {
                 )));
             }
             sqlx::query(
-                "UPDATE stock_item SET available = $2 - held - confirmed WHERE resource = $1",
+                "UPDATE stock_item SET capacity = $2, available = $2 - held - confirmed \
+                 WHERE resource = $1",
             )
             .bind(resource)
             .bind(capacity)
@@ -181,23 +182,20 @@ impl Inventory for Stock {
         conn: &mut PgConnection,
         resource: &str,
     ) -> Result<Option<ResourceCounts>, ResourceError> {
-        let row =
-            sqlx::query("SELECT available, held, confirmed FROM stock_item WHERE resource = $1")
-                .bind(resource)
-                .fetch_optional(&mut *conn)
-                .await?;
-        let Some(row) = row else { return Ok(None) };
-        let (available, held, confirmed): (i64, i64, i64) = (
-            row.try_get("available")?,
-            row.try_get("held")?,
-            row.try_get("confirmed")?,
-        );
-        Ok(Some(ResourceCounts {
-            resource: resource.to_owned(),
-            capacity: available + held + confirmed,
-            available,
-            held,
-            confirmed,
-        }))
+        // Capacity as set, the counter Try takes from, the units the hold rows say are out:
+        // one statement, one snapshot.
+        let row = sqlx::query(
+            "SELECT i.capacity, i.available, \
+                 CAST(coalesce(sum(h.quantity) FILTER (WHERE h.state = 'held'), 0) AS BIGINT) AS held, \
+                 CAST(coalesce(sum(h.quantity) FILTER (WHERE h.state = 'confirmed'), 0) AS BIGINT) AS confirmed \
+             FROM stock_item i \
+             LEFT JOIN stock_hold h ON h.resource = i.resource AND h.state IN ('held', 'confirmed') \
+             WHERE i.resource = $1 GROUP BY i.resource",
+        )
+        .bind(resource)
+        .fetch_optional(&mut *conn)
+        .await?;
+        row.map(|row| ResourceCounts::from_row(resource, &row))
+            .transpose()
     }
 }

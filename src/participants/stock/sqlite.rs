@@ -148,7 +148,8 @@ impl Inventory<Sqlite> for Stock {
         capacity: i64,
     ) -> Result<ResourceCounts, ResourceError> {
         let created = sqlx::query(
-            "INSERT INTO stock_item (resource, available) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+            "INSERT INTO stock_item (resource, available, capacity) VALUES (?1, ?2, ?2) \
+             ON CONFLICT DO NOTHING",
         )
         .bind(resource)
         .bind(capacity)
@@ -167,7 +168,8 @@ impl Inventory<Sqlite> for Stock {
                 )));
             }
             sqlx::query(
-                "UPDATE stock_item SET available = ?2 - held - confirmed WHERE resource = ?1",
+                "UPDATE stock_item SET capacity = ?2, available = ?2 - held - confirmed \
+                 WHERE resource = ?1",
             )
             .bind(resource)
             .bind(capacity)
@@ -184,23 +186,20 @@ impl Inventory<Sqlite> for Stock {
         conn: &mut SqliteConnection,
         resource: &str,
     ) -> Result<Option<ResourceCounts>, ResourceError> {
-        let row =
-            sqlx::query("SELECT available, held, confirmed FROM stock_item WHERE resource = ?1")
-                .bind(resource)
-                .fetch_optional(&mut *conn)
-                .await?;
-        let Some(row) = row else { return Ok(None) };
-        let (available, held, confirmed): (i64, i64, i64) = (
-            row.try_get("available")?,
-            row.try_get("held")?,
-            row.try_get("confirmed")?,
-        );
-        Ok(Some(ResourceCounts {
-            resource: resource.to_owned(),
-            capacity: available + held + confirmed,
-            available,
-            held,
-            confirmed,
-        }))
+        // Capacity as set, the counter Try takes from, the units the hold rows say are out:
+        // one statement, one snapshot.
+        let row = sqlx::query(
+            "SELECT i.capacity AS capacity, i.available AS available, \
+                 coalesce(sum(CASE WHEN h.state = 'held' THEN h.quantity END), 0) AS held, \
+                 coalesce(sum(CASE WHEN h.state = 'confirmed' THEN h.quantity END), 0) AS confirmed \
+             FROM stock_item i \
+             LEFT JOIN stock_hold h ON h.resource = i.resource AND h.state IN ('held', 'confirmed') \
+             WHERE i.resource = ?1 GROUP BY i.resource",
+        )
+        .bind(resource)
+        .fetch_optional(&mut *conn)
+        .await?;
+        row.map(|row| ResourceCounts::from_row(resource, &row))
+            .transpose()
     }
 }

@@ -52,6 +52,34 @@ impl CallLog {
             .collect()
     }
 
+    /// Every `method` call `participant` received, per branch id - whatever it changed, so a
+    /// duplicate send shows up here even when the fake answered it idempotently.
+    pub fn per_branch(&self, participant: &str, method: &str) -> HashMap<String, usize> {
+        let mut counts = HashMap::new();
+        for c in self.calls() {
+            if c.participant == participant && c.method == method {
+                *counts.entry(c.branch_id).or_default() += 1;
+            }
+        }
+        counts
+    }
+
+    /// Asserts `participant` received `method` for exactly `branches` branches, each exactly
+    /// once: no duplicate send, even one answered idempotently.
+    pub fn assert_once_per_branch(&self, participant: &str, method: &str, branches: usize) {
+        let per_branch = self.per_branch(participant, method);
+        let repeated: Vec<_> = per_branch.iter().filter(|(_, n)| **n != 1).collect();
+        assert!(
+            repeated.is_empty(),
+            "{participant}.{method} sent more than once to a branch: {repeated:?}"
+        );
+        assert_eq!(
+            per_branch.len(),
+            branches,
+            "{participant}.{method}: branches reached"
+        );
+    }
+
     pub fn count(&self, participant: &str, method: &str) -> usize {
         self.calls()
             .iter()
@@ -71,6 +99,9 @@ pub struct Behaviour {
     pub fail_confirms: AtomicUsize,
     /// Hold Try calls for 30 s (longer than any test's participant timeout).
     pub stall_tries: AtomicBool,
+    /// Record the hold, then hold the Try's answer for 30 s: the Try lands, the caller never
+    /// hears it (an unknown outcome that did take effect).
+    pub stall_after_try: AtomicBool,
     /// Delay each Try by this many milliseconds.
     pub try_delay_ms: std::sync::atomic::AtomicU64,
     /// Hold Confirm calls for 30 s before applying them.
@@ -98,6 +129,8 @@ pub struct FakeState {
     pub deadlines: HashMap<String, prost_types::Timestamp>,
     pub confirm_effects: usize,
     pub cancel_effects: usize,
+    /// Every Confirm/Cancel answered, in order: (branch id, method, the state answered).
+    pub answers: Vec<(String, &'static str, FakeBranch)>,
 }
 
 struct Fake {
@@ -132,6 +165,16 @@ impl FakeHandle {
     /// The deadline each branch holds to (Try's, moved later by Extend), by branch id.
     pub fn deadlines(&self) -> HashMap<String, prost_types::Timestamp> {
         self.state.lock().unwrap().deadlines.clone()
+    }
+
+    /// The states every `method` call for `branch_id` was answered with, in order.
+    pub fn answers(&self, branch_id: &str, method: &str) -> Vec<FakeBranch> {
+        let st = self.state.lock().unwrap();
+        st.answers
+            .iter()
+            .filter(|(b, m, _)| b == branch_id && *m == method)
+            .map(|(_, _, s)| *s)
+            .collect()
     }
 
     pub fn effects(&self) -> (usize, usize) {
@@ -186,20 +229,32 @@ impl proto::participant_server::Participant for Fake {
                 reason: "sold out".into(),
             }));
         }
-        let mut st = self.state.lock().unwrap();
-        // Cancel-before-Try leaves a tombstone: the late Try is a no-op rejection.
-        if let Some((FakeBranch::Cancelled, _)) = st.branches.get(&req.branch_id) {
+        let tombstone = {
+            let mut st = self.state.lock().unwrap();
+            // Cancel-before-Try leaves a tombstone: the late Try is a no-op rejection.
+            let tombstone = matches!(
+                st.branches.get(&req.branch_id),
+                Some((FakeBranch::Cancelled, _))
+            );
+            if !tombstone {
+                if let Some(expires_at) = req.expires_at {
+                    st.deadlines.insert(req.branch_id.clone(), expires_at);
+                }
+                st.branches
+                    .entry(req.branch_id)
+                    .or_insert((FakeBranch::Held, resources));
+            }
+            tombstone
+        };
+        if tombstone {
             return Ok(Response::new(proto::TryResponse {
                 outcome: proto::try_response::Outcome::Rejected.into(),
                 reason: "branch already cancelled".into(),
             }));
         }
-        if let Some(expires_at) = req.expires_at {
-            st.deadlines.insert(req.branch_id.clone(), expires_at);
+        if self.behaviour.stall_after_try.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_secs(30)).await;
         }
-        st.branches
-            .entry(req.branch_id)
-            .or_insert((FakeBranch::Held, resources));
         Ok(Response::new(proto::TryResponse {
             outcome: proto::try_response::Outcome::Held.into(),
             reason: String::new(),
@@ -230,7 +285,7 @@ impl proto::participant_server::Participant for Fake {
         }
         let state = {
             let mut st = self.state.lock().unwrap();
-            match st.branches.get(&req.branch_id).map(|(s, _)| *s) {
+            let state = match st.branches.get(&req.branch_id).map(|(s, _)| *s) {
                 Some(FakeBranch::Held) => {
                     st.confirm_effects += 1;
                     if let Some(b) = st.branches.get_mut(&req.branch_id) {
@@ -241,7 +296,10 @@ impl proto::participant_server::Participant for Fake {
                 Some(FakeBranch::Confirmed) => proto::branch::State::Confirmed,
                 Some(FakeBranch::Cancelled) => proto::branch::State::Cancelled,
                 None => proto::branch::State::HoldLost,
-            }
+            };
+            st.answers
+                .push((req.branch_id.clone(), "Confirm", answered(state)));
+            state
         };
         if self.behaviour.stall_after_confirm.load(Ordering::SeqCst) {
             tokio::time::sleep(Duration::from_secs(30)).await;
@@ -278,10 +336,11 @@ impl proto::participant_server::Participant for Fake {
             Some(FakeBranch::Cancelled) => proto::branch::State::Cancelled,
             None => {
                 st.branches
-                    .insert(req.branch_id, (FakeBranch::Cancelled, vec![]));
+                    .insert(req.branch_id.clone(), (FakeBranch::Cancelled, vec![]));
                 proto::branch::State::Cancelled
             }
         };
+        st.answers.push((req.branch_id, "Cancel", answered(state)));
         Ok(Response::new(proto::BranchResponse {
             state: state.into(),
         }))
@@ -334,6 +393,15 @@ impl Fake {
         Ok(Response::new(proto::BranchResponse {
             state: state.into(),
         }))
+    }
+}
+
+/// The branch state a Confirm/Cancel answer reports (HOLD_LOST reads as not held: `Cancelled`).
+fn answered(state: proto::branch::State) -> FakeBranch {
+    match state {
+        proto::branch::State::Confirmed => FakeBranch::Confirmed,
+        proto::branch::State::Held => FakeBranch::Held,
+        _ => FakeBranch::Cancelled,
     }
 }
 

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Mutex;
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 /// A TCP relay in front of a server, standing for the network: `cut` drops every connection
@@ -13,6 +14,9 @@ pub struct Relay {
     addr: SocketAddr,
     target: SocketAddr,
     tasks: Mutex<Option<tokio::task::JoinSet<()>>>,
+    /// While true, the server's bytes wait in the relay (requests still pass): a call lands,
+    /// its answer does not arrive. Nothing is dropped, so the connection survives.
+    hold_replies: tokio::sync::watch::Sender<bool>,
 }
 
 impl Relay {
@@ -25,6 +29,7 @@ impl Relay {
             addr,
             target,
             tasks: Mutex::new(None),
+            hold_replies: tokio::sync::watch::Sender::new(false),
         };
         relay.accept(listener);
         relay
@@ -32,18 +37,48 @@ impl Relay {
 
     fn accept(&self, listener: TcpListener) {
         let target = self.target;
+        let hold = self.hold_replies.clone();
         let mut set = tokio::task::JoinSet::new();
         set.spawn(async move {
             let mut conns = tokio::task::JoinSet::new();
-            while let Ok((mut inbound, _)) = listener.accept().await {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let hold = hold.subscribe();
                 conns.spawn(async move {
-                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    if let Ok(outbound) = tokio::net::TcpStream::connect(target).await {
+                        let (mut client_rx, mut client_tx) = inbound.into_split();
+                        let (mut server_rx, server_tx) = outbound.into_split();
+                        let requests = async move {
+                            let mut server_tx = server_tx;
+                            let _ = tokio::io::copy(&mut client_rx, &mut server_tx).await;
+                        };
+                        let replies = async move {
+                            let mut hold = hold;
+                            let mut buf = vec![0u8; 16 * 1024];
+                            loop {
+                                let n = match server_rx.read(&mut buf).await {
+                                    Ok(0) | Err(_) => return,
+                                    Ok(n) => n,
+                                };
+                                if hold.wait_for(|held| !*held).await.is_err() {
+                                    return;
+                                }
+                                if client_tx.write_all(&buf[..n]).await.is_err() {
+                                    return;
+                                }
+                            }
+                        };
+                        tokio::join!(requests, replies);
                     }
                 });
             }
         });
         *self.tasks.lock().unwrap() = Some(set);
+    }
+
+    /// Holds the server's answers in the relay (`true`) or lets them through again, those
+    /// held first (`false`).
+    pub fn hold_replies(&self, hold: bool) {
+        self.hold_replies.send_replace(hold);
     }
 
     /// Drops every connection and stops listening.
