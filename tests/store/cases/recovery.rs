@@ -73,7 +73,9 @@ pub async fn concurrent_claimers_never_share(store: S) {
         ids.insert(r.id);
     }
     lapse().await;
-    let claimer = |store: S| async move {
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(2));
+    let claimer = |store: S, start: std::sync::Arc<tokio::sync::Barrier>| async move {
+        start.wait().await;
         let lease = lease();
         let mut got: Vec<Claimed> = Vec::new();
         loop {
@@ -86,8 +88,8 @@ pub async fn concurrent_claimers_never_share(store: S) {
         }
     };
     let (a, b) = tokio::join!(
-        tokio::spawn(claimer(store.clone())),
-        tokio::spawn(claimer(store.clone()))
+        tokio::spawn(claimer(store.clone(), start.clone())),
+        tokio::spawn(claimer(store.clone(), start.clone()))
     );
     let (a, b) = (a.unwrap(), b.unwrap());
     let a_ids: HashSet<Uuid> = a.iter().map(|c| c.id).collect();
