@@ -305,7 +305,7 @@ async fn worker(
         }
         if state_of(&r) == State::Held {
             let decide = Decide::on(&r);
-            if n % 2 == 0 {
+            if n.is_multiple_of(2) {
                 let answer = repeat(&answers, "Confirm", || {
                     let mut client = client.clone();
                     let request = decide.confirm();
