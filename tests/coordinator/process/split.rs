@@ -564,18 +564,83 @@ async fn check_settled(split: &Split, answers: &Answers) {
     );
 }
 
+/// Reserves `n` reservations (a seat beyond the flow's and a mug each) held for a minute.
+async fn park(split: &Split, n: usize) -> Vec<proto::Reservation> {
+    let mut client = split.client();
+    let mut held = Vec::new();
+    for i in 0..n {
+        let r = client
+            .reserve(proto::ReserveRequest {
+                request_id: format!("parked-{i}"),
+                holder: format!("parked-{i}"),
+                ttl: Some(proto_duration(Duration::from_secs(60))),
+                holds: vec![
+                    crate::common::hold("seats", &seat(SEATS - 1 - i)),
+                    crate::common::hold("stock", "mug"),
+                ],
+                labels: Default::default(),
+            })
+            .await
+            .expect("reserve a parked reservation")
+            .into_inner();
+        assert_eq!(state_of(&r), State::Held, "{r:?}");
+        held.push(r);
+    }
+    held
+}
+
 /// A participant SIGKILLed while Reserves, Confirms and Cancels flow through it, then restarted.
+/// Reservations decided while it is down (half confirmed, half cancelled) cannot finish until
+/// it is back: recovery must drive them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn split_processes_stay_consistent_across_a_participant_sigkill() {
     let mut split = Split::start(13).await;
+    let parked = park(&split, 4).await;
     let flow = Flow::start(&split);
     flow.answered(12).await;
     split.stock.kill();
     // Down while the flow runs: the clients' next operations meet it gone.
+    let mut client = split.client();
+    let mut decided = Vec::new();
+    for (i, r) in parked.iter().enumerate() {
+        let confirm = i % 2 == 0;
+        let answer = if confirm {
+            client.confirm(Decide::on(r).confirm()).await
+        } else {
+            client.cancel(Decide::on(r).cancel()).await
+        };
+        decided.push((r.id.clone(), confirm, answer.map(|a| a.into_inner())));
+    }
+    let mut unfinished = 0;
+    for (id, _, _) in &decided {
+        let now = client
+            .get_reservation(proto::GetReservationRequest {
+                reservation_id: id.clone(),
+            })
+            .await
+            .expect("get a parked reservation")
+            .into_inner();
+        unfinished += usize::from(!terminal(state_of(&now)));
+    }
+    assert!(
+        unfinished > 0,
+        "every decision finished with its participant down: {decided:?}"
+    );
     flow.answered(4).await;
     split.restart_stock().await;
     flow.answered(12).await;
-    let answers = flow.finish().await;
+    let mut answers = flow.finish().await;
+    for (id, confirm, answer) in decided {
+        answers.reserved.insert(id.clone());
+        if let Ok(r) = answer {
+            let state = state_of(&r);
+            if confirm && matches!(state, State::Confirming | State::Confirmed) {
+                answers.confirmed.insert(id);
+            } else if !confirm && matches!(state, State::Cancelling | State::Cancelled) {
+                answers.cancelled.insert(id);
+            }
+        }
+    }
     check_settled(&split, &answers).await;
 }
 
