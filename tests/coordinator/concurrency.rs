@@ -7,8 +7,8 @@ use tonic::Code;
 
 use crate::common::*;
 
-#[sqlx::test(migrations = false)]
-async fn fifty_confirm_and_cancel_races_end_in_exactly_one_outcome(pool: PgPool) {
+crate::parallel::parallel_test!(fifty_confirm_and_cancel_races_end_in_exactly_one_outcome => fifty_confirm_and_cancel_races_end_in_exactly_one_outcome_on);
+async fn fifty_confirm_and_cancel_races_end_in_exactly_one_outcome_on(pool: PgPool) {
     let (app, fakes) = spawn_with_fakes(pool, &["seats", "stock"]).await;
     for round in 0..3 {
         let r = app
@@ -22,15 +22,19 @@ async fn fifty_confirm_and_cancel_races_end_in_exactly_one_outcome(pool: PgPool)
             .unwrap()
             .into_inner();
         let mut tasks = Vec::new();
+        // Every client connected before any decides: they start together.
+        let start = std::sync::Arc::new(tokio::sync::Barrier::new(50));
         for i in 0..50 {
             // Each task its own connection: real concurrent clients.
             let addr = app.addr;
             let decide = Decide::on(&r);
+            let start = start.clone();
             tasks.push(tokio::spawn(async move {
                 let mut client =
                     proto::coordinator_client::CoordinatorClient::connect(format!("http://{addr}"))
                         .await
                         .unwrap();
+                start.wait().await;
                 if i % 2 == 0 {
                     ("confirm", client.confirm(decide.confirm()).await)
                 } else {
@@ -93,17 +97,20 @@ async fn fifty_confirm_and_cancel_races_end_in_exactly_one_outcome(pool: PgPool)
     }
 }
 
-#[sqlx::test(migrations = false)]
-async fn twenty_concurrent_reserves_by_one_holder_with_limit_five(pool: PgPool) {
+crate::parallel::parallel_test!(twenty_concurrent_reserves_by_one_holder_with_limit_five => twenty_concurrent_reserves_by_one_holder_with_limit_five_on);
+async fn twenty_concurrent_reserves_by_one_holder_with_limit_five_on(pool: PgPool) {
     let (app, fakes) = spawn_with_fakes(pool, &["seats"]).await;
     let mut tasks = Vec::new();
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(20));
     for i in 0..20 {
         let addr = app.addr;
+        let start = start.clone();
         tasks.push(tokio::spawn(async move {
             let mut client =
                 proto::coordinator_client::CoordinatorClient::connect(format!("http://{addr}"))
                     .await
                     .unwrap();
+            start.wait().await;
             client
                 .reserve(reserve_request(
                     &format!("r{i}"),

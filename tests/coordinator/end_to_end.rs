@@ -216,8 +216,8 @@ async fn storm(
     answers
 }
 
-#[sqlx::test(migrations = false)]
-async fn concurrent_reserves_of_the_same_seats_in_any_order_have_one_winner(pool: PgPool) {
+crate::parallel::parallel_test!(concurrent_reserves_of_the_same_seats_in_any_order_have_one_winner => concurrent_reserves_of_the_same_seats_in_any_order_have_one_winner_on);
+async fn concurrent_reserves_of_the_same_seats_in_any_order_have_one_winner_on(pool: PgPool) {
     const K: usize = 24;
     const SEATS: [&str; 3] = ["B1", "B2", "B3"];
     const ORDERS: [[usize; 3]; 6] = [
@@ -283,8 +283,8 @@ async fn concurrent_reserves_of_the_same_seats_in_any_order_have_one_winner(pool
     stack.stop().await;
 }
 
-#[sqlx::test(migrations = false)]
-async fn stock_flash_race_sells_exactly_the_capacity(pool: PgPool) {
+crate::parallel::parallel_test!(stock_flash_race_sells_exactly_the_capacity => stock_flash_race_sells_exactly_the_capacity_on);
+async fn stock_flash_race_sells_exactly_the_capacity_on(pool: PgPool) {
     const CLIENTS: usize = 50;
     const CAPACITY: i64 = 10;
     let stack = spawn_stack(pool).await;
@@ -458,8 +458,8 @@ async fn expired_hold_is_released_by_the_reaper_through_the_real_stack(pool: PgP
     stack.stop().await;
 }
 
-#[sqlx::test(migrations = false)]
-async fn concurrent_losers_release_what_they_held_before_the_seats_refused(pool: PgPool) {
+crate::parallel::parallel_test!(concurrent_losers_release_what_they_held_before_the_seats_refused => concurrent_losers_release_what_they_held_before_the_seats_refused_on);
+async fn concurrent_losers_release_what_they_held_before_the_seats_refused_on(pool: PgPool) {
     // "payments" sorts before "seats": every loser's payment is authorised first, then the
     // seats refuse, and the coordinator must void that authorisation.
     const K: usize = 16;

@@ -102,12 +102,20 @@ impl Target {
             }
         };
         // The resource: seat A1, or one unit of stock A1.
+        let connecting = Instant::now() + Duration::from_secs(30);
         let mut admin = loop {
             match proto::resource_admin_client::ResourceAdminClient::connect(target.url.clone())
                 .await
             {
                 Ok(admin) => break admin,
-                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                Err(e) => {
+                    assert!(
+                        Instant::now() < connecting,
+                        "{} never accepted a connection: {e}",
+                        target.name
+                    );
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
             }
         };
         let mut put = None;

@@ -93,14 +93,20 @@ async fn reserve_until_expired(
     let get = proto::GetReservationRequest {
         reservation_id: r.id.clone(),
     };
-    while state_of(
-        &client
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = client
             .get_reservation(get.clone())
             .await
             .unwrap()
-            .into_inner(),
-    ) != State::Expired
-    {
+            .into_inner();
+        if state_of(&now) == State::Expired {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never EXPIRED: {now:?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     r

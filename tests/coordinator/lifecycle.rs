@@ -242,6 +242,7 @@ async fn confirm_after_ttl_ran_out_is_hold_expired(pool: PgPool) {
         reservation_id: r.id.clone(),
     };
     // Wait for the database clock to pass expires_at: the event under test is time passing.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let now = app
             .client
@@ -253,6 +254,10 @@ async fn confirm_after_ttl_ran_out_is_hold_expired(pool: PgPool) {
             break;
         }
         assert_eq!(state_of(&now), State::Held);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never EXPIRED: {now:?}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let err = app

@@ -3,6 +3,8 @@
 //! `holdfast` binary as a child process (crashes, configuration, the bench).
 
 mod common;
+#[path = "../shared/parallel.rs"]
+mod parallel;
 mod real;
 
 mod auth;

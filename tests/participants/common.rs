@@ -466,10 +466,18 @@ where
     for _ in 0..requests.len() {
         clients.push(p.new_client().await);
     }
+    // Every connection up before any call is sent: they start together.
+    let start = Arc::new(tokio::sync::Barrier::new(requests.len()));
     let calls: Vec<_> = requests
         .into_iter()
         .zip(clients)
-        .map(|(req, mut client)| tokio::spawn(async move { client.r#try(req).await }))
+        .map(|(req, mut client)| {
+            let start = start.clone();
+            tokio::spawn(async move {
+                start.wait().await;
+                client.r#try(req).await
+            })
+        })
         .collect();
     let mut answers = Vec::with_capacity(calls.len());
     for call in calls {

@@ -8,6 +8,8 @@ mod extend;
 mod hold_lost;
 mod max_hold;
 mod noop;
+#[path = "../shared/parallel.rs"]
+mod parallel;
 mod payments;
 mod rooms;
 mod seats;

@@ -6,8 +6,8 @@ use sqlx::PgPool;
 
 use crate::common::*;
 
-#[sqlx::test(migrations = false)]
-async fn storm_holds_every_branch_once(pool: PgPool) {
+crate::parallel::parallel_test!(storm_holds_every_branch_once => storm_holds_every_branch_once_on);
+async fn storm_holds_every_branch_once_on(pool: PgPool) {
     for db in Db::both(&pool).await {
         let mut p = spawn_on(Kind::Noop, &db).await;
         let requests: Vec<_> = (0..100)

@@ -9,8 +9,8 @@ use sqlx::PgPool;
 
 use crate::common::*;
 
-#[sqlx::test(migrations = false)]
-async fn storm_authorises_no_more_than_the_balance(pool: PgPool) {
+crate::parallel::parallel_test!(storm_authorises_no_more_than_the_balance => storm_authorises_no_more_than_the_balance_on);
+async fn storm_authorises_no_more_than_the_balance_on(pool: PgPool) {
     for db in Db::both(&pool).await {
         let mut p = spawn_on(Kind::Payments, &db).await;
         p.put("acct-1", 1000).await;

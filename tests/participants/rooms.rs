@@ -7,8 +7,8 @@ use sqlx::PgPool;
 
 use crate::common::*;
 
-#[sqlx::test(migrations = false)]
-async fn storm_has_one_winner_per_overlapping_group(pool: PgPool) {
+crate::parallel::parallel_test!(storm_has_one_winner_per_overlapping_group => storm_has_one_winner_per_overlapping_group_on);
+async fn storm_has_one_winner_per_overlapping_group_on(pool: PgPool) {
     for db in Db::both(&pool).await {
         let mut p = spawn_on(Kind::Rooms, &db).await;
         p.put("blue", 1).await;

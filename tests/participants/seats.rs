@@ -7,8 +7,8 @@ use sqlx::PgPool;
 
 use crate::common::*;
 
-#[sqlx::test(migrations = false)]
-async fn storm_on_a_seat_pair_has_exactly_one_winner(pool: PgPool) {
+crate::parallel::parallel_test!(storm_on_a_seat_pair_has_exactly_one_winner => storm_on_a_seat_pair_has_exactly_one_winner_on);
+async fn storm_on_a_seat_pair_has_exactly_one_winner_on(pool: PgPool) {
     for db in Db::both(&pool).await {
         let mut p = spawn_on(Kind::Seats, &db).await;
         p.put("A1", 1).await;

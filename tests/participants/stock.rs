@@ -7,8 +7,8 @@ use sqlx::PgPool;
 
 use crate::common::*;
 
-#[sqlx::test(migrations = false)]
-async fn storm_holds_exactly_the_capacity(pool: PgPool) {
+crate::parallel::parallel_test!(storm_holds_exactly_the_capacity => storm_holds_exactly_the_capacity_on);
+async fn storm_holds_exactly_the_capacity_on(pool: PgPool) {
     for db in Db::both(&pool).await {
         let mut p = spawn_on(Kind::Stock, &db).await;
         p.put("sku-1", 10).await;

@@ -9,6 +9,10 @@ mod ack_relay;
 mod cases;
 mod grpc;
 mod migration;
+#[path = "../shared/parallel.rs"]
+#[allow(unused_macros, unused_imports)]
+// parallel_test!: the conformance macro uses on_multi_thread
+mod parallel;
 mod plans;
 
 use std::path::PathBuf;
@@ -63,9 +67,16 @@ macro_rules! conformance {
             mod $topic {
                 $(
                     mod $case {
+                        // Multi-threaded, like the SQLite run: concurrent cases really race.
                         #[sqlx::test(migrations = false)]
-                        async fn postgres(pool: sqlx::PgPool) {
-                            crate::cases::$topic::$case(crate::postgres(pool).await).await;
+                        async fn postgres(
+                            pool: sqlx::postgres::PgPoolOptions,
+                            connect: sqlx::postgres::PgConnectOptions,
+                        ) {
+                            crate::parallel::on_multi_thread(pool, connect, |pool| async move {
+                                crate::cases::$topic::$case(crate::postgres(pool).await).await;
+                            })
+                            .await;
                         }
 
                         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

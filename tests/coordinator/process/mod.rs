@@ -3,12 +3,14 @@
 //! `/metrics` probes, `ResourceAdmin` clients for the all-in-one's participants, and one-shot
 //! runs of a subcommand. The tests are by topic: `crash` (SIGKILL and restart), `config`
 //! (settings precedence, bad configuration), `bench` (`holdfast bench` end to end), `shutdown`
-//! (SIGTERM with a Watch open).
+//! (SIGTERM with a Watch open), `split` (the coordinator and participant roles as processes of
+//! their own: SIGKILLs and terminated database connections mid-flight).
 
 pub(crate) mod bench;
 mod config;
 mod crash;
 mod shutdown;
+mod split;
 
 use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};

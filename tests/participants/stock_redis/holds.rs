@@ -15,8 +15,8 @@ use tokio::sync::Semaphore;
 use super::{HOUR, durable_units, start};
 use crate::common::{branch_request, hold, outcome, try_request};
 
-#[sqlx::test(migrations = false)]
-async fn storm_of_1000_tries_on_100_units_holds_exactly_100(pool: PgPool) {
+crate::parallel::parallel_test!(storm_of_1000_tries_on_100_units_holds_exactly_100 => storm_of_1000_tries_on_100_units_holds_exactly_100_on);
+async fn storm_of_1000_tries_on_100_units_holds_exactly_100_on(pool: PgPool) {
     let mut p = start(&pool, HOUR).await;
     p.put("sku-flash", 100).await;
     // Concurrent checker: capacity constant, available >= 0, the sum holds, during the storm.
@@ -49,12 +49,15 @@ async fn storm_of_1000_tries_on_100_units_holds_exactly_100(pool: PgPool) {
         clients.push(p.client().await);
     }
     let limit = Arc::new(Semaphore::new(128));
+    // Every call spawned before any is sent: they start together.
+    let start = Arc::new(tokio::sync::Barrier::new(1000));
     let mut calls = Vec::new();
     for i in 0..1000 {
         let req = try_request(vec![hold("sku-flash", 1, None)]);
         let mut client = clients[i % clients.len()].clone();
-        let limit = limit.clone();
+        let (limit, start) = (limit.clone(), start.clone());
         calls.push(tokio::spawn(async move {
+            start.wait().await;
             let _permit = limit.acquire_owned().await.expect("permit");
             let answer = client.r#try(req.clone()).await.expect("try").into_inner();
             (req, outcome(&answer))

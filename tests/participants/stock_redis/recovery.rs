@@ -2,7 +2,7 @@
 //! lost mid-sale is rebuilt from the durable record without overselling.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use holdfast::proto::TryRequest;
 use holdfast::proto::branch::State;
@@ -15,24 +15,32 @@ use crate::common::{branch_request, from_now, hold, outcome, try_request};
 
 #[sqlx::test(migrations = false)]
 async fn abandoned_hold_is_reclaimed_exactly_once_after_grace(pool: PgPool) {
-    let grace = Duration::from_millis(800);
+    // Generous: the checks inside the grace must fit in it on a loaded machine. Waits are
+    // to instants computed from the hold's own expires_at, not fixed sleeps after each step.
+    let grace = Duration::from_secs(3);
     let mut p = start(&pool, grace).await;
     p.put("sku-1", 10).await;
     let mut abandoned = try_request(vec![hold("sku-1", 3, None)]);
-    abandoned.expires_at = Some(from_now(1));
+    let expires_at = from_now(1);
+    abandoned.expires_at = Some(expires_at);
+    let expires_at = SystemTime::try_from(expires_at).expect("a SystemTime");
     assert_eq!(p.try_(&abandoned).await.0, Outcome::Held);
     let kept = try_request(vec![hold("sku-1", 2, None)]);
     assert_eq!(p.try_(&kept).await.0, Outcome::Held);
     // Before expires_at + grace nothing is released.
     assert_eq!(p.handle.reconcile().await.expect("reconcile").reclaimed, 0);
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    sleep_until(expires_at + Duration::from_millis(200)).await;
     assert_eq!(
         p.handle.reconcile().await.expect("reconcile").reclaimed,
         0,
         "past expires_at but within the grace"
     );
     assert_eq!(p.counts("sku-1").await, (5, 5, 0));
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(
+        SystemTime::now() < expires_at + grace,
+        "the checks within the grace took past its end: the machine is too slow for this test"
+    );
+    sleep_until(expires_at + grace + Duration::from_millis(200)).await;
     let (a, b) = tokio::join!(p.handle.reconcile(), p.handle.reconcile());
     let total = a.expect("reconcile a").reclaimed + b.expect("reconcile b").reclaimed;
     assert_eq!(total, 1, "returned exactly once");
@@ -50,6 +58,13 @@ async fn abandoned_hold_is_reclaimed_exactly_once_after_grace(pool: PgPool) {
     assert_eq!(p.confirm(&kept).await, State::Confirmed);
     assert_eq!(p.counts("sku-1").await, (8, 0, 2));
     p.stop().await;
+}
+
+/// Sleeps until the host clock reads `at` (at once if it already does).
+async fn sleep_until(at: SystemTime) {
+    if let Ok(left) = at.duration_since(SystemTime::now()) {
+        tokio::time::sleep(left).await;
+    }
 }
 
 #[sqlx::test(migrations = false)]
@@ -77,7 +92,8 @@ async fn redis_data_lost_mid_sale_is_rebuilt_without_oversell(pool: PgPool) {
             if outcome(&answer) != Outcome::Held {
                 return;
             }
-            // The coordinator retries Confirm until it gets an answer.
+            // The coordinator retries Confirm until it gets an answer (here: for a minute).
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
             loop {
                 match client.confirm(branch_request(&req)).await {
                     Ok(r) => {
@@ -87,6 +103,10 @@ async fn redis_data_lost_mid_sale_is_rebuilt_without_oversell(pool: PgPool) {
                         return;
                     }
                     Err(s) if s.code() == tonic::Code::Unavailable => {
+                        assert!(
+                            std::time::Instant::now() < deadline,
+                            "Confirm still UNAVAILABLE after 60 s: {s:?}"
+                        );
                         tokio::time::sleep(Duration::from_millis(20)).await;
                     }
                     Err(s) => panic!("confirm: {s}"),

@@ -134,9 +134,11 @@ pub async fn hold_limit_per_holder_and_total(store: S) {
 
 pub async fn concurrent_creates_respect_the_limit(store: S) {
     let mut tasks = tokio::task::JoinSet::new();
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(20));
     for i in 0..20 {
-        let store = store.clone();
+        let (store, start) = (store.clone(), start.clone());
         tasks.spawn(async move {
+            start.wait().await;
             store
                 .create(
                     &new_res("alice", &format!("req-{i}"), LONG),

@@ -30,11 +30,15 @@ use uuid::Uuid;
 type S = Arc<dyn Store>;
 
 const LONG: Duration = Duration::from_secs(600);
-/// A ttl that lapses within the test (then `lapse()` waits it out).
-const SHORT: Duration = Duration::from_millis(300);
+/// A ttl or a lease that lapses within the test (then `lapse()` waits it out). Generous, not
+/// a few hundred milliseconds: what a case does before it must lapse (a few statements) has to
+/// fit in it on a loaded CI machine, or the case fails for the wrong reason.
+const SHORT: Duration = Duration::from_millis(1500);
 
+/// Waits until a [`SHORT`] ttl or lease set before this call has passed, as the database's
+/// clock (this host's) reads it, with a margin for its millisecond rounding.
 async fn lapse() {
-    tokio::time::sleep(Duration::from_millis(450)).await;
+    tokio::time::sleep(SHORT + Duration::from_millis(200)).await;
 }
 
 fn lease() -> WorkLease {

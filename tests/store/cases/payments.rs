@@ -38,7 +38,7 @@ pub async fn refund_recorded_once(store: S) {
     let paid = confirm_paid(LatePaymentPolicy::HonorIfAvailable);
     let short = || WorkLease {
         owner: Uuid::new_v4(),
-        duration: Duration::from_millis(300),
+        duration: SHORT,
     };
     let (one, two) = tokio::join!(
         store.decide(r.id, None, &token, &paid, short()),
@@ -77,7 +77,7 @@ pub async fn refund_recorded_once(store: S) {
     // The refund is due work: leased to its decider for now, then anyone's.
     assert!(store.claim_due(lease(), 10).await.unwrap().is_empty());
     assert_eq!(store.backlog().await.unwrap(), 1);
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    lapse().await;
     let claimed = store.claim_due(lease(), 10).await.unwrap();
     assert_eq!(claimed.len(), 1);
     assert_eq!((claimed[0].id, claimed[0].expired), (r.id, false));

@@ -22,7 +22,7 @@ pub async fn claim_due_expires_and_leases(store: S) {
     lapse().await;
     let a = WorkLease {
         owner: Uuid::new_v4(),
-        duration: Duration::from_millis(400),
+        duration: SHORT,
     };
     let b = WorkLease {
         owner: Uuid::new_v4(),
@@ -43,7 +43,7 @@ pub async fn claim_due_expires_and_leases(store: S) {
     // Leased: nobody else claims it until the lease ends.
     assert!(store.claim_due(b, 10).await.unwrap().is_empty());
     assert!(!store.renew_lease(r.id, b).await.unwrap());
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    lapse().await;
     let taken = store.claim_due(b, 10).await.unwrap();
     assert_eq!(taken.len(), 1);
     assert_eq!((taken[0].id, taken[0].expired), (r.id, false));
@@ -55,11 +55,11 @@ pub async fn claim_due_expires_and_leases(store: S) {
 pub async fn claim_due_takes_abandoned_trying(store: S) {
     let short = WorkLease {
         owner: Uuid::new_v4(),
-        duration: Duration::from_millis(300),
+        duration: SHORT,
     };
     let (r, _) = create_with(&store, "alice", "req-1", LONG, short).await;
     assert!(store.claim_due(lease(), 10).await.unwrap().is_empty());
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    lapse().await;
     let claimed = store.claim_due(lease(), 10).await.unwrap();
     assert_eq!(claimed.len(), 1);
     assert_eq!((claimed[0].id, claimed[0].expired), (r.id, false));
@@ -73,7 +73,9 @@ pub async fn concurrent_claimers_never_share(store: S) {
         ids.insert(r.id);
     }
     lapse().await;
-    let claimer = |store: S| async move {
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(2));
+    let claimer = |store: S, start: std::sync::Arc<tokio::sync::Barrier>| async move {
+        start.wait().await;
         let lease = lease();
         let mut got: Vec<Claimed> = Vec::new();
         loop {
@@ -86,8 +88,8 @@ pub async fn concurrent_claimers_never_share(store: S) {
         }
     };
     let (a, b) = tokio::join!(
-        tokio::spawn(claimer(store.clone())),
-        tokio::spawn(claimer(store.clone()))
+        tokio::spawn(claimer(store.clone(), start.clone())),
+        tokio::spawn(claimer(store.clone(), start.clone()))
     );
     let (a, b) = (a.unwrap(), b.unwrap());
     let a_ids: HashSet<Uuid> = a.iter().map(|c| c.id).collect();

@@ -83,13 +83,39 @@ pub async fn writes_answer_with_the_stored_reservation(store: S) {
     assert_eq!(cancelling, get(&store, r2.id).await, "decide cancel");
 }
 
+/// Runs each future in a task of its own, all released together by a barrier (real contenders
+/// on the multi-threaded runtime); the answers in the futures' order.
+async fn together<T, F>(futures: impl IntoIterator<Item = F>) -> Vec<T>
+where
+    F: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let futures: Vec<F> = futures.into_iter().collect();
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(futures.len()));
+    let tasks: Vec<_> = futures
+        .into_iter()
+        .map(|f| {
+            let start = start.clone();
+            tokio::spawn(async move {
+                start.wait().await;
+                f.await
+            })
+        })
+        .collect();
+    let mut answers = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        answers.push(task.await.expect("a contender panicked"));
+    }
+    answers
+}
+
 /// Many concurrent `record_held` and `record_phase` calls (the Postgres store group-commits
 /// them into shared statements): each is recorded as if alone, each answer is its own
 /// reservation as stored, a repeat and a call from the wrong state change nothing.
 pub async fn concurrent_writes_are_each_recorded(store: S) {
     const N: usize = 40;
     // Reserves of 40 holders at once, plus a repeat of the first one's request in the burst.
-    let answers = futures_util::future::join_all((0..=N).map(|i| {
+    let answers = together((0..=N).map(|i| {
         let store = store.clone();
         async move {
             let holder = format!("holder-{}", i % N);
@@ -115,11 +141,11 @@ pub async fn concurrent_writes_are_each_recorded(store: S) {
         assert_eq!(r, &get(&store, r.id).await);
         assert_eq!(r.branches.len(), 3);
     }
-    let placed = futures_util::future::join_all(created.iter().map(|r| {
-        let store = store.clone();
+    let placed = together(created.iter().map(|r| {
+        let (store, r) = (store.clone(), r.clone());
         async move {
             store
-                .record_held(r.id, &reports(r, BranchState::Held, None))
+                .record_held(r.id, &reports(&r, BranchState::Held, None))
                 .await
                 .unwrap()
         }
@@ -151,7 +177,7 @@ pub async fn concurrent_writes_are_each_recorded(store: S) {
         }
         calls
     });
-    let answers = futures_util::future::join_all(calls.map(|(i, r, from, part)| {
+    let answers = together(calls.map(|(i, r, from, part)| {
         let store = store.clone();
         async move {
             let (reports, finish) = if i % 2 == 0 {
