@@ -366,6 +366,57 @@ async fn a_hold_lost_at_confirm_fails_the_reservation_and_refunds_the_payment(po
     assert_eq!(refunded(&shop, &payment.payment_ref).await, (4_200, 1));
     let seat = resource(&shop.seats, "A1").await;
     assert_eq!((seat.held, seat.confirmed), (1, 0), "never sold twice");
+
+    // Another, different payment cited on the FAILED reservation: closed, refunded in full.
+    let second = charge(&shop, &r).await;
+    let err = app
+        .client
+        .confirm(Decide::on(&r).confirm_with(&second))
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&err), "RESERVATION_CLOSED");
+    assert!(refund_detail(&err).is_some(), "{err:?}");
+    assert_eq!(refunded(&shop, &second.payment_ref).await, (4_200, 1));
+    assert_eq!(
+        refunded(&shop, &payment.payment_ref).await,
+        (4_200, 1),
+        "the first one once"
+    );
+}
+
+/// A payment for a reservation that was REJECTED (its seat taken): the holder learns the
+/// reservation (and its token) by repeating its Reserve, confirms with the payment, and gets
+/// `RESERVATION_CLOSED` with the payment refunded in full; nothing is sold.
+#[sqlx::test(migrations = false)]
+async fn a_paid_confirm_on_a_rejected_reservation_is_refunded(pool: PgPool) {
+    let shop = shop(&pool).await;
+    let mut app = spawn_app(pool, settings_for(&shop, &shop.payments)).await;
+    let mut alice = reserve_request("alice-order", vec![hold("seats", "A1")]);
+    alice.holder = "alice".into();
+    app.client.reserve(alice).await.unwrap();
+    let mut bob = reserve_request("bob-order", vec![hold("seats", "A1")]);
+    bob.holder = "bob".into();
+    let refused = app.client.reserve(bob.clone()).await.unwrap_err();
+    assert_eq!(reason(&refused), "INSUFFICIENT_CAPACITY");
+    let r = app.client.reserve(bob).await.unwrap().into_inner();
+    assert_eq!(state_of(&r), State::Rejected);
+    assert!(!r.hold_token.is_empty(), "a repeat answers the token");
+    let payment = charge(&shop, &r).await;
+    let err = app
+        .client
+        .confirm(Decide::on(&r).confirm_with(&payment))
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&err), "RESERVATION_CLOSED");
+    let refund = refund_detail(&err).expect("the refund in the details");
+    assert_eq!(refund.amount_minor, 4_200);
+    assert_eq!(refunded(&shop, &payment.payment_ref).await, (4_200, 1));
+    let seat = resource(&shop.seats, "A1").await;
+    assert_eq!(
+        (seat.held, seat.confirmed),
+        (1, 0),
+        "alice's hold only, nothing sold"
+    );
 }
 
 #[sqlx::test(migrations = false)]
