@@ -156,7 +156,7 @@ impl Plan {
             if failpoints.iter().any(|(n, _)| *n == name) {
                 continue;
             }
-            let action = if PANICKABLE.contains(&name) && rng.chance(25) {
+            let action = if PANICKABLE.contains(&name) && rng.chance(50) {
                 format!("{}%1*panic", rng.range(10, 50))
             } else {
                 format!("{}%return", rng.range(5, 40))

@@ -32,6 +32,7 @@ pub struct Participant {
 pub struct Stack {
     pub pool: PgPool,
     pub participants: Vec<Participant>,
+    participants_pool: PgPool,
 }
 
 impl Stack {
@@ -65,7 +66,13 @@ impl Stack {
         Stack {
             pool,
             participants: list,
+            participants_pool,
         }
+    }
+
+    /// Closes the participants' connections, so the test database can be dropped.
+    pub async fn stop(self) {
+        self.participants_pool.close().await;
     }
 
     pub fn participant(&self, name: &str) -> &Participant {
@@ -76,12 +83,14 @@ impl Stack {
     }
 
     pub fn settings(&self) -> CoordinatorSettings {
-        let mut policy = Policy::default();
-        policy.lease = Duration::from_secs(3);
-        policy.sweep_interval = Duration::from_millis(100);
-        policy.backoff = Backoff {
-            base: Duration::from_millis(50),
-            cap: Duration::from_millis(500),
+        let policy = Policy {
+            lease: Duration::from_secs(3),
+            sweep_interval: Duration::from_millis(100),
+            backoff: Backoff {
+                base: Duration::from_millis(50),
+                cap: Duration::from_millis(500),
+            },
+            ..Policy::default()
         };
         CoordinatorSettings {
             participants: self
