@@ -4,7 +4,7 @@
 
 use uuid::Uuid;
 
-use super::{Coordinator, Error, entered, refund_recorded};
+use super::{Coordinator, Error, entered, faults, refund_recorded};
 use crate::domain::lifecycle::Refusal;
 use crate::domain::validate;
 use crate::domain::{Actor, Decision, Payment, RefundState, Reservation, State, Verdict};
@@ -102,10 +102,12 @@ impl Coordinator {
         token: &str,
         decision: &Decision,
     ) -> Result<(Verdict, Reservation), Error> {
+        faults::store("coord.decide.before")?;
         let decided = self
             .store
             .decide(id, actor.scope(), token, decision, self.lease())
             .await?;
+        faults::store("coord.decide.after")?;
         match decided {
             Decided::NotFound => Err(Error::NotFound(id)),
             Decided::TokenMismatch => Err(Error::TokenMismatch(id)),

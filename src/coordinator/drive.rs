@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use futures_util::future::join_all;
 use uuid::Uuid;
 
-use super::{Coordinator, Error, entered, refund_recorded};
+use super::{Coordinator, Error, entered, faults, refund_recorded};
 use crate::domain::{
     BranchOutcome, BranchState, ExtraPayment, ParticipantBranch, Payment, Refund, RefundState,
     Reservation, State,
@@ -33,7 +33,13 @@ impl Coordinator {
             .collect();
         let calls = pending.iter().map(|b| async {
             let result = match self.registry.require(&b.participant) {
-                Ok(p) => p.confirm(r.id, b.branch_id).await,
+                Ok(p) => match faults::call("coord.confirm.before") {
+                    Some(e) => Err(e),
+                    None => p
+                        .confirm(r.id, b.branch_id)
+                        .await
+                        .and_then(|o| faults::call("coord.confirm.after").map_or(Ok(o), Err)),
+                },
                 Err(e) => Err(e),
             };
             match result {
@@ -77,6 +83,7 @@ impl Coordinator {
         if lost {
             tracing::error!(reservation_id = %r.id, "a participant lost a granted hold; reservation FAILED");
         }
+        faults::store("coord.record_phase.before")?;
         let phase = self
             .store
             .record_phase(
@@ -87,6 +94,7 @@ impl Coordinator {
                 self.policy.backoff,
             )
             .await?;
+        faults::store("coord.record_phase.after")?;
         if let (true, Some(to)) = (phase.finished, finish) {
             entered(&phase.reservation, to);
             if to == State::Failed {
@@ -105,7 +113,13 @@ impl Coordinator {
         let to_release: Vec<ParticipantBranch> = release_candidates(&r);
         let calls = to_release.iter().map(|b| async {
             let result = match self.registry.require(&b.participant) {
-                Ok(p) => p.cancel(r.id, b.branch_id).await,
+                Ok(p) => match faults::call("coord.cancel.before") {
+                    Some(e) => Err(e),
+                    None => p
+                        .cancel(r.id, b.branch_id)
+                        .await
+                        .and_then(|o| faults::call("coord.cancel.after").map_or(Ok(o), Err)),
+                },
                 Err(e) => Err(e),
             };
             match result {
@@ -147,6 +161,7 @@ impl Coordinator {
         } else {
             None
         };
+        faults::store("coord.record_phase.before")?;
         let phase = self
             .store
             .record_phase(
@@ -157,6 +172,7 @@ impl Coordinator {
                 self.policy.backoff,
             )
             .await?;
+        faults::store("coord.record_phase.after")?;
         if let (true, Some(to)) = (phase.finished, finish) {
             entered(&phase.reservation, to);
         }
@@ -174,10 +190,12 @@ impl Coordinator {
             return Ok(r);
         }
         let answer = self.send_refund(r.id, payment, refund).await;
+        faults::store("coord.refund_attempt.before")?;
         let after = self
             .store
             .record_refund_attempt(r.id, &answer, self.policy.backoff)
             .await?;
+        faults::store("coord.refund_attempt.after")?;
         refund_settled(r.id, payment, refund, &answer);
         Ok(after)
     }

@@ -19,6 +19,7 @@ mod decide;
 mod drive;
 pub mod error;
 mod extend;
+mod faults;
 mod late_payment;
 mod payment_check;
 mod place;

@@ -9,7 +9,7 @@
 use tracing::Instrument;
 use uuid::Uuid;
 
-use super::{Coordinator, Error, entered};
+use super::{Coordinator, Error, entered, faults};
 use crate::domain::policy::LimitScope;
 use crate::domain::validate::{self, FieldError, RecordAs, ReserveInput};
 use crate::domain::{
@@ -137,11 +137,13 @@ impl Coordinator {
         token: HoldToken,
         order: Vec<usize>,
     ) -> Result<Reserved, Error> {
-        match self
+        faults::store("coord.create.before")?;
+        let created = self
             .store
             .create(&new, self.lease(), self.policy.hold_limits)
-            .await?
-        {
+            .await?;
+        faults::store("coord.create.after")?;
+        match created {
             Created::LimitReached(scope) => Err(Error::HoldLimit {
                 holder: new.holder,
                 limit: match scope {
@@ -198,10 +200,13 @@ impl Coordinator {
                 .map(|h| h.resource.clone())
                 .unwrap_or_default();
             let outcome = match self.registry.require(&group.participant) {
-                Ok(p) => {
-                    p.try_hold(r.id, group.branch_id, &r.holder, &group.holds, r.expires_at)
+                Ok(p) => match faults::call("coord.try.before") {
+                    Some(e) => Err(e),
+                    None => p
+                        .try_hold(r.id, group.branch_id, &r.holder, &group.holds, r.expires_at)
                         .await
-                }
+                        .and_then(|o| faults::call("coord.try.after").map_or(Ok(o), Err)),
+                },
                 // The rejection already names the participant; this wording predates `require`
                 // and is what clients see in `rejection.reason`.
                 Err(e) => Err(CallError {
@@ -339,7 +344,9 @@ impl Coordinator {
     async fn place_holds(&self, r: Reservation, order: &[usize]) -> Result<Reservation, Error> {
         let placement = self.place_in_order(&r).await?;
         let Some(failure) = placement.failure else {
+            faults::store("coord.record_held.before")?;
             let held = self.store.record_held(r.id, &placement.reports).await?;
+            faults::store("coord.record_held.after")?;
             entered(&held, State::Held);
             return Ok(held);
         };
@@ -397,10 +404,12 @@ impl Coordinator {
         rejection: &Rejection,
         reports: &[BranchReport],
     ) -> Result<Reservation, Error> {
+        faults::store("coord.record_rejected.before")?;
         let recorded = self
             .store
             .record_rejected(id, Some(rejection), reports)
             .await?;
+        faults::store("coord.record_rejected.after")?;
         entered(&recorded, State::Cancelling);
         self.drive_release(recorded).await
     }

@@ -21,7 +21,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
-use super::{Coordinator, Error};
+use super::{Coordinator, Error, faults};
 use crate::domain::{BranchState, Reservation, State};
 use crate::store::BranchReport;
 
@@ -60,7 +60,9 @@ impl Coordinator {
                         error: Some("the coordinator stopped while placing holds".into()),
                     })
                     .collect();
+                faults::store("coord.record_rejected.before")?;
                 let recorded = self.store.record_rejected(id, None, &reports).await?;
+                faults::store("coord.record_rejected.after")?;
                 self.drive_release(recorded).await
             }
             State::Confirming => self.drive_confirm(r).await,
@@ -109,10 +111,12 @@ impl Coordinator {
         if room == 0 {
             return Ok(0);
         }
+        faults::store("coord.claim_due.before")?;
         let claimed = self
             .store
             .claim_due(self.lease(), u32::try_from(room).unwrap_or(u32::MAX))
             .await?;
+        faults::store("coord.claim_due.after")?;
         let n = claimed.len();
         for c in claimed {
             if c.expired {

@@ -55,6 +55,7 @@
 
 mod barrier;
 mod error;
+mod faults;
 mod service;
 pub(crate) mod validate;
 pub(crate) mod wire;

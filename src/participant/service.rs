@@ -11,11 +11,11 @@ use super::barrier::{Backend, BarrierPhase, BarrierRow};
 use chrono::{DateTime, Utc};
 
 use super::validate::{check_max_hold, check_try};
-use super::wire;
 use super::{
     BranchAnswer, BranchCtx, BranchKey, ConfirmOutcome, ExtendAnswer, Resource, ResourceError,
     TryAnswer, TryBranch,
 };
+use super::{faults, wire};
 use crate::proto::participant_server::{Participant, ParticipantServer};
 use crate::proto::{BranchRequest, BranchResponse, ExtendBranchRequest, TryRequest, TryResponse};
 
@@ -147,6 +147,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
                 }
             };
             let TryAnswer::Rejected(reason) = outcome else {
+                faults::check("participant.try.between")?;
                 let recorded = if barrier_first {
                     DB::record_try(&mut *tx, &self.name, branch, BarrierPhase::Held, &outcome)
                         .await?;
@@ -157,6 +158,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
                 };
                 if recorded {
                     tx.commit().await?;
+                    faults::check("participant.try.committed")?;
                     return Ok(outcome);
                 }
                 tx.rollback().await?;
@@ -237,7 +239,9 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         if let Some(found) = held {
             return match self.resource.confirm(&mut *tx, &found.ctx(key)?).await? {
                 ConfirmOutcome::Confirmed => {
+                    faults::check("participant.confirm.between")?;
                     tx.commit().await?;
+                    faults::check("participant.confirm.committed")?;
                     Ok(BranchAnswer::Confirmed)
                 }
                 ConfirmOutcome::HoldLost => {
@@ -332,7 +336,9 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         };
         if let Some(found) = held {
             self.resource.cancel(&mut *tx, &found.ctx(key)?).await?;
+            faults::check("participant.cancel.between")?;
             tx.commit().await?;
+            faults::check("participant.cancel.committed")?;
             return Ok(BranchAnswer::Cancelled);
         }
         let found = DB::lock_existing(&mut *tx, &self.name, key).await?;
