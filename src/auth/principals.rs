@@ -184,16 +184,9 @@ fn parse_entry(entry: &toml::Value) -> Result<Principal, String> {
     })
 }
 
+/// A SHA-256 written as 64 hex digits.
 fn parse_sha256(hex: &str) -> Option<[u8; 32]> {
-    let hex = hex.trim();
-    if hex.len() != 64 {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
+    crate::domain::token::from_hex(hex.trim())?.try_into().ok()
 }
 
 #[cfg(test)]

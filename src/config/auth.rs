@@ -142,7 +142,7 @@ pub fn parse_token_keys(text: &str) -> Result<TokenKeys, String> {
         else {
             return Err(format!("key[{i}]: needs id and secret (strings)"));
         };
-        let secret = from_hex(secret.trim())
+        let secret = crate::domain::token::from_hex(secret.trim())
             .ok_or_else(|| format!("key[{i}] ({id}): secret must be hex digits"))?;
         keys.push((id.clone(), secret));
     }
@@ -172,16 +172,6 @@ fn create_secret_file(path: &Path) -> Result<(), String> {
         .map_err(|e| format!("cannot create the token secret {}: {e}", path.display()))?;
     file.write_all(text.as_bytes())
         .map_err(|e| format!("cannot write the token secret {}: {e}", path.display()))
-}
-
-fn from_hex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 #[cfg(test)]

@@ -36,10 +36,7 @@ impl HoldToken {
 
     /// What the store keeps of this token: its digest, and the key that derived it.
     pub fn check(&self, key_id: Option<&str>) -> TokenCheck {
-        TokenCheck {
-            digest: sha256(self.0.as_bytes()),
-            key_id: key_id.map(str::to_owned),
-        }
+        TokenCheck::of(&self.0, key_id.map(str::to_owned))
     }
 }
 
@@ -216,6 +213,17 @@ pub fn hex(bytes: &[u8]) -> String {
     s
 }
 
+/// Bytes from hex (either case); `None` for an odd length or anything but hex digits.
+pub fn from_hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,6 +264,16 @@ mod tests {
         let other = TokenKeys::new("k2", [("k2", k2.as_slice())]).unwrap();
         assert_eq!(other.reissue(id_a, &check_a), None);
         assert_eq!(keys.reissue(id_a, &a.check(None)), None);
+    }
+
+    #[test]
+    fn hex_round_trips_and_refuses_what_is_not_hex() {
+        let bytes = [0u8, 1, 0xab, 0xff];
+        assert_eq!(from_hex(&hex(&bytes)).as_deref(), Some(bytes.as_slice()));
+        assert_eq!(from_hex("ABff").as_deref(), Some([0xab, 0xff].as_slice()));
+        for bad in ["abc", "+f", "0g", " 0"] {
+            assert_eq!(from_hex(bad), None, "{bad:?}");
+        }
     }
 
     #[test]
