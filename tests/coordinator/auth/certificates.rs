@@ -82,3 +82,107 @@ async fn a_client_certificate_is_the_principal_its_identity_names(pool: PgPool) 
         "only the shop's Reserve was recorded"
     );
 }
+
+/// The coordinator is known to its participants by its client certificate (SPEC 7.2: "its
+/// client certificate" instead of `--participant-api-key-file`), as the Kubernetes manifests
+/// deploy it: a participant whose only `coordinator` principal is a `tls_identity` takes Tries
+/// from a coordinator presenting that certificate, and refuses one presenting another
+/// certificate the same CA signed - nothing held.
+#[sqlx::test(migrations = false)]
+async fn participants_know_the_coordinator_by_its_client_certificate(pool: PgPool) {
+    use holdfast::participants::{Kind, ParticipantSettings};
+    use holdfast::tls::{ClientTls, ClientTlsFiles};
+
+    let (files, ca) = (Files::new(), Ca::new("holdfast participants CA"));
+    let admin = Principal::new("ops", &[holdfast::auth::Role::Admin]);
+    let principals = PrincipalsFile::new(&[&admin]);
+    principals.write(
+        &[&admin],
+        "[[principal]]\nname = \"coordinator\"\nroles = [\"coordinator\"]\ntls_identity = \"coordinator.holdfast.test\"\n",
+    );
+    // seats: TLS only, client certificates from the CA required, and authentication on.
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let seats = format!("https://{}", tcp.local_addr().unwrap());
+    let seats_settings = ParticipantSettings {
+        auth: principals.authenticator(),
+        ..ParticipantSettings::new(Kind::Seats)
+    };
+    let tls = files.server_tls("seats", &ca.issue("seats"), Some(&ca));
+    let participant_pool = pool.clone();
+    tokio::spawn(async move {
+        holdfast::participants::serve(
+            seats_settings,
+            participant_pool,
+            Listener::new(tcp, Some(tls)),
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    });
+    // Provisioned by ops, over mTLS with a key.
+    let seats_addr: std::net::SocketAddr = seats.trim_start_matches("https://").parse().unwrap();
+    holdfast::proto::resource_admin_client::ResourceAdminClient::new(tls_channel(
+        seats_addr,
+        &ca,
+        Some(&ca.issue("ops")),
+    ))
+    .put_resources(keyed(
+        crate::common::put_resources_request(&[("A1", 1), ("A2", 1)]),
+        &admin.key,
+    ))
+    .await
+    .unwrap();
+
+    // A coordinator (authentication off towards its own loopback clients) calling seats with
+    // the client certificate `name`, and no API key.
+    let coordinator = |name: &str| {
+        let (cert, key) = files.leaf(&format!("{name}-client"), &ca.issue(name));
+        let mut s = settings(&[("seats", &seats)]);
+        s.participant_transport.tls = Some(
+            ClientTls::load(&ClientTlsFiles {
+                ca: Some(files.ca(&format!("{name}-trust"), &ca)),
+                cert: Some(cert),
+                key: Some(key),
+            })
+            .unwrap(),
+        );
+        crate::common::spawn_app(pool.clone(), s)
+    };
+    let trusted = coordinator("coordinator").await;
+    let r = trusted
+        .client
+        .clone()
+        .reserve(reserve_request("o-1", vec![hold("seats", "A1")]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(&r), State::Held);
+
+    let impostor = coordinator("impostor").await;
+    let refused = impostor
+        .client
+        .clone()
+        .reserve(reserve_request("o-2", vec![hold("seats", "A2")]))
+        .await
+        .unwrap_err();
+    assert_ne!(refused.code(), Code::Ok);
+    let a2 = holdfast::proto::resource_admin_client::ResourceAdminClient::new(tls_channel(
+        seats_addr,
+        &ca,
+        Some(&ca.issue("ops")),
+    ))
+    .get_resource(keyed(
+        holdfast::proto::GetResourceRequest {
+            resource: "A2".into(),
+        },
+        &admin.key,
+    ))
+    .await
+    .unwrap()
+    .into_inner();
+    assert_eq!(
+        (a2.held, a2.confirmed),
+        (0, 0),
+        "the impostor's Try held nothing"
+    );
+}
