@@ -266,6 +266,12 @@ pub struct Reservation {
 }
 
 impl Reservation {
+    /// Whether it exists for a caller restricted to `scope`'s reservations (`None`: anyone's).
+    /// SPEC 7.2: another principal's reservation reads as not found.
+    pub fn visible_to(&self, scope: Option<&str>) -> bool {
+        scope.is_none_or(|owner| owner == self.owner)
+    }
+
     /// The branches grouped per participant, in canonical order: one TCC branch each.
     pub fn participant_branches(&self) -> Vec<ParticipantBranch> {
         let mut out: Vec<ParticipantBranch> = Vec::new();
@@ -351,7 +357,7 @@ impl Actor {
 
     /// Whether `r` exists for this actor: its own, or any for an admin.
     pub fn sees(&self, r: &Reservation) -> bool {
-        self.sees_all || r.owner == self.principal
+        r.visible_to(self.scope())
     }
 
     /// The owner a store query is restricted to (`None`: unrestricted).

@@ -39,12 +39,6 @@ pub(crate) fn snapshot_of(current: &Reservation, decision: &Decision) -> Snapsho
     }
 }
 
-/// Whether `r` does not exist for a caller restricted to `scope`'s reservations (SPEC 7.2:
-/// another principal's reservation reads as not found, before its token is looked at).
-pub(crate) fn hidden(scope: Option<&str>, r: &Reservation) -> bool {
-    scope.is_some_and(|owner| owner != r.owner)
-}
-
 /// The payment a decision brings (a Confirm's).
 fn payment_of(decision: &Decision) -> Option<&Payment> {
     match decision {
@@ -92,7 +86,7 @@ async fn decide_in_lock<DB: PaymentSql>(
 ) -> Result<Decided, StoreError> {
     let mut tx = DB::begin_write(pool).await?;
     let current = match DB::load_locked(&mut tx, id).await? {
-        Some(r) if !hidden(scope, &r) => r,
+        Some(r) if r.visible_to(scope) => r,
         _ => {
             tx.rollback().await?;
             return Ok(Decided::NotFound);

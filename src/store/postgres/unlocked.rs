@@ -86,7 +86,7 @@ pub(super) async fn decide_unlocked(
             None => return Ok(Some(Decided::NotFound)),
         },
     };
-    if crate::store::decide::hidden(scope, &current) {
+    if !current.visible_to(scope) {
         return Ok(Some(Decided::NotFound));
     }
     if !current.token.verifies(presented_token) {
