@@ -10,6 +10,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     let protos = [
+        "proto/tcc/v1/admin.proto",
         "proto/tcc/v1/common.proto",
         "proto/tcc/v1/coordinator.proto",
         "proto/tcc/v1/participant.proto",

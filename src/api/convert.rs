@@ -206,6 +206,8 @@ pub fn reservation(r: Reservation, token: Token<'_>) -> proto::Reservation {
         refund: r.refund.as_ref().map(refund),
         late_payment_honored: r.late_payment_honored,
         labels: r.labels.into_iter().collect(),
+        // Filled by the Admin issue's audit log.
+        audit: Vec::new(),
     }
 }
 

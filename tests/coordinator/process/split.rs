@@ -410,6 +410,7 @@ async fn all_reservations(client: &mut CoordinatorClient<Channel>) -> Vec<proto:
                 state: 0,
                 page_size: 500,
                 page_token: page_token.clone(),
+                ..Default::default()
             })
             .await
             .expect("ListReservations")
