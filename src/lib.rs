@@ -10,6 +10,7 @@ pub mod api;
 pub mod app;
 pub mod auth;
 pub mod bench;
+pub mod cli;
 pub mod config;
 pub mod coordinator;
 pub mod domain;

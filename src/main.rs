@@ -35,6 +35,9 @@ enum Command {
     /// Make credentials: an API key and its principals-file entry, or a token secret.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// The command line of a running coordinator: get, list, watch, admin (SPEC 8.2).
+    #[command(flatten)]
+    Cli(holdfast::cli::Command),
     /// Apply the coordinator's database migrations and exit.
     Migrate {
         /// URL of the coordinator's database: postgres://... or sqlite://path/to/file.db.
@@ -126,6 +129,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Bench(args) => Ok(holdfast::bench::run(args).await?),
         Command::Migrate { database_url } => Ok(app::migrate(&database_url).await?),
         Command::Keys(command) => Ok(keys(command)?),
+        // Answered in main: the CLI prints its own errors and chooses its exit code.
+        Command::Cli(_) => Ok(()),
     }
 }
 
@@ -147,6 +152,9 @@ async fn main() -> ExitCode {
     cli.all_in_one.participant_timeouts = extras.participant_timeouts.clone();
     if let Some(Command::Coordinator(args)) = &mut cli.command {
         args.participant_timeouts = extras.participant_timeouts;
+    }
+    if let Some(Command::Cli(command)) = cli.command {
+        return holdfast::cli::run(command).await;
     }
     let result = run(cli).await;
     holdfast::telemetry::shutdown();

@@ -22,6 +22,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         &["auth", "coordinator", "domain", "proto", "telemetry"],
     ),
     ("server", &["auth", "proto", "telemetry", "tls"]),
+    ("cli", &["auth", "config", "proto", "tls"]),
     (
         "participant",
         &["auth", "db", "proto", "server", "telemetry"],

@@ -15,6 +15,7 @@
 //! working within seconds, without a restart. With authentication off every request is the
 //! anonymous caller, who has every role.
 
+pub mod bearer;
 pub mod identity;
 pub mod keys;
 pub mod principals;
@@ -26,6 +27,7 @@ use std::sync::Arc;
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 
 use crate::watched::{FileError, Source, Watched};
+pub use bearer::Bearer;
 pub use principals::Principals;
 pub use rules::Rule;
 

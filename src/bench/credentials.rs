@@ -8,42 +8,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tonic::codegen::InterceptedService;
-use tonic::metadata::AsciiMetadataValue;
-use tonic::service::Interceptor;
 use tonic::transport::Channel;
 
 use super::BenchArgs;
-use crate::auth::{Authenticator, Role, keys};
+use crate::auth::{Authenticator, Bearer, Role, keys};
 
 /// A channel whose every call carries the bench's credential for that service.
 pub type BenchChannel = InterceptedService<Channel, Bearer>;
-
-/// Adds `authorization: Bearer <key>` to every call (nothing without a key).
-#[derive(Clone, Debug, Default)]
-pub struct Bearer(Option<AsciiMetadataValue>);
-
-impl Bearer {
-    fn of(key: &str) -> Result<Bearer, String> {
-        let mut value = AsciiMetadataValue::try_from(format!("Bearer {key}"))
-            .map_err(|_| "an API key must be printable ASCII".to_owned())?;
-        value.set_sensitive(true);
-        Ok(Bearer(Some(value)))
-    }
-}
-
-impl Interceptor for Bearer {
-    fn call(
-        &mut self,
-        mut request: tonic::Request<()>,
-    ) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(value) = &self.0 {
-            request
-                .metadata_mut()
-                .insert("authorization", value.clone());
-        }
-        Ok(request)
-    }
-}
 
 /// The credentials of one run. Cheap to clone; the default is no authentication.
 #[derive(Clone, Debug, Default)]
@@ -65,8 +36,8 @@ impl Credentials {
             (None, false, None) | (Some(_), false, None) => Ok(Credentials::default()),
             (None, true, None) => Credentials::in_process(),
             (Some(_), _, Some(key)) => Ok(Credentials {
-                client: Bearer::of(key)?,
-                admin: Bearer::of(key)?,
+                client: bearer(key)?,
+                admin: bearer(key)?,
                 ..Credentials::default()
             }),
             (Some(_), true, None) => Err(
@@ -96,15 +67,15 @@ impl Credentials {
         Ok(Credentials {
             servers,
             coordinator_key: Some(coordinator),
-            client: Bearer::of(&client)?,
-            admin: Bearer::of(&admin)?,
+            client: bearer(&client)?,
+            admin: bearer(&admin)?,
             _file: Some(Arc::new(file)),
         })
     }
 
     /// Whether calls carry keys.
     pub fn is_on(&self) -> bool {
-        self.client.0.is_some()
+        self.client.is_some()
     }
 
     /// What calls to the coordinator present.
@@ -116,7 +87,7 @@ impl Credentials {
     /// coordinator's own key: only the coordinator role may Try).
     pub fn participant(&self) -> Bearer {
         match &self.coordinator_key {
-            Some(key) => Bearer::of(key).unwrap_or_default(),
+            Some(key) => Bearer::new(key).unwrap_or_default(),
             None => self.client.clone(),
         }
     }
@@ -125,6 +96,10 @@ impl Credentials {
     pub fn admin(&self) -> Bearer {
         self.admin.clone()
     }
+}
+
+fn bearer(key: &str) -> Result<Bearer, String> {
+    Bearer::new(key).map_err(|e| e.to_string())
 }
 
 /// A folder of the run's own, removed when dropped.

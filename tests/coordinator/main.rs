@@ -9,6 +9,7 @@ mod real;
 
 mod auth;
 mod caller_deadline;
+mod cli;
 mod concurrency;
 mod end_to_end;
 mod error_classes;

@@ -1,0 +1,119 @@
+//! The JSON the CLI prints with `--json`: the `tcc.v1` messages with the proto's field names,
+//! enum values by name, timestamps in RFC 3339 (UTC) and every field present (null when
+//! absent), so scripts can rely on the shape. Hold tokens are never in it (the coordinator never
+//! sends them outside Reserve's answer, and the CLI does not Reserve).
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde_json::{Value, json};
+
+use crate::proto;
+
+/// A reservation.
+pub fn reservation(r: &proto::Reservation) -> Value {
+    json!({
+        "id": r.id,
+        "request_id": r.request_id,
+        "holder": r.holder,
+        "state": r.state().as_str_name(),
+        "created_at": time(r.created_at.as_ref()),
+        "expires_at": time(r.expires_at.as_ref()),
+        "extensions_used": r.extensions_used,
+        "branches": r.branches.iter().map(branch).collect::<Vec<_>>(),
+        "rejection": r.rejection.as_ref().map(|x| json!({
+            "participant": x.participant,
+            "resource": x.resource,
+            "reason": x.reason,
+        })),
+        "refund": r.refund.as_ref().map(|x| json!({
+            "refund_id": x.refund_id,
+            "state": x.state().as_str_name(),
+            "amount_minor": x.amount_minor,
+            "currency": x.currency,
+            "failure_reason": x.failure_reason,
+        })),
+        "late_payment_honored": r.late_payment_honored,
+        "labels": r.labels.iter().collect::<std::collections::BTreeMap<_, _>>(),
+        "audit": r.audit.iter().map(audit_entry).collect::<Vec<_>>(),
+    })
+}
+
+fn branch(b: &proto::Branch) -> Value {
+    json!({
+        "participant": b.participant,
+        "resource": b.resource,
+        "quantity": b.quantity,
+        "during": b.during.as_ref().map(|d| json!({
+            "start": time(d.start.as_ref()),
+            "end": time(d.end.as_ref()),
+        })),
+        "state": b.state().as_str_name(),
+        "attempts": b.attempts,
+        "last_error": b.last_error,
+    })
+}
+
+/// An operator action.
+pub fn audit_entry(a: &proto::AuditEntry) -> Value {
+    json!({
+        "reservation_id": a.reservation_id,
+        "principal": a.principal,
+        "at": time(a.at.as_ref()),
+        "action": a.action,
+        "reason": a.reason,
+        "participant": a.participant,
+    })
+}
+
+/// A page of reservations.
+pub fn reservations(list: &[proto::Reservation], next_page_token: &str) -> Value {
+    json!({
+        "reservations": list.iter().map(reservation).collect::<Vec<_>>(),
+        "next_page_token": next_page_token,
+    })
+}
+
+/// A timestamp as UTC, or null.
+pub fn time(t: Option<&prost_types::Timestamp>) -> Value {
+    match t.and_then(utc) {
+        Some(t) => Value::String(t.to_rfc3339_opts(SecondsFormat::Millis, true)),
+        None => Value::Null,
+    }
+}
+
+/// A protobuf timestamp as a chrono one, if it is a valid instant.
+pub fn utc(t: &prost_types::Timestamp) -> Option<DateTime<Utc>> {
+    let nanos = u32::try_from(t.nanos).ok()?;
+    DateTime::from_timestamp(t.seconds, nanos)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_field_is_present_by_its_proto_name_and_enums_by_name() {
+        let r = proto::Reservation {
+            id: "r1".into(),
+            state: proto::reservation::State::Held as i32,
+            hold_token: "secret".into(),
+            created_at: Some(prost_types::Timestamp {
+                seconds: 1_700_000_000,
+                nanos: 5_000_000,
+            }),
+            branches: vec![proto::Branch {
+                participant: "seats".into(),
+                state: proto::branch::State::Held as i32,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let v = reservation(&r);
+        assert_eq!(v["state"], "HELD");
+        assert_eq!(v["created_at"], "2023-11-14T22:13:20.005Z");
+        assert_eq!(v["expires_at"], Value::Null);
+        assert_eq!(v["branches"][0]["state"], "HELD");
+        assert_eq!(v["refund"], Value::Null);
+        assert!(!v.to_string().contains("secret"), "no hold token: {v}");
+        assert!(v.as_object().unwrap().contains_key("audit"));
+    }
+}
