@@ -245,3 +245,60 @@ async fn watch_prints_each_state_until_the_reservation_ends(pool: PgPool) {
     assert_eq!(r.state(), proto::reservation::State::Cancelled);
     app.shut_down();
 }
+
+#[sqlx::test]
+async fn watch_on_a_terminal_counts_down_live(pool: PgPool) {
+    let (mut app, _fakes) = spawn_with_fakes(pool, &["seats"]).await;
+    let url = format!("http://{}", app.addr);
+    let r = app
+        .client
+        .reserve(reserve_request("cli-tty", vec![hold("seats", "A1")]))
+        .await
+        .unwrap()
+        .into_inner();
+    // `script` gives the CLI a pseudo-terminal, as an operator's shell would.
+    let line = format!(
+        "{} watch {} --coordinator {url}",
+        env!("CARGO_BIN_EXE_holdfast"),
+        r.id
+    );
+    let mut child = Command::new("script")
+        .args(["-qfec", &line, "/dev/null"])
+        .env_clear()
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    // Read until two different countdowns were drawn: the line is redrawn every second.
+    let mut seen: Vec<String> = Vec::new();
+    let mut text = String::new();
+    let read = async {
+        let mut buf = [0u8; 4096];
+        while seen.len() < 2 {
+            let n = tokio::io::AsyncReadExt::read(&mut out, &mut buf)
+                .await
+                .unwrap();
+            assert!(n > 0, "watch ended early: {text:?}");
+            text.push_str(&String::from_utf8_lossy(&buf[..n]));
+            seen = text
+                .split("\x1b[2K")
+                .filter_map(|s| s.split("expires in ").nth(1))
+                .filter_map(|s| s.split_whitespace().next())
+                .map(str::to_owned)
+                .collect();
+            seen.dedup();
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(15), read)
+        .await
+        .unwrap_or_else(|_| panic!("no live countdown in 15 s: {text:?}"));
+    assert!(text.contains("HELD"), "{text:?}");
+    app.client.cancel(Decide::on(&r).cancel()).await.unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("watch did not end with the reservation")
+        .unwrap();
+    assert!(status.success());
+    app.shut_down();
+}
