@@ -10,6 +10,7 @@ mod real;
 mod auth;
 mod caller_deadline;
 mod cli;
+mod client;
 mod concurrency;
 mod end_to_end;
 mod error_classes;
