@@ -1,6 +1,8 @@
 //! `holdfast get|list|watch` (SPEC 8.2) run as processes against a real coordinator: their
 //! output parsed (tables and the `--json` schema), exit codes and error reasons, keys.
 
+mod admin;
+
 use std::process::Output;
 use std::time::Duration;
 
