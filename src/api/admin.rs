@@ -40,7 +40,9 @@ fn stuck_query(req: proto::ListStuckRequest) -> Result<StuckQuery, FieldError> {
         let field = format!("states[{i}]");
         let state = convert::state_filter(*s)
             .map_err(|e| FieldError::new(field.clone(), e.problem))?
-            .ok_or_else(|| FieldError::new(field.clone(), "must be a state, not STATE_UNSPECIFIED"))?;
+            .ok_or_else(|| {
+                FieldError::new(field.clone(), "must be a state, not STATE_UNSPECIFIED")
+            })?;
         states.push(stuck_state(&field, state)?);
     }
     Ok(StuckQuery {

@@ -213,7 +213,10 @@ pub fn reservation(r: Reservation, token: Token<'_>) -> proto::Reservation {
 /// One audit log entry on the wire.
 pub fn audit_entry(e: crate::domain::admin::AuditEntry) -> proto::AuditEntry {
     proto::AuditEntry {
-        reservation_id: e.reservation_id.map(|id| id.to_string()).unwrap_or_default(),
+        reservation_id: e
+            .reservation_id
+            .map(|id| id.to_string())
+            .unwrap_or_default(),
         principal: e.principal,
         at: Some(timestamp(e.at)),
         action: e.action.as_str().to_owned(),

@@ -57,8 +57,9 @@ impl Coordinator {
     /// One reservation with its audit entries.
     pub async fn with_audit_one(&self, r: Reservation) -> Result<Reservation, Error> {
         let mut rs = self.with_audit(vec![r]).await?;
-        rs.pop()
-            .ok_or_else(|| Error::Internal("a reservation went missing while reading its audit".into()))
+        rs.pop().ok_or_else(|| {
+            Error::Internal("a reservation went missing while reading its audit".into())
+        })
     }
 
     /// Releases a `TRYING` or `HELD` reservation without its token, as a Cancel would.
@@ -90,7 +91,11 @@ impl Coordinator {
         entered(&r, State::Cancelling);
         // Not leased: another driver (a placement still in flight at another instance, or a
         // sweep) holds it and releases it, or recovery does once its lease ends.
-        let r = if leased { self.drive_release(r).await? } else { r };
+        let r = if leased {
+            self.drive_release(r).await?
+        } else {
+            r
+        };
         self.with_audit_one(r).await
     }
 
@@ -125,7 +130,11 @@ impl Coordinator {
         tracing::warn!(reservation_id = %id, principal = %note.principal, outcome = %to, reason = %reason, "FAILED reservation resolved by an operator");
         entered(&r, to);
         refund_recorded(&r);
-        let r = if leased { self.drive_refund(r).await? } else { r };
+        let r = if leased {
+            self.drive_refund(r).await?
+        } else {
+            r
+        };
         self.with_audit_one(r).await
     }
 
@@ -165,16 +174,20 @@ impl Coordinator {
         let note = note(actor, AdminAction::Retry, "", named);
         let Some(woken) = self.store.retry(&target, &note, self.lease()).await? else {
             let RetryTarget::Reservation(id) = target else {
-                return Err(Error::Internal("retry by participant found no reservation".into()));
+                return Err(Error::Internal(
+                    "retry by participant found no reservation".into(),
+                ));
             };
             return Err(Error::NotFound(id));
         };
         crate::telemetry::admin_action(AdminAction::Retry.as_str());
         let leased: Vec<Uuid> = woken.iter().filter(|w| w.leased).map(|w| w.id).collect();
         tracing::info!(principal = %note.principal, woken = woken.len(), driven = leased.len(), "retry by an operator");
-        for (id, result) in join_all(leased.iter().map(|id| async move {
-            (*id, self.recover(*id).await)
-        }))
+        for (id, result) in join_all(
+            leased
+                .iter()
+                .map(|id| async move { (*id, self.recover(*id).await) }),
+        )
         .await
         {
             if let Err(e) = result {
@@ -242,7 +255,12 @@ impl Coordinator {
 }
 
 /// The audit entry an action by `actor` records.
-fn note(actor: &Actor, action: AdminAction, reason: &str, participant: Option<String>) -> AuditNote {
+fn note(
+    actor: &Actor,
+    action: AdminAction,
+    reason: &str,
+    participant: Option<String>,
+) -> AuditNote {
     AuditNote {
         principal: admin::audit_principal(&actor.principal),
         action,

@@ -108,7 +108,9 @@ pub enum Error {
     NotHeld(Uuid),
 
     /// `Resolve` settles only a `FAILED` reservation.
-    #[error("reservation {id} is {state}, not FAILED: only a FAILED reservation can be resolved; nothing was changed")]
+    #[error(
+        "reservation {id} is {state}, not FAILED: only a FAILED reservation can be resolved; nothing was changed"
+    )]
     NotFailed { id: Uuid, state: State },
 
     #[error(

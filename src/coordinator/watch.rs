@@ -22,9 +22,8 @@ use crate::domain::{
     Actor, Decision, ExtraPayment, ListQuery, NewReservation, Rejection, Reservation, State,
 };
 use crate::store::{
-    AdminDecided, Woken,
-    BranchReport, Claimed, Created, Decided, PhaseRecorded, RefundAnswer, Stamp, Store, StoreError,
-    Waiting, WorkLease,
+    AdminDecided, BranchReport, Claimed, Created, Decided, PhaseRecorded, RefundAnswer, Stamp,
+    Store, StoreError, Waiting, Woken, WorkLease,
 };
 
 /// Reservations a watch may have read but its client not yet taken.

@@ -129,11 +129,9 @@ pub fn admin_reason(value: &str) -> Result<(), FieldError> {
 /// The states `ListStuck` may filter on: the non-terminal ones and `FAILED`.
 pub fn stuck_state(field: &str, state: State) -> Result<State, FieldError> {
     match state {
-        State::Trying
-        | State::Held
-        | State::Confirming
-        | State::Cancelling
-        | State::Failed => Ok(state),
+        State::Trying | State::Held | State::Confirming | State::Cancelling | State::Failed => {
+            Ok(state)
+        }
         other => Err(FieldError::new(
             field,
             format!(

@@ -8,7 +8,9 @@ use sqlx::postgres::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::rows::{ReservationRow, millis};
-use crate::domain::admin::{AdminAction, AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery};
+use crate::domain::admin::{
+    AdminAction, AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery,
+};
 use crate::domain::{Reservation, State};
 use crate::store::admin::{AdminSql, Woken};
 use crate::store::{StoreError, WorkLease};
@@ -139,7 +141,6 @@ impl AdminSql for Postgres {
     }
 }
 
-
 /// Stuck work (`$3` the limit; `$1`, `$2` the cursor; `$4` the states, empty for all; `$5` a
 /// participant or NULL; `$6` older_than in milliseconds).
 const STUCK: &str = concat!(
@@ -195,7 +196,9 @@ type AuditRow = (
     Option<String>,
 );
 
-fn entry((seq, reservation_id, principal, at, action, reason, participant): AuditRow) -> Result<AuditEntry, StoreError> {
+fn entry(
+    (seq, reservation_id, principal, at, action, reason, participant): AuditRow,
+) -> Result<AuditEntry, StoreError> {
     Ok(AuditEntry {
         seq,
         reservation_id,

@@ -201,7 +201,15 @@ pub(super) async fn list_stuck(
     Ok(page)
 }
 
-type AuditRow = (i64, Option<Uuid>, String, i64, String, String, Option<String>);
+type AuditRow = (
+    i64,
+    Option<Uuid>,
+    String,
+    i64,
+    String,
+    String,
+    Option<String>,
+);
 
 fn entry(row: AuditRow) -> Result<AuditEntry, StoreError> {
     let (seq, reservation_id, principal, at, action, reason, participant) = row;
