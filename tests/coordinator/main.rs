@@ -26,6 +26,7 @@ mod payment_binding;
 mod process;
 mod recovery;
 mod refund_failures;
+mod retry_info;
 mod service;
 mod tls;
 mod tracing;
