@@ -20,6 +20,7 @@ mod invalid_holds;
 mod late_payment;
 mod lifecycle;
 mod limits;
+mod list_filters;
 mod migrate;
 mod overload;
 mod payment_binding;

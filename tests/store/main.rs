@@ -93,6 +93,7 @@ macro_rules! conformance {
 }
 
 conformance!(
+    list_filters: [participant_time_and_labels],
     admin: [
         force_cancel_held_and_trying,
         resolve_only_failed,

@@ -8,6 +8,7 @@ pub mod bindings;
 pub mod create;
 pub mod decide;
 pub mod list;
+pub mod list_filters;
 pub mod lost_ack;
 pub mod payments;
 pub mod phases;
@@ -237,5 +238,6 @@ fn query(holder: Option<&str>, state: Option<State>, limit: u32) -> ListQuery {
         state,
         limit,
         after: None,
+        ..Default::default()
     }
 }
