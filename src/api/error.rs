@@ -320,11 +320,15 @@ mod tests {
         assert_eq!(info.retry_delay, Some(std::time::Duration::from_secs(10)));
         let down: Status = Error::ShuttingDown.into();
         assert!(down.get_details_retry_info().is_some());
-        let store: Status =
-            Error::StoreUnavailable(crate::store::StoreError::Contended("busy".into())).into();
-        assert_eq!(store.code(), Code::Unavailable);
-        assert!(store.get_details_retry_info().is_some());
-        assert!(store.get_details_error_info().is_some());
+        let participant: Status = Error::ParticipantUnavailable {
+            reservation_id: uuid::Uuid::nil(),
+            participant: "seats".into(),
+            detail: "down".into(),
+        }
+        .into();
+        assert_eq!(participant.code(), Code::Unavailable);
+        assert!(participant.get_details_retry_info().is_some());
+        assert!(participant.get_details_error_info().is_some());
         let closed: Status = Error::NotFound(uuid::Uuid::nil()).into();
         assert!(closed.get_details_retry_info().is_none());
     }

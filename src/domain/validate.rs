@@ -247,13 +247,13 @@ pub fn list_filters(query: &super::ListQuery, limits: &Limits) -> Result<(), Fie
     if let Some(p) = &query.participant {
         identifier("participant", p, limits.max_id_bytes)?;
     }
-    if let (Some(after), Some(before)) = (query.created_after, query.created_before) {
-        if after >= before {
-            return Err(FieldError::new(
-                "created_after",
-                "must be before created_before",
-            ));
-        }
+    if let (Some(after), Some(before)) = (query.created_after, query.created_before)
+        && after >= before
+    {
+        return Err(FieldError::new(
+            "created_after",
+            "must be before created_before",
+        ));
     }
     if query.labels.len() > MAX_LABEL_FILTERS {
         return Err(FieldError::new(
