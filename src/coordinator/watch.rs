@@ -273,4 +273,13 @@ impl Store for Publishing {
         // Nothing to publish: the request was never answered with this reservation.
         self.inner.discard(id, lease_owner).await
     }
+
+    async fn purge_finished(
+        &self,
+        keep: std::time::Duration,
+        limit: u32,
+    ) -> Result<crate::store::Purged, StoreError> {
+        // Nothing to publish: only finished reservations go, and a watch ends at the finish.
+        self.inner.purge_finished(keep, limit).await
+    }
 }

@@ -15,6 +15,7 @@
 //! - `payments.rs`: the statements of payment bindings and further payments.
 //! - `answers.rs` / `group_commit.rs`: recording fan-out answers, many per statement.
 //! - `recovery.rs`: claims, leases, backlog.
+//! - `retention.rs`: purging finished reservations in short batches.
 
 // First, so its column-list macros are in scope for every module below.
 #[macro_use]
@@ -27,6 +28,7 @@ mod group_commit;
 mod list;
 mod payments;
 mod recovery;
+mod retention;
 mod unlocked;
 mod waiting;
 
@@ -251,5 +253,13 @@ impl Store for PgStore {
 
     async fn discard(&self, id: Uuid, lease_owner: Uuid) -> Result<bool, StoreError> {
         recovery::discard(&self.pool, id, lease_owner).await
+    }
+
+    async fn purge_finished(
+        &self,
+        keep: std::time::Duration,
+        limit: u32,
+    ) -> Result<super::Purged, StoreError> {
+        retention::purge_finished(&self.pool, keep, limit).await
     }
 }

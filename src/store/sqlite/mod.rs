@@ -20,6 +20,7 @@
 //! - `payments.rs`: the statements of payment bindings and further payments.
 //! - `answers.rs`: recording fan-out answers (`record_held`, `record_phase`).
 //! - `recovery.rs`: claims, leases, backlog.
+//! - `retention.rs`: purging finished reservations in small batches.
 
 /// Gives up the lease and, unless `finished`, schedules the next attempt:
 /// `now + min(cap, base * 2^attempts) * (0.5 + jitter/2)`, jitter uniform in [0, 1).
@@ -50,6 +51,7 @@ mod create;
 mod decide;
 mod payments;
 mod recovery;
+mod retention;
 mod rows;
 mod waiting;
 
@@ -270,5 +272,13 @@ impl Store for SqliteStore {
 
     async fn discard(&self, id: Uuid, lease_owner: Uuid) -> Result<bool, StoreError> {
         recovery::discard(&self.pool, id, lease_owner).await
+    }
+
+    async fn purge_finished(
+        &self,
+        keep: std::time::Duration,
+        limit: u32,
+    ) -> Result<super::Purged, StoreError> {
+        retention::purge_finished(&self.pool, keep, limit).await
     }
 }
