@@ -162,7 +162,7 @@ mod lost_ack {
 }
 
 /// Retention cases run on both backends like the conformance cases, with a [`Backdate`] of
-/// each backend's SQL (`updated_at` a day back) to make a reservation old.
+/// each backend's SQL (`updated_at` and any lease a day back) to make a reservation old.
 ///
 /// [`Backdate`]: cases::retention::Backdate
 macro_rules! retention {
@@ -182,7 +182,7 @@ macro_rules! retention {
                             let backdate: crate::cases::retention::Backdate = Arc::new(move |id| {
                                 let pool = pool.clone();
                                 Box::pin(async move {
-                                    sqlx::query("UPDATE reservations SET updated_at = updated_at - interval '1 day' WHERE id = $1")
+                                    sqlx::query("UPDATE reservations SET updated_at = updated_at - interval '1 day', lease_until = lease_until - interval '1 day' WHERE id = $1")
                                         .bind(id)
                                         .execute(&pool)
                                         .await
@@ -202,7 +202,7 @@ macro_rules! retention {
                         let backdate: crate::cases::retention::Backdate = Arc::new(move |id| {
                             let pool = pool.clone();
                             Box::pin(async move {
-                                sqlx::query("UPDATE reservations SET updated_at = updated_at - 86400000000 WHERE id = ?1")
+                                sqlx::query("UPDATE reservations SET updated_at = updated_at - 86400000000, lease_until = lease_until - 86400000000 WHERE id = ?1")
                                     .bind(id)
                                     .execute(&pool)
                                     .await

@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::{FAST, LONG, S, cancel, confirm, confirm_paid, decide, held, new_res, reports};
 
-/// Moves a reservation's `updated_at` (its finish time) a day back.
+/// Moves a reservation's `updated_at` (its finish time) and any lease a day back.
 pub type Backdate = Arc<dyn Fn(Uuid) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 /// What counts as old in these cases: anything finished more than an hour ago.
