@@ -286,13 +286,7 @@ pub async fn serve_coordinator(
         None => crate::domain::TokenKeys::ephemeral()
             .map_err(|e| AppError::Config(format!("hold token keys: {e}")))?,
     };
-    let coordinator = Coordinator::new(
-        store.into_dyn(),
-        registry,
-        settings.limits,
-        policy,
-        tokens,
-    );
+    let coordinator = Coordinator::new(store.into_dyn(), registry, settings.limits, policy, tokens);
     // Work waiting on a participant removed from the configuration: said at start (#15 item 4).
     if let Err(e) = coordinator.report_unregistered_backlog().await {
         tracing::warn!(error = %e, "counting work waiting on unregistered participants failed");

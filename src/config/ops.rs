@@ -83,7 +83,8 @@ pub struct ParticipantMetricsArgs {
     /// Where Prometheus metrics are served (GET /metrics, over TLS when the participant has a
     /// certificate), or `off`.
     #[arg(long, env = "HOLDFAST_METRICS_LISTEN", default_value = "off", value_parser = parse_optional_addr)]
-    pub metrics_listen: Option<SocketAddr>,
+    // Spelled out so clap takes the parser's `Option` (`off`) as the value, not as "optional".
+    pub metrics_listen: std::option::Option<SocketAddr>,
 }
 
 #[cfg(test)]
@@ -105,7 +106,12 @@ mod tests {
         let short = RetentionArgs {
             retention: Retention(Some(Duration::from_secs(60))),
         };
-        assert!(short.participant_keep().unwrap_err().contains("--retention"));
+        assert!(
+            short
+                .participant_keep()
+                .unwrap_err()
+                .contains("--retention")
+        );
         assert_eq!(short.keep(), Some(Duration::from_secs(60)));
     }
 }

@@ -69,7 +69,10 @@ impl Coordinator {
                 }
                 Ok(p) => {
                     if p.reservations > 0 {
-                        tracing::info!(reservations = p.reservations, "retention deleted finished reservations");
+                        tracing::info!(
+                            reservations = p.reservations,
+                            "retention deleted finished reservations"
+                        );
                     }
                     retention.every
                 }

@@ -265,6 +265,10 @@ impl Store for Publishing {
         self.inner.backlog().await
     }
 
+    async fn oldest_work_age(&self) -> Result<std::time::Duration, StoreError> {
+        self.inner.oldest_work_age().await
+    }
+
     async fn waiting_on(&self, examples: u32) -> Result<Vec<Waiting>, StoreError> {
         self.inner.waiting_on(examples).await
     }

@@ -27,7 +27,11 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     /// One retention batch: up to `limit` finished branches last changed more than `keep` ago
     /// (and past `expires_at + orphan_grace`), their barrier rows and released business rows,
     /// in one transaction; counted in `holdfast_retention_deleted_total{table}`.
-    pub async fn purge_finished(&self, keep: Duration, limit: u32) -> Result<Purged, ResourceError> {
+    pub async fn purge_finished(
+        &self,
+        keep: Duration,
+        limit: u32,
+    ) -> Result<Purged, ResourceError> {
         let mut tx = DB::begin_write(&self.pool).await?;
         let branches = DB::purge_finished(&mut *tx, &self.name, keep, limit.max(1)).await?;
         let business = if branches.is_empty() {

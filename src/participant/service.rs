@@ -9,14 +9,14 @@ use sqlx::{Pool, Postgres};
 use super::barrier::{Backend, BarrierPhase, BarrierRow};
 use chrono::{DateTime, Utc};
 
+use super::faults;
 use super::validate::{check_max_hold, check_try};
 use super::{
     BranchAnswer, BranchCtx, BranchKey, ConfirmOutcome, ExtendAnswer, Resource, ResourceError,
     TryAnswer, TryBranch,
 };
-use super::faults;
-use crate::telemetry::ops::barrier_outcome;
 use crate::proto::participant_server::ParticipantServer;
+use crate::telemetry::ops::barrier_outcome;
 
 /// How long after `expires_at` a participant keeps an unreleased hold before reclaiming it.
 pub const DEFAULT_ORPHAN_GRACE: Duration = Duration::from_secs(3600);

@@ -331,6 +331,11 @@ pub trait Store: Send + Sync + 'static {
     /// How many reservations are waiting to be driven to their outcome.
     async fn backlog(&self) -> Result<i64, StoreError>;
 
+    /// How long the oldest of that work has waited (zero when there is none): since the last
+    /// change of a `TRYING`/`CONFIRMING`/`CANCELLING` reservation or one owing a refund, since
+    /// `expires_at` of a lapsed `HELD` one, since a further payment owing its refund arrived.
+    async fn oldest_work_age(&self) -> Result<Duration, StoreError>;
+
     /// For each participant that unfinished work waits on (a branch it must still be told
     /// about, or a refund it still owes), how many reservations, with up to `examples` (at
     /// least one) of their ids, oldest first; by participant name.

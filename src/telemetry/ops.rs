@@ -18,6 +18,7 @@ pub mod ops_names {
     pub const ORPHAN_RECLAIMS: &str = "holdfast_participant_orphan_reclaims_total";
     pub const REDIS_REBUILDS: &str = "holdfast_stock_redis_rebuilds_total";
     pub const REDIS_DRIFT: &str = "holdfast_stock_redis_drift_total";
+    pub const OLDEST_WORK_AGE: &str = "holdfast_oldest_work_age_seconds";
 }
 
 use ops_names::*;
@@ -66,6 +67,19 @@ pub fn redis_drift(kind: &'static str) {
     metrics::counter!(REDIS_DRIFT, "kind" => kind).increment(1);
 }
 
+/// How long the oldest unfinished work (a fan-out, a lapsed hold, a refund) has waited.
+pub fn oldest_work_age(age: Duration) {
+    metrics::gauge!(OLDEST_WORK_AGE).set(age.as_secs_f64());
+}
+
+/// stock-redis's series, at zero.
+pub fn stock_redis_started() {
+    super::metrics_handle();
+    metrics::counter!(REDIS_REBUILDS).increment(0);
+    metrics::counter!(REDIS_DRIFT, "kind" => "counter").increment(0);
+    metrics::counter!(ORPHAN_RECLAIMS, "participant" => "stock-redis").increment(0);
+}
+
 /// The coordinator's series that alerts read, at zero.
 pub fn coordinator_started() {
     use crate::domain::State;
@@ -87,6 +101,7 @@ pub fn coordinator_started() {
     }
     metrics::gauge!(names::RECOVERY_BACKLOG).increment(0.0);
     metrics::gauge!(names::HOLD_TO_CONFIRM).increment(0.0);
+    metrics::gauge!(OLDEST_WORK_AGE).increment(0.0);
     for table in ["reservations", "branches", "extra_payments"] {
         metrics::counter!(RETENTION_DELETED, "table" => table).increment(0);
     }

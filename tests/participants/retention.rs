@@ -161,11 +161,21 @@ async fn retention_deletes_finished_branches_and_released_rows_only(pool: PgPool
             assert_eq!(db.barrier_rows(&b.branch_id).await, 1, "{}", db.name());
         }
         assert_eq!(stock_hold_rows(&db, &cancelled.branch_id).await, 0);
-        assert_eq!(stock_hold_rows(&db, &confirmed.branch_id).await, 1, "the sale stays");
+        assert_eq!(
+            stock_hold_rows(&db, &confirmed.branch_id).await,
+            1,
+            "the sale stays"
+        );
         assert_eq!(counts(&mut p, "sku-1").await, before, "{}", db.name());
         let after = scrape(metrics_addr).await;
-        assert_eq!(deleted(&after, "tcc_barrier") - deleted(&page, "tcc_barrier"), 3.0);
-        assert_eq!(deleted(&after, "stock_hold") - deleted(&page, "stock_hold"), 1.0);
+        assert_eq!(
+            deleted(&after, "tcc_barrier") - deleted(&page, "tcc_barrier"),
+            3.0
+        );
+        assert_eq!(
+            deleted(&after, "stock_hold") - deleted(&page, "stock_hold"),
+            1.0
+        );
 
         // The kept tombstone refuses its late Try; nothing is held.
         assert_eq!(outcome(&p.try_(tombstone.clone()).await), Outcome::Rejected);

@@ -266,6 +266,10 @@ impl Store for SqliteStore {
         recovery::backlog(&self.pool).await
     }
 
+    async fn oldest_work_age(&self) -> Result<std::time::Duration, StoreError> {
+        recovery::oldest_work_age(&self.pool).await
+    }
+
     async fn waiting_on(&self, examples: u32) -> Result<Vec<Waiting>, StoreError> {
         waiting::waiting_on(&self.pool, examples).await
     }

@@ -90,7 +90,10 @@ pub async fn purges_only_finished_old_work(store: S, backdate: Backdate) {
         assert!(exists(&store, id).await, "{what} must be kept");
     }
     // Nothing more to do: a second pass deletes nothing.
-    assert_eq!(store.purge_finished(KEEP, 1000).await.unwrap(), Purged::default());
+    assert_eq!(
+        store.purge_finished(KEEP, 1000).await.unwrap(),
+        Purged::default()
+    );
 }
 
 pub async fn batch_bound_is_respected(store: S, backdate: Backdate) {
@@ -129,7 +132,10 @@ pub async fn reserve_after_deletion_is_new(store: S, backdate: Backdate) {
         other => panic!("expected the existing reservation, got {other:?}"),
     }
     backdate(first).await;
-    assert_eq!(store.purge_finished(KEEP, 1000).await.unwrap().reservations, 1);
+    assert_eq!(
+        store.purge_finished(KEEP, 1000).await.unwrap().reservations,
+        1
+    );
     // After it, the repeat creates a new one (README: retention must exceed any retry window).
     match store
         .create(&again, super::lease(), super::NO_LIMITS)
