@@ -25,6 +25,7 @@ mod payment_binding;
 mod process;
 mod recovery;
 mod refund_failures;
+mod retention;
 mod service;
 mod tls;
 mod tracing;
