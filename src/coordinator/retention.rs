@@ -27,6 +27,16 @@ pub struct Retention {
 /// The longest batch retention ever deletes in one transaction (SPEC 8.3).
 pub const MAX_BATCH: u32 = 1000;
 
+impl Retention {
+    /// Retention off: everything is kept.
+    pub fn off() -> Retention {
+        Retention {
+            keep: None,
+            ..Retention::default()
+        }
+    }
+}
+
 impl Default for Retention {
     fn default() -> Self {
         Retention {
