@@ -7,6 +7,8 @@
 
 pub mod auth;
 mod lease;
+pub mod ops;
+mod parse;
 pub mod tls;
 pub mod watch;
 
@@ -19,55 +21,10 @@ use std::time::Duration;
 use crate::coordinator::Policy;
 use crate::domain::validate::Limits;
 use crate::registry::ParticipantEndpoint;
+pub use parse::{mask_password, parse_duration, parse_optional_addr};
 
 /// The embedded default of the all-in-one (and the coordinator role): SQLite under `./data`.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://./data/holdfast.db";
-
-/// `url` with any password replaced by `***`.
-pub fn mask_password(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end + 3..];
-    let Some(at) = rest.find('@') else {
-        return url.to_owned();
-    };
-    match rest[..at].split_once(':') {
-        Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &rest[at..]),
-        None => url.to_owned(),
-    }
-}
-
-/// Parses durations such as `250ms`, `5s`, `10m`, `1h`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| format!("{s:?} needs a unit: ms, s, m or h"))?;
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration such as 500ms, 5s, 10m, 1h"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        "h" => Ok(Duration::from_secs(n * 3600)),
-        _ => Err(format!(
-            "{s:?} has unknown unit {unit:?}: use ms, s, m or h"
-        )),
-    }
-}
-
-/// Parses a listen address, or `off`.
-pub fn parse_optional_addr(s: &str) -> Result<Option<SocketAddr>, String> {
-    if s.eq_ignore_ascii_case("off") {
-        return Ok(None);
-    }
-    s.parse()
-        .map(Some)
-        .map_err(|_| format!("{s:?} is not an address such as 127.0.0.1:9464 (or \"off\")"))
-}
 
 /// Parses `NAME=URL`.
 pub fn parse_participant(s: &str) -> Result<(String, String), String> {
@@ -292,6 +249,12 @@ pub struct ParticipantArgs {
 
     #[command(flatten)]
     pub auth: auth::ServerAuthArgs,
+
+    #[command(flatten)]
+    pub retention: ops::RetentionArgs,
+
+    #[command(flatten)]
+    pub metrics: ops::ParticipantMetricsArgs,
 }
 
 /// The all-in-one port of each reference participant kind (SPEC section 5).
@@ -427,6 +390,9 @@ pub struct CoordinatorArgs {
     #[command(flatten)]
     pub watch: watch::WatchArgs,
 
+    #[command(flatten)]
+    pub retention: ops::RetentionArgs,
+
     /// Per-participant call timeouts from the config file.
     #[arg(skip)]
     pub participant_timeouts: HashMap<String, Duration>,
@@ -510,6 +476,7 @@ impl CoordinatorArgs {
         self.auth.describe(&mut out);
         self.secrets.describe(&mut out);
         self.watch.describe(&mut out);
+        self.retention.describe(&mut out);
         out.push_str("\n[participants]\n");
         for ep in self.endpoints() {
             out.push_str(&format!(
@@ -575,6 +542,10 @@ impl CoordinatorArgs {
                 total: self.max_active_holds_total,
             },
             watch: self.watch.limits()?,
+            retention: crate::coordinator::Retention {
+                keep: self.retention.keep(),
+                ..Default::default()
+            },
             ..Policy::default()
         })
     }

@@ -151,6 +151,9 @@ pub mod propagation {
 }
 
 /// Metric names (SPEC section 5), in one place.
+/// Operator metrics: retention, participants (`telemetry/ops.rs`).
+pub mod ops;
+
 pub mod names {
     pub const RESERVATIONS: &str = "holdfast_reservations_total";
     pub const HOLD_TO_CONFIRM: &str = "holdfast_hold_to_confirm_ratio";

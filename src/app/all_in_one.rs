@@ -165,6 +165,10 @@ pub async fn serve_all_in_one(
         let _ = rx.wait_for(|s| *s).await;
     };
 
+    let retention = coordinator
+        .retention
+        .participant_keep()
+        .map_err(AppError::Config)?;
     let mut participants = Vec::new();
     let mut tasks = tokio::task::JoinSet::new();
     for kind in ALL_IN_ONE_KINDS {
@@ -173,6 +177,7 @@ pub async fn serve_all_in_one(
         let (pool, stop) = (pdb.clone(), stopped(stop_rx.clone()));
         let settings = ParticipantSettings {
             auth: access.auth.clone(),
+            retention,
             ..ParticipantSettings::new(kind)
         };
         tasks.spawn(async move {

@@ -186,6 +186,11 @@ pub async fn serve_participant(
         .auth
         .authenticator(&[listen])
         .map_err(AppError::Config)?;
+    let retention = args
+        .retention
+        .participant_keep()
+        .map_err(AppError::Config)?;
+    start_metrics(args.metrics.metrics_listen, tls.as_ref()).await?;
     let pool: ParticipantDb = match DatabaseKind::of_url(&args.database_url)? {
         DatabaseKind::Postgres => db::connect_postgres(&args.database_url, args.db_pool_size)
             .await?
@@ -217,6 +222,7 @@ pub async fn serve_participant(
             orphan_grace: args.orphan_grace,
             auth,
             max_hold: args.max_hold,
+            retention,
         };
         participants::serve(settings, pool, listener, shutdown).await
     };
@@ -225,6 +231,9 @@ pub async fn serve_participant(
         source,
     })
 }
+
+/// Reservations per retention batch on SQLite (PostgreSQL takes `retention::MAX_BATCH`).
+const SQLITE_RETENTION_BATCH: u32 = 200;
 
 /// Serves /metrics in the background when an address is configured, over TLS with `tls`.
 pub async fn start_metrics(
@@ -261,6 +270,12 @@ pub async fn serve_coordinator(
     check_participant_transport(&settings, listener.tls().is_some())?;
     let store = store.into();
     store.migrate().await?;
+    let mut policy = settings.policy;
+    if let AnyStore::Sqlite(_) = store {
+        // One writer: a purge batch holds the write lock Reserves wait for, so it stays small.
+        policy.retention.batch = policy.retention.batch.min(SQLITE_RETENTION_BATCH);
+    }
+    crate::telemetry::ops::coordinator_started();
     let registry = Registry::new(
         &settings.participants,
         settings.participant_transport.tls.as_ref(),
@@ -271,18 +286,13 @@ pub async fn serve_coordinator(
         None => crate::domain::TokenKeys::ephemeral()
             .map_err(|e| AppError::Config(format!("hold token keys: {e}")))?,
     };
-    let coordinator = Coordinator::new(
-        store.into_dyn(),
-        registry,
-        settings.limits,
-        settings.policy,
-        tokens,
-    );
+    let coordinator = Coordinator::new(store.into_dyn(), registry, settings.limits, policy, tokens);
     // Work waiting on a participant removed from the configuration: said at start (#15 item 4).
     if let Err(e) = coordinator.report_unregistered_backlog().await {
         tracing::warn!(error = %e, "counting work waiting on unregistered participants failed");
     }
     let (stop_recovery, stop) = tokio::sync::watch::channel(false);
+    let retention = tokio::spawn(coordinator.clone().run_retention(stop.clone()));
     let recovery = tokio::spawn(coordinator.clone().run_recovery(stop));
     // At shutdown, open Watch streams end at once (UNAVAILABLE): the graceful shutdown waits
     // for calls in flight, and a stream could otherwise run until its hold's max_ttl.
@@ -308,6 +318,7 @@ pub async fn serve_coordinator(
     // any instance recovers it.
     let _ = stop_recovery.send(true);
     let _ = recovery.await;
+    let _ = retention.await;
     served?;
     Ok(())
 }

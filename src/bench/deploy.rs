@@ -102,7 +102,8 @@ impl Deployment {
     /// Starts the coordinator (pool of `coordinator_pool`) and participants `noop-a`, `noop-b`,
     /// `seats`, `stock` (sharing one pool of `participant_pool`, as the all-in-one does) on
     /// the already migrated database at `url`, plus `stock-redis` (same pool) with
-    /// `stock_redis` settings if given, every hop over `transport`, and waits until they
+    /// `stock_redis` settings if given, every hop over `transport`, the coordinator's
+    /// retention as `retention` (off but for the `retention` scenario), and waits until they
     /// answer.
     pub async fn start(
         url: &str,
@@ -110,6 +111,7 @@ impl Deployment {
         participant_pool: u32,
         stock_redis: Option<StockRedisSettings>,
         transport: &Transport,
+        retention: crate::coordinator::Retention,
     ) -> Result<Deployment, String> {
         let connect = |n| async move {
             crate::db::connect_postgres(url, n)
@@ -194,7 +196,10 @@ impl Deployment {
         let settings = CoordinatorSettings {
             participants: registered,
             limits: Limits::default(),
-            policy: Policy::default(),
+            policy: Policy {
+                retention,
+                ..Policy::default()
+            },
             server: crate::server::ServerLimits::default(),
             participant_transport: transport.participant_transport(),
             access: app::CoordinatorAccess {

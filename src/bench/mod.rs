@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::coordinator::Retention;
 use report::{print_table, row, to_json};
 use scenarios::{Ctx, Measured, Progress, Workload};
 
@@ -35,13 +36,17 @@ pub enum Scenario {
     /// A stock participant alone: `--clients` clients sending Try (1 unit each) straight to
     /// it, for `--duration`: `stock` on Postgres, and `stock-redis` when `--redis-url` is set.
     Holds,
+    /// Reserve latency (`--retention-clients` clients, `--duration`) with retention off, then
+    /// while the coordinator purges `--retention-rows` finished reservations seeded 40 days
+    /// old. In-process only; run only when named (it seeds a million rows by default).
+    Retention,
 }
 
 /// Settings of `holdfast bench`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct BenchArgs {
-    /// Scenarios to run (default: all), always in the order ceiling, latency, throughput,
-    /// flash, holds.
+    /// Scenarios to run (default: all but retention), always in the order ceiling, latency,
+    /// throughput, flash, holds, retention.
     #[arg(value_enum)]
     pub scenarios: Vec<Scenario>,
 
@@ -77,6 +82,14 @@ pub struct BenchArgs {
     /// Units of the flash-sale item.
     #[arg(long, default_value_t = 100)]
     pub flash_units: i64,
+
+    /// Finished reservations the `retention` scenario seeds for the purge.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub retention_rows: u64,
+
+    /// Clients doing Reserves in the `retention` scenario.
+    #[arg(long, default_value_t = 4)]
+    pub retention_clients: usize,
 
     /// Also write the results as JSON to this file.
     #[arg(long)]
@@ -269,6 +282,7 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
                         &run_id,
                         &name,
                         false,
+                        Retention::off(),
                         |ctx, progress| async move {
                             scenarios::reserve_confirm_loop(
                                 ctx,
@@ -321,6 +335,13 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
                     ));
                 }
             }
+            Scenario::Retention => {
+                if args.target.is_some() {
+                    eprintln!("bench: retention skipped (in-process deployment only)");
+                    continue;
+                }
+                retention_scenario(&args, &transport, &run_id, &mut rows).await;
+            }
             Scenario::Flash => {
                 use crate::participants::Kind;
                 let mut kinds = vec![Kind::Stock];
@@ -343,6 +364,7 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
                         &run_id,
                         &name,
                         redis,
+                        Retention::off(),
                         |ctx, progress| async move {
                             scenarios::flash(
                                 ctx,
@@ -369,6 +391,9 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
     }
 
     print_table(&rows, &transport);
+    if let Some(line) = retention_ratio(&rows) {
+        println!("{line}");
+    }
     if let Some(path) = &args.json {
         let doc = to_json(&args, &transport, &rows);
         let text = serde_json::to_string_pretty(&doc)
@@ -389,6 +414,80 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
     }
 }
 
+/// `retention`: seeds the finished rows, then measures Reserves with retention off and while
+/// the coordinator's own retention loop (every second, its usual batches and pauses) purges
+/// them, each on a fresh deployment of its own.
+async fn retention_scenario(
+    args: &BenchArgs,
+    transport: &Transport,
+    run_id: &str,
+    rows: &mut Vec<Row>,
+) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let total = args.retention_rows;
+    match scenarios::retention::seed_finished(&args.database_url, total).await {
+        Ok(took) => eprintln!(
+            "bench: seeded {total} finished reservations in {:.1}s",
+            took.as_secs_f64()
+        ),
+        Err(e) => {
+            rows.push(row("retention-seed".into(), 0, Err(e), None, None));
+            return;
+        }
+    }
+    let clients = args.retention_clients.max(1);
+    let purging = Retention {
+        keep: Some(Duration::from_secs(30 * 24 * 3600)),
+        every: Duration::from_secs(1),
+        ..Retention::default()
+    };
+    for (name, retention) in [
+        ("retention-off", Retention::off()),
+        ("retention-purging", purging),
+    ] {
+        let stop = Arc::new(AtomicBool::new(false));
+        let watching = retention.keep.is_some();
+        let r = with_deployment(args, transport, run_id, name, false, retention, |ctx, progress| {
+            let stop = stop.clone();
+            async move {
+                let watch = watching.then(|| {
+                    scenarios::retention::purge_watch(total, std::time::Instant::now(), stop.clone())
+                });
+                let mut m =
+                    scenarios::retention::reserve_loop(ctx, clients, args.duration, progress).await?;
+                stop.store(true, Ordering::Relaxed);
+                if let Some(watch) = watch {
+                    let (purged, done_at) = watch.await.unwrap_or((0, None));
+                    m.notes.push(match done_at {
+                        Some(at) => format!(
+                            "purge of {total} finished reservations done {at:.1}s into the window ({purged} deleted in it)"
+                        ),
+                        None => format!(
+                            "{purged} of {total} finished reservations purged during the {:.0}s window (purge still running: the whole window saw it)",
+                            args.duration.as_secs_f64()
+                        ),
+                    });
+                    m.extra = serde_json::json!({ "purged_in_window": purged, "purge_done_at_s": done_at });
+                }
+                Ok(m)
+            }
+        })
+        .await;
+        rows.push(row(name.into(), clients, r.0, None, r.1));
+    }
+}
+
+/// "retention p99: purging / off = x" when both rows ran.
+fn retention_ratio(rows: &[Row]) -> Option<String> {
+    let p99 = |name: &str| {
+        rows.iter()
+            .find(|r| r.name == name && r.failure.is_none())
+            .map(|r| r.latency().p99)
+    };
+    let (off, purging) = (p99("retention-off")?, p99("retention-purging")?);
+    (off > 0.0).then(|| format!("retention: Reserve p99 {purging:.2} ms while purging vs {off:.2} ms off = {:.2}x (bound: 2x)", purging / off))
+}
+
 fn delta(before: Option<(i64, i64)>, after: Option<(i64, i64)>) -> Option<(i64, i64)> {
     let (b, a) = (before?, after?);
     Some((a.0 - b.0, a.1 - b.1))
@@ -404,6 +503,7 @@ async fn with_deployment<F, Fut>(
     run_id: &str,
     name: &str,
     stock_redis: bool,
+    retention: Retention,
     body: F,
 ) -> (Result<Measured, String>, Option<(i64, i64)>)
 where
@@ -441,6 +541,7 @@ where
                 args.participant_pool,
                 redis,
                 transport,
+                retention,
             )
             .await
             {

@@ -31,7 +31,7 @@ impl Row {
         })
     }
 
-    fn latency(&self) -> Percentiles {
+    pub(super) fn latency(&self) -> Percentiles {
         self.measured
             .as_ref()
             .map_or_else(Percentiles::default, |m| {

@@ -26,6 +26,7 @@ mod payment_check;
 mod place;
 pub mod policy;
 pub mod recovery;
+pub mod retention;
 mod unregistered;
 pub mod watch;
 pub mod watchers;
@@ -38,6 +39,7 @@ use uuid::Uuid;
 pub use error::Error;
 pub use place::Reserved;
 pub use policy::Policy;
+pub use retention::Retention;
 pub use watchers::{WatchLimits, WatchScope};
 
 use crate::domain::validate::{self, Limits};

@@ -34,6 +34,8 @@ pub struct Policy {
     pub hold_limits: HoldLimits,
     /// Caps on open WatchReservation streams, and the shared poller's interval.
     pub watch: super::WatchLimits,
+    /// How long finished reservations are kept, and how the purge is paced.
+    pub retention: super::Retention,
 }
 
 /// Calls to one participant a leased step may make one after another before it renews its
@@ -72,6 +74,7 @@ impl Default for Policy {
                 total: 0,
             },
             watch: super::WatchLimits::default(),
+            retention: super::Retention::default(),
         }
     }
 }

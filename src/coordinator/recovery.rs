@@ -169,6 +169,10 @@ impl Coordinator {
                     Ok(n) => crate::telemetry::recovery_backlog(n),
                     Err(e) => tracing::warn!(error = %e, "reading the recovery backlog failed"),
                 }
+                match self.store.oldest_work_age().await {
+                    Ok(age) => crate::telemetry::ops::oldest_work_age(age),
+                    Err(e) => tracing::warn!(error = %e, "reading the oldest work's age failed"),
+                }
             }
             // Probes run beside the sweeps (a probe of a dead participant waits out its
             // timeout), one round at a time.

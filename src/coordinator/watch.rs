@@ -266,6 +266,10 @@ impl Store for Publishing {
         self.inner.backlog().await
     }
 
+    async fn oldest_work_age(&self) -> Result<std::time::Duration, StoreError> {
+        self.inner.oldest_work_age().await
+    }
+
     async fn waiting_on(&self, examples: u32) -> Result<Vec<Waiting>, StoreError> {
         self.inner.waiting_on(examples).await
     }
@@ -321,5 +325,14 @@ impl Store for Publishing {
 
     async fn audit_of(&self, ids: &[Uuid]) -> Result<Vec<AuditEntry>, StoreError> {
         self.inner.audit_of(ids).await
+    }
+
+    async fn purge_finished(
+        &self,
+        keep: std::time::Duration,
+        limit: u32,
+    ) -> Result<crate::store::Purged, StoreError> {
+        // Nothing to publish: only finished reservations go, and a watch ends at the finish.
+        self.inner.purge_finished(keep, limit).await
     }
 }

@@ -31,7 +31,8 @@
 //! times in integer microseconds, the clock `unixepoch('now', 'subsec')`); [`Backend`] holds
 //! each one's barrier SQL, the logic in [`ParticipantService`] is written once.
 //!
-//! Inside: `service.rs` runs the phases; `barrier/` holds every barrier statement; `wire.rs`
+//! Inside: `service.rs` runs the phases; `calls.rs` serves them over gRPC and counts each
+//! call; `retention.rs` deletes finished branches' rows (`--retention`); `barrier/` holds every barrier statement; `wire.rs`
 //! turns requests into SDK terms and answers into responses, and `validate.rs` checks a Try,
 //! for every participant server of this crate (`stock-redis` included) alike; `error.rs` maps
 //! errors to statuses once.
@@ -54,8 +55,10 @@
 //! nothing.
 
 mod barrier;
+mod calls;
 mod error;
 mod faults;
+mod retention;
 mod service;
 pub(crate) mod validate;
 pub(crate) mod wire;
@@ -65,6 +68,7 @@ use chrono::{DateTime, Utc};
 
 pub use barrier::{Backend, BarrierPhase, BarrierRow, BranchCounts, branch_counts};
 pub use error::ResourceError;
+pub use retention::{Purged, RETENTION_BATCH};
 pub use service::{DEFAULT_MAX_HOLD, DEFAULT_ORPHAN_GRACE, ParticipantService};
 
 /// Identifies one branch: one participant's share of one reservation.
@@ -233,5 +237,24 @@ pub trait Resource<DB: Backend = sqlx::Postgres>: Send + Sync + 'static {
     ) -> Result<(), ResourceError> {
         let _ = (conn, branch);
         Ok(())
+    }
+
+    /// Retention: deletes the business rows of these finished branches (their barrier rows
+    /// go in the same transaction) that record a released hold (cancelled, voided), and
+    /// answers how many went. Rows of a confirmed branch stay: they are the sale itself
+    /// (conservation counts them; a room's exclusion constraint needs them). Default: none.
+    async fn forget_released(
+        &self,
+        conn: &mut DB::Connection,
+        branches: &[BranchKey],
+    ) -> Result<u64, ResourceError> {
+        let _ = (conn, branches);
+        Ok(0)
+    }
+
+    /// The table [`Resource::forget_released`] deletes from, for
+    /// `holdfast_retention_deleted_total{table}`.
+    fn released_table(&self) -> Option<&'static str> {
+        None
     }
 }

@@ -5,19 +5,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::{Pool, Postgres};
-use tonic::{Request, Response, Status};
 
 use super::barrier::{Backend, BarrierPhase, BarrierRow};
 use chrono::{DateTime, Utc};
 
+use super::faults;
 use super::validate::{check_max_hold, check_try};
 use super::{
     BranchAnswer, BranchCtx, BranchKey, ConfirmOutcome, ExtendAnswer, Resource, ResourceError,
     TryAnswer, TryBranch,
 };
-use super::{faults, wire};
-use crate::proto::participant_server::{Participant, ParticipantServer};
-use crate::proto::{BranchRequest, BranchResponse, ExtendBranchRequest, TryRequest, TryResponse};
+use crate::proto::participant_server::ParticipantServer;
+use crate::telemetry::ops::barrier_outcome;
 
 /// How long after `expires_at` a participant keeps an unreleased hold before reclaiming it.
 pub const DEFAULT_ORPHAN_GRACE: Duration = Duration::from_secs(3600);
@@ -36,9 +35,9 @@ const LAZY_RECLAIM_BATCH: usize = 100;
 ///
 /// `DB` is the database ([`sqlx::Postgres`] by default, or [`sqlx::Sqlite`]).
 pub struct ParticipantService<R, DB: Backend = Postgres> {
-    name: Arc<str>,
-    resource: Arc<R>,
-    pool: Pool<DB>,
+    pub(super) name: Arc<str>,
+    pub(super) resource: Arc<R>,
+    pub(super) pool: Pool<DB>,
     orphan_grace: Duration,
     max_hold: Duration,
 }
@@ -206,8 +205,12 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         found: &BarrierRow,
     ) -> Result<TryAnswer, ResourceError> {
         Ok(match &found.try_answer {
-            Some(answer) => answer.clone(),
+            Some(answer) => {
+                barrier_outcome(&self.name, "repeat");
+                answer.clone()
+            }
             None => {
+                barrier_outcome(&self.name, "tombstone");
                 // Decided before any Try (Cancel or Confirm came first): refuse for good.
                 let reason = "branch was already released before its Try arrived";
                 DB::record_late_try(tx, &self.name, &branch.key, reason).await?;
@@ -272,8 +275,14 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
                     }
                 }
             }
-            BarrierPhase::Confirmed => BranchAnswer::Confirmed,
-            BarrierPhase::Cancelled => BranchAnswer::Cancelled,
+            BarrierPhase::Confirmed => {
+                barrier_outcome(&self.name, "repeat");
+                BranchAnswer::Confirmed
+            }
+            BarrierPhase::Cancelled => {
+                barrier_outcome(&self.name, "refused");
+                BranchAnswer::Cancelled
+            }
             BarrierPhase::Rejected | BarrierPhase::HoldLost => BranchAnswer::HoldLost,
         };
         tx.commit().await?;
@@ -344,6 +353,10 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         let found = DB::lock_existing(&mut *tx, &self.name, key).await?;
         let answer = match found.phase {
             BarrierPhase::Trying | BarrierPhase::Rejected => {
+                if found.phase == BarrierPhase::Trying {
+                    // A Cancel before its Try: the row written now is the tombstone.
+                    barrier_outcome(&self.name, "tombstone");
+                }
                 DB::set_phase(&mut *tx, &self.name, key, BarrierPhase::Cancelled).await?;
                 BranchAnswer::Cancelled
             }
@@ -352,8 +365,14 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
                 DB::set_phase(&mut *tx, &self.name, key, BarrierPhase::Cancelled).await?;
                 BranchAnswer::Cancelled
             }
-            BarrierPhase::Cancelled => BranchAnswer::Cancelled,
-            BarrierPhase::Confirmed => BranchAnswer::Confirmed,
+            BarrierPhase::Cancelled => {
+                barrier_outcome(&self.name, "repeat");
+                BranchAnswer::Cancelled
+            }
+            BarrierPhase::Confirmed => {
+                barrier_outcome(&self.name, "refused");
+                BranchAnswer::Confirmed
+            }
             // Already released by the reclaim; nothing is held, nothing to change.
             BarrierPhase::HoldLost => BranchAnswer::Cancelled,
         };
@@ -413,6 +432,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
             self.resource.cancel(&mut *tx, &found.ctx(&key)?).await?;
             DB::set_phase(&mut *tx, &self.name, &key, BarrierPhase::HoldLost).await?;
             tx.commit().await?;
+            crate::telemetry::ops::orphan_reclaimed(&self.name);
             tracing::warn!(
                 participant = %self.name,
                 reservation_id = %key.reservation_id,
@@ -466,39 +486,5 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         expires_at
             .checked_add_signed(grace)
             .ok_or_else(|| ResourceError::invalid("expires_at", "is out of range"))
-    }
-}
-
-#[tonic::async_trait]
-impl<DB: Backend, R: Resource<DB>> Participant for ParticipantService<R, DB> {
-    async fn r#try(&self, request: Request<TryRequest>) -> Result<Response<TryResponse>, Status> {
-        let branch = wire::try_branch(request.into_inner())?;
-        Ok(wire::try_response(self.try_branch(branch).await?))
-    }
-
-    async fn confirm(
-        &self,
-        request: Request<BranchRequest>,
-    ) -> Result<Response<BranchResponse>, Status> {
-        let key = wire::branch_key(request.into_inner())?;
-        Ok(wire::branch_response(self.confirm_branch(&key).await?))
-    }
-
-    async fn cancel(
-        &self,
-        request: Request<BranchRequest>,
-    ) -> Result<Response<BranchResponse>, Status> {
-        let key = wire::branch_key(request.into_inner())?;
-        Ok(wire::branch_response(self.cancel_branch(&key).await?))
-    }
-
-    async fn extend(
-        &self,
-        request: Request<ExtendBranchRequest>,
-    ) -> Result<Response<BranchResponse>, Status> {
-        let (key, expires_at) = wire::extend_branch(request.into_inner())?;
-        Ok(wire::extend_response(
-            self.extend_branch(&key, expires_at).await?,
-        ))
     }
 }

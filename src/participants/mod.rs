@@ -77,6 +77,9 @@ pub struct ParticipantSettings {
     /// How far ahead a Try's `expires_at` may lie (default
     /// [`crate::participant::DEFAULT_MAX_HOLD`], 24 hours; `--max-hold`).
     pub max_hold: Duration,
+    /// How long finished branches' barrier rows and released hold rows are kept
+    /// (`--retention`); `None` keeps them.
+    pub retention: Option<Duration>,
 }
 
 impl ParticipantSettings {
@@ -87,6 +90,7 @@ impl ParticipantSettings {
             orphan_grace: crate::participant::DEFAULT_ORPHAN_GRACE,
             auth: crate::auth::Authenticator::Off,
             max_hold: crate::participant::DEFAULT_MAX_HOLD,
+            retention: None,
         }
     }
 }
@@ -162,6 +166,10 @@ impl From<SqlitePool> for ParticipantDb {
 /// How often a running participant looks for orphaned holds (past `expires_at + grace`).
 /// Rejected Tries also reclaim lazily, so this only keeps counts tidy.
 const RECLAIM_EVERY: Duration = Duration::from_secs(30);
+
+/// How often retention looks for finished branches to delete (SPEC 8.3: at least once a
+/// minute).
+const RETENTION_EVERY: Duration = Duration::from_secs(30);
 
 /// Applies the participants' migrations, then serves `tcc.v1.Participant` +
 /// `tcc.v1.ResourceAdmin` (+ `tcc.v1.Payments` for [`Kind::Payments`]), with health and
@@ -242,6 +250,11 @@ impl<DB: payments::PaymentsSql> Server<'_, DB> {
             .with_orphan_grace(self.settings.orphan_grace)
             .with_max_hold(self.settings.max_hold);
         let reclaimer = service.spawn_reclaimer(RECLAIM_EVERY);
+        service.register_metrics();
+        let retention = self
+            .settings
+            .retention
+            .map(|keep| service.spawn_retention(keep, RETENTION_EVERY));
         let admin = AdminService::new(service.resource_arc(), self.pool);
         let mut routes =
             Routes::new(service.into_server()).add_service(ResourceAdminServer::new(admin));
@@ -255,6 +268,9 @@ impl<DB: payments::PaymentsSql> Server<'_, DB> {
             crate::server::serve(self.listener, &self.settings.auth, routes, &names, shutdown)
                 .await;
         reclaimer.abort();
+        if let Some(retention) = retention {
+            retention.abort();
+        }
         Ok(result?)
     }
 }

@@ -19,7 +19,8 @@
 //! - `postgres/`, `sqlite/`: each backend's store, its row reads (`rows.rs`), Reserves
 //!   (`create.rs`), recording fan-out answers (`answers.rs`; PostgreSQL group-commits them,
 //!   `group_commit.rs`), recovery claims and leases (`recovery.rs`), and PostgreSQL's unlocked
-//!   Confirm/Cancel (`unlocked.rs`).
+//!   Confirm/Cancel (`unlocked.rs`), retention's purge of finished reservations
+//!   (`retention.rs`).
 
 /// Why a `FAILED` reservation's payment is refunded: a lost hold voids the sale. A macro so
 /// PostgreSQL's group-committed statement carries it as a literal, as SQLite's code does.
@@ -43,6 +44,7 @@ mod sql;
 pub mod sqlite;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use uuid::Uuid;
@@ -371,11 +373,32 @@ pub trait Store: Send + Sync + 'static {
 
     /// The audit entries of these reservations, oldest first.
     async fn audit_of(&self, ids: &[Uuid]) -> Result<Vec<AuditEntry>, StoreError>;
+    /// How long the oldest of that work has waited (zero when there is none): since the last
+    /// change of a `TRYING`/`CONFIRMING`/`CANCELLING` reservation or one owing a refund, since
+    /// `expires_at` of a lapsed `HELD` one, since a further payment owing its refund arrived.
+    async fn oldest_work_age(&self) -> Result<Duration, StoreError>;
 
     /// For each participant that unfinished work waits on (a branch it must still be told
     /// about, or a refund it still owes), how many reservations, with up to `examples` (at
     /// least one) of their ids, oldest first; by participant name.
     async fn waiting_on(&self, examples: u32) -> Result<Vec<Waiting>, StoreError>;
+
+    /// Retention (SPEC 8.3): deletes, in one short transaction, up to `limit` reservations
+    /// whose last change (`updated_at`, when they became terminal) is more than `keep` ago by
+    /// the database clock, oldest first, with their branches and every other row referencing
+    /// them. Only terminal ones with nothing left to do: no lease held, no refund `PENDING` (or
+    /// `FAILED`: a person settles it and needs the record), no late payment waiting for its
+    /// refund, no further payment unsettled or newer than `keep`. Rows another transaction
+    /// holds are skipped. Answers what went.
+    async fn purge_finished(&self, keep: Duration, limit: u32) -> Result<Purged, StoreError>;
+}
+
+/// What one [`Store::purge_finished`] batch deleted, by table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Purged {
+    pub reservations: u64,
+    pub branches: u64,
+    pub extra_payments: u64,
 }
 
 /// Unfinished work waiting on one participant ([`Store::waiting_on`]).

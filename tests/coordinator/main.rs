@@ -30,6 +30,7 @@ mod process;
 mod recovery;
 mod refund_failures;
 mod retry_info;
+mod retention;
 mod service;
 mod tls;
 mod tracing;

@@ -11,6 +11,7 @@ mod noop;
 #[path = "../shared/parallel.rs"]
 mod parallel;
 mod payments;
+mod retention;
 mod rooms;
 mod seats;
 mod stock;

@@ -167,3 +167,65 @@ mod lost_ack {
         crate::cases::lost_ack::create_after_a_lost_ack_answers_the_new_reservation(pool).await;
     }
 }
+
+/// Retention cases run on both backends like the conformance cases, with a [`Backdate`] of
+/// each backend's SQL (`updated_at` and any lease a day back) to make a reservation old.
+///
+/// [`Backdate`]: cases::retention::Backdate
+macro_rules! retention {
+    ($($case:ident),* $(,)?) => {
+        mod retention {
+            $(
+                mod $case {
+                    use std::sync::Arc;
+
+                    #[sqlx::test(migrations = false)]
+                    async fn postgres(
+                        pool: sqlx::postgres::PgPoolOptions,
+                        connect: sqlx::postgres::PgConnectOptions,
+                    ) {
+                        crate::parallel::on_multi_thread(pool, connect, |pool| async move {
+                            let store = crate::postgres(pool.clone()).await;
+                            let backdate: crate::cases::retention::Backdate = Arc::new(move |id| {
+                                let pool = pool.clone();
+                                Box::pin(async move {
+                                    sqlx::query("UPDATE reservations SET updated_at = updated_at - interval '1 day', lease_until = lease_until - interval '1 day' WHERE id = $1")
+                                        .bind(id)
+                                        .execute(&pool)
+                                        .await
+                                        .unwrap();
+                                })
+                            });
+                            crate::cases::retention::$case(store, backdate).await;
+                        })
+                        .await;
+                    }
+
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn sqlite() {
+                        let db = crate::TempDb::fresh();
+                        let store = Arc::new(db.store().await);
+                        let pool = holdfast::db::open_sqlite(&db.url, 2).await.unwrap();
+                        let backdate: crate::cases::retention::Backdate = Arc::new(move |id| {
+                            let pool = pool.clone();
+                            Box::pin(async move {
+                                sqlx::query("UPDATE reservations SET updated_at = updated_at - 86400000000, lease_until = lease_until - 86400000000 WHERE id = ?1")
+                                    .bind(id)
+                                    .execute(&pool)
+                                    .await
+                                    .unwrap();
+                            })
+                        });
+                        crate::cases::retention::$case(store, backdate).await;
+                    }
+                }
+            )*
+        }
+    };
+}
+
+retention!(
+    purges_only_finished_old_work,
+    batch_bound_is_respected,
+    reserve_after_deletion_is_new,
+);

@@ -1,7 +1,8 @@
 //! The scenarios: the database's raw commit rate (`ceiling`), Reserve+Confirm of 2 holds by
 //! one or many clients (`latency`, `throughput`) on noop or real (seats + stock) participants,
 //! a flash sale of many clients on few units of one stock item through the coordinator
-//! (`flash`, on `stock` or `stock-redis`), and a stock participant alone (`holds`). This module
+//! (`flash`, on `stock` or `stock-redis`), a stock participant alone (`holds`), and Reserve
+//! latency while retention purges a large backlog (`retention`). This module
 //! holds what they share: the run context, the workloads, progress counters, the measurement
 //! and the helpers for calls and their failures.
 
@@ -9,6 +10,7 @@ mod ceiling;
 mod flash;
 mod holds;
 mod reserve_confirm;
+pub mod retention;
 
 pub use ceiling::ceiling;
 pub use flash::flash;

@@ -254,6 +254,17 @@ pub trait Backend: sqlx::Database {
         skip_locked: bool,
     ) -> Result<Option<(BranchKey, BarrierRow)>, ResourceError>;
 
+    /// Retention: deletes up to `limit` of `participant`'s barrier rows of finished branches
+    /// (confirmed, cancelled, rejected) whose last change is more than `keep` ago and whose
+    /// hold, if a Try recorded one, is past `expires_at + orphan_grace` (database clock),
+    /// oldest first, skipping rows another transaction holds; answers their branches.
+    async fn purge_finished(
+        conn: &mut Self::Connection,
+        participant: &str,
+        keep: std::time::Duration,
+        limit: u32,
+    ) -> Result<Vec<BranchKey>, ResourceError>;
+
     /// Counts `participant`'s branches by phase.
     async fn branch_counts(
         conn: &mut Self::Connection,

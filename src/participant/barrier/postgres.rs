@@ -302,6 +302,42 @@ impl Backend for Postgres {
         Ok(Some((key, barrier_from_row(&row)?)))
     }
 
+    async fn purge_finished(
+        conn: &mut PgConnection,
+        participant: &str,
+        keep: std::time::Duration,
+        limit: u32,
+    ) -> Result<Vec<BranchKey>, ResourceError> {
+        let keep_ms = i64::try_from(keep.as_millis()).unwrap_or(i64::MAX);
+        // The pick is a CTE, evaluated once: as a subquery in USING it can be the inner side
+        // of a nested loop, rescanned per outer row, and each rescan's SKIP LOCKED passes over
+        // the rows this statement already deleted - the LIMIT would bound nothing.
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "WITH v AS MATERIALIZED ( \
+                 SELECT reservation_id, branch_id FROM tcc_barrier \
+                 WHERE participant = $1 AND state IN ('confirmed', 'cancelled', 'rejected') \
+                   AND updated_at < clock_timestamp() - $2 * interval '1 millisecond' \
+                   AND (reclaim_after IS NULL OR reclaim_after < clock_timestamp()) \
+                 ORDER BY updated_at LIMIT $3 FOR UPDATE SKIP LOCKED) \
+             DELETE FROM tcc_barrier b USING v \
+             WHERE b.participant = $1 AND b.reservation_id = v.reservation_id \
+               AND b.branch_id = v.branch_id \
+             RETURNING b.reservation_id, b.branch_id",
+        )
+        .bind(participant)
+        .bind(keep_ms)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *conn)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(reservation_id, branch_id)| BranchKey {
+                reservation_id,
+                branch_id,
+            })
+            .collect())
+    }
+
     async fn branch_counts(
         conn: &mut PgConnection,
         participant: &str,

@@ -305,6 +305,39 @@ impl Backend for Sqlite {
         Ok(Some((key, barrier_from_row(&row)?)))
     }
 
+    async fn purge_finished(
+        conn: &mut SqliteConnection,
+        participant: &str,
+        keep: std::time::Duration,
+        limit: u32,
+    ) -> Result<Vec<BranchKey>, ResourceError> {
+        let keep_us = i64::try_from(keep.as_micros()).unwrap_or(i64::MAX);
+        // Under the write lock (`BEGIN IMMEDIATE`) no other writer runs: nothing to skip.
+        let rows: Vec<(String, String)> = sqlx::query_as(concat!(
+            "DELETE FROM tcc_barrier WHERE rowid IN ( \
+                 SELECT rowid FROM tcc_barrier \
+                 WHERE participant = ?1 AND state IN ('confirmed', 'cancelled', 'rejected') \
+                   AND updated_at < ",
+            sqlite_now_us!(),
+            " - ?2 AND (reclaim_after IS NULL OR reclaim_after < ",
+            sqlite_now_us!(),
+            ") ORDER BY updated_at LIMIT ?3) \
+             RETURNING reservation_id, branch_id"
+        ))
+        .bind(participant)
+        .bind(keep_us)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *conn)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(reservation_id, branch_id)| BranchKey {
+                reservation_id,
+                branch_id,
+            })
+            .collect())
+    }
+
     async fn branch_counts(
         conn: &mut SqliteConnection,
         participant: &str,

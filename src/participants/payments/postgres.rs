@@ -134,6 +134,29 @@ impl Resource for Payments {
         .await?;
         Ok(())
     }
+
+    async fn forget_released(
+        &self,
+        conn: &mut PgConnection,
+        branches: &[crate::participant::BranchKey],
+    ) -> Result<u64, ResourceError> {
+        let mut gone = 0;
+        for key in branches {
+            gone += sqlx::query(
+                "DELETE FROM authorisation WHERE reservation_id = $1 AND branch_id = $2 AND state = 'voided'",
+            )
+            .bind(&key.reservation_id)
+            .bind(&key.branch_id)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+        }
+        Ok(gone)
+    }
+
+    fn released_table(&self) -> Option<&'static str> {
+        Some("authorisation")
+    }
 }
 
 #[async_trait]

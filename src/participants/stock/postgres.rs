@@ -131,6 +131,29 @@ impl Resource for Stock {
         .await?;
         Ok(())
     }
+
+    async fn forget_released(
+        &self,
+        conn: &mut PgConnection,
+        branches: &[crate::participant::BranchKey],
+    ) -> Result<u64, ResourceError> {
+        let mut gone = 0;
+        for key in branches {
+            gone += sqlx::query(
+                "DELETE FROM stock_hold WHERE reservation_id = $1 AND branch_id = $2 AND state = 'cancelled'",
+            )
+            .bind(&key.reservation_id)
+            .bind(&key.branch_id)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+        }
+        Ok(gone)
+    }
+
+    fn released_table(&self) -> Option<&'static str> {
+        Some("stock_hold")
+    }
 }
 
 #[async_trait]

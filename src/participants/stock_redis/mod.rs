@@ -228,6 +228,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ParticipantError> {
     let participant = StockRedis::connect(&settings, pool).await?;
+    crate::telemetry::ops::stock_redis_started();
     participant
         .run(settings.reconcile_every, listener, shutdown)
         .await

@@ -100,6 +100,9 @@ impl StockRedis {
             }
         }
         if report.reclaimed > 0 {
+            for _ in 0..report.reclaimed {
+                crate::telemetry::ops::orphan_reclaimed(NAME);
+            }
             tracing::warn!(
                 participant = NAME,
                 reclaimed = report.reclaimed,
@@ -109,6 +112,7 @@ impl StockRedis {
         if !report.rebuilt {
             report.drift = self.drift().await?;
             for d in &report.drift {
+                crate::telemetry::ops::redis_drift("counter");
                 tracing::warn!(participant = NAME, "drift: {d}");
             }
         }
@@ -202,6 +206,7 @@ impl StockRedis {
             confirmed_branches = branches.len(),
             "Redis data set rebuilt"
         );
+        crate::telemetry::ops::redis_rebuilt();
         Ok(finished >= 0)
     }
 

@@ -15,6 +15,7 @@
 //! - `payments.rs`: the statements of payment bindings and further payments.
 //! - `answers.rs` / `group_commit.rs`: recording fan-out answers, many per statement.
 //! - `recovery.rs`: claims, leases, backlog.
+//! - `retention.rs`: purging finished reservations in short batches.
 
 // First, so its column-list macros are in scope for every module below.
 #[macro_use]
@@ -28,6 +29,7 @@ mod group_commit;
 mod list;
 mod payments;
 mod recovery;
+mod retention;
 mod unlocked;
 mod waiting;
 
@@ -249,6 +251,10 @@ impl Store for PgStore {
         recovery::backlog(&self.pool).await
     }
 
+    async fn oldest_work_age(&self) -> Result<std::time::Duration, StoreError> {
+        recovery::oldest_work_age(&self.pool).await
+    }
+
     async fn waiting_on(&self, examples: u32) -> Result<Vec<Waiting>, StoreError> {
         waiting::waiting_on(&self.pool, examples).await
     }
@@ -295,5 +301,13 @@ impl Store for PgStore {
 
     async fn audit_of(&self, ids: &[Uuid]) -> Result<Vec<AuditEntry>, StoreError> {
         admin::audit_of(&self.pool, ids).await
+    }
+
+    async fn purge_finished(
+        &self,
+        keep: std::time::Duration,
+        limit: u32,
+    ) -> Result<super::Purged, StoreError> {
+        retention::purge_finished(&self.pool, keep, limit).await
     }
 }

@@ -121,3 +121,21 @@ pub(super) async fn discard(
     .rows_affected();
     Ok(deleted == 1)
 }
+
+/// [`crate::store::Store::oldest_work_age`].
+pub(super) async fn oldest_work_age(pool: &PgPool) -> Result<std::time::Duration, StoreError> {
+    let seconds: Option<f64> = sqlx::query_scalar(
+        "SELECT EXTRACT(EPOCH FROM clock_timestamp() - least( \
+             (SELECT min(CASE WHEN state = 'HELD' THEN expires_at ELSE updated_at END) \
+              FROM reservations \
+              WHERE state IN ('TRYING', 'CONFIRMING', 'CANCELLING') \
+                 OR (state = 'HELD' AND expires_at <= clock_timestamp()) \
+                 OR refund_state = 'PENDING'), \
+             (SELECT min(created_at) FROM extra_payments WHERE refund_state = 'PENDING')))::float8",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(std::time::Duration::from_secs_f64(
+        seconds.unwrap_or(0.0).max(0.0),
+    ))
+}

@@ -20,6 +20,7 @@
 //! - `payments.rs`: the statements of payment bindings and further payments.
 //! - `answers.rs`: recording fan-out answers (`record_held`, `record_phase`).
 //! - `recovery.rs`: claims, leases, backlog.
+//! - `retention.rs`: purging finished reservations in small batches.
 
 /// Gives up the lease and, unless `finished`, schedules the next attempt:
 /// `now + min(cap, base * 2^attempts) * (0.5 + jitter/2)`, jitter uniform in [0, 1).
@@ -54,6 +55,7 @@ mod create;
 mod decide;
 mod payments;
 mod recovery;
+mod retention;
 mod waiting;
 
 pub use rows::list_statement;
@@ -270,6 +272,10 @@ impl Store for SqliteStore {
         recovery::backlog(&self.pool).await
     }
 
+    async fn oldest_work_age(&self) -> Result<std::time::Duration, StoreError> {
+        recovery::oldest_work_age(&self.pool).await
+    }
+
     async fn waiting_on(&self, examples: u32) -> Result<Vec<Waiting>, StoreError> {
         waiting::waiting_on(&self.pool, examples).await
     }
@@ -316,5 +322,13 @@ impl Store for SqliteStore {
 
     async fn audit_of(&self, ids: &[Uuid]) -> Result<Vec<AuditEntry>, StoreError> {
         admin::audit_of(&self.pool, ids).await
+    }
+
+    async fn purge_finished(
+        &self,
+        keep: std::time::Duration,
+        limit: u32,
+    ) -> Result<super::Purged, StoreError> {
+        retention::purge_finished(&self.pool, keep, limit).await
     }
 }

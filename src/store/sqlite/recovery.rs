@@ -153,3 +153,25 @@ pub(super) async fn discard(
     tx.commit().await?;
     Ok(deleted == 1)
 }
+
+/// [`crate::store::Store::oldest_work_age`].
+pub(super) async fn oldest_work_age(pool: &SqlitePool) -> Result<std::time::Duration, StoreError> {
+    // min() of two values ignoring NULLs: coalesce each with the other.
+    let micros: Option<i64> = sqlx::query_scalar(concat!(
+        "WITH r AS (SELECT min(CASE WHEN state = 'HELD' THEN expires_at ELSE updated_at END) AS t \
+                    FROM reservations \
+                    WHERE state IN ('TRYING', 'CONFIRMING', 'CANCELLING') \
+                       OR (state = 'HELD' AND expires_at <= ",
+        sqlite_now_us!(),
+        ") OR refund_state = 'PENDING'), \
+              e AS (SELECT min(created_at) AS t FROM extra_payments WHERE refund_state = 'PENDING') \
+         SELECT ",
+        sqlite_now_us!(),
+        " - min(coalesce(r.t, e.t), coalesce(e.t, r.t)) FROM r, e"
+    ))
+    .fetch_one(pool)
+    .await?;
+    Ok(std::time::Duration::from_micros(
+        u64::try_from(micros.unwrap_or(0)).unwrap_or(0),
+    ))
+}

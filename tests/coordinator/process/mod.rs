@@ -3,12 +3,13 @@
 //! `/metrics` probes, `ResourceAdmin` clients for the all-in-one's participants, and one-shot
 //! runs of a subcommand. The tests are by topic: `crash` (SIGKILL and restart), `config`
 //! (settings precedence, bad configuration), `bench` (`holdfast bench` end to end), `shutdown`
-//! (SIGTERM with a Watch open), `split` (the coordinator and participant roles as processes of
+//! (SIGTERM with a Watch open), `dashboards` (deploy/'s PromQL against live /metrics), `split` (the coordinator and participant roles as processes of
 //! their own: SIGKILLs and terminated database connections mid-flight).
 
 pub(crate) mod bench;
 mod config;
 mod crash;
+mod dashboards;
 mod shutdown;
 mod split;
 

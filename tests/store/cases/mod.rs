@@ -13,6 +13,7 @@ pub mod lost_ack;
 pub mod payments;
 pub mod phases;
 pub mod recovery;
+pub mod retention;
 pub mod writes;
 
 use std::collections::BTreeMap;

@@ -1,0 +1,104 @@
+//! Retention (SPEC 8.3): finished reservations older than `--retention` are deleted in short
+//! batches, checked every [`Retention::every`] (under a minute). What may go is the store's
+//! rule ([`crate::store::Store::purge_finished`]: terminal, nothing pending); this loop only
+//! paces it so a purge of a large backlog never holds locks long nor starves Reserves: one
+//! batch per transaction, a pause between full batches.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::{Coordinator, Error};
+use crate::store::Purged;
+
+/// How retention runs.
+#[derive(Clone, Copy, Debug)]
+pub struct Retention {
+    /// How long a finished reservation is kept; `None` keeps everything (`--retention off`).
+    pub keep: Option<Duration>,
+    /// Reservations per transaction (at most 1,000; SQLite's single writer takes fewer).
+    pub batch: u32,
+    /// How often the purge looks for work when the last pass found less than a batch.
+    pub every: Duration,
+    /// Pause between full batches, so the purge leaves room for the hot path.
+    pub pause: Duration,
+}
+
+/// The longest batch retention ever deletes in one transaction (SPEC 8.3).
+pub const MAX_BATCH: u32 = 1000;
+
+impl Retention {
+    /// Retention off: everything is kept.
+    pub fn off() -> Retention {
+        Retention {
+            keep: None,
+            ..Retention::default()
+        }
+    }
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            keep: Some(Duration::from_secs(30 * 24 * 3600)),
+            batch: MAX_BATCH,
+            every: Duration::from_secs(30),
+            pause: Duration::from_millis(10),
+        }
+    }
+}
+
+impl Coordinator {
+    /// One retention batch of at most `batch` reservations finished more than `keep` ago,
+    /// counted in `holdfast_retention_deleted_total{table}`.
+    pub async fn purge_finished(&self, keep: Duration, batch: u32) -> Result<Purged, Error> {
+        let purged = self
+            .store
+            .purge_finished(keep, batch.clamp(1, MAX_BATCH))
+            .await?;
+        use crate::telemetry::ops::retention_deleted;
+        retention_deleted("reservations", purged.reservations);
+        retention_deleted("branches", purged.branches);
+        retention_deleted("extra_payments", purged.extra_payments);
+        Ok(purged)
+    }
+
+    /// Runs retention until `stop` turns true (returns at once with `keep: None`).
+    pub async fn run_retention(self, mut stop: watch::Receiver<bool>) {
+        let retention = self.policy.retention;
+        let Some(keep) = retention.keep else {
+            return;
+        };
+        loop {
+            if *stop.borrow() {
+                return;
+            }
+            let wait = match self.purge_finished(keep, retention.batch).await {
+                Ok(p) if p.reservations >= u64::from(retention.batch.clamp(1, MAX_BATCH)) => {
+                    retention.pause
+                }
+                Ok(p) => {
+                    if p.reservations > 0 {
+                        tracing::info!(
+                            reservations = p.reservations,
+                            "retention deleted finished reservations"
+                        );
+                    }
+                    retention.every
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "retention purge failed; retrying later");
+                    retention.every
+                }
+            };
+            tokio::select! {
+                changed = stop.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+}
