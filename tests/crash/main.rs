@@ -85,10 +85,8 @@ pub async fn shop(pool: &PgPool, hall: bool, seats_grace: Option<Duration>) -> S
     let mut registered = Vec::new();
     for (name, kind) in kinds {
         let mut s = ParticipantSettings::new(kind);
-        if name == "seats" {
-            if let Some(grace) = seats_grace {
-                s.orphan_grace = grace;
-            }
+        if let (true, Some(grace)) = (name == "seats", seats_grace) {
+            s.orphan_grace = grace;
         }
         let url = spawn_participant_with(s, pool).await;
         registered.push((name, tap::spawn_tap(name, &url, log.clone()).await));
