@@ -8,6 +8,7 @@ mod parallel;
 mod real;
 
 mod auth;
+mod backoff;
 mod caller_deadline;
 mod concurrency;
 mod end_to_end;

@@ -3,6 +3,7 @@
 //! file per topic. This file holds what several topics build on: the fixture reservation, the
 //! durations, leases and limits, and short forms of the store calls.
 
+pub mod backoff;
 pub mod bindings;
 pub mod create;
 pub mod decide;
