@@ -11,6 +11,7 @@ mod auth;
 mod backoff;
 mod caller_deadline;
 mod concurrency;
+mod db_clock;
 mod end_to_end;
 mod error_classes;
 mod example;
