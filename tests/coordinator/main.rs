@@ -18,6 +18,7 @@ mod example;
 mod extend;
 mod fanout;
 mod invalid_holds;
+mod late_partial;
 mod late_payment;
 mod lifecycle;
 mod limits;

@@ -3,7 +3,8 @@
 //! a failpoint (`panic`: the task dies there, then its runtime is killed like a process), and a
 //! fresh coordinator on the same database that recovers. Each test checks the end state at the
 //! participants (resource counts by `GetResource`, barrier rows), in the coordinator (state,
-//! refund), and the calls every branch got across both coordinators (through [`tap`]).
+//! refund), and the calls every branch got across both coordinators (through
+//! `common::spawn_tap`).
 //!
 //! Failpoints are process-global, so this binary is separate from `tests/coordinator` (whose
 //! parallel tests would hit them) and its tests take turns ([`serial`]).
@@ -14,7 +15,6 @@ mod common;
 mod decided;
 mod late;
 mod placement;
-mod tap;
 
 use std::time::Duration;
 
@@ -57,7 +57,7 @@ impl Drop for Armed {
     }
 }
 
-/// The real participants, each behind a [`tap`] sharing one call log, and the payments
+/// The real participants, each behind a tap (`common::spawn_tap`) sharing one call log, and the payments
 /// participant behind a [`PaymentsGate`] (which counts Refund calls); all on the test database.
 pub struct Shop {
     pub pool: PgPool,
@@ -89,7 +89,7 @@ pub async fn shop(pool: &PgPool, hall: bool, seats_grace: Option<Duration>) -> S
             s.orphan_grace = grace;
         }
         let url = spawn_participant_with(s, pool).await;
-        registered.push((name, tap::spawn_tap(name, &url, log.clone()).await));
+        registered.push((name, common::spawn_tap(name, &url, log.clone()).await));
         real.push((name, url));
     }
     let payments = spawn_participant_with(ParticipantSettings::new(Kind::Payments), pool).await;

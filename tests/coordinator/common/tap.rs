@@ -8,7 +8,7 @@ use tokio::net::TcpListener;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
-use crate::common::{Call, CallLog};
+use super::{Call, CallLog};
 
 struct Tap {
     name: String,
