@@ -86,10 +86,21 @@ pub struct Watched<T> {
 }
 
 /// Fingerprints of the files' bytes: those `current` was built from, and the last ones that
-/// could not be used (so a bad change is reported once, not every check).
+/// could not be used (so a bad change is reported once, not every check); and how many
+/// changes were applied and refused.
 struct Seen {
     loaded: u64,
     failed: Option<u64>,
+    applied: u64,
+    refused: u64,
+}
+
+/// How many changes of the files a [`Watched`] value applied and refused (each distinct
+/// content once): what a caller can wait for instead of guessing when the next check runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub applied: u64,
+    pub refused: u64,
 }
 
 impl<T: Send + Sync + 'static> Watched<T> {
@@ -115,6 +126,8 @@ impl<T: Send + Sync + 'static> Watched<T> {
             seen: Mutex::new(Seen {
                 loaded: fingerprint(&bytes),
                 failed: None,
+                applied: 0,
+                refused: 0,
             }),
         });
         if !watched.sources.is_empty() {
@@ -137,6 +150,18 @@ impl<T: Send + Sync + 'static> Watched<T> {
         self.current.load_full()
     }
 
+    /// The changes applied and refused since the first load.
+    pub fn changes(&self) -> Changes {
+        let seen = match self.seen.lock() {
+            Ok(seen) => seen,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        Changes {
+            applied: seen.applied,
+            refused: seen.refused,
+        }
+    }
+
     /// Reads the files and, if they changed since the last check, rebuilds the value. A change
     /// that cannot be used keeps the previous value and is logged once.
     pub(crate) fn check(&self) {
@@ -157,14 +182,14 @@ impl<T: Send + Sync + 'static> Watched<T> {
         {
             Ok(value) => {
                 self.current.store(Arc::new(value));
-                *seen = Seen {
-                    loaded: print,
-                    failed: None,
-                };
+                seen.loaded = print;
+                seen.failed = None;
+                seen.applied += 1;
                 tracing::info!(files = %self.describe(), "{} changed: now using the new ones", self.what);
             }
             Err(e) => {
                 seen.failed = Some(print);
+                seen.refused += 1;
                 tracing::error!(
                     error = %e,
                     "{} changed but cannot be used; keeping the previous ones until they are fixed",

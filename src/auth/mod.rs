@@ -197,6 +197,14 @@ impl Authenticator {
         Ok(Authenticator::Keys(watched))
     }
 
+    /// The changes of the principals file applied and refused so far (none when off).
+    pub fn file_changes(&self) -> crate::watched::Changes {
+        match self {
+            Authenticator::Off => crate::watched::Changes::default(),
+            Authenticator::Keys(watched) => watched.changes(),
+        }
+    }
+
     /// Whether callers must prove who they are.
     pub fn is_on(&self) -> bool {
         matches!(self, Authenticator::Keys(_))

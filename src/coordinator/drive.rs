@@ -189,6 +189,8 @@ impl Coordinator {
         if refund.state != RefundState::Pending {
             return Ok(r);
         }
+        // Recorded (a decision, a failed retake, a lost hold) but not yet sent.
+        faults::store("coord.refund.before")?;
         let answer = self.send_refund(r.id, payment, refund).await;
         faults::store("coord.refund_attempt.before")?;
         let after = self

@@ -1,7 +1,7 @@
 //! A late payment whose holds were all released: the holds are placed again as a new
 //! generation of branches and confirmed, or, if any cannot be had, released and refunded.
 
-use super::{Coordinator, Error, entered, refund_recorded};
+use super::{Coordinator, Error, entered, faults, refund_recorded};
 use crate::domain::{Reservation, State};
 
 impl Coordinator {
@@ -14,13 +14,16 @@ impl Coordinator {
     /// or did not finish, has lost it and confirms nothing; the payment is being refunded.
     pub(super) async fn retake(&self, r: Reservation) -> Result<Reservation, Error> {
         let r = self.store.begin_retake(r.id).await?;
+        faults::store("coord.begin_retake.after")?;
         if r.stored_state != State::Expired || r.refund.is_some() {
             return Err(taken_over(r));
         }
         let placement = self.place_in_order(&r).await?;
         match placement.failure {
             None => {
+                faults::store("coord.finish_retake.before")?;
                 let r = self.store.finish_retake(r.id, &placement.reports).await?;
+                faults::store("coord.finish_retake.after")?;
                 if r.stored_state != State::Confirming {
                     return Err(taken_over(r));
                 }
@@ -38,6 +41,7 @@ impl Coordinator {
                     .store
                     .fail_retake(r.id, &placement.reports, &reason)
                     .await?;
+                faults::store("coord.fail_retake.after")?;
                 entered(&r, State::Cancelling);
                 refund_recorded(&r);
                 let r = self.drive_release(r).await?;

@@ -134,6 +134,8 @@ pub struct ParticipantHandle {
     credential: Option<tonic::metadata::AsciiMetadataValue>,
     /// The last call could not reach it (or failed); cleared by the next success.
     failing: Arc<AtomicBool>,
+    /// A health probe announced it back and no real call has succeeded since.
+    woken_by_probe: Arc<AtomicBool>,
     events: Arc<Events>,
 }
 
@@ -206,6 +208,7 @@ impl Registry {
                 health: tonic_health::pb::health_client::HealthClient::new(channel),
                 credential: credential.clone(),
                 failing: Arc::new(AtomicBool::new(false)),
+                woken_by_probe: Arc::new(AtomicBool::new(false)),
                 events: events.clone(),
             };
             if participants.insert(ep.name.clone(), handle).is_some() {
@@ -320,6 +323,14 @@ impl SecondPhase {
 impl ParticipantHandle {
     /// Remembers whether the participant answered; a first answer after failures is announced.
     fn observe<T>(&self, result: &Result<T, CallError>) {
+        self.note(result, false);
+    }
+
+    /// [`Self::observe`] for a real call (`by_probe` false) or a health probe. A probe that
+    /// answers while the calls keep failing (health served, calls refused by a sick
+    /// participant) announces it back only once until a real call succeeds: announcing it at
+    /// every probe would retry its backlog every probe interval, defeating the backoff.
+    fn note<T>(&self, result: &Result<T, CallError>, by_probe: bool) {
         tracing::Span::current().record(
             "outcome",
             match result {
@@ -333,7 +344,13 @@ impl ParticipantHandle {
                 self.failing.store(true, Ordering::Relaxed);
             }
             _ => {
+                if !by_probe {
+                    self.woken_by_probe.store(false, Ordering::Relaxed);
+                }
                 if self.failing.swap(false, Ordering::Relaxed) {
+                    if by_probe && self.woken_by_probe.swap(true, Ordering::Relaxed) {
+                        return;
+                    }
                     tracing::info!(participant = %self.name, "participant answers again");
                     match self.events.came_back.lock() {
                         Ok(mut v) => v.push(self.name.clone()),
@@ -363,7 +380,7 @@ impl ParticipantHandle {
             Ok(_) => Err(CallError::protocol("not serving".into())),
             Err(s) => Err(CallError::from_status(&s)),
         };
-        self.observe(&result);
+        self.note(&result, true);
         result.is_ok()
     }
 

@@ -97,6 +97,11 @@ impl ServerTls {
         ServerTls::load_checking_every(files, CHECK_EVERY)
     }
 
+    /// The changes of the certificate files applied and refused so far.
+    pub fn file_changes(&self) -> crate::watched::Changes {
+        self.served.changes()
+    }
+
     /// [`ServerTls::load`], checking the files for changes every `every`.
     pub fn load_checking_every(
         files: &ServerTlsFiles,

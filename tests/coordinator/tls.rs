@@ -443,7 +443,7 @@ async fn a_renewed_certificate_is_served_without_a_restart() {
     let tls = ServerTls::load_checking_every(&paths, Duration::from_millis(100)).unwrap();
     let (tcp, addr) = bind().await;
     tokio::spawn(holdfast::server::serve(
-        Listener::new(tcp, Some(tls)),
+        Listener::new(tcp, Some(tls.clone())),
         &holdfast::auth::Authenticator::Off,
         tonic::service::Routes::default(),
         &[],
@@ -468,9 +468,23 @@ async fn a_renewed_certificate_is_served_without_a_restart() {
         .await
         .expect("gRPC over the renewed certificate");
 
-    // A broken renewal (a key that is not a key) keeps the last good certificate.
+    // A broken renewal (a key that is not a key) keeps the last good certificate: once the
+    // server has seen and refused it, the renewed one is still what it serves.
     files.write("server.key", "not a key");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tls.file_changes().refused == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the broken renewal was not seen within 10 s: {:?}",
+            tls.file_changes()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        tls.file_changes().applied,
+        1,
+        "only the good renewal applied"
+    );
     assert_eq!(
         served_certificate(addr, &ca, b"h2").await.unwrap(),
         second.der

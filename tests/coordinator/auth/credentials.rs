@@ -9,7 +9,8 @@ use holdfast::proto;
 use sqlx::PgPool;
 use tonic::{Code, Request};
 
-use super::{Cast, Principal, keyed, refusal, reserve_seat, secured_shop};
+use super::{Cast, Principal, keyed, refusal, reserve_seat, secured_settings, secured_shop};
+use crate::common::spawn_app;
 
 /// The count of `holdfast_auth_failures_total{reason}` in this process's metrics.
 fn auth_failures(reason: &str) -> u64 {
@@ -122,7 +123,11 @@ async fn calls_without_a_valid_credential_or_role_are_refused_counted_and_change
 #[sqlx::test(migrations = false)]
 async fn a_key_removed_from_the_file_stops_working_without_a_restart(pool: PgPool) {
     let cast = Cast::new();
-    let (app, _seats) = secured_shop(pool, &cast).await;
+    // The coordinator's own authenticator (a clone shares its file watch), to see its checks.
+    let auth = cast.file.authenticator();
+    let mut s = secured_settings(&cast, &[]);
+    s.access.auth = auth.clone();
+    let app = spawn_app(pool, s).await;
     let mut c = app.client.clone();
     let list = || keyed(proto::ListReservationsRequest::default(), &cast.shop.key);
     c.list_reservations(list()).await.unwrap();
@@ -152,9 +157,19 @@ async fn a_key_removed_from_the_file_stops_working_without_a_restart(pool: PgPoo
     ))
     .await
     .unwrap();
-    // A broken file keeps the last good principals (logged), rather than locking everyone out.
+    // A broken file keeps the last good principals (logged), rather than locking everyone out:
+    // once the coordinator has seen and refused it, the rotated key still works.
+    assert_eq!(auth.file_changes().refused, 0);
     cast.file.write(&[&rotated], "[[principal]]\nname = 42\n");
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while auth.file_changes().refused == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the broken file was not seen within 20 s: {:?}",
+            auth.file_changes()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     c.list_reservations(keyed(
         proto::ListReservationsRequest::default(),
         &rotated.key,

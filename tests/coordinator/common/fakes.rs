@@ -36,7 +36,7 @@ pub struct Call {
 pub struct CallLog(Arc<Mutex<Vec<Call>>>);
 
 impl CallLog {
-    fn push(&self, call: Call) {
+    pub fn push(&self, call: Call) {
         self.0.lock().unwrap().push(call);
     }
 

@@ -2,8 +2,8 @@
 //! (also one in a runtime of its own that a test can kill like a crash), the real reference
 //! participants by URL, and - in the files below - small in-test participants that record every
 //! call and can be told to reject, fail, stall or be down (`fakes`), a TCP relay that cuts the
-//! network (`relay`), and the requests the tests send and how they read the answers
-//! (`requests`).
+//! network (`relay`), a pass-through that logs what a real participant is sent (`tap`), and
+//! the requests the tests send and how they read the answers (`requests`).
 //!
 //! `tests/store` includes this folder too, for its coordinator-on-SQLite smoke test.
 
@@ -11,11 +11,13 @@ mod fakes;
 mod payments;
 mod relay;
 mod requests;
+mod tap;
 
 pub use fakes::*;
 pub use payments::*;
 pub use relay::Relay;
 pub use requests::*;
+pub use tap::spawn_tap;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -1,11 +1,13 @@
 //! The process harness: the real `holdfast` binary run as a child process, as an operator runs
 //! it - a database of its own per test, loopback addresses of the test's own, health and
 //! `/metrics` probes, `ResourceAdmin` clients for the all-in-one's participants, and one-shot
-//! runs of a subcommand. The tests are by topic: `crash` (SIGKILL and restart), `config`
+//! runs of a subcommand. The tests are by topic: `banner` (what the all-in-one says at start,
+//! checked against what answers), `crash` (SIGKILL and restart), `config`
 //! (settings precedence, bad configuration), `bench` (`holdfast bench` end to end), `shutdown`
 //! (SIGTERM with a Watch open), `dashboards` (deploy/'s PromQL against live /metrics), `split` (the coordinator and participant roles as processes of
 //! their own: SIGKILLs and terminated database connections mid-flight).
 
+mod banner;
 pub(crate) mod bench;
 mod config;
 mod crash;
@@ -235,7 +237,7 @@ impl Drop for Holdfast {
     }
 }
 
-async fn health(addr: SocketAddr, service: &str) -> Result<ServingStatus, String> {
+pub(crate) async fn health(addr: SocketAddr, service: &str) -> Result<ServingStatus, String> {
     let channel = Channel::from_shared(format!("http://{addr}"))
         .map_err(|e| e.to_string())?
         .connect_timeout(Duration::from_secs(1))

@@ -4,6 +4,7 @@
 //! durations, leases and limits, and short forms of the store calls.
 
 pub mod admin;
+pub mod backoff;
 pub mod bindings;
 pub mod create;
 pub mod decide;
