@@ -89,9 +89,9 @@ pub async fn replay(current: &Current, outcomes: &[Outcome]) -> (Vec<(String, St
                     "{}: Reserve replayed answered {} (token {}), first {} (token {})",
                     o.holder,
                     crate::workload::shown(&again),
-                    again.as_ref().map_or(false, |r| !r.hold_token.is_empty()),
+                    again.as_ref().is_ok_and(|r| !r.hold_token.is_empty()),
                     crate::workload::shown(first),
-                    first.as_ref().map_or(false, |r| !r.hold_token.is_empty()),
+                    first.as_ref().is_ok_and(|r| !r.hold_token.is_empty()),
                 ),
             ));
         }
@@ -99,7 +99,7 @@ pub async fn replay(current: &Current, outcomes: &[Outcome]) -> (Vec<(String, St
         // Only the holder's last call: an earlier one may be superseded by a later one (a
         // Cancel racing expiry answered as the expiry's release, then a late payment
         // honoured: the Cancel's replay now meets a CONFIRMED reservation, as SPEC 3.1 says).
-        for (call, answer) in o.calls.last() {
+        if let Some((call, answer)) = o.calls.last() {
             if matches!(answer, Err(s) if retryable(s)) {
                 continue;
             }

@@ -47,6 +47,8 @@ pub struct Totals {
     pub replays: u64,
     pub live_checks: u64,
     pub live_skipped: u64,
+    /// Seeds that failed (only when going on after a failure).
+    pub failed: Vec<u64>,
 }
 
 impl Totals {
@@ -55,7 +57,8 @@ impl Totals {
             "{} seeds ({} near expiry, {} under policy refund), {} reservations checked {:?}, \
              acts {:?}, {} refunds, {} late payments honoured, {} replayed calls; \
              failpoints armed {:?} ({} with a panic); faults {:?} ({} backends terminated); \
-             {} live conservation reads ({} resource reads skipped: participant down), 0 violations, {:.1?}",
+             {} live conservation reads ({} resource reads skipped: participant down), \
+             seeds with a violation: {:?}, {:.1?}",
             self.seeds,
             self.boundary_seeds,
             self.late_refund_seeds,
@@ -71,6 +74,7 @@ impl Totals {
             self.backends_terminated,
             self.live_checks,
             self.live_skipped,
+            self.failed,
             started.elapsed()
         )
     }
@@ -78,6 +82,23 @@ impl Totals {
 
 fn note(history: &History, line: String) {
     history.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+}
+
+/// Runs one seed's schedule and checks it; with `keep_going`, a violation (a panic) is
+/// reported on stderr and counted in `totals.failed`, and the next seed runs (long unattended
+/// runs); else it panics.
+pub async fn run_seed_or_record(stack: &Stack, seed: u64, totals: &mut Totals, keep_going: bool) {
+    if !keep_going {
+        return run_seed(stack, seed, totals).await;
+    }
+    use futures_util::FutureExt;
+    let ran = std::panic::AssertUnwindSafe(run_seed(stack, seed, totals))
+        .catch_unwind()
+        .await;
+    if ran.is_err() {
+        eprintln!("faults: seed {seed} FAILED (its report is above); going on");
+        totals.failed.push(seed);
+    }
 }
 
 /// Runs one seed's schedule and checks it; panics on a violation.
@@ -89,7 +110,9 @@ pub async fn run_seed(stack: &Stack, seed: u64, totals: &mut Totals) {
     stack.put("seats", &ones(&plan.seats)).await;
     stack.put("rooms", &ones(&plan.rooms)).await;
     stack.put("stock-redis", &plan.redis).await;
-    stack.put("payments", &[plan.account.clone()]).await;
+    stack
+        .put("payments", std::slice::from_ref(&plan.account))
+        .await;
 
     let settings = stack.settings(plan.late_refund);
     let coordinator = Coordinator::start(&stack.pool, settings.clone()).await;
