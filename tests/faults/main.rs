@@ -17,6 +17,7 @@
 
 mod check;
 mod money;
+mod mutations;
 mod plan;
 mod relay;
 mod replay;
@@ -164,4 +165,12 @@ async fn soak(pool: PgPool) {
     let base = env_u64("HOLDFAST_FAULT_BASE").unwrap_or(5_000_000_000);
     eprintln!("soak: {minutes} minutes, seeds from {base}");
     soak::soak(pool, minutes, base).await;
+}
+
+/// The checks can fail: faults a bug would leave, planted after a clean schedule, are each
+/// reported (`mutations.rs`).
+#[sqlx::test(migrations = false)]
+async fn the_checks_catch_planted_faults(pool: PgPool) {
+    let _serial = SERIAL.lock().await;
+    mutations::checks_catch_planted_faults(pool).await;
 }

@@ -12,7 +12,7 @@ use holdfast::proto;
 
 use crate::plan::{self, Fault, Plan};
 use crate::stack::{Coordinator, Stack, client};
-use crate::workload::{self, Current, History, Outcomes};
+use crate::workload::{self, Current, History, Outcome, Outcomes};
 use crate::{check, money, replay};
 
 /// Every reservation terminal and every refund acknowledged within this long after the
@@ -89,7 +89,8 @@ fn note(history: &History, line: String) {
 /// runs); else it panics.
 pub async fn run_seed_or_record(stack: &Stack, seed: u64, totals: &mut Totals, keep_going: bool) {
     if !keep_going {
-        return run_seed(stack, seed, totals).await;
+        run_seed(stack, seed, totals).await;
+        return;
     }
     use futures_util::FutureExt;
     let ran = std::panic::AssertUnwindSafe(run_seed(stack, seed, totals))
@@ -101,9 +102,23 @@ pub async fn run_seed_or_record(stack: &Stack, seed: u64, totals: &mut Totals, k
     }
 }
 
+/// A seed that ran and passed its checks, its coordinator still up (for `mutations.rs`).
+pub struct Ran {
+    pub plan: Plan,
+    pub current: Current,
+    pub reservations: Vec<proto::Reservation>,
+    pub outcomes: Vec<Outcome>,
+    _coordinator: Option<Coordinator>,
+}
+
 /// Runs one seed's schedule and checks it; panics on a violation.
-pub async fn run_seed(stack: &Stack, seed: u64, totals: &mut Totals) {
-    let plan = Plan::from_seed(seed);
+pub async fn run_seed(stack: &Stack, seed: u64, totals: &mut Totals) -> Ran {
+    run_plan(stack, Plan::from_seed(seed), totals).await
+}
+
+/// Runs a schedule and checks it; panics on a violation.
+pub async fn run_plan(stack: &Stack, plan: Plan, totals: &mut Totals) -> Ran {
+    let seed = plan.seed;
     let _healed = Healed;
     stack.put("stock", &plan.stock).await;
     let ones = |v: &[String]| v.iter().map(|s| (s.clone(), 1)).collect::<Vec<_>>();
@@ -228,31 +243,11 @@ pub async fn run_seed(stack: &Stack, seed: u64, totals: &mut Totals) {
         .into_iter()
         .map(|v| (String::new(), format!("live: {v}")))
         .collect();
-    violations.extend(check::settled(stack, &plan, &reservations).await);
-    violations.extend(money::check(&stack.pool, &plan, &reservations, &outcomes).await);
-    let ids: Vec<String> = reservations.iter().map(|r| r.id.clone()).collect();
-    let refunds_before = money::refunds_at_payments(&stack.pool, &ids).await;
-    let (replayed, n) = replay::replay(&current, &outcomes).await;
-    violations.extend(replayed);
+    let (found, n) = verify(stack, &plan, &current, &reservations, &outcomes).await;
+    violations.extend(found);
     totals.replays += n;
-    let after = read_all(&current, seed, &ids).await;
-    for (a, b) in reservations.iter().zip(&after) {
-        if a.state != b.state
-            || a.refund.as_ref().map(|r| &r.refund_id) != b.refund.as_ref().map(|r| &r.refund_id)
-        {
-            violations.push((
-                a.id.clone(),
-                format!("changed by the replays: {a:?} -> {b:?}"),
-            ));
-        }
-    }
+    let ids: Vec<String> = reservations.iter().map(|r| r.id.clone()).collect();
     let refunds_after = money::refunds_at_payments(&stack.pool, &ids).await;
-    if refunds_after != refunds_before {
-        violations.push((
-            String::new(),
-            format!("the replays changed the refunds: {refunds_before:?} -> {refunds_after:?}"),
-        ));
-    }
     if !violations.is_empty() {
         let ids: Vec<String> = violations.iter().map(|(id, _)| id.clone()).collect();
         let involved: Vec<&proto::Reservation> = reservations
@@ -281,7 +276,50 @@ pub async fn run_seed(stack: &Stack, seed: u64, totals: &mut Totals) {
         totals.refunds += u64::from(r.refund.is_some());
         totals.late_honoured += u64::from(r.late_payment_honored);
     }
-    drop(coordinator);
+    Ran {
+        plan,
+        current,
+        reservations,
+        outcomes,
+        _coordinator: coordinator,
+    }
+}
+
+/// Every check after quiescence (`check.rs`, `money.rs`, then the replays of `replay.rs` and
+/// what they must not change); returns (reservation id, problem) pairs and the number of
+/// calls replayed.
+pub async fn verify(
+    stack: &Stack,
+    plan: &Plan,
+    current: &Current,
+    reservations: &[proto::Reservation],
+    outcomes: &[Outcome],
+) -> (Vec<(String, String)>, u64) {
+    let mut violations = check::settled(stack, plan, reservations).await;
+    violations.extend(money::check(&stack.pool, plan, reservations, outcomes).await);
+    let ids: Vec<String> = reservations.iter().map(|r| r.id.clone()).collect();
+    let refunds_before = money::refunds_at_payments(&stack.pool, &ids).await;
+    let (replayed, n) = replay::replay(current, outcomes).await;
+    violations.extend(replayed);
+    let after = read_all(current, plan.seed, &ids).await;
+    for (a, b) in reservations.iter().zip(&after) {
+        if a.state != b.state
+            || a.refund.as_ref().map(|r| &r.refund_id) != b.refund.as_ref().map(|r| &r.refund_id)
+        {
+            violations.push((
+                a.id.clone(),
+                format!("changed by the replays: {a:?} -> {b:?}"),
+            ));
+        }
+    }
+    let refunds_after = money::refunds_at_payments(&stack.pool, &ids).await;
+    if refunds_after != refunds_before {
+        violations.push((
+            String::new(),
+            format!("the replays changed the refunds: {refunds_before:?} -> {refunds_after:?}"),
+        ));
+    }
+    (violations, n)
 }
 
 /// Waits until the recovery backlog of the seed is 0 (nothing TRYING, HELD, CONFIRMING or
