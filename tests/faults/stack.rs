@@ -345,17 +345,40 @@ impl Coordinator {
         let addr = std_listener.local_addr().expect("addr");
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         runtime.spawn(async move {
-            let pool = sqlx::postgres::PgPoolOptions::new()
-                .max_connections(4)
-                .acquire_timeout(Duration::from_secs(5))
-                .connect_with(options)
-                .await
-                .expect("coordinator pool");
-            let store = PgStore::from_pool(pool);
-            store.migrate().await.expect("coordinator migrations");
-            let listener = TcpListener::from_std(std_listener).expect("listener");
-            let _ = ready_tx.send(());
-            let _ = app::serve_coordinator(settings, store, listener, std::future::pending()).await;
+            let mut ready_tx = Some(ready_tx);
+            // A supervisor: a coordinator that exits (its start-up migration check failed
+            // because the plan terminated its backend, say) is started again, as a process
+            // manager would, on the same listening socket.
+            loop {
+                let pool = sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(4)
+                    .acquire_timeout(Duration::from_secs(5))
+                    .connect_with(options.clone())
+                    .await;
+                let exited = match pool {
+                    Ok(pool) => {
+                        let store = PgStore::from_pool(pool);
+                        let listener = std_listener
+                            .try_clone()
+                            .and_then(TcpListener::from_std)
+                            .expect("listener");
+                        if let Some(tx) = ready_tx.take() {
+                            let _ = tx.send(());
+                        }
+                        app::serve_coordinator(
+                            settings.clone(),
+                            store,
+                            listener,
+                            std::future::pending(),
+                        )
+                        .await
+                        .map_err(|e| e.to_string())
+                    }
+                    Err(e) => Err(e.to_string()),
+                };
+                eprintln!("faults: the coordinator exited ({exited:?}); starting it again");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         });
         ready_rx.await.expect("coordinator started");
         Coordinator {
