@@ -1,5 +1,7 @@
-//! The invariants, read from the participants (GetResource, their barrier rows) and the
-//! coordinator (GetReservation), after quiescence; conservation also while faults run.
+//! The invariants over resources, read from the participants (GetResource, their barrier rows,
+//! stock-redis's durable record) and the coordinator (GetReservation), after quiescence;
+//! conservation also while faults run. Money (refunds, payments balance) is in `money.rs`,
+//! replayed calls in `replay.rs`.
 
 use std::collections::HashMap;
 
@@ -10,20 +12,16 @@ use sqlx::PgPool;
 use crate::plan::Plan;
 use crate::stack::Stack;
 
-/// Every (participant, resource, provisioned capacity) of a plan.
-pub fn resources(plan: &Plan) -> Vec<(&'static str, String, i64)> {
-    plan.stock
-        .iter()
-        .map(|(r, c)| ("stock", r.clone(), *c))
-        .chain(plan.seats.iter().map(|r| ("seats", r.clone(), 1)))
-        .collect()
-}
-
-/// capacity as provisioned = available + held + confirmed, nothing negative.
-pub async fn conservation(stack: &Stack, plan: &Plan) -> Vec<String> {
+/// capacity as provisioned = available + held + confirmed, nothing negative. A participant
+/// that does not answer (killed, restarting) is skipped: `.1` counts the skipped reads.
+pub async fn conservation(stack: &Stack, plan: &Plan) -> (Vec<String>, u64) {
     let mut violations = Vec::new();
-    for (p, r, capacity) in resources(plan) {
-        let s = stack.resource(p, &r).await;
+    let mut skipped = 0;
+    for (p, r, capacity) in plan.resources() {
+        let Ok(s) = stack.try_resource(p, &r).await else {
+            skipped += 1;
+            continue;
+        };
         if s.available < 0 || s.held < 0 || s.confirmed < 0 {
             violations.push(format!("{p}/{r}: a negative count {s:?}"));
         }
@@ -34,13 +32,17 @@ pub async fn conservation(stack: &Stack, plan: &Plan) -> Vec<String> {
             ));
         }
     }
-    violations
+    (violations, skipped)
 }
 
-/// (participant -> barrier state) of each reservation.
+/// (participant -> barrier state) of each reservation; stock-redis's branches durably
+/// confirmed show as ("stock-redis", "confirmed") (its barrier is in Redis, its record of
+/// truth in `stock_redis_confirmed`).
 pub async fn barriers(pool: &PgPool, ids: &[String]) -> HashMap<String, Vec<(String, String)>> {
     let rows: Vec<(String, String, String)> = sqlx::query_as(
-        "SELECT reservation_id, participant, state FROM tcc_barrier WHERE reservation_id = ANY($1)",
+        "SELECT reservation_id, participant, state FROM tcc_barrier WHERE reservation_id = ANY($1) \
+         UNION ALL SELECT DISTINCT reservation_id, 'stock-redis', 'confirmed' \
+         FROM stock_redis_confirmed WHERE reservation_id = ANY($1)",
     )
     .bind(ids)
     .fetch_all(pool)
@@ -53,8 +55,35 @@ pub async fn barriers(pool: &PgPool, ids: &[String]) -> HashMap<String, Vec<(Str
     by
 }
 
-/// All-or-nothing, no branch both confirmed and cancelled, and the confirmed counts; returns
-/// (reservation id, problem) pairs, plus conservation problems with an empty id.
+/// Units per resource in stock-redis's durable record.
+async fn redis_durable(pool: &PgPool, plan: &Plan) -> HashMap<String, i64> {
+    let names: Vec<String> = plan.redis.iter().map(|(r, _)| r.clone()).collect();
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT resource, CAST(sum(quantity) AS BIGINT) FROM stock_redis_confirmed \
+         WHERE resource = ANY($1) GROUP BY resource",
+    )
+    .bind(&names)
+    .fetch_all(pool)
+    .await
+    .unwrap_or_else(|e| panic!("reading stock_redis_confirmed: {e}"));
+    rows.into_iter().collect()
+}
+
+/// The captured money of payments made outside reservations (charges, net of refunds).
+async fn charged(pool: &PgPool, account: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT CAST(coalesce(sum(amount_minor - refunded_minor), 0) AS BIGINT) FROM payment \
+         WHERE resource = $1",
+    )
+    .bind(account)
+    .fetch_one(pool)
+    .await
+    .unwrap_or_else(|e| panic!("reading payments: {e}"))
+}
+
+/// All-or-nothing, no branch both confirmed and cancelled, the confirmed counts (the payments
+/// balance among them: captured = authorisations of CONFIRMED reservations + charges net of
+/// refunds); returns (reservation id, problem) pairs, plus resource problems with an empty id.
 pub async fn settled(
     stack: &Stack,
     plan: &Plan,
@@ -90,7 +119,13 @@ pub async fn settled(
                         ));
                     }
                 }
-                if at.iter().any(|(_, s)| s != "confirmed") {
+                // An honoured late payment re-placed released branches as a new
+                // generation (SPEC 3.1): the old generation's rows are cancelled.
+                let old_generation = |s: &str| r.late_payment_honored && s == "cancelled";
+                if at
+                    .iter()
+                    .any(|(_, s)| s != "confirmed" && !old_generation(s))
+                {
                     v.push((r.id.clone(), format!("CONFIRMED, barrier rows {at:?}")));
                 }
             }
@@ -107,13 +142,34 @@ pub async fn settled(
             other => v.push((r.id.clone(), format!("not settled as expected: {other:?}"))),
         }
     }
-    for (p, r, _) in resources(plan) {
+    let durable = redis_durable(&stack.pool, plan).await;
+    for (p, r, _) in plan.resources() {
         let s = stack.resource(p, &r).await;
-        let expected = sold.get(&(p.to_owned(), r.clone())).copied().unwrap_or(0);
+        let mut expected = sold.get(&(p.to_owned(), r.clone())).copied().unwrap_or(0);
+        if p == "payments" {
+            expected += charged(&stack.pool, &r).await;
+        }
         if s.confirmed != expected {
             v.push((
                 String::new(),
-                format!("{p}/{r}: confirmed {} at the participant, {expected} by CONFIRMED reservations", s.confirmed),
+                format!(
+                    "{p}/{r}: confirmed {} at the participant, {expected} by CONFIRMED reservations{}",
+                    s.confirmed,
+                    if p == "payments" {
+                        " and charges net of refunds"
+                    } else {
+                        ""
+                    }
+                ),
+            ));
+        }
+        if p == "stock-redis" && durable.get(&r).copied().unwrap_or(0) != expected {
+            v.push((
+                String::new(),
+                format!(
+                    "{p}/{r}: {:?} units in the durable record, {expected} by CONFIRMED reservations",
+                    durable.get(&r)
+                ),
             ));
         }
         if s.held != 0 {
@@ -123,7 +179,7 @@ pub async fn settled(
             ));
         }
     }
-    for c in conservation(stack, plan).await {
+    for c in conservation(stack, plan).await.0 {
         v.push((String::new(), c));
     }
     v

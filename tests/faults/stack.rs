@@ -1,78 +1,225 @@
-//! The system under test: the real seats and stock participants (in this process, on the
-//! test database), a TCP relay in front of each (the network the plan cuts), and a coordinator
-//! in a runtime of its own (killed by dropping that runtime, as a crash would).
+//! The system under test: the real seats, stock, rooms, payments and stock-redis participants
+//! (in this process, on the test database and the local Redis), each in a runtime of its own
+//! on a fixed port (killed by dropping that runtime, restarted on the same port and database),
+//! a TCP relay in front of each (the network the plan cuts), and a coordinator in a runtime of
+//! its own (killed the same way, as a crash would) whose Postgres backends carry an
+//! application name, so the plan can terminate exactly those.
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use holdfast::app::{self, CoordinatorSettings};
 use holdfast::coordinator::Policy;
 use holdfast::domain::policy::Backoff;
 use holdfast::domain::validate::Limits;
+use holdfast::participants::stock_redis::{self, StockRedisSettings};
 use holdfast::participants::{self, Kind, ParticipantSettings};
 use holdfast::proto;
 use holdfast::proto::coordinator_client::CoordinatorClient;
+use holdfast::proto::payments_client::PaymentsClient;
 use holdfast::proto::resource_admin_client::ResourceAdminClient;
 use holdfast::registry::ParticipantEndpoint;
 use holdfast::store::PgStore;
 use sqlx::PgPool;
+use sqlx::postgres::PgConnectOptions;
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
 
 use crate::relay::Relay;
 
+/// The application name of the coordinators' Postgres connections (what
+/// [`Stack::terminate_coordinator_backends`] terminates, in this test's database only).
+pub const COORDINATOR_APP: &str = "holdfast-faults-coordinator";
+
+/// Every participant of the stack, in the order the plan indexes them.
+pub const KINDS: [Kind; 5] = [
+    Kind::Seats,
+    Kind::Stock,
+    Kind::Rooms,
+    Kind::Payments,
+    Kind::StockRedis,
+];
+
+pub fn redis_url() -> String {
+    std::env::var("HOLDFAST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
+
 pub struct Participant {
     pub name: &'static str,
+    pub kind: Kind,
+    /// Where it listens, the same across restarts.
+    pub addr: SocketAddr,
     /// Direct, for the checks (never cut).
     pub admin: ResourceAdminClient<Channel>,
     /// What the coordinator dials.
     pub relay: Relay,
+    options: PgConnectOptions,
+    redis_prefix: String,
+    runtime: Mutex<Option<tokio::runtime::Runtime>>,
+}
+
+impl Participant {
+    async fn start(kind: Kind, options: PgConnectOptions, redis_prefix: String) -> Participant {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let url = format!("http://{addr}");
+        let participant = Participant {
+            name: kind.name(),
+            kind,
+            addr,
+            admin: ResourceAdminClient::new(lazy(&url)),
+            relay: Relay::start(&url).await,
+            options,
+            redis_prefix,
+            runtime: Mutex::new(None),
+        };
+        participant.run(listener).await;
+        participant
+    }
+
+    /// Serves on `listener` in a fresh runtime with a fresh pool; returns once it serves.
+    async fn run(&self, listener: std::net::TcpListener) {
+        listener.set_nonblocking(true).expect("nonblocking");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a participant runtime");
+        let (kind, options, prefix) = (self.kind, self.options.clone(), self.redis_prefix.clone());
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        runtime.spawn(async move {
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(3)
+                .acquire_timeout(Duration::from_secs(5))
+                .connect_with(options)
+                .await
+                .expect("participant pool");
+            let listener = TcpListener::from_std(listener).expect("listener");
+            let _ = ready_tx.send(());
+            let served = if kind == Kind::StockRedis {
+                let mut s = StockRedisSettings::new(redis_url());
+                s.key_prefix = prefix;
+                s.reconcile_every = Duration::from_millis(500);
+                stock_redis::serve(s, pool, listener, std::future::pending()).await
+            } else {
+                participants::serve(
+                    ParticipantSettings::new(kind),
+                    pool,
+                    listener,
+                    std::future::pending(),
+                )
+                .await
+            };
+            if let Err(e) = served {
+                eprintln!("faults: participant {kind:?} stopped: {e}");
+            }
+        });
+        ready_rx.await.expect("participant started");
+        *self.runtime.lock().unwrap_or_else(|e| e.into_inner()) = Some(runtime);
+    }
+
+    /// Kills it: every task stops mid-step, its connections drop (Postgres rolls back).
+    pub fn kill(&self) {
+        if let Some(rt) = self
+            .runtime
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            rt.shutdown_background();
+        }
+    }
+
+    /// Starts it again on the same port and database (the port may take a moment to free).
+    pub async fn restart(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let listener = loop {
+            match std::net::TcpListener::bind(self.addr) {
+                Ok(l) => break l,
+                Err(e) if Instant::now() > deadline => {
+                    panic!("rebinding {} for {}: {e}", self.addr, self.name)
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        };
+        self.run(listener).await;
+    }
+}
+
+impl Drop for Participant {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn lazy(url: &str) -> Channel {
+    tonic::transport::Endpoint::from_shared(url.to_owned())
+        .expect("url")
+        .connect_timeout(Duration::from_secs(1))
+        .timeout(Duration::from_secs(5))
+        .connect_lazy()
 }
 
 pub struct Stack {
     pub pool: PgPool,
     pub participants: Vec<Participant>,
-    participants_pool: PgPool,
+    /// Direct to the payments participant: Charge and GetPayment.
+    pub payments: PaymentsClient<Channel>,
+    pub redis_prefix: String,
+    /// One token key for every coordinator of the stack, as replicas deployed with one
+    /// `--token-secret-file` share it (an ephemeral key per process would answer a repeated
+    /// Reserve after a kill without its token, by design).
+    tokens: holdfast::domain::TokenKeys,
 }
 
 impl Stack {
     pub async fn start(pool: PgPool) -> Stack {
-        let participants_pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(6)
-            .acquire_timeout(Duration::from_secs(30))
-            .connect_with((*pool.connect_options()).clone())
-            .await
-            .expect("participants' pool");
         participants::MIGRATOR
-            .run(&participants_pool)
+            .run(&pool)
             .await
             .expect("participants' migrations");
+        let redis_prefix = format!("hf:faults:{}:", uuid::Uuid::new_v4().simple());
+        let options = (*pool.connect_options()).clone();
         let mut list = Vec::new();
-        for (name, kind) in [("seats", Kind::Seats), ("stock", Kind::Stock)] {
-            let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-            let url = format!("http://{}", listener.local_addr().expect("addr"));
-            tokio::spawn(participants::serve(
-                ParticipantSettings::new(kind),
-                participants_pool.clone(),
-                listener,
-                std::future::pending(),
-            ));
-            let admin = ResourceAdminClient::connect(url.clone())
-                .await
-                .expect("participant admin");
-            let relay = Relay::start(&url).await;
-            list.push(Participant { name, admin, relay });
+        for kind in KINDS {
+            list.push(Participant::start(kind, options.clone(), redis_prefix.clone()).await);
         }
+        let payments_url = format!(
+            "http://{}",
+            list.iter()
+                .find(|p| p.kind == Kind::Payments)
+                .expect("payments")
+                .addr
+        );
         Stack {
             pool,
             participants: list,
-            participants_pool,
+            payments: PaymentsClient::new(lazy(&payments_url)),
+            redis_prefix,
+            tokens: holdfast::domain::TokenKeys::ephemeral().expect("a token key"),
         }
     }
 
-    /// Closes the participants' connections, so the test database can be dropped.
+    /// Stops the participants (their connections close, so the test database can be
+    /// dropped) and deletes this stack's Redis keys.
     pub async fn stop(self) {
-        self.participants_pool.close().await;
+        for p in &self.participants {
+            p.kill();
+        }
+        if let Ok(client) = redis::Client::open(redis_url())
+            && let Ok(mut conn) = client.get_multiplexed_async_connection().await
+        {
+            let _: Result<i64, _> = redis::Script::new(
+                "local ks = redis.call('KEYS', ARGV[1]) \
+                 for _, k in ipairs(ks) do redis.call('DEL', k) end return #ks",
+            )
+            .arg(format!("{}*", self.redis_prefix))
+            .invoke_async(&mut conn)
+            .await;
+        }
+        // The killed runtimes' connections close as their tasks are dropped.
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
 
     pub fn participant(&self, name: &str) -> &Participant {
@@ -82,13 +229,18 @@ impl Stack {
             .expect("a participant of the stack")
     }
 
-    pub fn settings(&self) -> CoordinatorSettings {
+    pub fn settings(&self, late_refund: bool) -> CoordinatorSettings {
         let policy = Policy {
             lease: Duration::from_secs(3),
             sweep_interval: Duration::from_millis(100),
             backoff: Backoff {
                 base: Duration::from_millis(50),
                 cap: Duration::from_millis(500),
+            },
+            late_payment: if late_refund {
+                holdfast::domain::LatePaymentPolicy::Refund
+            } else {
+                holdfast::domain::LatePaymentPolicy::HonorIfAvailable
             },
             ..Policy::default()
         };
@@ -106,35 +258,69 @@ impl Stack {
             policy,
             server: holdfast::server::ServerLimits::default(),
             participant_transport: holdfast::tls::ParticipantTransport::default(),
-            access: holdfast::app::CoordinatorAccess::default(),
+            access: holdfast::app::CoordinatorAccess {
+                tokens: Some(self.tokens.clone()),
+                ..holdfast::app::CoordinatorAccess::default()
+            },
         }
     }
 
-    pub async fn resource(&self, participant: &str, resource: &str) -> proto::ResourceStatus {
+    /// The resource's counts, or `None` while its participant is down (killed, restarting).
+    pub async fn try_resource(
+        &self,
+        participant: &str,
+        resource: &str,
+    ) -> Result<proto::ResourceStatus, tonic::Status> {
         let mut admin = self.participant(participant).admin.clone();
         admin
             .get_resource(proto::GetResourceRequest {
                 resource: resource.to_owned(),
             })
             .await
+            .map(|r| r.into_inner())
+    }
+
+    pub async fn resource(&self, participant: &str, resource: &str) -> proto::ResourceStatus {
+        self.try_resource(participant, resource)
+            .await
             .unwrap_or_else(|e| panic!("GetResource {participant}/{resource}: {e}"))
-            .into_inner()
     }
 
     pub async fn put(&self, participant: &str, resources: &[(String, i64)]) {
         let mut admin = self.participant(participant).admin.clone();
-        admin
-            .put_resources(proto::PutResourcesRequest {
-                resources: resources
-                    .iter()
-                    .map(|(r, c)| proto::ResourceSpec {
-                        resource: r.clone(),
-                        capacity: *c,
-                    })
-                    .collect(),
-            })
-            .await
-            .unwrap_or_else(|e| panic!("PutResources at {participant}: {e}"));
+        let request = proto::PutResourcesRequest {
+            resources: resources
+                .iter()
+                .map(|(r, c)| proto::ResourceSpec {
+                    resource: r.clone(),
+                    capacity: *c,
+                })
+                .collect(),
+        };
+        // stock-redis answers UNAVAILABLE while it (re)builds its data set after a start.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match admin.put_resources(request.clone()).await {
+                Ok(_) => return,
+                Err(e) if Instant::now() > deadline => {
+                    panic!("PutResources at {participant}: {e}")
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
+    /// Terminates the coordinators' Postgres backends, and only theirs: of this test's
+    /// database (the server is shared with parallel tests) and with [`COORDINATOR_APP`].
+    pub async fn terminate_coordinator_backends(&self) -> i64 {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = current_database() AND application_name = $1) t",
+        )
+        .bind(COORDINATOR_APP)
+        .fetch_one(&self.pool)
+        .await
+        .unwrap_or_else(|e| panic!("pg_terminate_backend: {e}"))
     }
 }
 
@@ -146,7 +332,9 @@ pub struct Coordinator {
 
 impl Coordinator {
     pub async fn start(pool: &PgPool, settings: CoordinatorSettings) -> Coordinator {
-        let options = (*pool.connect_options()).clone();
+        let options = (*pool.connect_options())
+            .clone()
+            .application_name(COORDINATOR_APP);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -157,17 +345,40 @@ impl Coordinator {
         let addr = std_listener.local_addr().expect("addr");
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         runtime.spawn(async move {
-            let pool = sqlx::postgres::PgPoolOptions::new()
-                .max_connections(4)
-                .acquire_timeout(Duration::from_secs(5))
-                .connect_with(options)
-                .await
-                .expect("coordinator pool");
-            let store = PgStore::from_pool(pool);
-            store.migrate().await.expect("coordinator migrations");
-            let listener = TcpListener::from_std(std_listener).expect("listener");
-            let _ = ready_tx.send(());
-            let _ = app::serve_coordinator(settings, store, listener, std::future::pending()).await;
+            let mut ready_tx = Some(ready_tx);
+            // A supervisor: a coordinator that exits (its start-up migration check failed
+            // because the plan terminated its backend, say) is started again, as a process
+            // manager would, on the same listening socket.
+            loop {
+                let pool = sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(4)
+                    .acquire_timeout(Duration::from_secs(5))
+                    .connect_with(options.clone())
+                    .await;
+                let exited = match pool {
+                    Ok(pool) => {
+                        let store = PgStore::from_pool(pool);
+                        let listener = std_listener
+                            .try_clone()
+                            .and_then(TcpListener::from_std)
+                            .expect("listener");
+                        if let Some(tx) = ready_tx.take() {
+                            let _ = tx.send(());
+                        }
+                        app::serve_coordinator(
+                            settings.clone(),
+                            store,
+                            listener,
+                            std::future::pending(),
+                        )
+                        .await
+                        .map_err(|e| e.to_string())
+                    }
+                    Err(e) => Err(e.to_string()),
+                };
+                eprintln!("faults: the coordinator exited ({exited:?}); starting it again");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         });
         ready_rx.await.expect("coordinator started");
         Coordinator {

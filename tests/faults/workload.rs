@@ -1,13 +1,18 @@
-//! The holders: each Reserves, thinks, then Confirms, Cancels, Extends and Confirms, or walks
-//! away; a call that fails with a retryable status is repeated with the same request_id or
-//! token (idempotent repeats), a few times, against whichever coordinator is up.
+//! The holders: each Reserves, then Confirms (with or without a payment), pays late, Cancels
+//! (and pays after), Extends and Confirms, or walks away; a call that fails with a retryable
+//! status is repeated with the same request_id or token (idempotent repeats), a few times,
+//! against whichever coordinator is up. Every holder leaves an [`Outcome`]: what it sent and
+//! the last answer of each call, which `replay.rs` sends again after quiescence.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use holdfast::proto;
+use holdfast::proto::payments_client::PaymentsClient;
+use tonic::transport::Channel;
 use tonic::{Code, Status};
+use tonic_types::StatusExt;
 
 use crate::plan::{Act, HolderPlan, Plan};
 use crate::stack::client;
@@ -16,8 +21,41 @@ use crate::stack::client;
 pub type Current = Arc<Mutex<SocketAddr>>;
 /// Every call and its answer, for a violation's report.
 pub type History = Arc<Mutex<Vec<String>>>;
+/// What every holder sent and was last answered.
+pub type Outcomes = Arc<Mutex<Vec<Outcome>>>;
 
-fn retryable(s: &Status) -> bool {
+/// A client call after the Reserve, as a replay repeats it.
+#[derive(Clone, Debug)]
+pub enum Call {
+    Confirm(Option<proto::Payment>),
+    Cancel,
+}
+
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub holder: String,
+    pub request: proto::ReserveRequest,
+    /// The Reserve's last answer (with the token when it succeeded).
+    pub reserved: Option<Result<proto::Reservation, Status>>,
+    /// Each call after the Reserve with its last answer.
+    pub calls: Vec<(Call, Result<proto::Reservation, Status>)>,
+    /// The payment the holder charged (if it got as far).
+    pub payment: Option<proto::Payment>,
+}
+
+/// An answer that is not an outcome: the call is repeated. Besides transport and server
+/// trouble, `RESERVATION_NOT_HELD` (a Confirm or Cancel while the reservation is still
+/// `TRYING`, e.g. a repeated Reserve answered mid-placement) and `LATE_PAYMENT_IN_PROGRESS`
+/// say "not yet".
+pub fn retryable(s: &Status) -> bool {
+    let not_yet = || {
+        s.get_error_details().error_info().is_some_and(|i| {
+            matches!(
+                i.reason.as_str(),
+                "RESERVATION_NOT_HELD" | "LATE_PAYMENT_IN_PROGRESS"
+            )
+        })
+    };
     matches!(
         s.code(),
         Code::Unavailable
@@ -25,7 +63,7 @@ fn retryable(s: &Status) -> bool {
             | Code::Unknown
             | Code::DeadlineExceeded
             | Code::Cancelled
-    )
+    ) || not_yet()
 }
 
 fn addr(current: &Current) -> SocketAddr {
@@ -43,7 +81,7 @@ fn duration(d: Duration) -> prost_types::Duration {
     }
 }
 
-fn shown(r: &Result<proto::Reservation, Status>) -> String {
+pub fn shown(r: &Result<proto::Reservation, Status>) -> String {
     match r {
         Ok(r) => format!(
             "{} {:?}",
@@ -54,109 +92,228 @@ fn shown(r: &Result<proto::Reservation, Status>) -> String {
     }
 }
 
-pub async fn run_holder(plan: &Plan, h: HolderPlan, current: Current, history: History) {
-    tokio::time::sleep(h.start_after).await;
-    let holds: Vec<proto::Hold> = h
+/// A slot covering the present hour and the next two (rooms count the slot covering now).
+fn slot() -> proto::Interval {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let at = |seconds| prost_types::Timestamp { seconds, nanos: 0 };
+    proto::Interval {
+        start: Some(at(now - 3600)),
+        end: Some(at(now + 2 * 3600)),
+    }
+}
+
+pub fn reserve_request(plan: &Plan, h: &HolderPlan) -> proto::ReserveRequest {
+    let holds = h
         .holds
         .iter()
         .map(|(participant, i, quantity)| proto::Hold {
             participant: (*participant).to_owned(),
-            resource: if *participant == "stock" {
-                plan.stock[*i].0.clone()
-            } else {
-                plan.seats[*i].clone()
-            },
+            resource: plan.resource(participant, *i),
             quantity: *quantity,
-            during: None,
+            during: (*participant == "rooms").then(slot),
         })
         .collect();
-    let request = proto::ReserveRequest {
+    proto::ReserveRequest {
         request_id: format!("{}-r", h.name),
         holder: h.name.clone(),
         ttl: Some(duration(h.ttl)),
         holds,
         labels: Default::default(),
-    };
-    let mut reserved = None;
-    for attempt in 0..4 {
-        let Some(mut c) = client(addr(&current)).await else {
+    }
+}
+
+/// One call, repeated (same body) while the answer is retryable, at most `tries` times.
+async fn repeated<F, Fut>(
+    current: &Current,
+    history: &History,
+    what: String,
+    tries: u32,
+    call: F,
+) -> Option<Result<proto::Reservation, Status>>
+where
+    F: Fn(proto::coordinator_client::CoordinatorClient<Channel>) -> Fut,
+    Fut: std::future::Future<Output = Result<proto::Reservation, Status>>,
+{
+    let mut last = None;
+    for attempt in 0..tries {
+        let Some(c) = client(addr(current)).await else {
             break;
         };
-        let answer = c.reserve(request.clone()).await.map(|r| r.into_inner());
-        note(
-            &history,
-            format!("{} reserve#{attempt} -> {}", h.name, shown(&answer)),
-        );
+        let answer = call(c).await;
+        note(history, format!("{what}#{attempt} -> {}", shown(&answer)));
+        let again = matches!(&answer, Err(s) if retryable(s));
+        last = Some(answer);
+        if !again {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    last
+}
+
+/// Charges the holder's card for the reservation (outside the coordinator, SPEC 3.4). Not
+/// idempotent: an answer lost is a payment the runner does not know, which the balance
+/// check still counts (it reads every payment of the account).
+async fn charge(
+    payments: &PaymentsClient<Channel>,
+    plan: &Plan,
+    h: &HolderPlan,
+    reservation_id: &str,
+    history: &History,
+) -> Option<proto::Payment> {
+    for attempt in 0..4 {
+        let answer = payments
+            .clone()
+            .charge(proto::ChargeRequest {
+                account: plan.account.0.clone(),
+                amount_minor: h.amount,
+                currency: "EUR".into(),
+                reservation_id: reservation_id.to_owned(),
+            })
+            .await;
         match answer {
             Ok(r) => {
-                reserved = Some(r);
-                break;
+                let payment_ref = r.into_inner().payment_ref;
+                note(history, format!("{} charge -> {payment_ref}", h.name));
+                return Some(proto::Payment {
+                    participant: "payments".into(),
+                    payment_ref,
+                    amount_minor: h.amount,
+                    currency: "EUR".into(),
+                });
             }
-            Err(s) if retryable(&s) => tokio::time::sleep(Duration::from_millis(150)).await,
-            Err(_) => break,
+            Err(s) => {
+                note(history, format!("{} charge#{attempt} -> {s:?}", h.name));
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
         }
     }
-    let Some(r) = reserved else { return };
-    if r.hold_token.is_empty() {
-        return;
+    None
+}
+
+pub async fn run_holder(
+    plan: &Plan,
+    h: HolderPlan,
+    current: Current,
+    history: History,
+    payments: PaymentsClient<Channel>,
+    outcomes: Outcomes,
+) {
+    tokio::time::sleep(h.start_after).await;
+    let request = reserve_request(plan, &h);
+    let mut outcome = Outcome {
+        holder: h.name.clone(),
+        request: request.clone(),
+        reserved: None,
+        calls: Vec::new(),
+        payment: None,
+    };
+    outcome.reserved = repeated(
+        &current,
+        &history,
+        format!("{} reserve", h.name),
+        4,
+        |mut c| {
+            let request = request.clone();
+            async move { c.reserve(request).await.map(|r| r.into_inner()) }
+        },
+    )
+    .await;
+    if let Some(Ok(r)) = &outcome.reserved
+        && !r.hold_token.is_empty()
+    {
+        let r = r.clone();
+        act(plan, &h, &r, &current, &history, &payments, &mut outcome).await;
     }
-    tokio::time::sleep(h.think).await;
+    outcomes
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(outcome);
+}
+
+async fn act(
+    plan: &Plan,
+    h: &HolderPlan,
+    r: &proto::Reservation,
+    current: &Current,
+    history: &History,
+    payments: &PaymentsClient<Channel>,
+    outcome: &mut Outcome,
+) {
+    let (id, token) = (r.id.clone(), r.hold_token.clone());
+    let confirm = |payment: Option<proto::Payment>| {
+        let (id, token) = (id.clone(), token.clone());
+        move |mut c: proto::coordinator_client::CoordinatorClient<Channel>| {
+            let request = proto::ConfirmRequest {
+                reservation_id: id.clone(),
+                hold_token: token.clone(),
+                payment: payment.clone(),
+            };
+            async move { c.confirm(request).await.map(|r| r.into_inner()) }
+        }
+    };
+    let cancel = |mut c: proto::coordinator_client::CoordinatorClient<Channel>| {
+        let request = proto::CancelRequest {
+            reservation_id: id.clone(),
+            hold_token: token.clone(),
+            reason: "faults".into(),
+        };
+        async move { c.cancel(request).await.map(|r| r.into_inner()) }
+    };
+    match h.act {
+        Act::Abandon => {
+            note(history, format!("{} walks away", h.name));
+            return;
+        }
+        // Past expires_at (as this clock sees it), then pays.
+        Act::PayLate => tokio::time::sleep(h.ttl + Duration::from_millis(100) + h.think).await,
+        _ => tokio::time::sleep(h.think).await,
+    }
     if h.act == Act::ExtendThenConfirm {
         let request = proto::ExtendRequest {
-            reservation_id: r.id.clone(),
-            hold_token: r.hold_token.clone(),
+            reservation_id: id.clone(),
+            hold_token: token.clone(),
             ttl: Some(duration(Duration::from_secs(2))),
             request_id: format!("{}-x", h.name),
         };
-        for attempt in 0..3 {
-            let Some(mut c) = client(addr(&current)).await else {
-                break;
-            };
-            let answer = c.extend(request.clone()).await.map(|r| r.into_inner());
-            note(
-                &history,
-                format!("{} extend#{attempt} -> {}", h.name, shown(&answer)),
-            );
-            match answer {
-                Err(s) if retryable(&s) => tokio::time::sleep(Duration::from_millis(150)).await,
-                _ => break,
-            }
-        }
+        repeated(
+            current,
+            history,
+            format!("{} extend", h.name),
+            3,
+            |mut c| {
+                let request = request.clone();
+                async move { c.extend(request).await.map(|r| r.into_inner()) }
+            },
+        )
+        .await;
     }
-    let act = match h.act {
-        Act::Abandon => {
-            note(&history, format!("{} walks away", h.name));
+    if matches!(h.act, Act::Cancel | Act::CancelThenPay) {
+        let what = format!("{} cancel", h.name);
+        if let Some(answer) = repeated(current, history, what, 4, cancel).await {
+            outcome.calls.push((Call::Cancel, answer));
+        }
+        if h.act == Act::Cancel {
             return;
         }
-        other => other,
+    }
+    let payment = if h.act.pays() {
+        outcome.payment = charge(payments, plan, h, &id, history).await;
+        if outcome.payment.is_none() {
+            return;
+        }
+        outcome.payment.clone()
+    } else {
+        None
     };
-    for attempt in 0..4 {
-        let Some(mut c) = client(addr(&current)).await else {
-            break;
-        };
-        let answer = if act == Act::Cancel {
-            c.cancel(proto::CancelRequest {
-                reservation_id: r.id.clone(),
-                hold_token: r.hold_token.clone(),
-                reason: "faults".into(),
-            })
-            .await
-        } else {
-            c.confirm(proto::ConfirmRequest {
-                reservation_id: r.id.clone(),
-                hold_token: r.hold_token.clone(),
-                payment: None,
-            })
-            .await
-        }
-        .map(|r| r.into_inner());
-        note(
-            &history,
-            format!("{} {act:?}#{attempt} -> {}", h.name, shown(&answer)),
-        );
-        match answer {
-            Err(s) if retryable(&s) => tokio::time::sleep(Duration::from_millis(150)).await,
-            _ => break,
-        }
+    let what = format!(
+        "{} confirm{}",
+        h.name,
+        if h.act.pays() { "+pay" } else { "" }
+    );
+    if let Some(answer) = repeated(current, history, what, 4, confirm(payment.clone())).await {
+        outcome.calls.push((Call::Confirm(payment), answer));
     }
 }

@@ -170,8 +170,12 @@ impl StockRedis {
                         .map_err(|_| StockRedisError::Internal(format!("bad quantity {q:?}")))?;
                     items.push((res.clone(), q));
                 }
+                // Redis says confirmed, Postgres does not know yet: a crash here is what
+                // the repeated Confirm (which re-inserts) and the rebuild must cover.
+                super::faults::check("stock_redis.confirm.between")?;
                 if durable::make_durable(&self.inner.pool, key, epoch, seq, &items).await? {
                     self.saw_durable(seq);
+                    super::faults::check("stock_redis.confirm.committed")?;
                     Ok(BranchAnswer::Confirmed)
                 } else {
                     // The epoch changed: Redis lost this confirm; the rebuild did not count it.

@@ -25,11 +25,13 @@
 //! - `inventory.rs`: creating, resizing and counting items;
 //! - `grpc.rs`: the `tcc.v1.Participant` and `tcc.v1.ResourceAdmin` services;
 //! - `error.rs`: [`StockRedisError`] and its mapping to gRPC statuses;
+//! - `faults.rs`: failpoints between the Redis decision and the durable record (tests only);
 //! - here: settings, connecting, serving.
 
 mod branch;
 mod durable;
 mod error;
+mod faults;
 mod grpc;
 mod inventory;
 mod reconciler;
