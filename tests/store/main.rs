@@ -228,4 +228,5 @@ retention!(
     purges_only_finished_old_work,
     batch_bound_is_respected,
     reserve_after_deletion_is_new,
+    audit_entries_go_with_their_reservation,
 );

@@ -149,3 +149,66 @@ pub async fn reserve_after_deletion_is_new(store: S, backdate: Backdate) {
         other => panic!("expected a new reservation, got {other:?}"),
     }
 }
+
+/// An operator's audit entries go with their reservation (the table cascades), and an entry
+/// about a participant, which has no reservation, stays.
+pub async fn audit_entries_go_with_their_reservation(store: S, backdate: Backdate) {
+    use holdfast::domain::admin::{AdminAction, AuditNote, AuditQuery, RetryTarget};
+    use holdfast::store::AdminDecided;
+
+    let note = |action, reason: &str, participant: Option<&str>| AuditNote {
+        principal: "ops".into(),
+        action,
+        reason: reason.into(),
+        participant: participant.map(str::to_owned),
+    };
+    let (h, _) = held(&store, "alice", "audited", LONG).await;
+    let decided = store
+        .force_cancel(
+            h.id,
+            &note(AdminAction::ForceCancel, "ticket 9", None),
+            super::lease(),
+        )
+        .await
+        .unwrap();
+    let AdminDecided::Done { reservation, .. } = decided else {
+        panic!("ForceCancel of a HELD reservation: {decided:?}");
+    };
+    let phase = store
+        .record_phase(
+            h.id,
+            State::Cancelling,
+            &reports(&reservation, BranchState::Cancelled, None),
+            Some(State::Cancelled),
+            FAST,
+        )
+        .await
+        .unwrap();
+    assert_eq!(phase.reservation.state, State::Cancelled);
+    store
+        .retry(
+            &RetryTarget::Participant("seats".into()),
+            &note(AdminAction::Retry, "", Some("seats")),
+            super::lease(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.audit_of(&[h.id]).await.unwrap().len(), 1);
+
+    backdate(h.id).await;
+    let purged = store.purge_finished(KEEP, 100).await.unwrap();
+    assert_eq!(purged.reservations, 1, "{purged:?}");
+    assert!(!exists(&store, h.id).await);
+    assert!(store.audit_of(&[h.id]).await.unwrap().is_empty());
+    let all = store
+        .audit(&AuditQuery {
+            reservation_id: None,
+            limit: 10,
+            before: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 1, "{all:?}");
+    assert_eq!(all[0].participant.as_deref(), Some("seats"));
+    assert_eq!(all[0].reservation_id, None);
+}
