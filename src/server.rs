@@ -122,6 +122,7 @@ pub async fn serve_with(
         .layer(
             tower::ServiceBuilder::new()
                 .layer(AuthLayer { auth: auth.clone() })
+                .layer(ShedLayer)
                 .load_shed()
                 .layer(tower::limit::GlobalConcurrencyLimitLayer::with_semaphore(
                     in_flight,
@@ -225,6 +226,70 @@ where
             Err(status) => Box::pin(std::future::ready(Ok(status.into_http()))),
         }
     }
+}
+
+/// How long a shed caller is told to wait before repeating (`google.rpc.RetryInfo`): long
+/// enough for requests in flight to end, short enough not to idle a recovering server.
+const SHED_RETRY_DELAY: Duration = Duration::from_millis(250);
+
+/// Answers a request that `load_shed` refused as `RESOURCE_EXHAUSTED` with ErrorInfo reason
+/// `OVERLOADED` and a RetryInfo, so clients back off as told (tonic's own answer has neither).
+#[derive(Clone, Copy, Debug)]
+struct ShedLayer;
+
+impl<S> tower::Layer<S> for ShedLayer {
+    type Service = Shed<S>;
+
+    fn layer(&self, inner: S) -> Shed<S> {
+        Shed { inner }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Shed<S> {
+    inner: S,
+}
+
+impl<S, B> tower::Service<http::Request<B>> for Shed<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let call = self.inner.call(request);
+        Box::pin(async move {
+            match call.await.map_err(Into::into) {
+                Err(e) if e.is::<tower::load_shed::error::Overloaded>() => {
+                    Ok(overloaded().into_http())
+                }
+                other => other,
+            }
+        })
+    }
+}
+
+fn overloaded() -> tonic::Status {
+    use tonic_types::{ErrorDetails, StatusExt};
+    let mut details = ErrorDetails::with_error_info(
+        "OVERLOADED",
+        "tcc.v1",
+        std::collections::HashMap::<String, String>::new(),
+    );
+    details.set_retry_info(Some(SHED_RETRY_DELAY));
+    tonic::Status::with_error_details(
+        tonic::Code::ResourceExhausted,
+        "too many requests in flight; retry after the delay in RetryInfo",
+        details,
+    )
 }
 
 /// Ends a request with `DEADLINE_EXCEEDED` when it outlives its deadline: the client's

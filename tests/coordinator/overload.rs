@@ -61,6 +61,9 @@ async fn a_flood_beyond_the_cap_is_shed_at_once_and_service_resumes(pool: PgPool
         let (result, took) = f.await.unwrap();
         let err = result.expect_err("beyond the cap");
         assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+        assert_eq!(reason(&err), "OVERLOADED");
+        let retry = tonic_types::StatusExt::get_details_retry_info(&err).expect("RetryInfo");
+        assert!(retry.retry_delay.is_some_and(|d| !d.is_zero()), "{retry:?}");
         assert!(
             took < Duration::from_secs(5),
             "shed after {took:?}: it queued"

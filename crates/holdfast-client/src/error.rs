@@ -31,6 +31,12 @@ pub enum Reason {
     PaymentMismatch,
     LatePaymentInProgress,
     ShuttingDown,
+    /// Too many requests in flight: refused before any work (RetryInfo says when to repeat).
+    Overloaded,
+    /// The coordinator's database is unreachable for now.
+    StorageUnavailable,
+    /// Resolve of a reservation that is not FAILED.
+    ReservationNotFailed,
     Unauthenticated,
     PermissionDenied,
     /// A reason this version of the client does not know.
@@ -58,6 +64,9 @@ impl Reason {
             "PAYMENT_MISMATCH" => Reason::PaymentMismatch,
             "LATE_PAYMENT_IN_PROGRESS" => Reason::LatePaymentInProgress,
             "SHUTTING_DOWN" => Reason::ShuttingDown,
+            "OVERLOADED" => Reason::Overloaded,
+            "STORAGE_UNAVAILABLE" => Reason::StorageUnavailable,
+            "RESERVATION_NOT_FAILED" => Reason::ReservationNotFailed,
             "UNAUTHENTICATED" => Reason::Unauthenticated,
             "PERMISSION_DENIED" => Reason::PermissionDenied,
             other => Reason::Other(other.to_owned()),

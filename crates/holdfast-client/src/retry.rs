@@ -1,5 +1,5 @@
 //! When [`crate::Client::reserve`] tries again: only while the coordinator is unavailable
-//! (down, restarting, overloaded, shutting down, the connection dropped under the call) - never after an answer about the
+//! (down, restarting, shutting down, shedding load, the connection dropped under the call) - never after an answer about the
 //! reservation itself, and not for `PARTICIPANT_UNAVAILABLE`, which is a recorded outcome a
 //! repeat would only read back. The repeat carries the same `request_id`, so the coordinator
 //! answers the reservation it already made instead of making a second one.
@@ -64,6 +64,8 @@ fn retryable(error: &Error) -> bool {
         // A connection dropped under the call (hyper says "operation was canceled"): the
         // caller did not cancel, and the repeat is idempotent.
         Code::Cancelled => *error.reason() == Reason::Unspecified,
+        // Shed before any work; the server says how long to wait.
+        Code::ResourceExhausted => *error.reason() == Reason::Overloaded,
         _ => false,
     }
 }
@@ -101,6 +103,14 @@ mod tests {
         let recorded = unavailable(Reason::ParticipantUnavailable, None);
         assert_eq!(p.delay(0, &recorded), None);
         let answer = Error::for_test(Code::FailedPrecondition, Reason::InsufficientCapacity, None);
+        let shed = Error::for_test(
+            Code::ResourceExhausted,
+            Reason::Overloaded,
+            Some(Duration::from_millis(250)),
+        );
+        assert!(p.delay(0, &shed).unwrap() >= Duration::from_millis(250));
+        let limit = Error::for_test(Code::ResourceExhausted, Reason::HoldLimitExceeded, None);
+        assert_eq!(p.delay(0, &limit), None);
         assert_eq!(p.delay(0, &answer), None);
         assert_eq!(
             RetryPolicy::never().delay(0, &unavailable(Reason::Unspecified, None)),
