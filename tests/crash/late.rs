@@ -1,9 +1,9 @@
 //! Crashes while a late payment is honoured by placing released holds again (the retake):
 //! after `begin_retake` before any Try, between the Trys, with every Try held before
-//! `finish_retake`, and after `finish_retake` before the Confirms. Recovery either finishes
-//! the confirmation (once `finish_retake` committed) or releases the new generation of
-//! branches and refunds the payment exactly once; never both, never a branch confirmed and
-//! cancelled.
+//! `finish_retake`, after `finish_retake` before the Confirms, and after a failed retake was
+//! recorded, before its release and refund. Recovery either finishes the confirmation (once
+//! `finish_retake` committed) or releases the new generation of branches and refunds the
+//! payment exactly once; never both, never a branch confirmed and cancelled.
 
 use std::time::Duration;
 
@@ -16,6 +16,16 @@ use crate::{Shop, arm, reserve, serial, shop};
 /// (EXPIRED), then pays late to a coordinator armed at `step` (`action`); it stops there and
 /// is killed. Returns the reservation id and the payment_ref.
 async fn crash_retake(shop: &Shop, step: &'static str, action: &str) -> (String, String) {
+    crash_retake_after(shop, step, action, false).await
+}
+
+/// [`crash_retake`]; with `seat_taken`, bob holds seat A1 before the late payment lands.
+async fn crash_retake_after(
+    shop: &Shop,
+    step: &'static str,
+    action: &str,
+    seat_taken: bool,
+) -> (String, String) {
     let reaper = shop.second().await;
     let mut client = reaper.client().await;
     let req = reserve(
@@ -25,9 +35,15 @@ async fn crash_retake(shop: &Shop, step: &'static str, action: &str) -> (String,
     );
     let r = client.reserve(req).await.unwrap().into_inner();
     shop.wait_stored(&r.id, ("EXPIRED", None)).await;
-    drop(reaper);
     assert_eq!(shop.counts("seats", "A1").await, (1, 0, 0), "released");
     assert_eq!(shop.counts("stock", "sku").await, (3, 0, 0), "released");
+    if seat_taken {
+        client
+            .reserve(reserve("bob", None, &[("seats", "A1", 1)]))
+            .await
+            .unwrap();
+    }
+    drop(reaper);
 
     let mut first = shop.first().await;
     let payment = charge_for(&shop.payments, "card-1", &r.id, 4_200).await;
@@ -125,5 +141,38 @@ async fn a_crash_after_the_retake_was_recorded_confirms_it_without_a_refund(pool
             vec![1],
             "{name}: the retaken branch's"
         );
+    }
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_crash_after_a_failed_retake_was_recorded_releases_and_refunds(pool: PgPool) {
+    let _serial = serial().await;
+    let shop = shop(&pool, false, None).await;
+    // Bob holds the seat: the retake's first Try (seats) is refused, stock is never tried,
+    // the failure and the refund are recorded, and the coordinator stops there.
+    let (id, payment_ref) =
+        crash_retake_after(&shop, "coord.fail_retake.after", "panic", true).await;
+    let stored = shop.stored(&id).await;
+    assert_eq!(
+        (stored.0.as_str(), stored.1.as_deref()),
+        ("CANCELLING", Some("PENDING"))
+    );
+    assert_eq!(shop.gate.refund_calls(&payment_ref), 0);
+
+    let _second = shop.second().await;
+    let stored = shop.wait_stored(&id, ("EXPIRED", Some("REFUNDED"))).await;
+    assert!(!stored.2, "not honoured");
+    assert_eq!(shop.gate.refund_calls(&payment_ref), 1);
+    assert_eq!(shop.refunded(&payment_ref).await, (4_200, 1));
+    assert_eq!(shop.counts("seats", "A1").await, (0, 1, 0), "bob's");
+    assert_eq!(shop.counts("stock", "sku").await, (3, 0, 0));
+    // seats: alice's first hold, bob's, alice's refused retake; only the first released.
+    assert_eq!(shop.sent("seats", "Try"), vec![1, 1, 1]);
+    assert_eq!(shop.sent("seats", "Cancel"), vec![1]);
+    // stock: the retake stopped before it; the first generation's hold released once.
+    assert_eq!(shop.sent("stock", "Try"), vec![1]);
+    assert_eq!(shop.sent("stock", "Cancel"), vec![1]);
+    for name in ["seats", "stock"] {
+        assert_eq!(shop.sent(name, "Confirm"), Vec::<usize>::new(), "{name}");
     }
 }
