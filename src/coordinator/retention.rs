@@ -2,7 +2,7 @@
 //! batches, checked every [`Retention::every`] (under a minute). What may go is the store's
 //! rule ([`crate::store::Store::purge_finished`]: terminal, nothing pending); this loop only
 //! paces it so a purge of a large backlog never holds locks long nor starves Reserves: one
-//! batch per transaction, a pause between full batches.
+//! batch per transaction, then a pause at least as long as the batch took.
 
 use std::time::Duration;
 
@@ -20,7 +20,8 @@ pub struct Retention {
     pub batch: u32,
     /// How often the purge looks for work when the last pass found less than a batch.
     pub every: Duration,
-    /// Pause between full batches, so the purge leaves room for the hot path.
+    /// Shortest pause between full batches (at least as long as the batch took), so the
+    /// purge leaves room for the hot path.
     pub pause: Duration,
 }
 
@@ -73,9 +74,12 @@ impl Coordinator {
             if *stop.borrow() {
                 return;
             }
+            let started = std::time::Instant::now();
             let wait = match self.purge_finished(keep, retention.batch).await {
                 Ok(p) if p.reservations >= u64::from(retention.batch.clamp(1, MAX_BATCH)) => {
-                    retention.pause
+                    // A backlog: rest at least as long as the batch took, so the purge keeps
+                    // at most half of one connection (and of the WAL) busy while Reserves run.
+                    retention.pause.max(started.elapsed())
                 }
                 Ok(p) => {
                     if p.reservations > 0 {

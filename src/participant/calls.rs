@@ -2,7 +2,7 @@
 //! run, answered, and counted once here for every participant built on the SDK
 //! (`holdfast_participant_calls_total{participant, method, outcome}` and
 //! `holdfast_participant_call_seconds{participant, method}`), so no participant instruments
-//! itself.
+//! itself; `stock-redis`, which serves its own handlers, counts through [`count_call`].
 
 use std::time::Instant;
 
@@ -10,17 +10,33 @@ use tonic::{Request, Response, Status};
 
 use super::barrier::Backend;
 use super::service::ParticipantService;
-use super::{BranchAnswer, ExtendAnswer, Resource, ResourceError, TryAnswer, wire};
+use super::{BranchAnswer, ExtendAnswer, Resource, TryAnswer, wire};
 use crate::proto::participant_server::Participant;
 use crate::proto::{BranchRequest, BranchResponse, ExtendBranchRequest, TryRequest, TryResponse};
 use crate::telemetry::ops::participant_call;
 
+/// The outcome label of a Try answer.
+pub(crate) fn try_outcome(answer: &TryAnswer) -> &'static str {
+    match answer {
+        TryAnswer::Held => "held",
+        TryAnswer::Rejected(_) => "rejected",
+    }
+}
+
 /// The outcome label of a branch answer.
-fn branch_outcome(answer: BranchAnswer) -> &'static str {
+pub(crate) fn branch_outcome(answer: &BranchAnswer) -> &'static str {
     match answer {
         BranchAnswer::Confirmed => "confirmed",
         BranchAnswer::Cancelled => "cancelled",
         BranchAnswer::HoldLost => "hold_lost",
+    }
+}
+
+/// The outcome label of an Extend answer.
+pub(crate) fn extend_outcome(answer: &ExtendAnswer) -> &'static str {
+    match answer {
+        ExtendAnswer::Held => "extended",
+        ExtendAnswer::Settled(b) => branch_outcome(b),
     }
 }
 
@@ -39,15 +55,15 @@ fn error_outcome(status: &Status) -> &'static str {
     }
 }
 
-/// Counts one call of `method` with its answer (or error) and how long it took.
-fn counted<T>(
+/// Counts one call of `method` with its answer (or error) and how long it took; also used by
+/// `stock-redis`, whose calls do not go through [`ParticipantService`].
+pub(crate) fn count_call<T>(
     participant: &str,
     method: &'static str,
     started: Instant,
-    answered: Result<T, ResourceError>,
+    answered: Result<T, Status>,
     outcome: impl FnOnce(&T) -> &'static str,
 ) -> Result<T, Status> {
-    let answered = answered.map_err(Status::from);
     let label = match &answered {
         Ok(answer) => outcome(answer),
         Err(status) => error_outcome(status),
@@ -64,10 +80,8 @@ impl<DB: Backend, R: Resource<DB>> Participant for ParticipantService<R, DB> {
             Ok(branch) => self.try_branch(branch).await,
             Err(e) => Err(e),
         };
-        let answer = counted(self.name(), "try", started, answered, |a| match a {
-            TryAnswer::Held => "held",
-            TryAnswer::Rejected(_) => "rejected",
-        })?;
+        let answered = answered.map_err(Status::from);
+        let answer = count_call(self.name(), "try", started, answered, try_outcome)?;
         Ok(wire::try_response(answer))
     }
 
@@ -80,9 +94,8 @@ impl<DB: Backend, R: Resource<DB>> Participant for ParticipantService<R, DB> {
             Ok(key) => self.confirm_branch(&key).await,
             Err(e) => Err(e),
         };
-        let answer = counted(self.name(), "confirm", started, answered, |a| {
-            branch_outcome(*a)
-        })?;
+        let answered = answered.map_err(Status::from);
+        let answer = count_call(self.name(), "confirm", started, answered, branch_outcome)?;
         Ok(wire::branch_response(answer))
     }
 
@@ -95,9 +108,8 @@ impl<DB: Backend, R: Resource<DB>> Participant for ParticipantService<R, DB> {
             Ok(key) => self.cancel_branch(&key).await,
             Err(e) => Err(e),
         };
-        let answer = counted(self.name(), "cancel", started, answered, |a| {
-            branch_outcome(*a)
-        })?;
+        let answered = answered.map_err(Status::from);
+        let answer = count_call(self.name(), "cancel", started, answered, branch_outcome)?;
         Ok(wire::branch_response(answer))
     }
 
@@ -110,10 +122,8 @@ impl<DB: Backend, R: Resource<DB>> Participant for ParticipantService<R, DB> {
             Ok((key, expires_at)) => self.extend_branch(&key, expires_at).await,
             Err(e) => Err(e),
         };
-        let answer = counted(self.name(), "extend", started, answered, |a| match a {
-            ExtendAnswer::Held => "extended",
-            ExtendAnswer::Settled(b) => branch_outcome(*b),
-        })?;
+        let answered = answered.map_err(Status::from);
+        let answer = count_call(self.name(), "extend", started, answered, extend_outcome)?;
         Ok(wire::extend_response(answer))
     }
 }

@@ -55,7 +55,7 @@
 //! nothing.
 
 mod barrier;
-mod calls;
+pub(crate) mod calls;
 mod error;
 mod faults;
 mod retention;

@@ -1,9 +1,13 @@
 //! The gRPC face of `stock-redis`: `tcc.v1.Participant` (requests read and answered by the
-//! SDK's wire layer, [`crate::participant::wire`]) and `tcc.v1.ResourceAdmin`.
+//! SDK's wire layer, [`crate::participant::wire`], and counted as the SDK counts its calls,
+//! `participant::calls::count_call`) and `tcc.v1.ResourceAdmin`.
+
+use std::time::Instant;
 
 use tonic::{Request, Response, Status};
 
-use super::StockRedis;
+use super::{NAME, StockRedis};
+use crate::participant::calls::{branch_outcome, count_call, extend_outcome, try_outcome};
 use crate::participant::validate::check_id;
 use crate::participant::wire;
 use crate::proto::participant_server::Participant;
@@ -16,35 +20,57 @@ use crate::proto::{
 #[tonic::async_trait]
 impl Participant for StockRedis {
     async fn r#try(&self, request: Request<TryRequest>) -> Result<Response<TryResponse>, Status> {
-        let branch = self.check_try(wire::try_branch(request.into_inner())?)?;
-        Ok(wire::try_response(self.try_branch(&branch).await?))
+        let started = Instant::now();
+        let answered = async {
+            let branch = self.check_try(wire::try_branch(request.into_inner())?)?;
+            Ok::<_, Status>(self.try_branch(&branch).await?)
+        }
+        .await;
+        let answer = count_call(NAME, "try", started, answered, try_outcome)?;
+        Ok(wire::try_response(answer))
     }
 
     async fn confirm(
         &self,
         request: Request<BranchRequest>,
     ) -> Result<Response<BranchResponse>, Status> {
-        let key = wire::branch_key(request.into_inner())?;
-        Ok(wire::branch_response(self.confirm_branch(&key).await?))
+        let started = Instant::now();
+        let answered = async {
+            let key = wire::branch_key(request.into_inner())?;
+            Ok::<_, Status>(self.confirm_branch(&key).await?)
+        }
+        .await;
+        let answer = count_call(NAME, "confirm", started, answered, branch_outcome)?;
+        Ok(wire::branch_response(answer))
     }
 
     async fn cancel(
         &self,
         request: Request<BranchRequest>,
     ) -> Result<Response<BranchResponse>, Status> {
-        let key = wire::branch_key(request.into_inner())?;
-        Ok(wire::branch_response(self.cancel_branch(&key).await?))
+        let started = Instant::now();
+        let answered = async {
+            let key = wire::branch_key(request.into_inner())?;
+            Ok::<_, Status>(self.cancel_branch(&key).await?)
+        }
+        .await;
+        let answer = count_call(NAME, "cancel", started, answered, branch_outcome)?;
+        Ok(wire::branch_response(answer))
     }
 
     async fn extend(
         &self,
         request: Request<ExtendBranchRequest>,
     ) -> Result<Response<BranchResponse>, Status> {
-        let (key, expires_at) = wire::extend_branch(request.into_inner())?;
-        self.check_extend(expires_at)?;
-        Ok(wire::extend_response(
-            self.extend_branch(&key, expires_at).await?,
-        ))
+        let started = Instant::now();
+        let answered = async {
+            let (key, expires_at) = wire::extend_branch(request.into_inner())?;
+            self.check_extend(expires_at)?;
+            Ok::<_, Status>(self.extend_branch(&key, expires_at).await?)
+        }
+        .await;
+        let answer = count_call(NAME, "extend", started, answered, extend_outcome)?;
+        Ok(wire::extend_response(answer))
     }
 }
 
