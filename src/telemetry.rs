@@ -165,6 +165,7 @@ pub mod names {
     pub const AUTH_FAILURES: &str = "holdfast_auth_failures_total";
     pub const WATCH_POLLS: &str = "holdfast_watch_polls_total";
     pub const WATCHED: &str = "holdfast_watched_reservations";
+    pub const ADMIN_ACTIONS: &str = "holdfast_admin_actions_total";
 }
 
 /// The process's metrics recorder, installed on first use.
@@ -215,6 +216,11 @@ pub fn reservation_entered(state: crate::domain::State) {
 /// A hold lapsed and its release was decided (once per reservation).
 pub fn hold_expired() {
     metrics::counter!(names::EXPIRED_HOLDS).increment(1);
+}
+
+/// An operator's action (`tcc.v1.Admin`) was taken and audited.
+pub fn admin_action(action: &'static str) {
+    metrics::counter!(names::ADMIN_ACTIONS, "action" => action).increment(1);
 }
 
 /// A refund was recorded (`PENDING`) or acknowledged (`REFUNDED`).

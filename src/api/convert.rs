@@ -133,7 +133,7 @@ pub fn page_token(created_at: DateTime<Utc>, id: Uuid) -> String {
     format!("{}.{}", created_at.timestamp_micros(), id.simple())
 }
 
-fn from_page_token(token: &str) -> Result<(DateTime<Utc>, Uuid), FieldError> {
+pub fn from_page_token(token: &str) -> Result<(DateTime<Utc>, Uuid), FieldError> {
     let bad = || FieldError::new("page_token", "is not a token from a previous response");
     let (micros, id) = token.split_once('.').ok_or_else(bad)?;
     let micros: i64 = micros.parse().map_err(|_| bad())?;
@@ -206,8 +206,22 @@ pub fn reservation(r: Reservation, token: Token<'_>) -> proto::Reservation {
         refund: r.refund.as_ref().map(refund),
         late_payment_honored: r.late_payment_honored,
         labels: r.labels.into_iter().collect(),
-        // Filled by the Admin issue's audit log.
-        audit: Vec::new(),
+        audit: r.audit.into_iter().map(audit_entry).collect(),
+    }
+}
+
+/// One audit log entry on the wire.
+pub fn audit_entry(e: crate::domain::admin::AuditEntry) -> proto::AuditEntry {
+    proto::AuditEntry {
+        reservation_id: e
+            .reservation_id
+            .map(|id| id.to_string())
+            .unwrap_or_default(),
+        principal: e.principal,
+        at: Some(timestamp(e.at)),
+        action: e.action.as_str().to_owned(),
+        reason: e.reason,
+        participant: e.participant.unwrap_or_default(),
     }
 }
 

@@ -150,6 +150,13 @@ impl From<Error> for Status {
                 &[],
                 &err,
             ),
+            Error::NotFailed { state, .. } => status(
+                Code::FailedPrecondition,
+                "RESERVATION_NOT_FAILED",
+                message,
+                &[("state", state.as_str().to_owned())],
+                &err,
+            ),
             Error::InProgress(_) => status(
                 Code::Aborted,
                 "LATE_PAYMENT_IN_PROGRESS",

@@ -3,12 +3,13 @@
 //! the request's [`Caller`], which the server's auth layer put there (`crate::auth`): a
 //! request without one is refused, so a server built without the layer fails closed.
 
+pub mod admin;
 pub mod convert;
 pub mod error;
 
 use std::pin::Pin;
 
-use tokio_stream::{Stream, StreamExt};
+use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 use crate::auth::Caller;
@@ -159,6 +160,7 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
                 .coordinator
                 .get(&actor, &request.get_ref().reservation_id)
                 .await?;
+            let r = self.coordinator.with_audit_one(r).await?;
             Ok(Response::new(convert::reservation(r, Token::Omit)))
         })
         .await
@@ -173,8 +175,10 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
             let query = convert::list_query(request.into_inner()).map_err(Error::from)?;
             let page = self.coordinator.list(&actor, query).await?;
             Ok(Response::new(proto::ListReservationsResponse {
-                reservations: page
-                    .reservations
+                reservations: self
+                    .coordinator
+                    .with_audit(page.reservations)
+                    .await?
                     .into_iter()
                     .map(|r| convert::reservation(r, Token::Omit))
                     .collect(),
@@ -201,9 +205,21 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
             .coordinator
             .watch(&actor, &request.get_ref().reservation_id, connection)
             .await?;
-        Ok(Response::new(Box::pin(changes.map(|r| {
-            r.map(|r| convert::reservation(r, Token::Omit))
-                .map_err(Status::from)
-        }))))
+        // Each change with the reservation's audit entries (one read per change sent).
+        let coordinator = self.coordinator.clone();
+        let changes = futures_util::StreamExt::then(changes, move |r| {
+            let coordinator = coordinator.clone();
+            async move {
+                match r {
+                    Ok(r) => coordinator
+                        .with_audit_one(r)
+                        .await
+                        .map(|r| convert::reservation(r, Token::Omit))
+                        .map_err(Status::from),
+                    Err(e) => Err(Status::from(e)),
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(changes)))
     }
 }

@@ -291,15 +291,16 @@ pub async fn serve_coordinator(
         shutdown.await;
         watches.close_watches();
     };
+    let admin = crate::api::admin::AdminApi::new(coordinator.clone());
     let api = CoordinatorApi::new(coordinator);
-    let routes = tonic::service::Routes::new(api.into_server());
+    let routes = tonic::service::Routes::new(api.into_server()).add_service(admin.into_server());
     tracing::info!(addr = %listener.local_addr()?, tls = listener.tls().is_some(), auth = settings.access.auth.is_on(), "coordinator serving");
     let served = crate::server::serve_with(
         settings.server,
         &settings.access.auth,
         listener,
         routes,
-        &["tcc.v1.Coordinator"],
+        &["tcc.v1.Coordinator", "tcc.v1.Admin"],
         shutdown,
     )
     .await;

@@ -30,6 +30,8 @@ pub fn of(path: &str) -> Rule {
             Rule::Authenticated
         }
         ("tcc.v1.Coordinator", _) => Rule::Roles(CLIENTS),
+        // The operator's control plane (SPEC 8.1): admins only, said rather than defaulted.
+        ("tcc.v1.Admin", _) => Rule::Roles(ADMINS),
         ("tcc.v1.Participant", _) => Rule::Roles(COORDINATORS),
         ("tcc.v1.Payments", "Charge") => Rule::Roles(CLIENTS),
         ("tcc.v1.Payments", "Refund" | "GetPayment") => Rule::Roles(COORDINATORS),
@@ -58,6 +60,11 @@ mod tests {
             ("/tcc.v1.Payments/GetPayment", &[Coordinator, Admin]),
             ("/tcc.v1.ResourceAdmin/GetResource", &[Client, Admin]),
             ("/tcc.v1.ResourceAdmin/PutResources", &[Admin]),
+            ("/tcc.v1.Admin/ListStuck", &[Admin]),
+            ("/tcc.v1.Admin/Retry", &[Admin]),
+            ("/tcc.v1.Admin/ForceCancel", &[Admin]),
+            ("/tcc.v1.Admin/Resolve", &[Admin]),
+            ("/tcc.v1.Admin/ListAudit", &[Admin]),
             ("/tcc.v1.Admin/ForceCancel", &[Admin]),
             ("/tcc.v1.Unknown/Anything", &[Admin]),
             ("garbage", &[Admin]),

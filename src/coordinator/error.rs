@@ -107,6 +107,12 @@ pub enum Error {
     #[error("reservation {0} is still placing its holds; retry once it is HELD")]
     NotHeld(Uuid),
 
+    /// `Resolve` settles only a `FAILED` reservation.
+    #[error(
+        "reservation {id} is {state}, not FAILED: only a FAILED reservation can be resolved; nothing was changed"
+    )]
+    NotFailed { id: Uuid, state: State },
+
     #[error(
         "reservation {id} cannot be extended further (extensions used: {used}, max_extensions: {max}, max_ttl: {max_ttl_secs}s)"
     )]
@@ -190,6 +196,7 @@ impl Error {
             | Error::HoldExpired { id, .. }
             | Error::InProgress(id)
             | Error::NotHeld(id)
+            | Error::NotFailed { id, .. }
             | Error::Closed { id, .. }
             | Error::ExtensionLimit { id, .. }
             | Error::PaymentMismatch { id, .. }

@@ -15,6 +15,7 @@
 //! caps, the shared poller, shutdown). This module
 //! holds the [`Coordinator`] itself and its reads.
 
+pub mod admin;
 mod decide;
 mod drive;
 pub mod error;

@@ -15,14 +15,15 @@ use uuid::Uuid;
 
 use super::watchers::Watchers;
 use super::{Coordinator, Error};
+use crate::domain::admin::{AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery};
 use crate::domain::policy::{Backoff, HoldLimits};
 use crate::domain::validate;
 use crate::domain::{
     Actor, Decision, ExtraPayment, ListQuery, NewReservation, Rejection, Reservation, State,
 };
 use crate::store::{
-    BranchReport, Claimed, Created, Decided, PhaseRecorded, RefundAnswer, Stamp, Store, StoreError,
-    Waiting, WorkLease,
+    AdminDecided, BranchReport, Claimed, Created, Decided, PhaseRecorded, RefundAnswer, Stamp,
+    Store, StoreError, Waiting, Woken, WorkLease,
 };
 
 /// Reservations a watch may have read but its client not yet taken.
@@ -272,5 +273,53 @@ impl Store for Publishing {
     async fn discard(&self, id: Uuid, lease_owner: Uuid) -> Result<bool, StoreError> {
         // Nothing to publish: the request was never answered with this reservation.
         self.inner.discard(id, lease_owner).await
+    }
+
+    async fn force_cancel(
+        &self,
+        id: Uuid,
+        note: &AuditNote,
+        lease: WorkLease,
+    ) -> Result<AdminDecided, StoreError> {
+        let decided = self.inner.force_cancel(id, note, lease).await?;
+        if let AdminDecided::Done { reservation, .. } = &decided {
+            self.watchers.publish(reservation);
+        }
+        Ok(decided)
+    }
+
+    async fn resolve(
+        &self,
+        id: Uuid,
+        to: State,
+        note: &AuditNote,
+        lease: WorkLease,
+    ) -> Result<AdminDecided, StoreError> {
+        let decided = self.inner.resolve(id, to, note, lease).await?;
+        if let AdminDecided::Done { reservation, .. } = &decided {
+            self.watchers.publish(reservation);
+        }
+        Ok(decided)
+    }
+
+    async fn retry(
+        &self,
+        target: &RetryTarget,
+        note: &AuditNote,
+        lease: WorkLease,
+    ) -> Result<Option<Vec<Woken>>, StoreError> {
+        self.inner.retry(target, note, lease).await
+    }
+
+    async fn list_stuck(&self, query: &StuckQuery) -> Result<Vec<Reservation>, StoreError> {
+        self.inner.list_stuck(query).await
+    }
+
+    async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {
+        self.inner.audit(query).await
+    }
+
+    async fn audit_of(&self, ids: &[Uuid]) -> Result<Vec<AuditEntry>, StoreError> {
+        self.inner.audit_of(ids).await
     }
 }

@@ -1,6 +1,7 @@
 //! The coordinator's domain: reservations, their branches, hold tokens, and the lifecycle
 //! rules. Pure types and logic; no I/O, no prost, no SQL.
 
+pub mod admin;
 pub mod lifecycle;
 pub mod policy;
 pub mod token;
@@ -263,6 +264,9 @@ pub struct Reservation {
     pub refund: Option<Refund>,
     /// Which placement of the holds `branches` describes (a late payment re-places them).
     pub generation: i32,
+    /// Operator actions on it, oldest first: filled for Get/List/Watch and the Admin answers
+    /// (`Coordinator::with_audit`), empty as the store's writes answer it.
+    pub audit: Vec<admin::AuditEntry>,
 }
 
 impl Reservation {

@@ -29,6 +29,7 @@ macro_rules! lost_hold_refund_reason {
     };
 }
 
+pub mod admin;
 mod admission;
 pub(crate) mod decide;
 mod extra;
@@ -47,6 +48,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use crate::db::DatabaseKind;
+use crate::domain::admin::{AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery};
 use crate::domain::lifecycle::Refusal;
 use crate::domain::policy::{Backoff, HoldLimits, LimitScope};
 use crate::domain::{
@@ -54,6 +56,7 @@ use crate::domain::{
     Reservation, State, Verdict,
 };
 
+pub use admin::{AdminDecided, Woken};
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
@@ -328,6 +331,46 @@ pub trait Store: Send + Sync + 'static {
 
     /// How many reservations are waiting to be driven to their outcome.
     async fn backlog(&self) -> Result<i64, StoreError>;
+
+    /// ForceCancel (`tcc.v1.Admin`): under the row lock, a `HELD` reservation is released as a
+    /// Cancel would release it (or expired, if it lapsed); a `TRYING` one moves to
+    /// `CANCELLING` ending `CANCELLED` with every unanswered branch counted as tried. Anything
+    /// else is [`AdminDecided::Refused`]. The audit entry is written in the same transaction.
+    async fn force_cancel(
+        &self,
+        id: Uuid,
+        note: &AuditNote,
+        lease: WorkLease,
+    ) -> Result<AdminDecided, StoreError>;
+
+    /// Resolve: `FAILED -> to` (`CONFIRMED`/`CANCELLED`) under the row lock, with the refund
+    /// `CANCELLED` owes (a payment without a refund), audited in the same transaction.
+    async fn resolve(
+        &self,
+        id: Uuid,
+        to: State,
+        note: &AuditNote,
+        lease: WorkLease,
+    ) -> Result<AdminDecided, StoreError>;
+
+    /// Retry: clears the backoff of the target's reservations with unfinished work and leases
+    /// those whose lease is free to `lease.owner`; audited in the same transaction. `None`: the
+    /// reservation asked for does not exist.
+    async fn retry(
+        &self,
+        target: &RetryTarget,
+        note: &AuditNote,
+        lease: WorkLease,
+    ) -> Result<Option<Vec<Woken>>, StoreError>;
+
+    /// Stuck work (`ListStuck`), newest first.
+    async fn list_stuck(&self, query: &StuckQuery) -> Result<Vec<Reservation>, StoreError>;
+
+    /// The audit log, newest first.
+    async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError>;
+
+    /// The audit entries of these reservations, oldest first.
+    async fn audit_of(&self, ids: &[Uuid]) -> Result<Vec<AuditEntry>, StoreError>;
 
     /// For each participant that unfinished work waits on (a branch it must still be told
     /// about, or a refund it still owes), how many reservations, with up to `examples` (at

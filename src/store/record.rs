@@ -173,6 +173,7 @@ impl StoredReservation {
             payment,
             refund,
             generation: self.generation,
+            audit: Vec::new(),
         })
     }
 }

@@ -7,6 +7,7 @@ mod common;
 mod parallel;
 mod real;
 
+mod admin;
 mod auth;
 mod caller_deadline;
 mod cli;

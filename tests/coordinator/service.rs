@@ -53,6 +53,7 @@ async fn reflection_lists_and_describes_the_services(pool: PgPool) {
     let names: Vec<String> = services.service.into_iter().map(|s| s.name).collect();
     for expected in [
         "tcc.v1.Coordinator",
+        "tcc.v1.Admin",
         "grpc.health.v1.Health",
         "grpc.reflection.v1.ServerReflection",
     ] {

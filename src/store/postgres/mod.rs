@@ -20,6 +20,7 @@
 #[macro_use]
 mod rows;
 
+mod admin;
 mod answers;
 mod create;
 mod decide;
@@ -33,6 +34,9 @@ mod waiting;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+
+use crate::domain::admin::{AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery};
+use crate::store::admin::{AdminDecided, Woken};
 use sqlx::Postgres;
 use sqlx::postgres::PgPool;
 use uuid::Uuid;
@@ -251,5 +255,45 @@ impl Store for PgStore {
 
     async fn discard(&self, id: Uuid, lease_owner: Uuid) -> Result<bool, StoreError> {
         recovery::discard(&self.pool, id, lease_owner).await
+    }
+
+    async fn force_cancel(
+        &self,
+        id: Uuid,
+        note: &AuditNote,
+        lease: WorkLease,
+    ) -> Result<AdminDecided, StoreError> {
+        crate::store::admin::force_cancel(&self.pool, id, note, lease).await
+    }
+
+    async fn resolve(
+        &self,
+        id: Uuid,
+        to: State,
+        note: &AuditNote,
+        lease: WorkLease,
+    ) -> Result<AdminDecided, StoreError> {
+        crate::store::admin::resolve(&self.pool, id, to, note, lease).await
+    }
+
+    async fn retry(
+        &self,
+        target: &RetryTarget,
+        note: &AuditNote,
+        lease: WorkLease,
+    ) -> Result<Option<Vec<Woken>>, StoreError> {
+        crate::store::admin::retry(&self.pool, target, note, lease).await
+    }
+
+    async fn list_stuck(&self, query: &StuckQuery) -> Result<Vec<Reservation>, StoreError> {
+        admin::list_stuck(&self.pool, query).await
+    }
+
+    async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {
+        admin::audit(&self.pool, query).await
+    }
+
+    async fn audit_of(&self, ids: &[Uuid]) -> Result<Vec<AuditEntry>, StoreError> {
+        admin::audit_of(&self.pool, ids).await
     }
 }

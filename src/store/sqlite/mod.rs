@@ -45,17 +45,23 @@ macro_rules! backoff_next_attempt {
     };
 }
 
+#[macro_use]
+mod rows;
+
+mod admin;
 mod answers;
 mod create;
 mod decide;
 mod payments;
 mod recovery;
-mod rows;
 mod waiting;
 
 pub use rows::list_statement;
 
 use async_trait::async_trait;
+
+use crate::domain::admin::{AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery};
+use crate::store::admin::{AdminDecided, Woken};
 use sqlx::Sqlite;
 use sqlx::sqlite::SqlitePool;
 use uuid::Uuid;
@@ -270,5 +276,45 @@ impl Store for SqliteStore {
 
     async fn discard(&self, id: Uuid, lease_owner: Uuid) -> Result<bool, StoreError> {
         recovery::discard(&self.pool, id, lease_owner).await
+    }
+
+    async fn force_cancel(
+        &self,
+        id: Uuid,
+        note: &AuditNote,
+        lease: WorkLease,
+    ) -> Result<AdminDecided, StoreError> {
+        crate::store::admin::force_cancel(&self.pool, id, note, lease).await
+    }
+
+    async fn resolve(
+        &self,
+        id: Uuid,
+        to: State,
+        note: &AuditNote,
+        lease: WorkLease,
+    ) -> Result<AdminDecided, StoreError> {
+        crate::store::admin::resolve(&self.pool, id, to, note, lease).await
+    }
+
+    async fn retry(
+        &self,
+        target: &RetryTarget,
+        note: &AuditNote,
+        lease: WorkLease,
+    ) -> Result<Option<Vec<Woken>>, StoreError> {
+        crate::store::admin::retry(&self.pool, target, note, lease).await
+    }
+
+    async fn list_stuck(&self, query: &StuckQuery) -> Result<Vec<Reservation>, StoreError> {
+        admin::list_stuck(&self.pool, query).await
+    }
+
+    async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {
+        admin::audit(&self.pool, query).await
+    }
+
+    async fn audit_of(&self, ids: &[Uuid]) -> Result<Vec<AuditEntry>, StoreError> {
+        admin::audit_of(&self.pool, ids).await
     }
 }

@@ -41,7 +41,7 @@ macro_rules! branch_columns {
 }
 
 #[derive(sqlx::FromRow)]
-struct ReservationRow {
+pub(super) struct ReservationRow {
     id: Uuid,
     request_id: String,
     holder: String,
@@ -276,7 +276,17 @@ pub(super) async fn list(
         .bind(query.state.map(State::as_str))
         .fetch_all(&mut *tx)
         .await?;
-    // The page's branches in one statement: the ids travel as a JSON array of hex strings.
+    let page = with_branches(&mut tx, rows).await?;
+    tx.rollback().await?;
+    Ok(page)
+}
+
+/// Rows read in a transaction, with their current generation's branches read in one more
+/// statement of the same transaction (the ids travel as a JSON array of hex strings).
+pub(super) async fn with_branches(
+    conn: &mut SqliteConnection,
+    rows: Vec<ReservationRow>,
+) -> Result<Vec<Reservation>, StoreError> {
     let ids: Vec<String> = rows.iter().map(|r| r.id.simple().to_string()).collect();
     let mut branches: HashMap<Uuid, Vec<Branch>> = HashMap::new();
     for b in sqlx::query_as::<_, BranchRow>(concat!(
@@ -288,13 +298,12 @@ pub(super) async fn list(
          ORDER BY reservation_id, position"
     ))
     .bind(Json(&ids))
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut *conn)
     .await?
     {
         let rid = b.reservation_id;
         branches.entry(rid).or_default().push(b.into_domain()?);
     }
-    tx.rollback().await?;
     rows.into_iter()
         .map(|r| {
             let bs = branches.remove(&r.id).unwrap_or_default();
