@@ -17,6 +17,7 @@ mod error_classes;
 mod example;
 mod extend;
 mod fanout;
+mod http;
 mod invalid_holds;
 mod late_payment;
 mod lifecycle;
