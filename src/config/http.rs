@@ -12,8 +12,10 @@ use super::parse_optional_addr;
 #[derive(clap::Args, Clone, Debug)]
 pub struct HttpArgs {
     /// Address of the web console and JSON API (also /metrics, /healthz, /readyz), or `off`.
+    // Spelled `std::option::Option` so clap's derive takes the parser's own `Option` (`off`)
+    // rather than making the flag optional.
     #[arg(long, env = "HOLDFAST_HTTP_LISTEN", default_value = "127.0.0.1:8080", value_parser = parse_optional_addr)]
-    pub http_listen: Option<SocketAddr>,
+    pub http_listen: std::option::Option<SocketAddr>,
 }
 
 impl HttpArgs {

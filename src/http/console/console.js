@@ -29,6 +29,14 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+// replaceChildren with el()'s rules: nested arrays flattened, null and false left out (the
+// DOM method itself would write "null").
+function fill(node, ...children) {
+  const keep = children.flat(2).filter((c) => c !== null && c !== undefined && c !== false);
+  node.replaceChildren(...keep);
+  return node;
+}
+
 function badge(state) {
   return el("span", { class: "badge s-" + state, text: state || "-" });
 }
@@ -317,7 +325,7 @@ function renderReservation(r, parts) {
   parts.state.setAttribute("data-state", r.state);
   parts.expires = r.expires_at;
   parts.terminal = TERMINAL.includes(r.state);
-  parts.details.replaceChildren(
+  fill(parts.details, 
     el("dt", { text: "Holder" }), el("dd", { text: r.holder }),
     el("dt", { text: "Request id" }), el("dd", { class: "mono", text: r.request_id }),
     el("dt", { text: "Created" }), el("dd", { text: when(r.created_at) }),
@@ -330,14 +338,14 @@ function renderReservation(r, parts) {
     el("td", { text: b.participant }), el("td", { class: "mono", text: b.resource }),
     el("td", { text: String(b.quantity) }), el("td", {}, badge(b.state)),
     el("td", { text: String(b.attempts) }), el("td", { class: "err", text: b.last_error || "" }))));
-  parts.refund.replaceChildren(r.refund
+  fill(parts.refund, r.refund
     ? el("dl", { class: "kv" },
       el("dt", { text: "Refund" }), el("dd", { class: "mono", text: r.refund.refund_id }),
       el("dt", { text: "State" }), el("dd", {}, badge(r.refund.state)),
       el("dt", { text: "Amount" }), el("dd", { text: `${r.refund.amount_minor} ${r.refund.currency} (minor units)` }),
       r.refund.failure_reason ? [el("dt", { text: "Failure" }), el("dd", { class: "error", text: r.refund.failure_reason })] : null)
     : el("p", { class: "muted", text: "No refund." }));
-  parts.audit.replaceChildren(...(r.audit.length ? r.audit.map((a) => el("li", { class: "audit-entry" },
+  fill(parts.audit, ...(r.audit.length ? r.audit.map((a) => el("li", { class: "audit-entry" },
     el("strong", { text: a.action }), ` by ${a.principal || "(anonymous)"} at ${when(a.at)}: `,
     el("span", { class: "reason", text: a.reason }), a.participant ? ` (participant ${a.participant})` : ""))
     : [el("li", { class: "muted", text: "No operator actions." })]));
@@ -353,8 +361,10 @@ function renderReservation(r, parts) {
 
 function tick(parts) {
   if (parts.terminal || !parts.expires) {
-    parts.countdown.textContent = parts.terminal ? "ended" : "-";
+    parts.countdownLabel.textContent = parts.terminal ? "hold over" : "";
+    parts.countdown.textContent = parts.terminal ? "" : "-";
   } else {
+    parts.countdownLabel.textContent = "expires in";
     parts.countdown.textContent = remaining(parts.expires);
   }
 }
@@ -364,6 +374,7 @@ async function reservation(id) {
   const parts = {
     state: el("span", { id: "state" }),
     countdown: el("span", { id: "countdown", class: "countdown" }),
+    countdownLabel: el("span", { class: "muted" }),
     live: el("span", { id: "live", class: "live", text: "connecting…" }),
     details: el("dl", { class: "kv", id: "details" }),
     branches: el("tbody", { id: "branches" }),
@@ -388,7 +399,7 @@ async function reservation(id) {
   main.replaceChildren(
     el("p", {}, el("a", { href: "#/reservations", text: "← Reservations" })),
     el("h1", {}, "Reservation ", el("span", { class: "mono", text: id })),
-    el("div", { class: "card" }, el("div", { class: "row" }, parts.state, el("span", { class: "muted", text: "expires in" }), parts.countdown, parts.live),
+    el("div", { class: "card" }, el("div", { class: "row" }, parts.state, parts.countdownLabel, parts.countdown, parts.live),
       parts.details),
     el("div", { class: "card" }, el("h2", { text: "Branches" }), el("div", { class: "table-wrap" }, el("table", {},
       el("thead", {}, el("tr", {}, ["participant", "resource", "qty", "state", "attempts", "last error"].map((h) => el("th", { text: h })))),

@@ -112,3 +112,28 @@ async fn the_json_api_admits_callers_by_the_grpc_rules(pool: PgPool) {
         assert_eq!(answer.status, 200, "{path}: {answer:?}");
     }
 }
+
+/// Without `--auth-keys` the HTTP listener, like the gRPC port, listens on loopback only: a
+/// non-loopback `--http-listen` is refused at start, naming the way out.
+#[test]
+fn a_non_loopback_http_listen_without_keys_refuses_to_start() {
+    let db = ("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none");
+    for args in [
+        &[
+            "coordinator",
+            "--listen",
+            "127.0.0.1:0",
+            "--http-listen",
+            "0.0.0.0:0",
+        ][..],
+        &["--listen", "127.0.0.1:0", "--http-listen", "0.0.0.0:0"][..],
+    ] {
+        let out = crate::process::run_holdfast(args, &[db]);
+        assert!(!out.status.success(), "{args:?} started");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("0.0.0.0:0 without authentication") && err.contains("--auth-keys"),
+            "{args:?}: {err}"
+        );
+    }
+}

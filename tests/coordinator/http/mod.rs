@@ -10,7 +10,6 @@ mod browser;
 mod input;
 mod stream;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -28,7 +27,6 @@ use tonic::transport::Channel;
 /// A coordinator serving gRPC and HTTP on loopback ports of its own.
 pub struct HttpApp {
     pub grpc: CoordinatorClient<Channel>,
-    pub grpc_addr: SocketAddr,
     /// `http://127.0.0.1:PORT`
     pub base: String,
     shutdown: Option<oneshot::Sender<()>>,
@@ -63,7 +61,6 @@ pub async fn spawn_http(pool: PgPool, settings: CoordinatorSettings) -> HttpApp 
         .unwrap();
     HttpApp {
         grpc: client,
-        grpc_addr,
         base,
         shutdown: Some(tx),
     }
