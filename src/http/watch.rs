@@ -26,12 +26,6 @@ fn event(name: &str, data: &serde_json::Value) -> Bytes {
     Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
 }
 
-/// Where the relay is.
-enum Phase {
-    Open(tonic::Streaming<proto::Reservation>),
-    Done,
-}
-
 pub async fn stream(
     service: &HttpService,
     headers: &HeaderMap,
@@ -44,26 +38,22 @@ pub async fn stream(
         .watch_reservation(request(headers, message)?)
         .await?
         .into_inner();
-    let events = futures_util::stream::unfold(Phase::Open(changes), |phase| async move {
-        let Phase::Open(mut changes) = phase else {
-            return None;
-        };
+    // The state: the gRPC stream while it is open, `None` once the last event is sent.
+    let events = futures_util::stream::unfold(Some(changes), |open| async move {
+        let mut changes = open?;
         let chunk = match tokio::time::timeout(KEEP_ALIVE, changes.next()).await {
             Err(_) => {
-                return Some((
-                    Bytes::from_static(b": keep-alive\n\n"),
-                    Phase::Open(changes),
-                ));
+                return Some((Bytes::from_static(b": keep-alive\n\n"), Some(changes)));
             }
             Ok(Some(Ok(r))) => event("reservation", &crate::json::reservation(&r)),
             Ok(Some(Err(status))) => {
-                return Some((event("error", &super::error::body(&status)), Phase::Done));
+                return Some((event("error", &super::error::body(&status)), None));
             }
             Ok(None) => {
-                return Some((event("end", &serde_json::json!({})), Phase::Done));
+                return Some((event("end", &serde_json::json!({})), None));
             }
         };
-        Some((chunk, Phase::Open(changes)))
+        Some((chunk, Some(changes)))
     })
     .map(Ok::<_, std::convert::Infallible>);
     let mut response = Response::new(Body::from_stream(events));
