@@ -125,6 +125,18 @@ pub fn list_query(req: proto::ListReservationsRequest) -> Result<ListQuery, Fiel
         } else {
             Some(from_page_token(&req.page_token)?)
         },
+        participant: (!req.participant.is_empty()).then_some(req.participant),
+        created_after: req
+            .created_after
+            .as_ref()
+            .map(|t| from_timestamp("created_after", t))
+            .transpose()?,
+        created_before: req
+            .created_before
+            .as_ref()
+            .map(|t| from_timestamp("created_before", t))
+            .transpose()?,
+        labels: req.labels.into_iter().collect(),
     })
 }
 

@@ -1,6 +1,7 @@
 //! The one place coordinator errors become gRPC statuses. Every status carries a
 //! `google.rpc.ErrorInfo` (domain `tcc.v1`) whose reason clients can switch on; field errors add
-//! a `google.rpc.BadRequest`, and errors about a refunded payment add the `tcc.v1.Refund`.
+//! a `google.rpc.BadRequest`, errors about a refunded payment add the `tcc.v1.Refund`, and
+//! `UNAVAILABLE`/`RESOURCE_EXHAUSTED` add a `google.rpc.RetryInfo` (here only, [`retry_delay`]).
 
 use std::collections::HashMap;
 
@@ -18,6 +19,21 @@ fn any<M: Message>(type_name: &str, msg: &M) -> prost_types::Any {
     prost_types::Any {
         type_url: format!("type.googleapis.com/{type_name}"),
         value: msg.encode_to_vec(),
+    }
+}
+
+/// How long a caller should wait before repeating a request refused with `code` for `reason`
+/// (`google.rpc.RetryInfo`): only `UNAVAILABLE` and `RESOURCE_EXHAUSTED` are worth repeating
+/// as they are. A participant or the database being back, or another replica taking the call,
+/// is a matter of a second; a hold or watch slot frees when a holder settles, later.
+fn retry_delay(code: Code, reason: &str) -> Option<std::time::Duration> {
+    use std::time::Duration;
+    match (code, reason) {
+        (Code::Unavailable, "SHUTTING_DOWN") => Some(Duration::from_millis(500)),
+        (Code::Unavailable, _) => Some(Duration::from_secs(1)),
+        (Code::ResourceExhausted, "HOLD_LIMIT_EXCEEDED") => Some(Duration::from_secs(10)),
+        (Code::ResourceExhausted, _) => Some(Duration::from_secs(5)),
+        _ => None,
     }
 }
 
@@ -49,6 +65,17 @@ fn status(
             metadata,
         },
     ));
+    if let Some(delay) = retry_delay(code, reason) {
+        details.push(any(
+            "google.rpc.RetryInfo",
+            &tonic_types::pb::RetryInfo {
+                retry_delay: Some(prost_types::Duration {
+                    seconds: i64::try_from(delay.as_secs()).unwrap_or(i64::MAX),
+                    nanos: i32::try_from(delay.subsec_nanos()).unwrap_or(0),
+                }),
+            },
+        ));
+    }
     if let Error::InvalidArgument(fe) = err {
         details.push(any(
             "google.rpc.BadRequest",
@@ -227,7 +254,13 @@ impl From<Error> for Status {
             Error::StoreUnavailable(e) => {
                 // Details stay in the log: a caller can only retry.
                 tracing::warn!(error = %e, "storage unavailable");
-                Status::unavailable("storage is unavailable; retry with the same request")
+                status(
+                    Code::Unavailable,
+                    "STORAGE_UNAVAILABLE",
+                    "storage is unavailable; retry with the same request".into(),
+                    &[],
+                    &err,
+                )
             }
             Error::OutOfRange(e) => {
                 // Validation names the field of every value it knows to be out of range; this
@@ -268,4 +301,35 @@ pub fn refund_detail(status: &Status) -> Option<proto::Refund> {
         .iter()
         .find(|a| a.type_url.ends_with("/tcc.v1.Refund"))
         .and_then(|a| proto::Refund::decode(a.value.as_slice()).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic_types::StatusExt;
+
+    #[test]
+    fn retry_info_only_where_a_repeat_may_succeed() {
+        let limit: Status = Error::HoldLimit {
+            holder: "h".into(),
+            limit: 5,
+            scope: LimitScope::Holder,
+        }
+        .into();
+        let info = limit.get_details_retry_info().expect("RetryInfo");
+        assert_eq!(info.retry_delay, Some(std::time::Duration::from_secs(10)));
+        let down: Status = Error::ShuttingDown.into();
+        assert!(down.get_details_retry_info().is_some());
+        let participant: Status = Error::ParticipantUnavailable {
+            reservation_id: uuid::Uuid::nil(),
+            participant: "seats".into(),
+            detail: "down".into(),
+        }
+        .into();
+        assert_eq!(participant.code(), Code::Unavailable);
+        assert!(participant.get_details_retry_info().is_some());
+        assert!(participant.get_details_error_info().is_some());
+        let closed: Status = Error::NotFound(uuid::Uuid::nil()).into();
+        assert!(closed.get_details_retry_info().is_none());
+    }
 }

@@ -114,9 +114,7 @@ impl Coordinator {
     /// Lists reservations newest first: a client's own only.
     pub async fn list(&self, actor: &Actor, mut query: ListQuery) -> Result<Page, Error> {
         query.owner = actor.scope().map(str::to_owned);
-        if let Some(h) = &query.holder {
-            validate::identifier("holder", h, self.limits.max_id_bytes)?;
-        }
+        validate::list_filters(&query, &self.limits)?;
         let page_size = if query.limit == 0 {
             self.limits.default_page_size
         } else {

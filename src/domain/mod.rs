@@ -407,4 +407,12 @@ pub struct ListQuery {
     pub limit: u32,
     /// Keyset cursor: list strictly after this (created_at, id), newest first.
     pub after: Option<(DateTime<Utc>, Uuid)>,
+    /// Only reservations with a branch at this participant.
+    pub participant: Option<String>,
+    /// Only reservations created at or after this instant.
+    pub created_after: Option<DateTime<Utc>>,
+    /// Only reservations created before this instant.
+    pub created_before: Option<DateTime<Utc>>,
+    /// Only reservations carrying every one of these labels with these values.
+    pub labels: BTreeMap<String, String>,
 }

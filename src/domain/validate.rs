@@ -215,6 +215,61 @@ pub fn reason(field: &str, value: &str, limits: &Limits) -> Result<(), FieldErro
     no_nul(field, value)
 }
 
+/// One label (key and value): a key of 1..`max_label_bytes`, a value of at most that, no NUL;
+/// errors name `labels["key"]`.
+pub fn label(k: &str, v: &str, limits: &Limits) -> Result<(), FieldError> {
+    let field = || format!("labels[{k:?}]");
+    if k.is_empty() || k.len() > limits.max_label_bytes {
+        return Err(FieldError::new(
+            field(),
+            format!("key must be 1..{} bytes", limits.max_label_bytes),
+        ));
+    }
+    if v.len() > limits.max_label_bytes {
+        return Err(FieldError::new(
+            field(),
+            format!("value must be at most {} bytes", limits.max_label_bytes),
+        ));
+    }
+    no_nul(&field(), k)?;
+    no_nul(&field(), v)
+}
+
+/// The most labels a List may filter on.
+pub const MAX_LABEL_FILTERS: usize = 4;
+
+/// The filters of a List: holder and participant identifiers, a time range that is one, at
+/// most [`MAX_LABEL_FILTERS`] labels, each a label Reserve would take.
+pub fn list_filters(query: &super::ListQuery, limits: &Limits) -> Result<(), FieldError> {
+    if let Some(h) = &query.holder {
+        identifier("holder", h, limits.max_id_bytes)?;
+    }
+    if let Some(p) = &query.participant {
+        identifier("participant", p, limits.max_id_bytes)?;
+    }
+    if let (Some(after), Some(before)) = (query.created_after, query.created_before)
+        && after >= before
+    {
+        return Err(FieldError::new(
+            "created_after",
+            "must be before created_before",
+        ));
+    }
+    if query.labels.len() > MAX_LABEL_FILTERS {
+        return Err(FieldError::new(
+            "labels",
+            format!(
+                "may filter on at most {MAX_LABEL_FILTERS} labels (got {})",
+                query.labels.len()
+            ),
+        ));
+    }
+    for (k, v) in &query.labels {
+        label(k, v, limits)?;
+    }
+    Ok(())
+}
+
 /// Under which id, for whom, and with which token check a valid Reserve is recorded.
 #[derive(Clone, Debug)]
 pub struct RecordAs {
@@ -297,20 +352,7 @@ pub fn reserve(
     }
     let labels: BTreeMap<String, String> = input.labels.into_iter().collect();
     for (k, v) in &labels {
-        if k.is_empty() || k.len() > limits.max_label_bytes {
-            return Err(FieldError::new(
-                format!("labels[{k:?}]"),
-                format!("key must be 1..{} bytes", limits.max_label_bytes),
-            ));
-        }
-        if v.len() > limits.max_label_bytes {
-            return Err(FieldError::new(
-                format!("labels[{k:?}]"),
-                format!("value must be at most {} bytes", limits.max_label_bytes),
-            ));
-        }
-        no_nul(&format!("labels[{k:?}]"), k)?;
-        no_nul(&format!("labels[{k:?}]"), v)?;
+        label(k, v, limits)?;
     }
 
     let mut holds = input.holds;

@@ -15,7 +15,7 @@
 use chrono::{DateTime, TimeZone, Utc};
 use uuid::Uuid;
 
-use crate::domain::{ListQuery, State};
+use crate::domain::{ListQuery, Reservation, State};
 
 /// How a List filters by state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +36,11 @@ pub struct ListShape {
     pub owner: bool,
     pub holder: bool,
     pub state: StateFilter,
+    /// Only reservations with a branch at a participant: a semi-join per row walked, one probe
+    /// of `branches_by_participant` (migration `0008`) each.
+    pub participant: bool,
+    /// Only reservations carrying given labels: checked on each row walked.
+    pub labels: bool,
 }
 
 impl ListShape {
@@ -49,25 +54,31 @@ impl ListShape {
                 Some(State::Expired) => StateFilter::Lapsed,
                 Some(_) => StateFilter::Stored,
             },
+            participant: query.participant.is_some(),
+            labels: !query.labels.is_empty(),
         }
     }
 
     /// Every shape, for tests that check each one's plan.
     pub fn all() -> Vec<ListShape> {
         let mut shapes = Vec::new();
-        for owner in [false, true] {
-            for holder in [false, true] {
-                for state in [
-                    StateFilter::Any,
-                    StateFilter::Stored,
-                    StateFilter::Live,
-                    StateFilter::Lapsed,
-                ] {
-                    shapes.push(ListShape {
-                        owner,
-                        holder,
-                        state,
-                    });
+        for (participant, labels) in [(false, false), (true, false), (false, true), (true, true)] {
+            for owner in [false, true] {
+                for holder in [false, true] {
+                    for state in [
+                        StateFilter::Any,
+                        StateFilter::Stored,
+                        StateFilter::Live,
+                        StateFilter::Lapsed,
+                    ] {
+                        shapes.push(ListShape {
+                            owner,
+                            holder,
+                            state,
+                            participant,
+                            labels,
+                        });
+                    }
                 }
             }
         }
@@ -82,7 +93,11 @@ impl ListShape {
             StateFilter::Live => 2,
             StateFilter::Lapsed => 3,
         };
-        usize::from(self.owner) * 8 + usize::from(self.holder) * 4 + state
+        usize::from(self.labels) * 32
+            + usize::from(self.participant) * 16
+            + usize::from(self.owner) * 8
+            + usize::from(self.holder) * 4
+            + state
     }
 }
 
@@ -95,9 +110,23 @@ pub fn first_cursor() -> (DateTime<Utc>, Uuid) {
     (end, Uuid::max())
 }
 
-/// Where a List starts: its cursor, or before everything.
+/// Where a List starts: its cursor, or before everything; `created_before` is a cursor too
+/// (before `(t, nil)` is before `t`: the nil UUID is the smallest), the earlier of the two.
 pub fn cursor(query: &ListQuery) -> (DateTime<Utc>, Uuid) {
-    query.after.unwrap_or_else(first_cursor)
+    let start = query.after.unwrap_or_else(first_cursor);
+    match query.created_before {
+        Some(t) if (t, Uuid::nil()) < start => (t, Uuid::nil()),
+        _ => start,
+    }
+}
+
+/// `created_after` on a page read newest first: the rows before it are the page's tail (and
+/// every later page's), dropped here, so the walk stops at the page's limit as always.
+pub fn created_after(query: &ListQuery, mut page: Vec<Reservation>) -> Vec<Reservation> {
+    if let Some(t) = query.created_after {
+        page.retain(|r| r.created_at >= t);
+    }
+    page
 }
 
 #[cfg(test)]
@@ -107,7 +136,7 @@ mod tests {
     #[test]
     fn every_shape_has_its_own_slot() {
         let all = ListShape::all();
-        assert_eq!(all.len(), 16);
+        assert_eq!(all.len(), 64);
         for (i, s) in all.iter().enumerate() {
             assert_eq!(s.index(), i, "{s:?}");
         }

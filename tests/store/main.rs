@@ -93,6 +93,14 @@ macro_rules! conformance {
 }
 
 conformance!(
+    list_filters: [participant_time_and_labels],
+    admin: [
+        force_cancel_held_and_trying,
+        resolve_only_failed,
+        resolve_cancelled_keeps_one_refund,
+        retry_wakes_and_leases_unfinished_work,
+        list_stuck_filters,
+    ],
     create: [
         create_records_trying,
         create_is_idempotent,

@@ -18,7 +18,10 @@ fn args(shape: ListShape) -> String {
         StateFilter::Live => "'HELD'",
         StateFilter::Lapsed => "'EXPIRED'",
     };
-    format!("('9999-12-31', 'ffffffff-ffff-ffff-ffff-ffffffffffff', 51, 'tiny', 'h7', {state})")
+    format!(
+        "('9999-12-31', 'ffffffff-ffff-ffff-ffff-ffffffffffff', 51, 'tiny', 'h7', {state}, \
+         'seats', '{{\"order\": \"o-1\"}}')"
+    )
 }
 
 /// Skewed like a real table: most rows terminal and of one principal.
@@ -60,7 +63,7 @@ async fn every_list_shape_walks_an_index_on_postgres_under_a_generic_plan(pool: 
         let sql = postgres_list_statement(shape);
         // The store's own statement text and fixed literals: nothing from outside.
         sqlx::raw_sql(AssertSqlSafe(format!(
-            "PREPARE shape{i} (timestamptz, uuid, bigint, text, text, text) AS {sql}"
+            "PREPARE shape{i} (timestamptz, uuid, bigint, text, text, text, text, jsonb) AS {sql}"
         )))
         .execute(&mut *conn)
         .await
@@ -108,7 +111,12 @@ async fn every_list_shape_walks_an_index_on_postgres_under_a_generic_plan(pool: 
                 }
             }
         }
-        if plan.contains(" Sort ") && matches!(shape.state, StateFilter::Any | StateFilter::Stored)
+        // A label filter is checked on each row of the shape's walk; the planner, taking
+        // `labels @> $8` for very selective, may collect one holder's rows (bounded by its
+        // index, checked above) and sort them rather than walk them in order.
+        if plan.contains(" Sort ")
+            && matches!(shape.state, StateFilter::Any | StateFilter::Stored)
+            && !shape.labels
         {
             wrong.push(format!("{shape:?} sorts:\n{plan}"));
         }
@@ -175,6 +183,8 @@ async fn every_list_shape_searches_an_index_on_sqlite() {
                     .bind("tiny")
                     .bind("h7")
                     .bind("FAILED")
+                    .bind("seats")
+                    .bind(r#"{"order": "o-1"}"#)
                     .fetch_all(&mut conn)
                     .await
                     .unwrap_or_else(|e| panic!("{shape:?}: {e}"));

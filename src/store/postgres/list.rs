@@ -2,7 +2,8 @@
 //! index whose order is the listing's, and the stamps `WatchReservation`'s shared poller reads.
 //!
 //! Every statement takes the same parameters, used or not: `$1`, `$2` the keyset cursor
-//! (`created_at`, `id`), `$3` the limit, `$4` owner, `$5` holder, `$6` stored state.
+//! (`created_at`, `id`), `$3` the limit, `$4` owner, `$5` holder, `$6` stored state, `$7`
+//! participant, `$8` labels (a JSON object the row's labels must contain).
 
 use sqlx::postgres::PgPool;
 use uuid::Uuid;
@@ -56,18 +57,45 @@ macro_rules! by_state {
     };
 }
 
+/// The owner/holder shapes of one set of further filters (`$more`, ending in `AND `).
+macro_rules! by_owner_holder {
+    ($more:expr) => {
+        [
+            by_state!($more),
+            by_state!(concat!("holder = $5 AND ", $more)),
+            by_state!(concat!("owner = $4 AND ", $more)),
+            by_state!(concat!("owner = $4 AND holder = $5 AND ", $more)),
+        ]
+    };
+}
+
+/// A branch at participant `$7`: one probe of `branches_by_participant` per row walked.
+macro_rules! at_participant {
+    () => {
+        "EXISTS (SELECT 1 FROM branches pb WHERE pb.participant = $7 \
+                 AND pb.reservation_id = reservations.id) AND "
+    };
+}
+
+/// Every label of `$8` with its value.
+macro_rules! with_labels {
+    () => {
+        "reservations.labels @> $8 AND "
+    };
+}
+
 /// Every List statement, in [`ListShape::index`] order.
-const STATEMENTS: [[&str; 4]; 4] = [
-    by_state!(""),
-    by_state!("holder = $5 AND "),
-    by_state!("owner = $4 AND "),
-    by_state!("owner = $4 AND holder = $5 AND "),
+const STATEMENTS: [[[&str; 4]; 4]; 4] = [
+    by_owner_holder!(""),
+    by_owner_holder!(at_participant!()),
+    by_owner_holder!(with_labels!()),
+    by_owner_holder!(concat!(at_participant!(), with_labels!())),
 ];
 
 /// The statement that answers lists of `shape` (for tests that EXPLAIN it).
 pub fn statement(shape: ListShape) -> &'static str {
     let i = shape.index();
-    STATEMENTS[i / 4][i % 4]
+    STATEMENTS[i / 16][(i / 4) % 4][i % 4]
 }
 
 /// A page of reservations, newest first ([`crate::store::Store::list`]).
@@ -80,11 +108,14 @@ pub(super) async fn list(pool: &PgPool, query: &ListQuery) -> Result<Vec<Reserva
         .bind(query.owner.as_deref())
         .bind(query.holder.as_deref())
         .bind(query.state.map(State::as_str))
+        .bind(query.participant.as_deref())
+        .bind(sqlx::types::Json(&query.labels))
         .fetch_all(pool)
         .await?
         .into_iter()
         .map(ReservationRow::into_domain)
-        .collect()
+        .collect::<Result<Vec<_>, _>>()
+        .map(|page| crate::store::list::created_after(query, page))
 }
 
 /// [`crate::store::Store::versions`].

@@ -197,7 +197,8 @@ pub(super) async fn get(pool: &SqlitePool, id: Uuid) -> Result<Option<Reservatio
 }
 
 /// The keyset condition and order every List statement ends with (`?1`, `?2` the cursor,
-/// `?3` the limit; `?4` owner, `?5` holder, `?6` stored state, used or not).
+/// `?3` the limit; `?4` owner, `?5` holder, `?6` stored state, `?7` participant, `?8` labels,
+/// used or not).
 macro_rules! page_end {
     () => {
         "(created_at, id) < (?1, ?2) ORDER BY created_at DESC, id DESC LIMIT ?3"
@@ -246,18 +247,46 @@ macro_rules! by_state {
     };
 }
 
+/// The owner/holder shapes of one set of further filters (`$more`, ending in `AND `).
+macro_rules! by_owner_holder {
+    ($more:expr) => {
+        [
+            by_state!($more),
+            by_state!(concat!("holder = ?5 AND ", $more)),
+            by_state!(concat!("owner = ?4 AND ", $more)),
+            by_state!(concat!("owner = ?4 AND holder = ?5 AND ", $more)),
+        ]
+    };
+}
+
+/// A branch at participant `?7`: one probe of `branches_by_participant` per row walked.
+macro_rules! at_participant {
+    () => {
+        "EXISTS (SELECT 1 FROM branches pb WHERE pb.participant = ?7 \
+                 AND pb.reservation_id = reservations.id) AND "
+    };
+}
+
+/// Every label of `?8` (a JSON object) with its value.
+macro_rules! with_labels {
+    () => {
+        "(SELECT count(*) FROM json_each(?8) f JOIN json_each(reservations.labels) l \
+           ON l.key = f.key AND l.value = f.value) = (SELECT count(*) FROM json_each(?8)) AND "
+    };
+}
+
 /// Every List statement, in [`ListShape::index`] order.
-const STATEMENTS: [[&str; 4]; 4] = [
-    by_state!(""),
-    by_state!("holder = ?5 AND "),
-    by_state!("owner = ?4 AND "),
-    by_state!("owner = ?4 AND holder = ?5 AND "),
+const STATEMENTS: [[[&str; 4]; 4]; 4] = [
+    by_owner_holder!(""),
+    by_owner_holder!(at_participant!()),
+    by_owner_holder!(with_labels!()),
+    by_owner_holder!(concat!(at_participant!(), with_labels!())),
 ];
 
 /// The statement that answers lists of `shape` (for tests that EXPLAIN it).
 pub fn list_statement(shape: ListShape) -> &'static str {
     let i = shape.index();
-    STATEMENTS[i / 4][i % 4]
+    STATEMENTS[i / 16][(i / 4) % 4][i % 4]
 }
 
 /// [`crate::store::Store::list`]: a page of reservations, newest first.
@@ -274,11 +303,13 @@ pub(super) async fn list(
         .bind(query.owner.as_deref())
         .bind(query.holder.as_deref())
         .bind(query.state.map(State::as_str))
+        .bind(query.participant.as_deref())
+        .bind(Json(&query.labels))
         .fetch_all(&mut *tx)
         .await?;
     let page = with_branches(&mut tx, rows).await?;
     tx.rollback().await?;
-    Ok(page)
+    Ok(crate::store::list::created_after(query, page))
 }
 
 /// Rows read in a transaction, with their current generation's branches read in one more

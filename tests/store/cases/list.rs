@@ -146,6 +146,7 @@ pub async fn every_shape_answers_as_a_full_read_filtered(store: S) {
                     state,
                     limit: 2,
                     after: None,
+                    ..Default::default()
                 };
                 let mut paged = Vec::new();
                 loop {

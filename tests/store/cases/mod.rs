@@ -3,10 +3,12 @@
 //! file per topic. This file holds what several topics build on: the fixture reservation, the
 //! durations, leases and limits, and short forms of the store calls.
 
+pub mod admin;
 pub mod bindings;
 pub mod create;
 pub mod decide;
 pub mod list;
+pub mod list_filters;
 pub mod lost_ack;
 pub mod payments;
 pub mod phases;
@@ -236,5 +238,6 @@ fn query(holder: Option<&str>, state: Option<State>, limit: u32) -> ListQuery {
         state,
         limit,
         after: None,
+        ..Default::default()
     }
 }
