@@ -3,7 +3,8 @@
 //! table: INVALID_ARGUMENT 400, UNAUTHENTICATED 401, PERMISSION_DENIED 403, NOT_FOUND 404,
 //! ALREADY_EXISTS 409, FAILED_PRECONDITION 400, RESOURCE_EXHAUSTED 429, UNAVAILABLE 503, ...).
 //! `reason` and `metadata` come from the status's `google.rpc.ErrorInfo` (what gRPC clients
-//! switch on), plus the field a `google.rpc.BadRequest` names. This module's own refusals
+//! switch on), plus the field a `google.rpc.BadRequest` names and a `google.rpc.RetryInfo`'s
+//! delay (`retry_after_seconds`, and the `Retry-After` header). This module's own refusals
 //! (malformed JSON, an unknown field, an oversize body) are built as statuses too, so they
 //! pass through here and look like every other error.
 
@@ -101,6 +102,12 @@ pub fn body(status: &tonic::Status) -> serde_json::Value {
             .entry("field".to_owned())
             .or_insert_with(|| violation.field.clone());
     }
+    // google.rpc.RetryInfo (UNAVAILABLE, RESOURCE_EXHAUSTED): when to try again, in whole
+    // seconds rounded up (also sent as Retry-After by `respond`).
+    if let Some(delay) = details.retry_info().and_then(|r| r.retry_delay) {
+        let seconds = delay.as_secs() + u64::from(delay.subsec_nanos() > 0);
+        metadata.insert("retry_after_seconds".to_owned(), seconds.to_string());
+    }
     serde_json::json!({
         "code": code_name(status.code()),
         "reason": info.map(|i| i.reason.clone()),
@@ -123,6 +130,12 @@ pub fn respond(status: &tonic::Status) -> Response {
         body.to_string(),
     )
         .into_response();
+    if let Some(seconds) = body["metadata"]["retry_after_seconds"]
+        .as_str()
+        .and_then(|s| HeaderValue::from_str(s).ok())
+    {
+        response.headers_mut().insert(header::RETRY_AFTER, seconds);
+    }
     if code == StatusCode::UNAUTHORIZED {
         response
             .headers_mut()
@@ -188,6 +201,18 @@ mod tests {
             http_status(Code::InvalidArgument, Some(BODY_TOO_LARGE)).as_u16(),
             413
         );
+    }
+
+    #[test]
+    fn a_retry_delay_becomes_retry_after() {
+        let details = tonic_types::ErrorDetails::with_retry_info(Some(
+            std::time::Duration::from_millis(1500),
+        ));
+        let status = tonic::Status::with_error_details(Code::Unavailable, "busy", details);
+        let response = respond(&status);
+        assert_eq!(response.status().as_u16(), 503);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "2");
+        assert_eq!(body(&status)["metadata"]["retry_after_seconds"], "2");
     }
 
     #[test]

@@ -253,3 +253,71 @@ async fn the_admin_endpoints_over_json(pool: PgPool) {
         json!([{"name": "gone", "serving": false}, {"name": "seats", "serving": true}])
     );
 }
+
+/// List's filters over JSON: labels (`label=KEY=VALUE`, repeatable), participant, and the
+/// creation window; a malformed time names its parameter.
+#[sqlx::test]
+async fn list_filters_over_json(pool: PgPool) {
+    let fakes = spawn_fakes(&["seats", "stock"]).await;
+    let app = spawn_http(
+        pool,
+        settings(&[
+            ("seats", &fakes.get("seats").url),
+            ("stock", &fakes.get("stock").url),
+        ]),
+    )
+    .await;
+    let mut blue = reserve_body("r-1", "alice", "A1");
+    blue["labels"] = json!({"team": "blue", "shop": "north"});
+    let blue = post(&app, "/v1/reservations", None, &blue).await.ok();
+    let stock = post(
+        &app,
+        "/v1/reservations",
+        None,
+        &json!({"request_id": "r-2", "holder": "alice",
+                "holds": [{"participant": "stock", "resource": "sku-1", "quantity": 2}]}),
+    )
+    .await
+    .ok();
+    let ids = |page: &serde_json::Value| -> Vec<String> {
+        page["reservations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let by_label = get(
+        &app,
+        "/v1/reservations?label=team=blue&label=shop=north",
+        None,
+    )
+    .await
+    .ok();
+    assert_eq!(ids(&by_label), [blue["id"].as_str().unwrap()]);
+    let by_participant = get(&app, "/v1/reservations?participant=stock", None)
+        .await
+        .ok();
+    assert_eq!(ids(&by_participant), [stock["id"].as_str().unwrap()]);
+    let future = get(
+        &app,
+        "/v1/reservations?created_after=2999-01-01T00:00:00Z",
+        None,
+    )
+    .await
+    .ok();
+    assert_eq!(ids(&future), Vec::<String>::new());
+    let window = get(
+        &app,
+        "/v1/reservations?created_after=2000-01-01T00:00:00Z&created_before=2999-01-01T00:00:00Z",
+        None,
+    )
+    .await
+    .ok();
+    assert_eq!(ids(&window).len(), 2);
+    let bad = get(&app, "/v1/reservations?created_after=yesterday", None).await;
+    bad.assert_error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT");
+    assert_eq!(bad.json["metadata"]["field"], "created_after");
+    let bad = get(&app, "/v1/reservations?label=team", None).await;
+    assert_eq!(bad.json["metadata"]["field"], "label", "{bad:?}");
+}
