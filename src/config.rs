@@ -6,7 +6,9 @@
 //! The TLS settings of every role live in [`tls`]; identity and secrets in [`auth`].
 
 pub mod auth;
+pub mod http;
 mod lease;
+mod limits;
 pub mod ops;
 mod parse;
 pub mod tls;
@@ -19,7 +21,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::coordinator::Policy;
-use crate::domain::validate::Limits;
 use crate::registry::ParticipantEndpoint;
 pub use parse::{mask_password, parse_duration, parse_optional_addr};
 
@@ -393,6 +394,9 @@ pub struct CoordinatorArgs {
     #[command(flatten)]
     pub retention: ops::RetentionArgs,
 
+    #[command(flatten)]
+    pub http: http::HttpArgs,
+
     /// Per-participant call timeouts from the config file.
     #[arg(skip)]
     pub participant_timeouts: HashMap<String, Duration>,
@@ -477,6 +481,7 @@ impl CoordinatorArgs {
         self.secrets.describe(&mut out);
         self.watch.describe(&mut out);
         self.retention.describe(&mut out);
+        self.http.describe(&mut out);
         out.push_str("\n[participants]\n");
         for ep in self.endpoints() {
             out.push_str(&format!(
@@ -487,33 +492,6 @@ impl CoordinatorArgs {
             ));
         }
         out
-    }
-
-    /// Input limits, with this configuration's ttl bounds.
-    pub fn limits(&self) -> Result<Limits, String> {
-        let limits = Limits {
-            default_ttl: self.default_ttl,
-            max_ttl: self.max_ttl,
-            ..Limits::default()
-        };
-        if limits.max_ttl < limits.min_ttl {
-            return Err(format!("--max-ttl must be at least {:?}", limits.min_ttl));
-        }
-        if limits.max_ttl > crate::domain::validate::TTL_CEILING {
-            return Err("--max-ttl must be at most 100 years".into());
-        }
-        if limits.default_ttl < limits.min_ttl || limits.default_ttl > limits.max_ttl {
-            return Err("--default-ttl must be between 1s and --max-ttl".into());
-        }
-        Ok(limits)
-    }
-
-    /// The server's overload limits.
-    pub fn server_limits(&self) -> crate::server::ServerLimits {
-        crate::server::ServerLimits {
-            max_concurrent_requests: self.max_concurrent_requests,
-            request_timeout: self.request_timeout,
-        }
     }
 
     /// Lifecycle policy.

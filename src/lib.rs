@@ -14,6 +14,8 @@ pub mod cli;
 pub mod config;
 pub mod coordinator;
 pub mod domain;
+pub mod http;
+pub mod json;
 pub mod participant;
 pub mod participants;
 pub mod proto;

@@ -151,6 +151,45 @@ pub async fn serve_with(
     Ok(())
 }
 
+/// A server's request path without the network: the same auth layer, overload layers and
+/// deadline as [`serve_with`] in front of `routes`, as a tower service a tonic client can
+/// call in-process (`crate::http` does, so its JSON API has exactly the gRPC API's rules).
+/// Overload answers `RESOURCE_EXHAUSTED` as over the network. Its error is a concrete
+/// `Status` (a boxed error there trips rustc's higher-ranked `Send` checks in handlers that
+/// await a tonic client).
+pub type InProcess = tower::util::BoxCloneSyncService<
+    http::Request<tonic::body::Body>,
+    http::Response<tonic::body::Body>,
+    tonic::Status,
+>;
+
+/// Builds the [`InProcess`] path to `routes`, admitted by `auth` under `limits`.
+pub fn in_process(limits: ServerLimits, auth: &Authenticator, routes: Routes) -> InProcess {
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(
+        limits.max_concurrent_requests.max(1),
+    ));
+    let service = tower::ServiceBuilder::new()
+        // Over the network tonic turns a shed request into RESOURCE_EXHAUSTED; a client
+        // in-process sees the service's error, so it is made that status here.
+        .map_err(|e: BoxError| {
+            if e.is::<tower::load_shed::error::Overloaded>() {
+                tonic::Status::resource_exhausted("too many requests in flight; retry later")
+            } else {
+                tonic::Status::from_error(e)
+            }
+        })
+        .layer(AuthLayer { auth: auth.clone() })
+        .load_shed()
+        .layer(tower::limit::GlobalConcurrencyLimitLayer::with_semaphore(
+            in_flight,
+        ))
+        .layer(DeadlineLayer {
+            max: limits.request_timeout,
+        })
+        .service(routes);
+    tower::util::BoxCloneSyncService::new(service)
+}
+
 /// Resolves on SIGTERM or Ctrl-C: the production shutdown signal.
 pub async fn shutdown_signal() {
     let ctrl_c = async {

@@ -22,7 +22,12 @@ const ALLOWED: &[(&str, &[&str])] = &[
         &["auth", "coordinator", "domain", "proto", "telemetry"],
     ),
     ("server", &["auth", "proto", "telemetry", "tls"]),
-    ("cli", &["auth", "config", "proto", "tls"]),
+    ("cli", &["auth", "config", "json", "proto", "tls"]),
+    ("json", &["proto"]),
+    (
+        "http",
+        &["auth", "json", "proto", "server", "telemetry", "tls"],
+    ),
     (
         "participant",
         &["auth", "db", "proto", "server", "telemetry"],

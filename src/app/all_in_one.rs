@@ -7,7 +7,8 @@ use std::future::Future;
 use tokio::net::TcpListener;
 
 use super::{
-    AppError, CoordinatorSettings, coordinator_access, serve_coordinator, server_tls, start_metrics,
+    AppError, CoordinatorSettings, bind_http, coordinator_access, listen_addrs,
+    serve_coordinator_with_http, server_tls, start_metrics,
 };
 use crate::config::CoordinatorArgs;
 use crate::db::{self, DatabaseKind};
@@ -117,7 +118,7 @@ pub async fn serve_all_in_one(
     let tls = server_tls(&coordinator.tls)?;
     let participant_transport = all_in_one_transport(&coordinator, tls.as_ref())?;
     // Every port of the all-in-one listens on the coordinator's IP.
-    let access = coordinator_access(&coordinator, &[coordinator.listen])?;
+    let access = coordinator_access(&coordinator, &listen_addrs(&coordinator))?;
     if access.auth.is_on() && access.participant_key.is_none() {
         return Err(AppError::Config(
             "with --auth-keys the all-in-one's participants require the coordinator role: give --participant-api-key-file with the key of a principal that has it".into(),
@@ -229,15 +230,17 @@ pub async fn serve_all_in_one(
             coordinator.listen
         ))
     })?;
+    let http = bind_http(&coordinator, tls.as_ref()).await?;
     print_banner(
         &settings,
         coordinator.listen,
-        coordinator.metrics_listen,
+        [coordinator.metrics_listen, coordinator.http.http_listen],
         tls.is_some(),
         &described,
     );
     let listener = Listener::new(listener, tls);
-    let coordinator_task = serve_coordinator(settings, store, listener, stopped(stop_rx.clone()));
+    let coordinator_task =
+        serve_coordinator_with_http(settings, store, listener, http, stopped(stop_rx.clone()));
     tokio::spawn(async move {
         shutdown.await;
         let _ = stop_tx.send(true);
@@ -276,7 +279,7 @@ fn all_in_one_transport(
 fn print_banner(
     settings: &CoordinatorSettings,
     listen: std::net::SocketAddr,
-    metrics: Option<std::net::SocketAddr>,
+    [metrics, http]: [Option<std::net::SocketAddr>; 2],
     tls: bool,
     db: &str,
 ) {
@@ -298,8 +301,12 @@ fn print_banner(
             p.url.split_once("://").map_or(p.url.as_str(), |(_, a)| a)
         );
     }
+    let scheme = if tls { "https" } else { "http" };
+    if let Some(h) = http {
+        println!("  console      web console         {scheme}://{h}/");
+        println!("  JSON API     curl                {scheme}://{h}/v1/reservations");
+    }
     if let Some(m) = metrics {
-        let scheme = if tls { "https" } else { "http" };
         println!("  metrics      Prometheus          {scheme}://{m}/metrics");
     }
     println!();

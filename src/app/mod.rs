@@ -80,14 +80,37 @@ pub async fn run_coordinator(
         policy: args.policy().map_err(AppError::Config)?,
         server: args.server_limits(),
         participant_transport: participant_transport(&args)?,
-        access: coordinator_access(&args, &[args.listen])?,
+        access: coordinator_access(&args, &listen_addrs(&args))?,
     };
     check_participant_transport(&settings, tls.is_some())?;
     db::ensure_database(&args.database_url).await?;
     start_metrics(args.metrics_listen, tls.as_ref()).await?;
     let store = AnyStore::connect(&args.database_url, args.db_pool_size).await?;
+    let http = bind_http(&args, tls.as_ref()).await?;
     let listener = Listener::new(TcpListener::bind(args.listen).await?, tls);
-    serve_coordinator(settings, store, listener, shutdown).await
+    serve_coordinator_with_http(settings, store, listener, http, shutdown).await
+}
+
+/// The addresses the coordinator's servers listen on (gRPC, and HTTP unless `off`): the
+/// loopback rule of `--insecure-no-auth` applies to each.
+pub(super) fn listen_addrs(args: &CoordinatorArgs) -> Vec<std::net::SocketAddr> {
+    std::iter::once(args.listen)
+        .chain(args.http.http_listen)
+        .collect()
+}
+
+/// Binds `--http-listen` (serving TLS with the gRPC port's certificate), unless `off`.
+pub(super) async fn bind_http(
+    args: &CoordinatorArgs,
+    tls: Option<&ServerTls>,
+) -> Result<Option<Listener>, AppError> {
+    let Some(addr) = args.http.http_listen else {
+        return Ok(None);
+    };
+    let tcp = TcpListener::bind(addr).await.map_err(|e| {
+        AppError::Config(format!("HTTP cannot listen on {addr}: {e} (--http-listen)"))
+    })?;
+    Ok(Some(Listener::new(tcp, tls.cloned())))
 }
 
 /// The coordinator's authentication, participant credential and token keys, as `args` give
@@ -259,11 +282,24 @@ pub async fn start_metrics(
 
 /// Migrates the store (either backend: a `PgStore`, a `SqliteStore` or an [`AnyStore`]), then
 /// serves the coordinator on `listener` (a `TcpListener`, or a [`Listener`] with TLS) until
-/// `shutdown`.
+/// `shutdown`; no HTTP listener (what tests that start many coordinators want).
 pub async fn serve_coordinator(
     settings: CoordinatorSettings,
     store: impl Into<AnyStore>,
     listener: impl Into<Listener>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), AppError> {
+    serve_coordinator_with_http(settings, store, listener, None, shutdown).await
+}
+
+/// [`serve_coordinator`], plus the HTTP listener (console, JSON API, `/metrics`, probes) on
+/// `http` when given: its JSON API calls these same gRPC services in-process, behind the same
+/// auth layer.
+pub async fn serve_coordinator_with_http(
+    settings: CoordinatorSettings,
+    store: impl Into<AnyStore>,
+    listener: impl Into<Listener>,
+    http: Option<Listener>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), AppError> {
     let listener = listener.into();
@@ -281,6 +317,9 @@ pub async fn serve_coordinator(
         settings.participant_transport.tls.as_ref(),
         settings.access.participant_key.as_deref(),
     )?;
+    // The console's view of participants' health, and its access to the gRPC services.
+    let health = registry.clone();
+    let http_access = (settings.server, settings.access.auth.clone());
     let tokens = match settings.access.tokens.clone() {
         Some(tokens) => tokens,
         None => crate::domain::TokenKeys::ephemeral()
@@ -297,13 +336,26 @@ pub async fn serve_coordinator(
     // At shutdown, open Watch streams end at once (UNAVAILABLE): the graceful shutdown waits
     // for calls in flight, and a stream could otherwise run until its hold's max_ttl.
     let watches = coordinator.clone();
+    let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
     let shutdown = async move {
         shutdown.await;
         watches.close_watches();
+        let _ = stopping.send(true);
     };
     let admin = crate::api::admin::AdminApi::new(coordinator.clone());
-    let api = CoordinatorApi::new(coordinator);
+    let api = CoordinatorApi::new(coordinator.clone());
     let routes = tonic::service::Routes::new(api.into_server()).add_service(admin.into_server());
+    let http = match http {
+        Some(http) => Some(start_http(
+            http,
+            &http_access,
+            routes.clone(),
+            coordinator,
+            health,
+            stopping_rx,
+        )?),
+        None => None,
+    };
     tracing::info!(addr = %listener.local_addr()?, tls = listener.tls().is_some(), auth = settings.access.auth.is_on(), "coordinator serving");
     let served = crate::server::serve_with(
         settings.server,
@@ -319,6 +371,73 @@ pub async fn serve_coordinator(
     let _ = stop_recovery.send(true);
     let _ = recovery.await;
     let _ = retention.await;
+    if let Some(mut http) = http {
+        // Its Watch streams ended with the coordinator's; a client that keeps a request open
+        // longer is cut.
+        if tokio::time::timeout(std::time::Duration::from_secs(10), &mut http)
+            .await
+            .is_err()
+        {
+            http.abort();
+        }
+    }
     served?;
     Ok(())
+}
+
+/// Starts the HTTP listener in the background, its JSON API over `routes` in-process (the
+/// same auth layer and limits as the gRPC port), until `stopping` turns true.
+fn start_http(
+    listener: Listener,
+    (limits, auth): &(crate::server::ServerLimits, crate::auth::Authenticator),
+    routes: tonic::service::Routes,
+    coordinator: Coordinator,
+    registry: Registry,
+    stopping: tokio::sync::watch::Receiver<bool>,
+) -> Result<tokio::task::JoinHandle<()>, AppError> {
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, tls = listener.tls().is_some(), "console and JSON API on HTTP");
+    // Install the metrics recorder: /metrics is served here too.
+    crate::telemetry::metrics_handle();
+    let ready_stopping = stopping.clone();
+    let service = crate::http::HttpService {
+        grpc: crate::server::in_process(*limits, auth, routes),
+        auth: auth.clone(),
+        ready: std::sync::Arc::new(move || {
+            let coordinator = coordinator.clone();
+            let stopping = *ready_stopping.borrow();
+            Box::pin(async move {
+                if stopping {
+                    return Err("shutting down".to_owned());
+                }
+                // One indexed read: the database answers.
+                let everyone = crate::domain::Actor {
+                    principal: String::new(),
+                    sees_all: true,
+                };
+                let query = crate::domain::ListQuery {
+                    limit: 1,
+                    ..Default::default()
+                };
+                coordinator
+                    .list(&everyone, query)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| format!("database: {e}"))
+            })
+        }),
+        participants: std::sync::Arc::new(move || {
+            let registry = registry.clone();
+            Box::pin(async move { registry.health().await })
+        }),
+    };
+    let mut stop = stopping;
+    Ok(tokio::spawn(async move {
+        let stopped = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        if let Err(e) = crate::http::serve(listener, service, stopped).await {
+            tracing::error!(error = %e, "the HTTP listener stopped");
+        }
+    }))
 }

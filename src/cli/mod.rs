@@ -7,7 +7,7 @@
 
 pub mod admin;
 pub mod error;
-pub mod json;
+pub use crate::json;
 pub mod render;
 pub mod target;
 pub mod watch;

@@ -242,6 +242,18 @@ impl Registry {
         self.events.notify.notified().await;
     }
 
+    /// Every registered participant's name and whether its health service answers SERVING
+    /// now (asked in parallel, each within a second; recorded like any call), by name.
+    pub async fn health(&self) -> Vec<(String, bool)> {
+        let checks = self
+            .participants
+            .values()
+            .map(|p| async move { (p.name.clone(), p.probe().await) });
+        let mut answers = futures_util::future::join_all(checks).await;
+        answers.sort();
+        answers
+    }
+
     /// The participant registered under `name`.
     pub fn get(&self, name: &str) -> Option<&ParticipantHandle> {
         self.participants.get(name)

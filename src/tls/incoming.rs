@@ -28,13 +28,25 @@ pub(crate) fn grpc(
     tls: ServerTls,
 ) -> ReceiverStream<io::Result<TlsStream<TcpStream>>> {
     let (ready, incoming) = mpsc::channel(READY_BACKLOG);
-    tokio::spawn(accept(listener, tls, ready));
+    tokio::spawn(accept(listener, tls, ServerTls::grpc_config, ready));
     ReceiverStream::new(incoming)
+}
+
+/// The TLS connections accepted on `listener` for an HTTP/1.1 server (ALPN `http/1.1`; the
+/// console and JSON API), handshaken concurrently like [`grpc`]'s.
+pub(crate) fn http1_stream(
+    listener: TcpListener,
+    tls: ServerTls,
+) -> mpsc::Receiver<io::Result<TlsStream<TcpStream>>> {
+    let (ready, incoming) = mpsc::channel(READY_BACKLOG);
+    tokio::spawn(accept(listener, tls, ServerTls::http1_config, ready));
+    incoming
 }
 
 async fn accept(
     listener: TcpListener,
     tls: ServerTls,
+    config: fn(&ServerTls) -> std::sync::Arc<rustls::ServerConfig>,
     ready: mpsc::Sender<io::Result<TlsStream<TcpStream>>>,
 ) {
     loop {
@@ -52,7 +64,7 @@ async fn accept(
         };
         // No Nagle delay: every TCC step is a small request waiting on a small answer.
         let _ = tcp.set_nodelay(true);
-        let acceptor = tokio_rustls::TlsAcceptor::from(tls.grpc_config());
+        let acceptor = tokio_rustls::TlsAcceptor::from(config(&tls));
         let ready = ready.clone();
         tokio::spawn(async move {
             if let Some(stream) = handshake(acceptor, tcp, peer).await {

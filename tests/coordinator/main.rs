@@ -20,6 +20,7 @@ mod error_classes;
 mod example;
 mod extend;
 mod fanout;
+mod http;
 mod invalid_holds;
 mod late_partial;
 mod late_payment;

@@ -131,7 +131,7 @@ async fn served_certificate(
     Ok(stream.get_ref().1.peer_certificates().unwrap_or_default()[0].to_vec())
 }
 
-async fn tls_connect(
+pub(crate) async fn tls_connect(
     addr: SocketAddr,
     ca: &Ca,
     alpn: &[u8],

@@ -97,6 +97,7 @@ conformance!(
     admin: [
         force_cancel_held_and_trying,
         resolve_only_failed,
+        resolve_cancelled_keeps_one_refund,
         retry_wakes_and_leases_unfinished_work,
         list_stuck_filters,
     ],

@@ -213,13 +213,16 @@ fn holdfast_command() -> Command {
     cmd
 }
 
-/// `holdfast --listen L --metrics-listen IP:9464`, logging at info: the all-in-one.
+/// `holdfast --listen L --metrics-listen IP:9464 --http-listen IP:8080`, logging at info: the
+/// all-in-one.
 fn all_in_one_command(listen: SocketAddr) -> Command {
     let mut cmd = holdfast_command();
     cmd.arg("--listen")
         .arg(listen.to_string())
         .arg("--metrics-listen")
         .arg(format!("{}:9464", listen.ip()))
+        .arg("--http-listen")
+        .arg(format!("{}:8080", listen.ip()))
         .env("RUST_LOG", "info");
     cmd
 }

@@ -197,6 +197,7 @@ fn start_coordinator(
     let mut cmd = holdfast_command();
     cmd.args(["coordinator", "--listen", &addr.to_string()])
         .args(["--database-url", url, "--metrics-listen", "off"])
+        .args(["--http-listen", "off"])
         .args(["--participant-timeout", "1s", "--request-timeout", "3s"])
         .args(["--lease", "6s", "--retry-cap", "1s"])
         .arg("--token-secret-file")

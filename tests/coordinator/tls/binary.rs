@@ -113,6 +113,8 @@ async fn an_https_participant_that_speaks_plaintext_fails_the_reserve_and_never_
             &addr.to_string(),
             "--metrics-listen",
             "off",
+            "--http-listen",
+            "off",
             "--database-url",
             &db.url,
             "--participant",
@@ -165,6 +167,8 @@ async fn a_tls_coordinator_refuses_an_http_participant_at_start_unless_allowed()
         &listen,
         "--metrics-listen",
         "off",
+        "--http-listen",
+        "off",
         "--database-url",
         &database,
         "--tls-cert",
@@ -194,12 +198,15 @@ async fn the_all_in_one_serves_tls_on_every_port_and_reaches_its_own_participant
     let (cert, key) = files.leaf("all-in-one", &ca.issue("all-in-one"));
     let listen = crate::process::listen_addr(9);
     let database = format!("sqlite://{}", files.dir.join("data/holdfast.db").display());
+    let http = SocketAddr::new(listen.ip(), 8080);
     let mut process = Process::start(
         &[
             "--listen",
             &listen.to_string(),
             "--metrics-listen",
             "off",
+            "--http-listen",
+            &http.to_string(),
             "--database-url",
             &database,
             "--tls-cert",
@@ -239,6 +246,58 @@ async fn the_all_in_one_serves_tls_on_every_port_and_reaches_its_own_participant
         .unwrap()
         .into_inner();
     assert_eq!(state_of(&confirmed), State::Confirmed);
+
+    // The HTTP listener serves TLS only, with the same certificate: the JSON API answers the
+    // reservation over HTTPS; a plaintext request gets no HTTP answer.
+    let answer = https_get(http, &ca, &format!("/v1/reservations/{}", confirmed.id)).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.contains("\"state\":\"CONFIRMED\""),
+        "{answer}"
+    );
+    let served = super::tls_connect(http, &ca, b"http/1.1").await.unwrap();
+    let grpc = super::tls_connect(listen, &ca, b"h2").await.unwrap();
+    assert_eq!(
+        served.get_ref().1.peer_certificates().unwrap_or_default()[0].to_vec(),
+        grpc.get_ref().1.peer_certificates().unwrap_or_default()[0].to_vec(),
+        "the HTTP port serves another certificate than the gRPC port"
+    );
+    let plaintext = plain_get(http, "/healthz").await;
+    assert!(
+        !plaintext.starts_with("HTTP/1.1 200"),
+        "plaintext answered: {plaintext}"
+    );
+}
+
+/// `GET path` over TLS (verified against `ca`), the whole answer as text.
+async fn https_get(addr: SocketAddr, ca: &Ca, path: &str) -> String {
+    let stream = super::tls_connect(addr, ca, b"http/1.1").await.unwrap();
+    get_on(stream, path).await
+}
+
+/// `GET path` in plaintext, whatever comes back.
+async fn plain_get(addr: SocketAddr, path: &str) -> String {
+    get_on(TcpStream::connect(addr).await.unwrap(), path).await
+}
+
+/// One HTTP/1.1 request on `stream`, read until the server closes or is quiet for 10 s (a
+/// missing TLS close_notify, or a refused handshake, simply ends the answer).
+async fn get_on<S>(mut stream: S, path: &str) -> String
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let request = format!("GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n");
+    let _ = stream.write_all(request.as_bytes()).await;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(Ok(n)) = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await
+    {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A TLS-only Redis (`--port 0`) on a free port, stopped when dropped.

@@ -247,3 +247,40 @@ pub async fn list_stuck_filters(store: S) {
         .unwrap();
     assert_eq!(by.len(), 1);
 }
+
+pub async fn resolve_cancelled_keeps_one_refund(store: S) {
+    use holdfast::domain::{LatePaymentPolicy, RefundState};
+    let (r, token) = held(&store, "alice", "rs-paid", LONG).await;
+    decide(
+        &store,
+        r.id,
+        &token,
+        &confirm_paid(LatePaymentPolicy::HonorIfAvailable),
+    )
+    .await;
+    let failed = store
+        .record_phase(
+            r.id,
+            State::Confirming,
+            &reports(&r, BranchState::HoldLost, None),
+            Some(State::Failed),
+            FAST,
+        )
+        .await
+        .unwrap()
+        .reservation;
+    let refund = failed.refund.clone().expect("FAILED refunds the payment");
+    let rs = note(AdminAction::ResolveCancelled, "released by hand");
+    let (after, leased) = done(
+        store
+            .resolve(r.id, State::Cancelled, &rs, lease())
+            .await
+            .unwrap(),
+    );
+    assert_eq!(after.state, State::Cancelled);
+    // The refund owed since FAILED, the same one (never twice), to be sent by this resolver.
+    let now = after.refund.expect("still refunded");
+    assert_eq!(now.refund_id, refund.refund_id);
+    assert_eq!(now.state, RefundState::Pending);
+    assert!(leased);
+}

@@ -1,7 +1,8 @@
-//! The JSON the CLI prints with `--json`: the `tcc.v1` messages with the proto's field names,
+//! The one JSON shape of `tcc.v1` messages, printed by the CLI (`--json`) and answered by the
+//! HTTP JSON API (`crate::http`): the messages with the proto's field names,
 //! enum values by name, timestamps in RFC 3339 (UTC) and every field present (null when
-//! absent), so scripts can rely on the shape. Hold tokens are never in it (the coordinator never
-//! sends them outside Reserve's answer, and the CLI does not Reserve).
+//! absent), so scripts can rely on the shape. Hold tokens are never in it (the coordinator sends
+//! one only in Reserve's answer; the JSON API's Reserve adds it to that answer alone).
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};

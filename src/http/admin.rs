@@ -1,0 +1,217 @@
+//! `tcc.v1.Admin` as JSON, for the console's operator views and actions:
+//! `GET /v1/admin/stuck?state=&participant=&older_than=&page_size=&page_token=`,
+//! `POST /v1/admin/retry` (`{"reservation_id"}` or `{"participant"}`),
+//! `POST /v1/admin/reservations/{id}:force-cancel` (`{"reason"}`),
+//! `POST /v1/admin/reservations/{id}:resolve` (`{"outcome","reason"}`),
+//! `GET /v1/admin/audit?reservation_id=&page_size=&page_token=`, and
+//! `GET /v1/admin/participants` (each registered participant's health).
+
+use axum::Router;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::routing::{get, post};
+use serde::Deserialize;
+
+use super::Shared;
+use super::body::{self, duration};
+use super::error::{ApiError, invalid};
+use super::grpc::{admin, request};
+use super::reservations::{ok, split_target, state, unknown_verb};
+use crate::proto;
+
+pub fn routes() -> Router<Shared> {
+    Router::new()
+        .route("/v1/admin/stuck", get(stuck))
+        .route("/v1/admin/retry", post(retry))
+        .route("/v1/admin/reservations/{target}", post(act))
+        .route("/v1/admin/audit", get(audit))
+        .route("/v1/admin/participants", get(participants))
+}
+
+/// The gRPC message of a stuck-work query string (`state` repeats).
+fn stuck_message(raw: Option<&str>) -> Result<proto::ListStuckRequest, tonic::Status> {
+    let params = body::query(
+        raw,
+        &[
+            "state",
+            "participant",
+            "older_than",
+            "page_size",
+            "page_token",
+        ],
+        &["state"],
+    )?;
+    let mut states = Vec::new();
+    for s in params.get("state").into_iter().flatten() {
+        states.push(state("state", s)?);
+    }
+    Ok(proto::ListStuckRequest {
+        states,
+        participant: body::one(&params, "participant").unwrap_or("").to_owned(),
+        older_than: body::one(&params, "older_than")
+            .filter(|v| !v.is_empty())
+            .map(|v| duration("older_than", v))
+            .transpose()?,
+        page_size: body::int32(&params, "page_size")?,
+        page_token: body::one(&params, "page_token").unwrap_or("").to_owned(),
+    })
+}
+
+async fn stuck(
+    State(service): State<Shared>,
+    RawQuery(raw): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let message = stuck_message(raw.as_deref())
+        .map_err(|bad| service.refuse(&headers, "/tcc.v1.Admin/ListStuck", bad))?;
+    let page = admin(&service.grpc)
+        .list_stuck(request(&headers, message)?)
+        .await?
+        .into_inner();
+    Ok(ok(crate::json::reservations(
+        &page.reservations,
+        &page.next_page_token,
+    )))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetryBody {
+    #[serde(default)]
+    reservation_id: Option<String>,
+    #[serde(default)]
+    participant: Option<String>,
+}
+
+async fn retry(
+    State(service): State<Shared>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Result<Response, ApiError> {
+    use proto::retry_request::Target;
+    let target = body::json(body)
+        .await
+        .and_then(|b: RetryBody| match (b.reservation_id, b.participant) {
+            (Some(_), Some(_)) => Err(invalid(
+                "participant",
+                "give reservation_id or participant, not both",
+            )),
+            (Some(id), None) => Ok(Some(Target::ReservationId(id))),
+            (None, Some(p)) => Ok(Some(Target::Participant(p))),
+            (None, None) => Ok(None),
+        })
+        .map_err(|bad| service.refuse(&headers, "/tcc.v1.Admin/Retry", bad))?;
+    let answer = admin(&service.grpc)
+        .retry(request(&headers, proto::RetryRequest { target })?)
+        .await?
+        .into_inner();
+    Ok(ok(serde_json::json!({
+        "driven": answer.driven,
+        "reservations": answer.reservations.iter().map(crate::json::reservation).collect::<Vec<_>>(),
+    })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ForceCancelBody {
+    #[serde(default)]
+    reason: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResolveBody {
+    #[serde(default)]
+    outcome: String,
+    #[serde(default)]
+    reason: String,
+}
+
+/// `POST /v1/admin/reservations/{id}:force-cancel|:resolve`.
+async fn act(
+    State(service): State<Shared>,
+    Path(target): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Result<Response, ApiError> {
+    let (id, verb) = split_target(&target);
+    let reservation_id = id.to_owned();
+    let mut client = admin(&service.grpc);
+    let local = |method: &str, bad| service.refuse(&headers, method, bad);
+    let r = match verb {
+        Some("force-cancel") => {
+            let b: ForceCancelBody = body::json(body)
+                .await
+                .map_err(|e| local("/tcc.v1.Admin/ForceCancel", e))?;
+            let message = proto::ForceCancelRequest {
+                reservation_id,
+                reason: b.reason,
+            };
+            client.force_cancel(request(&headers, message)?).await?
+        }
+        Some("resolve") => {
+            const METHOD: &str = "/tcc.v1.Admin/Resolve";
+            let b: ResolveBody = body::json(body).await.map_err(|e| local(METHOD, e))?;
+            let outcome = if b.outcome.is_empty() {
+                0
+            } else {
+                state("outcome", &b.outcome).map_err(|e| local(METHOD, e))?
+            };
+            let message = proto::ResolveRequest {
+                reservation_id,
+                outcome,
+                reason: b.reason,
+            };
+            client.resolve(request(&headers, message)?).await?
+        }
+        _ => return Err(unknown_verb(&target, "POST", &["force-cancel", "resolve"])),
+    };
+    Ok(ok(crate::json::reservation(r.get_ref())))
+}
+
+/// The gRPC message of an audit query string.
+fn audit_message(raw: Option<&str>) -> Result<proto::ListAuditRequest, tonic::Status> {
+    let params = body::query(raw, &["reservation_id", "page_size", "page_token"], &[])?;
+    Ok(proto::ListAuditRequest {
+        reservation_id: body::one(&params, "reservation_id")
+            .unwrap_or("")
+            .to_owned(),
+        page_size: body::int32(&params, "page_size")?,
+        page_token: body::one(&params, "page_token").unwrap_or("").to_owned(),
+    })
+}
+
+async fn audit(
+    State(service): State<Shared>,
+    RawQuery(raw): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let message = audit_message(raw.as_deref())
+        .map_err(|bad| service.refuse(&headers, "/tcc.v1.Admin/ListAudit", bad))?;
+    let page = admin(&service.grpc)
+        .list_audit(request(&headers, message)?)
+        .await?
+        .into_inner();
+    Ok(ok(serde_json::json!({
+        "entries": page.entries.iter().map(crate::json::audit_entry).collect::<Vec<_>>(),
+        "next_page_token": page.next_page_token,
+    })))
+}
+
+/// Each registered participant and whether it answers its health check (admins only: it
+/// names the deployment's services). No gRPC method serves it; the auth layer judges it as an
+/// unlisted `tcc.v1.Admin` method, which is admin-only (`auth/rules.rs`).
+async fn participants(
+    State(service): State<Shared>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    service.admit(&headers, "/tcc.v1.Admin/ParticipantHealth")?;
+    let list = (service.participants)().await;
+    Ok(ok(serde_json::json!({
+        "participants": list.iter().map(|(name, serving)| serde_json::json!({
+            "name": name,
+            "serving": serving,
+        })).collect::<Vec<_>>(),
+    })))
+}

@@ -1,0 +1,36 @@
+//! The gRPC services, called in-process: tonic clients over [`crate::server::InProcess`], each
+//! request carrying the HTTP caller's `authorization` header as its metadata, so the auth
+//! layer admits (or refuses) the HTTP caller exactly as it would over gRPC.
+
+use axum::http::HeaderMap;
+
+use crate::proto::admin_client::AdminClient;
+use crate::proto::coordinator_client::CoordinatorClient;
+use crate::server::InProcess;
+
+/// `tcc.v1.Coordinator` in-process.
+pub fn coordinator(grpc: &InProcess) -> CoordinatorClient<InProcess> {
+    CoordinatorClient::new(grpc.clone())
+}
+
+/// `tcc.v1.Admin` in-process.
+pub fn admin(grpc: &InProcess) -> AdminClient<InProcess> {
+    AdminClient::new(grpc.clone())
+}
+
+/// `message` as a gRPC request with the caller's credential. A header that cannot be metadata
+/// (not visible ASCII) is refused here as the auth layer would refuse a bad credential.
+pub fn request<T>(headers: &HeaderMap, message: T) -> Result<tonic::Request<T>, tonic::Status> {
+    let mut request = tonic::Request::new(message);
+    if let Some(value) = headers.get(axum::http::header::AUTHORIZATION) {
+        let value =
+            tonic::metadata::AsciiMetadataValue::try_from(value.as_bytes()).map_err(|_| {
+                crate::auth::refusal(
+                    crate::auth::Refused::Unauthenticated,
+                    "the authorization header is not `Bearer <key>`",
+                )
+            })?;
+        request.metadata_mut().insert("authorization", value);
+    }
+    Ok(request)
+}

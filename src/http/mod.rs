@@ -1,0 +1,205 @@
+//! The HTTP listener of the coordinator and the all-in-one (SPEC 8.4, `--http-listen`): the
+//! web console at `/` ([`console`]), the JSON API under `/v1/` ([`reservations`], [`admin`],
+//! [`watch`]), `/metrics`, `/healthz` and `/readyz`; TLS with the gRPC port's certificate when
+//! one is configured.
+//!
+//! The JSON API has no rules of its own. Each endpoint calls the gRPC service in-process
+//! ([`crate::server::InProcess`]: the same tonic routes behind the same auth layer and
+//! overload layers, no network hop), forwarding the caller's `authorization` header; every
+//! refusal, the gRPC service's or this module's own (bad JSON, an unknown field, an oversize
+//! body), is a `tonic::Status` made JSON by one function ([`error::respond`]). So a rule
+//! changed in `domain`, `auth` or `api` changes both APIs at once.
+
+mod admin;
+mod body;
+mod console;
+mod error;
+mod grpc;
+mod reservations;
+mod watch;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use crate::auth::Authenticator;
+use crate::server::InProcess;
+use crate::tls::Listener;
+
+pub use error::{ApiError, http_status};
+
+/// A check run on request (readiness, participants' health), supplied by the wiring.
+pub type Probe<T> = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = T> + Send>> + Send + Sync>;
+
+/// What the HTTP side serves from: the in-process gRPC path and the checks only the wiring
+/// can make.
+#[derive(Clone)]
+pub struct HttpService {
+    /// The coordinator's gRPC services (`tcc.v1.Coordinator`, `tcc.v1.Admin`) behind its auth
+    /// layer.
+    pub grpc: InProcess,
+    /// The same authenticator, for the one endpoint that is no gRPC call (participants'
+    /// health): it is admitted as an Admin method, so by the same rules.
+    pub auth: Authenticator,
+    /// Whether the coordinator can serve: `Err` says why not (`/readyz` answers 503).
+    pub ready: Probe<Result<(), String>>,
+    /// Each registered participant's name and whether its health service answers SERVING.
+    pub participants: Probe<Vec<(String, bool)>>,
+}
+
+type Shared = Arc<HttpService>;
+
+impl HttpService {
+    /// Whether the auth layer would admit this caller to the gRPC `method`
+    /// (`/tcc.v1.Service/Method`): the same [`Authenticator`], asked with the caller's header.
+    fn admit(&self, headers: &axum::http::HeaderMap, method: &str) -> Result<(), tonic::Status> {
+        let mut probe = axum::http::Request::builder()
+            .uri(method)
+            .body(())
+            .map_err(|e| tonic::Status::internal(format!("building the auth check: {e}")))?;
+        if let Some(v) = headers.get(header::AUTHORIZATION) {
+            probe.headers_mut().insert(header::AUTHORIZATION, v.clone());
+        }
+        self.auth.admit(&probe).map(|_| ())
+    }
+
+    /// Bad input found here, before any gRPC call, is answered only to a caller admitted to
+    /// `method`; others get the auth layer's 401/403 whatever they sent, as over gRPC, where
+    /// admission comes before the message is read.
+    fn refuse(
+        &self,
+        headers: &axum::http::HeaderMap,
+        method: &str,
+        bad: tonic::Status,
+    ) -> ApiError {
+        ApiError(self.admit(headers, method).err().unwrap_or(bad))
+    }
+}
+
+/// The routes: console, JSON API, probes, metrics; every answer with the security headers.
+pub fn router(service: HttpService) -> Router {
+    Router::new()
+        .merge(console::routes())
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .merge(reservations::routes())
+        .merge(admin::routes())
+        .fallback(not_found)
+        .with_state(Arc::new(service))
+        .layer(axum::middleware::map_response(security_headers))
+}
+
+/// Serves [`router`] on `listener` (TLS when it has a certificate) until `shutdown`, then
+/// lets open requests finish (Watch streams end when the coordinator closes them).
+pub async fn serve(
+    listener: Listener,
+    service: HttpService,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = router(service);
+    let (tcp, tls) = listener.into_parts();
+    match tls {
+        None => axum::serve(tcp, app).with_graceful_shutdown(shutdown).await,
+        Some(tls) => {
+            let local = tcp.local_addr()?;
+            let incoming = crate::tls::incoming::http1_stream(tcp, tls);
+            axum::serve(TlsIncoming { incoming, local }, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+    }
+}
+
+/// Handshaken TLS connections (handshakes run concurrently, each with a deadline: a silent
+/// client cannot hold up the others) as an axum listener.
+struct TlsIncoming {
+    incoming: tokio::sync::mpsc::Receiver<
+        std::io::Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>,
+    >,
+    local: SocketAddr,
+}
+
+impl axum::serve::Listener for TlsIncoming {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, SocketAddr) {
+        loop {
+            match self.incoming.recv().await {
+                Some(Ok(stream)) => {
+                    let peer = stream.get_ref().0.peer_addr().unwrap_or(self.local);
+                    return (stream, peer);
+                }
+                Some(Err(e)) => tracing::info!(error = %e, "HTTP connection failed"),
+                // The accepting task ended (its listener failed for good): nothing will come.
+                None => std::future::pending::<()>().await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        Ok(self.local)
+    }
+}
+
+async fn readyz(State(service): State<Shared>) -> Response {
+    match (service.ready)().await {
+        Ok(()) => (StatusCode::OK, "ready\n").into_response(),
+        Err(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        )
+            .into_response(),
+    }
+}
+
+async fn metrics() -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4"),
+        )],
+        crate::telemetry::metrics_handle().render(),
+    )
+        .into_response()
+}
+
+async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError::from(tonic::Status::not_found(format!(
+        "no such endpoint: {} (see the README's JSON API)",
+        uri.path()
+    )))
+}
+
+/// Every answer: no sniffing, no framing, scripts and styles only from this origin, no
+/// caching of API answers.
+async fn security_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+        ),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers
+        .entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
+    response
+}
