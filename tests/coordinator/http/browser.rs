@@ -4,7 +4,7 @@
 //! appears in its table; its page counts down and turns EXPIRED live when the hold lapses (the
 //! Watch stream); a ForceCancel through the button (reason, then confirmation) lands with its
 //! audit entry; no hold token is ever in the page. The screenshot is the README's
-//! (`docs/console.png`). Every wait is for a DOM change, with a deadline that fails with what
+//! (`docs/console.png`, rewritten with `HOLDFAST_UPDATE_SCREENSHOT=1`). Every wait is for a DOM change, with a deadline that fails with what
 //! the page showed last.
 
 use std::process::Stdio;
@@ -140,13 +140,21 @@ async fn reserve(
         .into_inner()
 }
 
-/// The README's picture (`docs/console.png`): a live reservation's page, from the top.
+/// A live reservation's page, from the top: the README's picture (`docs/console.png`) when
+/// `HOLDFAST_UPDATE_SCREENSHOT=1`, else a file under `target/` (a test run leaves the
+/// checkout as it found it).
 async fn screenshot(page: &Client) {
     page.execute("window.scrollTo(0, 0); return null;", vec![])
         .await
         .unwrap();
     let png = page.screenshot().await.unwrap();
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/console.png");
+    assert!(png.starts_with(b"\x89PNG"), "not a PNG screenshot");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let path = if std::env::var_os("HOLDFAST_UPDATE_SCREENSHOT").is_some_and(|v| v == "1") {
+        root.join("docs/console.png")
+    } else {
+        root.join("target/console.png")
+    };
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, png).unwrap();
 }
