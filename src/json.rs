@@ -1,11 +1,14 @@
 //! The one JSON shape of `tcc.v1` messages, printed by the CLI (`--json`) and answered by the
 //! HTTP JSON API (`crate::http`): the messages with the proto's field names,
 //! enum values by name, timestamps in RFC 3339 (UTC) and every field present (null when
-//! absent), so scripts can rely on the shape. Hold tokens are never in it (the coordinator sends
+//! absent), so scripts can rely on the shape; and errors ([`error`]). Hold tokens are never in it (the coordinator sends
 //! one only in Reserve's answer; the JSON API's Reserve adds it to that answer alone).
+
+use std::collections::BTreeMap;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
+use tonic_types::StatusExt;
 
 use crate::proto;
 
@@ -70,6 +73,67 @@ pub fn reservations(list: &[proto::Reservation], next_page_token: &str) -> Value
     json!({
         "reservations": list.iter().map(reservation).collect::<Vec<_>>(),
         "next_page_token": next_page_token,
+    })
+}
+
+/// The gRPC code's name, as in the proto (`INVALID_ARGUMENT`).
+pub fn code_name(code: tonic::Code) -> &'static str {
+    match code {
+        tonic::Code::Ok => "OK",
+        tonic::Code::Cancelled => "CANCELLED",
+        tonic::Code::Unknown => "UNKNOWN",
+        tonic::Code::InvalidArgument => "INVALID_ARGUMENT",
+        tonic::Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        tonic::Code::NotFound => "NOT_FOUND",
+        tonic::Code::AlreadyExists => "ALREADY_EXISTS",
+        tonic::Code::PermissionDenied => "PERMISSION_DENIED",
+        tonic::Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        tonic::Code::FailedPrecondition => "FAILED_PRECONDITION",
+        tonic::Code::Aborted => "ABORTED",
+        tonic::Code::OutOfRange => "OUT_OF_RANGE",
+        tonic::Code::Unimplemented => "UNIMPLEMENTED",
+        tonic::Code::Internal => "INTERNAL",
+        tonic::Code::Unavailable => "UNAVAILABLE",
+        tonic::Code::DataLoss => "DATA_LOSS",
+        tonic::Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// An error answer as JSON: `{"code","reason","message","metadata"}` (SPEC 8.4) - the HTTP
+/// API's error bodies (and a Watch stream's `error` event) and the CLI's `--json` errors.
+/// `reason` and `metadata` come from the `google.rpc.ErrorInfo` (`reason` null without one),
+/// plus the field a `google.rpc.BadRequest` names and a `google.rpc.RetryInfo`'s delay as
+/// `retry_after_seconds` (whole seconds, rounded up).
+pub fn error(status: &tonic::Status) -> serde_json::Value {
+    let details = status.get_error_details();
+    let info = details.error_info();
+    let mut metadata: BTreeMap<String, String> = info
+        .map(|i| {
+            i.metadata
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(violation) = details
+        .bad_request()
+        .and_then(|b| b.field_violations.first())
+    {
+        metadata
+            .entry("field".to_owned())
+            .or_insert_with(|| violation.field.clone());
+    }
+    // google.rpc.RetryInfo (UNAVAILABLE, RESOURCE_EXHAUSTED): when to try again, in whole
+    // seconds rounded up (also sent as Retry-After by `respond`).
+    if let Some(delay) = details.retry_info().and_then(|r| r.retry_delay) {
+        let seconds = delay.as_secs() + u64::from(delay.subsec_nanos() > 0);
+        metadata.insert("retry_after_seconds".to_owned(), seconds.to_string());
+    }
+    serde_json::json!({
+        "code": code_name(status.code()),
+        "reason": info.map(|i| i.reason.clone()),
+        "message": status.message(),
+        "metadata": metadata,
     })
 }
 

@@ -155,7 +155,7 @@ mod tests {
 
     fn field_of(body: &str) -> String {
         let status = parse::<Outer>(body.as_bytes()).expect_err(body);
-        super::super::error::body(&status)["metadata"]["field"]
+        crate::json::error(&status)["metadata"]["field"]
             .as_str()
             .unwrap_or("")
             .to_owned()

@@ -8,8 +8,6 @@
 //! (malformed JSON, an unknown field, an oversize body) are built as statuses too, so they
 //! pass through here and look like every other error.
 
-use std::collections::BTreeMap;
-
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tonic::Code;
@@ -32,29 +30,6 @@ impl From<tonic::Status> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         respond(&self.0)
-    }
-}
-
-/// The gRPC code's name, as in the proto (`INVALID_ARGUMENT`).
-pub fn code_name(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "CANCELLED",
-        Code::Unknown => "UNKNOWN",
-        Code::InvalidArgument => "INVALID_ARGUMENT",
-        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
-        Code::NotFound => "NOT_FOUND",
-        Code::AlreadyExists => "ALREADY_EXISTS",
-        Code::PermissionDenied => "PERMISSION_DENIED",
-        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
-        Code::FailedPrecondition => "FAILED_PRECONDITION",
-        Code::Aborted => "ABORTED",
-        Code::OutOfRange => "OUT_OF_RANGE",
-        Code::Unimplemented => "UNIMPLEMENTED",
-        Code::Internal => "INTERNAL",
-        Code::Unavailable => "UNAVAILABLE",
-        Code::DataLoss => "DATA_LOSS",
-        Code::Unauthenticated => "UNAUTHENTICATED",
     }
 }
 
@@ -82,44 +57,10 @@ pub fn http_status(code: Code, reason: Option<&str>) -> StatusCode {
     }
 }
 
-/// The JSON body of an error (also sent as a Watch stream's `error` event).
-pub fn body(status: &tonic::Status) -> serde_json::Value {
-    let details = status.get_error_details();
-    let info = details.error_info();
-    let mut metadata: BTreeMap<String, String> = info
-        .map(|i| {
-            i.metadata
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect()
-        })
-        .unwrap_or_default();
-    if let Some(violation) = details
-        .bad_request()
-        .and_then(|b| b.field_violations.first())
-    {
-        metadata
-            .entry("field".to_owned())
-            .or_insert_with(|| violation.field.clone());
-    }
-    // google.rpc.RetryInfo (UNAVAILABLE, RESOURCE_EXHAUSTED): when to try again, in whole
-    // seconds rounded up (also sent as Retry-After by `respond`).
-    if let Some(delay) = details.retry_info().and_then(|r| r.retry_delay) {
-        let seconds = delay.as_secs() + u64::from(delay.subsec_nanos() > 0);
-        metadata.insert("retry_after_seconds".to_owned(), seconds.to_string());
-    }
-    serde_json::json!({
-        "code": code_name(status.code()),
-        "reason": info.map(|i| i.reason.clone()),
-        "message": status.message(),
-        "metadata": metadata,
-    })
-}
-
-/// The HTTP answer of `status`: [`body`] with its [`http_status`] (and `WWW-Authenticate:
+/// The HTTP answer of `status`: [`crate::json::error`] with its [`http_status`] (and `WWW-Authenticate:
 /// Bearer` on 401).
 pub fn respond(status: &tonic::Status) -> Response {
-    let body = body(status);
+    let body = crate::json::error(status);
     let code = http_status(status.code(), body["reason"].as_str());
     let mut response = (
         code,
@@ -178,6 +119,7 @@ pub fn too_large(limit: usize) -> tonic::Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::json::error as body;
 
     #[test]
     fn codes_map_to_the_standard_http_statuses() {

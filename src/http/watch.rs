@@ -1,7 +1,7 @@
 //! `GET /v1/reservations/{id}:watch`: `WatchReservation` as server-sent events
 //! (`text/event-stream`). Each change is an `event: reservation` whose data is the reservation
 //! ([`crate::json`]'s shape); the stream ends after a terminal state with `event: end`, or with
-//! `event: error` carrying the error JSON ([`super::error::body`]) when the gRPC stream fails
+//! `event: error` carrying the error JSON ([`crate::json::error`]) when the gRPC stream fails
 //! (the coordinator shutting down, for one). A refusal before the first event (no key, not
 //! found) is an ordinary JSON error answer. A comment line every 15 s keeps proxies from
 //! closing a quiet stream.
@@ -47,7 +47,7 @@ pub async fn stream(
             }
             Ok(Some(Ok(r))) => event("reservation", &crate::json::reservation(&r)),
             Ok(Some(Err(status))) => {
-                return Some((event("error", &super::error::body(&status)), None));
+                return Some((event("error", &crate::json::error(&status)), None));
             }
             Ok(None) => {
                 return Some((event("end", &serde_json::json!({})), None));
