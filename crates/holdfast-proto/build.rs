@@ -18,6 +18,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "participant.proto",
         "payments.proto",
         "resource_admin.proto",
+        "testing.proto",
     ]
     .iter()
     .map(|f| root.join("tcc/v1").join(f))

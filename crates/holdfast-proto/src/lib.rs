@@ -1,6 +1,6 @@
 //! The `tcc.v1` API of holdfast, generated from the repository's `proto/`: messages, gRPC
-//! clients and servers of `Coordinator`, `Admin`, `Participant`, `Payments` and
-//! `ResourceAdmin`, and the encoded descriptor set (for reflection and breaking-change checks).
+//! clients and servers of `Coordinator`, `Admin`, `Participant`, `Payments`, `ResourceAdmin` and
+//! `Testing` (served only in test mode), and the encoded descriptor set (for reflection and breaking-change checks).
 //!
 //! Versioning: see CHANGELOG.md at the repository root. `tcc.v1` only grows (new fields, new
 //! methods, new enum values); anything else is `tcc.v2`.
