@@ -137,3 +137,47 @@ fn a_non_loopback_http_listen_without_keys_refuses_to_start() {
         );
     }
 }
+
+/// The shipped Kubernetes probes (`deploy/kubernetes/coordinator-deployment.yaml`) carry no
+/// credentials: each path they ask, on the port the ConfigMap gives the HTTP listener, must
+/// answer 200 to a caller without a key while authentication is on.
+#[sqlx::test]
+async fn the_shipped_probes_are_answered_without_a_key(pool: PgPool) {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let deployment = std::fs::read_to_string(format!(
+        "{root}/deploy/kubernetes/coordinator-deployment.yaml"
+    ))
+    .unwrap();
+    let configmap =
+        std::fs::read_to_string(format!("{root}/deploy/kubernetes/configmap.yaml")).unwrap();
+    let probe_paths: Vec<&str> = deployment
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("path: "))
+        .collect();
+    assert!(
+        probe_paths.contains(&"/readyz") && probe_paths.contains(&"/healthz"),
+        "{probe_paths:?}"
+    );
+    // The probes name the port `http`; it must be the port the listener is told to use.
+    assert!(
+        deployment.contains("port: http"),
+        "the probes use another port"
+    );
+    let http_port = deployment
+        .split("- name: http\n")
+        .nth(1)
+        .and_then(|rest| rest.lines().next())
+        .and_then(|l| l.trim().strip_prefix("containerPort: "))
+        .expect("a containerPort named http");
+    assert!(
+        configmap.contains(&format!("HOLDFAST_HTTP_LISTEN: \"0.0.0.0:{http_port}\"")),
+        "the ConfigMap's HOLDFAST_HTTP_LISTEN is not on containerPort {http_port}"
+    );
+
+    let cast = Cast::new();
+    let app = spawn_http(pool, secured_settings(&cast, &[])).await;
+    for path in probe_paths {
+        let answer = get(&app, path, None).await;
+        assert_eq!(answer.status, 200, "{path}: {}", answer.text);
+    }
+}
