@@ -3,6 +3,31 @@
 
 use serde_json::{Value, json};
 
+/// Where the table wraps its long cells (between steps, never inside one).
+const EXPECTED_WIDTH: usize = 48;
+const GOT_WIDTH: usize = 64;
+
+/// `text` in lines of at most `width` bytes, broken after the commas between steps; a step
+/// longer than `width` gets a line of its own.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for part in text.split(", ") {
+        if line.is_empty() {
+            line.push_str(part);
+        } else if line.len() + 2 + part.len() <= width {
+            line.push_str(", ");
+            line.push_str(part);
+        } else {
+            line.push(',');
+            lines.push(std::mem::take(&mut line));
+            line.push_str(part);
+        }
+    }
+    lines.push(line);
+    lines
+}
+
 /// How a case ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -58,42 +83,46 @@ impl Report {
             .collect()
     }
 
-    /// The table for people: one line per case, the notes and a summary below.
+    /// The table for people: a row per case (long cells wrapped between steps), then the
+    /// notes and a summary.
     pub fn table(&self) -> String {
-        let header = ("CASE", "EXPECTED", "GOT", "RESULT");
-        let w_case = self
-            .rows
-            .iter()
-            .map(|r| r.case.len())
-            .chain([header.0.len()])
-            .max()
-            .unwrap_or(0);
-        let w_expected = self
-            .rows
-            .iter()
-            .map(|r| r.expected.len())
-            .chain([header.1.len()])
-            .max()
-            .unwrap_or(0);
-        let w_got = self
-            .rows
-            .iter()
-            .map(|r| r.got.len())
-            .chain([header.2.len()])
-            .max()
-            .unwrap_or(0);
+        let header = ["CASE", "EXPECTED", "GOT", "RESULT"];
+        let cells: Vec<[Vec<String>; 4]> = std::iter::once(header.map(|h| vec![h.to_owned()]))
+            .chain(self.rows.iter().map(|r| {
+                [
+                    vec![r.case.to_owned()],
+                    wrap(r.expected, EXPECTED_WIDTH),
+                    wrap(&r.got, GOT_WIDTH),
+                    vec![r.verdict.as_str().to_owned()],
+                ]
+            }))
+            .collect();
+        let width = |col: usize| {
+            cells
+                .iter()
+                .flat_map(|row| row[col].iter().map(String::len))
+                .max()
+                .unwrap_or(0)
+        };
+        let (w0, w1, w2) = (width(0), width(1), width(2));
         let mut out = format!(
             "participant-check of {} (resource {:?})\n\n",
             self.participant, self.resource
         );
-        let mut line = |a: &str, b: &str, c: &str, d: &str| {
-            out.push_str(&format!(
-                "{a:<w_case$}  {b:<w_expected$}  {c:<w_got$}  {d}\n"
-            ));
-        };
-        line(header.0, header.1, header.2, header.3);
-        for r in &self.rows {
-            line(r.case, r.expected, &r.got, r.verdict.as_str());
+        for row in &cells {
+            let lines = row.iter().map(Vec::len).max().unwrap_or(1);
+            for i in 0..lines {
+                let cell = |col: usize| row[col].get(i).map_or("", String::as_str);
+                let line = format!(
+                    "{:<w0$}  {:<w1$}  {:<w2$}  {}",
+                    cell(0),
+                    cell(1),
+                    cell(2),
+                    cell(3)
+                );
+                out.push_str(line.trim_end());
+                out.push('\n');
+            }
         }
         for note in &self.notes {
             out.push_str(&format!("\nnote: {note}"));
@@ -127,5 +156,17 @@ impl Report {
                 },
             })).collect::<Vec<_>>(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wrap;
+
+    #[test]
+    fn long_cells_wrap_between_steps() {
+        assert_eq!(wrap("a b, c, dd", 4), ["a b,", "c,", "dd"]);
+        assert_eq!(wrap("a, b", 10), ["a, b"]);
+        assert_eq!(wrap("", 10), [""]);
     }
 }

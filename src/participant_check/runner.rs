@@ -27,6 +27,18 @@ const fn case(name: &'static str, expected: &'static str) -> Case {
 
 /// Every case, in the order they run.
 pub const CASES: &[Case] = &[
+    // First: on a resource the checker cannot create, --capacity is what is free before
+    // the later cases confirm some of it.
+    Case {
+        name: "concurrent-trys",
+        expected: "of twice as many concurrent Trys as fit, at most capacity/quantity HELD; counts within capacity",
+        needs_capacity: true,
+    },
+    Case {
+        name: "past-capacity",
+        expected: "a Try beyond a full resource REJECTED, nothing changed; repeated after release still REJECTED",
+        needs_capacity: true,
+    },
     case(
         "try-confirm",
         "Try HELD, Confirm CONFIRMED; the units held, then confirmed",
@@ -63,16 +75,6 @@ pub const CASES: &[Case] = &[
         "extend",
         "Extend of a held branch HELD (repeat too); after Cancel, Extend CANCELLED",
     ),
-    Case {
-        name: "concurrent-trys",
-        expected: "of twice as many concurrent Trys as fit, at most capacity/quantity HELD; counts within capacity",
-        needs_capacity: true,
-    },
-    Case {
-        name: "past-capacity",
-        expected: "a Try beyond a full resource REJECTED, nothing changed; repeated after release still REJECTED",
-        needs_capacity: true,
-    },
     case(
         "expires-at-past",
         "expires_at 5 s ago: REJECTED or INVALID_ARGUMENT holding nothing, or HELD and then confirmable",

@@ -100,9 +100,9 @@ impl Subject {
                     }
                     Err(s) if s.code() == Code::Unimplemented => {
                         self.notes.push(format!(
-                            "ResourceAdmin/PutResources not offered: every case runs on {:?}, assumed to have {capacity} units free; this run confirms {} units of it",
+                            "ResourceAdmin/PutResources not offered: every case runs on {:?}, assumed to have {capacity} units free; this run confirms up to {} units of it",
                             self.args.resource,
-                            3 * self.args.quantity
+                            4 * self.args.quantity
                         ));
                         self.args.resource.clone()
                     }
@@ -279,13 +279,17 @@ pub fn is_transport(s: &Status) -> bool {
 /// `CODE: message`, for the report.
 pub fn describe_status(s: &Status) -> String {
     let message = s.message();
-    let code = format!("{:?}", s.code());
-    let code = screaming(&code);
+    let code = code_name(s.code());
     if message.is_empty() {
         code
     } else {
         format!("{code}: {message}")
     }
+}
+
+/// A status code as the SPEC names it: `INVALID_ARGUMENT`.
+pub fn code_name(code: Code) -> String {
+    screaming(&format!("{code:?}"))
 }
 
 /// `InvalidArgument` -> `INVALID_ARGUMENT`.

@@ -10,7 +10,7 @@ use tonic::Code;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
 use super::{Ctx, Step, describe_try};
-use crate::participant_check::subject::{describe_status, from_now};
+use crate::participant_check::subject::{code_name, describe_status, from_now};
 use crate::proto::TryRequest;
 use crate::proto::branch::State;
 use crate::proto::try_response::Outcome;
@@ -136,7 +136,7 @@ pub async fn garbage_bytes(c: &mut Ctx<'_>) -> Step {
                     describe_status(&s)
                 ));
             }
-            Err(s) => c.saw(format!("{method} of garbage: {:?}", s.code())),
+            Err(s) => c.saw(format!("{method} of garbage: {}", code_name(s.code()))),
         }
     }
     let b = c.branch();
