@@ -7,21 +7,36 @@ use serde_json::{Value, json};
 const EXPECTED_WIDTH: usize = 48;
 const GOT_WIDTH: usize = 64;
 
-/// `text` in lines of at most `width` bytes, broken after the commas between steps; a step
-/// longer than `width` gets a line of its own.
+/// `text` in lines of at most `width` bytes, broken after the commas between steps, and a
+/// step longer than `width` between its words (a word longer than `width` stays whole).
 fn wrap(text: &str, width: usize) -> Vec<String> {
     let mut lines: Vec<String> = Vec::new();
     let mut line = String::new();
-    for part in text.split(", ") {
-        if line.is_empty() {
-            line.push_str(part);
-        } else if line.len() + 2 + part.len() <= width {
-            line.push_str(", ");
-            line.push_str(part);
+    for (i, part) in text.split(", ").enumerate() {
+        let part = if i + 1 < text.split(", ").count() {
+            format!("{part},")
         } else {
-            line.push(',');
+            part.to_owned()
+        };
+        let fits = |line: &str, more: &str| line.is_empty() || line.len() + 1 + more.len() <= width;
+        if !fits(&line, &part) {
             lines.push(std::mem::take(&mut line));
-            line.push_str(part);
+        }
+        if part.len() <= width {
+            if !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(&part);
+            continue;
+        }
+        for word in part.split(' ') {
+            if !fits(&line, word) {
+                lines.push(std::mem::take(&mut line));
+            }
+            if !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(word);
         }
     }
     lines.push(line);
@@ -168,5 +183,8 @@ mod tests {
         assert_eq!(wrap("a b, c, dd", 4), ["a b,", "c,", "dd"]);
         assert_eq!(wrap("a, b", 10), ["a, b"]);
         assert_eq!(wrap("", 10), [""]);
+        // A step longer than the width breaks between words; a long word stays whole.
+        assert_eq!(wrap("x, one two three", 8), ["x,", "one two", "three"]);
+        assert_eq!(wrap("abcdefghij", 4), ["abcdefghij"]);
     }
 }

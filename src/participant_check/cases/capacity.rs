@@ -120,7 +120,7 @@ pub async fn past_capacity(c: &mut Ctx<'_>) -> Step {
         }
         fill.push(b);
     }
-    c.saw(format!("{fit} Trys fill it: HELD"));
+    c.saw(format!("{fit} filling Trys HELD"));
     let extra = c.branch();
     c.expect_try("one more Try", &extra, Outcome::Rejected)
         .await?;
