@@ -111,16 +111,18 @@ pub async fn garbage_bytes(c: &mut Ctx<'_>) -> Step {
         Ok(ch) => ch,
         Err(e) => return c.wrong(format!("a connection: {e}")),
     };
-    for method in ["Try", "Confirm"] {
+    for (method, path) in [
+        ("Try", "/tcc.v1.Participant/Try"),
+        ("Confirm", "/tcc.v1.Participant/Confirm"),
+    ] {
         let mut grpc = tonic::client::Grpc::new(channel.clone());
         if let Err(e) = grpc.ready().await {
             return c.wrong(format!("{method}: not ready: {e}"));
         }
-        let path = format!("/tcc.v1.Participant/{method}");
         let got = grpc
             .unary(
                 tonic::Request::new(vec![0xff; 24]),
-                PathAndQuery::from_maybe_shared(path).map_err(|_| super::Stop::Fail)?,
+                PathAndQuery::from_static(path),
                 RawCodec,
             )
             .await;

@@ -80,7 +80,7 @@ impl<'a> Ctx<'a> {
     /// One item of the case's resource.
     pub fn item(&self) -> Hold {
         self.subject
-            .hold(&self.resource, self.quantity(), self.slot.clone())
+            .hold(&self.resource, self.quantity(), self.slot)
     }
 
     /// A Try of a fresh branch for one item, expiring in ten minutes.
