@@ -288,3 +288,31 @@ async fn the_binary_prints_the_table_and_exits_by_the_result(pool: PgPool) {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("--quantity"));
 }
+
+#[sqlx::test(migrations = false)]
+async fn a_participant_that_does_not_count_capacity_has_its_capacity_cases_skipped(pool: PgPool) {
+    // noop accepts PutResources and changes nothing: its counts are not the resource's.
+    let p = spawn_on(Kind::Noop, &Db::Postgres(pool)).await;
+    let report = run(&p.url, &["--resource", "anything", "--capacity", "3"]).await;
+    let table = report.table();
+    assert!(report.failed().is_empty(), "{table}");
+    assert_eq!(
+        names(&report, Verdict::Skipped),
+        ["concurrent-trys", "past-capacity"],
+        "{table}"
+    );
+    for row in report.rows.iter().filter(|r| r.verdict == Verdict::Skipped) {
+        assert!(
+            row.got.contains("does not count this resource's capacity"),
+            "{table}"
+        );
+    }
+    assert!(
+        report
+            .notes
+            .iter()
+            .any(|n| n.starts_with("counts not checked")),
+        "{table}"
+    );
+    p.stop().await;
+}
