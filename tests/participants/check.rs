@@ -316,3 +316,38 @@ async fn a_participant_that_does_not_count_capacity_has_its_capacity_cases_skipp
     );
     p.stop().await;
 }
+
+#[sqlx::test(migrations = false)]
+async fn an_api_key_is_presented_and_a_refused_probe_is_a_usage_error(pool: PgPool) {
+    use holdfast::auth::{Authenticator, Role, keys};
+    let key = keys::new_key().unwrap();
+    let path = std::env::temp_dir().join(format!("holdfast-check-keys-{}", uuid::Uuid::new_v4()));
+    std::fs::write(
+        &path,
+        keys::principal_entry("checker", &[Role::Coordinator, Role::Admin], &key),
+    )
+    .unwrap();
+    let mut settings = holdfast::participants::ParticipantSettings::new(Kind::Stock);
+    settings.auth = Authenticator::from_file("--auth-keys", &path).unwrap();
+    let p = crate::common::spawn_settings_on(settings, &Db::Postgres(pool)).await;
+    let mut with_key = flags(Kind::Stock).to_vec();
+    with_key.extend(["--api-key", key.as_str()]);
+    let report = run(&p.url, &with_key).await;
+    assert_eq!(
+        report.count(Verdict::Pass),
+        CASES.len(),
+        "{}",
+        report.table()
+    );
+    // Without the key the participant refuses the probe: nothing is judged, exit 2.
+    let refused = check(args(&p.url, flags(Kind::Stock))).await;
+    match refused {
+        Err(e) => {
+            assert_eq!(e.exit_code(), 2, "{e}");
+            assert!(e.to_string().contains("UNAUTHENTICATED"), "{e}");
+        }
+        Ok(report) => panic!("judged without a key:\n{}", report.table()),
+    }
+    p.stop().await;
+    let _ = std::fs::remove_file(path);
+}
