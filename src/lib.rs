@@ -17,6 +17,7 @@ pub mod domain;
 pub mod http;
 pub mod json;
 pub mod participant;
+pub mod participant_check;
 pub mod participants;
 pub mod proto;
 pub mod registry;

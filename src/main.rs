@@ -32,6 +32,9 @@ enum Command {
     Participant(ParticipantArgs),
     /// Run benchmark scenarios (ceiling, latency, throughput, flash, holds); see BENCHMARKS.md.
     Bench(holdfast::bench::BenchArgs),
+    /// Check any tcc.v1.Participant (any language) against SPEC 3.3 from outside: repeats,
+    /// disorder, capacity, deadlines, bad input. A table (or --json); exit 1 on a failure.
+    ParticipantCheck(holdfast::participant_check::CheckArgs),
     /// Make credentials: an API key and its principals-file entry, or a token secret.
     #[command(subcommand)]
     Keys(KeysCommand),
@@ -130,7 +133,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Migrate { database_url } => Ok(app::migrate(&database_url).await?),
         Command::Keys(command) => Ok(keys(command)?),
         // Answered in main: the CLI prints its own errors and chooses its exit code.
-        Command::Cli(_) => Ok(()),
+        Command::Cli(_) | Command::ParticipantCheck(_) => Ok(()),
     }
 }
 
@@ -155,6 +158,9 @@ async fn main() -> ExitCode {
     }
     if let Some(Command::Cli(command)) = cli.command {
         return holdfast::cli::run(command).await;
+    }
+    if let Some(Command::ParticipantCheck(args)) = cli.command {
+        return holdfast::participant_check::run(args).await;
     }
     let result = run(cli).await;
     holdfast::telemetry::shutdown();

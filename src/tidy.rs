@@ -25,6 +25,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("cli", &["auth", "config", "json", "proto", "tls"]),
     ("json", &["proto"]),
     (
+        "participant_check",
+        &["auth", "config", "json", "proto", "tls"],
+    ),
+    (
         "http",
         &["auth", "json", "proto", "server", "telemetry", "tls"],
     ),
