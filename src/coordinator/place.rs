@@ -119,15 +119,14 @@ impl Coordinator {
         // A hold a participant refused moments ago, with no unit released since, is refused
         // again without recording anything - unless this is a repeat of a recorded request,
         // which answers its reservation as always (`sold_out`).
-        if let Some(hit) = self.sold_out.check(&new.holds) {
-            if !self
+        if let Some(hit) = self.sold_out.check(&new.holds)
+            && !self
                 .store
                 .request_recorded(&new.owner, &new.holder, &new.request_id)
                 .await?
-            {
-                crate::telemetry::sold_out_refused(&hit.participant);
-                return Err(Error::SoldOut(hit));
-            }
+        {
+            crate::telemetry::sold_out_refused(&hit.participant);
+            return Err(Error::SoldOut(hit));
         }
         // From here the caller may go away (its deadline passes, its connection drops) at any
         // point: recording and placing run in a task of their own that the handler only
