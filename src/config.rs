@@ -328,6 +328,13 @@ pub struct CoordinatorArgs {
     #[arg(long, env = "HOLDFAST_MAX_ACTIVE_HOLDS_TOTAL", default_value_t = 0)]
     pub max_active_holds_total: u32,
 
+    /// How long a participant's refusal of a hold refuses the same hold again at once, with
+    /// nothing recorded (`recorded` = `false`), until a unit of it is released here; `0s`
+    /// turns this off. Units added another way (ResourceAdmin, another replica) are offered
+    /// again within it.
+    #[arg(long, env = "HOLDFAST_SOLD_OUT_HINT", default_value = "1s", value_parser = parse_duration)]
+    pub sold_out_hint: Duration,
+
     /// What to do with a payment that arrives after the hold expired.
     #[arg(long, env = "HOLDFAST_LATE_PAYMENT_POLICY", value_enum, default_value_t = crate::domain::LatePaymentPolicy::HonorIfAvailable)]
     pub late_payment_policy: crate::domain::LatePaymentPolicy,
@@ -451,6 +458,7 @@ impl CoordinatorArgs {
             "max_active_holds_total",
             self.max_active_holds_total.to_string(),
         );
+        line("sold_out_hint", d(self.sold_out_hint));
         line(
             "late_payment_policy",
             format!(
@@ -520,6 +528,7 @@ impl CoordinatorArgs {
                 total: self.max_active_holds_total,
             },
             watch: self.watch.limits()?,
+            sold_out_hint: self.sold_out_hint,
             retention: crate::coordinator::Retention {
                 keep: self.retention.keep(),
                 ..Default::default()

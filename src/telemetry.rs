@@ -169,6 +169,7 @@ pub mod names {
     pub const WATCH_POLLS: &str = "holdfast_watch_polls_total";
     pub const WATCHED: &str = "holdfast_watched_reservations";
     pub const ADMIN_ACTIONS: &str = "holdfast_admin_actions_total";
+    pub const SOLD_OUT_REFUSALS: &str = "holdfast_sold_out_refusals_total";
 }
 
 /// The process's metrics recorder, installed on first use.
@@ -194,6 +195,12 @@ pub fn metrics_handle() -> &'static PrometheusHandle {
 
 static HELD: AtomicU64 = AtomicU64::new(0);
 static CONFIRMED: AtomicU64 = AtomicU64::new(0);
+
+/// A Reserve refused by the sold-out fast path, recording nothing.
+pub fn sold_out_refused(participant: &str) {
+    metrics::counter!(names::SOLD_OUT_REFUSALS, "participant" => participant.to_owned())
+        .increment(1);
+}
 
 /// A reservation entered `state` (counted once per transition, by the instance that made it).
 pub fn reservation_entered(state: crate::domain::State) {

@@ -138,6 +138,18 @@ impl From<Error> for Status {
                 ],
                 &err,
             ),
+            // SPEC 3.2: a sold-out fast path's refusal records nothing.
+            Error::SoldOut(hit) => status(
+                Code::FailedPrecondition,
+                "INSUFFICIENT_CAPACITY",
+                message,
+                &[
+                    ("participant", hit.participant.clone()),
+                    ("resource", hit.resource.clone()),
+                    ("recorded", "false".into()),
+                ],
+                &err,
+            ),
             Error::ParticipantUnavailable { participant, .. } => status(
                 Code::Unavailable,
                 "PARTICIPANT_UNAVAILABLE",

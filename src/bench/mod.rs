@@ -5,6 +5,7 @@
 
 pub mod credentials;
 pub mod deploy;
+mod flash_rows;
 mod report;
 pub mod scenarios;
 pub mod stats;
@@ -33,6 +34,9 @@ pub enum Scenario {
     /// `--flash-clients` clients racing for `--flash-units` units of one stock item through
     /// the coordinator: on `stock`, and on `stock-redis` when `--redis-url` is set.
     Flash,
+    /// The flash sale on `stock` where every other winner cancels, so units come back while
+    /// losers are refused; fails unless every unit ends confirmed or available, none held.
+    FlashChurn,
     /// A stock participant alone: `--clients` clients sending Try (1 unit each) straight to
     /// it, for `--duration`: `stock` on Postgres, and `stock-redis` when `--redis-url` is set.
     Holds,
@@ -46,7 +50,7 @@ pub enum Scenario {
 #[derive(clap::Args, Clone, Debug)]
 pub struct BenchArgs {
     /// Scenarios to run (default: all but retention), always in the order ceiling, latency,
-    /// throughput, flash, holds, retention.
+    /// throughput, flash, flash-churn, holds, retention.
     #[arg(value_enum)]
     pub scenarios: Vec<Scenario>,
 
@@ -208,6 +212,7 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
             Scenario::Latency,
             Scenario::Throughput,
             Scenario::Flash,
+            Scenario::FlashChurn,
             Scenario::Holds,
         ]
     } else {
@@ -342,50 +347,9 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
                 }
                 retention_scenario(&args, &transport, &run_id, &mut rows).await;
             }
-            Scenario::Flash => {
-                use crate::participants::Kind;
-                let mut kinds = vec![Kind::Stock];
-                match (&args.redis_url, &args.target) {
-                    (Some(_), None) => kinds.push(Kind::StockRedis),
-                    (None, _) => eprintln!("bench: flash-stock-redis skipped (no --redis-url)"),
-                    (Some(_), Some(_)) => {
-                        eprintln!("bench: flash-stock-redis skipped (in-process deployment only)")
-                    }
-                }
-                for kind in kinds {
-                    let name = match kind {
-                        Kind::Stock => "flash".to_owned(),
-                        other => format!("flash-{}", other.name()),
-                    };
-                    let redis = kind == Kind::StockRedis;
-                    let r = with_deployment(
-                        &args,
-                        &transport,
-                        &run_id,
-                        &name,
-                        redis,
-                        Retention::off(),
-                        |ctx, progress| async move {
-                            scenarios::flash(
-                                ctx,
-                                kind,
-                                args.flash_clients,
-                                args.flash_concurrency,
-                                args.flash_units,
-                                progress,
-                            )
-                            .await
-                        },
-                    )
-                    .await;
-                    rows.push(row(
-                        name,
-                        args.flash_concurrency,
-                        r.0,
-                        Some(ceiling_many.clone()),
-                        r.1,
-                    ));
-                }
+            Scenario::Flash | Scenario::FlashChurn => {
+                let churn = scenario == Scenario::FlashChurn;
+                flash_rows::run(&args, &transport, &run_id, &ceiling_many, churn, &mut rows).await;
             }
         }
     }
@@ -404,7 +368,7 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
     }
     let failed: Vec<String> = rows
         .iter()
-        .filter(|r| r.failure.is_some() || r.errors() > 0 || r.oversell() > 0)
+        .filter(|r| r.failure.is_some() || r.errors() > 0 || r.broke_conservation())
         .map(|r| r.name.clone())
         .collect();
     if failed.is_empty() {

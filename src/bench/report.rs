@@ -55,6 +55,17 @@ impl Row {
             .unwrap_or(0)
     }
 
+    /// Oversold, or (a flash sale) units left held after it.
+    pub(super) fn broke_conservation(&self) -> bool {
+        let left_held = self
+            .measured
+            .as_ref()
+            .and_then(|m| m.extra.get("left_held"))
+            .and_then(|v| v.as_i64())
+            .unwrap_or(0);
+        self.oversell() > 0 || left_held > 0
+    }
+
     fn ops(&self) -> u64 {
         self.measured
             .as_ref()

@@ -48,13 +48,20 @@ impl Coordinator {
                     state: BranchState::Confirmed,
                     error: None,
                 },
-                Ok(BranchOutcome::HoldLost) => BranchReport {
-                    branch_id: b.branch_id,
-                    state: BranchState::HoldLost,
-                    error: None,
-                },
+                Ok(BranchOutcome::HoldLost) => {
+                    // The participant may have taken the units back (`sold_out`).
+                    self.sold_out
+                        .released(&b.participant, b.holds.iter().map(|h| h.resource.as_str()));
+                    BranchReport {
+                        branch_id: b.branch_id,
+                        state: BranchState::HoldLost,
+                        error: None,
+                    }
+                }
                 // The participant released it (Confirm after Cancel): the hold is gone.
                 Ok(BranchOutcome::Cancelled) => {
+                    self.sold_out
+                        .released(&b.participant, b.holds.iter().map(|h| h.resource.as_str()));
                     tracing::error!(reservation_id = %r.id, participant = %b.participant, "participant had released a hold being confirmed");
                     BranchReport {
                         branch_id: b.branch_id,
@@ -112,6 +119,10 @@ impl Coordinator {
         }
         let to_release: Vec<ParticipantBranch> = release_candidates(&r);
         let calls = to_release.iter().map(|b| async {
+            // Units of these resources may come back from here on: a sold-out hint of them
+            // goes now and again when the participant has answered (`sold_out`).
+            let resources = || b.holds.iter().map(|h| h.resource.as_str());
+            self.sold_out.released(&b.participant, resources());
             let result = match self.registry.require(&b.participant) {
                 Ok(p) => match faults::call("coord.cancel.before") {
                     Some(e) => Err(e),
@@ -122,6 +133,7 @@ impl Coordinator {
                 },
                 Err(e) => Err(e),
             };
+            self.sold_out.released(&b.participant, resources());
             match result {
                 Ok(BranchOutcome::Cancelled) => BranchReport {
                     branch_id: b.branch_id,
@@ -232,6 +244,15 @@ impl Coordinator {
 
     /// One Refund call to the payment participant, and what to record of its answer.
     async fn send_refund(&self, id: Uuid, payment: &Payment, refund: &Refund) -> RefundAnswer {
+        // A refund gives funds back to some account of the payment participant (which one
+        // its payment_ref says, not the coordinator): every sold-out hint of it goes.
+        self.sold_out.released_all(&payment.participant);
+        let sent = self.send_refund_call(id, payment, refund).await;
+        self.sold_out.released_all(&payment.participant);
+        sent
+    }
+
+    async fn send_refund_call(&self, id: Uuid, payment: &Payment, refund: &Refund) -> RefundAnswer {
         match self.registry.require(&payment.participant) {
             Ok(p) => match p.refund(id, payment, refund).await {
                 Ok(()) => RefundAnswer::Refunded,

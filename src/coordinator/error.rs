@@ -53,6 +53,15 @@ pub enum Error {
     },
 
     #[error(
+        "{participant} cannot hold {quantity_note}{resource}: sold out (refused {age_ms} ms ago, no unit released since); nothing was recorded, try again later",
+        participant = .0.participant,
+        resource = .0.resource,
+        quantity_note = if .0.quantity > 1 { format!("{} or more of ", .0.quantity) } else { String::new() },
+        age_ms = .0.age.as_millis()
+    )]
+    SoldOut(super::sold_out::SoldOutHit),
+
+    #[error(
         "participant {participant} could not be reached while placing reservation {reservation_id} ({detail}); nothing stays held"
     )]
     ParticipantUnavailable {
@@ -206,6 +215,7 @@ impl Error {
             Error::ParticipantUnavailable { reservation_id, .. } => Some(*reservation_id),
             Error::RequestIdReused { existing, .. } => Some(*existing),
             Error::InvalidArgument(_)
+            | Error::SoldOut(_)
             | Error::UnknownParticipant { .. }
             | Error::HoldLimit { .. }
             | Error::WatchLimit { .. }

@@ -9,7 +9,8 @@
 //! By lifecycle phase: `place` (Reserve), `decide` (Confirm, Cancel), `extend` (Extend: told
 //! to every participant before it is recorded), `payment_check`
 //! (a Confirm's payment checked with its payments service), `drive` (the confirm, release and
-//! refund fan-outs), `late_payment` (re-placing released holds),
+//! refund fan-outs), `sold_out` (refusing a sold-out hold before anything is
+//! recorded), `late_payment` (re-placing released holds),
 //! `recovery` (the reaper and recovery loop), `unregistered` (work waiting on a participant no
 //! longer registered, reported at start), `watch` (WatchReservation) and `watchers` (its hub:
 //! caps, the shared poller, shutdown). This module
@@ -27,6 +28,7 @@ mod place;
 pub mod policy;
 pub mod recovery;
 pub mod retention;
+pub mod sold_out;
 mod unregistered;
 pub mod watch;
 pub mod watchers;
@@ -66,6 +68,8 @@ pub struct Coordinator {
     /// Derive hold tokens (never stored; see `domain::token`).
     tokens: Arc<TokenKeys>,
     watchers: Arc<watchers::Watchers>,
+    /// Refusals remembered so a sold-out hold is refused without a write (`sold_out`).
+    sold_out: Arc<sold_out::SoldOutHints>,
 }
 
 impl Coordinator {
@@ -77,6 +81,7 @@ impl Coordinator {
         tokens: TokenKeys,
     ) -> Coordinator {
         let watchers = Arc::new(watchers::Watchers::new(policy.watch));
+        let sold_out = Arc::new(sold_out::SoldOutHints::new(policy.sold_out_hint));
         Coordinator {
             instance: Uuid::new_v4(),
             store: Arc::new(watch::Publishing {
@@ -88,6 +93,7 @@ impl Coordinator {
             policy,
             tokens: Arc::new(tokens),
             watchers,
+            sold_out,
         }
     }
 

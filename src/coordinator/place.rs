@@ -116,6 +116,18 @@ impl Coordinator {
                 });
             }
         }
+        // A hold a participant refused moments ago, with no unit released since, is refused
+        // again without recording anything - unless this is a repeat of a recorded request,
+        // which answers its reservation as always (`sold_out`).
+        if let Some(hit) = self.sold_out.check(&new.holds)
+            && !self
+                .store
+                .request_recorded(&new.owner, &new.holder, &new.request_id)
+                .await?
+        {
+            crate::telemetry::sold_out_refused(&hit.participant);
+            return Err(Error::SoldOut(hit));
+        }
         // From here the caller may go away (its deadline passes, its connection drops) at any
         // point: recording and placing run in a task of their own that the handler only
         // awaits, so the reservation still ends HELD or REJECTED (never TRYING for the sweep,
@@ -199,6 +211,7 @@ impl Coordinator {
                 .first()
                 .map(|h| h.resource.clone())
                 .unwrap_or_default();
+            let epoch = self.sold_out.epoch(&group.participant);
             let outcome = match self.registry.require(&group.participant) {
                 Ok(p) => match faults::call("coord.try.before") {
                     Some(e) => Err(e),
@@ -224,10 +237,17 @@ impl Coordinator {
                     None,
                 ),
                 Ok(TryOutcome::Rejected { reason }) => (
-                    BranchReport {
-                        branch_id: group.branch_id,
-                        state: BranchState::Rejected,
-                        error: None,
+                    {
+                        // A refusal of one hold is remembered: the same hold is refused
+                        // without a write until a unit comes back (`sold_out`).
+                        if let [only] = group.holds.as_slice() {
+                            self.sold_out.refused(only, epoch);
+                        }
+                        BranchReport {
+                            branch_id: group.branch_id,
+                            state: BranchState::Rejected,
+                            error: None,
+                        }
                     },
                     Some(PlacementFailure {
                         rejection: Rejection {

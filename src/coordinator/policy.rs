@@ -36,6 +36,9 @@ pub struct Policy {
     pub watch: super::WatchLimits,
     /// How long finished reservations are kept, and how the purge is paced.
     pub retention: super::Retention,
+    /// How long a participant's refusal of a hold refuses the same hold again without a Try
+    /// or a write (`sold_out`); zero turns the fast path off.
+    pub sold_out_hint: Duration,
 }
 
 /// Calls to one participant a leased step may make one after another before it renews its
@@ -75,6 +78,7 @@ impl Default for Policy {
             },
             watch: super::WatchLimits::default(),
             retention: super::Retention::default(),
+            sold_out_hint: Duration::from_secs(1),
         }
     }
 }

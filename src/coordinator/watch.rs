@@ -149,6 +149,15 @@ impl Store for Publishing {
         self.inner.list(query).await
     }
 
+    async fn request_recorded(
+        &self,
+        owner: &str,
+        holder: &str,
+        request_id: &str,
+    ) -> Result<bool, StoreError> {
+        self.inner.request_recorded(owner, holder, request_id).await
+    }
+
     async fn versions(&self, ids: &[Uuid]) -> Result<Vec<Stamp>, StoreError> {
         self.inner.versions(ids).await
     }

@@ -220,6 +220,16 @@ pub trait Store: Send + Sync + 'static {
     /// Reads one reservation.
     async fn get(&self, id: Uuid) -> Result<Option<Reservation>, StoreError>;
 
+    /// Whether a reservation of (owner, holder, request_id) is recorded: one read of the
+    /// idempotency key's unique index, no write (the sold-out fast path asks it, so a repeat of
+    /// a recorded request still answers its reservation).
+    async fn request_recorded(
+        &self,
+        owner: &str,
+        holder: &str,
+        request_id: &str,
+    ) -> Result<bool, StoreError>;
+
     /// Lists reservations newest first.
     async fn list(&self, query: &ListQuery) -> Result<Vec<Reservation>, StoreError>;
 

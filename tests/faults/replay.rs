@@ -51,6 +51,13 @@ fn recorded_id(s: &Status) -> Option<String> {
         .and_then(|i| i.metadata.get("reservation_id").cloned())
 }
 
+/// Whether a refusal says it recorded nothing (the sold-out fast path).
+fn unrecorded(s: &Status) -> bool {
+    s.get_error_details()
+        .error_info()
+        .is_some_and(|i| i.metadata.get("recorded").map(String::as_str) == Some("false"))
+}
+
 /// Replays every definitive answer of `outcomes`; returns (reservation id, problem) pairs
 /// and how many calls were replayed.
 pub async fn replay(current: &Current, outcomes: &[Outcome]) -> (Vec<(String, String)>, u64) {
@@ -62,7 +69,9 @@ pub async fn replay(current: &Current, outcomes: &[Outcome]) -> (Vec<(String, St
     };
     for o in outcomes {
         let Some(first) = &o.reserved else { continue };
-        if matches!(first, Err(s) if retryable(s)) {
+        // A sold-out fast path's refusal recorded nothing (SPEC 3.2: `recorded` = `false`):
+        // its repeat is a new request, not a replay, and would place a hold nobody releases.
+        if matches!(first, Err(s) if retryable(s) || unrecorded(s)) {
             continue;
         }
         n += 1;

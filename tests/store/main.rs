@@ -104,6 +104,7 @@ conformance!(
     create: [
         create_records_trying,
         create_is_idempotent,
+        request_recorded_reads_the_idempotency_key,
         hold_limit_per_holder_and_total,
         concurrent_creates_respect_the_limit,
     ],

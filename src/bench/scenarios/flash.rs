@@ -1,5 +1,8 @@
 //! `flash`: a flash sale, many clients racing through the coordinator for few units of one
-//! stock item, checked for oversell against the participant's own counts.
+//! stock item, checked for oversell against the participant's own counts. `flash-churn`: the
+//! same sale where every other winner cancels, so units keep coming back while losers are
+//! refused (the coordinator's sold-out hints set and dropped under concurrency), checked for
+//! conservation: nothing oversold, nothing left held, every unit confirmed or available.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,18 +12,23 @@ use futures_util::StreamExt;
 use super::{Ctx, Measured, Progress, describe, hold, is_capacity_refusal, put};
 use crate::bench::stats::{Outcome, Recorder};
 use crate::proto::coordinator_client::CoordinatorClient;
-use crate::proto::{ConfirmRequest, GetResourceRequest, ReserveRequest, ResourceSpec};
+use crate::proto::{
+    CancelRequest, ConfirmRequest, GetResourceRequest, ReserveRequest, ResourceSpec,
+};
 
 /// `clients` clients, at most `concurrency` at once, each a distinct holder doing Reserve of
 /// 1 unit of one item with `units` units at the stock participant `kind` (`stock` or
 /// `stock-redis`), then Confirm if it won. Records Reserve latency (winners `Ok`, losers
-/// `Rejected`); oversell comes from the participant's own counts.
+/// `Rejected`); oversell comes from the participant's own counts. With `churn`, winners of
+/// even index Cancel instead (counted `Ok` too) and the counts must show no unit held.
+#[allow(clippy::too_many_arguments)]
 pub async fn flash(
     ctx: Arc<Ctx>,
     kind: crate::participants::Kind,
     clients: usize,
     concurrency: usize,
     units: i64,
+    churn: bool,
     progress: Arc<Progress>,
 ) -> Result<Measured, String> {
     use crate::participants::Kind;
@@ -48,8 +56,9 @@ pub async fn flash(
         .transport
         .channels(&ctx.endpoints.coordinator, concurrency.min(32))?;
     let confirmed = crate::proto::reservation::State::Confirmed as i32;
+    let cancelled = crate::proto::reservation::State::Cancelled as i32;
     let start = Instant::now();
-    let results: Vec<(Outcome, Duration)> = futures_util::stream::iter(0..clients)
+    let results: Vec<(Outcome, Duration, bool)> = futures_util::stream::iter(0..clients)
         .map(|i| {
             let mut client = CoordinatorClient::new(channels[i % channels.len()].clone());
             let holder = format!("{}-flash-{i}", ctx.run_id);
@@ -67,9 +76,28 @@ pub async fn flash(
                     })
                     .await;
                 let took = t.elapsed();
+                let gives_back = churn && i % 2 == 0;
                 let outcome = match reserved {
                     Err(s) if is_capacity_refusal(&s) => Outcome::Rejected,
                     Err(s) => Outcome::Error(describe("Reserve", &s)),
+                    Ok(r) if gives_back => {
+                        let r = r.into_inner();
+                        match client
+                            .cancel(CancelRequest {
+                                reservation_id: r.id,
+                                hold_token: r.hold_token,
+                                reason: "bench: flash-churn gives the unit back".into(),
+                            })
+                            .await
+                        {
+                            Ok(c) if c.get_ref().state == cancelled => Outcome::Ok,
+                            Ok(c) => Outcome::Error(format!(
+                                "Cancel: answered state {} (not CANCELLED)",
+                                c.get_ref().state
+                            )),
+                            Err(s) => Outcome::Error(describe("Cancel", &s)),
+                        }
+                    }
                     Ok(r) => {
                         let r = r.into_inner();
                         match client
@@ -90,7 +118,8 @@ pub async fn flash(
                     }
                 };
                 progress.count(&outcome);
-                (outcome, took)
+                let bought = outcome == Outcome::Ok && !gives_back;
+                (outcome, took, bought)
             }
         })
         .buffer_unordered(concurrency.max(1))
@@ -98,7 +127,9 @@ pub async fn flash(
         .await;
     let elapsed = start.elapsed();
     let mut recorder = Recorder::default();
-    for (outcome, took) in results {
+    let mut bought = 0i64;
+    for (outcome, took, b) in results {
+        bought += i64::from(b);
         recorder.record(outcome, took);
     }
     // A Confirm left CONFIRMING (a participant call timed out) is finished by recovery: give
@@ -122,11 +153,19 @@ pub async fn flash(
     let sold = counts.confirmed + counts.held;
     let oversell = (sold - units).max(0);
     let mut notes = vec![];
-    if counts.confirmed != recorder.ok() as i64 {
+    if counts.confirmed != bought {
         notes.push(format!(
-            "participant counts {} confirmed but {} clients won",
+            "participant counts {} confirmed but {bought} clients bought",
             counts.confirmed,
-            recorder.ok()
+        ));
+    }
+    // Conservation: a unit is confirmed, held or available, and after the sale none is held
+    // (every loser's Try released, every canceller's unit back).
+    let left_held = counts.held;
+    if counts.held != 0 || counts.confirmed + counts.available != units {
+        notes.push(format!(
+            "conservation broken: {} held, {} confirmed + {} available != {units} units",
+            counts.held, counts.confirmed, counts.available
         ));
     }
     if counts.available < 0 || counts.capacity != units {
@@ -143,6 +182,8 @@ pub async fn flash(
             "clients": clients,
             "concurrency": concurrency,
             "winners": recorder.ok(),
+            "bought": bought,
+            "left_held": left_held,
             "losers": recorder.rejected(),
             "participant_counts": {
                 "capacity": counts.capacity,

@@ -120,6 +120,23 @@ impl Store for PgStore {
         list::list(&self.pool, query).await
     }
 
+    async fn request_recorded(
+        &self,
+        owner: &str,
+        holder: &str,
+        request_id: &str,
+    ) -> Result<bool, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM reservations \
+               WHERE owner = $1 AND holder = $2 AND request_id = $3)",
+        )
+        .bind(owner)
+        .bind(holder)
+        .bind(request_id)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
     async fn versions(&self, ids: &[Uuid]) -> Result<Vec<Stamp>, StoreError> {
         list::versions(&self.pool, ids).await
     }

@@ -161,6 +161,23 @@ impl Store for SqliteStore {
         rows::list(&self.pool, query).await
     }
 
+    async fn request_recorded(
+        &self,
+        owner: &str,
+        holder: &str,
+        request_id: &str,
+    ) -> Result<bool, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM reservations \
+               WHERE owner = ?1 AND holder = ?2 AND request_id = ?3)",
+        )
+        .bind(owner)
+        .bind(holder)
+        .bind(request_id)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
     async fn versions(&self, ids: &[Uuid]) -> Result<Vec<Stamp>, StoreError> {
         rows::versions(&self.pool, ids).await
     }

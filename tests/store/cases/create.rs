@@ -161,3 +161,19 @@ pub async fn concurrent_creates_respect_the_limit(store: S) {
     let listed = store.list(&query(Some("alice"), None, 100)).await.unwrap();
     assert_eq!(listed.len(), 5);
 }
+
+/// The sold-out fast path's read: (owner, holder, request_id) recorded or not, all three
+/// parts counting.
+pub async fn request_recorded_reads_the_idempotency_key(store: S) {
+    assert!(!store.request_recorded("", "alice", "req-1").await.unwrap());
+    create(&store, "alice", "req-1", LONG).await;
+    assert!(store.request_recorded("", "alice", "req-1").await.unwrap());
+    assert!(!store.request_recorded("", "alice", "req-2").await.unwrap());
+    assert!(!store.request_recorded("", "bob", "req-1").await.unwrap());
+    assert!(
+        !store
+            .request_recorded("someone", "alice", "req-1")
+            .await
+            .unwrap()
+    );
+}
