@@ -22,9 +22,14 @@ use sqlx::{ConnectOptions, Connection};
 /// SQLite's clock now, in integer microseconds since the Unix epoch (millisecond resolution,
 /// fixed for one statement step): "now" in every SQLite statement. A macro so statements stay
 /// `&'static str` (`concat!`).
+///
+/// Plus the test clock's offset (table `holdfast_clock_offset`, migration `0090` of both SQLite
+/// schemas; zero unless `crate::testing` moved it): an uncorrelated scalar subquery, which
+/// SQLite evaluates once per statement and keeps, on a one-row table whose page stays cached.
 macro_rules! sqlite_now_us {
     () => {
-        "(CAST(round(unixepoch('now', 'subsec') * 1000) AS INTEGER) * 1000)"
+        "(CAST(round(unixepoch('now', 'subsec') * 1000) AS INTEGER) * 1000 \
+         + (SELECT offset_us FROM holdfast_clock_offset WHERE id = 0))"
     };
 }
 
