@@ -24,6 +24,10 @@ pub async fn run_all_in_one(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AppError> {
     let url = args.database_url.clone();
+    // Before the data folder is touched (checked again where serving starts).
+    args.test_mode
+        .check(args.listen, args.http.http_listen)
+        .map_err(AppError::Config)?;
     // One writer per data folder, taken before anything binds a port.
     let _lock = lock_data_dir(&url)?;
     serve_all_in_one(&url, args, shutdown).await
