@@ -560,3 +560,47 @@ fn the_binary_refuses_test_mode_off_loopback() {
     }
     assert!(!dir.exists(), "nothing was created before the refusal");
 }
+
+/// The real binary in test mode (SQLite): the banner says so, and a 10-minute hold at its own
+/// `seats` expires on AdvanceClock, released before the answer.
+#[tokio::test]
+async fn the_binary_in_test_mode_expires_a_hold_on_advance() {
+    use crate::process::{Holdfast, admin, counts, participant_addr, serving};
+    let dir = std::env::temp_dir().join(format!("holdfast-test-mode-{}", uuid::Uuid::new_v4()));
+    let url = format!("sqlite://{}", dir.join("holdfast.db").display());
+    let listen = crate::process::listen_addr(31);
+    let log = dir.with_extension("log");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut process =
+        Holdfast::start_with(&url, listen, log.clone(), &[("HOLDFAST_TEST_MODE", "true")]);
+    serving(&mut process, listen).await;
+    let output = std::fs::read_to_string(&log).unwrap();
+    assert!(output.contains("TEST MODE"), "{output}");
+
+    let mut seats = admin(participant_addr(listen, 50061)).await;
+    seats
+        .put_resources(put_resources_request(&[("A1", 1)]))
+        .await
+        .unwrap();
+    let mut client = CoordinatorClient::connect(format!("http://{listen}"))
+        .await
+        .unwrap();
+    let mut req = reserve_request("binary", vec![hold("seats", "A1")]);
+    req.ttl = Some(proto_duration(Duration::from_secs(600)));
+    let held = client.reserve(req).await.unwrap().into_inner();
+    assert_eq!(state_of(&held), State::Held);
+    assert_eq!(counts(&mut seats, "A1").await, (0, 1, 0));
+    let mut testing = TestingClient::connect(format!("http://{listen}"))
+        .await
+        .unwrap();
+    let moved = testing
+        .advance_clock(advance_by(Duration::from_secs(11 * 60)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(moved.expired, 1, "{moved:?}");
+    assert_eq!(counts(&mut seats, "A1").await, (1, 0, 0));
+    process.kill();
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&log);
+}
