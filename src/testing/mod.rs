@@ -1,9 +1,9 @@
 //! Test mode (SPEC 9, `holdfast --test-mode`, the testkit): the one movable clock of a test
 //! deployment. A [`TestClock`] knows the databases opened through it (the coordinator's store,
 //! the participants' pools) and the participants' reclaims; [`TestClock::advance`] moves every
-//! one of their clocks forward by the same amount, so "one clock, in the database" still holds
-//! - it just runs ahead. [`advance`] also runs the passes a moved clock calls for: the reaper
-//! and recovery once, then every participant's orphan reclaim.
+//! one of their clocks forward by the same amount, so "one clock, in the database" still holds:
+//! it just runs ahead. [`advance`] also runs the passes a moved clock calls for: the reaper and
+//! recovery once, then every participant's orphan reclaim.
 //!
 //! Nothing here runs outside test mode: a pool not opened through this module never reads the
 //! shadow clock (PostgreSQL), and the SQLite offset row stays zero (`database.rs`).

@@ -210,7 +210,7 @@ async fn a_ten_minute_hold_expires_when_the_clock_moves(backend: Backend) {
         Some(proto_duration(Duration::from_secs(11 * 60)))
     );
     let now = moved.now.expect("now");
-    let expires_at = first.expires_at.clone().unwrap();
+    let expires_at = first.expires_at.unwrap();
     assert!(
         now.seconds >= expires_at.seconds,
         "{now:?} vs {expires_at:?}"
