@@ -19,11 +19,22 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("auth", &["domain", "telemetry", "watched"]),
     (
         "api",
-        &["auth", "coordinator", "domain", "proto", "telemetry"],
+        &[
+            "auth",
+            "coordinator",
+            "domain",
+            "proto",
+            "telemetry",
+            "testing",
+        ],
     ),
     ("server", &["auth", "proto", "telemetry", "tls"]),
     ("cli", &["auth", "config", "json", "proto", "tls"]),
     ("json", &["proto"]),
+    (
+        "testing",
+        &["coordinator", "db", "participant", "participants", "store"],
+    ),
     (
         "http",
         &["auth", "json", "proto", "server", "telemetry", "tls"],

@@ -10,7 +10,8 @@
 //! to every participant before it is recorded), `payment_check`
 //! (a Confirm's payment checked with its payments service), `drive` (the confirm, release and
 //! refund fan-outs), `late_payment` (re-placing released holds),
-//! `recovery` (the reaper and recovery loop), `unregistered` (work waiting on a participant no
+//! `recovery` (the reaper and recovery loop), `on_demand` (one reaper pass, or one
+//! reservation made due and released, within a call: test mode), `unregistered` (work waiting on a participant no
 //! longer registered, reported at start), `watch` (WatchReservation) and `watchers` (its hub:
 //! caps, the shared poller, shutdown). This module
 //! holds the [`Coordinator`] itself and its reads.
@@ -22,6 +23,7 @@ pub mod error;
 mod extend;
 mod faults;
 mod late_payment;
+pub mod on_demand;
 mod payment_check;
 mod place;
 pub mod policy;
@@ -66,6 +68,9 @@ pub struct Coordinator {
     /// Derive hold tokens (never stored; see `domain::token`).
     tokens: Arc<TokenKeys>,
     watchers: Arc<watchers::Watchers>,
+    /// Taken by each sweep of the recovery loop and by an on-demand pass
+    /// ([`Coordinator::sweep_now`]) for its whole length, so the two never claim side by side.
+    sweeps: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Coordinator {
@@ -88,6 +93,7 @@ impl Coordinator {
             policy,
             tokens: Arc::new(tokens),
             watchers,
+            sweeps: Arc::default(),
         }
     }
 

@@ -36,6 +36,7 @@ mod refund_failures;
 mod retention;
 mod retry_info;
 mod service;
+mod testing;
 mod tls;
 mod tracing;
 mod unknown_try;
