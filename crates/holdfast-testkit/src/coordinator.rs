@@ -6,7 +6,6 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use holdfast::app::CoordinatorSettings;
-use holdfast::store::AnyStore;
 use tokio::sync::oneshot;
 
 use crate::TestkitError;
@@ -43,10 +42,14 @@ impl CoordinatorProcess {
         let (ready_tx, ready_rx) = oneshot::channel::<Result<(), TestkitError>>();
         let url = database_url.to_owned();
         runtime.spawn(async move {
-            let store = match open(&url).await {
+            // A clock of this coordinator's own, registered with a pool of this runtime: a
+            // clock shared across restarts would keep the killed runtime's pool. It starts at
+            // the offset the database keeps, so the clock never moves back across a restart.
+            let clock = holdfast::testing::TestClock::new();
+            let store = match holdfast::testing::open_store(&url, POOL_SIZE, &clock).await {
                 Ok(store) => store,
                 Err(e) => {
-                    let _ = ready_tx.send(Err(e));
+                    let _ = ready_tx.send(Err(e.into()));
                     return;
                 }
             };
@@ -58,9 +61,14 @@ impl CoordinatorProcess {
                 }
             };
             let _ = ready_tx.send(Ok(()));
-            let served =
-                holdfast::app::serve_coordinator(settings, store, listener, std::future::pending())
-                    .await;
+            let served = holdfast::app::serve_test_coordinator(
+                settings,
+                store,
+                listener,
+                clock,
+                std::future::pending(),
+            )
+            .await;
             if let Err(e) = served {
                 eprintln!("holdfast-testkit: the coordinator stopped: {e}");
             }
@@ -87,16 +95,6 @@ impl Drop for CoordinatorProcess {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-/// Opens and migrates the coordinator's store, so the first request never races the schema.
-async fn open(url: &str) -> Result<AnyStore, TestkitError> {
-    holdfast::db::ensure_database(url)
-        .await
-        .map_err(holdfast::store::StoreError::from)?;
-    let store = AnyStore::connect(url, POOL_SIZE).await?;
-    store.migrate().await?;
-    Ok(store)
 }
 
 /// Binds `addr`; on a restart the killed coordinator's runtime may still be dropping its

@@ -11,14 +11,9 @@ pub enum TestkitError {
         source: std::io::Error,
     },
     #[error("database: {0}")]
-    Database(#[from] holdfast::store::StoreError),
+    Database(#[from] holdfast::testing::TestingError),
     #[error("the coordinator: {0}")]
     Coordinator(#[from] holdfast::app::AppError),
-    #[error("participant {name}: {source}")]
-    Participant {
-        name: String,
-        source: holdfast::participants::ParticipantError,
-    },
     #[error("no participant named {0:?} in this harness")]
     UnknownParticipant(String),
     #[error("participant {0:?} is a reference participant, not a fake")]

@@ -12,7 +12,7 @@ use holdfast::domain::validate::Limits;
 use holdfast::participants::{Kind, ParticipantDb, ParticipantSettings};
 use holdfast::proto;
 use holdfast::registry::ParticipantEndpoint;
-use holdfast::store::StoreError;
+use holdfast::testing::{TestClock, open_participant_db};
 use holdfast_client::{Client, Payment};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
@@ -194,27 +194,24 @@ impl HarnessBuilder {
 }
 
 /// Where the harness keeps its data: a temporary SQLite folder (removed on drop) or a
-/// PostgreSQL database.
+/// PostgreSQL database; and the participants' side of the movable clock (the coordinator has
+/// its own, see `coordinator.rs`; both are moved by the same amounts).
 struct Data {
     coordinator_url: String,
     participants: ParticipantDb,
+    clock: TestClock,
     _folder: Option<tempfile::TempDir>,
 }
 
 impl Data {
     async fn open(postgres: Option<&str>) -> Result<Data, TestkitError> {
+        let clock = TestClock::new();
         if let Some(url) = postgres {
-            let pool = holdfast::db::connect_postgres(url, PARTICIPANT_POOL_SIZE)
-                .await
-                .map_err(StoreError::from)?;
-            // Once, before the participants start (each would otherwise race to apply it).
-            holdfast::participants::MIGRATOR
-                .run(&pool)
-                .await
-                .map_err(StoreError::from)?;
+            let participants = open_participant_db(url, PARTICIPANT_POOL_SIZE, &clock).await?;
             return Ok(Data {
                 coordinator_url: url.to_owned(),
-                participants: pool.into(),
+                participants,
+                clock,
                 _folder: None,
             });
         }
@@ -222,21 +219,13 @@ impl Data {
             .prefix("holdfast-testkit-")
             .tempdir()
             .map_err(TestkitError::TempDir)?;
-        let participants_url = format!(
-            "sqlite://{}",
-            folder.path().join("participants.db").display()
-        );
-        let pool = holdfast::db::open_sqlite(&participants_url, PARTICIPANT_POOL_SIZE)
-            .await
-            .map_err(StoreError::from)?;
-        // Once, before the participants start: SQLite migrations take no lock of their own.
-        holdfast::participants::SQLITE_MIGRATOR
-            .run(&pool)
-            .await
-            .map_err(StoreError::from)?;
+        let sqlite = |file: &str| format!("sqlite://{}", folder.path().join(file).display());
+        let participants =
+            open_participant_db(&sqlite("participants.db"), PARTICIPANT_POOL_SIZE, &clock).await?;
         Ok(Data {
-            coordinator_url: format!("sqlite://{}", folder.path().join("holdfast.db").display()),
-            participants: pool.into(),
+            coordinator_url: sqlite("holdfast.db"),
+            participants,
+            clock,
             _folder: Some(folder),
         })
     }
@@ -513,9 +502,13 @@ impl Harness {
             .await
             .map_err(TestkitError::rpc("Testing/AdvanceClock"))?
             .into_inner();
+        // Then the participants' side by the same amount, and their orphan reclaim.
+        self.data.clock.advance(by).await?;
+        let reclaimed = self.data.clock.reclaim_orphans().await;
         Ok(Advanced {
             offset: answer.offset.map_or(Duration::ZERO, std_duration),
             expired: answer.expired.try_into().unwrap_or(0),
+            reclaimed,
         })
     }
 
@@ -544,6 +537,8 @@ pub struct Advanced {
     pub offset: Duration,
     /// Reservations the reaper released in the pass it ran.
     pub expired: u32,
+    /// Holds the participants' orphan reclaim released.
+    pub reclaimed: usize,
 }
 
 fn proto_duration(d: Duration) -> prost_types::Duration {
