@@ -123,12 +123,14 @@ impl HarnessBuilder {
                 ..ParticipantSettings::new(*kind)
             };
             let (db, mut stopped) = (data.participants.clone(), stop_rx.clone());
-            let name = kind.name();
+            let (name, clock) = (kind.name(), data.clock.clone());
             tasks.spawn(async move {
                 let until = async move {
                     let _ = stopped.wait_for(|s| *s).await;
                 };
-                if let Err(e) = holdfast::participants::serve(settings, db, listener, until).await {
+                let served =
+                    holdfast::app::serve_test_participant(settings, db, listener, &clock, until);
+                if let Err(e) = served.await {
                     eprintln!("holdfast-testkit: participant {name} stopped: {e}");
                 }
             });
