@@ -558,6 +558,26 @@ fn the_binary_refuses_test_mode_off_loopback() {
         assert!(stderr.contains(flag), "{args:?}: {stderr}");
         assert!(stderr.contains("--test-mode"), "{args:?}: {stderr}");
     }
+    // Test mode is the all-in-one's: the coordinator role refuses it by name.
+    let out = crate::process::run_holdfast(
+        &[
+            "coordinator",
+            "--test-mode",
+            "--database-url",
+            &url,
+            "--metrics-listen",
+            "off",
+            "--http-listen",
+            "off",
+        ],
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--test-mode is for the all-in-one"),
+        "{stderr}"
+    );
     assert!(!dir.exists(), "nothing was created before the refusal");
 }
 
