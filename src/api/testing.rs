@@ -71,6 +71,8 @@ impl proto::testing_server::Testing for TestingApi {
         request: Request<proto::AdvanceClockRequest>,
     ) -> Result<Response<proto::AdvanceClockResponse>, Status> {
         observed("AdvanceClock", async move {
+            // No caller, no move: a server assembled without the auth layer fails closed.
+            actor(&request)?;
             let by = advance_by(request.get_ref().by.as_ref()).map_err(Error::from)?;
             let advanced = testing::advance(&self.clock, &self.coordinator, by)
                 .await

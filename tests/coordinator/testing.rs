@@ -300,6 +300,70 @@ async fn expire_now_releases_held_and_refuses_decided_on_postgres(pool: PgPool) 
     expire_now_releases_held_and_refuses_decided(Backend::Postgres(pg_url(&pool))).await;
 }
 
+/// Eight clients move the clock at once while holds lapse: the moves add up exactly, and each
+/// lapsed hold is released once, counted by exactly one answer's `expired`.
+async fn concurrent_moves_add_up_and_release_each_hold_once(backend: Backend) {
+    // The recovery loop sweeps as often as it can: it races every pass on demand.
+    let mut s = stack(backend, |_, coordinator| {
+        coordinator.policy.sweep_interval = Duration::from_millis(1);
+    })
+    .await;
+    let seats: Vec<String> = (1..=10).map(|i| format!("S{i}")).collect();
+    let capacity: Vec<(&str, i64)> = seats.iter().map(|seat| (seat.as_str(), 1)).collect();
+    put_resources(&s.seats, &capacity).await;
+    for seat in &seats {
+        let mut req = reserve_request(&format!("r-{seat}"), vec![hold("seats", seat)]);
+        req.holder = format!("holder-{seat}");
+        req.ttl = Some(proto_duration(Duration::from_secs(600)));
+        let held = s.client.reserve(req).await.unwrap().into_inner();
+        assert_eq!(state_of(&held), State::Held);
+    }
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(8));
+    let mut movers = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let mut testing = TestingClient::connect(format!("http://{}", s.addr))
+            .await
+            .unwrap();
+        let start = start.clone();
+        movers.spawn(async move {
+            start.wait().await;
+            testing
+                .advance_clock(advance_by(Duration::from_secs(2 * 60)))
+                .await
+                .unwrap()
+                .into_inner()
+        });
+    }
+    let mut expired = 0;
+    let mut offsets = Vec::new();
+    while let Some(answer) = movers.join_next().await {
+        let answer = answer.unwrap();
+        expired += answer.expired;
+        offsets.push(answer.offset.unwrap().seconds);
+    }
+    offsets.sort();
+    assert_eq!(
+        offsets,
+        (1..=8).map(|i| i * 120).collect::<Vec<i64>>(),
+        "each move saw the ones before it"
+    );
+    assert_eq!(expired, 10, "each lapsed hold counted once");
+    assert_eq!(s.clock.offset().await, Duration::from_secs(16 * 60));
+    for seat in &seats {
+        assert_eq!(s.seat(seat).await, (0, 1), "{seat} released");
+    }
+}
+
+#[tokio::test]
+async fn concurrent_moves_add_up_and_release_each_hold_once_on_sqlite() {
+    concurrent_moves_add_up_and_release_each_hold_once(Backend::Sqlite).await;
+}
+
+#[sqlx::test(migrations = false)]
+async fn concurrent_moves_add_up_and_release_each_hold_once_on_postgres(pool: PgPool) {
+    concurrent_moves_add_up_and_release_each_hold_once(Backend::Postgres(pg_url(&pool))).await;
+}
+
 /// A bad `by` is refused naming it, and moves nothing: the hold stays, and the next good move
 /// starts from offset zero.
 #[tokio::test]
@@ -558,6 +622,26 @@ fn the_binary_refuses_test_mode_off_loopback() {
         assert!(stderr.contains(flag), "{args:?}: {stderr}");
         assert!(stderr.contains("--test-mode"), "{args:?}: {stderr}");
     }
+    // Test mode is the all-in-one's: the coordinator role refuses it by name.
+    let out = crate::process::run_holdfast(
+        &[
+            "coordinator",
+            "--test-mode",
+            "--database-url",
+            &url,
+            "--metrics-listen",
+            "off",
+            "--http-listen",
+            "off",
+        ],
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--test-mode is for the all-in-one"),
+        "{stderr}"
+    );
     assert!(!dir.exists(), "nothing was created before the refusal");
 }
 
