@@ -15,7 +15,8 @@ async fn the_harness_runs_on_postgres() {
     };
     // A database of this test's own, beside the one DATABASE_URL names (created on start).
     let base = server.rsplit_once('/').map_or(server.as_str(), |(b, _)| b);
-    let url = format!("{base}/testkit_{}", uuid::Uuid::new_v4().simple());
+    let name = format!("testkit_{}", uuid::Uuid::new_v4().simple());
+    let url = format!("{base}/{name}");
     let mut harness = Harness::builder()
         .participants([Kind::Seats])
         .resources("seats", [("A1", 1)])
@@ -30,4 +31,12 @@ async fn the_harness_runs_on_postgres() {
     let read = harness.client().get(held.reservation.id).await.unwrap();
     assert_eq!(read.state, State::Expired);
     assert_eq!(harness.resource("seats", "A1").await.unwrap().available, 1);
+
+    drop(harness);
+    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&server)
+        .await
+        .unwrap();
+    // The name is this test's own (a UUID), not input.
+    let drop_it = sqlx::AssertSqlSafe(format!("DROP DATABASE {name} WITH (FORCE)"));
+    sqlx::query(drop_it).execute(&mut admin).await.unwrap();
 }
