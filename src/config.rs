@@ -11,6 +11,7 @@ mod lease;
 mod limits;
 pub mod ops;
 mod parse;
+pub mod test_mode;
 pub mod tls;
 pub mod watch;
 
@@ -404,6 +405,9 @@ pub struct CoordinatorArgs {
     #[command(flatten)]
     pub http: http::HttpArgs,
 
+    #[command(flatten)]
+    pub test_mode: test_mode::TestModeArgs,
+
     /// Per-participant call timeouts from the config file.
     #[arg(skip)]
     pub participant_timeouts: HashMap<String, Duration>,
@@ -490,6 +494,7 @@ impl CoordinatorArgs {
         self.watch.describe(&mut out);
         self.retention.describe(&mut out);
         self.http.describe(&mut out);
+        self.test_mode.describe(&mut out);
         out.push_str("\n[participants]\n");
         for ep in self.endpoints() {
             out.push_str(&format!(

@@ -24,6 +24,7 @@ pub mod registry;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod testing;
 pub mod tls;
 pub mod watched;
 

@@ -19,7 +19,14 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("auth", &["domain", "telemetry", "watched"]),
     (
         "api",
-        &["auth", "coordinator", "domain", "proto", "telemetry"],
+        &[
+            "auth",
+            "coordinator",
+            "domain",
+            "proto",
+            "telemetry",
+            "testing",
+        ],
     ),
     ("server", &["auth", "proto", "telemetry", "tls"]),
     ("cli", &["auth", "config", "json", "proto", "tls"]),
@@ -27,6 +34,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "participant_check",
         &["auth", "config", "json", "proto", "tls"],
+        "testing",
+        &["coordinator", "db", "participant", "participants", "store"],
     ),
     (
         "http",

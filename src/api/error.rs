@@ -196,6 +196,14 @@ impl From<Error> for Status {
                 &[("state", state.as_str().to_owned())],
                 &err,
             ),
+            // Decided already: closed to expiry, as a Confirm would find it.
+            Error::NotExpirable { state, .. } => status(
+                Code::FailedPrecondition,
+                "RESERVATION_CLOSED",
+                message,
+                &[("state", state.as_str().to_owned())],
+                &err,
+            ),
             Error::InProgress(_) => status(
                 Code::Aborted,
                 "LATE_PAYMENT_IN_PROGRESS",

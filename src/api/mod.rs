@@ -6,6 +6,7 @@
 pub mod admin;
 pub mod convert;
 pub mod error;
+pub mod testing;
 
 use std::pin::Pin;
 

@@ -8,12 +8,13 @@ use tokio::net::TcpListener;
 
 use super::{
     AppError, CoordinatorSettings, bind_http, coordinator_access, listen_addrs,
-    serve_coordinator_with_http, server_tls, start_metrics,
+    serve_coordinator_on, server_tls, start_metrics,
 };
 use crate::config::CoordinatorArgs;
 use crate::db::{self, DatabaseKind};
 use crate::registry::ParticipantEndpoint;
 use crate::store::{AnyStore, PgStore, SqliteStore, StoreError};
+use crate::testing::TestClock;
 use crate::tls::{ClientTls, Listener, ParticipantTransport, ServerTls};
 
 /// Runs the all-in-one as configured by `args` until `shutdown`, holding the data folder's
@@ -23,6 +24,10 @@ pub async fn run_all_in_one(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AppError> {
     let url = args.database_url.clone();
+    // Before the data folder is touched (checked again where serving starts).
+    args.test_mode
+        .check(args.listen, args.http.http_listen)
+        .map_err(AppError::Config)?;
     // One writer per data folder, taken before anything binds a port.
     let _lock = lock_data_dir(&url)?;
     serve_all_in_one(&url, args, shutdown).await
@@ -114,6 +119,12 @@ pub async fn serve_all_in_one(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AppError> {
     use crate::participants::{self, ParticipantDb, ParticipantSettings};
+    // Test mode on loopback only: refused before anything is opened or bound.
+    coordinator
+        .test_mode
+        .check(coordinator.listen, coordinator.http.http_listen)
+        .map_err(AppError::Config)?;
+    let test_clock = coordinator.test_mode.test_mode.then(TestClock::new);
     let backend = DatabaseKind::of_url(database_url)?;
     let tls = server_tls(&coordinator.tls)?;
     let participant_transport = all_in_one_transport(&coordinator, tls.as_ref())?;
@@ -125,8 +136,9 @@ pub async fn serve_all_in_one(
         ));
     }
     start_metrics(coordinator.metrics_listen, tls.as_ref()).await?;
-    let (store, pdb, described): (AnyStore, ParticipantDb, String) = match backend {
-        DatabaseKind::Postgres => {
+    let (store, pdb, described): (AnyStore, ParticipantDb, String) = match (backend, &test_clock) {
+        (_, Some(clock)) => open_on_test_clock(database_url, &coordinator, clock).await?,
+        (DatabaseKind::Postgres, None) => {
             let pool = db::connect_postgres(database_url, coordinator.db_pool_size)
                 .await
                 .map_err(StoreError::from)?;
@@ -137,11 +149,9 @@ pub async fn serve_all_in_one(
                 db.to_owned(),
             )
         }
-        DatabaseKind::Sqlite => {
+        (DatabaseKind::Sqlite, None) => {
             let store = SqliteStore::connect(database_url, coordinator.db_pool_size).await?;
-            let dir = db::sqlite_dir(database_url).map_err(StoreError::from)?;
-            let participants_file = dir.join("participants.db");
-            let participants_url = format!("sqlite://{}", participants_file.display());
+            let (participants_file, participants_url) = participants_file(database_url)?;
             let pool = db::open_sqlite(&participants_url, coordinator.db_pool_size)
                 .await
                 .map_err(StoreError::from)?;
@@ -179,6 +189,10 @@ pub async fn serve_all_in_one(
         let settings = ParticipantSettings {
             auth: access.auth.clone(),
             retention,
+            clock: test_clock
+                .as_ref()
+                .map(|c| c.participants().clone())
+                .unwrap_or_default(),
             ..ParticipantSettings::new(kind)
         };
         tasks.spawn(async move {
@@ -235,12 +249,18 @@ pub async fn serve_all_in_one(
         &settings,
         coordinator.listen,
         [coordinator.metrics_listen, coordinator.http.http_listen],
-        tls.is_some(),
+        (tls.is_some(), test_clock.is_some()),
         &described,
     );
     let listener = Listener::new(listener, tls);
-    let coordinator_task =
-        serve_coordinator_with_http(settings, store, listener, http, stopped(stop_rx.clone()));
+    let coordinator_task = serve_coordinator_on(
+        settings,
+        store,
+        listener,
+        http,
+        test_clock,
+        stopped(stop_rx.clone()),
+    );
     tokio::spawn(async move {
         shutdown.await;
         let _ = stop_tx.send(true);
@@ -252,6 +272,49 @@ pub async fn serve_all_in_one(
         }
     }
     result
+}
+
+/// The SQLite file the all-in-one's participants share beside the coordinator's, and its URL.
+fn participants_file(database_url: &str) -> Result<(std::path::PathBuf, String), AppError> {
+    let dir = db::sqlite_dir(database_url).map_err(StoreError::from)?;
+    let file = dir.join("participants.db");
+    let url = format!("sqlite://{}", file.display());
+    Ok((file, url))
+}
+
+/// Test mode: the coordinator's store and the participants' database (laid out as without
+/// it) opened on `clock`'s movable clock and registered with it.
+async fn open_on_test_clock(
+    database_url: &str,
+    coordinator: &CoordinatorArgs,
+    clock: &TestClock,
+) -> Result<(AnyStore, crate::participants::ParticipantDb, String), AppError> {
+    let test = |e: crate::testing::TestingError| AppError::Config(format!("test mode: {e}"));
+    let pool_size = coordinator.db_pool_size;
+    let store = crate::testing::open_store(database_url, pool_size, clock)
+        .await
+        .map_err(test)?;
+    Ok(match DatabaseKind::of_url(database_url)? {
+        DatabaseKind::Postgres => {
+            let pdb = crate::testing::open_participant_db(database_url, pool_size, clock)
+                .await
+                .map_err(test)?;
+            let db = database_url.split('@').next_back().unwrap_or(database_url);
+            (store, pdb, format!("{db}, test clock"))
+        }
+        DatabaseKind::Sqlite => {
+            let (file, url) = participants_file(database_url)?;
+            let pdb = crate::testing::open_participant_db(&url, pool_size, clock)
+                .await
+                .map_err(test)?;
+            let described = format!(
+                "SQLite: coordinator {}, participants {}, test clock",
+                database_url.trim_start_matches("sqlite://"),
+                file.display()
+            );
+            (store, pdb, described)
+        }
+    })
 }
 
 /// The all-in-one's calls to its own participants: with TLS, they present this process's
@@ -280,10 +343,15 @@ fn print_banner(
     settings: &CoordinatorSettings,
     listen: std::net::SocketAddr,
     [metrics, http]: [Option<std::net::SocketAddr>; 2],
-    tls: bool,
+    (tls, test_mode): (bool, bool),
     db: &str,
 ) {
     println!("holdfast all-in-one (database: {db})");
+    if test_mode {
+        println!(
+            "  TEST MODE: tcc.v1.Testing on {listen} moves the clock (AdvanceClock) and expires holds (ExpireNow); never for real data"
+        );
+    }
     if settings.access.auth.is_on() {
         println!("  authentication on (--auth-keys): send -H 'authorization: Bearer <key>'");
     } else if listen.ip().is_loopback() {

@@ -17,8 +17,10 @@ use crate::tls::Listener;
 use crate::tls::{ClientTls, ParticipantTransport, ServerTls, TlsError};
 
 mod all_in_one;
+mod test_mode;
 
 pub use all_in_one::{ALL_IN_ONE_KINDS, lock_data_dir, run_all_in_one, serve_all_in_one};
+pub use test_mode::{serve_test_coordinator, serve_test_participant};
 
 /// Why a role could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +75,11 @@ pub async fn run_coordinator(
     args: CoordinatorArgs,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), AppError> {
+    if args.test_mode.test_mode {
+        return Err(AppError::Config(
+            "--test-mode is for the all-in-one (`holdfast --test-mode`, no subcommand), not `holdfast coordinator`".into(),
+        ));
+    }
     let tls = server_tls(&args.tls)?;
     let settings = CoordinatorSettings {
         participants: args.endpoints(),
@@ -246,6 +253,7 @@ pub async fn serve_participant(
             auth,
             max_hold: args.max_hold,
             retention,
+            clock: Default::default(),
         };
         participants::serve(settings, pool, listener, shutdown).await
     };
@@ -302,9 +310,28 @@ pub async fn serve_coordinator_with_http(
     http: Option<Listener>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), AppError> {
-    let listener = listener.into();
+    serve_coordinator_on(
+        settings,
+        store.into(),
+        listener.into(),
+        http,
+        None,
+        shutdown,
+    )
+    .await
+}
+
+/// [`serve_coordinator_with_http`], plus `tcc.v1.Testing` over `test_clock` when given (test
+/// mode: served and listed by reflection only then).
+pub(super) async fn serve_coordinator_on(
+    settings: CoordinatorSettings,
+    store: AnyStore,
+    listener: Listener,
+    http: Option<Listener>,
+    test_clock: Option<crate::testing::TestClock>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), AppError> {
     check_participant_transport(&settings, listener.tls().is_some())?;
-    let store = store.into();
     store.migrate().await?;
     let mut policy = settings.policy;
     if let AnyStore::Sqlite(_) = store {
@@ -344,7 +371,14 @@ pub async fn serve_coordinator_with_http(
     };
     let admin = crate::api::admin::AdminApi::new(coordinator.clone());
     let api = CoordinatorApi::new(coordinator.clone());
-    let routes = tonic::service::Routes::new(api.into_server()).add_service(admin.into_server());
+    let mut routes =
+        tonic::service::Routes::new(api.into_server()).add_service(admin.into_server());
+    let mut services = vec!["tcc.v1.Coordinator", "tcc.v1.Admin"];
+    if let Some(clock) = test_clock {
+        let testing = crate::api::testing::TestingApi::new(coordinator.clone(), clock);
+        routes = routes.add_service(testing.into_server());
+        services.push("tcc.v1.Testing");
+    }
     let http = match http {
         Some(http) => Some(start_http(
             http,
@@ -362,7 +396,7 @@ pub async fn serve_coordinator_with_http(
         &settings.access.auth,
         listener,
         routes,
-        &["tcc.v1.Coordinator", "tcc.v1.Admin"],
+        &services,
         shutdown,
     )
     .await;

@@ -32,6 +32,8 @@ pub fn of(path: &str) -> Rule {
         ("tcc.v1.Coordinator", _) => Rule::Roles(CLIENTS),
         // The operator's control plane (SPEC 8.1): admins only, said rather than defaulted.
         ("tcc.v1.Admin", _) => Rule::Roles(ADMINS),
+        // Test mode's clock (SPEC 9): moving it expires everyone's holds.
+        ("tcc.v1.Testing", _) => Rule::Roles(ADMINS),
         ("tcc.v1.Participant", _) => Rule::Roles(COORDINATORS),
         ("tcc.v1.Payments", "Charge") => Rule::Roles(CLIENTS),
         ("tcc.v1.Payments", "Refund" | "GetPayment") => Rule::Roles(COORDINATORS),
@@ -66,6 +68,8 @@ mod tests {
             ("/tcc.v1.Admin/Resolve", &[Admin]),
             ("/tcc.v1.Admin/ListAudit", &[Admin]),
             ("/tcc.v1.Admin/ForceCancel", &[Admin]),
+            ("/tcc.v1.Testing/AdvanceClock", &[Admin]),
+            ("/tcc.v1.Testing/ExpireNow", &[Admin]),
             ("/tcc.v1.Unknown/Anything", &[Admin]),
             ("garbage", &[Admin]),
         ];

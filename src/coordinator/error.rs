@@ -122,6 +122,12 @@ pub enum Error {
     )]
     NotFailed { id: Uuid, state: State },
 
+    /// `ExpireNow` (test mode) expires only a `TRYING` or `HELD` reservation.
+    #[error(
+        "reservation {id} is {state}: only a TRYING or HELD reservation can be expired; nothing was changed"
+    )]
+    NotExpirable { id: Uuid, state: State },
+
     #[error(
         "reservation {id} cannot be extended further (extensions used: {used}, max_extensions: {max}, max_ttl: {max_ttl_secs}s)"
     )]
@@ -207,6 +213,7 @@ impl Error {
             | Error::NotHeld(id)
             | Error::NotFailed { id, .. }
             | Error::Closed { id, .. }
+            | Error::NotExpirable { id, .. }
             | Error::ExtensionLimit { id, .. }
             | Error::PaymentMismatch { id, .. }
             | Error::PaymentUnverified { id, .. }

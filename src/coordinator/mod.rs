@@ -11,7 +11,8 @@
 //! (a Confirm's payment checked with its payments service), `drive` (the confirm, release and
 //! refund fan-outs), `sold_out` (refusing a sold-out hold before anything is
 //! recorded), `late_payment` (re-placing released holds),
-//! `recovery` (the reaper and recovery loop), `unregistered` (work waiting on a participant no
+//! `recovery` (the reaper and recovery loop), `on_demand` (one reaper pass, or one
+//! reservation made due and released, within a call: test mode), `unregistered` (work waiting on a participant no
 //! longer registered, reported at start), `watch` (WatchReservation) and `watchers` (its hub:
 //! caps, the shared poller, shutdown). This module
 //! holds the [`Coordinator`] itself and its reads.
@@ -23,6 +24,7 @@ pub mod error;
 mod extend;
 mod faults;
 mod late_payment;
+pub mod on_demand;
 mod payment_check;
 mod place;
 pub mod policy;
@@ -70,6 +72,9 @@ pub struct Coordinator {
     watchers: Arc<watchers::Watchers>,
     /// Refusals remembered so a sold-out hold is refused without a write (`sold_out`).
     sold_out: Arc<sold_out::SoldOutHints>,
+    /// Taken by each sweep of the recovery loop and by an on-demand pass
+    /// ([`Coordinator::sweep_now`]) for its whole length, so the two never claim side by side.
+    sweeps: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Coordinator {
@@ -94,6 +99,7 @@ impl Coordinator {
             tokens: Arc::new(tokens),
             watchers,
             sold_out,
+            sweeps: Arc::default(),
         }
     }
 

@@ -185,11 +185,15 @@ impl Coordinator {
                     join_all(registry.failing().into_iter().map(|p| p.probe())).await;
                 }));
             }
-            let full = match self.sweep(&mut drives).await {
-                Ok(n) => n >= self.policy.sweep_batch as usize,
-                Err(e) => {
-                    tracing::warn!(error = %e, "sweep failed");
-                    false
+            let full = {
+                // Uncontended but in test mode, where a pass on demand may hold it.
+                let _turn = self.sweeps.lock().await;
+                match self.sweep(&mut drives).await {
+                    Ok(n) => n >= self.policy.sweep_batch as usize,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "sweep failed");
+                        false
+                    }
                 }
             };
             if full {

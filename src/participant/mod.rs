@@ -56,6 +56,7 @@
 
 mod barrier;
 pub(crate) mod calls;
+pub mod clock;
 mod error;
 mod faults;
 mod retention;
@@ -67,6 +68,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 pub use barrier::{Backend, BarrierPhase, BarrierRow, BranchCounts, branch_counts};
+pub use clock::{OrphanReclaim, ParticipantClock};
 pub use error::ResourceError;
 pub use retention::{Purged, RETENTION_BATCH};
 pub use service::{DEFAULT_MAX_HOLD, DEFAULT_ORPHAN_GRACE, ParticipantService};

@@ -9,8 +9,9 @@ use sqlx::{Pool, Postgres};
 use super::barrier::{Backend, BarrierPhase, BarrierRow};
 use chrono::{DateTime, Utc};
 
+use super::clock::{OrphanReclaim, ParticipantClock};
 use super::faults;
-use super::validate::{check_max_hold, check_try};
+use super::validate::{check_max_hold, check_try_at};
 use super::{
     BranchAnswer, BranchCtx, BranchKey, ConfirmOutcome, ExtendAnswer, Resource, ResourceError,
     TryAnswer, TryBranch,
@@ -27,6 +28,9 @@ pub const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(24 * 3600);
 /// Most orphans reclaimed by one lazy reclaim inside a rejected Try.
 const LAZY_RECLAIM_BATCH: usize = 100;
 
+/// Most orphans reclaimed by the reclaim a test deployment runs after moving its clock.
+const AFTER_MOVE_RECLAIM_BATCH: usize = 10_000;
+
 /// A `tcc.v1.Participant` backed by a [`Resource`] and the barrier table.
 ///
 /// Cheap to clone. Serve it with [`ParticipantService::into_server`]; the domain-level
@@ -40,6 +44,7 @@ pub struct ParticipantService<R, DB: Backend = Postgres> {
     pub(super) pool: Pool<DB>,
     orphan_grace: Duration,
     max_hold: Duration,
+    clock: ParticipantClock,
 }
 
 impl<R, DB: Backend> Clone for ParticipantService<R, DB> {
@@ -50,6 +55,7 @@ impl<R, DB: Backend> Clone for ParticipantService<R, DB> {
             pool: self.pool.clone(),
             orphan_grace: self.orphan_grace,
             max_hold: self.max_hold,
+            clock: self.clock.clone(),
         }
     }
 }
@@ -66,7 +72,15 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
             pool,
             orphan_grace: DEFAULT_ORPHAN_GRACE,
             max_hold: DEFAULT_MAX_HOLD,
+            clock: ParticipantClock::default(),
         }
+    }
+
+    /// Reads `clock` (a test deployment's movable clock) instead of the host's for input
+    /// bounds (`--max-hold`). The database clock the barrier reads is moved apart.
+    pub fn with_clock(mut self, clock: ParticipantClock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Sets how far ahead a Try's `expires_at` may lie: a Try asking for more is refused with
@@ -391,7 +405,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         key: &BranchKey,
         expires_at: DateTime<Utc>,
     ) -> Result<ExtendAnswer, ResourceError> {
-        check_max_hold(expires_at, self.max_hold, Utc::now())?;
+        check_max_hold(expires_at, self.max_hold, self.clock.now())?;
         let hold_until = self.hold_until(expires_at)?;
         let mut tx = DB::begin_write(&self.pool).await?;
         if let Some(found) =
@@ -464,7 +478,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     /// Validates a Try (naming the offending field; `expires_at` at most `max_hold` ahead), sorts its items into lock order and
     /// computes how long the hold is kept (`expires_at + orphan_grace`).
     fn branch_ctx(&self, request: TryBranch) -> Result<BranchCtx, ResourceError> {
-        let request = check_try(request, self.max_hold, |items| {
+        let request = check_try_at(request, self.max_hold, self.clock.now(), |items| {
             self.resource.validate(items)
         })?;
         let hold_until = self.hold_until(request.expires_at)?;
@@ -486,5 +500,12 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         expires_at
             .checked_add_signed(grace)
             .ok_or_else(|| ResourceError::invalid("expires_at", "is out of range"))
+    }
+}
+
+impl<DB: Backend, R: Resource<DB>> OrphanReclaim for ParticipantService<R, DB> {
+    fn reclaim_now(&self) -> futures_util::future::BoxFuture<'_, Result<usize, ResourceError>> {
+        // Everything due: after a clock move many holds may lapse at once.
+        Box::pin(self.reclaim_orphans(AFTER_MOVE_RECLAIM_BATCH))
     }
 }

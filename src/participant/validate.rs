@@ -24,10 +24,21 @@ pub(crate) fn check_try(
     max_hold: Duration,
     validate: impl FnOnce(&[Item]) -> Result<(), ResourceError>,
 ) -> Result<TryBranch, ResourceError> {
+    check_try_at(request, max_hold, Utc::now(), validate)
+}
+
+/// [`check_try`] with `expires_at` bounded from `now` (a participant's
+/// [`super::ParticipantClock`]).
+pub(crate) fn check_try_at(
+    request: TryBranch,
+    max_hold: Duration,
+    now: DateTime<Utc>,
+    validate: impl FnOnce(&[Item]) -> Result<(), ResourceError>,
+) -> Result<TryBranch, ResourceError> {
     check_id("reservation_id", &request.key.reservation_id)?;
     check_id("branch_id", &request.key.branch_id)?;
     check_id("holder", &request.holder)?;
-    check_max_hold(request.expires_at, max_hold, Utc::now())?;
+    check_max_hold(request.expires_at, max_hold, now)?;
     let mut items = request.items;
     check_items(&items)?;
     validate(&items)?;

@@ -80,6 +80,10 @@ pub struct ParticipantSettings {
     /// How long finished branches' barrier rows and released hold rows are kept
     /// (`--retention`); `None` keeps them.
     pub retention: Option<Duration>,
+    /// The clock `--max-hold` is judged by, and the orphan reclaims run when it moves: the
+    /// host's by default; a test deployment's (`crate::testing::TestClock::participants`)
+    /// in test mode.
+    pub clock: crate::participant::ParticipantClock,
 }
 
 impl ParticipantSettings {
@@ -91,6 +95,7 @@ impl ParticipantSettings {
             auth: crate::auth::Authenticator::Off,
             max_hold: crate::participant::DEFAULT_MAX_HOLD,
             retention: None,
+            clock: Default::default(),
         }
     }
 }
@@ -248,7 +253,12 @@ impl<DB: payments::PaymentsSql> Server<'_, DB> {
         let name = self.settings.kind.name();
         let service = ParticipantService::new(name, resource, self.pool.clone())
             .with_orphan_grace(self.settings.orphan_grace)
-            .with_max_hold(self.settings.max_hold);
+            .with_max_hold(self.settings.max_hold)
+            .with_clock(self.settings.clock.clone());
+        // Kept alive while serving: the clock runs it after each move (test mode).
+        let on_clock_move: std::sync::Arc<dyn crate::participant::OrphanReclaim> =
+            std::sync::Arc::new(service.clone());
+        self.settings.clock.register_reclaim(&on_clock_move);
         let reclaimer = service.spawn_reclaimer(RECLAIM_EVERY);
         service.register_metrics();
         let retention = self
@@ -268,6 +278,7 @@ impl<DB: payments::PaymentsSql> Server<'_, DB> {
             crate::server::serve(self.listener, &self.settings.auth, routes, &names, shutdown)
                 .await;
         reclaimer.abort();
+        drop(on_clock_move);
         if let Some(retention) = retention {
             retention.abort();
         }

@@ -338,6 +338,12 @@ pub trait Store: Send + Sync + 'static {
     /// Extends `lease.owner`'s lease on a reservation it is still driving; false if it lost it.
     async fn renew_lease(&self, id: Uuid, lease: WorkLease) -> Result<bool, StoreError>;
 
+    /// Test mode (`tcc.v1.Testing/ExpireNow`): makes a reservation stored `TRYING` or `HELD`
+    /// due now - its `expires_at` becomes the database's now, unless already earlier - so the
+    /// next claim (`claim_due`) releases it as an expired hold. True if it did; false if there
+    /// is no such reservation or it is in another state (nothing changed).
+    async fn make_due(&self, id: Uuid) -> Result<bool, StoreError>;
+
     /// Makes every unfinished reservation waiting on `participant` due now (it came back).
     async fn wake_backlog(&self, participant: &str) -> Result<u64, StoreError>;
 

@@ -37,6 +37,7 @@ mod retention;
 mod retry_info;
 mod service;
 mod sold_out;
+mod testing;
 mod tls;
 mod tracing;
 mod unknown_try;

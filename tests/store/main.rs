@@ -131,6 +131,7 @@ conformance!(
         backlog_and_wake,
         renew_lease_only_by_owner,
         waiting_on_names_each_participant_s_work,
+        make_due_only_trying_or_held,
     ],
     payments: [
         refund_recorded_once,

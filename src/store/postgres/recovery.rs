@@ -74,6 +74,21 @@ pub(super) async fn renew_lease(
     Ok(renewed == 1)
 }
 
+/// [`crate::store::Store::make_due`]: one conditional UPDATE (a new `version`, so watchers
+/// notice).
+pub(super) async fn make_due(pool: &PgPool, id: Uuid) -> Result<bool, StoreError> {
+    let made = sqlx::query(
+        "UPDATE reservations SET expires_at = least(expires_at, clock_timestamp()), \
+                version = version + 1 \
+         WHERE id = $1 AND state IN ('TRYING', 'HELD')",
+    )
+    .bind(id)
+    .execute(pool)
+    .await?
+    .rows_affected();
+    Ok(made == 1)
+}
+
 /// [`crate::store::Store::wake_backlog`].
 pub(super) async fn wake_backlog(pool: &PgPool, participant: &str) -> Result<u64, StoreError> {
     let woken = sqlx::query(

@@ -281,6 +281,10 @@ impl Store for SqliteStore {
         recovery::renew_lease(&self.pool, id, lease).await
     }
 
+    async fn make_due(&self, id: Uuid) -> Result<bool, StoreError> {
+        recovery::make_due(&self.pool, id).await
+    }
+
     async fn wake_backlog(&self, participant: &str) -> Result<u64, StoreError> {
         recovery::wake_backlog(&self.pool, participant).await
     }

@@ -78,6 +78,23 @@ pub(super) async fn claim_due(
 }
 
 /// [`crate::store::Store::renew_lease`].
+/// [`crate::store::Store::make_due`]: one conditional UPDATE (a new `version`, so watchers
+/// notice).
+pub(super) async fn make_due(pool: &SqlitePool, id: Uuid) -> Result<bool, StoreError> {
+    let mut tx = Sqlite::begin_write(pool).await?;
+    let made = sqlx::query(concat!(
+        "UPDATE reservations SET expires_at = min(expires_at, ",
+        sqlite_now_us!(),
+        "), version = version + 1 WHERE id = ?1 AND state IN ('TRYING', 'HELD')"
+    ))
+    .bind(id)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    tx.commit().await?;
+    Ok(made == 1)
+}
+
 pub(super) async fn renew_lease(
     pool: &SqlitePool,
     id: Uuid,

@@ -23,6 +23,8 @@ impl Tap {
             method,
             branch_id: branch_id.to_owned(),
             resources: vec![],
+            // Forwarded, not answered here.
+            answer: None,
         });
     }
 }

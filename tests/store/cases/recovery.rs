@@ -241,3 +241,48 @@ pub async fn waiting_on_names_each_participant_s_work(store: S) {
         (2, &[r1.id][..])
     );
 }
+
+/// Test mode's ExpireNow: `make_due` brings a `TRYING` or `HELD` reservation's deadline to the
+/// database's now (never later than it was), so the next claim expires it; any other state,
+/// or an unknown id, is left alone.
+pub async fn make_due_only_trying_or_held(store: S) {
+    let (h, _) = held(&store, "alice", "req-1", LONG).await;
+    assert!(store.make_due(h.id).await.unwrap());
+    let due = get(&store, h.id).await;
+    assert_eq!(due.stored_state, State::Held);
+    assert_eq!(due.state, State::Expired, "reads as lapsed at once");
+    assert!(due.expires_at < h.expires_at - chrono::Duration::seconds(500));
+    assert_eq!(due.version, h.version + 1);
+    let claimed = store.claim_due(lease(), 10).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!((claimed[0].id, claimed[0].expired), (h.id, true));
+    assert!(
+        !store.make_due(h.id).await.unwrap(),
+        "CANCELLING is not due"
+    );
+
+    let (t, _) = create(&store, "bob", "req-2", LONG).await;
+    assert!(store.make_due(t.id).await.unwrap());
+    let due = get(&store, t.id).await;
+    assert_eq!(due.stored_state, State::Trying);
+    assert!(due.expires_at < t.expires_at - chrono::Duration::seconds(500));
+
+    // A lapsed hold keeps its earlier deadline.
+    let (lapsed, _) = held(&store, "carol", "req-3", SHORT).await;
+    lapse().await;
+    assert!(store.make_due(lapsed.id).await.unwrap());
+    assert_eq!(get(&store, lapsed.id).await.expires_at, lapsed.expires_at);
+
+    let (c, ctoken) = held(&store, "dave", "req-4", LONG).await;
+    decide(&store, c.id, &ctoken, &confirm()).await;
+    let decided = get(&store, c.id).await;
+    assert_eq!(decided.stored_state, State::Confirming);
+    assert!(!store.make_due(c.id).await.unwrap());
+    let after = get(&store, c.id).await;
+    assert_eq!(
+        (after.version, after.expires_at),
+        (decided.version, decided.expires_at),
+        "nothing changed"
+    );
+    assert!(!store.make_due(Uuid::new_v4()).await.unwrap());
+}
