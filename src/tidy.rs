@@ -34,6 +34,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "participant_check",
         &["auth", "config", "json", "proto", "tls"],
+    ),
+    (
         "testing",
         &["coordinator", "db", "participant", "participants", "store"],
     ),
