@@ -11,7 +11,7 @@ use super::CliError;
 use crate::auth::Bearer;
 use crate::proto::admin_client::AdminClient;
 use crate::proto::coordinator_client::CoordinatorClient;
-use crate::tls::{ClientTls, ClientTlsFiles, endpoint_url, is_https};
+use crate::tls::{ClientTlsFiles, endpoint_url, lazy_client_channel};
 
 /// The default coordinator: the all-in-one's.
 pub const DEFAULT_COORDINATOR: &str = "http://127.0.0.1:50051";
@@ -67,23 +67,13 @@ impl Target {
         if let Some(t) = timeout {
             endpoint = endpoint.timeout(t);
         }
-        let channel = if is_https(url) {
-            let tls = ClientTls::load(&ClientTlsFiles {
-                ca: self.tls_ca.clone(),
-                cert: self.tls_cert.clone(),
-                key: self.tls_key.clone(),
-            })
-            .map_err(|e| CliError::Usage(in_cli_terms(&e.to_string())))?;
-            tls.connect_lazy(endpoint, url)
-                .map_err(|e| CliError::Usage(in_cli_terms(&e.to_string())))?
-        } else {
-            if self.tls_ca.is_some() || self.tls_cert.is_some() {
-                return Err(CliError::Usage(format!(
-                    "--tls-ca and --tls-cert are for https:// coordinators, not {url:?}"
-                )));
-            }
-            endpoint.connect_lazy()
+        let files = ClientTlsFiles {
+            ca: self.tls_ca.clone(),
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
         };
+        let channel = lazy_client_channel(url, endpoint, &files, "coordinators")
+            .map_err(|e| CliError::Usage(in_cli_terms(&e)))?;
         Ok(InterceptedService::new(channel, bearer))
     }
 

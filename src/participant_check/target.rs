@@ -10,7 +10,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::CheckError;
 use crate::auth::Bearer;
-use crate::tls::{ClientTls, ClientTlsFiles, endpoint_url, is_https};
+use crate::tls::{ClientTlsFiles, endpoint_url, lazy_client_channel};
 
 /// A channel whose every call carries the `--api-key`, if any.
 pub type CheckChannel = InterceptedService<Channel, Bearer>;
@@ -49,23 +49,13 @@ impl Target {
             .connect_timeout(self.timeout.min(Duration::from_secs(10)))
             .timeout(self.timeout)
             .tcp_nodelay(true);
-        let channel = if is_https(url) {
-            let tls = ClientTls::load(&ClientTlsFiles {
-                ca: self.tls_ca.clone(),
-                cert: self.tls_cert.clone(),
-                key: self.tls_key.clone(),
-            })
-            .map_err(|e| CheckError::Usage(in_check_terms(&e.to_string())))?;
-            tls.connect_lazy(endpoint, url)
-                .map_err(|e| CheckError::Usage(in_check_terms(&e.to_string())))?
-        } else {
-            if self.tls_ca.is_some() || self.tls_cert.is_some() {
-                return Err(CheckError::Usage(format!(
-                    "--tls-ca and --tls-cert are for https:// participants, not {url:?}"
-                )));
-            }
-            endpoint.connect_lazy()
+        let files = ClientTlsFiles {
+            ca: self.tls_ca.clone(),
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
         };
+        let channel = lazy_client_channel(url, endpoint, &files, "participants")
+            .map_err(|e| CheckError::Usage(in_check_terms(&e)))?;
         Ok(InterceptedService::new(channel, bearer))
     }
 }

@@ -365,6 +365,28 @@ impl ParticipantTransport {
     }
 }
 
+/// A lazily connecting channel to `url` for a command-line client (the CLI, participant-check):
+/// for `https://`, TLS verified with `files` (the client's `--tls-ca`/`--tls-cert`/`--tls-key`);
+/// for `http://`, plaintext, and TLS files are refused rather than ignored. `peer` names what
+/// `url` is ("coordinators", "participants") in that refusal; errors are the flags' messages.
+pub fn lazy_client_channel(
+    url: &str,
+    endpoint: tonic::transport::Endpoint,
+    files: &ClientTlsFiles,
+    peer: &str,
+) -> Result<tonic::transport::Channel, String> {
+    if is_https(url) {
+        let tls = ClientTls::load(files).map_err(|e| e.to_string())?;
+        tls.connect_lazy(endpoint, url).map_err(|e| e.to_string())
+    } else if files.ca.is_some() || files.cert.is_some() {
+        Err(format!(
+            "--tls-ca and --tls-cert are for https:// {peer}, not {url:?}"
+        ))
+    } else {
+        Ok(endpoint.connect_lazy())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
