@@ -2,13 +2,18 @@
 //!
 //! See `ARCHITECTURE.md` for the map of this crate.
 
-// First, so its `sqlite_now_us!` macro is in scope for every module below.
+// The serving layer's `sqlite_now_us!` macro, in scope for every module below.
 #[macro_use]
-pub mod db;
+extern crate holdfast_serve;
+
+// The serving layer (every port, every database pool) and the participant SDK are crates of
+// their own (`crates/holdfast-serve`, `crates/holdfast-participant`), so a participant team
+// depends on them without the coordinator; here under the paths the code has always used.
+pub use holdfast_participant as participant;
+pub use holdfast_serve::{auth, db, server, tls, watched};
 
 pub mod api;
 pub mod app;
-pub mod auth;
 pub mod bench;
 pub mod cli;
 pub mod config;
@@ -16,17 +21,13 @@ pub mod coordinator;
 pub mod domain;
 pub mod http;
 pub mod json;
-pub mod participant;
 pub mod participant_check;
 pub mod participants;
 pub mod proto;
 pub mod registry;
-pub mod server;
 pub mod store;
 pub mod telemetry;
 pub mod testing;
-pub mod tls;
-pub mod watched;
 
 #[cfg(test)]
 mod tidy;

@@ -62,6 +62,7 @@ where
     );
     opentelemetry::global::set_tracer_provider(provider.clone());
     let _ = TRACER_PROVIDER.set(provider);
+    propagation::enable();
     Some(tracing_opentelemetry::layer().with_tracer(tracer))
 }
 
@@ -77,78 +78,8 @@ pub fn tracing_enabled() -> bool {
     TRACER_PROVIDER.get().is_some()
 }
 
-/// W3C trace context in gRPC metadata: read from incoming calls, written into outgoing ones.
-pub mod propagation {
-    use opentelemetry::propagation::{Extractor, Injector};
-    use tracing_opentelemetry::OpenTelemetrySpanExt;
-
-    struct Headers<'a>(&'a http::HeaderMap);
-
-    impl Extractor for Headers<'_> {
-        fn get(&self, key: &str) -> Option<&str> {
-            self.0.get(key).and_then(|v| v.to_str().ok())
-        }
-
-        fn keys(&self) -> Vec<&str> {
-            self.0.keys().map(|k| k.as_str()).collect()
-        }
-    }
-
-    struct Metadata<'a>(&'a mut tonic::metadata::MetadataMap);
-
-    impl Injector for Metadata<'_> {
-        fn set(&mut self, key: &str, value: String) {
-            if let (Ok(k), Ok(v)) = (
-                tonic::metadata::MetadataKey::from_bytes(key.as_bytes()),
-                tonic::metadata::MetadataValue::try_from(value.as_str()),
-            ) {
-                self.0.insert(k, v);
-            }
-        }
-    }
-
-    /// The span of one served RPC, a child of the caller's trace when it sent one. Its
-    /// `trace_id` field puts the trace id on every log line inside it.
-    pub fn server_span(request: &http::Request<()>) -> tracing::Span {
-        let path = request.uri().path();
-        let span = tracing::info_span!(
-            "rpc",
-            otel.name = %path.trim_start_matches('/'),
-            otel.kind = "server",
-            rpc.method = %path,
-            trace_id = tracing::field::Empty,
-        );
-        if super::tracing_enabled() {
-            let parent = opentelemetry::global::get_text_map_propagator(|p| {
-                p.extract(&Headers(request.headers()))
-            });
-            let _ = span.set_parent(parent);
-            record_trace_id(&span);
-        }
-        span
-    }
-
-    /// Records the span's trace id in its `trace_id` field.
-    fn record_trace_id(span: &tracing::Span) {
-        use opentelemetry::trace::TraceContextExt;
-        let cx = span.context();
-        let id = cx.span().span_context().trace_id();
-        if id != opentelemetry::trace::TraceId::INVALID {
-            span.record("trace_id", tracing::field::display(id));
-        }
-    }
-
-    /// Writes the current span's trace context into an outgoing call's metadata.
-    pub fn inject(metadata: &mut tonic::metadata::MetadataMap) {
-        if !super::tracing_enabled() {
-            return;
-        }
-        let cx = tracing::Span::current().context();
-        opentelemetry::global::get_text_map_propagator(|p| {
-            p.inject_context(&cx, &mut Metadata(metadata))
-        });
-    }
-}
+/// W3C trace context in gRPC metadata (the serving crate's: participants propagate it too).
+pub use holdfast_serve::propagation;
 
 /// Metric names (SPEC section 5), in one place.
 /// Operator metrics: retention, participants (`telemetry/ops.rs`).
@@ -165,7 +96,7 @@ pub mod names {
     pub const RPC_REQUESTS: &str = "holdfast_rpc_requests_total";
     pub const RPC_SECONDS: &str = "holdfast_rpc_seconds";
     pub const FAILED: &str = "holdfast_failed_reservations_total";
-    pub const AUTH_FAILURES: &str = "holdfast_auth_failures_total";
+    pub const AUTH_FAILURES: &str = holdfast_serve::auth::AUTH_FAILURES;
     pub const WATCH_POLLS: &str = "holdfast_watch_polls_total";
     pub const WATCHED: &str = "holdfast_watched_reservations";
     pub const ADMIN_ACTIONS: &str = "holdfast_admin_actions_total";
@@ -249,12 +180,6 @@ pub fn rpc(method: &'static str, code: tonic::Code, elapsed: Duration) {
     metrics::counter!(names::RPC_REQUESTS, "method" => method, "code" => format!("{code:?}"))
         .increment(1);
     metrics::histogram!(names::RPC_SECONDS, "method" => method).record(elapsed.as_secs_f64());
-}
-
-/// A request refused by authentication (`UNAUTHENTICATED`) or authorisation
-/// (`PERMISSION_DENIED`).
-pub fn auth_failure(reason: &'static str) {
-    metrics::counter!(names::AUTH_FAILURES, "reason" => reason).increment(1);
 }
 
 /// The shared poller of WatchReservation read the versions of `watched` reservations (one

@@ -129,23 +129,28 @@ pub const MIGRATIONS_TABLE: &str = "_holdfast_participant_migrations";
 
 static EMBEDDED: Migrator = sqlx::migrate!("./migrations/participants");
 
-/// The participants' schema: `migrations/participants/*.sql`, tracked in
-/// [`MIGRATIONS_TABLE`]. Run with `MIGRATOR.run(&pool).await`.
-pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
-    let mut migrator = Migrator::with_migrations(EMBEDDED.iter().cloned().collect());
+/// The SDK's barrier migrations (`holdfast-participant`) and the reference participants' own,
+/// in one history by version, tracked in `table`. One history because databases migrated
+/// before the SDK became a crate hold both in [`MIGRATIONS_TABLE`], the same files.
+fn merged(barrier: &Migrator, business: &Migrator) -> Migrator {
+    let mut all: Vec<_> = barrier.iter().chain(business.iter()).cloned().collect();
+    all.sort_by_key(|m| m.version);
+    let mut migrator = Migrator::with_migrations(all);
     migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
     migrator
-});
+}
+
+/// The participants' schema: the barrier's and `migrations/participants/*.sql`, tracked in
+/// [`MIGRATIONS_TABLE`]. Run with `MIGRATOR.run(&pool).await`.
+pub static MIGRATOR: LazyLock<Migrator> =
+    LazyLock::new(|| merged(&crate::participant::migrations::POSTGRES, &EMBEDDED));
 
 static EMBEDDED_SQLITE: Migrator = sqlx::migrate!("./migrations/participants-sqlite");
 
-/// The participants' SQLite schema: `migrations/participants-sqlite/*.sql`, tracked in
-/// [`MIGRATIONS_TABLE`]. Run with `SQLITE_MIGRATOR.run(&pool).await`.
-pub static SQLITE_MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
-    let mut migrator = Migrator::with_migrations(EMBEDDED_SQLITE.iter().cloned().collect());
-    migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
-    migrator
-});
+/// The participants' SQLite schema: the barrier's and `migrations/participants-sqlite/*.sql`,
+/// tracked in [`MIGRATIONS_TABLE`]. Run with `SQLITE_MIGRATOR.run(&pool).await`.
+pub static SQLITE_MIGRATOR: LazyLock<Migrator> =
+    LazyLock::new(|| merged(&crate::participant::migrations::SQLITE, &EMBEDDED_SQLITE));
 
 /// The database the reference participants run on.
 #[derive(Clone, Debug)]
@@ -213,6 +218,8 @@ where
     payments::Payments: Resource<DB> + Inventory<DB>,
     noop::Noop: Resource<DB> + Inventory<DB>,
 {
+    // The recorder first: the SDK creates its alert series at zero when the participant starts.
+    crate::telemetry::metrics_handle();
     let server = Server {
         settings: &settings,
         pool: pool.clone(),

@@ -14,6 +14,7 @@ mod parallel;
 mod payments;
 mod retention;
 mod rooms;
+mod sdk_crate;
 mod seats;
 mod stock;
 mod stock_redis;

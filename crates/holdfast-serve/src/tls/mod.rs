@@ -9,7 +9,7 @@
 //! none of this runs: the servers take tonic's plain TCP path.
 
 mod connector;
-pub(crate) mod incoming;
+pub mod incoming;
 mod listener;
 mod material;
 mod pin;
@@ -160,11 +160,11 @@ impl ServerTls {
         self.served.current().certificate.clone()
     }
 
-    pub(crate) fn grpc_config(&self) -> Arc<ServerConfig> {
+    pub fn grpc_config(&self) -> Arc<ServerConfig> {
         self.served.current().grpc.clone()
     }
 
-    pub(crate) fn http1_config(&self) -> Arc<ServerConfig> {
+    pub fn http1_config(&self) -> Arc<ServerConfig> {
         self.served.current().http1.clone()
     }
 }
@@ -287,7 +287,7 @@ impl ClientTls {
         connector::connect_lazy(self.clone(), endpoint, url)
     }
 
-    pub(crate) fn config(&self) -> Arc<ClientConfig> {
+    pub fn config(&self) -> Arc<ClientConfig> {
         self.config.current()
     }
 }

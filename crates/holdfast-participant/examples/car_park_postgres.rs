@@ -1,11 +1,13 @@
-//! A user's own participant in under a page: car-park bays with a counter of free spaces.
-//! Only the business SQL is written here; the SDK's barrier makes every call idempotent and
-//! safe against disorder. Run: `DATABASE_URL=postgres://postgres@127.0.0.1/parking
-//! cargo run --example my_participant`, then point the coordinator at http://127.0.0.1:50070
-//! (`CAR_PARK_LISTEN` picks another address).
+//! A team's own participant on PostgreSQL, in under a page: car-park bays with a counter of
+//! free spaces. Only the business SQL is written here; the barrier makes every call idempotent
+//! and safe against disorder. Run: `DATABASE_URL=postgres://postgres@127.0.0.1/parking cargo
+//! run -p holdfast-participant --example car_park_postgres`, then register
+//! `car-park=http://127.0.0.1:50070` with the coordinator (`CAR_PARK_LISTEN` picks another
+//! address; `CAR_PARK_AUTH_KEYS` a principals file, as `--auth-keys` of holdfast).
 
-use holdfast::participant::{
-    BranchCtx, ConfirmOutcome, ParticipantService, Resource, ResourceError, TryAnswer,
+use holdfast_participant::{
+    BranchCtx, ConfirmOutcome, ParticipantService, Resource, ResourceError, TryAnswer, auth, db,
+    server,
 };
 use sqlx::PgConnection;
 
@@ -73,19 +75,24 @@ impl Resource for CarPark {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let pool = sqlx::PgPool::connect(&std::env::var("DATABASE_URL")?).await?;
-    holdfast::participants::MIGRATOR.run(&pool).await?; // the barrier table
+    let pool = db::connect_postgres(&std::env::var("DATABASE_URL")?, 8).await?;
+    holdfast_participant::migrate(&pool).await?; // the barrier table
     sqlx::raw_sql(SCHEMA).execute(&pool).await?;
     let service = ParticipantService::new("car-park", CarPark, pool);
+    let auth = match std::env::var_os("CAR_PARK_AUTH_KEYS") {
+        Some(path) => auth::Authenticator::from_file("CAR_PARK_AUTH_KEYS", path.as_ref())?,
+        None => auth::Authenticator::Off,
+    };
     let listen = std::env::var("CAR_PARK_LISTEN").unwrap_or_else(|_| "127.0.0.1:50070".into());
     let listener = tokio::net::TcpListener::bind(listen).await?;
+    println!("car-park serving on {}", listener.local_addr()?);
     let routes = tonic::service::Routes::new(service.into_server());
-    holdfast::server::serve(
+    server::serve(
         listener,
-        &holdfast::auth::Authenticator::Off,
+        &auth,
         routes,
         &["tcc.v1.Participant"],
-        holdfast::server::shutdown_signal(),
+        server::shutdown_signal(),
     )
     .await?;
     Ok(())

@@ -8,7 +8,7 @@ use sqlx::{PgConnection, Pool, Postgres, Row, Transaction};
 use super::{
     Backend, BarrierPhase, BarrierRow, BranchCounts, answer_parts, encode_items, parse_try_answer,
 };
-use crate::participant::{BranchCtx, BranchKey, ResourceError, TryAnswer};
+use crate::{BranchCtx, BranchKey, ResourceError, TryAnswer};
 
 /// The barrier columns every reader needs (a macro so queries stay static strings).
 macro_rules! barrier_columns {
@@ -32,6 +32,10 @@ fn barrier_from_row(row: &sqlx::postgres::PgRow) -> Result<BarrierRow, ResourceE
 
 #[async_trait]
 impl Backend for Postgres {
+    async fn migrate(pool: &Pool<Self>) -> Result<(), sqlx::migrate::MigrateError> {
+        crate::migrations::run_postgres(pool).await
+    }
+
     async fn begin_write(pool: &Pool<Self>) -> Result<Transaction<'static, Self>, sqlx::Error> {
         pool.begin().await
     }

@@ -6,7 +6,7 @@
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
-/// An error of participant code (the SDK, a [`crate::participant::Resource`], or an admin or
+/// An error of participant code (the SDK, a [`crate::Resource`], or an admin or
 /// payments service built on them). Convert to a [`Status`] with `Status::from`.
 #[derive(Debug, thiserror::Error)]
 pub enum ResourceError {

@@ -12,14 +12,14 @@ use chrono::{DateTime, Utc};
 use super::{Item, ResourceError, Slot, TryBranch};
 
 /// Longest identifier accepted (reservation, branch, holder, resource), in bytes.
-pub(crate) const MAX_ID_BYTES: usize = 128;
+pub const MAX_ID_BYTES: usize = 128;
 /// Most items in one Try (the coordinator allows 64 holds per reservation).
 const MAX_ITEMS: usize = 64;
 
 /// Checks a Try's ids, its `expires_at` against `max_hold` and its items, then the resource's
 /// own rules (`validate`, given the items in the caller's order so its field names index the
 /// caller's list), and sorts the items into lock order: by resource, then slot start.
-pub(crate) fn check_try(
+pub fn check_try(
     request: TryBranch,
     max_hold: Duration,
     validate: impl FnOnce(&[Item]) -> Result<(), ResourceError>,
@@ -29,7 +29,7 @@ pub(crate) fn check_try(
 
 /// [`check_try`] with `expires_at` bounded from `now` (a participant's
 /// [`super::ParticipantClock`]).
-pub(crate) fn check_try_at(
+pub fn check_try_at(
     request: TryBranch,
     max_hold: Duration,
     now: DateTime<Utc>,
@@ -51,7 +51,7 @@ pub(crate) fn check_try_at(
 /// participant never grants a hold longer than it allows, whatever a caller asks. A bound on
 /// input, not an expiry decision, so this host's clock is good enough (a skew of seconds
 /// against a bound of hours changes nothing).
-pub(crate) fn check_max_hold(
+pub fn check_max_hold(
     expires_at: DateTime<Utc>,
     max_hold: Duration,
     now: DateTime<Utc>,
@@ -73,7 +73,7 @@ pub(crate) fn check_max_hold(
 }
 
 /// Checks an identifier: present and at most [`MAX_ID_BYTES`] bytes.
-pub(crate) fn check_id(field: &str, value: &str) -> Result<(), ResourceError> {
+pub fn check_id(field: &str, value: &str) -> Result<(), ResourceError> {
     if value.is_empty() {
         return Err(ResourceError::invalid(field, "is required"));
     }

@@ -10,7 +10,7 @@ use sqlx::{Pool, Row, Sqlite, SqliteConnection, Transaction};
 use super::{
     Backend, BarrierPhase, BarrierRow, BranchCounts, answer_parts, encode_items, parse_try_answer,
 };
-use crate::participant::{BranchCtx, BranchKey, ResourceError, TryAnswer};
+use crate::{BranchCtx, BranchKey, ResourceError, TryAnswer};
 
 macro_rules! barrier_columns {
     () => {
@@ -44,8 +44,13 @@ fn barrier_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<BarrierRow, Resourc
 
 #[async_trait]
 impl Backend for Sqlite {
+    async fn migrate(pool: &Pool<Self>) -> Result<(), sqlx::migrate::MigrateError> {
+        crate::migrations::run_sqlite(pool).await
+    }
+
     async fn begin_write(pool: &Pool<Self>) -> Result<Transaction<'static, Self>, sqlx::Error> {
-        pool.begin_with(crate::db::SQLITE_BEGIN_WRITE).await
+        pool.begin_with(holdfast_serve::db::SQLITE_BEGIN_WRITE)
+            .await
     }
 
     async fn lock(

@@ -2,7 +2,7 @@
 //! admits it (only the key's SHA-256 goes in the file), and `holdfast keys token-secret`: a
 //! key for `--token-secret-file`.
 
-use crate::domain::token::{hex, sha256};
+use crate::digest::{hex, sha256};
 
 use super::Role;
 

@@ -1,7 +1,7 @@
 //! The participant's host clock, and what a test deployment (`holdfast --test-mode`, the
 //! testkit) moves of it: an offset added to every host-clock read that bounds a hold
 //! (`--max-hold`), and the orphan reclaims run right after the clock moved. The reclaim itself
-//! reads the database clock, which a test deployment moves on its own (`crate::testing`).
+//! reads the database clock, which a test deployment moves on its own (the server crate's test mode).
 //!
 //! Outside test mode the offset stays zero and nobody registers a reclaim: a Try pays one
 //! relaxed atomic load.

@@ -74,7 +74,7 @@ pub async fn serve(
 /// `tcc.v1.Coordinator`, nor the coordinator's `tcc.v1.Participant`).
 fn reflection(service_names: &[&str]) -> tonic_reflection::server::Builder<'static> {
     let builder = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(holdfast_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET);
     service_names
@@ -113,7 +113,7 @@ pub async fn serve_with(
         limits.max_concurrent_requests.max(1),
     ));
     let router = tonic::transport::Server::builder()
-        .trace_fn(crate::telemetry::propagation::server_span)
+        .trace_fn(crate::propagation::server_span)
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         // Outermost first: admit the caller (a refusal takes no slot), refuse at once when full
@@ -153,7 +153,7 @@ pub async fn serve_with(
 
 /// A server's request path without the network: the same auth layer, overload layers and
 /// deadline as [`serve_with`] in front of `routes`, as a tower service a tonic client can
-/// call in-process (`crate::http` does, so its JSON API has exactly the gRPC API's rules).
+/// call in-process (the coordinator's JSON API does, so its JSON API has exactly the gRPC API's rules).
 /// Overload answers `RESOURCE_EXHAUSTED` as over the network. Its error is a concrete
 /// `Status` (a boxed error there trips rustc's higher-ranked `Send` checks in handlers that
 /// await a tonic client).

@@ -91,7 +91,7 @@ impl Principals {
     /// The principal whose API key this is. Every entry is compared, in constant time, so the
     /// time taken says nothing about which (or whether one) matched.
     pub fn by_key(&self, presented: &str) -> Option<&Caller> {
-        let digest = crate::domain::token::sha256(presented.as_bytes());
+        let digest = crate::digest::sha256(presented.as_bytes());
         let mut found = None;
         for p in &self.principals {
             if let Some(k) = &p.key_sha256
@@ -186,13 +186,13 @@ fn parse_entry(entry: &toml::Value) -> Result<Principal, String> {
 
 /// A SHA-256 written as 64 hex digits.
 fn parse_sha256(hex: &str) -> Option<[u8; 32]> {
-    crate::domain::token::from_hex(hex.trim())?.try_into().ok()
+    crate::digest::from_hex(hex.trim())?.try_into().ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::token::{hex, sha256};
+    use crate::digest::{hex, sha256};
 
     fn file(key: &str) -> String {
         format!(

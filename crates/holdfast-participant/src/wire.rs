@@ -13,7 +13,7 @@ use super::validate::check_id;
 use super::{
     BranchAnswer, BranchKey, ExtendAnswer, Item, ResourceError, Slot, TryAnswer, TryBranch,
 };
-use crate::proto::{
+use holdfast_proto::{
     BranchRequest, BranchResponse, ExtendBranchRequest, TryRequest, TryResponse, branch,
     try_response,
 };
@@ -21,7 +21,7 @@ use crate::proto::{
 /// The branch a wire Try asks to hold, its timestamps converted (errors name the field:
 /// `expires_at`, `items[2].during.start`). Ids and items are checked by
 /// [`super::validate::check_try`], not here.
-pub(crate) fn try_branch(req: TryRequest) -> Result<TryBranch, ResourceError> {
+pub fn try_branch(req: TryRequest) -> Result<TryBranch, ResourceError> {
     let expires_at = req
         .expires_at
         .ok_or_else(|| ResourceError::invalid("expires_at", "is required"))
@@ -64,7 +64,7 @@ pub(crate) fn try_branch(req: TryRequest) -> Result<TryBranch, ResourceError> {
 }
 
 /// The branch a wire Confirm or Cancel names, its ids checked.
-pub(crate) fn branch_key(req: BranchRequest) -> Result<BranchKey, ResourceError> {
+pub fn branch_key(req: BranchRequest) -> Result<BranchKey, ResourceError> {
     check_id("reservation_id", &req.reservation_id)?;
     check_id("branch_id", &req.branch_id)?;
     Ok(BranchKey {
@@ -75,7 +75,7 @@ pub(crate) fn branch_key(req: BranchRequest) -> Result<BranchKey, ResourceError>
 
 /// The branch a wire Extend names (ids checked) and its new deadline (`expires_at`, required).
 /// How far ahead it may lie is checked by the participant (`--max-hold`).
-pub(crate) fn extend_branch(
+pub fn extend_branch(
     req: ExtendBranchRequest,
 ) -> Result<(BranchKey, DateTime<Utc>), ResourceError> {
     let expires_at = req
@@ -90,7 +90,7 @@ pub(crate) fn extend_branch(
 }
 
 /// The wire answer to an Extend: `HELD` while the branch holds, else its state.
-pub(crate) fn extend_response(answer: ExtendAnswer) -> Response<BranchResponse> {
+pub fn extend_response(answer: ExtendAnswer) -> Response<BranchResponse> {
     match answer {
         ExtendAnswer::Held => Response::new(BranchResponse {
             state: branch::State::Held as i32,
@@ -100,7 +100,7 @@ pub(crate) fn extend_response(answer: ExtendAnswer) -> Response<BranchResponse> 
 }
 
 /// The wire answer to a Try (a rejection carries its reason; a hold, none).
-pub(crate) fn try_response(answer: TryAnswer) -> Response<TryResponse> {
+pub fn try_response(answer: TryAnswer) -> Response<TryResponse> {
     let (outcome, reason) = match answer {
         TryAnswer::Held => (try_response::Outcome::Held, String::new()),
         TryAnswer::Rejected(reason) => (try_response::Outcome::Rejected, reason),
@@ -112,7 +112,7 @@ pub(crate) fn try_response(answer: TryAnswer) -> Response<TryResponse> {
 }
 
 /// The wire answer to a Confirm or Cancel: the branch's state after the call.
-pub(crate) fn branch_response(answer: BranchAnswer) -> Response<BranchResponse> {
+pub fn branch_response(answer: BranchAnswer) -> Response<BranchResponse> {
     let state = match answer {
         BranchAnswer::Confirmed => branch::State::Confirmed,
         BranchAnswer::Cancelled => branch::State::Cancelled,
@@ -135,8 +135,8 @@ fn timestamp(field: &str, ts: prost_types::Timestamp) -> Result<DateTime<Utc>, R
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::participant::validate::check_try;
-    use crate::proto::{Hold, Interval};
+    use crate::validate::check_try;
+    use holdfast_proto::{Hold, Interval};
 
     fn ts(seconds: i64) -> prost_types::Timestamp {
         prost_types::Timestamp { seconds, nanos: 0 }
@@ -166,8 +166,8 @@ mod tests {
 
     /// Wire conversion, then the common checks: the error every participant answers with.
     fn refusal(req: TryRequest) -> String {
-        let checked = try_branch(req)
-            .and_then(|b| check_try(b, crate::participant::DEFAULT_MAX_HOLD, |_| Ok(())));
+        let checked =
+            try_branch(req).and_then(|b| check_try(b, crate::DEFAULT_MAX_HOLD, |_| Ok(())));
         match checked {
             Err(err) => err.to_string(),
             Ok(branch) => panic!("accepted {branch:?}"),
@@ -222,7 +222,7 @@ mod tests {
         ]);
         let branch = check_try(
             try_branch(req).expect("converts"),
-            crate::participant::DEFAULT_MAX_HOLD,
+            crate::DEFAULT_MAX_HOLD,
             |_| Ok(()),
         )
         .expect("valid");

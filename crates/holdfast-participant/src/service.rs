@@ -16,8 +16,8 @@ use super::{
     BranchAnswer, BranchCtx, BranchKey, ConfirmOutcome, ExtendAnswer, Resource, ResourceError,
     TryAnswer, TryBranch,
 };
-use crate::proto::participant_server::ParticipantServer;
-use crate::telemetry::ops::barrier_outcome;
+use crate::telemetry::barrier_outcome;
+use holdfast_proto::participant_server::ParticipantServer;
 
 /// How long after `expires_at` a participant keeps an unreleased hold before reclaiming it.
 pub const DEFAULT_ORPHAN_GRACE: Duration = Duration::from_secs(3600);
@@ -64,7 +64,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     /// A participant called `name` (scopes its barrier rows, so several participants may
     /// share one database) with the default orphan grace of one hour.
     ///
-    /// The database must carry the participants' schema (`crate::participants::MIGRATOR`).
+    /// The database must carry the participants' schema ([`crate::migrate`]).
     pub fn new(name: impl Into<String>, resource: R, pool: Pool<DB>) -> Self {
         Self {
             name: Arc::from(name.into()),
@@ -446,7 +446,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
             self.resource.cancel(&mut *tx, &found.ctx(&key)?).await?;
             DB::set_phase(&mut *tx, &self.name, &key, BarrierPhase::HoldLost).await?;
             tx.commit().await?;
-            crate::telemetry::ops::orphan_reclaimed(&self.name);
+            crate::telemetry::orphan_reclaimed(&self.name);
             tracing::warn!(
                 participant = %self.name,
                 reservation_id = %key.reservation_id,

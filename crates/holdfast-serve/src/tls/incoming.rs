@@ -23,7 +23,7 @@ const READY_BACKLOG: usize = 128;
 
 /// The TLS connections accepted on `listener` for gRPC (ALPN `h2`), with TCP_NODELAY. The
 /// accepting task ends when the stream is dropped (the server stopped), closing the listener.
-pub(crate) fn grpc(
+pub fn grpc(
     listener: TcpListener,
     tls: ServerTls,
 ) -> ReceiverStream<io::Result<TlsStream<TcpStream>>> {
@@ -34,7 +34,7 @@ pub(crate) fn grpc(
 
 /// The TLS connections accepted on `listener` for an HTTP/1.1 server (ALPN `http/1.1`; the
 /// console and JSON API), handshaken concurrently like [`grpc`]'s.
-pub(crate) fn http1_stream(
+pub fn http1_stream(
     listener: TcpListener,
     tls: ServerTls,
 ) -> mpsc::Receiver<io::Result<TlsStream<TcpStream>>> {
@@ -75,7 +75,7 @@ async fn accept(
 }
 
 /// One TLS handshake for an HTTP/1.1 listener (ALPN `http/1.1`), within the timeout.
-pub(crate) async fn http1(
+pub async fn http1(
     tls: &ServerTls,
     tcp: TcpStream,
     peer: SocketAddr,

@@ -143,6 +143,10 @@ pub trait Backend: sqlx::Database {
     /// (waited for up to the busy timeout), which stands in for every row lock.
     async fn begin_write(pool: &Pool<Self>) -> Result<Transaction<'static, Self>, sqlx::Error>;
 
+    /// Applies the barrier's schema ([`crate::migrations`]), tracked apart from the author's
+    /// own migrations.
+    async fn migrate(pool: &Pool<Self>) -> Result<(), sqlx::migrate::MigrateError>;
+
     /// Locks the branch's barrier row, creating it in phase `Trying` when absent. Concurrent
     /// calls for one branch serialise here.
     async fn lock(

@@ -1,9 +1,10 @@
-//! The participant SDK: turns a service's business logic into a `tcc.v1.Participant`.
+//! holdfast-participant, the participant SDK: turns a service's business logic into a
+//! `tcc.v1.Participant` of a holdfast coordinator, on PostgreSQL or SQLite.
 //!
 //! An author implements [`Resource`] - what Try, Confirm and Cancel mean for their data, each
 //! run inside a database transaction the SDK opens - and serves [`ParticipantService`]. The
 //! SDK keeps a *barrier* row per branch (table `tcc_barrier`, migration
-//! `migrations/participants/0001_barrier.sql`) in the same local transaction as the business
+//! `migrations/{postgres,sqlite}/` of this crate) in the same local transaction as the business
 //! change, which gives, with no code from the author:
 //!
 //! - idempotence: a repeated Try/Confirm/Cancel changes nothing and returns the first answer;
@@ -37,10 +38,12 @@
 //! for every participant server of this crate (`stock-redis` included) alike; `error.rs` maps
 //! errors to statuses once.
 //!
-//! Writing one (see `examples/my_participant.rs`): apply the barrier schema
-//! (`crate::participants::MIGRATOR`, or copy `0001_barrier.sql` into your migrations),
-//! implement [`Resource`], and serve `ParticipantService::new(name, resource, pool)
-//! .into_server()` with [`crate::server::serve`].
+//! Writing one (see `examples/car_park_postgres.rs` and `examples/car_park_sqlite.rs`):
+//! open a pool ([`db::open_postgres`] / [`db::open_sqlite`]), apply the barrier schema
+//! ([`migrate`]), implement [`Resource`] for that database, and serve
+//! `ParticipantService::new(name, resource, pool).into_server()` with [`server::serve`] (TLS,
+//! API keys, health and reflection come with it). This crate never depends on the
+//! coordinator, Redis or the OpenTelemetry SDK (trace context is propagated through the API).
 //!
 //! Answers per barrier phase (Try / Confirm / Cancel):
 //! - none yet: hold / `HOLD_LOST` (and the late Try is refused) / `CANCELLED` (ditto);
@@ -54,15 +57,24 @@
 //! (`CONFIRMED`, `CANCELLED`, `HOLD_LOST` for rejected, lost or unknown branches) and writes
 //! nothing.
 
+// The serving layer's SQLite clock macro, for the barrier's SQLite statements.
+#[macro_use]
+extern crate holdfast_serve;
+
 mod barrier;
-pub(crate) mod calls;
+pub mod calls;
 pub mod clock;
 mod error;
 mod faults;
+pub mod migrations;
 mod retention;
 mod service;
-pub(crate) mod validate;
-pub(crate) mod wire;
+pub mod telemetry;
+pub mod validate;
+pub mod wire;
+
+// Serving a participant: its port (TLS, API keys, health, reflection) and its database pools.
+pub use holdfast_serve::{auth, db, server, tls};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -70,6 +82,7 @@ use chrono::{DateTime, Utc};
 pub use barrier::{Backend, BarrierPhase, BarrierRow, BranchCounts, branch_counts};
 pub use clock::{OrphanReclaim, ParticipantClock};
 pub use error::ResourceError;
+pub use migrations::migrate;
 pub use retention::{Purged, RETENTION_BATCH};
 pub use service::{DEFAULT_MAX_HOLD, DEFAULT_ORPHAN_GRACE, ParticipantService};
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::barrier::Backend;
 use super::service::ParticipantService;
 use super::{Resource, ResourceError};
-use crate::telemetry::ops::retention_deleted;
+use crate::telemetry::retention_deleted;
 
 /// Barrier rows per retention transaction.
 pub const RETENTION_BATCH: u32 = 500;
@@ -81,6 +81,6 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     pub fn register_metrics(&self) {
         let mut tables = vec!["tcc_barrier"];
         tables.extend(self.resource.released_table());
-        crate::telemetry::ops::participant_started(&self.name, &tables);
+        crate::telemetry::participant_started(&self.name, &tables);
     }
 }

@@ -11,12 +11,12 @@ use tonic::{Request, Response, Status};
 use super::barrier::Backend;
 use super::service::ParticipantService;
 use super::{BranchAnswer, ExtendAnswer, Resource, TryAnswer, wire};
-use crate::proto::participant_server::Participant;
-use crate::proto::{BranchRequest, BranchResponse, ExtendBranchRequest, TryRequest, TryResponse};
-use crate::telemetry::ops::participant_call;
+use crate::telemetry::participant_call;
+use holdfast_proto::participant_server::Participant;
+use holdfast_proto::{BranchRequest, BranchResponse, ExtendBranchRequest, TryRequest, TryResponse};
 
 /// The outcome label of a Try answer.
-pub(crate) fn try_outcome(answer: &TryAnswer) -> &'static str {
+pub fn try_outcome(answer: &TryAnswer) -> &'static str {
     match answer {
         TryAnswer::Held => "held",
         TryAnswer::Rejected(_) => "rejected",
@@ -24,7 +24,7 @@ pub(crate) fn try_outcome(answer: &TryAnswer) -> &'static str {
 }
 
 /// The outcome label of a branch answer.
-pub(crate) fn branch_outcome(answer: &BranchAnswer) -> &'static str {
+pub fn branch_outcome(answer: &BranchAnswer) -> &'static str {
     match answer {
         BranchAnswer::Confirmed => "confirmed",
         BranchAnswer::Cancelled => "cancelled",
@@ -33,7 +33,7 @@ pub(crate) fn branch_outcome(answer: &BranchAnswer) -> &'static str {
 }
 
 /// The outcome label of an Extend answer.
-pub(crate) fn extend_outcome(answer: &ExtendAnswer) -> &'static str {
+pub fn extend_outcome(answer: &ExtendAnswer) -> &'static str {
     match answer {
         ExtendAnswer::Held => "extended",
         ExtendAnswer::Settled(b) => branch_outcome(b),
@@ -57,7 +57,7 @@ fn error_outcome(status: &Status) -> &'static str {
 
 /// Counts one call of `method` with its answer (or error) and how long it took; also used by
 /// `stock-redis`, whose calls do not go through [`ParticipantService`].
-pub(crate) fn count_call<T>(
+pub fn count_call<T>(
     participant: &str,
     method: &'static str,
     started: Instant,

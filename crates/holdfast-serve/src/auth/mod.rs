@@ -7,7 +7,7 @@
 //!   only the key's SHA-256, compared in constant time) or a verified client certificate whose
 //!   DNS SAN or CN is a principal's `tls_identity` ([`identity`]);
 //! - an admitted request carries its [`Caller`] in its extensions; handlers that scope data by
-//!   owner (`crate::api`) read it there.
+//!   owner (the coordinator's `api`) read it there.
 //!
 //! Refusals are `UNAUTHENTICATED` or `PERMISSION_DENIED` with ErrorInfo reasons of the same
 //! names, counted in `holdfast_auth_failures_total{reason}` and logged without the credential.
@@ -30,6 +30,9 @@ use crate::watched::{FileError, Source, Watched};
 pub use bearer::Bearer;
 pub use principals::Principals;
 pub use rules::Rule;
+
+/// Requests refused by authentication or authorisation, by `reason` (SPEC 5).
+pub const AUTH_FAILURES: &str = "holdfast_auth_failures_total";
 
 /// A role (SPEC 7.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -289,7 +292,7 @@ fn identify<B>(principals: &Principals, request: &http::Request<B>) -> Result<Ca
 
 /// Counts and logs a refusal (never the credential) and builds its status.
 fn refuse(refused: Refused, path: &str, principal: Option<&str>, message: String) -> tonic::Status {
-    crate::telemetry::auth_failure(refused.reason());
+    metrics::counter!(AUTH_FAILURES, "reason" => refused.reason()).increment(1);
     tracing::warn!(
         reason = refused.reason(),
         method = path,

@@ -1,0 +1,48 @@
+//! The barrier's schema (`tcc_barrier`, its indexes; on SQLite also the test clock's offset row
+//! its statements read), embedded from `migrations/{postgres,sqlite}/` of this crate.
+//!
+//! A participant applies it with [`crate::migrate`] (or [`Backend::migrate`]): tracked in a
+//! table of its own, [`MIGRATIONS_TABLE`], so it sits beside the author's own migrations
+//! (`sqlx::migrate!`, tracked in `_sqlx_migrations`) without either seeing the other's
+//! versions. A service that keeps one migration history for both can merge [`POSTGRES`] /
+//! [`SQLITE`] into its own set instead, as holdfast's reference participants do; the barrier's
+//! versions (0001, 0008, 0090) are stable.
+
+use std::sync::LazyLock;
+
+use sqlx::migrate::{MigrateError, Migrator};
+use sqlx::{Pool, Postgres, Sqlite};
+
+use crate::Backend;
+
+/// The table the barrier's applied migrations are tracked in by [`crate::migrate`].
+pub const MIGRATIONS_TABLE: &str = "_holdfast_barrier_migrations";
+
+/// The barrier's PostgreSQL migrations, as embedded (sqlx's default tracking table).
+pub static POSTGRES: Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// The barrier's SQLite migrations, as embedded (sqlx's default tracking table).
+pub static SQLITE: Migrator = sqlx::migrate!("./migrations/sqlite");
+
+fn tracked_apart(embedded: &Migrator) -> Migrator {
+    let mut migrator = Migrator::with_migrations(embedded.iter().cloned().collect());
+    migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
+    migrator
+}
+
+static POSTGRES_APART: LazyLock<Migrator> = LazyLock::new(|| tracked_apart(&POSTGRES));
+static SQLITE_APART: LazyLock<Migrator> = LazyLock::new(|| tracked_apart(&SQLITE));
+
+pub(crate) async fn run_postgres(pool: &Pool<Postgres>) -> Result<(), MigrateError> {
+    POSTGRES_APART.run(pool).await
+}
+
+pub(crate) async fn run_sqlite(pool: &Pool<Sqlite>) -> Result<(), MigrateError> {
+    SQLITE_APART.run(pool).await
+}
+
+/// Applies the barrier's schema to `pool` (idempotent; concurrent starts are serialised by
+/// sqlx's migration lock), tracked in [`MIGRATIONS_TABLE`].
+pub async fn migrate<DB: Backend>(pool: &Pool<DB>) -> Result<(), MigrateError> {
+    DB::migrate(pool).await
+}
