@@ -73,11 +73,6 @@ pub fn shutdown() {
     }
 }
 
-/// Whether traces are exported (and trace context worth propagating).
-pub fn tracing_enabled() -> bool {
-    TRACER_PROVIDER.get().is_some()
-}
-
 /// W3C trace context in gRPC metadata (the serving crate's: participants propagate it too).
 pub use holdfast_serve::propagation;
 
