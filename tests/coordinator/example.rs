@@ -2,11 +2,12 @@
 //! park on PostgreSQL and on SQLite), actually run: each example binary (built by every
 //! `cargo test`) serves its car park on a port of the test's, a coordinator registers it, and a
 //! Reserve + Confirm and a Reserve + Cancel through the coordinator move its free spaces
-//! exactly as its business SQL says.
+//! exactly as its business SQL says; then `participant-check` passes it.
 
 use std::process::Stdio;
 use std::time::Duration;
 
+use holdfast::participant_check::{CheckArgs, check};
 use holdfast::proto::reservation::State;
 use sqlx::PgPool;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -98,6 +99,35 @@ where
     // A repeated Cancel changes nothing (the barrier answers it).
     c.cancel(Decide::on(&released).cancel()).await.unwrap();
     assert_eq!(free().await, 38);
+
+    // And the conformance check a team in another language would run passes it too (no
+    // ResourceAdmin: the bay and the spaces free now are described by flags).
+    let report = check(conformance_args(&format!("http://{addr}")))
+        .await
+        .expect("the check runs");
+    assert!(report.failed().is_empty(), "{}", report.table());
+    assert!(report.rows.len() >= 10, "{}", report.table());
+}
+
+fn conformance_args(url: &str) -> CheckArgs {
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: CheckArgs,
+    }
+    let argv = [
+        "participant-check",
+        url,
+        "--resource",
+        "level-1",
+        "--capacity",
+        "38",
+        "--quantity",
+        "2",
+    ];
+    <Cli as clap::Parser>::try_parse_from(argv)
+        .expect("flags")
+        .args
 }
 
 #[sqlx::test(migrations = false)]
