@@ -129,7 +129,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         let mut barrier_first = false;
         if self.resource.barrier_only() {
             // No business change: the barrier row alone, one statement, no transaction.
-            let mut conn = self.pool.acquire().await?;
+            let mut conn = DB::acquire_write(&self.pool).await?;
             let held = TryAnswer::Held;
             if DB::insert_try(&mut *conn, &self.name, branch, BarrierPhase::Held, &held).await? {
                 return Ok(held);
@@ -310,7 +310,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         key: &BranchKey,
         to: BarrierPhase,
     ) -> Result<bool, ResourceError> {
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = DB::acquire_write(&self.pool).await?;
         Ok(DB::advance_held(&mut *conn, &self.name, key, to)
             .await?
             .is_some())

@@ -24,7 +24,7 @@ fn one_row(result: sqlx::sqlite::SqliteQueryResult) -> bool {
 #[async_trait]
 impl ReservationSql for Sqlite {
     async fn begin_write(pool: &Pool<Self>) -> Result<Transaction<'static, Self>, sqlx::Error> {
-        pool.begin_with(crate::db::SQLITE_BEGIN_WRITE).await
+        crate::db::begin_sqlite_write(pool).await
     }
 
     async fn load(

@@ -143,6 +143,15 @@ pub trait Backend: sqlx::Database {
     /// (waited for up to the busy timeout), which stands in for every row lock.
     async fn begin_write(pool: &Pool<Self>) -> Result<Transaction<'static, Self>, sqlx::Error>;
 
+    /// A connection for a write statement outside a transaction (a barrier-only participant's
+    /// one statement). PostgreSQL: any of the pool's; SQLite: the writer's, so it queues with
+    /// the transactions instead of in the busy handler.
+    async fn acquire_write(
+        pool: &Pool<Self>,
+    ) -> Result<sqlx::pool::PoolConnection<Self>, sqlx::Error> {
+        pool.acquire().await
+    }
+
     /// Applies the barrier's schema ([`crate::migrations`]), tracked apart from the author's
     /// own migrations.
     async fn migrate(pool: &Pool<Self>) -> Result<(), sqlx::migrate::MigrateError>;

@@ -5,6 +5,7 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use sqlx::pool::PoolConnection;
 use sqlx::{Pool, Row, Sqlite, SqliteConnection, Transaction};
 
 use super::{
@@ -49,8 +50,12 @@ impl Backend for Sqlite {
     }
 
     async fn begin_write(pool: &Pool<Self>) -> Result<Transaction<'static, Self>, sqlx::Error> {
-        pool.begin_with(holdfast_serve::db::SQLITE_BEGIN_WRITE)
-            .await
+        // Queued in process on the pool's one writer, not in SQLite's busy handler.
+        holdfast_serve::db::begin_sqlite_write(pool).await
+    }
+
+    async fn acquire_write(pool: &Pool<Self>) -> Result<PoolConnection<Self>, sqlx::Error> {
+        holdfast_serve::db::acquire_sqlite_write(pool).await
     }
 
     async fn lock(
