@@ -41,8 +41,10 @@ pub(crate) async fn run_sqlite(pool: &Pool<Sqlite>) -> Result<(), MigrateError> 
     SQLITE_APART.run(pool).await
 }
 
-/// Applies the barrier's schema to `pool` (idempotent; concurrent starts are serialised by
-/// sqlx's migration lock), tracked in [`MIGRATIONS_TABLE`].
+/// Applies the barrier's schema to `pool` (idempotent), tracked in [`MIGRATIONS_TABLE`]. On
+/// PostgreSQL concurrent starts are serialised by sqlx's advisory lock; SQLite migrations take
+/// no lock of their own, so run it once before serving (as the examples do), not from several
+/// processes at once.
 pub async fn migrate<DB: Backend>(pool: &Pool<DB>) -> Result<(), MigrateError> {
     DB::migrate(pool).await
 }
