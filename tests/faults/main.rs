@@ -35,8 +35,10 @@ use sqlx::PgPool;
 use runner::{Healed, Totals};
 use stack::{Coordinator, Stack, client};
 
-/// The seeds CI runs (tuned to stay within about ten minutes on a loaded 2-core machine).
-const CI_SEEDS: u64 = 200;
+/// The seeds CI runs: 120 (about five minutes alone on a 2-core machine) keep the whole
+/// `cargo test` inside CI's 25-minute budget on a loaded one (200 took it to 24 minutes, with
+/// the rest of the suite). Volume is the ignored `random` test's (1,000 new seeds a run).
+const CI_SEEDS: u64 = 120;
 
 /// Seeds that found a bug, kept as regression cases (each also in the CI range or run here).
 const REGRESSION_SEEDS: &[u64] = &[9_000_027];
