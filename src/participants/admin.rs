@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use sqlx::{Pool, Postgres};
 use tonic::{Request, Response, Status};
 
+use crate::db::WriteTransaction;
 use crate::participant::validate::check_id;
 use crate::participant::{Backend, ResourceError};
 use crate::proto::resource_admin_server::ResourceAdmin;

@@ -10,6 +10,7 @@ use uuid::Uuid;
 use super::decide::snapshot_of;
 use super::sql::{Applied, ReservationSql};
 use super::{StoreError, WorkLease};
+use crate::db::WriteTransaction;
 use crate::domain::admin::{AuditNote, RetryTarget};
 use crate::domain::lifecycle;
 use crate::domain::{Decision, RefundState, Reservation, State, Verdict};

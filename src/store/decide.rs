@@ -6,7 +6,9 @@
 //! SQLite decides every Confirm/Cancel/Extend here; PostgreSQL first tries its unlocked fast
 //! path (`postgres/unlocked.rs`) and comes here when it misses.
 
-use sqlx::{Pool, Transaction};
+use sqlx::Pool;
+
+use crate::db::WriteTransaction;
 use uuid::Uuid;
 
 use super::sql::{Applied, PaymentSql, ReservationSql};
@@ -112,7 +114,7 @@ async fn decide_in_lock<DB: PaymentSql>(
             return Ok(Decided::PaymentTaken);
         }
         if let Verdict::RefundExtra { answer } = verdict {
-            return refund_extra(tx, current, p, answer, lease).await;
+            return refund_extra::<DB>(tx, current, p, answer, lease).await;
         }
     }
     let applied = match &verdict {
@@ -205,7 +207,7 @@ async fn decide_in_lock<DB: PaymentSql>(
 /// [`Verdict::RefundExtra`]: records the further payment with its refund, leased to the decider
 /// to send; a repeat (recorded already) answers it as it is and changes nothing.
 async fn refund_extra<DB: PaymentSql>(
-    mut tx: Transaction<'static, DB>,
+    mut tx: DB::Write,
     current: Reservation,
     payment: &Payment,
     answer: Refusal,

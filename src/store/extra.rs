@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 use super::sql::PaymentSql;
 use super::{RefundAnswer, StoreError};
+use crate::db::WriteTransaction;
 use crate::domain::policy::Backoff;
 use crate::domain::{ExtraPayment, Payment, Refund, RefundState};
 

@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 use super::sql::ReservationSql;
 use super::{BranchReport, RefundAnswer, StoreError};
+use crate::db::WriteTransaction;
 use crate::domain::policy::Backoff;
 use crate::domain::{Rejection, Reservation};
 

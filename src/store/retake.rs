@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 use super::sql::ReservationSql;
 use super::{BranchReport, StoreError};
+use crate::db::WriteTransaction;
 use crate::domain::Reservation;
 
 /// [`crate::store::Store::begin_retake`].

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::{Pool, Transaction};
+use sqlx::Pool;
 use uuid::Uuid;
 
 use super::{BranchReport, RefundAnswer, StoreError, WorkLease};
@@ -35,7 +35,10 @@ pub(crate) trait ReservationSql: sqlx::Database {
     /// Opens a write transaction. PostgreSQL: a plain `BEGIN` (rows are locked as they are
     /// touched); SQLite: `BEGIN IMMEDIATE`, the database write lock, which stands in for every
     /// row lock.
-    async fn begin_write(pool: &Pool<Self>) -> Result<Transaction<'static, Self>, sqlx::Error>;
+    async fn begin_write(pool: &Pool<Self>) -> Result<Self::Write, sqlx::Error>;
+
+    /// A write transaction of this database (statements on `&mut *tx`).
+    type Write: crate::db::WriteTransaction + std::ops::DerefMut<Target = Self::Connection>;
 
     /// Reads one reservation with its current generation of branches.
     async fn load(conn: &mut Self::Connection, id: Uuid)

@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use holdfast_serve::db::WriteTransaction;
+
 use super::barrier::Backend;
 use super::service::ParticipantService;
 use super::{Resource, ResourceError};

@@ -31,7 +31,9 @@ fn one_row(result: sqlx::postgres::PgQueryResult) -> bool {
 
 #[async_trait]
 impl ReservationSql for Postgres {
-    async fn begin_write(pool: &Pool<Self>) -> Result<Transaction<'static, Self>, sqlx::Error> {
+    type Write = Transaction<'static, Postgres>;
+
+    async fn begin_write(pool: &Pool<Self>) -> Result<Self::Write, sqlx::Error> {
         pool.begin().await
     }
 

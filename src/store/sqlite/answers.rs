@@ -1,6 +1,7 @@
 //! Recording participants' answers on SQLite: `record_held` (`TRYING -> HELD`) and
 //! `record_phase` (a Confirm or Cancel fan-out's answers, finishing it or scheduling its
-//! retry). One write transaction per call: with one writer at a time there is nothing to batch.
+//! retry). One write transaction per call; concurrent calls share a COMMIT through the pool's
+//! writer (`holdfast-serve`'s group commit), not through a batch statement.
 
 use sqlx::Sqlite;
 use sqlx::sqlite::{SqliteConnection, SqlitePool};

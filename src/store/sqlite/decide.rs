@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::sqlite::SqliteConnection;
-use sqlx::{Pool, Sqlite, Transaction};
+use sqlx::{Pool, Sqlite};
 use uuid::Uuid;
 
 use super::rows::{self, micros};
@@ -23,7 +23,9 @@ fn one_row(result: sqlx::sqlite::SqliteQueryResult) -> bool {
 
 #[async_trait]
 impl ReservationSql for Sqlite {
-    async fn begin_write(pool: &Pool<Self>) -> Result<Transaction<'static, Self>, sqlx::Error> {
+    type Write = crate::db::SqliteWrite;
+
+    async fn begin_write(pool: &Pool<Self>) -> Result<Self::Write, sqlx::Error> {
         crate::db::begin_sqlite_write(pool).await
     }
 

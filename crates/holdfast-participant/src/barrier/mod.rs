@@ -14,7 +14,7 @@ mod sqlite;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
-use sqlx::{Pool, Transaction};
+use sqlx::Pool;
 
 use super::{BranchCtx, BranchKey, Item, ResourceError, Slot, TryAnswer};
 
@@ -141,16 +141,24 @@ pub trait Backend: sqlx::Database {
     /// Opens a write transaction. PostgreSQL: a plain `BEGIN` (rows are locked as they are
     /// touched); SQLite: `BEGIN IMMEDIATE`, the database write lock for the whole transaction
     /// (waited for up to the busy timeout), which stands in for every row lock.
-    async fn begin_write(pool: &Pool<Self>) -> Result<Transaction<'static, Self>, sqlx::Error>;
+    async fn begin_write(pool: &Pool<Self>) -> Result<Self::Write, sqlx::Error>;
+
+    /// A write transaction of this database (statements on `&mut *tx`): sqlx's on PostgreSQL,
+    /// a [`holdfast_serve::db::SqliteWrite`] (queued, group-committed) on SQLite.
+    type Write: holdfast_serve::db::WriteTransaction + std::ops::DerefMut<Target = Self::Connection>;
+
+    /// A connection for one autocommit write statement ([`Backend::acquire_write`]).
+    type WriteConnection: std::ops::DerefMut<Target = Self::Connection> + Send;
 
     /// A connection for a write statement outside a transaction (a barrier-only participant's
     /// one statement). PostgreSQL: any of the pool's; SQLite: the writer's, so it queues with
     /// the transactions instead of in the busy handler.
-    async fn acquire_write(
-        pool: &Pool<Self>,
-    ) -> Result<sqlx::pool::PoolConnection<Self>, sqlx::Error> {
-        pool.acquire().await
-    }
+    async fn acquire_write(pool: &Pool<Self>) -> Result<Self::WriteConnection, sqlx::Error>;
+
+    /// Makes the statement run on an [`Backend::acquire_write`] connection durable, before
+    /// its answer is given. PostgreSQL: it was (autocommit). SQLite: it may have joined a
+    /// group commit, whose COMMIT this waits for.
+    async fn finish_write(conn: Self::WriteConnection) -> Result<(), sqlx::Error>;
 
     /// Applies the barrier's schema ([`crate::migrations`]), tracked apart from the author's
     /// own migrations.

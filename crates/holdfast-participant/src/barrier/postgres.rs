@@ -36,7 +36,19 @@ impl Backend for Postgres {
         crate::migrations::run_postgres(pool).await
     }
 
-    async fn begin_write(pool: &Pool<Self>) -> Result<Transaction<'static, Self>, sqlx::Error> {
+    type Write = Transaction<'static, Postgres>;
+    type WriteConnection = sqlx::pool::PoolConnection<Postgres>;
+
+    async fn acquire_write(pool: &Pool<Self>) -> Result<Self::WriteConnection, sqlx::Error> {
+        pool.acquire().await
+    }
+
+    async fn finish_write(_conn: Self::WriteConnection) -> Result<(), sqlx::Error> {
+        // Autocommit: durable when the statement returned.
+        Ok(())
+    }
+
+    async fn begin_write(pool: &Pool<Self>) -> Result<Self::Write, sqlx::Error> {
         pool.begin().await
     }
 

@@ -5,8 +5,8 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::pool::PoolConnection;
-use sqlx::{Pool, Row, Sqlite, SqliteConnection, Transaction};
+use holdfast_serve::db::SqliteWrite;
+use sqlx::{Pool, Row, Sqlite, SqliteConnection};
 
 use super::{
     Backend, BarrierPhase, BarrierRow, BranchCounts, answer_parts, encode_items, parse_try_answer,
@@ -49,13 +49,20 @@ impl Backend for Sqlite {
         crate::migrations::run_sqlite(pool).await
     }
 
-    async fn begin_write(pool: &Pool<Self>) -> Result<Transaction<'static, Self>, sqlx::Error> {
+    type Write = SqliteWrite;
+    type WriteConnection = SqliteWrite;
+
+    async fn begin_write(pool: &Pool<Self>) -> Result<Self::Write, sqlx::Error> {
         // Queued in process on the pool's one writer, not in SQLite's busy handler.
         holdfast_serve::db::begin_sqlite_write(pool).await
     }
 
-    async fn acquire_write(pool: &Pool<Self>) -> Result<PoolConnection<Self>, sqlx::Error> {
+    async fn acquire_write(pool: &Pool<Self>) -> Result<Self::WriteConnection, sqlx::Error> {
         holdfast_serve::db::acquire_sqlite_write(pool).await
+    }
+
+    async fn finish_write(conn: Self::WriteConnection) -> Result<(), sqlx::Error> {
+        conn.commit().await
     }
 
     async fn lock(

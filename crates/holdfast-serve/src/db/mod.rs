@@ -8,6 +8,8 @@
 //! encrypt opportunistically without verifying anyone, which protects nothing and would make
 //! every default connection pay a handshake.
 
+use std::future::Future;
+use std::ops::DerefMut;
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, Weak};
@@ -49,23 +51,19 @@ pub const SQLITE_BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
 /// How long a caller waits for a pooled connection.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The SQLite pools' writers: one single-connection pool per pool opened, that every write of
-/// it runs on ([`sqlite_writer`]). The key is the pool's connect options (the same `Arc` for the
-/// pool's whole life); a `Weak` so a dropped pool's writer goes at the next lookup.
-static SQLITE_WRITERS: Mutex<Vec<(Weak<SqliteConnectOptions>, SqlitePool)>> =
+mod sqlite_write;
+
+pub use sqlite_write::{GROUP_MAX as SQLITE_GROUP_MAX, SqliteWrite};
+
+/// The SQLite pools' writers ([`sqlite_write`]), one per pool opened. The key is the pool's
+/// connect options (the same `Arc` for the pool's whole life); a `Weak` so a dropped pool's
+/// writer (and its connection) goes at the next lookup.
+static SQLITE_WRITERS: Mutex<Vec<(Weak<SqliteConnectOptions>, Arc<sqlite_write::Writer>)>> =
     Mutex::new(Vec::new());
 
-/// The connection `pool`'s writes run on, one at a time, in arrival order.
-///
-/// SQLite has one writer per file. Left to SQLite, concurrent `BEGIN IMMEDIATE`s wait in its
-/// busy handler, which polls by sleeping 1, 2, 5, ... 100 ms: under load the lock is often
-/// free while every waiter sleeps, and an unlucky waiter sleeps again and again (measured on
-/// the all-in-one at 32 clients: p99 760 ms, max 2.2 s). Queued here instead - a pool of one
-/// connection, whose acquire is fair - each write starts the moment the previous one
-/// commits, in order, and waits at most [`ACQUIRE_TIMEOUT`] like any pooled connection. Reads
-/// stay on `pool` (WAL: they never wait for the writer). Another process writing the same
-/// file is still waited for by the busy handler.
-pub fn sqlite_writer(pool: &SqlitePool) -> SqlitePool {
+/// The writer `pool`'s writes run on: one connection, one write at a time in arrival order,
+/// queued writes committed together (see [`SqliteWrite`]).
+fn sqlite_writer(pool: &SqlitePool) -> Arc<sqlite_write::Writer> {
     let options = pool.connect_options();
     let mut writers = SQLITE_WRITERS
         .lock()
@@ -77,36 +75,60 @@ pub fn sqlite_writer(pool: &SqlitePool) -> SqlitePool {
     {
         return writer.clone();
     }
-    let writer = SqlitePoolOptions::new()
-        .max_connections(1)
-        .acquire_timeout(ACQUIRE_TIMEOUT)
-        // The connection is in-process: nothing to probe before handing it out again.
-        .test_before_acquire(false)
-        .connect_lazy_with((*options).clone());
+    let writer = Arc::new(sqlite_write::Writer::new((*options).clone()));
     writers.push((Arc::downgrade(&options), writer.clone()));
     writer
 }
 
-/// Begins a write transaction of `pool` ([`SQLITE_BEGIN_WRITE`]) on its writer
-/// ([`sqlite_writer`]); refused once `pool` is closed.
-pub async fn begin_sqlite_write(
-    pool: &SqlitePool,
-) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
+/// Begins a write transaction of `pool` on its writer: `BEGIN IMMEDIATE`, or a savepoint in
+/// the group transaction open there ([`SqliteWrite`]); refused once `pool` is closed.
+pub async fn begin_sqlite_write(pool: &SqlitePool) -> Result<SqliteWrite, sqlx::Error> {
     if pool.is_closed() {
         return Err(sqlx::Error::PoolClosed);
     }
-    sqlite_writer(pool).begin_with(SQLITE_BEGIN_WRITE).await
+    sqlite_writer(pool).begin(true, ACQUIRE_TIMEOUT).await
 }
 
-/// A connection of `pool`'s writer ([`sqlite_writer`]) for a write statement outside a
-/// transaction; refused once `pool` is closed.
-pub async fn acquire_sqlite_write(
-    pool: &SqlitePool,
-) -> Result<sqlx::pool::PoolConnection<sqlx::Sqlite>, sqlx::Error> {
+/// `pool`'s writer for one write statement: autocommit when the writer is idle, else a member
+/// of the group transaction like [`begin_sqlite_write`]'s. Call [`SqliteWrite::commit`] after
+/// the statement: it is durable when that returns (dropped instead, it may be undone);
+/// refused once `pool` is closed.
+pub async fn acquire_sqlite_write(pool: &SqlitePool) -> Result<SqliteWrite, sqlx::Error> {
     if pool.is_closed() {
         return Err(sqlx::Error::PoolClosed);
     }
-    sqlite_writer(pool).acquire().await
+    sqlite_writer(pool).begin(false, ACQUIRE_TIMEOUT).await
+}
+
+/// A write transaction of either database, as the store and the participant SDK open them:
+/// statements run on `&mut *tx`; it ends with [`WriteTransaction::commit`] or
+/// [`WriteTransaction::rollback`], and is rolled back when dropped unfinished. PostgreSQL's is
+/// sqlx's [`sqlx::Transaction`]; SQLite's a [`SqliteWrite`] (group commit).
+pub trait WriteTransaction: DerefMut + Send {
+    /// Commits: durable when it returns `Ok`.
+    fn commit(self) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+    /// Rolls back.
+    fn rollback(self) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+}
+
+impl<DB: sqlx::Database> WriteTransaction for sqlx::Transaction<'static, DB> {
+    fn commit(self) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        sqlx::Transaction::commit(self)
+    }
+
+    fn rollback(self) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        sqlx::Transaction::rollback(self)
+    }
+}
+
+impl WriteTransaction for SqliteWrite {
+    fn commit(self) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        SqliteWrite::commit(self)
+    }
+
+    fn rollback(self) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        SqliteWrite::rollback(self)
+    }
 }
 
 /// Which database a URL names.
@@ -226,120 +248,4 @@ fn create_parent_dir(file: &Path) -> Result<(), sqlx::Error> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A SQLite file of its own under the temp dir, with a busy timeout of zero: any write that
-    /// has to wait for SQLite's lock fails at once with "database is locked".
-    async fn impatient_pool(name: &str) -> (SqlitePool, std::path::PathBuf) {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let dir =
-            std::env::temp_dir().join(format!("holdfast-db-{name}-{}-{nanos}", std::process::id()));
-        let url = format!("sqlite://{}", dir.join("t.db").display());
-        open_sqlite(&url, 1).await.unwrap().close().await; // the file, in WAL mode
-        let impatient = SqliteConnectOptions::from_str(&url)
-            .unwrap()
-            .busy_timeout(Duration::ZERO);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(16)
-            .connect_with(impatient)
-            .await
-            .unwrap();
-        sqlx::query("CREATE TABLE t (seen INTEGER NOT NULL)")
-            .execute(&pool)
-            .await
-            .unwrap();
-        (pool, dir)
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn concurrent_sqlite_writes_queue_in_process_not_in_the_busy_handler() {
-        let (pool, dir) = impatient_pool("queue").await;
-        // 64 writers at once, each holding the write lock across a read and a yield. Left to
-        // SQLite (a pool of 16 connections, no busy timeout) most would fail "database is
-        // locked"; queued on the writer, every one commits.
-        let writers: Vec<_> = (0..64)
-            .map(|_| {
-                let pool = pool.clone();
-                tokio::spawn(async move {
-                    let mut tx = begin_sqlite_write(&pool).await?;
-                    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM t")
-                        .fetch_one(&mut *tx)
-                        .await?;
-                    tokio::task::yield_now().await;
-                    // What it saw under the lock: the rows of every writer before it.
-                    sqlx::query("INSERT INTO t (seen) VALUES (?1)")
-                        .bind(n)
-                        .execute(&mut *tx)
-                        .await?;
-                    tx.commit().await
-                })
-            })
-            .collect();
-        let mut failed = Vec::new();
-        for writer in writers {
-            if let Err(e) = writer.await.unwrap() {
-                failed.push(e.to_string());
-            }
-        }
-        assert!(
-            failed.is_empty(),
-            "{} writes failed: {:?}",
-            failed.len(),
-            failed.first()
-        );
-        let seen: Vec<i64> = sqlx::query_scalar("SELECT seen FROM t ORDER BY seen")
-            .fetch_all(&pool)
-            .await
-            .unwrap();
-        assert_eq!(seen, (0..64).collect::<Vec<i64>>(), "one writer at a time");
-        pool.close().await;
-        let _ = std::fs::remove_dir_all(dir);
-    }
-
-    #[tokio::test]
-    async fn each_sqlite_pool_has_one_writer_of_its_own_and_a_closed_pool_writes_nothing() {
-        let (a, dir_a) = impatient_pool("a").await;
-        let (b, dir_b) = impatient_pool("b").await;
-        let writer = sqlite_writer(&a);
-        assert!(std::ptr::eq(
-            Arc::as_ptr(&writer.connect_options()),
-            Arc::as_ptr(&sqlite_writer(&a).connect_options())
-        ));
-        assert_eq!(writer.options().get_max_connections(), 1);
-        assert!(!std::ptr::eq(
-            Arc::as_ptr(&writer.connect_options()),
-            Arc::as_ptr(&sqlite_writer(&b).connect_options())
-        ));
-        a.close().await;
-        assert!(matches!(
-            begin_sqlite_write(&a).await,
-            Err(sqlx::Error::PoolClosed)
-        ));
-        b.close().await;
-        let _ = (
-            std::fs::remove_dir_all(dir_a),
-            std::fs::remove_dir_all(dir_b),
-        );
-    }
-
-    #[test]
-    fn postgres_tls_is_what_the_url_asks_for() {
-        let base = "postgres://u@127.0.0.1:5432/db";
-        let mode = |url: &str| postgres_options(url).unwrap().get_ssl_mode();
-        assert!(matches!(
-            mode(&format!("{base}?sslmode=verify-full")),
-            PgSslMode::VerifyFull
-        ));
-        assert!(matches!(
-            mode(&format!("{base}?application_name=x&sslmode=require")),
-            PgSslMode::Require
-        ));
-        // Naming no mode keeps the plaintext default (unless the environment names one).
-        if std::env::var_os("PGSSLMODE").is_none() {
-            assert!(matches!(mode(base), PgSslMode::Disable));
-        }
-    }
-}
+mod tests;

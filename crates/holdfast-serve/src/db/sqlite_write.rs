@@ -1,0 +1,544 @@
+//! Every SQLite write of a pool: queued in process on one connection, committed in groups.
+//!
+//! SQLite has one writer per file. Left to SQLite, concurrent `BEGIN IMMEDIATE`s wait in its
+//! busy handler, which polls by sleeping 1, 2, 5, ... 100 ms: under load the lock is often free
+//! while every waiter sleeps. Here each pool has one writer connection behind a fair (FIFO)
+//! lock, so a write starts the moment the previous one is done, in arrival order. Reads stay on
+//! the pool (WAL: they never wait for the writer).
+//!
+//! **Group commit.** A write transaction that finishes while others are queued does not
+//! commit: it hands the still-open transaction to the next in the queue, which runs inside it
+//! under a `SAVEPOINT` of its own, and so on; the last one in (nobody queued, or
+//! [`GROUP_MAX`] members) commits for all, and every member's `commit()` answers with that
+//! one COMMIT's outcome. One fsync, one BEGIN and one COMMIT serve the whole queue instead of
+//! one each. What each member sees is all-or-nothing: a member that fails or rolls back undoes
+//! its own savepoint only (its error stays its own); a failed group COMMIT fails every member
+//! (nothing of any of them was written: a caller retries as after any storage failure). A
+//! member reads the earlier members' uncommitted rows, which commit with it or not at all.
+//!
+//! The lock is a `tokio::sync::Mutex` rather than a one-connection pool: a pool's release
+//! spawns a task and pings the connection before the next waiter may have it, two scheduling
+//! delays between every two writes on a loaded 2-core machine.
+
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
+use sqlx::{ConnectOptions, Executor};
+use tokio::sync::{Notify, OwnedMappedMutexGuard, OwnedMutexGuard, watch};
+
+/// The most members one group commit serves: a bound on how long the first member waits.
+pub const GROUP_MAX: usize = 64;
+
+/// How often a member waiting for its group's commit checks that the group is still moving
+/// (it commits the group itself if it finds it open and unattended).
+const STALL_CHECK: Duration = Duration::from_millis(200);
+
+/// The savepoint a member that joins an open transaction runs under (`holdfast_member`).
+/// Members never nest: each releases it before the next one joins.
+const SAVEPOINT_MEMBER: &str = "SAVEPOINT holdfast_member";
+const RELEASE_MEMBER: &str = "RELEASE holdfast_member";
+const UNDO_MEMBER: &str = "ROLLBACK TO holdfast_member; RELEASE holdfast_member";
+
+/// One pool's writer: its connection behind a FIFO lock, and the group transaction open on it.
+pub(super) struct Writer {
+    conn: Arc<tokio::sync::Mutex<Option<SqliteConnection>>>,
+    /// Only touched while `conn` is locked (a std mutex for interior mutability, never waited on).
+    state: Mutex<State>,
+    /// Writes queued for the lock: a finishing member hands its transaction on while this is
+    /// above zero.
+    queued: AtomicUsize,
+    /// A queued write gave up, or a member was dropped unfinished: members waiting for their
+    /// group's commit check that someone still will.
+    left: Notify,
+    options: SqliteConnectOptions,
+    /// Group COMMITs that succeeded (tests count how writes were grouped).
+    #[cfg(test)]
+    commits: AtomicUsize,
+}
+
+#[derive(Default)]
+struct State {
+    /// What the connection's current holder is doing; still set when a holder was dropped
+    /// unfinished, so the next one undoes its part.
+    holder: Option<Part>,
+    /// The transaction members have finished in and wait on, while it is open.
+    group: Option<Arc<Group>>,
+    /// Members of `group` so far.
+    members: usize,
+}
+
+/// What a holder of the writer is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Part {
+    /// One autocommit statement (no transaction).
+    Statement,
+    /// The first member of a transaction: `BEGIN IMMEDIATE` was its own.
+    Opener,
+    /// A later member, under `holdfast_member`.
+    Joiner,
+    /// The group's COMMIT is in flight (not a write's part: the step a cancelled committer
+    /// leaves behind, whose transaction the next holder ends).
+    Committing,
+}
+
+/// One group transaction: its COMMIT's outcome, published once for every member.
+struct Group {
+    outcome: watch::Sender<Option<Result<(), String>>>,
+}
+
+impl Group {
+    fn new() -> Arc<Group> {
+        Arc::new(Group {
+            outcome: watch::Sender::new(None),
+        })
+    }
+
+    fn publish(&self, outcome: &Result<(), sqlx::Error>) {
+        let outcome = outcome.as_ref().map(|_| ()).map_err(ToString::to_string);
+        self.outcome.send_replace(Some(outcome));
+    }
+}
+
+/// Publishes "outcome unknown" to a group's members if the COMMIT's caller is cancelled before
+/// it could publish the real outcome (a member never waits for an answer that cannot come).
+/// The transaction may then still be open on the connection: it is ended soon
+/// ([`Writer::clean_up_soon`]).
+struct Unpublished {
+    group: Option<Arc<Group>>,
+    writer: Arc<Writer>,
+}
+
+impl Unpublished {
+    fn publish(mut self, outcome: &Result<(), sqlx::Error>) {
+        if let Some(group) = self.group.take() {
+            group.publish(outcome);
+        }
+    }
+}
+
+impl Drop for Unpublished {
+    fn drop(&mut self) {
+        if let Some(group) = self.group.take() {
+            group.publish(&Err(group_failed(
+                "its COMMIT was cancelled; the outcome is unknown",
+            )));
+            self.writer.clean_up_soon();
+        }
+    }
+}
+
+/// The error a member sees when the group it finished in did not commit.
+fn group_failed(reason: &str) -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::other(format!(
+        "the SQLite group commit this write was part of failed: {reason}"
+    )))
+}
+
+/// Counts a write queued for the lock until it has it (or gives up: then waiting members are
+/// told, in case they counted on it).
+struct Queued<'w>(&'w Writer);
+
+impl<'w> Queued<'w> {
+    fn new(writer: &'w Writer) -> Queued<'w> {
+        writer.queued.fetch_add(1, Ordering::AcqRel);
+        Queued(writer)
+    }
+
+    fn arrived(self) {
+        self.0.queued.fetch_sub(1, Ordering::AcqRel);
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.queued.fetch_sub(1, Ordering::AcqRel);
+        self.0.left.notify_waiters();
+    }
+}
+
+/// Tells waiting members when a write is dropped unfinished (its holder's part is undone by the
+/// next holder, who may be one of them).
+struct Abandon {
+    writer: Arc<Writer>,
+    armed: bool,
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        if self.armed {
+            self.writer.left.notify_waiters();
+            self.writer.clean_up_soon();
+        }
+    }
+}
+
+/// The writer's connection, held.
+type Held = OwnedMappedMutexGuard<Option<SqliteConnection>, SqliteConnection>;
+
+/// A write on a SQLite pool's writer: a transaction ([`super::begin_sqlite_write`]) or one
+/// statement ([`super::acquire_sqlite_write`]). Statements run on `&mut *write`. Either ends
+/// with [`SqliteWrite::commit`] (durable when it returns) or [`SqliteWrite::rollback`];
+/// dropped unfinished, its part is rolled back before the writer's next write.
+pub struct SqliteWrite {
+    // Dropped first: the lock is released before `abandon` tells anyone.
+    conn: Held,
+    part: Part,
+    group: Option<Arc<Group>>,
+    abandon: Abandon,
+}
+
+impl Deref for SqliteWrite {
+    type Target = SqliteConnection;
+
+    fn deref(&self) -> &SqliteConnection {
+        &self.conn
+    }
+}
+
+impl DerefMut for SqliteWrite {
+    fn deref_mut(&mut self) -> &mut SqliteConnection {
+        &mut self.conn
+    }
+}
+
+impl std::fmt::Debug for SqliteWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteWrite")
+            .field("part", &self.part)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Writer {
+    pub(super) fn new(options: SqliteConnectOptions) -> Writer {
+        Writer {
+            conn: Arc::new(tokio::sync::Mutex::new(None)),
+            state: Mutex::new(State::default()),
+            queued: AtomicUsize::new(0),
+            left: Notify::new(),
+            options,
+            #[cfg(test)]
+            commits: AtomicUsize::new(0),
+        }
+    }
+
+    /// Writes waiting for the writer now.
+    #[cfg(test)]
+    pub(super) fn queued(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
+    }
+
+    /// Group COMMITs so far.
+    #[cfg(test)]
+    pub(super) fn commits(&self) -> usize {
+        self.commits.load(Ordering::Acquire)
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits (up to `within`, fairly) for the writer, then starts a transaction (joining the
+    /// open group's when there is one) or, for `transaction == false` (one statement), the
+    /// same unless the writer is idle: then the statement runs in autocommit.
+    pub(super) async fn begin(
+        self: &Arc<Self>,
+        transaction: bool,
+        within: Duration,
+    ) -> Result<SqliteWrite, sqlx::Error> {
+        let queued = Queued::new(self);
+        let guard = tokio::time::timeout(within, self.conn.clone().lock_owned())
+            .await
+            .map_err(|_| sqlx::Error::PoolTimedOut)?;
+        queued.arrived();
+        // Cancelled from here on, the writer is released with a part maybe begun: members
+        // waiting on an open group are told (the next holder undoes the part).
+        let mut abandon = Abandon {
+            writer: self.clone(),
+            armed: true,
+        };
+        let mut conn = self.ready(guard).await?;
+        // One statement alone runs in autocommit (one hop, its own fsync); with a group open
+        // or writes queued behind it, it is a transaction like any other, so it shares their
+        // COMMIT instead of adding one.
+        let alone = !transaction
+            && self.state().group.is_none()
+            && self.queued.load(Ordering::Acquire) == 0;
+        let (part, group) = if alone {
+            (Part::Statement, None)
+        } else {
+            let open = {
+                let state = self.state();
+                state.group.clone().filter(|_| state.members < GROUP_MAX)
+            };
+            match open {
+                Some(group) => {
+                    self.state().holder = Some(Part::Joiner);
+                    let savepoint = conn.execute(SAVEPOINT_MEMBER).await;
+                    if let Err(e) = savepoint {
+                        // Nothing of this write began: the earlier members' work commits.
+                        self.state().holder = None;
+                        self.commit_open_group(&mut conn).await;
+                        return Err(e);
+                    }
+                    self.state().members += 1;
+                    (Part::Joiner, Some(group))
+                }
+                None => {
+                    self.commit_open_group(&mut conn).await;
+                    // Left set if the BEGIN fails: the next holder rolls back whatever the
+                    // connection is in (or reconnects), so one failure cannot stick.
+                    self.state().holder = Some(Part::Opener);
+                    conn.execute(super::SQLITE_BEGIN_WRITE).await?;
+                    let group = Group::new();
+                    let mut state = self.state();
+                    state.group = Some(group.clone());
+                    state.members = 1;
+                    (Part::Opener, Some(group))
+                }
+            }
+        };
+        self.state().holder = Some(part);
+        abandon.armed = part != Part::Statement;
+        Ok(SqliteWrite {
+            conn,
+            part,
+            group,
+            abandon,
+        })
+    }
+
+    /// The connection, connected, with whatever a dropped holder left unfinished undone.
+    async fn ready(
+        &self,
+        mut guard: OwnedMutexGuard<Option<SqliteConnection>>,
+    ) -> Result<Held, sqlx::Error> {
+        if let Some(conn) = guard.as_mut()
+            && let Err(e) = self.undo_abandoned(conn).await
+        {
+            tracing::warn!(error = %e, "SQLite writer: could not undo an abandoned write; reconnecting");
+            self.fail_group(&group_failed(&e.to_string()));
+            *guard = None;
+        }
+        if guard.is_none() {
+            *guard = Some(self.options.connect().await?);
+        }
+        OwnedMutexGuard::try_map(guard, Option::as_mut).map_err(|_| sqlx::Error::WorkerCrashed)
+    }
+
+    /// Undoes the part of a holder that was dropped unfinished: an opener's whole transaction
+    /// (nobody had joined it yet), a joiner's savepoint (the group goes on).
+    async fn undo_abandoned(&self, conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
+        let abandoned = self.state().holder.take();
+        match abandoned {
+            None | Some(Part::Statement) => Ok(()),
+            Some(Part::Opener | Part::Committing) => {
+                // Nobody joins an opener's transaction before its part ends: it is the
+                // opener's alone; a cancelled COMMIT's group was told "unknown" already.
+                // (There may be no transaction - the BEGIN or COMMIT never ran, or did - and
+                // the ROLLBACK fails: the caller then starts on a fresh connection.)
+                {
+                    let mut state = self.state();
+                    state.group = None;
+                    state.members = 0;
+                }
+                conn.execute("ROLLBACK").await.map(|_| ())
+            }
+            Some(Part::Joiner) => {
+                let undone = conn.execute(UNDO_MEMBER).await;
+                match undone {
+                    Ok(_) => Ok(()),
+                    Err(e) => {
+                        let _ = conn.execute("ROLLBACK").await;
+                        self.fail_group(&e);
+                        Ok(())
+                    }
+                }
+            }
+        }
+    }
+
+    /// Commits the open group transaction, if any, and tells its members.
+    async fn commit_open_group(
+        self: &Arc<Self>,
+        conn: &mut SqliteConnection,
+    ) -> Option<Result<(), String>> {
+        let group = {
+            let mut state = self.state();
+            state.members = 0;
+            state.group.take()
+        }?;
+        let unpublished = Unpublished {
+            group: Some(group),
+            writer: self.clone(),
+        };
+        self.state().holder = Some(Part::Committing);
+        let committed = conn.execute("COMMIT").await.map(|_| ());
+        if committed.is_err() {
+            // A failed COMMIT may leave the transaction open: end it, so the next write starts
+            // clean.
+            let _ = conn.execute("ROLLBACK").await;
+        }
+        self.state().holder = None;
+        #[cfg(test)]
+        if committed.is_ok() {
+            self.commits.fetch_add(1, Ordering::AcqRel);
+        }
+        unpublished.publish(&committed);
+        Some(committed.map_err(|e| e.to_string()))
+    }
+
+    /// Ends soon what a write dropped unfinished (or a cancelled COMMIT) left open on the
+    /// connection, instead of at the next write: until then SQLite's write lock stays taken,
+    /// and any other connection to the file (a migration, the test clock, another process)
+    /// waits for it. A task takes the writer after whoever is queued, undoes the dropped part,
+    /// and commits a group that nobody queued is left to commit. (Outside a runtime the next
+    /// write does it.)
+    fn clean_up_soon(self: &Arc<Self>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let writer = self.clone();
+        runtime.spawn(async move {
+            let guard = writer.conn.clone().lock_owned().await;
+            let Ok(mut conn) = writer.ready(guard).await else {
+                return;
+            };
+            if writer.queued.load(Ordering::Acquire) == 0 {
+                writer.commit_open_group(&mut conn).await;
+            }
+        });
+    }
+
+    /// The open group is lost (its transaction rolled back or its connection gone): every
+    /// member is told.
+    fn fail_group(&self, e: &sqlx::Error) {
+        let mut state = self.state();
+        state.members = 0;
+        if let Some(group) = state.group.take() {
+            group.publish(&Err(group_failed(&e.to_string())));
+        }
+    }
+
+    /// Waits for `group`'s COMMIT. Normally a later member commits it; should the queue have
+    /// emptied without anyone doing so (a queued write gave up, a member was dropped
+    /// unfinished), this member takes the writer and commits the group itself.
+    async fn await_group(self: &Arc<Self>, group: Arc<Group>) -> Result<(), sqlx::Error> {
+        let mut outcome = group.outcome.subscribe();
+        loop {
+            let left = self.left.notified();
+            tokio::select! {
+                biased;
+                done = outcome.wait_for(Option::is_some) => {
+                    return match done.as_deref() {
+                        Ok(Some(Ok(()))) => Ok(()),
+                        Ok(Some(Err(reason))) => Err(group_failed(reason)),
+                        Ok(None) | Err(_) => Err(group_failed("no outcome was published")),
+                    };
+                }
+                () = left => {}
+                () = tokio::time::sleep(STALL_CHECK) => {}
+            }
+            // Someone left (or the group is slow): if the writer is free and the group still
+            // open, nobody is about to commit it.
+            let Ok(guard) = self.conn.clone().try_lock_owned() else {
+                continue;
+            };
+            let mut conn = self.ready(guard).await?;
+            let still_open = self
+                .state()
+                .group
+                .as_ref()
+                .is_some_and(|open| Arc::ptr_eq(open, &group));
+            if still_open {
+                self.commit_open_group(&mut conn).await;
+            } else if outcome.borrow().is_none() {
+                // Closed without a word: cannot happen while every COMMIT publishes (or its
+                // cancellation does); never wait for it.
+                return Err(group_failed("it ended without an outcome"));
+            }
+        }
+    }
+
+    /// A member's part is over (released or rolled back): commit the group now if nobody is
+    /// queued to join it (or it is full), else leave it open for the next in the queue.
+    /// `Some` when this call committed it.
+    async fn end_part(self: &Arc<Self>, conn: &mut SqliteConnection) -> Option<Result<(), String>> {
+        self.state().holder = None;
+        let full = self.state().members >= GROUP_MAX;
+        if full || self.queued.load(Ordering::Acquire) == 0 {
+            self.commit_open_group(conn).await
+        } else {
+            None
+        }
+    }
+}
+
+impl SqliteWrite {
+    /// Commits this write: its part becomes durable with its group's COMMIT, which this call
+    /// waits for. An error: nothing of it was written.
+    pub async fn commit(mut self) -> Result<(), sqlx::Error> {
+        self.abandon.armed = false;
+        let writer = self.abandon.writer.clone();
+        let Some(group) = self.group.take() else {
+            // One autocommit statement: durable when it returned.
+            writer.state().holder = None;
+            return Ok(());
+        };
+        if self.part == Part::Joiner
+            && let Err(e) = self.conn.execute(RELEASE_MEMBER).await
+        {
+            writer.state().holder = Some(Part::Joiner);
+            drop(self.conn); // the next holder undoes this member's savepoint
+            writer.left.notify_waiters();
+            return Err(e);
+        }
+        match writer.end_part(&mut self.conn).await {
+            Some(Ok(())) => Ok(()),
+            Some(Err(reason)) => Err(group_failed(&reason)),
+            None => {
+                drop(self.conn);
+                writer.await_group(group).await
+            }
+        }
+    }
+
+    /// Rolls this write back; the group it was part of (if any) goes on without it.
+    pub async fn rollback(mut self) -> Result<(), sqlx::Error> {
+        self.abandon.armed = false;
+        let writer = self.abandon.writer.clone();
+        match self.part {
+            // A write is never `Committing` (that step is the writer's own).
+            Part::Statement | Part::Committing => {
+                writer.state().holder = None;
+                Ok(())
+            }
+            Part::Opener => {
+                // Nobody joins before the opener's part ends: the transaction is its alone.
+                {
+                    let mut state = writer.state();
+                    state.holder = None;
+                    state.group = None;
+                    state.members = 0;
+                }
+                self.conn.execute("ROLLBACK").await.map(|_| ())
+            }
+            Part::Joiner => {
+                let undone = self.conn.execute(UNDO_MEMBER).await;
+                if let Err(e) = undone {
+                    writer.state().holder = None;
+                    let _ = self.conn.execute("ROLLBACK").await;
+                    writer.fail_group(&e);
+                    return Err(e);
+                }
+                // The earlier members wait on the group: commit it or hand it on.
+                writer.end_part(&mut self.conn).await;
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,388 @@
+//! The database helpers against real SQLite files (the writer queue and its group commit)
+//! and PostgreSQL URL handling.
+
+use super::*;
+
+/// A SQLite file of its own under the temp dir, with a busy timeout of zero: any write that
+/// has to wait for SQLite's lock fails at once with "database is locked".
+async fn impatient_pool(name: &str) -> (SqlitePool, std::path::PathBuf) {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let dir =
+        std::env::temp_dir().join(format!("holdfast-db-{name}-{}-{nanos}", std::process::id()));
+    let url = format!("sqlite://{}", dir.join("t.db").display());
+    open_sqlite(&url, 1).await.unwrap().close().await; // the file, in WAL mode
+    let impatient = SqliteConnectOptions::from_str(&url)
+        .unwrap()
+        .busy_timeout(Duration::ZERO);
+    let pool = SqlitePoolOptions::new()
+        .max_connections(16)
+        .connect_with(impatient)
+        .await
+        .unwrap();
+    sqlx::query("CREATE TABLE t (seen INTEGER NOT NULL)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    (pool, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_sqlite_writes_queue_in_process_not_in_the_busy_handler() {
+    let (pool, dir) = impatient_pool("queue").await;
+    // 64 writers at once, each holding the write lock across a read and a yield. Left to
+    // SQLite (a pool of 16 connections, no busy timeout) most would fail "database is
+    // locked"; queued on the writer, every one commits.
+    let writers: Vec<_> = (0..64)
+        .map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let mut tx = begin_sqlite_write(&pool).await?;
+                let n: i64 = sqlx::query_scalar("SELECT count(*) FROM t")
+                    .fetch_one(&mut *tx)
+                    .await?;
+                tokio::task::yield_now().await;
+                // What it saw under the lock: the rows of every writer before it.
+                sqlx::query("INSERT INTO t (seen) VALUES (?1)")
+                    .bind(n)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await
+            })
+        })
+        .collect();
+    let mut failed = Vec::new();
+    for writer in writers {
+        if let Err(e) = writer.await.unwrap() {
+            failed.push(e.to_string());
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} writes failed: {:?}",
+        failed.len(),
+        failed.first()
+    );
+    let seen: Vec<i64> = sqlx::query_scalar("SELECT seen FROM t ORDER BY seen")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(seen, (0..64).collect::<Vec<i64>>(), "one writer at a time");
+    // Writes that queued committed together: fewer COMMITs than writes.
+    assert!(sqlite_writer(&pool).commits() < 64);
+    pool.close().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn each_sqlite_pool_has_one_writer_of_its_own_and_a_closed_pool_writes_nothing() {
+    let (a, dir_a) = impatient_pool("a").await;
+    let (b, dir_b) = impatient_pool("b").await;
+    assert!(Arc::ptr_eq(&sqlite_writer(&a), &sqlite_writer(&a)));
+    assert!(!Arc::ptr_eq(&sqlite_writer(&a), &sqlite_writer(&b)));
+    a.close().await;
+    assert!(matches!(
+        begin_sqlite_write(&a).await,
+        Err(sqlx::Error::PoolClosed)
+    ));
+    b.close().await;
+    let _ = (
+        std::fs::remove_dir_all(dir_a),
+        std::fs::remove_dir_all(dir_b),
+    );
+}
+
+/// Waits until `n` writes are queued for `pool`'s writer (they queue at once; the bound
+/// only turns a hang into a failure).
+async fn until_queued(pool: &SqlitePool, n: usize) {
+    let writer = sqlite_writer(pool);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while writer.queued() < n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {n} writes queued",
+            writer.queued()
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+async fn rows(pool: &SqlitePool) -> Vec<i64> {
+    sqlx::query_scalar("SELECT seen FROM t ORDER BY seen")
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_writes_commit_together_and_a_members_failure_stays_its_own() {
+    let (pool, dir) = impatient_pool("group").await;
+    let writer = sqlite_writer(&pool);
+    let commits_before = writer.commits();
+    // The first write holds the writer while six more queue behind it.
+    let mut first = begin_sqlite_write(&pool).await.unwrap();
+    sqlx::query("INSERT INTO t (seen) VALUES (0)")
+        .execute(&mut *first)
+        .await
+        .unwrap();
+    let members: Vec<_> = (1..=6_i64)
+        .map(|i| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let mut tx = begin_sqlite_write(&pool).await?;
+                sqlx::query("INSERT INTO t (seen) VALUES (?1)")
+                    .bind(i)
+                    .execute(&mut *tx)
+                    .await?;
+                match i {
+                    // A statement fails after the member's own insert: `?` drops the write
+                    // unfinished.
+                    2 => {
+                        sqlx::query("INSERT INTO t (seen) VALUES (NULL)")
+                            .execute(&mut *tx)
+                            .await?;
+                        tx.commit().await
+                    }
+                    // Rolls back on purpose.
+                    4 => tx.rollback().await,
+                    _ => tx.commit().await,
+                }
+            })
+        })
+        .collect();
+    until_queued(&pool, 6).await;
+    let first = tokio::spawn(first.commit());
+    let mut answers = Vec::new();
+    for member in members {
+        answers.push(member.await.unwrap().map_err(|e| e.to_string()));
+    }
+    first.await.unwrap().unwrap();
+    assert!(
+        answers[1].as_ref().is_err_and(|e| e.contains("NOT NULL")),
+        "{answers:?}"
+    );
+    for (i, answer) in answers.iter().enumerate() {
+        if i != 1 {
+            assert!(answer.is_ok(), "member {}: {answer:?}", i + 1);
+        }
+    }
+    // One COMMIT for the seven; the failed and the rolled-back members left nothing.
+    assert_eq!(writer.commits() - commits_before, 1);
+    assert_eq!(rows(&pool).await, vec![0, 1, 3, 5, 6]);
+    pool.close().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_group_commit_fails_every_member_and_writes_nothing() {
+    let (pool, dir) = impatient_pool("failed").await;
+    // Deferred: the violation is found by the COMMIT, after every member finished.
+    sqlx::query("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "CREATE TABLE child (parent INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let mut first = begin_sqlite_write(&pool).await.unwrap();
+    sqlx::query("INSERT INTO t (seen) VALUES (0)")
+        .execute(&mut *first)
+        .await
+        .unwrap();
+    let members: Vec<_> = (1..=2_i64)
+        .map(|i| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let mut tx = begin_sqlite_write(&pool).await?;
+                let statement = if i == 1 {
+                    "INSERT INTO child (parent) VALUES (99)"
+                } else {
+                    "INSERT INTO t (seen) VALUES (2)"
+                };
+                sqlx::query(statement).execute(&mut *tx).await?;
+                tx.commit().await
+            })
+        })
+        .collect();
+    until_queued(&pool, 2).await;
+    let first = first.commit().await;
+    assert!(
+        first
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("FOREIGN KEY")),
+        "{first:?}"
+    );
+    for member in members {
+        let answer = member.await.unwrap();
+        assert!(answer.is_err(), "{answer:?}");
+    }
+    assert!(rows(&pool).await.is_empty());
+    let children: i64 = sqlx::query_scalar("SELECT count(*) FROM child")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(children, 0);
+    // The writer is clean for the next write.
+    let mut next = begin_sqlite_write(&pool).await.unwrap();
+    sqlx::query("INSERT INTO t (seen) VALUES (7)")
+        .execute(&mut *next)
+        .await
+        .unwrap();
+    next.commit().await.unwrap();
+    assert_eq!(rows(&pool).await, vec![7]);
+    pool.close().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_dropped_unfinished_is_undone_before_the_next() {
+    let (pool, dir) = impatient_pool("dropped").await;
+    // Alone: the whole transaction goes.
+    let mut alone = begin_sqlite_write(&pool).await.unwrap();
+    sqlx::query("INSERT INTO t (seen) VALUES (1)")
+        .execute(&mut *alone)
+        .await
+        .unwrap();
+    drop(alone);
+    // A one-statement write on an idle writer runs in autocommit: written when it returns.
+    let mut statement = acquire_sqlite_write(&pool).await.unwrap();
+    sqlx::query("INSERT INTO t (seen) VALUES (2)")
+        .execute(&mut *statement)
+        .await
+        .unwrap();
+    drop(statement);
+    let mut tx = begin_sqlite_write(&pool).await.unwrap();
+    sqlx::query("INSERT INTO t (seen) VALUES (3)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    // A task cancelled while it holds the writer inside a group: the group commits without
+    // its part, and nobody waits for it.
+    let mut first = begin_sqlite_write(&pool).await.unwrap();
+    sqlx::query("INSERT INTO t (seen) VALUES (4)")
+        .execute(&mut *first)
+        .await
+        .unwrap();
+    let (inside_tx, inside) = tokio::sync::oneshot::channel();
+    let cancelled = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let mut tx = begin_sqlite_write(&pool).await.unwrap();
+            sqlx::query("INSERT INTO t (seen) VALUES (5)")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            let _ = inside_tx.send(());
+            std::future::pending::<()>().await;
+            drop(tx);
+        })
+    };
+    until_queued(&pool, 1).await;
+    let first = tokio::spawn(first.commit());
+    inside.await.unwrap();
+    cancelled.abort();
+    tokio::time::timeout(Duration::from_secs(10), first)
+        .await
+        .expect("the group committed without the cancelled member")
+        .unwrap()
+        .unwrap();
+    assert_eq!(rows(&pool).await, vec![2, 3, 4]);
+    pool.close().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn postgres_tls_is_what_the_url_asks_for() {
+    let base = "postgres://u@127.0.0.1:5432/db";
+    let mode = |url: &str| postgres_options(url).unwrap().get_ssl_mode();
+    assert!(matches!(
+        mode(&format!("{base}?sslmode=verify-full")),
+        PgSslMode::VerifyFull
+    ));
+    assert!(matches!(
+        mode(&format!("{base}?application_name=x&sslmode=require")),
+        PgSslMode::Require
+    ));
+    // Naming no mode keeps the plaintext default (unless the environment names one).
+    if std::env::var_os("PGSSLMODE").is_none() {
+        assert!(matches!(mode(base), PgSslMode::Disable));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_queued_behind_writes_shares_their_commit() {
+    let (pool, dir) = impatient_pool("statement").await;
+    let writer = sqlite_writer(&pool);
+    let commits_before = writer.commits();
+    let mut first = begin_sqlite_write(&pool).await.unwrap();
+    sqlx::query("INSERT INTO t (seen) VALUES (0)")
+        .execute(&mut *first)
+        .await
+        .unwrap();
+    // Two one-statement writes queue: one commits, the other is dropped after its statement.
+    let statements: Vec<_> = [1_i64, 2]
+        .into_iter()
+        .map(|i| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let mut write = acquire_sqlite_write(&pool).await?;
+                sqlx::query("INSERT INTO t (seen) VALUES (?1)")
+                    .bind(i)
+                    .execute(&mut *write)
+                    .await?;
+                if i == 1 {
+                    write.commit().await
+                } else {
+                    drop(write);
+                    Ok(())
+                }
+            })
+        })
+        .collect();
+    until_queued(&pool, 2).await;
+    let first = tokio::spawn(first.commit());
+    for statement in statements {
+        statement.await.unwrap().unwrap();
+    }
+    first.await.unwrap().unwrap();
+    // One COMMIT for the transaction and the statement that committed; the dropped one is
+    // undone (it had joined the group, so it was never on its own).
+    assert_eq!(writer.commits() - commits_before, 1);
+    assert_eq!(rows(&pool).await, vec![0, 1]);
+    pool.close().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_dropped_unfinished_frees_sqlites_lock_for_other_connections() {
+    let (pool, dir) = impatient_pool("lock").await;
+    let mut dropped = begin_sqlite_write(&pool).await.unwrap();
+    sqlx::query("INSERT INTO t (seen) VALUES (1)")
+        .execute(&mut *dropped)
+        .await
+        .unwrap();
+    drop(dropped);
+    // Another connection to the file (as the test clock, a migration or another process
+    // opens), willing to wait 2 s for the write lock: the dropped write's transaction must
+    // not keep it until the writer's next write.
+    let mut other =
+        SqliteConnectOptions::from_str(&format!("sqlite://{}", dir.join("t.db").display()))
+            .unwrap()
+            .busy_timeout(Duration::from_secs(2))
+            .connect()
+            .await
+            .unwrap();
+    sqlx::query("INSERT INTO t (seen) VALUES (2)")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    other.close().await.unwrap();
+    assert_eq!(rows(&pool).await, vec![2]);
+    pool.close().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
