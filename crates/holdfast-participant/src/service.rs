@@ -129,14 +129,10 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         // first: lock the row, answer from it if decided, else hold under the lock.
         let mut barrier_first = false;
         if self.resource.barrier_only() {
-            // No business change: the barrier row alone, one statement, no transaction of
-            // its own (on SQLite it may share a group commit).
+            // No business change: the barrier row alone, one statement, no transaction.
             let mut conn = DB::acquire_write(&self.pool).await?;
             let held = TryAnswer::Held;
-            let inserted =
-                DB::insert_try(&mut *conn, &self.name, branch, BarrierPhase::Held, &held).await?;
-            DB::finish_write(conn).await?;
-            if inserted {
+            if DB::insert_try(&mut *conn, &self.name, branch, BarrierPhase::Held, &held).await? {
                 return Ok(held);
             }
             barrier_first = true;
@@ -316,9 +312,9 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         to: BarrierPhase,
     ) -> Result<bool, ResourceError> {
         let mut conn = DB::acquire_write(&self.pool).await?;
-        let advanced = DB::advance_held(&mut *conn, &self.name, key, to).await?;
-        DB::finish_write(conn).await?;
-        Ok(advanced.is_some())
+        Ok(DB::advance_held(&mut *conn, &self.name, key, to)
+            .await?
+            .is_some())
     }
 
     /// A Confirm found part of a held branch gone: release the rest and record `HoldLost`

@@ -155,11 +155,6 @@ pub trait Backend: sqlx::Database {
     /// the transactions instead of in the busy handler.
     async fn acquire_write(pool: &Pool<Self>) -> Result<Self::WriteConnection, sqlx::Error>;
 
-    /// Makes the statement run on an [`Backend::acquire_write`] connection durable, before
-    /// its answer is given. PostgreSQL: it was (autocommit). SQLite: it may have joined a
-    /// group commit, whose COMMIT this waits for.
-    async fn finish_write(conn: Self::WriteConnection) -> Result<(), sqlx::Error>;
-
     /// Applies the barrier's schema ([`crate::migrations`]), tracked apart from the author's
     /// own migrations.
     async fn migrate(pool: &Pool<Self>) -> Result<(), sqlx::migrate::MigrateError>;

@@ -43,11 +43,6 @@ impl Backend for Postgres {
         pool.acquire().await
     }
 
-    async fn finish_write(_conn: Self::WriteConnection) -> Result<(), sqlx::Error> {
-        // Autocommit: durable when the statement returned.
-        Ok(())
-    }
-
     async fn begin_write(pool: &Pool<Self>) -> Result<Self::Write, sqlx::Error> {
         pool.begin().await
     }

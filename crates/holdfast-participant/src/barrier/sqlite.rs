@@ -61,10 +61,6 @@ impl Backend for Sqlite {
         holdfast_serve::db::acquire_sqlite_write(pool).await
     }
 
-    async fn finish_write(conn: Self::WriteConnection) -> Result<(), sqlx::Error> {
-        conn.commit().await
-    }
-
     async fn lock(
         conn: &mut SqliteConnection,
         participant: &str,

@@ -89,10 +89,8 @@ pub async fn begin_sqlite_write(pool: &SqlitePool) -> Result<SqliteWrite, sqlx::
     sqlite_writer(pool).begin(true, ACQUIRE_TIMEOUT).await
 }
 
-/// `pool`'s writer for one write statement: autocommit when the writer is idle, else a member
-/// of the group transaction like [`begin_sqlite_write`]'s. Call [`SqliteWrite::commit`] after
-/// the statement: it is durable when that returns (dropped instead, it may be undone);
-/// refused once `pool` is closed.
+/// `pool`'s writer for one write statement outside a transaction (autocommit: durable when it
+/// returns; an open group is committed first); refused once `pool` is closed.
 pub async fn acquire_sqlite_write(pool: &SqlitePool) -> Result<SqliteWrite, sqlx::Error> {
     if pool.is_closed() {
         return Err(sqlx::Error::PoolClosed);

@@ -315,7 +315,7 @@ fn postgres_tls_is_what_the_url_asks_for() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_statement_queued_behind_writes_shares_their_commit() {
+async fn a_statement_queued_behind_a_group_commits_it_then_runs_alone() {
     let (pool, dir) = impatient_pool("statement").await;
     let writer = sqlite_writer(&pool);
     let commits_before = writer.commits();
@@ -324,34 +324,22 @@ async fn a_statement_queued_behind_writes_shares_their_commit() {
         .execute(&mut *first)
         .await
         .unwrap();
-    // Two one-statement writes queue: one commits, the other is dropped after its statement.
-    let statements: Vec<_> = [1_i64, 2]
-        .into_iter()
-        .map(|i| {
-            let pool = pool.clone();
-            tokio::spawn(async move {
-                let mut write = acquire_sqlite_write(&pool).await?;
-                sqlx::query("INSERT INTO t (seen) VALUES (?1)")
-                    .bind(i)
-                    .execute(&mut *write)
-                    .await?;
-                if i == 1 {
-                    write.commit().await
-                } else {
-                    drop(write);
-                    Ok(())
-                }
-            })
+    let statement = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let mut write = acquire_sqlite_write(&pool).await?;
+            sqlx::query("INSERT INTO t (seen) VALUES (1)")
+                .execute(&mut *write)
+                .await?;
+            // Autocommit: written when the statement returned, dropped or not.
+            drop(write);
+            Ok::<(), sqlx::Error>(())
         })
-        .collect();
-    until_queued(&pool, 2).await;
-    let first = tokio::spawn(first.commit());
-    for statement in statements {
-        statement.await.unwrap().unwrap();
-    }
-    first.await.unwrap().unwrap();
-    // One COMMIT for the transaction and the statement that committed; the dropped one is
-    // undone (it had joined the group, so it was never on its own).
+    };
+    until_queued(&pool, 1).await;
+    // The first write hands its transaction on; the statement commits it before its own.
+    first.commit().await.unwrap();
+    statement.await.unwrap().unwrap();
     assert_eq!(writer.commits() - commits_before, 1);
     assert_eq!(rows(&pool).await, vec![0, 1]);
     pool.close().await;
