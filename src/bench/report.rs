@@ -55,15 +55,17 @@ impl Row {
             .unwrap_or(0)
     }
 
-    /// Oversold, or (a flash sale) units left held after it.
+    /// Oversold, (a flash sale) units left held after it, or (seats + stock) an item whose
+    /// counts disagree with what its client was answered.
     pub(super) fn broke_conservation(&self) -> bool {
-        let left_held = self
-            .measured
-            .as_ref()
-            .and_then(|m| m.extra.get("left_held"))
-            .and_then(|v| v.as_i64())
-            .unwrap_or(0);
-        self.oversell() > 0 || left_held > 0
+        let count = |key: &str| {
+            self.measured
+                .as_ref()
+                .and_then(|m| m.extra.get(key))
+                .and_then(|v| v.as_i64())
+                .unwrap_or(0)
+        };
+        self.oversell() > 0 || count("left_held") > 0 || count("conservation_violations") > 0
     }
 
     fn ops(&self) -> u64 {

@@ -1,5 +1,8 @@
 //! `latency` and `throughput`: clients doing Reserve+Confirm of 2 holds in a loop, and the
-//! per-client provisioning of the seats and stock those holds take (`Holds`).
+//! per-client provisioning of the seats and stock those holds take (`Holds`). With seats and
+//! stock (`-real`), each client's stock item is counted afterwards against the Confirms it was
+//! answered (`conservation`): batching and group commit under concurrency must not lose or
+//! duplicate a unit.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,7 +13,10 @@ use super::{Ctx, Measured, Progress, Workload, describe, hold, is_capacity_refus
 use crate::bench::stats::{Outcome, Recorder};
 use crate::proto::coordinator_client::CoordinatorClient;
 use crate::proto::resource_admin_client::ResourceAdminClient;
-use crate::proto::{ConfirmRequest, Hold, ReserveRequest, ResourceSpec};
+use crate::proto::{ConfirmRequest, GetResourceRequest, Hold, ReserveRequest, ResourceSpec};
+
+/// Units of each client's stock item: more than any run can take.
+const SKU_UNITS: i64 = 1_000_000_000;
 
 /// Reserve then Confirm; a refusal for capacity is `Rejected`, anything else not OK an error.
 async fn reserve_confirm(
@@ -79,7 +85,7 @@ impl Holds {
                 &mut stock,
                 vec![ResourceSpec {
                     resource: sku,
-                    capacity: 1_000_000_000,
+                    capacity: SKU_UNITS,
                 }],
             )
             .await?;
@@ -189,17 +195,24 @@ pub async fn reserve_confirm_loop(
                 }
                 i += 1;
             }
-            (rec, holds.top_ups)
+            let answered = Answered {
+                sku: holds.sku.clone(),
+                ok: rec.ok(),
+                errors: rec.error_count(),
+            };
+            (rec, holds.top_ups, answered)
         })
     });
     let handles: Vec<_> = workers.collect();
     let mut recorder = Recorder::default();
     let mut top_ups = 0;
+    let mut answered = Vec::with_capacity(clients);
     for h in handles {
         match h.await {
-            Ok((rec, t)) => {
+            Ok((rec, t, a)) => {
                 recorder.merge(rec);
                 top_ups += t;
+                answered.push(a);
             }
             Err(e) => recorder.record(
                 Outcome::Error(format!("worker task failed: {e}")),
@@ -215,15 +228,106 @@ pub async fn reserve_confirm_loop(
             ctx.seat_block
         ));
     }
+    let mut extra = serde_json::json!({ "seat_top_ups": top_ups });
+    if workload == Workload::Real {
+        let violations = conservation(&ctx, &answered).await?;
+        let confirmed: u64 = answered.iter().map(|a| a.ok).sum();
+        notes.push(format!(
+            "conservation: {} stock items counted after the run, {confirmed} units confirmed = \
+             the Confirms answered OK, {} violations",
+            answered.len(),
+            violations.len()
+        ));
+        notes.extend(violations.iter().cloned());
+        extra["conservation_violations"] = violations.len().into();
+    }
     Ok(Measured {
         recorder,
         elapsed,
         notes,
-        extra: serde_json::json!({ "seat_top_ups": top_ups }),
-        // One PutResources transaction for the item and one per seat block.
+        extra,
+        // One PutResources transaction for the item and one per seat block, and (after the
+        // run) one GetResource read per item.
         setup_xacts: match workload {
             Workload::Noop => 0,
-            Workload::Real => (2 * clients as u64 + top_ups) as i64,
+            Workload::Real => (3 * clients as u64 + top_ups) as i64,
         },
     })
+}
+
+/// What one client was answered, and the stock item its holds took.
+struct Answered {
+    sku: String,
+    ok: u64,
+    errors: u64,
+}
+
+/// Each client's stock item against what the client was answered: every unit is available,
+/// held or confirmed (together the item's capacity), at least the Confirms answered OK are
+/// confirmed, and at most those plus the calls that failed (an error's outcome is unknown);
+/// with no error, exactly the Confirms answered OK and nothing left held. One line per item
+/// that breaks a rule.
+async fn conservation(ctx: &Ctx, answered: &[Answered]) -> Result<Vec<String>, String> {
+    let mut stock = ctx.transport.admin_client(&ctx.endpoints.stock.1)?;
+    let mut violations = Vec::new();
+    for a in answered {
+        let counts = stock
+            .get_resource(GetResourceRequest {
+                resource: a.sku.clone(),
+            })
+            .await
+            .map_err(|s| describe("GetResource", &s))?
+            .into_inner();
+        let (ok, errors) = (a.ok as i64, a.errors as i64);
+        if !conserved(&counts, ok, errors) {
+            violations.push(format!(
+                "conservation broken on {}: capacity {} = available {} + held {} + confirmed {}? \
+                 ({ok} Confirms answered OK, {errors} calls failed)",
+                a.sku, counts.capacity, counts.available, counts.held, counts.confirmed
+            ));
+        }
+    }
+    Ok(violations)
+}
+
+/// The rules of [`conservation`] for one item: `ok` Confirms answered OK, `errors` calls that
+/// failed (their outcome unknown).
+fn conserved(counts: &crate::proto::ResourceStatus, ok: i64, errors: i64) -> bool {
+    let total = counts.available + counts.held + counts.confirmed;
+    let exact = errors > 0 || (counts.confirmed == ok && counts.held == 0);
+    total == SKU_UNITS
+        && counts.capacity == SKU_UNITS
+        && counts.confirmed >= ok
+        && counts.confirmed <= ok + errors
+        && exact
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(available: i64, held: i64, confirmed: i64) -> crate::proto::ResourceStatus {
+        crate::proto::ResourceStatus {
+            capacity: SKU_UNITS,
+            available,
+            held,
+            confirmed,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn conservation_holds_only_when_the_counts_match_the_answers() {
+        let n = SKU_UNITS;
+        assert!(conserved(&counts(n - 7, 0, 7), 7, 0));
+        // A unit lost (confirmed but not counted anywhere), one sold twice, one left held.
+        assert!(!conserved(&counts(n - 8, 0, 7), 7, 0));
+        assert!(!conserved(&counts(n - 8, 0, 8), 7, 0));
+        assert!(!conserved(&counts(n - 8, 1, 7), 7, 0));
+        // An answered Confirm whose unit is not confirmed.
+        assert!(!conserved(&counts(n - 6, 0, 6), 7, 0));
+        // With failed calls, up to one more unit each may be confirmed or held.
+        assert!(conserved(&counts(n - 9, 1, 8), 7, 2));
+        assert!(!conserved(&counts(n - 10, 0, 10), 7, 2));
+    }
 }

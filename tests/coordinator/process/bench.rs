@@ -104,6 +104,16 @@ fn bench_reports_rates_against_both_ceilings() {
         );
         assert!(row(name)["commits_per_op"].as_f64().is_some(), "{name}");
     }
+    // Seats + stock: each client's stock item counted against the Confirms it was answered.
+    for (name, clients) in [("latency-real", 1), ("throughput-real", 4)] {
+        assert_eq!(row(name)["details"]["conservation_violations"], 0, "{name}");
+        assert!(
+            output.contains(&format!(
+                "{name}: conservation: {clients} stock items counted after the run"
+            )),
+            "{output}"
+        );
+    }
 }
 
 /// `holdfast bench flash`, small, end to end: the real binary drops and recreates its own
