@@ -15,6 +15,10 @@
 //! its own savepoint only (its error stays its own); a failed group COMMIT fails every member
 //! (nothing of any of them was written: a caller retries as after any storage failure). A
 //! member reads the earlier members' uncommitted rows, which commit with it or not at all.
+//! A one-statement write ([`super::acquire_sqlite_write`]) commits any open group, then runs
+//! in autocommit (as a member it measured slower: two more hops than the fsync it saves). A
+//! write dropped unfinished (its task cancelled) is undone at once by a task of the writer's,
+//! so SQLite's write lock is not kept from other connections until the next write.
 //!
 //! The lock is a `tokio::sync::Mutex` rather than a one-connection pool: a pool's release
 //! spawns a task and pings the connection before the next waiter may have it, two scheduling
