@@ -7,12 +7,11 @@
 //! path (`postgres/unlocked.rs`) and comes here when it misses.
 
 use sqlx::Pool;
-
-use crate::db::WriteTransaction;
 use uuid::Uuid;
 
 use super::sql::{Applied, PaymentSql, ReservationSql};
 use super::{Decided, StoreError, WorkLease};
+use crate::db::WriteTransaction;
 use crate::domain::lifecycle::{self, Refusal, Snapshot};
 use crate::domain::{Decision, Payment, Reservation, State, Verdict};
 

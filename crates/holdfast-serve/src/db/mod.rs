@@ -53,7 +53,7 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 
 mod sqlite_write;
 
-pub use sqlite_write::{GROUP_MAX as SQLITE_GROUP_MAX, SqliteWrite};
+pub use sqlite_write::SqliteWrite;
 
 /// The SQLite pools' writers ([`sqlite_write`]), one per pool opened. The key is the pool's
 /// connect options (the same `Arc` for the pool's whole life); a `Weak` so a dropped pool's
@@ -62,40 +62,38 @@ static SQLITE_WRITERS: Mutex<Vec<(Weak<SqliteConnectOptions>, Arc<sqlite_write::
     Mutex::new(Vec::new());
 
 /// The writer `pool`'s writes run on: one connection, one write at a time in arrival order,
-/// queued writes committed together (see [`SqliteWrite`]).
-fn sqlite_writer(pool: &SqlitePool) -> Arc<sqlite_write::Writer> {
+/// queued writes committed together (see [`SqliteWrite`]); refused once `pool` is closed.
+fn sqlite_writer(pool: &SqlitePool) -> Result<Arc<sqlite_write::Writer>, sqlx::Error> {
+    if pool.is_closed() {
+        return Err(sqlx::Error::PoolClosed);
+    }
     let options = pool.connect_options();
     let mut writers = SQLITE_WRITERS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    writers.retain(|(owner, _)| owner.strong_count() > 0);
     if let Some((_, writer)) = writers
         .iter()
         .find(|(owner, _)| std::ptr::eq(owner.as_ptr(), Arc::as_ptr(&options)))
     {
-        return writer.clone();
+        return Ok(writer.clone());
     }
+    // A new pool: the writers of pools dropped since go now (not on every lookup).
+    writers.retain(|(owner, _)| owner.strong_count() > 0);
     let writer = Arc::new(sqlite_write::Writer::new((*options).clone()));
     writers.push((Arc::downgrade(&options), writer.clone()));
-    writer
+    Ok(writer)
 }
 
 /// Begins a write transaction of `pool` on its writer: `BEGIN IMMEDIATE`, or a savepoint in
 /// the group transaction open there ([`SqliteWrite`]); refused once `pool` is closed.
 pub async fn begin_sqlite_write(pool: &SqlitePool) -> Result<SqliteWrite, sqlx::Error> {
-    if pool.is_closed() {
-        return Err(sqlx::Error::PoolClosed);
-    }
-    sqlite_writer(pool).begin(true, ACQUIRE_TIMEOUT).await
+    sqlite_writer(pool)?.begin(true, ACQUIRE_TIMEOUT).await
 }
 
 /// `pool`'s writer for one write statement outside a transaction (autocommit: durable when it
 /// returns; an open group is committed first); refused once `pool` is closed.
 pub async fn acquire_sqlite_write(pool: &SqlitePool) -> Result<SqliteWrite, sqlx::Error> {
-    if pool.is_closed() {
-        return Err(sqlx::Error::PoolClosed);
-    }
-    sqlite_writer(pool).begin(false, ACQUIRE_TIMEOUT).await
+    sqlite_writer(pool)?.begin(false, ACQUIRE_TIMEOUT).await
 }
 
 /// A write transaction of either database, as the store and the participant SDK open them:

@@ -31,14 +31,10 @@ use std::time::Duration;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 use sqlx::{ConnectOptions, Executor};
-use tokio::sync::{Notify, OwnedMappedMutexGuard, OwnedMutexGuard, watch};
+use tokio::sync::{OwnedMappedMutexGuard, OwnedMutexGuard, watch};
 
 /// The most members one group commit serves: a bound on how long the first member waits.
-pub const GROUP_MAX: usize = 64;
-
-/// How often a member waiting for its group's commit checks that the group is still moving
-/// (it commits the group itself if it finds it open and unattended).
-const STALL_CHECK: Duration = Duration::from_millis(200);
+const GROUP_MAX: usize = 64;
 
 /// The savepoint a member that joins an open transaction runs under (`holdfast_member`).
 /// Members never nest: each releases it before the next one joins.
@@ -54,9 +50,6 @@ pub(super) struct Writer {
     /// Writes queued for the lock: a finishing member hands its transaction on while this is
     /// above zero.
     queued: AtomicUsize,
-    /// A queued write gave up, or a member was dropped unfinished: members waiting for their
-    /// group's commit check that someone still will.
-    left: Notify,
     options: SqliteConnectOptions,
     /// Group COMMITs that succeeded (tests count how writes were grouped).
     #[cfg(test)]
@@ -141,12 +134,14 @@ fn group_failed(reason: &str) -> sqlx::Error {
     )))
 }
 
-/// Counts a write queued for the lock until it has it (or gives up: then waiting members are
-/// told, in case they counted on it).
-struct Queued<'w>(&'w Writer);
+/// Counts a write queued for the lock until it has it. Giving up instead (its wait timed out
+/// or its task was cancelled), it may be the write a finishing member handed the group to: the
+/// writer is told to clean up ([`Writer::clean_up_soon`]), which commits a group nobody is left
+/// to commit.
+struct Queued<'w>(&'w Arc<Writer>);
 
 impl<'w> Queued<'w> {
-    fn new(writer: &'w Writer) -> Queued<'w> {
+    fn new(writer: &'w Arc<Writer>) -> Queued<'w> {
         writer.queued.fetch_add(1, Ordering::AcqRel);
         Queued(writer)
     }
@@ -160,12 +155,12 @@ impl<'w> Queued<'w> {
 impl Drop for Queued<'_> {
     fn drop(&mut self) {
         self.0.queued.fetch_sub(1, Ordering::AcqRel);
-        self.0.left.notify_waiters();
+        self.0.clean_up_soon();
     }
 }
 
-/// Tells waiting members when a write is dropped unfinished (its holder's part is undone by the
-/// next holder, who may be one of them).
+/// A write dropped unfinished: the writer undoes its part and, if it was in a group nobody else
+/// will commit, commits the group ([`Writer::clean_up_soon`]).
 struct Abandon {
     writer: Arc<Writer>,
     armed: bool,
@@ -174,7 +169,6 @@ struct Abandon {
 impl Drop for Abandon {
     fn drop(&mut self) {
         if self.armed {
-            self.writer.left.notify_waiters();
             self.writer.clean_up_soon();
         }
     }
@@ -223,7 +217,6 @@ impl Writer {
             conn: Arc::new(tokio::sync::Mutex::new(None)),
             state: Mutex::new(State::default()),
             queued: AtomicUsize::new(0),
-            left: Notify::new(),
             options,
             #[cfg(test)]
             commits: AtomicUsize::new(0),
@@ -259,8 +252,8 @@ impl Writer {
             .await
             .map_err(|_| sqlx::Error::PoolTimedOut)?;
         queued.arrived();
-        // Cancelled from here on, the writer is released with a part maybe begun: members
-        // waiting on an open group are told (the next holder undoes the part).
+        // Cancelled from here on, the writer is released with a part maybe begun: it is
+        // cleaned up (the part undone, a group left open committed).
         let mut abandon = Abandon {
             writer: self.clone(),
             armed: true,
@@ -396,12 +389,14 @@ impl Writer {
         Some(committed.map_err(|e| e.to_string()))
     }
 
-    /// Ends soon what a write dropped unfinished (or a cancelled COMMIT) left open on the
-    /// connection, instead of at the next write: until then SQLite's write lock stays taken,
-    /// and any other connection to the file (a migration, the test clock, another process)
-    /// waits for it. A task takes the writer after whoever is queued, undoes the dropped part,
-    /// and commits a group that nobody queued is left to commit. (Outside a runtime the next
-    /// write does it.)
+    /// Ends soon what a write dropped unfinished, a queued write that gave up, or a cancelled
+    /// COMMIT left open on the connection, instead of at the next write: until then SQLite's
+    /// write lock stays taken (any other connection to the file - a migration, the test clock,
+    /// another process - waits for it) and members of an open group wait for a COMMIT nobody
+    /// is about to run. A task takes the writer after whoever is queued (who, if anyone, will
+    /// join or commit the group), undoes the dropped part, and commits the group if nobody is
+    /// queued. The one way a group is finished other than by its last member. (Outside a
+    /// runtime the next write does it.)
     fn clean_up_soon(self: &Arc<Self>) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
@@ -428,43 +423,14 @@ impl Writer {
         }
     }
 
-    /// Waits for `group`'s COMMIT. Normally a later member commits it; should the queue have
-    /// emptied without anyone doing so (a queued write gave up, a member was dropped
-    /// unfinished), this member takes the writer and commits the group itself.
-    async fn await_group(self: &Arc<Self>, group: Arc<Group>) -> Result<(), sqlx::Error> {
+    /// Waits for `group`'s COMMIT: by its last member, or by the clean-up should the queue
+    /// have emptied without one ([`Writer::clean_up_soon`]).
+    async fn await_group(group: Arc<Group>) -> Result<(), sqlx::Error> {
         let mut outcome = group.outcome.subscribe();
-        loop {
-            let left = self.left.notified();
-            tokio::select! {
-                biased;
-                done = outcome.wait_for(Option::is_some) => {
-                    return match done.as_deref() {
-                        Ok(Some(Ok(()))) => Ok(()),
-                        Ok(Some(Err(reason))) => Err(group_failed(reason)),
-                        Ok(None) | Err(_) => Err(group_failed("no outcome was published")),
-                    };
-                }
-                () = left => {}
-                () = tokio::time::sleep(STALL_CHECK) => {}
-            }
-            // Someone left (or the group is slow): if the writer is free and the group still
-            // open, nobody is about to commit it.
-            let Ok(guard) = self.conn.clone().try_lock_owned() else {
-                continue;
-            };
-            let mut conn = self.ready(guard).await?;
-            let still_open = self
-                .state()
-                .group
-                .as_ref()
-                .is_some_and(|open| Arc::ptr_eq(open, &group));
-            if still_open {
-                self.commit_open_group(&mut conn).await;
-            } else if outcome.borrow().is_none() {
-                // Closed without a word: cannot happen while every COMMIT publishes (or its
-                // cancellation does); never wait for it.
-                return Err(group_failed("it ended without an outcome"));
-            }
+        match outcome.wait_for(Option::is_some).await.as_deref() {
+            Ok(Some(Ok(()))) => Ok(()),
+            Ok(Some(Err(reason))) => Err(group_failed(reason)),
+            Ok(None) | Err(_) => Err(group_failed("no outcome was published")),
         }
     }
 
@@ -486,27 +452,24 @@ impl SqliteWrite {
     /// Commits this write: its part becomes durable with its group's COMMIT, which this call
     /// waits for. An error: nothing of it was written.
     pub async fn commit(mut self) -> Result<(), sqlx::Error> {
-        self.abandon.armed = false;
         let writer = self.abandon.writer.clone();
         let Some(group) = self.group.take() else {
             // One autocommit statement: durable when it returned.
+            self.abandon.armed = false;
             writer.state().holder = None;
             return Ok(());
         };
-        if self.part == Part::Joiner
-            && let Err(e) = self.conn.execute(RELEASE_MEMBER).await
-        {
-            writer.state().holder = Some(Part::Joiner);
-            drop(self.conn); // the next holder undoes this member's savepoint
-            writer.left.notify_waiters();
-            return Err(e);
+        if self.part == Part::Joiner {
+            // Failing, this write is dropped still armed: its savepoint is undone.
+            self.conn.execute(RELEASE_MEMBER).await?;
         }
+        self.abandon.armed = false;
         match writer.end_part(&mut self.conn).await {
             Some(Ok(())) => Ok(()),
             Some(Err(reason)) => Err(group_failed(&reason)),
             None => {
                 drop(self.conn);
-                writer.await_group(group).await
+                Writer::await_group(group).await
             }
         }
     }

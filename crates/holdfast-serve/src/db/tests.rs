@@ -28,6 +28,28 @@ async fn impatient_pool(name: &str) -> (SqlitePool, std::path::PathBuf) {
     (pool, dir)
 }
 
+/// Closes `pool` and removes its folder.
+async fn remove(pool: SqlitePool, dir: std::path::PathBuf) {
+    pool.close().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Writes a row `seen` on `conn`.
+async fn insert(conn: &mut sqlx::SqliteConnection, seen: i64) -> Result<(), sqlx::Error> {
+    sqlx::query("INSERT INTO t (seen) VALUES (?1)")
+        .bind(seen)
+        .execute(conn)
+        .await
+        .map(|_| ())
+}
+
+/// A write transaction of `pool` begun, with a row `seen` written in it.
+async fn begun(pool: &SqlitePool, seen: i64) -> SqliteWrite {
+    let mut write = begin_sqlite_write(pool).await.unwrap();
+    insert(&mut write, seen).await.unwrap();
+    write
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_sqlite_writes_queue_in_process_not_in_the_busy_handler() {
     let (pool, dir) = impatient_pool("queue").await;
@@ -44,10 +66,7 @@ async fn concurrent_sqlite_writes_queue_in_process_not_in_the_busy_handler() {
                     .await?;
                 tokio::task::yield_now().await;
                 // What it saw under the lock: the rows of every writer before it.
-                sqlx::query("INSERT INTO t (seen) VALUES (?1)")
-                    .bind(n)
-                    .execute(&mut *tx)
-                    .await?;
+                insert(&mut tx, n).await?;
                 tx.commit().await
             })
         })
@@ -70,17 +89,22 @@ async fn concurrent_sqlite_writes_queue_in_process_not_in_the_busy_handler() {
         .unwrap();
     assert_eq!(seen, (0..64).collect::<Vec<i64>>(), "one writer at a time");
     // Writes that queued committed together: fewer COMMITs than writes.
-    assert!(sqlite_writer(&pool).commits() < 64);
-    pool.close().await;
-    let _ = std::fs::remove_dir_all(dir);
+    assert!(sqlite_writer(&pool).unwrap().commits() < 64);
+    remove(pool, dir).await;
 }
 
 #[tokio::test]
 async fn each_sqlite_pool_has_one_writer_of_its_own_and_a_closed_pool_writes_nothing() {
     let (a, dir_a) = impatient_pool("a").await;
     let (b, dir_b) = impatient_pool("b").await;
-    assert!(Arc::ptr_eq(&sqlite_writer(&a), &sqlite_writer(&a)));
-    assert!(!Arc::ptr_eq(&sqlite_writer(&a), &sqlite_writer(&b)));
+    assert!(Arc::ptr_eq(
+        &sqlite_writer(&a).unwrap(),
+        &sqlite_writer(&a).unwrap()
+    ));
+    assert!(!Arc::ptr_eq(
+        &sqlite_writer(&a).unwrap(),
+        &sqlite_writer(&b).unwrap()
+    ));
     a.close().await;
     assert!(matches!(
         begin_sqlite_write(&a).await,
@@ -96,7 +120,7 @@ async fn each_sqlite_pool_has_one_writer_of_its_own_and_a_closed_pool_writes_not
 /// Waits until `n` writes are queued for `pool`'s writer (they queue at once; the bound
 /// only turns a hang into a failure).
 async fn until_queued(pool: &SqlitePool, n: usize) {
-    let writer = sqlite_writer(pool);
+    let writer = sqlite_writer(pool).unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while writer.queued() < n {
         assert!(
@@ -118,23 +142,16 @@ async fn rows(pool: &SqlitePool) -> Vec<i64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_writes_commit_together_and_a_members_failure_stays_its_own() {
     let (pool, dir) = impatient_pool("group").await;
-    let writer = sqlite_writer(&pool);
+    let writer = sqlite_writer(&pool).unwrap();
     let commits_before = writer.commits();
     // The first write holds the writer while six more queue behind it.
-    let mut first = begin_sqlite_write(&pool).await.unwrap();
-    sqlx::query("INSERT INTO t (seen) VALUES (0)")
-        .execute(&mut *first)
-        .await
-        .unwrap();
+    let first = begun(&pool, 0).await;
     let members: Vec<_> = (1..=6_i64)
         .map(|i| {
             let pool = pool.clone();
             tokio::spawn(async move {
                 let mut tx = begin_sqlite_write(&pool).await?;
-                sqlx::query("INSERT INTO t (seen) VALUES (?1)")
-                    .bind(i)
-                    .execute(&mut *tx)
-                    .await?;
+                insert(&mut tx, i).await?;
                 match i {
                     // A statement fails after the member's own insert: `?` drops the write
                     // unfinished.
@@ -170,8 +187,7 @@ async fn queued_writes_commit_together_and_a_members_failure_stays_its_own() {
     // One COMMIT for the seven; the failed and the rolled-back members left nothing.
     assert_eq!(writer.commits() - commits_before, 1);
     assert_eq!(rows(&pool).await, vec![0, 1, 3, 5, 6]);
-    pool.close().await;
-    let _ = std::fs::remove_dir_all(dir);
+    remove(pool, dir).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -188,11 +204,7 @@ async fn a_failed_group_commit_fails_every_member_and_writes_nothing() {
     .execute(&pool)
     .await
     .unwrap();
-    let mut first = begin_sqlite_write(&pool).await.unwrap();
-    sqlx::query("INSERT INTO t (seen) VALUES (0)")
-        .execute(&mut *first)
-        .await
-        .unwrap();
+    let first = begun(&pool, 0).await;
     let members: Vec<_> = (1..=2_i64)
         .map(|i| {
             let pool = pool.clone();
@@ -227,56 +239,33 @@ async fn a_failed_group_commit_fails_every_member_and_writes_nothing() {
         .unwrap();
     assert_eq!(children, 0);
     // The writer is clean for the next write.
-    let mut next = begin_sqlite_write(&pool).await.unwrap();
-    sqlx::query("INSERT INTO t (seen) VALUES (7)")
-        .execute(&mut *next)
-        .await
-        .unwrap();
+    let next = begun(&pool, 7).await;
     next.commit().await.unwrap();
     assert_eq!(rows(&pool).await, vec![7]);
-    pool.close().await;
-    let _ = std::fs::remove_dir_all(dir);
+    remove(pool, dir).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_dropped_unfinished_is_undone_before_the_next() {
     let (pool, dir) = impatient_pool("dropped").await;
     // Alone: the whole transaction goes.
-    let mut alone = begin_sqlite_write(&pool).await.unwrap();
-    sqlx::query("INSERT INTO t (seen) VALUES (1)")
-        .execute(&mut *alone)
-        .await
-        .unwrap();
+    let alone = begun(&pool, 1).await;
     drop(alone);
     // A one-statement write on an idle writer runs in autocommit: written when it returns.
     let mut statement = acquire_sqlite_write(&pool).await.unwrap();
-    sqlx::query("INSERT INTO t (seen) VALUES (2)")
-        .execute(&mut *statement)
-        .await
-        .unwrap();
+    insert(&mut statement, 2).await.unwrap();
     drop(statement);
-    let mut tx = begin_sqlite_write(&pool).await.unwrap();
-    sqlx::query("INSERT INTO t (seen) VALUES (3)")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    let tx = begun(&pool, 3).await;
     tx.commit().await.unwrap();
     // A task cancelled while it holds the writer inside a group: the group commits without
     // its part, and nobody waits for it.
-    let mut first = begin_sqlite_write(&pool).await.unwrap();
-    sqlx::query("INSERT INTO t (seen) VALUES (4)")
-        .execute(&mut *first)
-        .await
-        .unwrap();
+    let first = begun(&pool, 4).await;
     let (inside_tx, inside) = tokio::sync::oneshot::channel();
     let cancelled = {
         let pool = pool.clone();
         tokio::spawn(async move {
             let mut tx = begin_sqlite_write(&pool).await.unwrap();
-            sqlx::query("INSERT INTO t (seen) VALUES (5)")
-                .execute(&mut *tx)
-                .await
-                .unwrap();
+            insert(&mut tx, 5).await.unwrap();
             let _ = inside_tx.send(());
             std::future::pending::<()>().await;
             drop(tx);
@@ -292,8 +281,93 @@ async fn a_write_dropped_unfinished_is_undone_before_the_next() {
         .unwrap()
         .unwrap();
     assert_eq!(rows(&pool).await, vec![2, 3, 4]);
-    pool.close().await;
-    let _ = std::fs::remove_dir_all(dir);
+    remove(pool, dir).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_queued_behind_a_group_commits_it_then_runs_alone() {
+    let (pool, dir) = impatient_pool("statement").await;
+    let writer = sqlite_writer(&pool).unwrap();
+    let commits_before = writer.commits();
+    let first = begun(&pool, 0).await;
+    let statement = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let mut write = acquire_sqlite_write(&pool).await?;
+            insert(&mut write, 1).await?;
+            // Autocommit: written when the statement returned, dropped or not.
+            drop(write);
+            Ok::<(), sqlx::Error>(())
+        })
+    };
+    until_queued(&pool, 1).await;
+    // The first write hands its transaction on; the statement commits it before its own.
+    first.commit().await.unwrap();
+    statement.await.unwrap().unwrap();
+    assert_eq!(writer.commits() - commits_before, 1);
+    assert_eq!(rows(&pool).await, vec![0, 1]);
+    remove(pool, dir).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_dropped_unfinished_frees_sqlites_lock_for_other_connections() {
+    let (pool, dir) = impatient_pool("lock").await;
+    let dropped = begun(&pool, 1).await;
+    drop(dropped);
+    // Another connection to the file (as the test clock, a migration or another process
+    // opens), willing to wait 2 s for the write lock: the dropped write's transaction must
+    // not keep it until the writer's next write.
+    let mut other =
+        SqliteConnectOptions::from_str(&format!("sqlite://{}", dir.join("t.db").display()))
+            .unwrap()
+            .busy_timeout(Duration::from_secs(2))
+            .connect()
+            .await
+            .unwrap();
+    sqlx::query("INSERT INTO t (seen) VALUES (2)")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    other.close().await.unwrap();
+    assert_eq!(rows(&pool).await, vec![2]);
+    remove(pool, dir).await;
+}
+
+/// The race a hand-off can lose: a finishing write sees one queued and leaves the group open
+/// for it, then that write gives up before it ever has the writer. The clean-up commits the
+/// group; nobody waits forever.
+#[tokio::test]
+async fn a_group_handed_to_a_write_that_gives_up_is_still_committed() {
+    let (pool, dir) = impatient_pool("gave-up").await;
+    let writer = sqlite_writer(&pool).unwrap();
+    let commits_before = writer.commits();
+    let first = begun(&pool, 1).await;
+    let waiting = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let mut write = begin_sqlite_write(&pool).await?;
+            insert(&mut write, 2).await?;
+            write.commit().await
+        })
+    };
+    until_queued(&pool, 1).await;
+    // One poll of the commit on this one-thread runtime: it hands the open group to the queued
+    // write and waits, before that write's task can run.
+    let mut commit = Box::pin(first.commit());
+    let polled = std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(std::future::Future::poll(commit.as_mut(), cx))
+    })
+    .await;
+    assert!(polled.is_pending(), "handed on, waiting for the group");
+    waiting.abort();
+    tokio::time::timeout(Duration::from_secs(10), commit)
+        .await
+        .expect("the group was committed without the write that gave up")
+        .unwrap();
+    assert!(waiting.await.unwrap_err().is_cancelled());
+    assert_eq!(writer.commits() - commits_before, 1);
+    assert_eq!(rows(&pool).await, vec![1]);
+    remove(pool, dir).await;
 }
 
 #[test]
@@ -312,65 +386,4 @@ fn postgres_tls_is_what_the_url_asks_for() {
     if std::env::var_os("PGSSLMODE").is_none() {
         assert!(matches!(mode(base), PgSslMode::Disable));
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_statement_queued_behind_a_group_commits_it_then_runs_alone() {
-    let (pool, dir) = impatient_pool("statement").await;
-    let writer = sqlite_writer(&pool);
-    let commits_before = writer.commits();
-    let mut first = begin_sqlite_write(&pool).await.unwrap();
-    sqlx::query("INSERT INTO t (seen) VALUES (0)")
-        .execute(&mut *first)
-        .await
-        .unwrap();
-    let statement = {
-        let pool = pool.clone();
-        tokio::spawn(async move {
-            let mut write = acquire_sqlite_write(&pool).await?;
-            sqlx::query("INSERT INTO t (seen) VALUES (1)")
-                .execute(&mut *write)
-                .await?;
-            // Autocommit: written when the statement returned, dropped or not.
-            drop(write);
-            Ok::<(), sqlx::Error>(())
-        })
-    };
-    until_queued(&pool, 1).await;
-    // The first write hands its transaction on; the statement commits it before its own.
-    first.commit().await.unwrap();
-    statement.await.unwrap().unwrap();
-    assert_eq!(writer.commits() - commits_before, 1);
-    assert_eq!(rows(&pool).await, vec![0, 1]);
-    pool.close().await;
-    let _ = std::fs::remove_dir_all(dir);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_write_dropped_unfinished_frees_sqlites_lock_for_other_connections() {
-    let (pool, dir) = impatient_pool("lock").await;
-    let mut dropped = begin_sqlite_write(&pool).await.unwrap();
-    sqlx::query("INSERT INTO t (seen) VALUES (1)")
-        .execute(&mut *dropped)
-        .await
-        .unwrap();
-    drop(dropped);
-    // Another connection to the file (as the test clock, a migration or another process
-    // opens), willing to wait 2 s for the write lock: the dropped write's transaction must
-    // not keep it until the writer's next write.
-    let mut other =
-        SqliteConnectOptions::from_str(&format!("sqlite://{}", dir.join("t.db").display()))
-            .unwrap()
-            .busy_timeout(Duration::from_secs(2))
-            .connect()
-            .await
-            .unwrap();
-    sqlx::query("INSERT INTO t (seen) VALUES (2)")
-        .execute(&mut other)
-        .await
-        .unwrap();
-    other.close().await.unwrap();
-    assert_eq!(rows(&pool).await, vec![2]);
-    pool.close().await;
-    let _ = std::fs::remove_dir_all(dir);
 }
