@@ -209,3 +209,53 @@ async fn every_list_shape_searches_an_index_on_sqlite() {
         assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     }
 }
+
+/// The hot path's Confirm decision (a HELD reservation, no payment) settles on a generic plan,
+/// as a cached prepared statement should: planned afresh on every call it cost PostgreSQL
+/// ~0.1 ms of CPU per Reserve+Confirm (BENCHMARKS.md, "Where the CPU goes"). One pooled
+/// connection, so the store's statements and this check share one session's
+/// `pg_prepared_statements`.
+#[sqlx::test(migrations = false)]
+async fn a_confirm_without_payment_is_not_planned_on_every_call(
+    options: sqlx::postgres::PgPoolOptions,
+    connect: sqlx::postgres::PgConnectOptions,
+) {
+    let pool = options
+        .max_connections(1)
+        .connect_with(connect)
+        .await
+        .unwrap();
+    let store = crate::postgres(pool.clone()).await;
+    const CONFIRMS: i64 = 10;
+    for i in 0..CONFIRMS {
+        let (r, token) =
+            crate::cases::held(&store, &format!("h{i}"), "req", crate::cases::LONG).await;
+        let (verdict, after, _) =
+            crate::cases::decide(&store, r.id, &token, &crate::cases::confirm()).await;
+        assert!(
+            matches!(verdict, holdfast::domain::Verdict::Transition { .. }),
+            "{verdict:?}"
+        );
+        assert_eq!(after.state, holdfast::domain::State::Confirming);
+    }
+    let plans: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements \
+         WHERE statement LIKE 'UPDATE reservations SET state = ''CONFIRMING''%'",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let calls: i64 = plans.iter().map(|(_, g, c)| g + c).sum();
+    assert_eq!(
+        calls, CONFIRMS,
+        "every Confirm ran the statement: {plans:?}"
+    );
+    let custom: i64 = plans.iter().map(|(_, _, c)| c).sum();
+    // PostgreSQL plans a prepared statement's first five runs for their values, then keeps
+    // the generic plan unless custom plans look cheaper.
+    assert!(
+        custom <= 5,
+        "{custom} of {CONFIRMS} Confirms were planned afresh: {plans:?}"
+    );
+    pool.close().await;
+}

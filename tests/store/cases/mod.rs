@@ -31,9 +31,9 @@ use holdfast::domain::{
 use holdfast::store::{BranchReport, Created, Decided, Store, WorkLease};
 use uuid::Uuid;
 
-type S = Arc<dyn Store>;
+pub(crate) type S = Arc<dyn Store>;
 
-const LONG: Duration = Duration::from_secs(600);
+pub(crate) const LONG: Duration = Duration::from_secs(600);
 /// A ttl or a lease that lapses within the test (then `lapse()` waits it out). Generous, not
 /// a few hundred milliseconds: what a case does before it must lapse (a few statements) has to
 /// fit in it on a loaded CI machine, or the case fails for the wrong reason.
@@ -159,7 +159,12 @@ fn reports(r: &Reservation, state: BranchState, error: Option<&str>) -> Vec<Bran
 }
 
 /// A reservation whose holds are all placed.
-async fn held(store: &S, holder: &str, request_id: &str, ttl: Duration) -> (Reservation, String) {
+pub(crate) async fn held(
+    store: &S,
+    holder: &str,
+    request_id: &str,
+    ttl: Duration,
+) -> (Reservation, String) {
     let (r, token) = create(store, holder, request_id, ttl).await;
     let r = store
         .record_held(r.id, &reports(&r, BranchState::Held, None))
@@ -169,7 +174,7 @@ async fn held(store: &S, holder: &str, request_id: &str, ttl: Duration) -> (Rese
     (r, token)
 }
 
-fn confirm() -> Decision {
+pub(crate) fn confirm() -> Decision {
     Decision::Confirm {
         payment: None,
         late_policy: LatePaymentPolicy::HonorIfAvailable,
@@ -218,7 +223,12 @@ fn extend_keyed(by: Duration, request_id: Option<&str>) -> Decision {
 }
 
 /// The verdict, the reservation after it, and whether this caller got the lease.
-async fn decide(store: &S, id: Uuid, token: &str, d: &Decision) -> (Verdict, Reservation, bool) {
+pub(crate) async fn decide(
+    store: &S,
+    id: Uuid,
+    token: &str,
+    d: &Decision,
+) -> (Verdict, Reservation, bool) {
     match store.decide(id, None, token, d, lease()).await.unwrap() {
         Decided::Judged {
             verdict,
