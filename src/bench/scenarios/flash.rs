@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 
 use super::{Ctx, Measured, Progress, describe, hold, is_capacity_refusal, put};
-use crate::bench::stats::{Outcome, Recorder};
+use crate::bench::stats::{Outcome, Percentiles, Recorder, percentiles};
 use crate::proto::coordinator_client::CoordinatorClient;
 use crate::proto::{
     CancelRequest, ConfirmRequest, GetResourceRequest, ReserveRequest, ResourceSpec,
@@ -58,7 +58,7 @@ pub async fn flash(
     let confirmed = crate::proto::reservation::State::Confirmed as i32;
     let cancelled = crate::proto::reservation::State::Cancelled as i32;
     let start = Instant::now();
-    let results: Vec<(Outcome, Duration, bool)> = futures_util::stream::iter(0..clients)
+    let results: Vec<(usize, Outcome, Duration, bool)> = futures_util::stream::iter(0..clients)
         .map(|i| {
             let mut client = CoordinatorClient::new(channels[i % channels.len()].clone());
             let holder = format!("{}-flash-{i}", ctx.run_id);
@@ -119,7 +119,7 @@ pub async fn flash(
                 };
                 progress.count(&outcome);
                 let bought = outcome == Outcome::Ok && !gives_back;
-                (outcome, took, bought)
+                (i, outcome, took, bought)
             }
         })
         .buffer_unordered(concurrency.max(1))
@@ -128,10 +128,16 @@ pub async fn flash(
     let elapsed = start.elapsed();
     let mut recorder = Recorder::default();
     let mut bought = 0i64;
-    for (outcome, took, b) in results {
+    let mut by_start = Vec::with_capacity(results.len());
+    for (i, outcome, took, b) in results {
         bought += i64::from(b);
+        // An error has no latency in the summary either.
+        if matches!(outcome, Outcome::Ok | Outcome::Rejected) {
+            by_start.push((i, u64::try_from(took.as_micros()).unwrap_or(u64::MAX)));
+        }
         recorder.record(outcome, took);
     }
+    let wave = OpeningWave::of(&by_start, concurrency);
     // A Confirm left CONFIRMING (a participant call timed out) is finished by recovery: give
     // it up to 15 s, so the counts below are final rather than in flight.
     let settle_until = Instant::now() + Duration::from_secs(15);
@@ -152,7 +158,7 @@ pub async fn flash(
     };
     let sold = counts.confirmed + counts.held;
     let oversell = (sold - units).max(0);
-    let mut notes = vec![];
+    let mut notes = vec![wave.describe()];
     if counts.confirmed != bought {
         notes.push(format!(
             "participant counts {} confirmed but {bought} clients bought",
@@ -192,6 +198,7 @@ pub async fn flash(
                 "confirmed": counts.confirmed,
             },
             "oversell": oversell,
+            "opening_wave": wave.json(),
         }),
         recorder,
         elapsed,
@@ -200,4 +207,99 @@ pub async fn flash(
         // read; stock-redis reads its counts from Redis).
         setup_xacts: if kind == Kind::Stock { 1 + reads } else { 1 },
     })
+}
+
+/// Where the sale's latency comes from: the Reserves started in its opening wave (the first
+/// `concurrency`, all in flight at once before any answer, so before a refusal could set the
+/// coordinator's sold-out hint) against the rest, and how many of the slowest 1% of answers
+/// started in that wave.
+#[derive(Debug, PartialEq)]
+struct OpeningWave {
+    wave: usize,
+    opening: Percentiles,
+    rest: Percentiles,
+    rest_count: usize,
+    slowest: usize,
+    slowest_in_wave: usize,
+}
+
+impl OpeningWave {
+    /// `by_start`: (start index, latency in microseconds) of every answered Reserve.
+    fn of(by_start: &[(usize, u64)], wave: usize) -> OpeningWave {
+        let (opening, rest): (Vec<_>, Vec<_>) = by_start.iter().partition(|(i, _)| *i < wave);
+        let micros = |v: &[&(usize, u64)]| v.iter().map(|(_, us)| *us).collect::<Vec<_>>();
+        let mut slowest: Vec<(usize, u64)> = by_start.to_vec();
+        slowest.sort_unstable_by(|a, b| b.1.cmp(&a.1));
+        slowest.truncate(by_start.len().div_ceil(100));
+        OpeningWave {
+            wave: opening.len(),
+            opening: percentiles(&micros(&opening)),
+            rest: percentiles(&micros(&rest)),
+            rest_count: rest.len(),
+            slowest: slowest.len(),
+            slowest_in_wave: slowest.iter().filter(|(i, _)| *i < wave).count(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "opening wave (the first {} Reserves, in flight together): p50 {:.2} ms p99 {:.2} ms; \
+             the other {}: p50 {:.2} ms p99 {:.2} ms; {} of the slowest {} answers started in the \
+             opening wave",
+            self.wave,
+            self.opening.p50,
+            self.opening.p99,
+            self.rest_count,
+            self.rest.p50,
+            self.rest.p99,
+            self.slowest_in_wave,
+            self.slowest,
+        )
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "requests": self.wave,
+            "p50_ms": self.opening.p50,
+            "p99_ms": self.opening.p99,
+            "rest_requests": self.rest_count,
+            "rest_p50_ms": self.rest.p50,
+            "rest_p99_ms": self.rest.p99,
+            "slowest_1pct": self.slowest,
+            "slowest_1pct_in_opening_wave": self.slowest_in_wave,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_opening_wave_is_split_from_the_rest_by_start_order() {
+        // 200 answers; the first 10 started are slow (100..109 ms), the rest 1 ms, except
+        // start 150 at 500 ms.
+        let mut by_start: Vec<(usize, u64)> = (0..200)
+            .map(|i| {
+                (
+                    i,
+                    if i < 10 {
+                        100_000 + i as u64 * 1000
+                    } else {
+                        1000
+                    },
+                )
+            })
+            .collect();
+        by_start[150].1 = 500_000;
+        by_start.reverse(); // answered in any order
+        let w = OpeningWave::of(&by_start, 10);
+        assert_eq!((w.wave, w.rest_count), (10, 190));
+        assert_eq!((w.opening.p50, w.opening.p99), (104.0, 109.0));
+        assert_eq!((w.rest.p50, w.rest.p99), (1.0, 1.0));
+        // The slowest 1% of 200 is 2 answers: start 150 (500 ms) and start 9 (109 ms).
+        assert_eq!((w.slowest, w.slowest_in_wave), (2, 1));
+        assert!(w.describe().contains("1 of the slowest 2 answers"));
+        assert_eq!(w.json()["slowest_1pct_in_opening_wave"], 1);
+    }
 }

@@ -150,6 +150,12 @@ fn bench_flash_sells_exactly_the_units_on_stock_and_stock_redis() {
         let details = &row["details"];
         assert_eq!(details["winners"], UNITS, "{row}");
         assert_eq!(details["oversell"], 0, "{row}");
+        // Every answer is in the opening wave (the first 32 started) or after it.
+        let wave = &details["opening_wave"];
+        assert_eq!(wave["requests"], 32, "{row}");
+        assert_eq!(wave["rest_requests"], CLIENTS - 32, "{row}");
+        assert_eq!(wave["slowest_1pct"], 3, "{row}");
+        assert!(output.contains("opening wave (the first 32 Reserves"), "{output}");
         let counts = &details["participant_counts"];
         assert_eq!(
             (&counts["capacity"], &counts["confirmed"], &counts["held"]),
