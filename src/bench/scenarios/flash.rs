@@ -229,7 +229,7 @@ impl OpeningWave {
         let (opening, rest): (Vec<_>, Vec<_>) = by_start.iter().partition(|(i, _)| *i < wave);
         let micros = |v: &[&(usize, u64)]| v.iter().map(|(_, us)| *us).collect::<Vec<_>>();
         let mut slowest: Vec<(usize, u64)> = by_start.to_vec();
-        slowest.sort_unstable_by(|a, b| b.1.cmp(&a.1));
+        slowest.sort_unstable_by_key(|s| std::cmp::Reverse(s.1));
         slowest.truncate(by_start.len().div_ceil(100));
         OpeningWave {
             wave: opening.len(),

@@ -155,7 +155,10 @@ fn bench_flash_sells_exactly_the_units_on_stock_and_stock_redis() {
         assert_eq!(wave["requests"], 32, "{row}");
         assert_eq!(wave["rest_requests"], CLIENTS - 32, "{row}");
         assert_eq!(wave["slowest_1pct"], 3, "{row}");
-        assert!(output.contains("opening wave (the first 32 Reserves"), "{output}");
+        assert!(
+            output.contains("opening wave (the first 32 Reserves"),
+            "{output}"
+        );
         let counts = &details["participant_counts"];
         assert_eq!(
             (&counts["capacity"], &counts["confirmed"], &counts["held"]),
