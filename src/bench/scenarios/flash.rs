@@ -137,7 +137,7 @@ pub async fn flash(
         }
         recorder.record(outcome, took);
     }
-    let wave = OpeningWave::of(&by_start, concurrency);
+    let wave = OpeningWave::of(&by_start, concurrency, clients);
     // A Confirm left CONFIRMING (a participant call timed out) is finished by recovery: give
     // it up to 15 s, so the counts below are final rather than in flight.
     let settle_until = Instant::now() + Duration::from_secs(15);
@@ -215,7 +215,10 @@ pub async fn flash(
 /// started in that wave.
 #[derive(Debug, PartialEq)]
 struct OpeningWave {
+    /// Reserves started in the opening wave.
     wave: usize,
+    /// Of those, the ones answered (an error has no latency).
+    answered: usize,
     opening: Percentiles,
     rest: Percentiles,
     rest_count: usize,
@@ -224,15 +227,17 @@ struct OpeningWave {
 }
 
 impl OpeningWave {
-    /// `by_start`: (start index, latency in microseconds) of every answered Reserve.
-    fn of(by_start: &[(usize, u64)], wave: usize) -> OpeningWave {
+    /// `by_start`: (start index, latency in microseconds) of every answered Reserve, of
+    /// `started` in all.
+    fn of(by_start: &[(usize, u64)], wave: usize, started: usize) -> OpeningWave {
         let (opening, rest): (Vec<_>, Vec<_>) = by_start.iter().partition(|(i, _)| *i < wave);
         let micros = |v: &[&(usize, u64)]| v.iter().map(|(_, us)| *us).collect::<Vec<_>>();
         let mut slowest: Vec<(usize, u64)> = by_start.to_vec();
         slowest.sort_unstable_by_key(|s| std::cmp::Reverse(s.1));
         slowest.truncate(by_start.len().div_ceil(100));
         OpeningWave {
-            wave: opening.len(),
+            wave: wave.min(started),
+            answered: opening.len(),
             opening: percentiles(&micros(&opening)),
             rest: percentiles(&micros(&rest)),
             rest_count: rest.len(),
@@ -242,10 +247,15 @@ impl OpeningWave {
     }
 
     fn describe(&self) -> String {
+        let errors = if self.answered < self.wave {
+            format!(", {} answered without an error", self.answered)
+        } else {
+            String::new()
+        };
         format!(
-            "opening wave (the first {} Reserves, in flight together): p50 {:.2} ms p99 {:.2} ms; \
-             the other {}: p50 {:.2} ms p99 {:.2} ms; {} of the slowest {} answers started in the \
-             opening wave",
+            "opening wave (the first {} Reserves, in flight together{errors}): p50 {:.2} ms \
+             p99 {:.2} ms; the other {}: p50 {:.2} ms p99 {:.2} ms; {} of the slowest {} \
+             answers started in the opening wave",
             self.wave,
             self.opening.p50,
             self.opening.p99,
@@ -260,6 +270,7 @@ impl OpeningWave {
     fn json(&self) -> serde_json::Value {
         serde_json::json!({
             "requests": self.wave,
+            "answered": self.answered,
             "p50_ms": self.opening.p50,
             "p99_ms": self.opening.p99,
             "rest_requests": self.rest_count,
@@ -293,13 +304,22 @@ mod tests {
             .collect();
         by_start[150].1 = 500_000;
         by_start.reverse(); // answered in any order
-        let w = OpeningWave::of(&by_start, 10);
-        assert_eq!((w.wave, w.rest_count), (10, 190));
+        let w = OpeningWave::of(&by_start, 10, 202);
+        assert_eq!((w.wave, w.answered, w.rest_count), (10, 10, 190));
         assert_eq!((w.opening.p50, w.opening.p99), (104.0, 109.0));
         assert_eq!((w.rest.p50, w.rest.p99), (1.0, 1.0));
         // The slowest 1% of 200 is 2 answers: start 150 (500 ms) and start 9 (109 ms).
         assert_eq!((w.slowest, w.slowest_in_wave), (2, 1));
         assert!(w.describe().contains("1 of the slowest 2 answers"));
+        assert!(!w.describe().contains("answered without an error"));
         assert_eq!(w.json()["slowest_1pct_in_opening_wave"], 1);
+        // Two of the wave's Reserves failed (no latency): the wave is still the first 10.
+        let answered: Vec<(usize, u64)> = by_start.into_iter().filter(|(i, _)| *i > 1).collect();
+        let w = OpeningWave::of(&answered, 10, 202);
+        assert_eq!((w.wave, w.answered), (10, 8));
+        assert!(
+            w.describe()
+                .contains("the first 10 Reserves, in flight together, 8 answered")
+        );
     }
 }
