@@ -29,7 +29,7 @@ pub struct Recorder {
 impl Recorder {
     /// Records one operation.
     pub fn record(&mut self, outcome: Outcome, took: Duration) {
-        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let micros = micros(took);
         match outcome {
             Outcome::Ok => self.ok_micros.push(micros),
             Outcome::Rejected => self.rejected_micros.push(micros),
@@ -60,6 +60,11 @@ impl Recorder {
     pub fn error_count(&self) -> u64 {
         self.errors.values().sum()
     }
+}
+
+/// A latency as recorded: microseconds, saturating.
+pub fn micros(took: Duration) -> u64 {
+    u64::try_from(took.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// Latency percentiles in milliseconds.

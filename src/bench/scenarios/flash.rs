@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 
 use super::{Ctx, Measured, Progress, describe, hold, is_capacity_refusal, put};
-use crate::bench::stats::{Outcome, Percentiles, Recorder, percentiles};
+use crate::bench::stats::{Outcome, Percentiles, Recorder, micros, percentiles};
 use crate::proto::coordinator_client::CoordinatorClient;
 use crate::proto::{
     CancelRequest, ConfirmRequest, GetResourceRequest, ReserveRequest, ResourceSpec,
@@ -133,7 +133,7 @@ pub async fn flash(
         bought += i64::from(b);
         // An error has no latency in the summary either.
         if matches!(outcome, Outcome::Ok | Outcome::Rejected) {
-            by_start.push((i, u64::try_from(took.as_micros()).unwrap_or(u64::MAX)));
+            by_start.push((i, micros(took)));
         }
         recorder.record(outcome, took);
     }

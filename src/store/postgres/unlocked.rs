@@ -35,6 +35,38 @@ struct Recent {
 /// Most reservations remembered.
 const RECENTLY_HELD: usize = 4096;
 
+/// `HELD -> CONFIRMING` with the lease (`$3`, `$4` ms), guarded by the version judged (`$2`)
+/// and the database clock; the two Confirm statements below differ only in the payment.
+macro_rules! confirm_held {
+    ($set:literal, $check:literal) => {
+        concat!(
+            "UPDATE reservations SET state = 'CONFIRMING', version = version + 1, \
+             updated_at = clock_timestamp(), lease_owner = $3, \
+             lease_until = clock_timestamp() + $4 * interval '1 millisecond'",
+            $set,
+            " WHERE id = $1 AND version = $2 AND state = 'HELD' \
+               AND clock_timestamp() < expires_at",
+            $check,
+            " RETURNING ",
+            reservation_columns!()
+        )
+    };
+}
+
+/// A Confirm without a payment (the common case).
+const CONFIRM_UNPAID: &str = confirm_held!("", "");
+
+/// A Confirm with a payment (`$5`-`$8`), unless another reservation recorded it as a further
+/// payment already.
+const CONFIRM_PAID: &str = confirm_held!(
+    ", payment_participant = coalesce(payment_participant, $5), \
+     payment_ref = coalesce(payment_ref, $6), \
+     payment_amount_minor = coalesce(payment_amount_minor, $7), \
+     payment_currency = coalesce(payment_currency, $8)",
+    " AND NOT EXISTS (SELECT 1 FROM extra_payments \
+                      WHERE payment_participant = $5 AND payment_ref = $6)"
+);
+
 impl RecentlyHeld {
     /// Remembers `r` (a reservation just recorded `HELD`).
     pub(super) fn put(&self, r: &Reservation) {
@@ -96,118 +128,91 @@ pub(super) async fn decide_unlocked(
     if from_cache && !matches!(verdict, Verdict::Transition { .. } | Verdict::VerifyPayment) {
         return Ok(None);
     }
-    let row =
-        match (&verdict, decision) {
-            // The payment is checked before the decision is taken again: keep the image for it.
-            (Verdict::VerifyPayment, _) => {
-                if from_cache {
-                    recently_held.put(&current);
-                }
-                return Ok(Some(Decided::Judged {
-                    verdict,
-                    reservation: Box::new(current),
-                    leased: false,
-                }));
+    let row = match (&verdict, decision) {
+        // The payment is checked before the decision is taken again: keep the image for it.
+        (Verdict::VerifyPayment, _) => {
+            if from_cache {
+                recently_held.put(&current);
             }
-            (Verdict::AlreadyDone | Verdict::Refuse(_), _) => {
-                return Ok(Some(Decided::Judged {
-                    verdict,
-                    reservation: Box::new(current),
-                    leased: false,
-                }));
+            return Ok(Some(Decided::Judged {
+                verdict,
+                reservation: Box::new(current),
+                leased: false,
+            }));
+        }
+        (Verdict::AlreadyDone | Verdict::Refuse(_), _) => {
+            return Ok(Some(Decided::Judged {
+                verdict,
+                reservation: Box::new(current),
+                leased: false,
+            }));
+        }
+        // The database clock at the UPDATE is the arbiter of "before expires_at". HELD rows
+        // carry no lease: the deciding instance takes it in the same UPDATE.
+        (
+            Verdict::Transition {
+                to: State::Confirming,
+                ..
+            },
+            Decision::Confirm { payment, .. },
+        ) => {
+            // Two statements, so each settles on a generic plan: one statement for both had
+            // NULL payment parameters when unpaid, which a custom plan folds away, so
+            // PostgreSQL planned it afresh on every call (~0.1 ms of CPU).
+            let statement = if payment.is_some() {
+                CONFIRM_PAID
+            } else {
+                CONFIRM_UNPAID
+            };
+            let mut confirm = sqlx::query_as::<_, ReservationRow>(statement)
+                .bind(id)
+                .bind(current.version)
+                .bind(lease.owner)
+                .bind(millis(lease.duration));
+            if let Some(payment) = payment {
+                confirm = confirm
+                    .bind(payment.participant.as_str())
+                    .bind(payment.payment_ref.as_str())
+                    .bind(payment.amount_minor)
+                    .bind(payment.currency.as_str());
             }
-            // The database clock at the UPDATE is the arbiter of "before expires_at". HELD rows
-            // carry no lease: the deciding instance takes it in the same UPDATE.
-            (
-                Verdict::Transition {
-                    to: State::Confirming,
-                    ..
-                },
-                Decision::Confirm { payment, .. },
-            ) => {
-                // Two statements, so each settles on a generic plan: with a payment's columns and
-                // the check that no other reservation recorded it; without one (the common case),
-                // neither. One statement for both had NULL parameters when unpaid, which a custom
-                // plan folds away, so PostgreSQL planned it afresh on every call (~0.1 ms of CPU).
-                let confirmed =
-                    match payment.as_ref() {
-                        Some(payment) => sqlx::query_as::<_, ReservationRow>(concat!(
-                            "UPDATE reservations SET state = 'CONFIRMING', version = version + 1, \
-                         updated_at = clock_timestamp(), lease_owner = $3, \
-                         lease_until = clock_timestamp() + $4 * interval '1 millisecond', \
-                         payment_participant = coalesce(payment_participant, $5), \
-                         payment_ref = coalesce(payment_ref, $6), \
-                         payment_amount_minor = coalesce(payment_amount_minor, $7), \
-                         payment_currency = coalesce(payment_currency, $8) \
-                         WHERE id = $1 AND version = $2 AND state = 'HELD' \
-                           AND clock_timestamp() < expires_at \
-                           AND NOT EXISTS (SELECT 1 FROM extra_payments \
-                                           WHERE payment_participant = $5 AND payment_ref = $6) \
-                         RETURNING ",
-                            reservation_columns!()
-                        ))
-                        .bind(id)
-                        .bind(current.version)
-                        .bind(lease.owner)
-                        .bind(millis(lease.duration))
-                        .bind(payment.participant.as_str())
-                        .bind(payment.payment_ref.as_str())
-                        .bind(payment.amount_minor)
-                        .bind(payment.currency.as_str())
-                        .fetch_optional(&mut *conn)
-                        .await,
-                        None => sqlx::query_as::<_, ReservationRow>(concat!(
-                            "UPDATE reservations SET state = 'CONFIRMING', version = version + 1, \
-                         updated_at = clock_timestamp(), lease_owner = $3, \
-                         lease_until = clock_timestamp() + $4 * interval '1 millisecond' \
-                         WHERE id = $1 AND version = $2 AND state = 'HELD' \
-                           AND clock_timestamp() < expires_at \
-                         RETURNING ",
-                            reservation_columns!()
-                        ))
-                        .bind(id)
-                        .bind(current.version)
-                        .bind(lease.owner)
-                        .bind(millis(lease.duration))
-                        .fetch_optional(&mut *conn)
-                        .await,
-                    };
-                // Another reservation recorded this payment first (the unique index decided). A
-                // payment recorded as another's further payment makes the UPDATE miss: the locked
-                // path tells.
-                match confirmed.map_err(StoreError::from) {
-                    Err(e) if payment_conflict(&e) => return Ok(Some(Decided::PaymentTaken)),
-                    other => other?,
-                }
+            let confirmed = confirm.fetch_optional(&mut *conn).await;
+            // Another reservation recorded this payment first (the unique index decided). A
+            // payment recorded as another's further payment makes the UPDATE miss: the locked
+            // path tells.
+            match confirmed.map_err(StoreError::from) {
+                Err(e) if payment_conflict(&e) => return Ok(Some(Decided::PaymentTaken)),
+                other => other?,
             }
-            (
-                Verdict::Transition {
-                    to,
-                    release_outcome,
-                },
-                Decision::Cancel { reason },
-            ) => {
-                sqlx::query_as::<_, ReservationRow>(concat!(
-                    "UPDATE reservations SET state = $3, release_outcome = $4, cancel_reason = $5, \
+        }
+        (
+            Verdict::Transition {
+                to,
+                release_outcome,
+            },
+            Decision::Cancel { reason },
+        ) => {
+            sqlx::query_as::<_, ReservationRow>(concat!(
+                "UPDATE reservations SET state = $3, release_outcome = $4, cancel_reason = $5, \
              version = version + 1, updated_at = clock_timestamp(), lease_owner = $6, \
              lease_until = clock_timestamp() + $7 * interval '1 millisecond' \
              WHERE id = $1 AND version = $2 AND state = 'HELD' \
                AND clock_timestamp() < expires_at \
              RETURNING ",
-                    reservation_columns!()
-                ))
-                .bind(id)
-                .bind(current.version)
-                .bind(to.as_str())
-                .bind(release_outcome.map(State::as_str))
-                .bind(reason.as_deref())
-                .bind(lease.owner)
-                .bind(millis(lease.duration))
-                .fetch_optional(&mut *conn)
-                .await?
-            }
-            _ => return Ok(None),
-        };
+                reservation_columns!()
+            ))
+            .bind(id)
+            .bind(current.version)
+            .bind(to.as_str())
+            .bind(release_outcome.map(State::as_str))
+            .bind(reason.as_deref())
+            .bind(lease.owner)
+            .bind(millis(lease.duration))
+            .fetch_optional(&mut *conn)
+            .await?
+        }
+        _ => return Ok(None),
+    };
     let Some(row) = row else {
         return Ok(None);
     };
