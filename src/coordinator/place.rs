@@ -417,7 +417,8 @@ impl Coordinator {
     }
 
     /// Records the rejection (the reservation is CANCELLING, ending REJECTED) and releases
-    /// every branch that may hold something.
+    /// every branch that may hold something; when nothing was placed (every Try answered was
+    /// a refusal) the one write records it REJECTED and there is nothing to release.
     async fn abort_placement(
         &self,
         id: Uuid,
@@ -430,6 +431,7 @@ impl Coordinator {
             .record_rejected(id, Some(rejection), reports)
             .await?;
         faults::store("coord.record_rejected.after")?;
+        entered(&recorded, State::Rejected);
         entered(&recorded, State::Cancelling);
         self.drive_release(recorded).await
     }

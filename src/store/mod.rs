@@ -11,8 +11,9 @@
 //!   impl per database, in `postgres/decide.rs` and `sqlite/decide.rs`).
 //! - `decide.rs`: the locked decision flow (token, verdict, the write, the lease).
 //! - `retake.rs`: a late payment re-placing released holds (begin, finish, fail).
-//! - `outcome.rs`: a stopped placement (`record_rejected`) and refund attempts (of a
-//!   reservation's payment and of further payments).
+//! - `outcome.rs`: a refund attempt of the reservation's payment, and when a stopped
+//!   placement is final at once (`placed_nothing`; `record_rejected` itself
+//!   is each backend's `answers.rs`).
 //! - `admission.rs`: whether a Reserve may be recorded (its counts are each backend's
 //!   `create.rs`).
 //! - `record.rs`: a stored row, either backend's, into a [`Reservation`].
@@ -259,7 +260,10 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Reservation, StoreError>;
 
     /// `TRYING -> CANCELLING` ending `REJECTED`: a Try was refused or its outcome is unknown
-    /// (no `rejection` when the placer itself stopped).
+    /// (no `rejection` when the placer itself stopped). When the reports say nothing was
+    /// placed (at least one, every one a refusal: a branch without a report was never tried),
+    /// there is nothing to release: `TRYING -> REJECTED` at once, its lease freed, in the same
+    /// one write.
     async fn record_rejected(
         &self,
         id: Uuid,

@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::{BranchReport, RefundAnswer, StoreError, WorkLease};
 use crate::domain::policy::Backoff;
-use crate::domain::{ExtraPayment, Payment, Rejection, Reservation, State};
+use crate::domain::{ExtraPayment, Payment, Reservation, State};
 
 /// What a decision's conditional UPDATE did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,13 +134,6 @@ pub(crate) trait ReservationSql: sqlx::Database {
         id: Uuid,
         reports: &[BranchReport],
     ) -> Result<(), StoreError>;
-
-    /// `TRYING -> CANCELLING` ending `REJECTED`, with the rejection if there is one.
-    async fn reject_trying(
-        conn: &mut Self::Connection,
-        id: Uuid,
-        rejection: Option<&Rejection>,
-    ) -> Result<bool, StoreError>;
 
     /// An `EXPIRED` reservation gets its next generation and `expires_at = now + ttl`; answers
     /// the new generation, or `None` if the reservation is not `EXPIRED`.

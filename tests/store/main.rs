@@ -121,6 +121,7 @@ conformance!(
     phases: [
         record_held_only_from_trying,
         record_rejected_then_finish,
+        record_rejected_with_nothing_placed_is_final,
         discard_only_what_holds_nothing,
         record_phase_backoff_and_wrong_state,
     ],
@@ -154,6 +155,7 @@ conformance!(
     writes: [
         writes_answer_with_the_stored_reservation,
         concurrent_writes_are_each_recorded,
+        concurrent_rejections_are_each_recorded,
     ],
 );
 
@@ -168,6 +170,11 @@ mod lost_ack {
     #[sqlx::test(migrations = false)]
     async fn create_after_a_lost_ack_answers_the_new_reservation(pool: sqlx::PgPool) {
         crate::cases::lost_ack::create_after_a_lost_ack_answers_the_new_reservation(pool).await;
+    }
+
+    #[sqlx::test(migrations = false)]
+    async fn record_rejected_after_a_lost_ack_is_applied_once(pool: sqlx::PgPool) {
+        crate::cases::lost_ack::record_rejected_after_a_lost_ack_is_applied_once(pool).await;
     }
 }
 

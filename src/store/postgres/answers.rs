@@ -1,7 +1,8 @@
 //! Recording participants' answers on PostgreSQL, for many reservations in one statement:
-//! `record_held` (`TRYING -> HELD`) and `record_phase` (a Confirm or Cancel fan-out's answers,
-//! finishing it or scheduling its retry). Each statement answers with the reservations as
-//! written; `group_commit.rs` decides which calls share one.
+//! `record_held` (`TRYING -> HELD`), `record_rejected` (a stopped placement: `TRYING ->
+//! CANCELLING`, or `-> REJECTED` when nothing was placed) and `record_phase` (a Confirm or
+//! Cancel fan-out's answers, finishing it or scheduling its retry). Each statement answers
+//! with the reservations as written; `group_commit.rs` decides which calls share one.
 
 use std::collections::HashMap;
 
@@ -11,7 +12,8 @@ use uuid::Uuid;
 
 use super::rows::{ReservationRow, millis};
 use crate::domain::policy::Backoff;
-use crate::domain::{Reservation, State};
+use crate::domain::{Rejection, Reservation, State};
+use crate::store::outcome::placed_nothing;
 use crate::store::sql::ReservationSql;
 use crate::store::{BranchReport, PhaseRecorded, StoreError};
 
@@ -87,9 +89,9 @@ pub(super) async fn record_held_batch(
         .collect()
 }
 
-/// A `record_held` answer: the reservation as recorded, or (it had left TRYING meanwhile) as
-/// it is now.
-pub(super) async fn held_answer(
+/// A `record_held` or `record_rejected` answer: the reservation as recorded, or (it had left
+/// TRYING meanwhile) as it is now.
+pub(super) async fn from_trying_answer(
     pool: &PgPool,
     id: Uuid,
     recorded: Option<Reservation>,
@@ -107,7 +109,81 @@ pub(super) async fn record_held_alone(
     reports: &[BranchReport],
 ) -> Result<Reservation, StoreError> {
     let mut done = record_held_batch(pool, &[(id, reports)]).await?;
-    held_answer(pool, id, done.remove(&id)).await
+    from_trying_answer(pool, id, done.remove(&id)).await
+}
+
+/// One `record_rejected` call's arguments.
+pub(super) struct StoppedPlacement<'a> {
+    pub id: Uuid,
+    pub rejection: Option<&'a Rejection>,
+    pub reports: &'a [BranchReport],
+}
+
+/// A stopped placement recorded for each of `jobs` (distinct ids) in one statement: `TRYING ->
+/// CANCELLING` ending `REJECTED`, or `TRYING -> REJECTED` with its lease freed when nothing was
+/// placed (`outcome::placed_nothing`), with the rejection and the answers; rows left TRYING
+/// meanwhile are not written. Rows are taken in id order. Returns the reservations that moved,
+/// as written.
+pub(super) async fn record_rejected_batch(
+    pool: &PgPool,
+    jobs: &[StoppedPlacement<'_>],
+) -> Result<HashMap<Uuid, Reservation>, StoreError> {
+    let mut jobs: Vec<&StoppedPlacement<'_>> = jobs.iter().collect();
+    jobs.sort_by_key(|j| j.id);
+    let ids: Vec<Uuid> = jobs.iter().map(|j| j.id).collect();
+    let (mut participants, mut resources, mut reasons) = (Vec::new(), Vec::new(), Vec::new());
+    for j in &jobs {
+        participants.push(j.rejection.map(|r| r.participant.as_str()));
+        resources.push(j.rejection.map(|r| r.resource.as_str()));
+        reasons.push(j.rejection.map(|r| r.reason.as_str()));
+    }
+    let finals: Vec<bool> = jobs.iter().map(|j| placed_nothing(j.reports)).collect();
+    let (owners, branch_ids, states, errors) = reports_of(jobs.iter().map(|j| (j.id, j.reports)));
+    let rows = sqlx::query_as::<_, ReservationRow>(concat!(
+        "WITH w AS ( \
+            UPDATE reservations SET \
+                   state = CASE WHEN j.placed_nothing THEN 'REJECTED' ELSE 'CANCELLING' END, \
+                   release_outcome = 'REJECTED', rejection_participant = j.participant, \
+                   rejection_resource = j.resource, rejection_reason = j.reason, \
+                   lease_owner = CASE WHEN j.placed_nothing THEN NULL ELSE lease_owner END, \
+                   lease_until = CASE WHEN j.placed_nothing THEN NULL ELSE lease_until END, \
+                   version = version + 1, updated_at = clock_timestamp() \
+            FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[]) \
+                 AS j(reservation_id, participant, resource, reason, placed_nothing) \
+            WHERE reservations.id = j.reservation_id AND reservations.state = 'TRYING' \
+            RETURNING ",
+        reservation_columns!(),
+        "), upd AS ( \
+            UPDATE branches b SET state = u.state, attempts = b.attempts + 1, last_error = u.error \
+            FROM UNNEST($6::uuid[], $7::uuid[], $8::text[], $9::text[]) \
+                 AS u(reservation_id, branch_id, state, error), w \
+            WHERE w.id = u.reservation_id AND b.reservation_id = w.id AND b.branch_id = u.branch_id \
+            RETURNING b.reservation_id, b.generation, b.position, b.state, b.attempts, b.last_error) ",
+        select_written!()
+    ))
+    .bind(&ids)
+    .bind(&participants)
+    .bind(&resources)
+    .bind(&reasons)
+    .bind(&finals)
+    .bind(&owners)
+    .bind(&branch_ids)
+    .bind(&states)
+    .bind(&errors)
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter()
+        .map(|row| row.into_domain().map(|r| (r.id, r)))
+        .collect()
+}
+
+/// One `record_rejected` on its own: the same one statement.
+pub(super) async fn record_rejected_alone(
+    pool: &PgPool,
+    job: &StoppedPlacement<'_>,
+) -> Result<Reservation, StoreError> {
+    let mut done = record_rejected_batch(pool, std::slice::from_ref(job)).await?;
+    from_trying_answer(pool, job.id, done.remove(&job.id)).await
 }
 
 /// Records the answers of a confirm/release fan-out for each reservation of `writes` (distinct

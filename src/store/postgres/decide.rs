@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::rows::{self, millis};
 use crate::domain::policy::Backoff;
-use crate::domain::{Payment, Rejection, Reservation, State};
+use crate::domain::{Payment, Reservation, State};
 use crate::store::sql::{Applied, ReservationSql};
 use crate::store::{BranchReport, RefundAnswer, StoreError, WorkLease};
 
@@ -251,27 +251,6 @@ impl ReservationSql for Postgres {
         .execute(&mut *conn)
         .await?;
         Ok(())
-    }
-
-    async fn reject_trying(
-        conn: &mut PgConnection,
-        id: Uuid,
-        rejection: Option<&Rejection>,
-    ) -> Result<bool, StoreError> {
-        Ok(one_row(
-            sqlx::query(
-                "UPDATE reservations SET state = 'CANCELLING', release_outcome = 'REJECTED', \
-                 rejection_participant = $2, rejection_resource = $3, rejection_reason = $4, \
-                 version = version + 1, updated_at = clock_timestamp() \
-                 WHERE id = $1 AND state = 'TRYING'",
-            )
-            .bind(id)
-            .bind(rejection.map(|r| r.participant.as_str()))
-            .bind(rejection.map(|r| r.resource.as_str()))
-            .bind(rejection.map(|r| r.reason.as_str()))
-            .execute(&mut *conn)
-            .await?,
-        ))
     }
 
     async fn renew_generation(

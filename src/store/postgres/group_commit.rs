@@ -1,5 +1,5 @@
 //! Group commit for the PostgreSQL store: concurrent calls of one kind of write (`create`,
-//! `record_held`, `record_phase`) queue up and reach the database as one statement (one round
+//! `record_held`, `record_rejected`, `record_phase`) queue up and reach the database as one statement (one round
 //! trip, one commit) for the whole batch.
 //!
 //! One task per kind drains its queue: it takes every job waiting (up to a cap), runs them as
@@ -12,7 +12,8 @@
 //! commit's acknowledgement lost with its connection). A rerun `create` finds its row by its
 //! own reservation id and answers it as new (`admission`); a rerun `record_phase` finds its
 //! write id on the row (`last_phase_write`, written with the batch) and applies nothing again;
-//! a rerun `record_held` finds the reservation left `TRYING` and only reads it.
+//! a rerun `record_held` or `record_rejected` finds the reservation left `TRYING` and only
+//! reads it.
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -24,10 +25,10 @@ use sqlx::postgres::PgPool;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
-use super::answers::{self, PhaseWrite};
+use super::answers::{self, PhaseWrite, StoppedPlacement};
 use super::create::{self, NewRow};
 use crate::domain::policy::{Backoff, HoldLimits};
-use crate::domain::{NewReservation, Reservation, State};
+use crate::domain::{NewReservation, Rejection, Reservation, State};
 use crate::store::{BranchReport, Created, PhaseRecorded, StoreError, WorkLease};
 
 /// Most writes of one kind in one statement.
@@ -121,6 +122,24 @@ struct HeldJob {
     reply: oneshot::Sender<Result<Reservation, StoreError>>,
 }
 
+/// A queued `record_rejected`.
+struct RejectedJob {
+    id: Uuid,
+    rejection: Option<Rejection>,
+    reports: Vec<BranchReport>,
+    reply: oneshot::Sender<Result<Reservation, StoreError>>,
+}
+
+impl RejectedJob {
+    fn placement(&self) -> StoppedPlacement<'_> {
+        StoppedPlacement {
+            id: self.id,
+            rejection: self.rejection.as_ref(),
+            reports: &self.reports,
+        }
+    }
+}
+
 /// A queued `record_phase`.
 struct PhaseJob {
     write: PhaseWrite,
@@ -134,6 +153,8 @@ pub(super) struct GroupCommit {
     creates: Batcher<CreateJob>,
     /// `record_held` calls.
     held: Batcher<HeldJob>,
+    /// `record_rejected` calls (a flash sale's opening wave is mostly these).
+    rejected: Batcher<RejectedJob>,
     /// `record_phase` calls.
     phases: Batcher<PhaseJob>,
 }
@@ -150,6 +171,10 @@ impl GroupCommit {
             let pool = pool.clone();
             Batcher::spawn(MAX_BATCH, move |jobs| run_held(pool.clone(), jobs))
         };
+        let rejected = {
+            let pool = pool.clone();
+            Batcher::spawn(MAX_BATCH, move |jobs| run_rejected(pool.clone(), jobs))
+        };
         let phases = {
             let pool = pool.clone();
             Batcher::spawn(MAX_BATCH, move |jobs| run_phases(pool.clone(), jobs))
@@ -158,6 +183,7 @@ impl GroupCommit {
             pool: pool.clone(),
             creates,
             held,
+            rejected,
             phases,
         }
     }
@@ -207,6 +233,35 @@ impl GroupCommit {
         match self.held.submit(job) {
             Ok(()) => answer.await.unwrap_or_else(batch_task_gone),
             Err(job) => answers::record_held_alone(&self.pool, job.id, &job.reports).await,
+        }
+    }
+
+    /// [`crate::store::Store::record_rejected`]: alone when idle, else queued.
+    pub(super) async fn record_rejected(
+        &self,
+        id: Uuid,
+        rejection: Option<&Rejection>,
+        reports: &[BranchReport],
+    ) -> Result<Reservation, StoreError> {
+        let (_in_flight, idle) = self.rejected.enter();
+        if idle {
+            let alone = StoppedPlacement {
+                id,
+                rejection,
+                reports,
+            };
+            return answers::record_rejected_alone(&self.pool, &alone).await;
+        }
+        let (reply, answer) = oneshot::channel();
+        let job = RejectedJob {
+            id,
+            rejection: rejection.cloned(),
+            reports: reports.to_vec(),
+            reply,
+        };
+        match self.rejected.submit(job) {
+            Ok(()) => answer.await.unwrap_or_else(batch_task_gone),
+            Err(job) => answers::record_rejected_alone(&self.pool, &job.placement()).await,
         }
     }
 
@@ -299,13 +354,40 @@ async fn run_held(pool: PgPool, jobs: Vec<HeldJob>) {
     };
     for job in batch {
         let answer = match shared.as_mut() {
-            Some(done) => answers::held_answer(&pool, job.id, done.remove(&job.id)).await,
+            Some(done) => answers::from_trying_answer(&pool, job.id, done.remove(&job.id)).await,
             None => answers::record_held_alone(&pool, job.id, &job.reports).await,
         };
         let _ = job.reply.send(answer);
     }
     for job in repeats {
         let answer = answers::record_held_alone(&pool, job.id, &job.reports).await;
+        let _ = job.reply.send(answer);
+    }
+}
+
+/// Runs queued `record_rejected` calls: distinct reservations in one statement; should that
+/// fail, each alone. A second call for a reservation of the batch runs after it, alone.
+async fn run_rejected(pool: PgPool, jobs: Vec<RejectedJob>) {
+    let (batch, repeats) = distinct_by(jobs, |j| j.id);
+    let mut shared = if batch.len() > 1 {
+        let placements: Vec<StoppedPlacement<'_>> =
+            batch.iter().map(RejectedJob::placement).collect();
+        answers::record_rejected_batch(&pool, &placements)
+            .await
+            .map_err(batch_failed)
+            .ok()
+    } else {
+        None
+    };
+    for job in batch {
+        let answer = match shared.as_mut() {
+            Some(done) => answers::from_trying_answer(&pool, job.id, done.remove(&job.id)).await,
+            None => answers::record_rejected_alone(&pool, &job.placement()).await,
+        };
+        let _ = job.reply.send(answer);
+    }
+    for job in repeats {
+        let answer = answers::record_rejected_alone(&pool, &job.placement()).await;
         let _ = job.reply.send(answer);
     }
 }

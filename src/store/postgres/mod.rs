@@ -2,7 +2,7 @@
 //!
 //! Decisions read `clock_timestamp()`, so every replica agrees on what "expired" means. Rows
 //! are locked with `FOR UPDATE` (sweeps skip locked ones), Reserves serialise per holder on an
-//! advisory lock. Hot paths: concurrent `create`/`record_held`/`record_phase` calls are
+//! advisory lock. Hot paths: concurrent `create`/`record_held`/`record_rejected`/`record_phase` calls are
 //! group-committed (`group_commit.rs`), a Confirm or Cancel first tries the unlocked,
 //! version-guarded UPDATE (`unlocked.rs`), and writes answer with their after-image in the
 //! same statement.
@@ -63,7 +63,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/coor
 #[derive(Clone)]
 pub struct PgStore {
     pool: PgPool,
-    /// `create`, `record_held` and `record_phase` calls, group-committed.
+    /// `create`, `record_held`, `record_rejected` and `record_phase` calls, group-committed.
     group_commit: Arc<GroupCommit>,
     /// What this process last recorded `HELD`, for its Confirm/Cancel to skip a read.
     recently_held: Arc<RecentlyHeld>,
@@ -192,7 +192,9 @@ impl Store for PgStore {
         rejection: Option<&Rejection>,
         reports: &[BranchReport],
     ) -> Result<Reservation, StoreError> {
-        outcome::record_rejected::<Postgres>(&self.pool, id, rejection, reports).await
+        self.group_commit
+            .record_rejected(id, rejection, reports)
+            .await
     }
 
     async fn record_phase(

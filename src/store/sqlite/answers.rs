@@ -1,6 +1,7 @@
-//! Recording participants' answers on SQLite: `record_held` (`TRYING -> HELD`) and
-//! `record_phase` (a Confirm or Cancel fan-out's answers, finishing it or scheduling its
-//! retry). One write transaction per call; concurrent calls share a COMMIT through the pool's
+//! Recording participants' answers on SQLite: `record_held` (`TRYING -> HELD`),
+//! `record_rejected` (a stopped placement: `TRYING -> CANCELLING`, or `-> REJECTED` when
+//! nothing was placed) and `record_phase` (a Confirm or Cancel fan-out's answers, finishing it
+//! or scheduling its retry). One write transaction per call; concurrent calls share a COMMIT through the pool's
 //! writer (`holdfast-serve`'s group commit), not through a batch statement.
 
 use sqlx::Sqlite;
@@ -9,7 +10,8 @@ use uuid::Uuid;
 
 use super::rows::micros;
 use crate::domain::policy::Backoff;
-use crate::domain::{Reservation, State};
+use crate::domain::{Rejection, Reservation, State};
+use crate::store::outcome::placed_nothing;
 use crate::store::sql::ReservationSql;
 use crate::store::{BranchReport, PhaseRecorded, StoreError};
 
@@ -47,6 +49,42 @@ pub(super) async fn record_held(
             .bind(id)
             .execute(&mut *tx)
             .await?;
+    }
+    let after = Sqlite::load_existing(&mut tx, id).await?;
+    tx.commit().await?;
+    Ok(after)
+}
+
+/// [`crate::store::Store::record_rejected`].
+pub(super) async fn record_rejected(
+    pool: &SqlitePool,
+    id: Uuid,
+    rejection: Option<&Rejection>,
+    reports: &[BranchReport],
+) -> Result<Reservation, StoreError> {
+    let finished = placed_nothing(reports);
+    let mut tx = Sqlite::begin_write(pool).await?;
+    let moved = sqlx::query(concat!(
+        "UPDATE reservations SET \
+         state = CASE WHEN ?5 THEN 'REJECTED' ELSE 'CANCELLING' END, \
+         release_outcome = 'REJECTED', \
+         rejection_participant = ?2, rejection_resource = ?3, rejection_reason = ?4, \
+         lease_owner = CASE WHEN ?5 THEN NULL ELSE lease_owner END, \
+         lease_until = CASE WHEN ?5 THEN NULL ELSE lease_until END, \
+         version = version + 1, updated_at = ",
+        sqlite_now_us!(),
+        " WHERE id = ?1 AND state = 'TRYING'"
+    ))
+    .bind(id)
+    .bind(rejection.map(|r| r.participant.as_str()))
+    .bind(rejection.map(|r| r.resource.as_str()))
+    .bind(rejection.map(|r| r.reason.as_str()))
+    .bind(finished)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if moved == 1 {
+        Sqlite::apply_reports(&mut tx, id, reports).await?;
     }
     let after = Sqlite::load_existing(&mut tx, id).await?;
     tx.commit().await?;

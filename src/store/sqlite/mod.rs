@@ -18,7 +18,7 @@
 //! - `create.rs`: Reserves (admission's counts, the insert).
 //! - `decide.rs`: the statements of the shared locked decision, retake and outcome flows.
 //! - `payments.rs`: the statements of payment bindings and further payments.
-//! - `answers.rs`: recording fan-out answers (`record_held`, `record_phase`).
+//! - `answers.rs`: recording answers (`record_held`, `record_rejected`, `record_phase`).
 //! - `recovery.rs`: claims, leases, backlog.
 //! - `retention.rs`: purging finished reservations in small batches.
 
@@ -215,7 +215,7 @@ impl Store for SqliteStore {
         rejection: Option<&Rejection>,
         reports: &[BranchReport],
     ) -> Result<Reservation, StoreError> {
-        outcome::record_rejected::<Sqlite>(&self.pool, id, rejection, reports).await
+        answers::record_rejected(&self.pool, id, rejection, reports).await
     }
 
     async fn record_phase(

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use holdfast::domain::{BranchState, State};
+use holdfast::domain::{BranchState, Rejection, State};
 use holdfast::store::{BranchReport, Created, PgStore};
 use sqlx::PgPool;
 
@@ -185,4 +185,79 @@ pub async fn create_after_a_lost_ack_answers_the_new_reservation(pool: PgPool) {
         store.create(&again, lease(), NO_LIMITS).await.unwrap(),
         Created::Existing(r) if r.id == lost.id
     ));
+}
+
+/// `record_rejected` batches too: a batch whose COMMIT's answer is lost is rerun call by call;
+/// each rerun finds its reservation moved on and only reads it. The answers are what the batch
+/// wrote, and each refused branch's attempt is counted once.
+pub async fn record_rejected_after_a_lost_ack_is_applied_once(pool: PgPool) {
+    let (store, relay) = relayed(&pool).await;
+    let mut trying = Vec::new();
+    for holder in ["first", "lost", "other"] {
+        let (r, _) = super::create(&store, holder, "r1", LONG).await;
+        trying.push(r);
+    }
+    let refused = |r: &holdfast::domain::Reservation, reason: &str| {
+        let first = r.participant_branches()[0].branch_id;
+        (
+            Rejection {
+                participant: "seats".into(),
+                resource: "A1".into(),
+                reason: reason.into(),
+            },
+            vec![BranchReport {
+                branch_id: first,
+                state: BranchState::Rejected,
+                error: None,
+            }],
+        )
+    };
+
+    // The first call runs alone and waits for the row lock held here.
+    let mut lock = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM reservations WHERE id = $1 FOR UPDATE")
+        .bind(trying[0].id)
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let blocked = {
+        let store = store.clone();
+        let id = trying[0].id;
+        let (rejection, reports) = refused(&trying[0], "sold out");
+        tokio::spawn(async move { store.record_rejected(id, Some(&rejection), &reports).await })
+    };
+    someone_waits_for_a_lock(&pool).await;
+
+    // Two more queue and run as one batch, whose commit acknowledgement is lost.
+    relay.arm("ack-lost-marker");
+    let (lost_rejection, lost_reports) = refused(&trying[1], "ack-lost-marker");
+    let (other_rejection, other_reports) = refused(&trying[2], "sold out");
+    let (a, b) = tokio::join!(
+        store.record_rejected(trying[1].id, Some(&lost_rejection), &lost_reports),
+        store.record_rejected(trying[2].id, Some(&other_rejection), &other_reports),
+    );
+    lock.commit().await.unwrap();
+    let first = blocked.await.unwrap().unwrap();
+    assert_eq!(relay.cuts(), 1, "the batch's acknowledgement was dropped");
+    for (r, answer, rejection) in [
+        (&trying[1], a.unwrap(), &lost_rejection),
+        (&trying[2], b.unwrap(), &other_rejection),
+        (&trying[0], first, &refused(&trying[0], "sold out").0),
+    ] {
+        assert_eq!(answer.state, State::Rejected, "{}", r.holder);
+        assert_eq!(answer.version, r.version + 1, "{}", r.holder);
+        assert_eq!(answer.rejection.as_ref(), Some(rejection));
+        let attempts: Vec<i32> = sqlx::query_scalar(
+            "SELECT attempts FROM branches WHERE reservation_id = $1 AND state = 'REJECTED'",
+        )
+        .bind(r.id)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        assert!(
+            !attempts.is_empty() && attempts.iter().all(|&n| n == 1),
+            "{}: counted once, got {attempts:?}",
+            r.holder
+        );
+    }
 }

@@ -104,6 +104,60 @@ pub async fn record_rejected_then_finish(store: S) {
     assert_eq!(store.backlog().await.unwrap(), 0);
 }
 
+/// A placement stopped before anything was placed (every report a refusal; a branch without
+/// one was never tried) is recorded REJECTED in that one write: nothing to release, no work
+/// left. One whose outcome is unknown somewhere still goes through CANCELLING.
+pub async fn record_rejected_with_nothing_placed_is_final(store: S) {
+    let (r, _) = create(&store, "alice", "req-1", LONG).await;
+    let first = r.participant_branches()[0].branch_id;
+    let rejection = Rejection {
+        participant: "seats".into(),
+        resource: "A1".into(),
+        reason: "sold out".into(),
+    };
+    let refused = [BranchReport {
+        branch_id: first,
+        state: BranchState::Rejected,
+        error: None,
+    }];
+    let recorded = store
+        .record_rejected(r.id, Some(&rejection), &refused)
+        .await
+        .unwrap();
+    assert_eq!(recorded.state, State::Rejected);
+    assert_eq!(recorded.version, r.version + 1);
+    assert_eq!(recorded.release_outcome, Some(State::Rejected));
+    assert_eq!(recorded.rejection.as_ref(), Some(&rejection));
+    for b in &recorded.branches {
+        let expected = if b.branch_id == first {
+            (BranchState::Rejected, 1)
+        } else {
+            (BranchState::Pending, 0)
+        };
+        assert_eq!((b.state, b.attempts), expected, "{b:?}");
+    }
+    assert_eq!(store.backlog().await.unwrap(), 0);
+    // A release's finish finds nothing left to do.
+    let phase = store
+        .record_phase(r.id, State::Cancelling, &[], Some(State::Rejected), FAST)
+        .await
+        .unwrap();
+    assert!(!phase.finished);
+    assert_eq!(phase.reservation.version, recorded.version);
+    // Outcome unknown: it may hold, so it is released first.
+    let (u, _) = create(&store, "alice", "req-2", LONG).await;
+    let unknown = store
+        .record_rejected(
+            u.id,
+            None,
+            &reports(&u, BranchState::Pending, Some("unreachable")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(unknown.state, State::Cancelling);
+    assert_eq!(store.backlog().await.unwrap(), 1);
+}
+
 /// `discard`: a TRYING reservation under the caller's lease, or a REJECTED one, goes with its
 /// branches and its (holder, request_id) is free; anything else stays.
 pub async fn discard_only_what_holds_nothing(store: S) {

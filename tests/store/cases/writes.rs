@@ -2,7 +2,7 @@
 //! many concurrent writes are group-committed into shared statements.
 
 use holdfast::domain::LatePaymentPolicy;
-use holdfast::domain::{BranchState, State};
+use holdfast::domain::{BranchState, Rejection, State};
 use holdfast::store::{BranchReport, Created};
 
 use super::{
@@ -243,4 +243,90 @@ pub async fn concurrent_writes_are_each_recorded(store: S) {
         "both calls recorded: {:?}",
         second.branches
     );
+}
+
+/// Many concurrent `record_rejected` calls (the Postgres store group-commits them into shared
+/// statements): each is recorded as if alone. A placement refused at its first participant is
+/// REJECTED at once; one that held something first is CANCELLING for its release; a repeat in
+/// the same burst changes nothing.
+pub async fn concurrent_rejections_are_each_recorded(store: S) {
+    const N: usize = 40;
+    let mut trying = Vec::new();
+    for i in 0..N {
+        trying.push(create(&store, &format!("holder-{i}"), "req", LONG).await.0);
+    }
+    let rejection = |i: usize| Rejection {
+        participant: "seats".into(),
+        resource: format!("A{i}"),
+        reason: format!("sold out {i}"),
+    };
+    // Even ones were refused by their first participant; odd ones held at the first and were
+    // refused at the second. The first one's call is made twice.
+    let calls = (0..N).chain([0]).map(|i| {
+        let (store, r) = (store.clone(), trying[i].clone());
+        async move {
+            let pbs = r.participant_branches();
+            let refused = |k: usize| BranchReport {
+                branch_id: pbs[k].branch_id,
+                state: BranchState::Rejected,
+                error: None,
+            };
+            let reports = if i % 2 == 0 {
+                vec![refused(0)]
+            } else {
+                vec![
+                    BranchReport {
+                        branch_id: pbs[0].branch_id,
+                        state: BranchState::Held,
+                        error: None,
+                    },
+                    refused(1),
+                ]
+            };
+            let after = store
+                .record_rejected(r.id, Some(&rejection(i)), &reports)
+                .await
+                .unwrap();
+            (i, after)
+        }
+    });
+    for (i, after) in together(calls).await {
+        let r = &trying[i];
+        assert_eq!(after.id, r.id);
+        assert_eq!(after, get(&store, r.id).await, "answered as stored");
+        assert_eq!(after.version, r.version + 1, "{i}: written once");
+        assert_eq!(after.rejection, Some(rejection(i)));
+        assert_eq!(after.release_outcome, Some(State::Rejected));
+        let states: Vec<BranchState> = after.branches.iter().map(|b| b.state).collect();
+        if i % 2 == 0 {
+            assert_eq!(after.state, State::Rejected);
+            assert_eq!(
+                states,
+                [
+                    BranchState::Rejected,
+                    BranchState::Pending,
+                    BranchState::Pending
+                ]
+            );
+        } else {
+            assert_eq!(after.state, State::Cancelling);
+            assert_eq!(
+                states,
+                [
+                    BranchState::Held,
+                    BranchState::Rejected,
+                    BranchState::Rejected
+                ]
+            );
+        }
+        let tried: Vec<i32> = after
+            .branches
+            .iter()
+            .filter(|b| b.state != BranchState::Pending)
+            .map(|b| b.attempts)
+            .collect();
+        assert!(tried.iter().all(|&n| n == 1), "{i}: {tried:?}");
+    }
+    // Only the odd ones have a release to drive.
+    assert_eq!(store.backlog().await.unwrap(), (N / 2) as i64);
 }
