@@ -31,8 +31,11 @@ use crate::domain::policy::{Backoff, HoldLimits};
 use crate::domain::{NewReservation, Rejection, Reservation, State};
 use crate::store::{BranchReport, Created, PhaseRecorded, StoreError, WorkLease};
 
-/// Most writes of one kind in one statement.
-const MAX_BATCH: usize = 64;
+/// Most writes of one kind in one statement. A batch costs about one round trip and one
+/// commit whatever its size, and only one batch of a kind is in the database at a time, so
+/// the cap decides how many rounds a burst waits: a flash sale's opening wave of 256 Reserves
+/// took four rounds at 64 and is one now (BENCHMARKS.md, "The flash sale's opening wave").
+const MAX_BATCH: usize = 256;
 
 /// Queues jobs of one kind for a task that runs them in batches.
 #[derive(Debug)]
