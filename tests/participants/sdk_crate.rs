@@ -127,5 +127,5 @@ async fn the_reference_participants_history_still_holds_the_barrier(pool: PgPool
             .fetch_all(&pool)
             .await
             .unwrap();
-    assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8, 66, 67]);
+    assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8, 9, 66, 67]);
 }

@@ -1,6 +1,9 @@
 //! `stock`: a flash sale on few units, and resizing.
 
+use std::time::Duration;
+
 use holdfast::participants::Kind;
+use holdfast::proto::branch;
 use holdfast::proto::try_response::Outcome;
 use holdfast::proto::{PutResourcesRequest, ResourceSpec};
 use sqlx::PgPool;
@@ -26,6 +29,32 @@ async fn storm_holds_exactly_the_capacity_on(pool: PgPool) {
         assert_eq!(rows, 10, "hold rows agree with the counter");
         p.stop().await;
     }
+}
+
+/// A Confirm moves its hold row only: it does not queue for the item's row lock, which every
+/// Try of the item takes (in a flash sale the winners' Confirms took turns with the Tries).
+#[sqlx::test(migrations = false)]
+async fn a_confirm_does_not_wait_for_the_items_row_lock(pool: PgPool) {
+    let mut p = spawn_participant(Kind::Stock, pool.clone()).await;
+    p.put("sku-1", 5).await;
+    let req = try_request(vec![hold("sku-1", 2, None)]);
+    assert_eq!(outcome(&p.try_(req.clone()).await), Outcome::Held);
+    // Another Try of the item is under way: its row lock, held here.
+    let mut busy = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM stock_item WHERE resource = 'sku-1' FOR UPDATE")
+        .execute(&mut *busy)
+        .await
+        .unwrap();
+    let confirmed = tokio::time::timeout(Duration::from_secs(10), p.confirm(&req))
+        .await
+        .expect("the Confirm waited for the item's row lock");
+    assert_eq!(confirmed, branch::State::Confirmed);
+    busy.commit().await.unwrap();
+    assert_eq!(counts(&mut p, "sku-1").await, (3, 0, 2));
+    // Resizing counts the confirmed units as out.
+    p.put("sku-1", 4).await;
+    assert_eq!(counts(&mut p, "sku-1").await, (2, 0, 2));
+    p.stop().await;
 }
 
 #[sqlx::test(migrations = false)]

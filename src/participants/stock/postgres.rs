@@ -1,5 +1,8 @@
-//! `stock` on PostgreSQL: the guarded UPDATE takes the item's row lock; Confirm and Cancel
-//! lock each item before their winning hold transition moves its units.
+//! `stock` on PostgreSQL: the guarded UPDATE takes the item's row lock; Cancel locks each item
+//! before its winning hold transition returns the units. Confirm moves only its hold row: the
+//! units stay out, so it never queues for the item's lock behind the item's Tries (a flash
+//! sale's winners used to take turns with its losers there). The item row keeps `available`
+//! and `capacity`; held and confirmed units are the hold rows' sums.
 
 use async_trait::async_trait;
 use sqlx::{PgConnection, Row};
@@ -30,7 +33,7 @@ impl Resource for Stock {
         for item in &branch.items {
             let held = sqlx::query(
                 "WITH taken AS ( \
-                     UPDATE stock_item SET available = available - $2, held = held + $2 \
+                     UPDATE stock_item SET available = available - $2 \
                      WHERE resource = $1 AND available >= $2 RETURNING resource) \
                  INSERT INTO stock_hold (reservation_id, branch_id, resource, quantity, state, held_until) \
                  SELECT $3, $4, resource, $2, 'held', $5 FROM taken RETURNING 1",
@@ -67,14 +70,10 @@ impl Resource for Stock {
         branch: &BranchCtx,
     ) -> Result<ConfirmOutcome, ResourceError> {
         for item in &branch.items {
-            lock_item(conn, &item.resource).await?;
             let won = sqlx::query(
-                "WITH won AS ( \
-                     UPDATE stock_hold SET state = 'confirmed' \
-                     WHERE reservation_id = $2 AND branch_id = $3 AND resource = $1 AND state = 'held' \
-                     RETURNING resource, quantity) \
-                 UPDATE stock_item i SET held = i.held - w.quantity, confirmed = i.confirmed + w.quantity \
-                 FROM won w WHERE i.resource = w.resource RETURNING 1",
+                "UPDATE stock_hold SET state = 'confirmed' \
+                 WHERE reservation_id = $2 AND branch_id = $3 AND resource = $1 AND state = 'held' \
+                 RETURNING 1",
             )
             .bind(&item.resource)
             .bind(&branch.key.reservation_id)
@@ -101,7 +100,7 @@ impl Resource for Stock {
                      UPDATE stock_hold SET state = 'cancelled' \
                      WHERE reservation_id = $2 AND branch_id = $3 AND resource = $1 AND state = 'held' \
                      RETURNING resource, quantity) \
-                 UPDATE stock_item i SET available = i.available + r.quantity, held = i.held - r.quantity \
+                 UPDATE stock_item i SET available = i.available + r.quantity \
                  FROM released r WHERE i.resource = r.resource",
             )
             .bind(&item.resource)
@@ -173,8 +172,14 @@ impl Inventory for Stock {
         .fetch_optional(&mut *conn)
         .await?;
         if created.is_none() {
+            // Under the item's lock no Try takes and no Cancel returns units; a Confirm may
+            // run, but it moves units between held and confirmed, not out or back.
+            lock_item(conn, resource).await?;
             let row = sqlx::query(
-                "SELECT held, confirmed FROM stock_item WHERE resource = $1 FOR UPDATE",
+                "SELECT \
+                     CAST(coalesce(sum(quantity) FILTER (WHERE state = 'held'), 0) AS BIGINT) AS held, \
+                     CAST(coalesce(sum(quantity) FILTER (WHERE state = 'confirmed'), 0) AS BIGINT) AS confirmed \
+                 FROM stock_hold WHERE resource = $1 AND state IN ('held', 'confirmed')",
             )
             .bind(resource)
             .fetch_one(&mut *conn)
@@ -187,11 +192,11 @@ impl Inventory for Stock {
                 )));
             }
             sqlx::query(
-                "UPDATE stock_item SET capacity = $2, available = $2 - held - confirmed \
-                 WHERE resource = $1",
+                "UPDATE stock_item SET capacity = $2, available = $2 - $3 WHERE resource = $1",
             )
             .bind(resource)
             .bind(capacity)
+            .bind(held + confirmed)
             .execute(&mut *conn)
             .await?;
         }

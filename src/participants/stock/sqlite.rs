@@ -1,6 +1,7 @@
 //! `stock` on SQLite: the same transitions as the PostgreSQL SQL beside it (`postgres.rs`). The
 //! SDK's `BEGIN IMMEDIATE` holds the write lock for the whole call, so a guarded UPDATE and the
-//! hold row it pays for, or a winning hold transition and its counter move, are atomic.
+//! hold row it pays for, or a winning Cancel and the units it returns, are atomic. Held and
+//! confirmed units are the hold rows' sums (a Confirm moves only its hold row).
 
 use async_trait::async_trait;
 use sqlx::{Row, Sqlite, SqliteConnection};
@@ -22,7 +23,7 @@ impl Resource<Sqlite> for Stock {
     ) -> Result<TryAnswer, ResourceError> {
         for item in &branch.items {
             let taken = sqlx::query(
-                "UPDATE stock_item SET available = available - ?2, held = held + ?2 \
+                "UPDATE stock_item SET available = available - ?2 \
                  WHERE resource = ?1 AND available >= ?2",
             )
             .bind(&item.resource)
@@ -65,16 +66,13 @@ impl Resource<Sqlite> for Stock {
         branch: &BranchCtx,
     ) -> Result<ConfirmOutcome, ResourceError> {
         for item in &branch.items {
-            let Some(quantity) = move_hold(conn, branch, &item.resource, "confirmed").await? else {
+            // The units stay out: only the hold row moves (held and confirmed are its sums).
+            if move_hold(conn, branch, &item.resource, "confirmed")
+                .await?
+                .is_none()
+            {
                 return Ok(ConfirmOutcome::HoldLost);
-            };
-            sqlx::query(
-                "UPDATE stock_item SET held = held - ?2, confirmed = confirmed + ?2 WHERE resource = ?1",
-            )
-            .bind(&item.resource)
-            .bind(quantity)
-            .execute(&mut *conn)
-            .await?;
+            }
         }
         Ok(ConfirmOutcome::Confirmed)
     }
@@ -87,13 +85,11 @@ impl Resource<Sqlite> for Stock {
         for item in &branch.items {
             // Units return only if this transition wins (state was still 'held').
             if let Some(quantity) = move_hold(conn, branch, &item.resource, "cancelled").await? {
-                sqlx::query(
-                    "UPDATE stock_item SET available = available + ?2, held = held - ?2 WHERE resource = ?1",
-                )
-                .bind(&item.resource)
-                .bind(quantity)
-                .execute(&mut *conn)
-                .await?;
+                sqlx::query("UPDATE stock_item SET available = available + ?2 WHERE resource = ?1")
+                    .bind(&item.resource)
+                    .bind(quantity)
+                    .execute(&mut *conn)
+                    .await?;
             }
         }
         Ok(())
@@ -179,10 +175,15 @@ impl Inventory<Sqlite> for Stock {
         .execute(&mut *conn)
         .await?;
         if created.rows_affected() == 0 {
-            let row = sqlx::query("SELECT held, confirmed FROM stock_item WHERE resource = ?1")
-                .bind(resource)
-                .fetch_one(&mut *conn)
-                .await?;
+            let row = sqlx::query(
+                "SELECT \
+                     coalesce(sum(CASE WHEN state = 'held' THEN quantity END), 0) AS held, \
+                     coalesce(sum(CASE WHEN state = 'confirmed' THEN quantity END), 0) AS confirmed \
+                 FROM stock_hold WHERE resource = ?1 AND state IN ('held', 'confirmed')",
+            )
+            .bind(resource)
+            .fetch_one(&mut *conn)
+            .await?;
             let held: i64 = row.try_get("held")?;
             let confirmed: i64 = row.try_get("confirmed")?;
             if held + confirmed > capacity {
@@ -191,11 +192,11 @@ impl Inventory<Sqlite> for Stock {
                 )));
             }
             sqlx::query(
-                "UPDATE stock_item SET capacity = ?2, available = ?2 - held - confirmed \
-                 WHERE resource = ?1",
+                "UPDATE stock_item SET capacity = ?2, available = ?2 - ?3 WHERE resource = ?1",
             )
             .bind(resource)
             .bind(capacity)
+            .bind(held + confirmed)
             .execute(&mut *conn)
             .await?;
         }
