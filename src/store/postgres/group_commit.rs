@@ -1,6 +1,6 @@
 //! Group commit for the PostgreSQL store: concurrent calls of one kind of write (`create`,
-//! `record_held`, `record_rejected`, `record_phase`) queue up and reach the database as one statement (one round
-//! trip, one commit) for the whole batch.
+//! `record_held`, `record_rejected`, `record_phase`) queue up and reach the database as one
+//! statement (one round trip, one commit) for the whole batch.
 //!
 //! One task per kind drains its queue: it takes every job waiting (up to a cap), runs them as
 //! one batch, answers each, and takes the next. While a batch is in the database, newcomers
@@ -15,7 +15,7 @@
 //! a rerun `record_held` or `record_rejected` finds the reservation left `TRYING` and only
 //! reads it.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::hash::Hash;
 use std::sync::Arc;
@@ -172,11 +172,11 @@ impl GroupCommit {
         };
         let held = {
             let pool = pool.clone();
-            Batcher::spawn(MAX_BATCH, move |jobs| run_held(pool.clone(), jobs))
+            Batcher::spawn(MAX_BATCH, move |jobs| run_from_trying(pool.clone(), jobs))
         };
         let rejected = {
             let pool = pool.clone();
-            Batcher::spawn(MAX_BATCH, move |jobs| run_rejected(pool.clone(), jobs))
+            Batcher::spawn(MAX_BATCH, move |jobs| run_from_trying(pool.clone(), jobs))
         };
         let phases = {
             let pool = pool.clone();
@@ -341,57 +341,81 @@ async fn run_creates(pool: PgPool, jobs: Vec<CreateJob>) {
     }
 }
 
-/// Runs queued `record_held` calls: distinct reservations in one statement; should that fail,
-/// each alone. A second call for a reservation of the batch runs after it, alone.
-async fn run_held(pool: PgPool, jobs: Vec<HeldJob>) {
-    let (batch, repeats) = distinct_by(jobs, |j| j.id);
-    let mut shared = if batch.len() > 1 {
-        let args: Vec<(Uuid, &[BranchReport])> =
-            batch.iter().map(|j| (j.id, j.reports.as_slice())).collect();
-        answers::record_held_batch(&pool, &args)
-            .await
-            .map_err(batch_failed)
-            .ok()
-    } else {
-        None
-    };
-    for job in batch {
-        let answer = match shared.as_mut() {
-            Some(done) => answers::from_trying_answer(&pool, job.id, done.remove(&job.id)).await,
-            None => answers::record_held_alone(&pool, job.id, &job.reports).await,
-        };
-        let _ = job.reply.send(answer);
+/// A queued write out of `TRYING` (`record_held`, `record_rejected`): a batch answers with the
+/// rows it moved; a row it did not move had left `TRYING` meanwhile and is answered as it is.
+trait FromTrying: Sized + Send {
+    fn id(&self) -> Uuid;
+    /// This kind's statement for many distinct reservations.
+    fn batch(
+        pool: &PgPool,
+        jobs: &[Self],
+    ) -> impl Future<Output = Result<HashMap<Uuid, Reservation>, StoreError>> + Send;
+    /// The same, for this call alone.
+    fn alone(&self, pool: &PgPool) -> impl Future<Output = Result<Reservation, StoreError>> + Send;
+    fn answer(self, answer: Result<Reservation, StoreError>);
+}
+
+impl FromTrying for HeldJob {
+    fn id(&self) -> Uuid {
+        self.id
     }
-    for job in repeats {
-        let answer = answers::record_held_alone(&pool, job.id, &job.reports).await;
-        let _ = job.reply.send(answer);
+
+    async fn batch(pool: &PgPool, jobs: &[Self]) -> Result<HashMap<Uuid, Reservation>, StoreError> {
+        let args: Vec<(Uuid, &[BranchReport])> =
+            jobs.iter().map(|j| (j.id, j.reports.as_slice())).collect();
+        answers::record_held_batch(pool, &args).await
+    }
+
+    async fn alone(&self, pool: &PgPool) -> Result<Reservation, StoreError> {
+        answers::record_held_alone(pool, self.id, &self.reports).await
+    }
+
+    fn answer(self, answer: Result<Reservation, StoreError>) {
+        let _ = self.reply.send(answer);
     }
 }
 
-/// Runs queued `record_rejected` calls: distinct reservations in one statement; should that
-/// fail, each alone. A second call for a reservation of the batch runs after it, alone.
-async fn run_rejected(pool: PgPool, jobs: Vec<RejectedJob>) {
-    let (batch, repeats) = distinct_by(jobs, |j| j.id);
+impl FromTrying for RejectedJob {
+    fn id(&self) -> Uuid {
+        self.id
+    }
+
+    async fn batch(pool: &PgPool, jobs: &[Self]) -> Result<HashMap<Uuid, Reservation>, StoreError> {
+        let placements: Vec<StoppedPlacement<'_>> = jobs.iter().map(Self::placement).collect();
+        answers::record_rejected_batch(pool, &placements).await
+    }
+
+    async fn alone(&self, pool: &PgPool) -> Result<Reservation, StoreError> {
+        answers::record_rejected_alone(pool, &self.placement()).await
+    }
+
+    fn answer(self, answer: Result<Reservation, StoreError>) {
+        let _ = self.reply.send(answer);
+    }
+}
+
+/// Runs queued `record_held` or `record_rejected` calls: distinct reservations in one
+/// statement; should that fail, each alone. A second call for a reservation of the batch runs
+/// after it, alone.
+async fn run_from_trying<J: FromTrying>(pool: PgPool, jobs: Vec<J>) {
+    let (batch, repeats) = distinct_by(jobs, J::id);
     let mut shared = if batch.len() > 1 {
-        let placements: Vec<StoppedPlacement<'_>> =
-            batch.iter().map(RejectedJob::placement).collect();
-        answers::record_rejected_batch(&pool, &placements)
-            .await
-            .map_err(batch_failed)
-            .ok()
+        J::batch(&pool, &batch).await.map_err(batch_failed).ok()
     } else {
         None
     };
     for job in batch {
         let answer = match shared.as_mut() {
-            Some(done) => answers::from_trying_answer(&pool, job.id, done.remove(&job.id)).await,
-            None => answers::record_rejected_alone(&pool, &job.placement()).await,
+            Some(done) => {
+                answers::from_trying_answer(&pool, job.id(), done.remove(&job.id())).await
+            }
+            None => job.alone(&pool).await,
         };
-        let _ = job.reply.send(answer);
+        job.answer(answer);
     }
     for job in repeats {
-        let answer = answers::record_rejected_alone(&pool, &job.placement()).await;
-        let _ = job.reply.send(answer);
+        let answer = job.alone(&pool).await;
+        job.answer(answer);
     }
 }
 
