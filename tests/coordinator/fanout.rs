@@ -110,6 +110,39 @@ async fn rejection_by_the_second_releases_the_first_and_never_calls_the_third(po
     assert_eq!(states, [B::Cancelled, B::Rejected, B::Pending]);
 }
 
+/// Refused by the first participant, nothing was placed: no Cancel is sent, the later
+/// participants are never called, and the refusal is recorded `REJECTED` in one write after
+/// the create (no `CANCELLING` step), its lease freed.
+#[sqlx::test(migrations = false)]
+async fn rejection_by_the_first_is_recorded_in_one_write_and_releases_nothing(pool: PgPool) {
+    let (mut app, fakes) = spawn_with_fakes(pool.clone(), &["a", "b"]).await;
+    fakes
+        .get("a")
+        .behaviour
+        .reject
+        .store(true, Ordering::SeqCst);
+    let err = app
+        .client
+        .reserve(reserve_request("r1", vec![hold("a", "1"), hold("b", "2")]))
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&err), "INSUFFICIENT_CAPACITY");
+    assert_eq!(fakes.log.summary(), ["a.Try"]);
+    let id: uuid::Uuid = error_metadata(&err)["reservation_id"].parse().unwrap();
+    let (state, version, leased): (String, i64, bool) = sqlx::query_as(
+        "SELECT state, version, lease_owner IS NOT NULL FROM reservations WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (state.as_str(), version, leased),
+        ("REJECTED", 2, false),
+        "created at version 1, rejected by the one write after it"
+    );
+}
+
 #[sqlx::test(migrations = false)]
 async fn unreachable_participant_leaves_nothing_held(pool: PgPool) {
     let log = CallLog::default();

@@ -5,7 +5,7 @@
 //! and `capacity`; held and confirmed units are the hold rows' sums.
 
 use async_trait::async_trait;
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 
 use super::{Stock, validate_items};
 use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer};
@@ -175,17 +175,10 @@ impl Inventory for Stock {
             // Under the item's lock no Try takes and no Cancel returns units; a Confirm may
             // run, but it moves units between held and confirmed, not out or back.
             lock_item(conn, resource).await?;
-            let row = sqlx::query(
-                "SELECT \
-                     CAST(coalesce(sum(quantity) FILTER (WHERE state = 'held'), 0) AS BIGINT) AS held, \
-                     CAST(coalesce(sum(quantity) FILTER (WHERE state = 'confirmed'), 0) AS BIGINT) AS confirmed \
-                 FROM stock_hold WHERE resource = $1 AND state IN ('held', 'confirmed')",
-            )
-            .bind(resource)
-            .fetch_one(&mut *conn)
-            .await?;
-            let held: i64 = row.try_get("held")?;
-            let confirmed: i64 = row.try_get("confirmed")?;
+            let counts = Inventory::<sqlx::Postgres>::get(self, conn, resource)
+                .await?
+                .ok_or_else(|| ResourceError::Internal(format!("item {resource} vanished")))?;
+            let (held, confirmed) = (counts.held, counts.confirmed);
             if held + confirmed > capacity {
                 return Err(ResourceError::FailedPrecondition(format!(
                     "cannot resize {resource} to {capacity}: {held} held and {confirmed} confirmed"

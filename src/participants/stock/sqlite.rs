@@ -4,7 +4,7 @@
 //! confirmed units are the hold rows' sums (a Confirm moves only its hold row).
 
 use async_trait::async_trait;
-use sqlx::{Row, Sqlite, SqliteConnection};
+use sqlx::{Sqlite, SqliteConnection};
 
 use super::{Stock, validate_items};
 use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer};
@@ -175,17 +175,10 @@ impl Inventory<Sqlite> for Stock {
         .execute(&mut *conn)
         .await?;
         if created.rows_affected() == 0 {
-            let row = sqlx::query(
-                "SELECT \
-                     coalesce(sum(CASE WHEN state = 'held' THEN quantity END), 0) AS held, \
-                     coalesce(sum(CASE WHEN state = 'confirmed' THEN quantity END), 0) AS confirmed \
-                 FROM stock_hold WHERE resource = ?1 AND state IN ('held', 'confirmed')",
-            )
-            .bind(resource)
-            .fetch_one(&mut *conn)
-            .await?;
-            let held: i64 = row.try_get("held")?;
-            let confirmed: i64 = row.try_get("confirmed")?;
+            let counts = Inventory::<Sqlite>::get(self, conn, resource)
+                .await?
+                .ok_or_else(|| ResourceError::Internal(format!("item {resource} vanished")))?;
+            let (held, confirmed) = (counts.held, counts.confirmed);
             if held + confirmed > capacity {
                 return Err(ResourceError::FailedPrecondition(format!(
                     "cannot resize {resource} to {capacity}: {held} held and {confirmed} confirmed"

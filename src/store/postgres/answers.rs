@@ -53,6 +53,33 @@ async fn load_existing(pool: &PgPool, id: Uuid) -> Result<Reservation, StoreErro
     Postgres::load_existing(&mut *pool.acquire().await?, id).await
 }
 
+/// The branch answers of the reservations a `w` CTE moved out of `TRYING` (`$2`-`$5`:
+/// `reports_of`'s arrays), then the moved rows with their branches: the tail of each batch
+/// statement out of `TRYING`.
+macro_rules! moved_with_reports {
+    () => {
+        concat!(
+            "), upd AS ( \
+                UPDATE branches b SET state = u.state, attempts = b.attempts + 1, \
+                       last_error = u.error \
+                FROM UNNEST($2::uuid[], $3::uuid[], $4::text[], $5::text[]) \
+                     AS u(reservation_id, branch_id, state, error), w \
+                WHERE w.id = u.reservation_id AND b.reservation_id = w.id \
+                  AND b.branch_id = u.branch_id \
+                RETURNING b.reservation_id, b.generation, b.position, b.state, b.attempts, \
+                          b.last_error) ",
+            select_written!()
+        )
+    };
+}
+
+/// The rows a batch statement wrote, by reservation id.
+fn by_id(rows: Vec<ReservationRow>) -> Result<HashMap<Uuid, Reservation>, StoreError> {
+    rows.into_iter()
+        .map(|row| row.into_domain().map(|r| (r.id, r)))
+        .collect()
+}
+
 /// `TRYING -> HELD` for each reservation of `jobs` (distinct ids) in one statement: the
 /// transition gates each one's branch updates, so they happen together or not at all. Returns
 /// the reservations that moved, as written.
@@ -69,13 +96,7 @@ pub(super) async fn record_held_batch(
                    updated_at = clock_timestamp(), lease_owner = NULL, lease_until = NULL \
             WHERE id = ANY($1::uuid[]) AND state = 'TRYING' RETURNING ",
         reservation_columns!(),
-        "), upd AS ( \
-            UPDATE branches b SET state = u.state, attempts = b.attempts + 1, last_error = u.error \
-            FROM UNNEST($2::uuid[], $3::uuid[], $4::text[], $5::text[]) \
-                 AS u(reservation_id, branch_id, state, error), w \
-            WHERE w.id = u.reservation_id AND b.reservation_id = w.id AND b.branch_id = u.branch_id \
-            RETURNING b.reservation_id, b.generation, b.position, b.state, b.attempts, b.last_error) ",
-        select_written!()
+        moved_with_reports!()
     ))
     .bind(&ids)
     .bind(&owners)
@@ -84,9 +105,7 @@ pub(super) async fn record_held_batch(
     .bind(&errors)
     .fetch_all(pool)
     .await?;
-    rows.into_iter()
-        .map(|row| row.into_domain().map(|r| (r.id, r)))
-        .collect()
+    by_id(rows)
 }
 
 /// A `record_held` or `record_rejected` answer: the reservation as recorded, or (it had left
@@ -148,33 +167,25 @@ pub(super) async fn record_rejected_batch(
                    lease_owner = CASE WHEN j.placed_nothing THEN NULL ELSE lease_owner END, \
                    lease_until = CASE WHEN j.placed_nothing THEN NULL ELSE lease_until END, \
                    version = version + 1, updated_at = clock_timestamp() \
-            FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[]) \
+            FROM UNNEST($1::uuid[], $6::text[], $7::text[], $8::text[], $9::bool[]) \
                  AS j(reservation_id, participant, resource, reason, placed_nothing) \
             WHERE reservations.id = j.reservation_id AND reservations.state = 'TRYING' \
             RETURNING ",
         reservation_columns!(),
-        "), upd AS ( \
-            UPDATE branches b SET state = u.state, attempts = b.attempts + 1, last_error = u.error \
-            FROM UNNEST($6::uuid[], $7::uuid[], $8::text[], $9::text[]) \
-                 AS u(reservation_id, branch_id, state, error), w \
-            WHERE w.id = u.reservation_id AND b.reservation_id = w.id AND b.branch_id = u.branch_id \
-            RETURNING b.reservation_id, b.generation, b.position, b.state, b.attempts, b.last_error) ",
-        select_written!()
+        moved_with_reports!()
     ))
     .bind(&ids)
-    .bind(&participants)
-    .bind(&resources)
-    .bind(&reasons)
-    .bind(&finals)
     .bind(&owners)
     .bind(&branch_ids)
     .bind(&states)
     .bind(&errors)
+    .bind(&participants)
+    .bind(&resources)
+    .bind(&reasons)
+    .bind(&finals)
     .fetch_all(pool)
     .await?;
-    rows.into_iter()
-        .map(|row| row.into_domain().map(|r| (r.id, r)))
-        .collect()
+    by_id(rows)
 }
 
 /// One `record_rejected` on its own: the same one statement.
@@ -275,9 +286,7 @@ pub(super) async fn record_phases(
     .bind(&write_ids)
     .fetch_all(pool)
     .await?;
-    rows.into_iter()
-        .map(|row| row.into_domain().map(|r| (r.id, r)))
-        .collect()
+    by_id(rows)
 }
 
 /// A `record_phase` answer: the reservation as recorded, or as it is now - either another

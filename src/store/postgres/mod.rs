@@ -2,8 +2,8 @@
 //!
 //! Decisions read `clock_timestamp()`, so every replica agrees on what "expired" means. Rows
 //! are locked with `FOR UPDATE` (sweeps skip locked ones), Reserves serialise per holder on an
-//! advisory lock. Hot paths: concurrent `create`/`record_held`/`record_rejected`/`record_phase` calls are
-//! group-committed (`group_commit.rs`), a Confirm or Cancel first tries the unlocked,
+//! advisory lock. Hot paths: concurrent `create`/`record_held`/`record_rejected`/`record_phase`
+//! calls are group-committed (`group_commit.rs`), a Confirm or Cancel first tries the unlocked,
 //! version-guarded UPDATE (`unlocked.rs`), and writes answer with their after-image in the
 //! same statement.
 //!

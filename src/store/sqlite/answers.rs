@@ -1,8 +1,8 @@
 //! Recording participants' answers on SQLite: `record_held` (`TRYING -> HELD`),
 //! `record_rejected` (a stopped placement: `TRYING -> CANCELLING`, or `-> REJECTED` when
 //! nothing was placed) and `record_phase` (a Confirm or Cancel fan-out's answers, finishing it
-//! or scheduling its retry). One write transaction per call; concurrent calls share a COMMIT through the pool's
-//! writer (`holdfast-serve`'s group commit), not through a batch statement.
+//! or scheduling its retry). One write transaction per call; concurrent calls share a COMMIT
+//! through the pool's writer (`holdfast-serve`'s group commit), not through a batch statement.
 
 use sqlx::Sqlite;
 use sqlx::sqlite::{SqliteConnection, SqlitePool};
