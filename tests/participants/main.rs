@@ -2,6 +2,7 @@
 //! (a fresh database per test through `#[sqlx::test]`), real gRPC on loopback.
 
 mod barrier;
+mod batched;
 mod check;
 mod common;
 mod conservation;

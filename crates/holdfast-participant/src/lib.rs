@@ -62,6 +62,7 @@
 extern crate holdfast_serve;
 
 mod barrier;
+mod barrier_only;
 pub mod calls;
 pub mod clock;
 mod error;
@@ -87,7 +88,7 @@ pub use retention::{Purged, RETENTION_BATCH};
 pub use service::{DEFAULT_MAX_HOLD, DEFAULT_ORPHAN_GRACE, ParticipantService};
 
 /// Identifies one branch: one participant's share of one reservation.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct BranchKey {
     /// The coordinator's reservation id.
     pub reservation_id: String,

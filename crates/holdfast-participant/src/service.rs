@@ -1,13 +1,14 @@
 //! [`ParticipantService`]: the generic `tcc.v1.Participant` around a [`Resource`], which runs
 //! every phase as barrier + business change in one local transaction.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use holdfast_serve::db::WriteTransaction;
 use sqlx::{Pool, Postgres};
 
 use super::barrier::{Backend, BarrierPhase, BarrierRow};
+use super::barrier_only::BarrierOnlyWrites;
 use chrono::{DateTime, Utc};
 
 use super::clock::{OrphanReclaim, ParticipantClock};
@@ -46,6 +47,9 @@ pub struct ParticipantService<R, DB: Backend = Postgres> {
     orphan_grace: Duration,
     max_hold: Duration,
     clock: ParticipantClock,
+    /// A barrier-only resource's writes, batched when concurrent; started by the first call
+    /// (inside the runtime that serves it).
+    barrier_only_writes: Arc<OnceLock<BarrierOnlyWrites<DB>>>,
 }
 
 impl<R, DB: Backend> Clone for ParticipantService<R, DB> {
@@ -57,6 +61,7 @@ impl<R, DB: Backend> Clone for ParticipantService<R, DB> {
             orphan_grace: self.orphan_grace,
             max_hold: self.max_hold,
             clock: self.clock.clone(),
+            barrier_only_writes: self.barrier_only_writes.clone(),
         }
     }
 }
@@ -74,6 +79,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
             orphan_grace: DEFAULT_ORPHAN_GRACE,
             max_hold: DEFAULT_MAX_HOLD,
             clock: ParticipantClock::default(),
+            barrier_only_writes: Arc::default(),
         }
     }
 
@@ -130,10 +136,8 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         let mut barrier_first = false;
         if self.resource.barrier_only() {
             // No business change: the barrier row alone, one statement, no transaction.
-            let mut conn = DB::acquire_write(&self.pool).await?;
-            let held = TryAnswer::Held;
-            if DB::insert_try(&mut *conn, &self.name, branch, BarrierPhase::Held, &held).await? {
-                return Ok(held);
+            if self.barrier_only_writes().insert_held(branch).await? {
+                return Ok(TryAnswer::Held);
             }
             barrier_first = true;
         }
@@ -305,16 +309,19 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     }
 
     /// A barrier-only resource has no business change to keep with the barrier's: a held
-    /// branch moves to `to` in one statement of its own, no transaction. False: not held.
+    /// branch moves to `to` in one statement, no transaction (shared with concurrent calls:
+    /// [`BarrierOnlyWrites`]). False: not held.
     async fn advance_alone(
         &self,
         key: &BranchKey,
         to: BarrierPhase,
     ) -> Result<bool, ResourceError> {
-        let mut conn = DB::acquire_write(&self.pool).await?;
-        Ok(DB::advance_held(&mut *conn, &self.name, key, to)
-            .await?
-            .is_some())
+        self.barrier_only_writes().advance_held(key, to).await
+    }
+
+    fn barrier_only_writes(&self) -> &BarrierOnlyWrites<DB> {
+        self.barrier_only_writes
+            .get_or_init(|| BarrierOnlyWrites::spawn(self.pool.clone(), self.name.clone()))
     }
 
     /// A Confirm found part of a held branch gone: release the rest and record `HoldLost`

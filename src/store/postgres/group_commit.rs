@@ -2,11 +2,11 @@
 //! `record_held`, `record_rejected`, `record_phase`) queue up and reach the database as one
 //! statement (one round trip, one commit) for the whole batch.
 //!
-//! One task per kind drains its queue: it takes every job waiting (up to a cap), runs them as
-//! one batch, answers each, and takes the next. While a batch is in the database, newcomers
-//! queue, so batches grow with load. A call made while no other of its kind is in flight runs
-//! alone in the caller's task ([`Batcher::enter`]): an idle coordinator pays no hop. Should a
-//! batch fail as a whole, its calls run one by one, so one call's error is its own.
+//! One task per kind drains its queue ([`Batcher`], shared with the participant SDK): it
+//! takes every job waiting (up to a cap), runs them as one batch, answers each, and takes the
+//! next. A call made while no other of its kind is in flight runs alone in the caller's task:
+//! an idle coordinator pays no hop. Should a batch fail as a whole, its calls run one by one,
+//! so one call's error is its own.
 //!
 //! Those reruns are idempotent: a batch that failed may have committed all the same (the
 //! commit's acknowledgement lost with its connection). A rerun `create` finds its row by its
@@ -15,18 +15,16 @@
 //! a rerun `record_held` or `record_rejected` finds the reservation left `TRYING` and only
 //! reads it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
-use std::hash::Hash;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use sqlx::postgres::PgPool;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::answers::{self, PhaseWrite, StoppedPlacement};
 use super::create::{self, NewRow};
+use crate::db::batch::{Batcher, distinct_by};
 use crate::domain::policy::{Backoff, HoldLimits};
 use crate::domain::{NewReservation, Rejection, Reservation, State};
 use crate::store::{BranchReport, Created, PhaseRecorded, StoreError, WorkLease};
@@ -36,69 +34,6 @@ use crate::store::{BranchReport, Created, PhaseRecorded, StoreError, WorkLease};
 /// the cap decides how many rounds a burst waits: a flash sale's opening wave of 256 Reserves
 /// took four rounds at 64 and is one now (BENCHMARKS.md, "The flash sale's opening wave").
 const MAX_BATCH: usize = 256;
-
-/// Queues jobs of one kind for a task that runs them in batches.
-#[derive(Debug)]
-struct Batcher<J> {
-    queue: Option<mpsc::UnboundedSender<J>>,
-    /// Calls of this kind in flight (queued, or running alone).
-    in_flight: Arc<AtomicUsize>,
-}
-
-/// A call in flight; counted until dropped (also when the caller's future is dropped).
-struct InFlight(Arc<AtomicUsize>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-impl<J: Send + 'static> Batcher<J> {
-    /// Starts the task on the current runtime; `run` answers every job of the batch it is
-    /// given. Outside a runtime no task is started and every job is handed back by
-    /// [`Batcher::submit`].
-    fn spawn<F, Fut>(max: usize, run: F) -> Self
-    where
-        F: Fn(Vec<J>) -> Fut + Send + 'static,
-        Fut: Future<Output = ()> + Send,
-    {
-        let in_flight = Arc::new(AtomicUsize::new(0));
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return Batcher {
-                queue: None,
-                in_flight,
-            };
-        };
-        let (queue, mut jobs) = mpsc::unbounded_channel();
-        runtime.spawn(async move {
-            let mut batch = Vec::with_capacity(max);
-            while jobs.recv_many(&mut batch, max).await > 0 {
-                run(std::mem::replace(&mut batch, Vec::with_capacity(max))).await;
-            }
-        });
-        Batcher {
-            queue: Some(queue),
-            in_flight,
-        }
-    }
-
-    /// Counts a call in; true when no other call of this kind is in flight: then the caller
-    /// should run it alone rather than queue it. Keep the guard until the call is answered.
-    fn enter(&self) -> (InFlight, bool) {
-        let before = self.in_flight.fetch_add(1, Ordering::AcqRel);
-        (InFlight(self.in_flight.clone()), before == 0)
-    }
-
-    /// Queues `job`; hands it back when no task runs (none started, or its runtime is gone):
-    /// the caller then runs it alone.
-    fn submit(&self, job: J) -> Result<(), J> {
-        match &self.queue {
-            Some(queue) => queue.send(job).map_err(|e| e.0),
-            None => Err(job),
-        }
-    }
-}
 
 /// A queued `create`.
 struct CreateJob {
@@ -300,12 +235,6 @@ impl GroupCommit {
             Err(job) => answers::record_phase_alone(&self.pool, &job.write).await,
         }
     }
-}
-
-/// Splits jobs into ones with distinct keys (they may share a statement) and repeats.
-fn distinct_by<J, K: Eq + Hash>(jobs: Vec<J>, key: impl Fn(&J) -> K) -> (Vec<J>, Vec<J>) {
-    let mut seen = HashSet::with_capacity(jobs.len());
-    jobs.into_iter().partition(|j| seen.insert(key(j)))
 }
 
 /// Logs a batch that failed as a whole (its calls are then run one by one).

@@ -202,6 +202,42 @@ pub trait Backend: sqlx::Database {
         Ok(true)
     }
 
+    /// Whether concurrent barrier-only writes ([`Backend::insert_held_batch`],
+    /// [`Backend::advance_held_batch`]) share one statement. PostgreSQL: yes, one round trip
+    /// and one commit for the batch. SQLite: no; its one writer runs one autocommit statement
+    /// per call, the fastest there (BENCHMARKS.md).
+    const BATCHES_BARRIER_ONLY: bool = false;
+
+    /// Many first Tries of a barrier-only resource (phase and answer `Held`) in one
+    /// autocommit statement; for each branch, whether its row was inserted (false: the branch
+    /// has a row already, and the caller answers from it). The keys are distinct. Only called
+    /// when [`Backend::BATCHES_BARRIER_ONLY`].
+    async fn insert_held_batch(
+        conn: &mut Self::Connection,
+        participant: &str,
+        branches: &[&BranchCtx],
+    ) -> Result<Vec<bool>, ResourceError> {
+        let _ = (conn, participant, branches);
+        Err(ResourceError::Internal(
+            "this database does not batch barrier writes".into(),
+        ))
+    }
+
+    /// Many `Held` branches of a barrier-only resource moved to `to` in one autocommit
+    /// statement; for each key, whether it moved (false: not `Held`, nothing changed). The
+    /// keys are distinct. Only called when [`Backend::BATCHES_BARRIER_ONLY`].
+    async fn advance_held_batch(
+        conn: &mut Self::Connection,
+        participant: &str,
+        keys: &[&BranchKey],
+        to: BarrierPhase,
+    ) -> Result<Vec<bool>, ResourceError> {
+        let _ = (conn, participant, keys, to);
+        Err(ResourceError::Internal(
+            "this database does not batch barrier writes".into(),
+        ))
+    }
+
     /// Moves a `Held` branch to `to`, locking its row, and returns it as its Try recorded it
     /// (with phase `to`). `None`: the branch is not `Held` (or has no row); nothing changed
     /// that the caller's general path would not see.

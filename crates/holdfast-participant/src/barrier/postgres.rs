@@ -1,6 +1,8 @@
 //! The barrier's SQL on PostgreSQL: row locks (`FOR UPDATE`, `SKIP LOCKED` for sweeps) and
 //! `clock_timestamp()` as the clock.
 
+use std::collections::HashSet;
+
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Pool, Postgres, Row, Transaction};
@@ -15,6 +17,18 @@ macro_rules! barrier_columns {
     () => {
         "state, try_answer, try_reason, holder, items, expires_at, reclaim_after"
     };
+}
+
+/// The branch keys a batch statement returned.
+fn keys_of(rows: &[sqlx::postgres::PgRow]) -> Result<HashSet<BranchKey>, ResourceError> {
+    rows.iter()
+        .map(|row| {
+            Ok(BranchKey {
+                reservation_id: row.try_get("reservation_id")?,
+                branch_id: row.try_get("branch_id")?,
+            })
+        })
+        .collect()
 }
 
 fn barrier_from_row(row: &sqlx::postgres::PgRow) -> Result<BarrierRow, ResourceError> {
@@ -161,6 +175,82 @@ impl Backend for Postgres {
         .fetch_optional(&mut *conn)
         .await?;
         Ok(inserted.is_some())
+    }
+
+    const BATCHES_BARRIER_ONLY: bool = true;
+
+    /// One statement for the batch: rows in key order, so two replicas' batches lock alike.
+    async fn insert_held_batch(
+        conn: &mut PgConnection,
+        participant: &str,
+        branches: &[&BranchCtx],
+    ) -> Result<Vec<bool>, ResourceError> {
+        let mut sorted = branches.to_vec();
+        sorted.sort_by(|a, b| a.key.cmp(&b.key));
+        let text = |f: fn(&BranchCtx) -> &str| sorted.iter().map(|b| f(b)).collect::<Vec<_>>();
+        let rows = sqlx::query(
+            "INSERT INTO tcc_barrier (participant, reservation_id, branch_id, state, try_answer, \
+                                      holder, items, expires_at, reclaim_after) \
+             SELECT $1, t.reservation_id, t.branch_id, 'held', 'held', t.holder, t.items, \
+                    t.expires_at, t.reclaim_after \
+             FROM UNNEST($2::text[], $3::text[], $4::text[], $5::jsonb[], $6::timestamptz[], \
+                         $7::timestamptz[]) \
+                  AS t(reservation_id, branch_id, holder, items, expires_at, reclaim_after) \
+             ON CONFLICT DO NOTHING RETURNING reservation_id, branch_id",
+        )
+        .bind(participant)
+        .bind(text(|b| &b.key.reservation_id))
+        .bind(text(|b| &b.key.branch_id))
+        .bind(text(|b| &b.holder))
+        .bind(
+            sorted
+                .iter()
+                .map(|b| encode_items(&b.items))
+                .collect::<Vec<_>>(),
+        )
+        .bind(sorted.iter().map(|b| b.expires_at).collect::<Vec<_>>())
+        .bind(sorted.iter().map(|b| b.hold_until).collect::<Vec<_>>())
+        .fetch_all(&mut *conn)
+        .await?;
+        let inserted = keys_of(&rows)?;
+        Ok(branches.iter().map(|b| inserted.contains(&b.key)).collect())
+    }
+
+    /// One statement for the batch (`state = 'held'` decides per row, as alone); keys in
+    /// order, as for the inserts.
+    async fn advance_held_batch(
+        conn: &mut PgConnection,
+        participant: &str,
+        keys: &[&BranchKey],
+        to: BarrierPhase,
+    ) -> Result<Vec<bool>, ResourceError> {
+        let mut sorted = keys.to_vec();
+        sorted.sort();
+        let rows = sqlx::query(
+            "UPDATE tcc_barrier b SET state = $4, updated_at = clock_timestamp() \
+             FROM UNNEST($2::text[], $3::text[]) AS k(reservation_id, branch_id) \
+             WHERE b.participant = $1 AND b.reservation_id = k.reservation_id \
+               AND b.branch_id = k.branch_id AND b.state = 'held' \
+             RETURNING b.reservation_id, b.branch_id",
+        )
+        .bind(participant)
+        .bind(
+            sorted
+                .iter()
+                .map(|k| k.reservation_id.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            sorted
+                .iter()
+                .map(|k| k.branch_id.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(to.as_str())
+        .fetch_all(&mut *conn)
+        .await?;
+        let moved = keys_of(&rows)?;
+        Ok(keys.iter().map(|k| moved.contains(*k)).collect())
     }
 
     /// One statement: the conditional transition locks the row and returns what Try recorded.

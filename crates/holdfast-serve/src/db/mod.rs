@@ -51,6 +51,7 @@ pub const SQLITE_BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
 /// How long a caller waits for a pooled connection.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 
+pub mod batch;
 mod sqlite_write;
 
 pub use sqlite_write::SqliteWrite;
