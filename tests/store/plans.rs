@@ -259,3 +259,80 @@ async fn a_confirm_without_payment_is_not_planned_on_every_call(
     );
     pool.close().await;
 }
+
+/// The writes out of `TRYING` (`record_held`, `record_rejected`: the group-committed batch
+/// statements, which a call alone runs too) find their rows by primary key under a generic
+/// plan, never through an index on `state`. Every reservation passes through `TRYING`, so such
+/// an index holds a dead `TRYING` entry for each one until VACUUM, and a bitmap scan of it
+/// visits them all on every call (BENCHMARKS.md, "Writes out of TRYING"). Checked on the
+/// skewed 120k-row table, where the statistics show no `TRYING` row at all.
+#[sqlx::test(migrations = false)]
+async fn writes_out_of_trying_find_their_rows_by_id_under_a_generic_plan(
+    options: sqlx::postgres::PgPoolOptions,
+    connect: sqlx::postgres::PgConnectOptions,
+) {
+    use holdfast::domain::{BranchState, Rejection};
+
+    let pool = options
+        .max_connections(1)
+        .connect_with(connect)
+        .await
+        .unwrap();
+    let store = crate::postgres(pool.clone()).await;
+    sqlx::raw_sql(FILL_PG).execute(&pool).await.unwrap();
+    let (held, _) = crate::cases::create(&store, "alice", "req-held", crate::cases::LONG).await;
+    let reports = crate::cases::reports(&held, BranchState::Held, None);
+    store.record_held(held.id, &reports).await.unwrap();
+    let (refused, _) =
+        crate::cases::create(&store, "alice", "req-refused", crate::cases::LONG).await;
+    let rejection = Rejection {
+        participant: "seats".into(),
+        resource: "A1".into(),
+        reason: "sold out".into(),
+    };
+    let reports = crate::cases::reports(&refused, BranchState::Rejected, None);
+    store
+        .record_rejected(refused.id, Some(&rejection), &reports)
+        .await
+        .unwrap();
+
+    let mut conn = pool.acquire().await.unwrap();
+    sqlx::raw_sql("SET plan_cache_mode = force_generic_plan")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    // (name, parameters, statement) of each write out of TRYING this session prepared.
+    let statements: Vec<(String, i32, String)> = sqlx::query_as(
+        "SELECT name, cardinality(parameter_types), statement FROM pg_prepared_statements \
+         WHERE statement LIKE 'WITH w AS ( UPDATE reservations SET state = %' \
+           AND statement LIKE '%''TRYING''%'",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .unwrap();
+    assert_eq!(
+        statements.len(),
+        2,
+        "record_held's and record_rejected's statements: {statements:?}"
+    );
+    for (name, parameters, statement) in statements {
+        // A generic plan does not depend on the values: NULL for each.
+        let nulls = vec!["NULL"; usize::try_from(parameters).unwrap()].join(", ");
+        let plan: Vec<String> =
+            sqlx::query_scalar(AssertSqlSafe(format!("EXPLAIN EXECUTE {name}({nulls})")))
+                .fetch_all(&mut *conn)
+                .await
+                .unwrap();
+        let plan = plan.join("\n");
+        let indexes: Vec<&str> = plan
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .filter(|word| word.starts_with("reservations_"))
+            .collect();
+        assert!(
+            !indexes.is_empty() && indexes.iter().all(|i| *i == "reservations_pkey"),
+            "{statement}\nfinds its rows through {indexes:?}, not by id alone:\n{plan}"
+        );
+    }
+    drop(conn);
+    pool.close().await;
+}

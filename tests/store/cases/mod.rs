@@ -143,11 +143,20 @@ async fn create_with(
     }
 }
 
-async fn create(store: &S, holder: &str, request_id: &str, ttl: Duration) -> (Reservation, String) {
+pub(crate) async fn create(
+    store: &S,
+    holder: &str,
+    request_id: &str,
+    ttl: Duration,
+) -> (Reservation, String) {
     create_with(store, holder, request_id, ttl, lease()).await
 }
 
-fn reports(r: &Reservation, state: BranchState, error: Option<&str>) -> Vec<BranchReport> {
+pub(crate) fn reports(
+    r: &Reservation,
+    state: BranchState,
+    error: Option<&str>,
+) -> Vec<BranchReport> {
     r.participant_branches()
         .into_iter()
         .map(|b| BranchReport {
