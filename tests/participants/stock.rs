@@ -57,6 +57,61 @@ async fn a_confirm_does_not_wait_for_the_items_row_lock(pool: PgPool) {
     p.stop().await;
 }
 
+/// A first Try writes its barrier row before its business change, so the item's row lock
+/// (which every Try of the item takes) is held over the stock statement and the commit only,
+/// not over the barrier write. Here one Try's barrier write is made to wait (an uncommitted
+/// row for its branch); another Try of the same item must not wait behind it.
+#[sqlx::test(migrations = false)]
+async fn a_try_does_not_hold_the_items_row_lock_over_its_barrier_write(pool: PgPool) {
+    let mut p = spawn_participant(Kind::Stock, pool.clone()).await;
+    p.put("sku-1", 5).await;
+    let slow = try_request(vec![hold("sku-1", 1, None)]);
+    let mut blocker = pool.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO tcc_barrier (participant, reservation_id, branch_id, state) \
+         VALUES ('stock', $1, $2, 'trying')",
+    )
+    .bind(&slow.reservation_id)
+    .bind(&slow.branch_id)
+    .execute(&mut *blocker)
+    .await
+    .unwrap();
+    let mut client = p.new_client().await;
+    let slow_try = tokio::spawn({
+        let slow = slow.clone();
+        async move { client.r#try(slow).await }
+    });
+    // Until the slow Try waits for the barrier row.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO tcc_barrier%'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if waiting == 1 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the slow Try never waited for its barrier row ({waiting} waiting)"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let other = try_request(vec![hold("sku-1", 2, None)]);
+    let held = tokio::time::timeout(Duration::from_secs(10), p.try_(other))
+        .await
+        .expect("the Try waited for the item's row lock, held over another Try's barrier write");
+    assert_eq!(outcome(&held), Outcome::Held);
+    blocker.rollback().await.unwrap();
+    let slow_answer = slow_try.await.unwrap().expect("the slow Try").into_inner();
+    assert_eq!(outcome(&slow_answer), Outcome::Held);
+    assert_eq!(counts(&mut p, "sku-1").await, (2, 3, 0));
+    p.stop().await;
+}
+
 #[sqlx::test(migrations = false)]
 async fn resize_below_what_is_held_is_refused(pool: PgPool) {
     let mut p = spawn_participant(Kind::Stock, pool.clone()).await;

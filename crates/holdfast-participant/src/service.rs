@@ -128,10 +128,12 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         let branch = self.branch_ctx(request)?;
         let branch = &branch;
         let mut reclaimed = false;
-        // First the business change, then the barrier row with its answer, in one transaction:
-        // a first Try (the common case) costs no extra statement. When the branch already has
-        // a row (a repeat, or a Cancel that came first) or the business change fails (it may
-        // collide with the first call's own rows), that is undone and the call runs barrier
+        // A first Try (the common case) is two statements in one transaction: the barrier row,
+        // answered `Held`, then the business change, last before the commit. The business
+        // change may take a contended lock (a sale's one stock row), which is then held over
+        // its own statement and the commit only. A business refusal undoes both and is
+        // recorded on its own. When the branch already has a row (a repeat, or a Cancel that
+        // came first) or the business change fails, that is undone and the call runs barrier
         // first: lock the row, answer from it if decided, else hold under the lock.
         let mut barrier_first = false;
         if self.resource.barrier_only() {
@@ -150,6 +152,14 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
                     tx.commit().await?;
                     return Ok(answer);
                 }
+            } else {
+                let held = TryAnswer::Held;
+                let phase = BarrierPhase::Held;
+                if !DB::insert_try(&mut *tx, &self.name, branch, phase, &held).await? {
+                    tx.rollback().await?;
+                    barrier_first = true;
+                    continue;
+                }
             }
             let outcome = match self.resource.try_hold(&mut *tx, branch).await {
                 Ok(outcome) => outcome,
@@ -166,25 +176,16 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
             };
             let TryAnswer::Rejected(reason) = outcome else {
                 faults::check("participant.try.between")?;
-                let recorded = if barrier_first {
+                if barrier_first {
                     DB::record_try(&mut *tx, &self.name, branch, BarrierPhase::Held, &outcome)
                         .await?;
-                    true
-                } else {
-                    DB::insert_try(&mut *tx, &self.name, branch, BarrierPhase::Held, &outcome)
-                        .await?
-                };
-                if recorded {
-                    tx.commit().await?;
-                    faults::check("participant.try.committed")?;
-                    return Ok(outcome);
                 }
-                tx.rollback().await?;
-                barrier_first = true;
-                continue;
+                tx.commit().await?;
+                faults::check("participant.try.committed")?;
+                return Ok(outcome);
             };
-            // Rejected: undo the business change, then record the rejection (or find the
-            // answer recorded first) in a transaction of its own.
+            // Rejected: undo the business change (and a first Try's row), then record the
+            // rejection (or find the answer recorded first).
             tx.rollback().await?;
             if !reclaimed && self.orphans_exist().await? {
                 // Reclaim outside any transaction of ours: it locks other branches and their
@@ -193,18 +194,22 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
                 self.reclaim(LAZY_RECLAIM_BATCH, false).await?;
                 continue;
             }
+            let rejected = TryAnswer::Rejected(reason);
+            if !barrier_first {
+                // A first Try (the common case, e.g. a sale's losers): the refusal is the
+                // branch's new row, one autocommit statement. A row already there (a call
+                // for the branch came first) is answered from below.
+                let mut conn = DB::acquire_write(&self.pool).await?;
+                let phase = BarrierPhase::Rejected;
+                if DB::insert_try(&mut *conn, &self.name, branch, phase, &rejected).await? {
+                    return Ok(rejected);
+                }
+            }
             let mut tx = DB::begin_write(&self.pool).await?;
             let found = DB::lock(&mut *tx, &self.name, &branch.key).await?;
             let answer = if found.phase == BarrierPhase::Trying {
-                let rejected = TryAnswer::Rejected(reason);
-                DB::record_try(
-                    &mut *tx,
-                    &self.name,
-                    branch,
-                    BarrierPhase::Rejected,
-                    &rejected,
-                )
-                .await?;
+                let phase = BarrierPhase::Rejected;
+                DB::record_try(&mut *tx, &self.name, branch, phase, &rejected).await?;
                 rejected
             } else {
                 // A concurrent duplicate decided it meanwhile: its answer is the first one.

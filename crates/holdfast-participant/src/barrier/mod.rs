@@ -183,10 +183,11 @@ pub trait Backend: sqlx::Database {
         answer: &TryAnswer,
     ) -> Result<(), ResourceError>;
 
-    /// Records a first Try's answer by inserting the branch's row in `phase`, after the
-    /// business change ran on the same transaction. False (nothing written) if the branch has
-    /// a row already: a call for it came first, and the caller must undo and answer from it.
-    /// A concurrent first call for the branch is waited for.
+    /// Records a first Try's answer by inserting the branch's row in `phase` (`Held` before
+    /// the business change, on its transaction; `Rejected` in autocommit after a refusal).
+    /// False (nothing written) if the branch has a row already: a call for it came first, and
+    /// the caller must undo and answer from it. A concurrent first call for the branch is
+    /// waited for.
     async fn insert_try(
         conn: &mut Self::Connection,
         participant: &str,
