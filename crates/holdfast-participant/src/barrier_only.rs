@@ -5,11 +5,12 @@
 //! database as one statement (one round trip, one commit) for the batch.
 //!
 //! A call made while no other of its kind is in flight runs alone in the caller's task, as
-//! before batching: an idle participant pays no hop. A batch that fails as a whole runs its
-//! calls one by one, so one call's error is its own; a branch twice in one batch runs its
-//! second call alone after it. Those reruns are safe: a first Try whose row the failed batch
-//! did write finds it and answers from it, and a held branch the batch did move is no longer
-//! `Held` (the caller then answers from its row).
+//! before batching: an idle participant pays no hop. A batch that fails as a whole runs each
+//! of its calls alone, each in a task of its own (a database that is down fails them all at
+//! once, not one timeout after another), so one call's error is its own; a branch twice in
+//! one batch runs its second call alone after the batch's statement. Those reruns are safe:
+//! a first Try whose row the failed batch did write finds it and answers from it, and a held
+//! branch the batch did move is no longer `Held` (the caller then answers from its row).
 
 use holdfast_serve::db::batch::{Batcher, InFlight, distinct_by};
 use sqlx::Pool;
@@ -99,9 +100,12 @@ impl<DB: Backend> BarrierOnlyWrites<DB> {
         key: &BranchKey,
         to: BarrierPhase,
     ) -> Result<bool, ResourceError> {
+        let none = None;
         let queue = match to {
             BarrierPhase::Confirmed => &self.confirms,
-            _ => &self.cancels,
+            BarrierPhase::Cancelled => &self.cancels,
+            // No queue moves a branch anywhere else: alone.
+            _ => &none,
         };
         let (_in_flight, queue) = busy(queue);
         let Some(batcher) = queue else {
@@ -171,13 +175,28 @@ async fn run_tries<DB: Backend>(
     } else {
         None
     };
+    let failed = shared.is_none() && batch.len() > 1;
     let mut shared = shared.map(Vec::into_iter);
     for job in batch.into_iter().chain(repeats) {
-        let answer = match shared.as_mut().and_then(Iterator::next) {
-            Some(inserted) => Ok(inserted),
-            None => try_alone(&pool, &participant, &job.branch).await,
-        };
-        let _ = job.reply.send(answer);
+        match shared.as_mut().and_then(Iterator::next) {
+            Some(inserted) => {
+                let _ = job.reply.send(Ok(inserted));
+            }
+            // The calls of a failed batch, each in a task of its own.
+            None if failed => {
+                let (pool, participant) = (pool.clone(), participant.clone());
+                tokio::spawn(async move {
+                    let answer = try_alone(&pool, &participant, &job.branch).await;
+                    let _ = job.reply.send(answer);
+                });
+            }
+            // A call alone (or a repeat) runs here: calls arriving meanwhile queue for the
+            // next batch.
+            None => {
+                let answer = try_alone(&pool, &participant, &job.branch).await;
+                let _ = job.reply.send(answer);
+            }
+        }
     }
 }
 
@@ -200,19 +219,34 @@ async fn run_advances<DB: Backend>(
     } else {
         None
     };
+    let failed = shared.is_none() && batch.len() > 1;
     let mut shared = shared.map(Vec::into_iter);
     for job in batch.into_iter().chain(repeats) {
-        let answer = match shared.as_mut().and_then(Iterator::next) {
-            Some(moved) => Ok(moved),
-            None => advance_alone(&pool, &participant, &job.key, to).await,
-        };
-        let _ = job.reply.send(answer);
+        match shared.as_mut().and_then(Iterator::next) {
+            Some(moved) => {
+                let _ = job.reply.send(Ok(moved));
+            }
+            // The calls of a failed batch, each in a task of its own.
+            None if failed => {
+                let (pool, participant) = (pool.clone(), participant.clone());
+                tokio::spawn(async move {
+                    let answer = advance_alone(&pool, &participant, &job.key, to).await;
+                    let _ = job.reply.send(answer);
+                });
+            }
+            // A call alone (or a repeat) runs here: calls arriving meanwhile queue for the
+            // next batch.
+            None => {
+                let answer = advance_alone(&pool, &participant, &job.key, to).await;
+                let _ = job.reply.send(answer);
+            }
+        }
     }
 }
 
-/// Logs a batch that failed as a whole (its calls are then run one by one).
+/// Logs a batch that failed as a whole (its calls are then run alone).
 fn batch_failed(e: ResourceError) {
-    tracing::warn!(error = %e, "a batch of barrier writes failed; running its calls one by one");
+    tracing::warn!(error = %e, "a batch of barrier writes failed; running each of its calls alone");
 }
 
 /// The answer of a batcher whose task went away with its runtime.
