@@ -266,8 +266,9 @@ async fn confirms_and_cancels_on(pool: PgPool) {
             );
         }
     }
+    // Branch 0 and every even one had no Cancel.
     assert!(
-        confirmed > BRANCHES / 2,
+        confirmed >= BRANCHES / 2,
         "only cancelled branches can end cancelled"
     );
     let confirm_writers = writers(&pool, "confirmed").await;

@@ -176,6 +176,11 @@ mod lost_ack {
     async fn record_rejected_after_a_lost_ack_is_applied_once(pool: sqlx::PgPool) {
         crate::cases::lost_ack::record_rejected_after_a_lost_ack_is_applied_once(pool).await;
     }
+
+    #[sqlx::test(migrations = false)]
+    async fn a_failed_batch_reruns_its_calls_at_once(pool: sqlx::PgPool) {
+        crate::cases::failed_batch::a_failed_batch_reruns_its_calls_at_once(pool).await;
+    }
 }
 
 /// Retention cases run on both backends like the conformance cases, with a [`Backdate`] of

@@ -217,7 +217,8 @@ pub trait Resource<DB: Backend = sqlx::Postgres>: Send + Sync + 'static {
     /// True for a participant with no business data (its phases change nothing but the
     /// barrier, `try_hold` always holds, `confirm` always confirms): the SDK then records each
     /// first Try, and each Confirm/Cancel of a held branch, with one barrier statement and no
-    /// transaction. Anything else goes the general way.
+    /// transaction (on PostgreSQL one statement for many concurrent calls). Anything else goes
+    /// the general way.
     fn barrier_only(&self) -> bool {
         false
     }

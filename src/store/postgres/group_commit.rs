@@ -5,8 +5,8 @@
 //! One task per kind drains its queue ([`Batcher`], shared with the participant SDK): it
 //! takes every job waiting (up to a cap), runs them as one batch, answers each, and takes the
 //! next. A call made while no other of its kind is in flight runs alone in the caller's task:
-//! an idle coordinator pays no hop. Should a batch fail as a whole, its calls run one by one,
-//! so one call's error is its own.
+//! an idle coordinator pays no hop. Should a batch fail as a whole, each of its calls runs
+//! alone, all at once (each in a task of its own), so one call's error is its own.
 //!
 //! Those reruns are idempotent: a batch that failed may have committed all the same (the
 //! commit's acknowledgement lost with its connection). A rerun `create` finds its row by its
@@ -237,9 +237,22 @@ impl GroupCommit {
     }
 }
 
-/// Logs a batch that failed as a whole (its calls are then run one by one).
+/// Logs a batch that failed as a whole (its calls are then run alone).
 fn batch_failed(e: StoreError) {
-    tracing::warn!(error = %e, "a group-committed batch failed; running its calls one by one");
+    tracing::warn!(error = %e, "a group-committed batch failed; running each of its calls alone");
+}
+
+/// Runs one call of a batch that failed as a whole, alone, in a task of its own: a database
+/// that is down fails every call at once rather than one pool timeout after another, and the
+/// batch task goes on taking new calls. (A call alone, or a repeat, runs in the batch task, so
+/// calls arriving meanwhile queue for the next batch.)
+fn rerun<J, F, Fut>(pool: &PgPool, job: J, run: F)
+where
+    J: Send + 'static,
+    F: FnOnce(PgPool, J) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    tokio::spawn(run(pool.clone(), job));
 }
 
 /// The answer of a batcher whose task went away with its runtime.
@@ -250,7 +263,7 @@ fn batch_task_gone<T>(_: oneshot::error::RecvError) -> Result<T, StoreError> {
 /// Runs queued Reserves: distinct (owner, holder)s in one transaction; should that fail, each alone,
 /// so one call's error is its own.
 async fn run_creates(pool: PgPool, jobs: Vec<CreateJob>) {
-    let (batch, repeats) = distinct_by(jobs, |j| j.new.limit_key());
+    let (mut batch, repeats) = distinct_by(jobs, |j| j.new.limit_key());
     let shared = if batch.len() > 1 {
         let rows: Vec<NewRow<'_>> = batch.iter().map(CreateJob::row).collect();
         create::create_batch(&pool, &rows)
@@ -260,6 +273,14 @@ async fn run_creates(pool: PgPool, jobs: Vec<CreateJob>) {
     } else {
         None
     };
+    if shared.is_none() && batch.len() > 1 {
+        for job in std::mem::take(&mut batch) {
+            rerun(&pool, job, |pool, job| async move {
+                let answer = create::create_alone(&pool, job.row()).await;
+                let _ = job.reply.send(answer);
+            });
+        }
+    }
     let mut shared = shared.map(Vec::into_iter);
     for job in batch.into_iter().chain(repeats) {
         let answer = match shared.as_mut().and_then(Iterator::next) {
@@ -326,13 +347,21 @@ impl FromTrying for RejectedJob {
 /// Runs queued `record_held` or `record_rejected` calls: distinct reservations in one
 /// statement; should that fail, each alone. A second call for a reservation of the batch runs
 /// after it, alone.
-async fn run_from_trying<J: FromTrying>(pool: PgPool, jobs: Vec<J>) {
-    let (batch, repeats) = distinct_by(jobs, J::id);
+async fn run_from_trying<J: FromTrying + 'static>(pool: PgPool, jobs: Vec<J>) {
+    let (mut batch, repeats) = distinct_by(jobs, J::id);
     let mut shared = if batch.len() > 1 {
         J::batch(&pool, &batch).await.map_err(batch_failed).ok()
     } else {
         None
     };
+    if shared.is_none() && batch.len() > 1 {
+        for job in std::mem::take(&mut batch) {
+            rerun(&pool, job, |pool, job| async move {
+                let answer = job.alone(&pool).await;
+                job.answer(answer);
+            });
+        }
+    }
     for job in batch {
         let answer = match shared.as_mut() {
             Some(done) => {
@@ -352,7 +381,7 @@ async fn run_from_trying<J: FromTrying>(pool: PgPool, jobs: Vec<J>) {
 /// each alone. A second call for a reservation of the batch runs after it, alone, as it would
 /// have waited for the row lock.
 async fn run_phases(pool: PgPool, jobs: Vec<PhaseJob>) {
-    let (batch, repeats) = distinct_by(jobs, |j| j.write.id);
+    let (mut batch, repeats) = distinct_by(jobs, |j| j.write.id);
     let mut shared = if batch.len() > 1 {
         let writes: Vec<&PhaseWrite> = batch.iter().map(|j| &j.write).collect();
         answers::record_phases(&pool, &writes)
@@ -362,6 +391,14 @@ async fn run_phases(pool: PgPool, jobs: Vec<PhaseJob>) {
     } else {
         None
     };
+    if shared.is_none() && batch.len() > 1 {
+        for job in std::mem::take(&mut batch) {
+            rerun(&pool, job, |pool, job| async move {
+                let answer = answers::record_phase_alone(&pool, &job.write).await;
+                let _ = job.reply.send(answer);
+            });
+        }
+    }
     for job in batch {
         let answer = match shared.as_mut() {
             Some(done) => {

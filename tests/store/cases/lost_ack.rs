@@ -24,7 +24,7 @@ async fn relayed(pool: &PgPool) -> (super::S, AckDropper) {
 }
 
 /// Waits until a statement of this database waits for a lock.
-async fn someone_waits_for_a_lock(pool: &PgPool) {
+pub(crate) async fn someone_waits_for_a_lock(pool: &PgPool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let waiting: i64 = sqlx::query_scalar(
