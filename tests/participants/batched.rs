@@ -119,6 +119,28 @@ async fn spawn_try(
     tokio::spawn(async move { client.r#try(req).await.map(|a| outcome(&a.into_inner())) })
 }
 
+/// Holds `first`'s Try up inside PostgreSQL, then sends `sent` at once (they queue behind
+/// it), and lets it go: every Try must answer held.
+async fn all_held_behind_a_held_up_try(
+    p: &Running,
+    pool: &PgPool,
+    first: &TryRequest,
+    sent: Vec<TryRequest>,
+) {
+    let blocker = hold_up_try(pool, first).await;
+    let first = spawn_try(p, first).await;
+    until_held_up(pool).await;
+    let answers = at_once(p, sent, |mut client, req| async move {
+        client.r#try(req).await.map(|a| outcome(&a.into_inner()))
+    })
+    .await;
+    blocker.rollback().await.expect("rollback");
+    assert_eq!(first.await.expect("join").ok(), Some(Outcome::Held));
+    for answer in &answers {
+        assert_eq!(answer.as_ref().ok(), Some(&Outcome::Held), "{answers:?}");
+    }
+}
+
 /// Sends a Confirm of `req`'s branch on a client of its own, in a task.
 async fn spawn_confirm(
     p: &Running,
@@ -186,24 +208,13 @@ crate::parallel::parallel_test!(concurrent_first_tries_share_statements_and_each
 async fn concurrent_first_tries_on(pool: PgPool) {
     let p = noop(&pool).await;
     let requests = new_branches();
-    let blocker = hold_up_try(&pool, &requests[0]).await;
-    let first = spawn_try(&p, &requests[0]).await;
-    until_held_up(&pool).await;
     // Each other branch twice at once: a repeat inside a batch answers what the first did.
     let sent: Vec<TryRequest> = requests[1..]
         .iter()
         .chain(&requests[1..])
         .cloned()
         .collect();
-    let answers = at_once(&p, sent, |mut client, req| async move {
-        client.r#try(req).await.map(|a| outcome(&a.into_inner()))
-    })
-    .await;
-    blocker.rollback().await.expect("rollback");
-    assert_eq!(first.await.expect("join").ok(), Some(Outcome::Held));
-    for answer in &answers {
-        assert_eq!(answer.as_ref().ok(), Some(&Outcome::Held), "{answers:?}");
-    }
+    all_held_behind_a_held_up_try(&p, &pool, &requests[0], sent).await;
     assert_eq!(
         rows_in(&pool, "held").await,
         BRANCHES as i64,
@@ -314,18 +325,7 @@ async fn failing_batches_on(pool: PgPool) {
     .expect("the test's trigger");
     let requests = new_branches();
 
-    let blocker = hold_up_try(&pool, &requests[0]).await;
-    let first = spawn_try(&p, &requests[0]).await;
-    until_held_up(&pool).await;
-    let answers = at_once(&p, requests[1..].to_vec(), |mut client, req| async move {
-        client.r#try(req).await.map(|a| outcome(&a.into_inner()))
-    })
-    .await;
-    blocker.rollback().await.expect("rollback");
-    assert_eq!(first.await.expect("join").ok(), Some(Outcome::Held));
-    for answer in &answers {
-        assert_eq!(answer.as_ref().ok(), Some(&Outcome::Held), "{answers:?}");
-    }
+    all_held_behind_a_held_up_try(&p, &pool, &requests[0], requests[1..].to_vec()).await;
     let refused = refused_batches(&pool).await;
     assert!(refused > 0, "no batch of Tries was tried");
 

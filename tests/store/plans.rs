@@ -220,11 +220,7 @@ async fn a_confirm_without_payment_is_not_planned_on_every_call(
     options: sqlx::postgres::PgPoolOptions,
     connect: sqlx::postgres::PgConnectOptions,
 ) {
-    let pool = options
-        .max_connections(1)
-        .connect_with(connect)
-        .await
-        .unwrap();
+    let pool = one_connection(options, connect).await;
     let store = crate::postgres(pool.clone()).await;
     const CONFIRMS: i64 = 10;
     for i in 0..CONFIRMS {
@@ -273,11 +269,7 @@ async fn writes_out_of_trying_find_their_rows_by_id_under_a_generic_plan(
 ) {
     use holdfast::domain::{BranchState, Rejection};
 
-    let pool = options
-        .max_connections(1)
-        .connect_with(connect)
-        .await
-        .unwrap();
+    let pool = one_connection(options, connect).await;
     let store = crate::postgres(pool.clone()).await;
     sqlx::raw_sql(FILL_PG).execute(&pool).await.unwrap();
     let (held, _) = crate::cases::create(&store, "alice", "req-held", crate::cases::LONG).await;
@@ -335,4 +327,17 @@ async fn writes_out_of_trying_find_their_rows_by_id_under_a_generic_plan(
     }
     drop(conn);
     pool.close().await;
+}
+
+/// A pool of one connection: the store's statements and the test's checks share one
+/// session (its `pg_prepared_statements`).
+async fn one_connection(
+    options: sqlx::postgres::PgPoolOptions,
+    connect: sqlx::postgres::PgConnectOptions,
+) -> PgPool {
+    options
+        .max_connections(1)
+        .connect_with(connect)
+        .await
+        .unwrap()
 }

@@ -12,6 +12,9 @@
 //! a first Try whose row the failed batch did write finds it and answers from it, and a held
 //! branch the batch did move is no longer `Held` (the caller then answers from its row).
 
+use std::future::Future;
+use std::sync::Arc;
+
 use holdfast_serve::db::batch::{Batcher, InFlight, distinct_by};
 use sqlx::Pool;
 use tokio::sync::oneshot;
@@ -22,75 +25,121 @@ use crate::{BranchCtx, BranchKey, ResourceError, TryAnswer};
 /// Most calls of one kind in one statement.
 const MAX_BATCH: usize = 256;
 
-/// What a queued call is answered: whether its row was written (inserted, or moved).
-type Reply = oneshot::Sender<Result<bool, ResourceError>>;
+/// One kind of barrier-only write: a first Try (a [`BranchCtx`], written `Held`) or a held
+/// branch moved to a phase (a [`BranchKey`]). Its answer: whether its row was written.
+trait Write: Clone + Send + Sync + 'static {
+    fn key(&self) -> &BranchKey;
 
-/// A queued first Try.
-struct TryJob {
-    branch: BranchCtx,
-    reply: Reply,
+    /// This write alone, one autocommit statement; `to` is the queue's target phase.
+    fn alone<DB: Backend>(
+        &self,
+        pool: &Pool<DB>,
+        participant: &str,
+        to: BarrierPhase,
+    ) -> impl Future<Output = Result<bool, ResourceError>> + Send;
+
+    /// Many writes of this kind (distinct branches) in one statement, an answer each.
+    fn batch<DB: Backend>(
+        pool: &Pool<DB>,
+        participant: &str,
+        writes: &[&Self],
+        to: BarrierPhase,
+    ) -> impl Future<Output = Result<Vec<bool>, ResourceError>> + Send;
 }
 
-/// A queued Confirm or Cancel of a held branch.
-struct AdvanceJob {
-    key: BranchKey,
-    reply: Reply,
+impl Write for BranchCtx {
+    fn key(&self) -> &BranchKey {
+        &self.key
+    }
+
+    async fn alone<DB: Backend>(
+        &self,
+        pool: &Pool<DB>,
+        participant: &str,
+        _: BarrierPhase,
+    ) -> Result<bool, ResourceError> {
+        let mut conn = DB::acquire_write(pool).await?;
+        let held = TryAnswer::Held;
+        DB::insert_try(&mut *conn, participant, self, BarrierPhase::Held, &held).await
+    }
+
+    async fn batch<DB: Backend>(
+        pool: &Pool<DB>,
+        participant: &str,
+        writes: &[&Self],
+        _: BarrierPhase,
+    ) -> Result<Vec<bool>, ResourceError> {
+        let mut conn = DB::acquire_write(pool).await?;
+        DB::insert_held_batch(&mut *conn, participant, writes).await
+    }
+}
+
+impl Write for BranchKey {
+    fn key(&self) -> &BranchKey {
+        self
+    }
+
+    async fn alone<DB: Backend>(
+        &self,
+        pool: &Pool<DB>,
+        participant: &str,
+        to: BarrierPhase,
+    ) -> Result<bool, ResourceError> {
+        let mut conn = DB::acquire_write(pool).await?;
+        let moved = DB::advance_held(&mut *conn, participant, self, to).await?;
+        Ok(moved.is_some())
+    }
+
+    async fn batch<DB: Backend>(
+        pool: &Pool<DB>,
+        participant: &str,
+        writes: &[&Self],
+        to: BarrierPhase,
+    ) -> Result<Vec<bool>, ResourceError> {
+        let mut conn = DB::acquire_write(pool).await?;
+        DB::advance_held_batch(&mut *conn, participant, writes, to).await
+    }
+}
+
+/// A queued call.
+struct Job<W> {
+    write: W,
+    reply: oneshot::Sender<Result<bool, ResourceError>>,
+}
+
+/// One queue: its batcher (none when the database does not batch) and its target phase.
+struct Queue<W> {
+    batcher: Option<Batcher<Job<W>>>,
+    to: BarrierPhase,
 }
 
 /// The queues of one participant's barrier-only writes: first Tries, and held branches moved
 /// to `Confirmed` or to `Cancelled` (a queue each, so a batch has one target phase).
 pub(crate) struct BarrierOnlyWrites<DB: Backend> {
     pool: Pool<DB>,
-    participant: std::sync::Arc<str>,
-    tries: Option<Batcher<TryJob>>,
-    confirms: Option<Batcher<AdvanceJob>>,
-    cancels: Option<Batcher<AdvanceJob>>,
+    participant: Arc<str>,
+    tries: Queue<BranchCtx>,
+    confirms: Queue<BranchKey>,
+    cancels: Queue<BranchKey>,
 }
 
 impl<DB: Backend> BarrierOnlyWrites<DB> {
     /// Starts the batch tasks on the current runtime when `DB` batches these writes (they end
     /// with the runtime); otherwise every call runs alone.
-    pub(crate) fn spawn(pool: Pool<DB>, participant: std::sync::Arc<str>) -> Self {
-        let batches = DB::BATCHES_BARRIER_ONLY;
-        let tries = batches.then(|| {
-            let (pool, name) = (pool.clone(), participant.clone());
-            Batcher::spawn(MAX_BATCH, move |jobs| {
-                run_tries(pool.clone(), name.clone(), jobs)
-            })
-        });
-        let advances = |to: BarrierPhase| {
-            batches.then(|| {
-                let (pool, name) = (pool.clone(), participant.clone());
-                Batcher::spawn(MAX_BATCH, move |jobs| {
-                    run_advances(pool.clone(), name.clone(), to, jobs)
-                })
-            })
-        };
+    pub(crate) fn spawn(pool: Pool<DB>, participant: Arc<str>) -> Self {
         BarrierOnlyWrites {
-            confirms: advances(BarrierPhase::Confirmed),
-            cancels: advances(BarrierPhase::Cancelled),
+            tries: queue(&pool, &participant, BarrierPhase::Held),
+            confirms: queue(&pool, &participant, BarrierPhase::Confirmed),
+            cancels: queue(&pool, &participant, BarrierPhase::Cancelled),
             pool,
             participant,
-            tries,
         }
     }
 
     /// A first Try: true if the branch's row was inserted, `Held`; false if the branch has a
     /// row already (nothing written; answer from it).
     pub(crate) async fn insert_held(&self, branch: &BranchCtx) -> Result<bool, ResourceError> {
-        let (_in_flight, queue) = busy(&self.tries);
-        let Some(batcher) = queue else {
-            return try_alone(&self.pool, &self.participant, branch).await;
-        };
-        let (reply, answer) = oneshot::channel();
-        let job = TryJob {
-            branch: branch.clone(),
-            reply,
-        };
-        match batcher.submit(job) {
-            Ok(()) => answer.await.unwrap_or_else(batch_task_gone),
-            Err(job) => try_alone(&self.pool, &self.participant, &job.branch).await,
-        }
+        self.write(&self.tries, branch).await
     }
 
     /// A held branch moved to `to` (`Confirmed` or `Cancelled`): true if it moved; false if
@@ -100,27 +149,50 @@ impl<DB: Backend> BarrierOnlyWrites<DB> {
         key: &BranchKey,
         to: BarrierPhase,
     ) -> Result<bool, ResourceError> {
-        let none = None;
-        let queue = match to {
-            BarrierPhase::Confirmed => &self.confirms,
-            BarrierPhase::Cancelled => &self.cancels,
+        match to {
+            BarrierPhase::Confirmed => self.write(&self.confirms, key).await,
+            BarrierPhase::Cancelled => self.write(&self.cancels, key).await,
             // No queue moves a branch anywhere else: alone.
-            _ => &none,
-        };
-        let (_in_flight, queue) = busy(queue);
-        let Some(batcher) = queue else {
-            return advance_alone(&self.pool, &self.participant, key, to).await;
+            _ => key.alone(&self.pool, &self.participant, to).await,
+        }
+    }
+
+    /// `write` on `queue`: alone when no other call of its kind is in flight (or nothing
+    /// batches), else queued for the next batch.
+    async fn write<W: Write>(&self, queue: &Queue<W>, write: &W) -> Result<bool, ResourceError> {
+        let (_in_flight, batcher) = busy(&queue.batcher);
+        let Some(batcher) = batcher else {
+            return write.alone(&self.pool, &self.participant, queue.to).await;
         };
         let (reply, answer) = oneshot::channel();
-        let job = AdvanceJob {
-            key: key.clone(),
+        let job = Job {
+            write: write.clone(),
             reply,
         };
         match batcher.submit(job) {
             Ok(()) => answer.await.unwrap_or_else(batch_task_gone),
-            Err(job) => advance_alone(&self.pool, &self.participant, &job.key, to).await,
+            Err(job) => {
+                job.write
+                    .alone(&self.pool, &self.participant, queue.to)
+                    .await
+            }
         }
     }
+}
+
+/// A queue for `to`, with its batch task when `DB` batches barrier-only writes.
+fn queue<DB: Backend, W: Write>(
+    pool: &Pool<DB>,
+    participant: &Arc<str>,
+    to: BarrierPhase,
+) -> Queue<W> {
+    let batcher = DB::BATCHES_BARRIER_ONLY.then(|| {
+        let (pool, participant) = (pool.clone(), participant.clone());
+        Batcher::spawn(MAX_BATCH, move |jobs| {
+            run(pool.clone(), participant.clone(), to, jobs)
+        })
+    });
+    Queue { batcher, to }
 }
 
 /// Counts a call in (keep the guard until it is answered, alone or not) and gives the
@@ -136,42 +208,20 @@ fn busy<J: Send + 'static>(
     (Some(in_flight), (!idle).then_some(batcher))
 }
 
-async fn try_alone<DB: Backend>(
-    pool: &Pool<DB>,
-    participant: &str,
-    branch: &BranchCtx,
-) -> Result<bool, ResourceError> {
-    let mut conn = DB::acquire_write(pool).await?;
-    let held = TryAnswer::Held;
-    DB::insert_try(&mut *conn, participant, branch, BarrierPhase::Held, &held).await
-}
-
-async fn advance_alone<DB: Backend>(
-    pool: &Pool<DB>,
-    participant: &str,
-    key: &BranchKey,
-    to: BarrierPhase,
-) -> Result<bool, ResourceError> {
-    let mut conn = DB::acquire_write(pool).await?;
-    Ok(DB::advance_held(&mut *conn, participant, key, to)
-        .await?
-        .is_some())
-}
-
-/// Runs queued first Tries: distinct branches in one statement; should that fail, each alone.
-async fn run_tries<DB: Backend>(
+/// Runs queued calls of one kind: distinct branches in one statement; should that fail, each
+/// alone in a task of its own. A call alone, or a repeat, runs here: calls arriving meanwhile
+/// queue for the next batch.
+async fn run<DB: Backend, W: Write>(
     pool: Pool<DB>,
-    participant: std::sync::Arc<str>,
-    jobs: Vec<TryJob>,
+    participant: Arc<str>,
+    to: BarrierPhase,
+    jobs: Vec<Job<W>>,
 ) {
-    let (batch, repeats) = distinct_by(jobs, |j| j.branch.key.clone());
+    let (batch, repeats) = distinct_by(jobs, |j| j.write.key().clone());
     let shared = if batch.len() > 1 {
-        let branches: Vec<&BranchCtx> = batch.iter().map(|j| &j.branch).collect();
-        let written = async {
-            let mut conn = DB::acquire_write(&pool).await?;
-            DB::insert_held_batch(&mut *conn, &participant, &branches).await
-        };
-        written.await.map_err(batch_failed).ok()
+        let writes: Vec<&W> = batch.iter().map(|j| &j.write).collect();
+        let written = W::batch(&pool, &participant, &writes, to).await;
+        written.map_err(batch_failed).ok()
     } else {
         None
     };
@@ -179,65 +229,18 @@ async fn run_tries<DB: Backend>(
     let mut shared = shared.map(Vec::into_iter);
     for job in batch.into_iter().chain(repeats) {
         match shared.as_mut().and_then(Iterator::next) {
-            Some(inserted) => {
-                let _ = job.reply.send(Ok(inserted));
+            Some(written) => {
+                let _ = job.reply.send(Ok(written));
             }
-            // The calls of a failed batch, each in a task of its own.
             None if failed => {
                 let (pool, participant) = (pool.clone(), participant.clone());
                 tokio::spawn(async move {
-                    let answer = try_alone(&pool, &participant, &job.branch).await;
+                    let answer = job.write.alone(&pool, &participant, to).await;
                     let _ = job.reply.send(answer);
                 });
             }
-            // A call alone (or a repeat) runs here: calls arriving meanwhile queue for the
-            // next batch.
             None => {
-                let answer = try_alone(&pool, &participant, &job.branch).await;
-                let _ = job.reply.send(answer);
-            }
-        }
-    }
-}
-
-/// Runs queued moves of held branches to `to`: distinct branches in one statement; should
-/// that fail, each alone.
-async fn run_advances<DB: Backend>(
-    pool: Pool<DB>,
-    participant: std::sync::Arc<str>,
-    to: BarrierPhase,
-    jobs: Vec<AdvanceJob>,
-) {
-    let (batch, repeats) = distinct_by(jobs, |j| j.key.clone());
-    let shared = if batch.len() > 1 {
-        let keys: Vec<&BranchKey> = batch.iter().map(|j| &j.key).collect();
-        let moved = async {
-            let mut conn = DB::acquire_write(&pool).await?;
-            DB::advance_held_batch(&mut *conn, &participant, &keys, to).await
-        };
-        moved.await.map_err(batch_failed).ok()
-    } else {
-        None
-    };
-    let failed = shared.is_none() && batch.len() > 1;
-    let mut shared = shared.map(Vec::into_iter);
-    for job in batch.into_iter().chain(repeats) {
-        match shared.as_mut().and_then(Iterator::next) {
-            Some(moved) => {
-                let _ = job.reply.send(Ok(moved));
-            }
-            // The calls of a failed batch, each in a task of its own.
-            None if failed => {
-                let (pool, participant) = (pool.clone(), participant.clone());
-                tokio::spawn(async move {
-                    let answer = advance_alone(&pool, &participant, &job.key, to).await;
-                    let _ = job.reply.send(answer);
-                });
-            }
-            // A call alone (or a repeat) runs here: calls arriving meanwhile queue for the
-            // next batch.
-            None => {
-                let answer = advance_alone(&pool, &participant, &job.key, to).await;
+                let answer = job.write.alone(&pool, &participant, to).await;
                 let _ = job.reply.send(answer);
             }
         }

@@ -9,10 +9,11 @@
 
 use std::time::{Duration, Instant};
 
-use holdfast::domain::{BranchState, State};
-use holdfast::store::BranchReport;
+use holdfast::domain::State;
+use holdfast::store::{PhaseRecorded, StoreError};
 use sqlx::PgPool;
 
+use super::lost_ack::confirmed;
 use super::{LONG, SLOW, confirm, decide, held};
 
 /// Calls in the batch.
@@ -21,15 +22,23 @@ const QUEUED: usize = 8;
 /// How long each call alone takes under the test's trigger.
 const ALONE: Duration = Duration::from_secs(1);
 
-fn confirmed(r: &holdfast::domain::Reservation) -> Vec<BranchReport> {
-    r.participant_branches()
-        .into_iter()
-        .map(|b| BranchReport {
-            branch_id: b.branch_id,
-            state: BranchState::Confirmed,
-            error: None,
-        })
-        .collect()
+/// `r`'s fan-out recorded `CONFIRMED`, in a task.
+fn finish(
+    store: &super::S,
+    r: &holdfast::domain::Reservation,
+) -> tokio::task::JoinHandle<Result<PhaseRecorded, StoreError>> {
+    let (store, id, reports) = (store.clone(), r.id, confirmed(r));
+    tokio::spawn(async move {
+        store
+            .record_phase(
+                id,
+                State::Confirming,
+                &reports,
+                Some(State::Confirmed),
+                SLOW,
+            )
+            .await
+    })
 }
 
 pub async fn a_failed_batch_reruns_its_calls_at_once(pool: PgPool) {
@@ -66,41 +75,12 @@ pub async fn a_failed_batch_reruns_its_calls_at_once(pool: PgPool) {
         .execute(&mut *lock)
         .await
         .unwrap();
-    let blocked = {
-        let (store, id, reports) = (store.clone(), first.id, confirmed(first));
-        tokio::spawn(async move {
-            store
-                .record_phase(
-                    id,
-                    State::Confirming,
-                    &reports,
-                    Some(State::Confirmed),
-                    SLOW,
-                )
-                .await
-        })
-    };
+    let blocked = finish(&store, first);
     super::lost_ack::someone_waits_for_a_lock(&pool).await;
 
     // The rest queue and run as one batch, which fails; then each alone.
     let started = Instant::now();
-    let calls: Vec<_> = confirming[1..]
-        .iter()
-        .map(|r| {
-            let (store, id, reports) = (store.clone(), r.id, confirmed(r));
-            tokio::spawn(async move {
-                store
-                    .record_phase(
-                        id,
-                        State::Confirming,
-                        &reports,
-                        Some(State::Confirmed),
-                        SLOW,
-                    )
-                    .await
-            })
-        })
-        .collect();
+    let calls: Vec<_> = confirming[1..].iter().map(|r| finish(&store, r)).collect();
     for call in calls {
         let recorded = call.await.unwrap().unwrap();
         assert!(recorded.finished);

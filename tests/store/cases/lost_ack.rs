@@ -53,7 +53,7 @@ fn failed(r: &holdfast::domain::Reservation, error: &str) -> Vec<BranchReport> {
         .collect()
 }
 
-fn confirmed(r: &holdfast::domain::Reservation) -> Vec<BranchReport> {
+pub(crate) fn confirmed(r: &holdfast::domain::Reservation) -> Vec<BranchReport> {
     r.participant_branches()
         .into_iter()
         .map(|b| BranchReport {
