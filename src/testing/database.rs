@@ -10,9 +10,8 @@
 //! read is `db::sqlite_now_us!`, which adds the one offset row (migration `0090`).
 
 use std::str::FromStr;
-use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
 use sqlx::{ConnectOptions, Connection};
 
@@ -166,9 +165,7 @@ pub(super) async fn open_postgres(
     tx.commit().await?;
     conn.close().await?;
     let clocked = options.clone().options([("search_path", SEARCH_PATH)]);
-    let pool = PgPoolOptions::new()
-        .max_connections(max_connections.max(1))
-        .acquire_timeout(Duration::from_secs(5))
+    let pool = db::pool_options(max_connections, db::CHECK_IDLE_AFTER)
         .connect_with(clocked)
         .await?;
     Ok((pool, ClockDatabase::Postgres(options)))

@@ -14,6 +14,7 @@ mod migration;
 // parallel_test!: the conformance macro uses on_multi_thread
 mod parallel;
 mod plans;
+mod pool;
 
 use std::path::PathBuf;
 use std::sync::Arc;

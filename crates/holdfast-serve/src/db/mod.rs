@@ -16,10 +16,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use sqlx::migrate::MigrateDatabase;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgSslMode};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgSslMode};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqliteSynchronous};
 use sqlx::{ConnectOptions, Connection};
 
 /// SQLite's clock now, in integer microseconds since the Unix epoch (millisecond resolution,
@@ -50,6 +48,39 @@ pub const SQLITE_BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
 
 /// How long a caller waits for a pooled connection.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A pooled connection idle at least this long is checked (one round trip) before it is
+/// handed out; one used more recently is handed out as it is.
+///
+/// sqlx's default checks every connection on every acquire: a round trip to the database (on
+/// SQLite, to the connection's thread) before each statement or transaction, on top of the
+/// one its release already costs. Under load a connection comes back within milliseconds, so
+/// that check almost never finds anything. A connection broken since its last use (database
+/// restarted, network cut) then fails its next statement, as it would have failed one in
+/// flight; sqlx's release check closes it, so it fails once. HikariCP bypasses its
+/// alive-check on the same grounds (500 ms).
+pub const CHECK_IDLE_AFTER: Duration = Duration::from_millis(500);
+
+/// A pool's options as holdfast opens them: `max_connections`, [`ACQUIRE_TIMEOUT`], and a
+/// connection checked before it is handed out only when idle for `check_idle_after` or more
+/// ([`CHECK_IDLE_AFTER`] in every pool holdfast opens).
+pub fn pool_options<DB: sqlx::Database>(
+    max_connections: u32,
+    check_idle_after: Duration,
+) -> sqlx::pool::PoolOptions<DB> {
+    sqlx::pool::PoolOptions::new()
+        .max_connections(max_connections.max(1))
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .test_before_acquire(false)
+        .before_acquire(move |conn: &mut DB::Connection, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= check_idle_after {
+                    conn.ping().await?;
+                }
+                Ok(true)
+            })
+        })
+}
 
 pub mod batch;
 mod sqlite_write;
@@ -175,9 +206,7 @@ pub async fn connect_postgres(url: &str, max_connections: u32) -> Result<PgPool,
 /// A PostgreSQL pool of `max_connections` on `url` (the database must exist; see
 /// [`ensure_database`]).
 pub async fn open_postgres(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
-    PgPoolOptions::new()
-        .max_connections(max_connections.max(1))
-        .acquire_timeout(ACQUIRE_TIMEOUT)
+    pool_options(max_connections, CHECK_IDLE_AFTER)
         .connect_with(postgres_options(url)?)
         .await
 }
@@ -214,9 +243,7 @@ pub async fn open_sqlite(url: &str, max_connections: u32) -> Result<SqlitePool, 
     // exclusive lock that the busy timeout does not wait for, so a pool opening several
     // connections at once on a new file could fail.
     options.connect().await?.close().await?;
-    SqlitePoolOptions::new()
-        .max_connections(max_connections.max(1))
-        .acquire_timeout(ACQUIRE_TIMEOUT)
+    pool_options(max_connections, CHECK_IDLE_AFTER)
         .connect_with(options)
         .await
 }

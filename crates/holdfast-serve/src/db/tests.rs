@@ -2,6 +2,7 @@
 //! and PostgreSQL URL handling.
 
 use super::*;
+use sqlx::sqlite::SqlitePoolOptions;
 
 /// A SQLite file of its own under the temp dir, with a busy timeout of zero: any write that
 /// has to wait for SQLite's lock fails at once with "database is locked".
