@@ -57,15 +57,33 @@ async fn a_confirm_does_not_wait_for_the_items_row_lock(pool: PgPool) {
     p.stop().await;
 }
 
-/// A first Try writes its barrier row before its business change, so the item's row lock
-/// (which every Try of the item takes) is held over the stock statement and the commit only,
-/// not over the barrier write. Here one Try's barrier write is made to wait (an uncommitted
-/// row for its branch); another Try of the same item must not wait behind it.
+/// Until `sql` (a count over `pg_stat_activity`) answers 1: a backend of this database has
+/// reached the wait the test set up.
+async fn until_one(pool: &PgPool, sql: &'static str, what: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let found: i64 = sqlx::query_scalar(sql).fetch_one(pool).await.unwrap();
+        if found == 1 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what} ({found} found)"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A first Try of several items (the general way: a transaction) writes its barrier row
+/// before its business change, so the items' row locks are held over the stock statements and
+/// the commit only, not over the barrier write. Here one Try's barrier write is made to wait
+/// (an uncommitted row for its branch); another Try of the same item must not wait behind it.
 #[sqlx::test(migrations = false)]
 async fn a_try_does_not_hold_the_items_row_lock_over_its_barrier_write(pool: PgPool) {
     let mut p = spawn_participant(Kind::Stock, pool.clone()).await;
     p.put("sku-1", 5).await;
-    let slow = try_request(vec![hold("sku-1", 1, None)]);
+    p.put("sku-2", 5).await;
+    let slow = try_request(vec![hold("sku-1", 1, None), hold("sku-2", 1, None)]);
     let mut blocker = pool.begin().await.unwrap();
     sqlx::query(
         "INSERT INTO tcc_barrier (participant, reservation_id, branch_id, state) \
@@ -81,25 +99,13 @@ async fn a_try_does_not_hold_the_items_row_lock_over_its_barrier_write(pool: PgP
         let slow = slow.clone();
         async move { client.r#try(slow).await }
     });
-    // Until the slow Try waits for the barrier row.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-             AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO tcc_barrier%'",
-        )
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-        if waiting == 1 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the slow Try never waited for its barrier row ({waiting} waiting)"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_one(
+        &pool,
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO tcc_barrier%'",
+        "the slow Try never waited for its barrier row",
+    )
+    .await;
     let other = try_request(vec![hold("sku-1", 2, None)]);
     let held = tokio::time::timeout(Duration::from_secs(10), p.try_(other))
         .await
@@ -109,6 +115,67 @@ async fn a_try_does_not_hold_the_items_row_lock_over_its_barrier_write(pool: PgP
     let slow_answer = slow_try.await.unwrap().expect("the slow Try").into_inner();
     assert_eq!(outcome(&slow_answer), Outcome::Held);
     assert_eq!(counts(&mut p, "sku-1").await, (2, 3, 0));
+    assert_eq!(counts(&mut p, "sku-2").await, (4, 1, 0));
+    p.stop().await;
+}
+
+/// A first Try of one item is one autocommit statement: the stock change, its hold row and
+/// the barrier row. The item's row lock is then held inside PostgreSQL only, never while the
+/// participant gets round to sending a COMMIT (a flash sale queued on exactly that). Seen
+/// from `pg_stat_activity`: the Try waiting for the item's lock is running the statement that
+/// also inserts the barrier row. Before, it was the stock statement alone, in a transaction
+/// begun earlier (BEGIN, the barrier row, then this, then COMMIT).
+#[sqlx::test(migrations = false)]
+async fn a_one_item_try_is_one_statement_with_its_barrier_row(pool: PgPool) {
+    let mut p = spawn_participant(Kind::Stock, pool.clone()).await;
+    p.put("sku-1", 5).await;
+    let mut busy = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM stock_item WHERE resource = 'sku-1' FOR UPDATE")
+        .execute(&mut *busy)
+        .await
+        .unwrap();
+    let req = try_request(vec![hold("sku-1", 2, None)]);
+    let mut client = p.new_client().await;
+    let waiting_try = tokio::spawn({
+        let req = req.clone();
+        async move { client.r#try(req).await }
+    });
+    until_one(
+        &pool,
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND wait_event_type = 'Lock' AND query LIKE '%UPDATE stock_item%' \
+         AND query LIKE '%INSERT INTO tcc_barrier%'",
+        "no Try waited for the item's lock in one statement with its barrier row",
+    )
+    .await;
+    busy.commit().await.unwrap();
+    let answer = waiting_try.await.unwrap().expect("the Try").into_inner();
+    assert_eq!(outcome(&answer), Outcome::Held);
+    let same_transaction: bool = sqlx::query_scalar(
+        "SELECT (SELECT xmin::text FROM tcc_barrier WHERE branch_id = $1) \
+              = (SELECT xmin::text FROM stock_hold WHERE branch_id = $1)",
+    )
+    .bind(&req.branch_id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(
+        same_transaction,
+        "the barrier row and the hold row commit together"
+    );
+    assert_eq!(counts(&mut p, "sku-1").await, (3, 2, 0));
+    // A repeat finds the row and takes no lock of the item (held here again).
+    let mut busy = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM stock_item WHERE resource = 'sku-1' FOR UPDATE")
+        .execute(&mut *busy)
+        .await
+        .unwrap();
+    let repeat = tokio::time::timeout(Duration::from_secs(10), p.try_(req))
+        .await
+        .expect("the repeat waited for the item's row lock");
+    assert_eq!(outcome(&repeat), Outcome::Held);
+    busy.commit().await.unwrap();
+    assert_eq!(counts(&mut p, "sku-1").await, (3, 2, 0));
     p.stop().await;
 }
 

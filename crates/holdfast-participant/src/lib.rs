@@ -80,7 +80,7 @@ pub use holdfast_serve::{auth, db, server, tls};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-pub use barrier::{Backend, BarrierPhase, BarrierRow, BranchCounts, branch_counts};
+pub use barrier::{Backend, BarrierPhase, BarrierRow, BranchCounts, HeldBarrierRow, branch_counts};
 pub use clock::{OrphanReclaim, ParticipantClock};
 pub use error::ResourceError;
 pub use migrations::migrate;
@@ -193,11 +193,15 @@ pub enum ExtendAnswer {
 
 /// A participant's business logic. Each method runs inside a transaction the SDK opened
 /// (and will commit or roll back); do not commit or roll back `conn` yourself. Confirm and
-/// Cancel run after the branch's barrier row is locked. Try runs first and its barrier row is
-/// written after it, in the same transaction, so a first Try costs one barrier statement: if
-/// the branch turns out to have a row already (a repeat, or a Cancel that came first), or
-/// `try_hold` fails, the SDK rolls the transaction back and retries with the row locked first.
-/// Keep every effect of `try_hold` inside the transaction.
+/// Cancel run after the branch's barrier row is locked. A first Try's transaction inserts the
+/// branch's barrier row (answered `Held`) and then runs `try_hold`, the last statement before
+/// the commit: if the branch turns out to have a row already (a repeat, or a Cancel that came
+/// first), or `try_hold` fails, the SDK rolls the transaction back and retries with the row
+/// locked first. Keep every effect of `try_hold` inside the transaction.
+///
+/// On PostgreSQL a resource may also write a first Try and its barrier row in one autocommit
+/// statement ([`Resource::try_hold_in_one`]), so a lock the Try takes is never held over a
+/// round trip to this process.
 ///
 /// Each method's effect is committed at most once per phase of a branch: the SDK filters
 /// repeats and disorder. Cancel may nevertheless find holds already gone and must then do
@@ -221,6 +225,38 @@ pub trait Resource<DB: Backend = sqlx::Postgres>: Send + Sync + 'static {
     /// the general way.
     fn barrier_only(&self) -> bool {
         false
+    }
+
+    /// True when [`Resource::try_hold_in_one`] may write a first Try (PostgreSQL).
+    fn tries_in_one_statement(&self) -> bool {
+        false
+    }
+
+    /// A first Try as one autocommit statement (PostgreSQL; asked only when
+    /// [`Resource::tries_in_one_statement`]): the business change and the branch's barrier
+    /// row, `row`'s [`HeldBarrierRow::insert_from`] fed by the change's CTE, so both are made
+    /// or neither. A contended row lock the change takes (a sale's one stock row) is then held
+    /// inside PostgreSQL only, up to its commit, never while this process gets round to sending
+    /// the next statement.
+    ///
+    /// Answer `Some(Held)` only when the statement inserted the row, `Some(Rejected)` only when
+    /// it wrote nothing, and `None` for a branch this statement cannot do or whose row it
+    /// found (the SDK goes the general way, [`Resource::try_hold`], which answers a repeat
+    /// from the row). An error must mean the statement wrote nothing: the SDK then goes the
+    /// general way too (a branch with a row already fails the insert). Guard the change with
+    /// [`HeldBarrierRow::absent`] so a repeat takes no lock. Lock order is the business rows,
+    /// then the barrier row: a call for the same branch still open (its row not committed) is
+    /// waited for with the business locks held, and the rare inversion against that branch's
+    /// general way is a deadlock PostgreSQL detects and ends (one call fails, nothing is
+    /// lost). Default: `None`.
+    async fn try_hold_in_one(
+        &self,
+        conn: &mut DB::Connection,
+        branch: &BranchCtx,
+        row: &HeldBarrierRow<'_>,
+    ) -> Result<Option<TryAnswer>, ResourceError> {
+        let _ = (conn, branch, row);
+        Ok(None)
     }
 
     /// Holds every item of the branch, all-or-nothing, locking resources in item order.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use holdfast_serve::db::WriteTransaction;
 use sqlx::{Pool, Postgres};
 
-use super::barrier::{Backend, BarrierPhase, BarrierRow};
+use super::barrier::{Backend, BarrierPhase, BarrierRow, HeldBarrierRow};
 use super::barrier_only::BarrierOnlyWrites;
 use chrono::{DateTime, Utc};
 
@@ -32,6 +32,16 @@ const LAZY_RECLAIM_BATCH: usize = 100;
 
 /// Most orphans reclaimed by the reclaim a test deployment runs after moving its clock.
 const AFTER_MOVE_RECLAIM_BATCH: usize = 10_000;
+
+/// What a Try in one transaction came to ([`ParticipantService::try_in_transaction`]).
+enum TryInTransaction {
+    /// The answer, committed (or found).
+    Answered(TryAnswer),
+    /// The business refused; nothing is written.
+    Refused(String),
+    /// Undone: run again with the branch's row locked first.
+    BarrierFirst,
+}
 
 /// A `tcc.v1.Participant` backed by a [`Resource`] and the barrier table.
 ///
@@ -134,8 +144,11 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         // its own statement and the commit only. A business refusal undoes both and is
         // recorded on its own. When the branch already has a row (a repeat, or a Cancel that
         // came first) or the business change fails, that is undone and the call runs barrier
-        // first: lock the row, answer from it if decided, else hold under the lock.
+        // first: lock the row, answer from it if decided, else hold under the lock. A resource
+        // that can writes a first Try as one autocommit statement instead (`in_one`), and
+        // falls back to the two when it cannot.
         let mut barrier_first = false;
+        let mut in_one = self.resource.tries_in_one_statement() && !self.resource.barrier_only();
         if self.resource.barrier_only() {
             // No business change: the barrier row alone, one statement, no transaction.
             if self.barrier_only_writes().insert_held(branch).await? {
@@ -144,49 +157,26 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
             barrier_first = true;
         }
         loop {
-            let mut tx = DB::begin_write(&self.pool).await?;
-            if barrier_first {
-                let found = DB::lock(&mut *tx, &self.name, &branch.key).await?;
-                if found.phase != BarrierPhase::Trying {
-                    let answer = self.answer_decided_try(&mut *tx, branch, &found).await?;
-                    tx.commit().await?;
-                    return Ok(answer);
+            let reason = if in_one {
+                match self.try_in_one(branch).await? {
+                    Some(TryAnswer::Held) => return Ok(TryAnswer::Held),
+                    Some(TryAnswer::Rejected(reason)) => reason,
+                    None => {
+                        in_one = false;
+                        continue;
+                    }
                 }
             } else {
-                let held = TryAnswer::Held;
-                let phase = BarrierPhase::Held;
-                if !DB::insert_try(&mut *tx, &self.name, branch, phase, &held).await? {
-                    tx.rollback().await?;
-                    barrier_first = true;
-                    continue;
-                }
-            }
-            let outcome = match self.resource.try_hold(&mut *tx, branch).await {
-                Ok(outcome) => outcome,
-                Err(err) if err.is_exclusion_violation() => {
-                    TryAnswer::Rejected("overlaps an existing hold".to_owned())
-                }
-                // Dropping `tx` rolls everything back: no barrier row survives.
-                Err(err) if barrier_first => return Err(err),
-                Err(_) => {
-                    tx.rollback().await?;
-                    barrier_first = true;
-                    continue;
+                match self.try_in_transaction(branch, barrier_first).await? {
+                    TryInTransaction::Answered(answer) => return Ok(answer),
+                    TryInTransaction::Refused(reason) => reason,
+                    TryInTransaction::BarrierFirst => {
+                        barrier_first = true;
+                        continue;
+                    }
                 }
             };
-            let TryAnswer::Rejected(reason) = outcome else {
-                faults::check("participant.try.between")?;
-                if barrier_first {
-                    DB::record_try(&mut *tx, &self.name, branch, BarrierPhase::Held, &outcome)
-                        .await?;
-                }
-                tx.commit().await?;
-                faults::check("participant.try.committed")?;
-                return Ok(outcome);
-            };
-            // Rejected: undo the business change (and a first Try's row), then record the
-            // rejection (or find the answer recorded first).
-            tx.rollback().await?;
+            // Refused, and nothing of it is written.
             if !reclaimed && self.orphans_exist().await? {
                 // Reclaim outside any transaction of ours: it locks other branches and their
                 // resources, which must not nest inside our resource locks.
@@ -218,6 +208,81 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
             tx.commit().await?;
             return Ok(answer);
         }
+    }
+
+    /// A first Try as the resource's one statement ([`Resource::try_hold_in_one`]): its
+    /// answer, or `None` to go the general way (the branch is not one it can do, or the
+    /// statement failed and wrote nothing, e.g. because the branch has a row already).
+    async fn try_in_one(&self, branch: &BranchCtx) -> Result<Option<TryAnswer>, ResourceError> {
+        // As in a transaction's Try, the failpoints stand before and after the commit (here
+        // the statement's own).
+        faults::check("participant.try.between")?;
+        let mut conn = DB::acquire_write(&self.pool).await?;
+        let row = HeldBarrierRow::new(&self.name, branch);
+        match self
+            .resource
+            .try_hold_in_one(&mut *conn, branch, &row)
+            .await
+        {
+            Ok(Some(TryAnswer::Held)) => {
+                faults::check("participant.try.committed")?;
+                Ok(Some(TryAnswer::Held))
+            }
+            Ok(answer) => Ok(answer),
+            Err(err) if err.is_exclusion_violation() => Ok(Some(TryAnswer::Rejected(
+                "overlaps an existing hold".to_owned(),
+            ))),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// A Try in one transaction: the barrier row then the business change for a first Try
+    /// (`barrier_first` false), or the row locked first and answered from when decided.
+    async fn try_in_transaction(
+        &self,
+        branch: &BranchCtx,
+        barrier_first: bool,
+    ) -> Result<TryInTransaction, ResourceError> {
+        let mut tx = DB::begin_write(&self.pool).await?;
+        if barrier_first {
+            let found = DB::lock(&mut *tx, &self.name, &branch.key).await?;
+            if found.phase != BarrierPhase::Trying {
+                let answer = self.answer_decided_try(&mut *tx, branch, &found).await?;
+                tx.commit().await?;
+                return Ok(TryInTransaction::Answered(answer));
+            }
+        } else {
+            let held = TryAnswer::Held;
+            let phase = BarrierPhase::Held;
+            if !DB::insert_try(&mut *tx, &self.name, branch, phase, &held).await? {
+                tx.rollback().await?;
+                return Ok(TryInTransaction::BarrierFirst);
+            }
+        }
+        let outcome = match self.resource.try_hold(&mut *tx, branch).await {
+            Ok(outcome) => outcome,
+            Err(err) if err.is_exclusion_violation() => {
+                TryAnswer::Rejected("overlaps an existing hold".to_owned())
+            }
+            // Dropping `tx` rolls everything back: no barrier row survives.
+            Err(err) if barrier_first => return Err(err),
+            Err(_) => {
+                tx.rollback().await?;
+                return Ok(TryInTransaction::BarrierFirst);
+            }
+        };
+        let TryAnswer::Rejected(reason) = outcome else {
+            faults::check("participant.try.between")?;
+            if barrier_first {
+                DB::record_try(&mut *tx, &self.name, branch, BarrierPhase::Held, &outcome).await?;
+            }
+            tx.commit().await?;
+            faults::check("participant.try.committed")?;
+            return Ok(TryInTransaction::Answered(outcome));
+        };
+        // Undo the business change (and a first Try's row); the caller records the refusal.
+        tx.rollback().await?;
+        Ok(TryInTransaction::Refused(reason))
     }
 
     /// The answer to a Try whose branch is already past `Trying`: the first answer, or a

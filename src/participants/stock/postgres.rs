@@ -1,14 +1,20 @@
-//! `stock` on PostgreSQL: the guarded UPDATE takes the item's row lock; Cancel locks each item
+//! `stock` on PostgreSQL: the guarded UPDATE takes the item's row lock. A first Try of one
+//! item is one autocommit statement with its barrier row ([`TRY_IN_ONE`]), so the lock is
+//! held only inside PostgreSQL, up to that statement's commit; Cancel locks each item
 //! before its winning hold transition returns the units. Confirm moves only its hold row: the
 //! units stay out, so it never queues for the item's lock behind the item's Tries (a flash
 //! sale's winners used to take turns with its losers there). The item row keeps `available`
 //! and `capacity`; held and confirmed units are the hold rows' sums.
 
+use std::sync::LazyLock;
+
 use async_trait::async_trait;
-use sqlx::PgConnection;
+use sqlx::{PgConnection, Row};
 
 use super::{Stock, validate_items};
-use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer};
+use crate::participant::{
+    BranchCtx, ConfirmOutcome, HeldBarrierRow, Item, Resource, ResourceError, TryAnswer,
+};
 use crate::participants::admin::{Inventory, ResourceCounts};
 
 async fn lock_item(conn: &mut PgConnection, resource: &str) -> Result<(), ResourceError> {
@@ -19,10 +25,73 @@ async fn lock_item(conn: &mut PgConnection, resource: &str) -> Result<(), Resour
     Ok(())
 }
 
+/// A first Try of one item in one statement: the guarded UPDATE takes the units (and the
+/// item's row lock), the hold row and the barrier row follow from its one row, and the
+/// statement's commit releases the lock. A branch with a committed barrier row (a repeat)
+/// takes nothing and says so (`found`). `available` is read from the statement's snapshot,
+/// for the refusal's reason.
+static TRY_IN_ONE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH taken AS ( \
+             UPDATE stock_item SET available = available - $2 \
+             WHERE resource = $1 AND available >= $2 AND {absent} RETURNING resource), \
+         hold AS ( \
+             INSERT INTO stock_hold (reservation_id, branch_id, resource, quantity, state, held_until) \
+             SELECT $3, $4, resource, $2, 'held', $5 FROM taken RETURNING 1), \
+         barrier AS ({insert}) \
+         SELECT (SELECT count(*) FROM barrier) AS held, NOT {absent} AS found, \
+                (SELECT available FROM stock_item WHERE resource = $1) AS available",
+        absent = HeldBarrierRow::absent(6),
+        insert = HeldBarrierRow::insert_from("hold", 6)
+    )
+});
+
+/// Why a Try of `item` was refused, given the units `available` (`None`: no such item).
+fn refusal(item: &Item, available: Option<i64>) -> TryAnswer {
+    TryAnswer::Rejected(match available {
+        Some(n) => format!(
+            "insufficient stock of {}: {} requested, {n} available",
+            item.resource, item.quantity
+        ),
+        None => format!("item {} does not exist", item.resource),
+    })
+}
+
 #[async_trait]
 impl Resource for Stock {
     fn validate(&self, items: &[Item]) -> Result<(), ResourceError> {
         validate_items(items)
+    }
+
+    fn tries_in_one_statement(&self) -> bool {
+        true
+    }
+
+    /// One item (a sale's usual Try): one statement. Several: the general way, since a
+    /// statement taking the first item and not the second would have to fail as a whole.
+    async fn try_hold_in_one(
+        &self,
+        conn: &mut PgConnection,
+        branch: &BranchCtx,
+        row: &HeldBarrierRow<'_>,
+    ) -> Result<Option<TryAnswer>, ResourceError> {
+        let [item] = branch.items.as_slice() else {
+            return Ok(None);
+        };
+        let query = sqlx::query(TRY_IN_ONE.as_str())
+            .bind(&item.resource)
+            .bind(item.quantity)
+            .bind(&branch.key.reservation_id)
+            .bind(&branch.key.branch_id)
+            .bind(branch.hold_until);
+        let answer = row.bind(query).fetch_one(&mut *conn).await?;
+        if answer.try_get::<i64, _>("held")? == 1 {
+            Ok(Some(TryAnswer::Held))
+        } else if answer.try_get("found")? {
+            Ok(None)
+        } else {
+            Ok(Some(refusal(item, answer.try_get("available")?)))
+        }
     }
 
     async fn try_hold(
@@ -51,14 +120,7 @@ impl Resource for Stock {
                         .bind(&item.resource)
                         .fetch_optional(&mut *conn)
                         .await?;
-                let reason = match available {
-                    Some(n) => format!(
-                        "insufficient stock of {}: {} requested, {n} available",
-                        item.resource, item.quantity
-                    ),
-                    None => format!("item {} does not exist", item.resource),
-                };
-                return Ok(TryAnswer::Rejected(reason));
+                return Ok(refusal(item, available));
             }
         }
         Ok(TryAnswer::Held)

@@ -9,6 +9,7 @@
 //! ([`super::ParticipantService`]) is written once.
 
 mod postgres;
+pub use postgres::HeldBarrierRow;
 mod sqlite;
 
 use async_trait::async_trait;
