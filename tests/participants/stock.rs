@@ -2,11 +2,11 @@
 
 use std::time::Duration;
 
-use holdfast::participants::Kind;
+use holdfast::participants::{Kind, ParticipantSettings};
 use holdfast::proto::branch;
 use holdfast::proto::try_response::Outcome;
 use holdfast::proto::{PutResourcesRequest, ResourceSpec};
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use crate::common::*;
 
@@ -57,12 +57,16 @@ async fn a_confirm_does_not_wait_for_the_items_row_lock(pool: PgPool) {
     p.stop().await;
 }
 
-/// Until `sql` (a count over `pg_stat_activity`) answers 1: a backend of this database has
-/// reached the wait the test set up.
-async fn until_one(pool: &PgPool, sql: &'static str, what: &str) {
+/// Until `sql` (a count over `pg_stat_activity`, on a connection of the test's own: the
+/// participant's may all be waiting) answers 1: a backend of this database has reached the
+/// wait the test set up.
+async fn until_one(watcher: &mut PgConnection, sql: &'static str, what: &str) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let found: i64 = sqlx::query_scalar(sql).fetch_one(pool).await.unwrap();
+        let found: i64 = sqlx::query_scalar(sql)
+            .fetch_one(&mut *watcher)
+            .await
+            .unwrap();
         if found == 1 {
             return;
         }
@@ -81,6 +85,7 @@ async fn until_one(pool: &PgPool, sql: &'static str, what: &str) {
 #[sqlx::test(migrations = false)]
 async fn a_try_does_not_hold_the_items_row_lock_over_its_barrier_write(pool: PgPool) {
     let mut p = spawn_participant(Kind::Stock, pool.clone()).await;
+    let mut watcher = pool.acquire().await.unwrap();
     p.put("sku-1", 5).await;
     p.put("sku-2", 5).await;
     let slow = try_request(vec![hold("sku-1", 1, None), hold("sku-2", 1, None)]);
@@ -100,7 +105,7 @@ async fn a_try_does_not_hold_the_items_row_lock_over_its_barrier_write(pool: PgP
         async move { client.r#try(slow).await }
     });
     until_one(
-        &pool,
+        &mut watcher,
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
          AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO tcc_barrier%'",
         "the slow Try never waited for its barrier row",
@@ -128,6 +133,7 @@ async fn a_try_does_not_hold_the_items_row_lock_over_its_barrier_write(pool: PgP
 #[sqlx::test(migrations = false)]
 async fn a_one_item_try_is_one_statement_with_its_barrier_row(pool: PgPool) {
     let mut p = spawn_participant(Kind::Stock, pool.clone()).await;
+    let mut watcher = pool.acquire().await.unwrap();
     p.put("sku-1", 5).await;
     let mut busy = pool.begin().await.unwrap();
     sqlx::query("SELECT 1 FROM stock_item WHERE resource = 'sku-1' FOR UPDATE")
@@ -141,7 +147,7 @@ async fn a_one_item_try_is_one_statement_with_its_barrier_row(pool: PgPool) {
         async move { client.r#try(req).await }
     });
     until_one(
-        &pool,
+        &mut watcher,
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
          AND wait_event_type = 'Lock' AND query LIKE '%UPDATE stock_item%' \
          AND query LIKE '%INSERT INTO tcc_barrier%'",
@@ -176,6 +182,140 @@ async fn a_one_item_try_is_one_statement_with_its_barrier_row(pool: PgPool) {
     assert_eq!(outcome(&repeat), Outcome::Held);
     busy.commit().await.unwrap();
     assert_eq!(counts(&mut p, "sku-1").await, (3, 2, 0));
+    p.stop().await;
+}
+
+/// Concurrent first Tries of an item are held in batches: one transaction locks the item
+/// once for the whole batch, instead of each Try queuing for the lock in turn. Here the
+/// item's lock is held by the test while 12 Tries arrive: the first runs alone, the second is
+/// a batch of one, and the rest queue behind that batch while it waits for the lock. After
+/// the lock is released, exactly the 10 units are held, and several held branches share one
+/// transaction (their barrier rows' `xmin`). Before, every Try was a transaction of its own.
+#[sqlx::test(migrations = false)]
+async fn concurrent_first_tries_of_an_item_are_held_in_one_transaction(pool: PgPool) {
+    let mut p = spawn_participant(Kind::Stock, pool.clone()).await;
+    let mut watcher = pool.acquire().await.unwrap();
+    p.put("sku-1", 10).await;
+    let mut busy = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM stock_item WHERE resource = 'sku-1' FOR UPDATE")
+        .execute(&mut *busy)
+        .await
+        .unwrap();
+    let mut tries = Vec::new();
+    for _ in 0..12 {
+        let mut client = p.new_client().await;
+        let req = try_request(vec![hold("sku-1", 1, None)]);
+        tries.push(tokio::spawn(async move { client.r#try(req).await }));
+    }
+    until_one(
+        &mut watcher,
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND wait_event_type = 'Lock' AND query LIKE 'SELECT resource, available FROM stock_item%'",
+        "no batch of Tries waited for the item's lock",
+    )
+    .await;
+    busy.commit().await.unwrap();
+    let mut held = 0;
+    for answer in tries {
+        let answer = answer.await.unwrap().expect("a Try").into_inner();
+        if outcome(&answer) == Outcome::Held {
+            held += 1;
+        }
+    }
+    assert_eq!(held, 10);
+    assert_eq!(counts(&mut p, "sku-1").await, (0, 10, 0));
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as("SELECT state, count(*) FROM tcc_barrier GROUP BY state ORDER BY state")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(rows, [("held".to_owned(), 10), ("rejected".to_owned(), 2)]);
+    let shared: i64 = sqlx::query_scalar(
+        "SELECT max(n) FROM (SELECT count(*) AS n FROM tcc_barrier WHERE state = 'held' \
+         GROUP BY xmin::text) t",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(shared >= 2, "no two held Tries shared a transaction");
+    // A batch records its refusals in its own transaction, with its holds.
+    let refused_with_holds: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM tcc_barrier r WHERE r.state = 'rejected' AND EXISTS ( \
+             SELECT 1 FROM tcc_barrier h WHERE h.state = 'held' AND h.xmin::text = r.xmin::text)",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(
+        refused_with_holds >= 1,
+        "no refusal was recorded with its batch"
+    );
+    p.stop().await;
+}
+
+/// A batch that refuses Tries while an orphaned hold exists records nothing for them: each
+/// Try reclaims the orphan and tries again, as a refused Try alone does. Here the item's one
+/// unit is held by an orphan (past its deadline, no grace); three Tries arrive while the item
+/// is locked by the test, behind a fourth Try of another item (also locked) that keeps them
+/// from running alone: they are refused in batches, the orphan is reclaimed, and one of them
+/// holds the unit. Recording the batch's refusals regardless would have refused all three.
+#[sqlx::test(migrations = false)]
+async fn a_batch_refused_while_an_orphan_exists_reclaims_it_and_tries_again(pool: PgPool) {
+    let settings = ParticipantSettings {
+        orphan_grace: Duration::ZERO,
+        ..ParticipantSettings::new(Kind::Stock)
+    };
+    let mut p = spawn_with(settings, pool.clone()).await;
+    let mut watcher = pool.acquire().await.unwrap();
+    p.put("sku-1", 1).await;
+    p.put("sku-2", 5).await;
+    let mut orphan = try_request(vec![hold("sku-1", 1, None)]);
+    orphan.expires_at = Some(from_now(-60));
+    assert_eq!(outcome(&p.try_(orphan.clone()).await), Outcome::Held);
+    let mut busy = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM stock_item WHERE resource IN ('sku-1', 'sku-2') FOR UPDATE")
+        .execute(&mut *busy)
+        .await
+        .unwrap();
+    let mut client = p.new_client().await;
+    let first = tokio::spawn(async move {
+        client
+            .r#try(try_request(vec![hold("sku-2", 1, None)]))
+            .await
+    });
+    until_one(
+        &mut watcher,
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND wait_event_type = 'Lock' AND query LIKE '%UPDATE stock_item%'",
+        "the Try of sku-2 never waited for its item",
+    )
+    .await;
+    let mut tries = Vec::new();
+    for _ in 0..3 {
+        let mut client = p.new_client().await;
+        let req = try_request(vec![hold("sku-1", 1, None)]);
+        tries.push(tokio::spawn(async move { client.r#try(req).await }));
+    }
+    until_one(
+        &mut watcher,
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND wait_event_type = 'Lock' AND query LIKE 'SELECT resource, available FROM stock_item%'",
+        "no batch of Tries waited for sku-1",
+    )
+    .await;
+    busy.commit().await.unwrap();
+    let mut held = 0;
+    for answer in tries {
+        let answer = answer.await.unwrap().expect("a Try").into_inner();
+        if outcome(&answer) == Outcome::Held {
+            held += 1;
+        }
+    }
+    assert_eq!(held, 1, "the orphan's unit went to one of the Tries");
+    let first = first.await.unwrap().expect("the Try of sku-2").into_inner();
+    assert_eq!(outcome(&first), Outcome::Held);
+    assert_eq!(p.confirm(&orphan).await, branch::State::HoldLost);
+    assert_eq!(counts(&mut p, "sku-1").await, (0, 1, 0));
     p.stop().await;
 }
 

@@ -32,8 +32,9 @@
 //! times in integer microseconds, the clock `unixepoch('now', 'subsec')`); [`Backend`] holds
 //! each one's barrier SQL, the logic in [`ParticipantService`] is written once.
 //!
-//! Inside: `service.rs` runs the phases; `calls.rs` serves them over gRPC and counts each
-//! call; `retention.rs` deletes finished branches' rows (`--retention`); `barrier/` holds every barrier statement; `wire.rs`
+//! Inside: `service.rs` runs the phases; `barrier_only.rs` and `try_batch.rs` group-commit
+//! concurrent calls (a barrier-only resource's writes; first Tries of a resource that
+//! `tries_in_batches`); `calls.rs` serves them over gRPC and counts each call; `retention.rs` deletes finished branches' rows (`--retention`); `barrier/` holds every barrier statement; `wire.rs`
 //! turns requests into SDK terms and answers into responses, and `validate.rs` checks a Try,
 //! for every participant server of this crate (`stock-redis` included) alike; `error.rs` maps
 //! errors to statuses once.
@@ -71,6 +72,7 @@ pub mod migrations;
 mod retention;
 mod service;
 pub mod telemetry;
+mod try_batch;
 pub mod validate;
 pub mod wire;
 
@@ -257,6 +259,30 @@ pub trait Resource<DB: Backend = sqlx::Postgres>: Send + Sync + 'static {
     ) -> Result<Option<TryAnswer>, ResourceError> {
         let _ = (conn, branch, row);
         Ok(None)
+    }
+
+    /// True when concurrent first Tries may be held together ([`Resource::try_hold_batch`],
+    /// on PostgreSQL).
+    fn tries_in_batches(&self) -> bool {
+        false
+    }
+
+    /// Many first Tries in one transaction (asked only when [`Resource::tries_in_batches`],
+    /// for concurrent first Tries of distinct branches, in arrival order): the business change
+    /// of each that holds, an answer each, in order. The SDK has inserted their barrier rows
+    /// (`Held`) first in this transaction and deletes the rows of those answered `Rejected`,
+    /// so a refused one must leave no business change. Lock business rows in one order for
+    /// the whole batch (sorted), as [`Resource::try_hold`] does for one. An error rolls the
+    /// batch back; each of its Tries then runs alone. Default: an error.
+    async fn try_hold_batch(
+        &self,
+        conn: &mut DB::Connection,
+        branches: &[&BranchCtx],
+    ) -> Result<Vec<TryAnswer>, ResourceError> {
+        let _ = (conn, branches);
+        Err(ResourceError::Internal(
+            "this resource does not hold Tries in batches".into(),
+        ))
     }
 
     /// Holds every item of the branch, all-or-nothing, locking resources in item order.

@@ -9,6 +9,7 @@ use sqlx::{Pool, Postgres};
 
 use super::barrier::{Backend, BarrierPhase, BarrierRow, HeldBarrierRow};
 use super::barrier_only::BarrierOnlyWrites;
+use super::try_batch::{Batched, TryBatches};
 use chrono::{DateTime, Utc};
 
 use super::clock::{OrphanReclaim, ParticipantClock};
@@ -60,6 +61,9 @@ pub struct ParticipantService<R, DB: Backend = Postgres> {
     /// A barrier-only resource's writes, batched when concurrent; started by the first call
     /// (inside the runtime that serves it).
     barrier_only_writes: Arc<OnceLock<BarrierOnlyWrites<DB>>>,
+    /// First Tries held in batches when concurrent (a resource that `tries_in_batches`, on a
+    /// database that batches); started by the first call.
+    try_batches: Arc<OnceLock<TryBatches>>,
 }
 
 impl<R, DB: Backend> Clone for ParticipantService<R, DB> {
@@ -72,6 +76,7 @@ impl<R, DB: Backend> Clone for ParticipantService<R, DB> {
             max_hold: self.max_hold,
             clock: self.clock.clone(),
             barrier_only_writes: self.barrier_only_writes.clone(),
+            try_batches: self.try_batches.clone(),
         }
     }
 }
@@ -90,6 +95,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
             max_hold: DEFAULT_MAX_HOLD,
             clock: ParticipantClock::default(),
             barrier_only_writes: Arc::default(),
+            try_batches: Arc::default(),
         }
     }
 
@@ -156,8 +162,34 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
             }
             barrier_first = true;
         }
+        let mut batched = DB::BATCHES_BARRIER_ONLY
+            && self.resource.tries_in_batches()
+            && !self.resource.barrier_only();
+        // Counts this Try in flight (while it is, others queue for a batch).
+        let mut _in_flight = None;
         loop {
-            let reason = if in_one {
+            let in_batch = if batched {
+                // Only the first time round: a refusal's rerun (after a reclaim) goes alone.
+                batched = false;
+                // As for a Try alone: the failpoints stand before the writes and after the
+                // commit.
+                faults::check("participant.try.between")?;
+                let (in_flight, answer) = self.try_batches().try_in_batch(branch).await;
+                _in_flight = Some(in_flight);
+                answer
+            } else {
+                None
+            };
+            let reason = if let Some(answer) = in_batch {
+                match answer {
+                    Batched::Held => {
+                        faults::check("participant.try.committed")?;
+                        return Ok(TryAnswer::Held);
+                    }
+                    Batched::Rejected(reason) => return Ok(TryAnswer::Rejected(reason)),
+                    Batched::Refused(reason) => reason,
+                }
+            } else if in_one {
                 match self.try_in_one(branch).await? {
                     Some(TryAnswer::Held) => return Ok(TryAnswer::Held),
                     Some(TryAnswer::Rejected(reason)) => reason,
@@ -387,6 +419,12 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         to: BarrierPhase,
     ) -> Result<bool, ResourceError> {
         self.barrier_only_writes().advance_held(key, to).await
+    }
+
+    fn try_batches(&self) -> &TryBatches {
+        self.try_batches.get_or_init(|| {
+            TryBatches::spawn(self.pool.clone(), self.name.clone(), self.resource.clone())
+        })
     }
 
     fn barrier_only_writes(&self) -> &BarrierOnlyWrites<DB> {

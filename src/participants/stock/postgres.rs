@@ -6,12 +6,13 @@
 //! sale's winners used to take turns with its losers there). The item row keeps `available`
 //! and `capacity`; held and confirmed units are the hold rows' sums.
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use async_trait::async_trait;
 use sqlx::{PgConnection, Row};
 
-use super::{Stock, validate_items};
+use super::{Stock, allocate, refusal, validate_items};
 use crate::participant::{
     BranchCtx, ConfirmOutcome, HeldBarrierRow, Item, Resource, ResourceError, TryAnswer,
 };
@@ -46,15 +47,24 @@ static TRY_IN_ONE: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// Why a Try of `item` was refused, given the units `available` (`None`: no such item).
-fn refusal(item: &Item, available: Option<i64>) -> TryAnswer {
-    TryAnswer::Rejected(match available {
-        Some(n) => format!(
-            "insufficient stock of {}: {} requested, {n} available",
-            item.resource, item.quantity
-        ),
-        None => format!("item {} does not exist", item.resource),
-    })
+/// A batch's hold rows, a column each (for `UNNEST`).
+#[derive(Default)]
+struct HoldColumns {
+    reservation_id: Vec<String>,
+    branch_id: Vec<String>,
+    resource: Vec<String>,
+    quantity: Vec<i64>,
+    held_until: Vec<chrono::DateTime<chrono::Utc>>,
+}
+
+impl HoldColumns {
+    fn push(&mut self, branch: &BranchCtx, item: &Item) {
+        self.reservation_id.push(branch.key.reservation_id.clone());
+        self.branch_id.push(branch.key.branch_id.clone());
+        self.resource.push(item.resource.clone());
+        self.quantity.push(item.quantity);
+        self.held_until.push(branch.hold_until);
+    }
 }
 
 #[async_trait]
@@ -65,6 +75,66 @@ impl Resource for Stock {
 
     fn tries_in_one_statement(&self) -> bool {
         true
+    }
+
+    fn tries_in_batches(&self) -> bool {
+        true
+    }
+
+    /// The batch's items locked in one statement (sorted, as a Try of several locks them),
+    /// the units allocated here in arrival order ([`allocate`]), then every hold taken in one
+    /// statement: a sale's item is locked once per batch, not once per Try.
+    async fn try_hold_batch(
+        &self,
+        conn: &mut PgConnection,
+        branches: &[&BranchCtx],
+    ) -> Result<Vec<TryAnswer>, ResourceError> {
+        let mut resources: Vec<&str> = branches
+            .iter()
+            .flat_map(|b| b.items.iter().map(|i| i.resource.as_str()))
+            .collect();
+        resources.sort_unstable();
+        resources.dedup();
+        let available: HashMap<String, i64> = sqlx::query_as(
+            "SELECT resource, available FROM stock_item WHERE resource = ANY($1) \
+             ORDER BY resource FOR UPDATE",
+        )
+        .bind(&resources)
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .collect();
+        let answers = allocate(&available, branches);
+        let mut holds = HoldColumns::default();
+        for (branch, answer) in branches.iter().zip(&answers) {
+            if *answer == TryAnswer::Held {
+                for item in &branch.items {
+                    holds.push(branch, item);
+                }
+            }
+        }
+        if !holds.resource.is_empty() {
+            sqlx::query(
+                "WITH h AS ( \
+                     SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[], \
+                                          $5::timestamptz[]) \
+                     AS h(reservation_id, branch_id, resource, quantity, held_until)), \
+                 taken AS ( \
+                     UPDATE stock_item i SET available = i.available - t.quantity \
+                     FROM (SELECT resource, sum(quantity) AS quantity FROM h GROUP BY resource) t \
+                     WHERE i.resource = t.resource) \
+                 INSERT INTO stock_hold (reservation_id, branch_id, resource, quantity, state, held_until) \
+                 SELECT reservation_id, branch_id, resource, quantity, 'held', held_until FROM h",
+            )
+            .bind(holds.reservation_id)
+            .bind(holds.branch_id)
+            .bind(holds.resource)
+            .bind(holds.quantity)
+            .bind(holds.held_until)
+            .execute(&mut *conn)
+            .await?;
+        }
+        Ok(answers)
     }
 
     /// One item (a sale's usual Try): one statement. Several: the general way, since a

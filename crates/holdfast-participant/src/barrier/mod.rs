@@ -240,6 +240,33 @@ pub trait Backend: sqlx::Database {
         ))
     }
 
+    /// Deletes these branches' rows, inserted earlier in the caller's transaction (a batch's
+    /// refused first Tries). Only called when [`Backend::BATCHES_BARRIER_ONLY`].
+    async fn delete_rows(
+        conn: &mut Self::Connection,
+        participant: &str,
+        keys: &[&BranchKey],
+    ) -> Result<(), ResourceError> {
+        let _ = (conn, participant, keys);
+        Err(ResourceError::Internal(
+            "this database does not batch barrier writes".into(),
+        ))
+    }
+
+    /// Records these branches' refusals (their rows inserted `Held` earlier in the caller's
+    /// transaction, with nothing held): `Rejected`, with the reason. Only called when
+    /// [`Backend::BATCHES_BARRIER_ONLY`].
+    async fn reject_rows(
+        conn: &mut Self::Connection,
+        participant: &str,
+        refused: &[(&BranchKey, &str)],
+    ) -> Result<(), ResourceError> {
+        let _ = (conn, participant, refused);
+        Err(ResourceError::Internal(
+            "this database does not batch barrier writes".into(),
+        ))
+    }
+
     /// Moves a `Held` branch to `to`, locking its row, and returns it as its Try recorded it
     /// (with phase `to`). `None`: the branch is not `Held` (or has no row); nothing changed
     /// that the caller's general path would not see.

@@ -216,6 +216,52 @@ impl Backend for Postgres {
         Ok(branches.iter().map(|b| inserted.contains(&b.key)).collect())
     }
 
+    async fn delete_rows(
+        conn: &mut PgConnection,
+        participant: &str,
+        keys: &[&BranchKey],
+    ) -> Result<(), ResourceError> {
+        let text = |f: fn(&BranchKey) -> &str| keys.iter().map(|k| f(k)).collect::<Vec<_>>();
+        sqlx::query(
+            "DELETE FROM tcc_barrier b USING UNNEST($2::text[], $3::text[]) AS k(reservation_id, branch_id) \
+             WHERE b.participant = $1 AND b.reservation_id = k.reservation_id \
+               AND b.branch_id = k.branch_id",
+        )
+        .bind(participant)
+        .bind(text(|k| &k.reservation_id))
+        .bind(text(|k| &k.branch_id))
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
+
+    async fn reject_rows(
+        conn: &mut PgConnection,
+        participant: &str,
+        refused: &[(&BranchKey, &str)],
+    ) -> Result<(), ResourceError> {
+        let ids: Vec<&str> = refused
+            .iter()
+            .map(|(k, _)| k.reservation_id.as_str())
+            .collect();
+        let branch_ids: Vec<&str> = refused.iter().map(|(k, _)| k.branch_id.as_str()).collect();
+        let reasons: Vec<&str> = refused.iter().map(|(_, reason)| *reason).collect();
+        sqlx::query(
+            "UPDATE tcc_barrier b SET state = 'rejected', try_answer = 'rejected', \
+                    try_reason = k.reason, updated_at = clock_timestamp() \
+             FROM UNNEST($2::text[], $3::text[], $4::text[]) AS k(reservation_id, branch_id, reason) \
+             WHERE b.participant = $1 AND b.reservation_id = k.reservation_id \
+               AND b.branch_id = k.branch_id",
+        )
+        .bind(participant)
+        .bind(ids)
+        .bind(branch_ids)
+        .bind(reasons)
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
+
     /// One statement for the batch (`state = 'held'` decides per row, as alone); keys in
     /// order, as for the inserts.
     async fn advance_held_batch(
