@@ -32,12 +32,13 @@
 //! times in integer microseconds, the clock `unixepoch('now', 'subsec')`); [`Backend`] holds
 //! each one's barrier SQL, the logic in [`ParticipantService`] is written once.
 //!
-//! Inside: `service.rs` runs the phases; `barrier_only.rs` and `try_batch.rs` group-commit
-//! concurrent calls (a barrier-only resource's writes; first Tries of a resource that
-//! `tries_in_batches`); `calls.rs` serves them over gRPC and counts each call; `retention.rs` deletes finished branches' rows (`--retention`); `barrier/` holds every barrier statement; `wire.rs`
-//! turns requests into SDK terms and answers into responses, and `validate.rs` checks a Try,
-//! for every participant server of this crate (`stock-redis` included) alike; `error.rs` maps
-//! errors to statuses once.
+//! Inside: `service.rs` runs the phases (Try in `service/try_phase.rs`); `barrier_only.rs` and
+//! `try_batch.rs` group-commit concurrent calls (a barrier-only resource's writes; first Tries
+//! of a resource that `tries_in_batches`); `calls.rs` serves them over gRPC and counts each
+//! call; `retention.rs` deletes finished branches' rows (`--retention`); `barrier/` holds every
+//! barrier statement; `wire.rs` turns requests into SDK terms and answers into responses, and
+//! `validate.rs` checks a Try, for every participant server of this crate (`stock-redis`
+//! included) alike; `error.rs` maps errors to statuses once.
 //!
 //! Writing one (see `examples/car_park_postgres.rs` and `examples/car_park_sqlite.rs`):
 //! open a pool ([`db::open_postgres`] / [`db::open_sqlite`]), apply the barrier schema
