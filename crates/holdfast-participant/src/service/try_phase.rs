@@ -40,7 +40,8 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         // came first) or the business change fails, that is undone and the call runs barrier
         // first: lock the row, answer from it if decided, else hold under the lock. A resource
         // that can writes a first Try as one autocommit statement instead (`in_one`), and
-        // falls back to the two when it cannot.
+        // falls back to the two when it cannot; one that takes Tries in batches queues a
+        // first Try behind others in flight (`batched`), and runs it its own way otherwise.
         let mut barrier_first = false;
         let mut in_one = self.resource.tries_in_one_statement() && !self.resource.barrier_only();
         if self.resource.barrier_only() {
