@@ -5,7 +5,7 @@ use std::time::Duration;
 use holdfast::participants::{Kind, ParticipantSettings};
 use holdfast::proto::branch;
 use holdfast::proto::try_response::Outcome;
-use holdfast::proto::{PutResourcesRequest, ResourceSpec};
+use holdfast::proto::{PutResourcesRequest, ResourceSpec, TryResponse};
 use sqlx::{PgConnection, PgPool};
 
 use crate::common::*;
@@ -40,11 +40,7 @@ async fn a_confirm_does_not_wait_for_the_items_row_lock(pool: PgPool) {
     let req = try_request(vec![hold("sku-1", 2, None)]);
     assert_eq!(outcome(&p.try_(req.clone()).await), Outcome::Held);
     // Another Try of the item is under way: its row lock, held here.
-    let mut busy = pool.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM stock_item WHERE resource = 'sku-1' FOR UPDATE")
-        .execute(&mut *busy)
-        .await
-        .unwrap();
+    let busy = lock_items(&pool, &["sku-1"]).await;
     let confirmed = tokio::time::timeout(Duration::from_secs(10), p.confirm(&req))
         .await
         .expect("the Confirm waited for the item's row lock");
@@ -56,6 +52,48 @@ async fn a_confirm_does_not_wait_for_the_items_row_lock(pool: PgPool) {
     assert_eq!(counts(&mut p, "sku-1").await, (2, 0, 2));
     p.stop().await;
 }
+
+/// Locks the items' rows in a transaction of the test's own, as a Try under way would.
+async fn lock_items(pool: &PgPool, items: &[&str]) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut busy = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM stock_item WHERE resource = ANY($1) ORDER BY resource FOR UPDATE")
+        .bind(items)
+        .execute(&mut *busy)
+        .await
+        .unwrap();
+    busy
+}
+
+/// A Try in flight, in a task of its own.
+type TryCall = tokio::task::JoinHandle<Result<tonic::Response<TryResponse>, tonic::Status>>;
+
+/// `n` Tries of one unit of `resource`, each from a client of its own, all in flight.
+async fn spawn_tries(p: &Running, n: usize, resource: &str) -> Vec<TryCall> {
+    let mut tries = Vec::new();
+    for _ in 0..n {
+        let mut client = p.new_client().await;
+        let req = try_request(vec![hold(resource, 1, None)]);
+        tries.push(tokio::spawn(async move { client.r#try(req).await }));
+    }
+    tries
+}
+
+/// How many of the Tries were answered `Held` (each must be answered).
+async fn held_of(tries: Vec<TryCall>) -> usize {
+    let mut held = 0;
+    for answer in tries {
+        let answer = answer.await.unwrap().expect("a Try").into_inner();
+        if outcome(&answer) == Outcome::Held {
+            held += 1;
+        }
+    }
+    held
+}
+
+/// A batch of Tries waiting for its items' locks (`stock`'s `try_hold_batch`).
+const BATCH_WAITS_FOR_ITEMS: &str = "SELECT count(*) FROM pg_stat_activity \
+     WHERE datname = current_database() AND wait_event_type = 'Lock' \
+     AND query LIKE 'SELECT resource, available FROM stock_item%'";
 
 /// Until `sql` (a count over `pg_stat_activity`, on a connection of the test's own: the
 /// participant's may all be waiting) answers 1: a backend of this database has reached the
@@ -135,11 +173,7 @@ async fn a_one_item_try_is_one_statement_with_its_barrier_row(pool: PgPool) {
     let mut p = spawn_participant(Kind::Stock, pool.clone()).await;
     let mut watcher = pool.acquire().await.unwrap();
     p.put("sku-1", 5).await;
-    let mut busy = pool.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM stock_item WHERE resource = 'sku-1' FOR UPDATE")
-        .execute(&mut *busy)
-        .await
-        .unwrap();
+    let busy = lock_items(&pool, &["sku-1"]).await;
     let req = try_request(vec![hold("sku-1", 2, None)]);
     let mut client = p.new_client().await;
     let waiting_try = tokio::spawn({
@@ -171,11 +205,7 @@ async fn a_one_item_try_is_one_statement_with_its_barrier_row(pool: PgPool) {
     );
     assert_eq!(counts(&mut p, "sku-1").await, (3, 2, 0));
     // A repeat finds the row and takes no lock of the item (held here again).
-    let mut busy = pool.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM stock_item WHERE resource = 'sku-1' FOR UPDATE")
-        .execute(&mut *busy)
-        .await
-        .unwrap();
+    let busy = lock_items(&pool, &["sku-1"]).await;
     let repeat = tokio::time::timeout(Duration::from_secs(10), p.try_(req))
         .await
         .expect("the repeat waited for the item's row lock");
@@ -196,32 +226,16 @@ async fn concurrent_first_tries_of_an_item_are_held_in_one_transaction(pool: PgP
     let mut p = spawn_participant(Kind::Stock, pool.clone()).await;
     let mut watcher = pool.acquire().await.unwrap();
     p.put("sku-1", 10).await;
-    let mut busy = pool.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM stock_item WHERE resource = 'sku-1' FOR UPDATE")
-        .execute(&mut *busy)
-        .await
-        .unwrap();
-    let mut tries = Vec::new();
-    for _ in 0..12 {
-        let mut client = p.new_client().await;
-        let req = try_request(vec![hold("sku-1", 1, None)]);
-        tries.push(tokio::spawn(async move { client.r#try(req).await }));
-    }
+    let busy = lock_items(&pool, &["sku-1"]).await;
+    let tries = spawn_tries(&p, 12, "sku-1").await;
     until_one(
         &mut watcher,
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-         AND wait_event_type = 'Lock' AND query LIKE 'SELECT resource, available FROM stock_item%'",
+        BATCH_WAITS_FOR_ITEMS,
         "no batch of Tries waited for the item's lock",
     )
     .await;
     busy.commit().await.unwrap();
-    let mut held = 0;
-    for answer in tries {
-        let answer = answer.await.unwrap().expect("a Try").into_inner();
-        if outcome(&answer) == Outcome::Held {
-            held += 1;
-        }
-    }
+    let held = held_of(tries).await;
     assert_eq!(held, 10);
     assert_eq!(counts(&mut p, "sku-1").await, (0, 10, 0));
     let rows: Vec<(String, i64)> =
@@ -272,11 +286,7 @@ async fn a_batch_refused_while_an_orphan_exists_reclaims_it_and_tries_again(pool
     let mut orphan = try_request(vec![hold("sku-1", 1, None)]);
     orphan.expires_at = Some(from_now(-60));
     assert_eq!(outcome(&p.try_(orphan.clone()).await), Outcome::Held);
-    let mut busy = pool.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM stock_item WHERE resource IN ('sku-1', 'sku-2') FOR UPDATE")
-        .execute(&mut *busy)
-        .await
-        .unwrap();
+    let busy = lock_items(&pool, &["sku-1", "sku-2"]).await;
     let mut client = p.new_client().await;
     let first = tokio::spawn(async move {
         client
@@ -290,27 +300,15 @@ async fn a_batch_refused_while_an_orphan_exists_reclaims_it_and_tries_again(pool
         "the Try of sku-2 never waited for its item",
     )
     .await;
-    let mut tries = Vec::new();
-    for _ in 0..3 {
-        let mut client = p.new_client().await;
-        let req = try_request(vec![hold("sku-1", 1, None)]);
-        tries.push(tokio::spawn(async move { client.r#try(req).await }));
-    }
+    let tries = spawn_tries(&p, 3, "sku-1").await;
     until_one(
         &mut watcher,
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-         AND wait_event_type = 'Lock' AND query LIKE 'SELECT resource, available FROM stock_item%'",
+        BATCH_WAITS_FOR_ITEMS,
         "no batch of Tries waited for sku-1",
     )
     .await;
     busy.commit().await.unwrap();
-    let mut held = 0;
-    for answer in tries {
-        let answer = answer.await.unwrap().expect("a Try").into_inner();
-        if outcome(&answer) == Outcome::Held {
-            held += 1;
-        }
-    }
+    let held = held_of(tries).await;
     assert_eq!(held, 1, "the orphan's unit went to one of the Tries");
     let first = first.await.unwrap().expect("the Try of sku-2").into_inner();
     assert_eq!(outcome(&first), Outcome::Held);

@@ -271,8 +271,9 @@ pub trait Resource<DB: Backend = sqlx::Postgres>: Send + Sync + 'static {
     /// Many first Tries in one transaction (asked only when [`Resource::tries_in_batches`],
     /// for concurrent first Tries of distinct branches, in arrival order): the business change
     /// of each that holds, an answer each, in order. The SDK has inserted their barrier rows
-    /// (`Held`) first in this transaction and deletes the rows of those answered `Rejected`,
-    /// so a refused one must leave no business change. Lock business rows in one order for
+    /// (`Held`) first in this transaction and records those answered `Rejected` in it (or
+    /// deletes their rows while orphaned holds exist), so a refused one must leave no
+    /// business change. Lock business rows in one order for
     /// the whole batch (sorted), as [`Resource::try_hold`] does for one. An error rolls the
     /// batch back; each of its Tries then runs alone. Default: an error.
     async fn try_hold_batch(

@@ -147,13 +147,7 @@ async fn hold_batch<R: Resource<DB>, DB: Backend>(
             TryAnswer::Held => None,
         })
         .collect();
-    let record = refused.is_empty() || !DB::orphans_exist(&mut *tx, participant).await?;
-    if record && !refused.is_empty() {
-        DB::reject_rows(&mut *tx, participant, &refused).await?;
-    } else if !record {
-        let keys: Vec<&BranchKey> = refused.iter().map(|(key, _)| *key).collect();
-        DB::delete_rows(&mut *tx, participant, &keys).await?;
-    }
+    let record = refused.is_empty() || DB::settle_refused(&mut *tx, participant, &refused).await?;
     tx.commit().await?;
     let mut answers = answers.into_iter().map(|answer| match answer {
         TryAnswer::Held => Batched::Held,

@@ -39,14 +39,10 @@ pub(crate) fn refusal(item: &Item, available: Option<i64>) -> TryAnswer {
     })
 }
 
-/// A batch of Tries against the units `available` per item (as locked), in arrival order:
+/// A batch of Tries against the units left per item (as locked), in arrival order:
 /// each branch is held, all its items or none, if what is left covers it; a branch that does
-/// not fit does not stop a later, smaller one. Items missing from `available` do not exist.
-pub(crate) fn allocate(
-    available: &HashMap<String, i64>,
-    branches: &[&BranchCtx],
-) -> Vec<TryAnswer> {
-    let mut left = available.clone();
+/// not fit does not stop a later, smaller one. Items missing from `left` do not exist.
+pub(crate) fn allocate(mut left: HashMap<String, i64>, branches: &[&BranchCtx]) -> Vec<TryAnswer> {
     branches
         .iter()
         .map(|branch| {
@@ -106,12 +102,12 @@ mod tests {
             branch("6", &[("b", 1)]),           // none left
         ];
         let refs: Vec<&BranchCtx> = branches.iter().collect();
-        let held: Vec<bool> = allocate(&available, &refs)
+        let held: Vec<bool> = allocate(available.clone(), &refs)
             .iter()
             .map(|a| *a == TryAnswer::Held)
             .collect();
         assert_eq!(held, [true, false, false, true, false, false]);
-        let reasons = allocate(&available, &refs);
+        let reasons = allocate(available, &refs);
         assert_eq!(
             reasons[1],
             TryAnswer::Rejected("insufficient stock of a: 2 requested, 1 available".into())

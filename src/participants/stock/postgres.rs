@@ -49,19 +49,19 @@ static TRY_IN_ONE: LazyLock<String> = LazyLock::new(|| {
 
 /// A batch's hold rows, a column each (for `UNNEST`).
 #[derive(Default)]
-struct HoldColumns {
-    reservation_id: Vec<String>,
-    branch_id: Vec<String>,
-    resource: Vec<String>,
+struct HoldColumns<'a> {
+    reservation_id: Vec<&'a str>,
+    branch_id: Vec<&'a str>,
+    resource: Vec<&'a str>,
     quantity: Vec<i64>,
     held_until: Vec<chrono::DateTime<chrono::Utc>>,
 }
 
-impl HoldColumns {
-    fn push(&mut self, branch: &BranchCtx, item: &Item) {
-        self.reservation_id.push(branch.key.reservation_id.clone());
-        self.branch_id.push(branch.key.branch_id.clone());
-        self.resource.push(item.resource.clone());
+impl<'a> HoldColumns<'a> {
+    fn push(&mut self, branch: &'a BranchCtx, item: &'a Item) {
+        self.reservation_id.push(&branch.key.reservation_id);
+        self.branch_id.push(&branch.key.branch_id);
+        self.resource.push(&item.resource);
         self.quantity.push(item.quantity);
         self.held_until.push(branch.hold_until);
     }
@@ -104,7 +104,7 @@ impl Resource for Stock {
         .await?
         .into_iter()
         .collect();
-        let answers = allocate(&available, branches);
+        let answers = allocate(available, branches);
         let mut holds = HoldColumns::default();
         for (branch, answer) in branches.iter().zip(&answers) {
             if *answer == TryAnswer::Held {

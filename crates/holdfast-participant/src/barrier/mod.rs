@@ -205,8 +205,9 @@ pub trait Backend: sqlx::Database {
     }
 
     /// Whether concurrent barrier-only writes ([`Backend::insert_held_batch`],
-    /// [`Backend::advance_held_batch`]) share one statement. PostgreSQL: yes, one round trip
-    /// and one commit for the batch. SQLite: no; its one writer runs one autocommit statement
+    /// [`Backend::advance_held_batch`]) share one statement, and concurrent first Tries of a
+    /// resource that [`crate::Resource::tries_in_batches`] one transaction. PostgreSQL: yes,
+    /// one round trip and one commit for the batch. SQLite: no; its one writer runs one autocommit statement
     /// per call, the fastest there (BENCHMARKS.md).
     const BATCHES_BARRIER_ONLY: bool = false;
 
@@ -240,27 +241,16 @@ pub trait Backend: sqlx::Database {
         ))
     }
 
-    /// Deletes these branches' rows, inserted earlier in the caller's transaction (a batch's
-    /// refused first Tries). Only called when [`Backend::BATCHES_BARRIER_ONLY`].
-    async fn delete_rows(
-        conn: &mut Self::Connection,
-        participant: &str,
-        keys: &[&BranchKey],
-    ) -> Result<(), ResourceError> {
-        let _ = (conn, participant, keys);
-        Err(ResourceError::Internal(
-            "this database does not batch barrier writes".into(),
-        ))
-    }
-
-    /// Records these branches' refusals (their rows inserted `Held` earlier in the caller's
-    /// transaction, with nothing held): `Rejected`, with the reason. Only called when
+    /// Settles a batch's refused first Tries, whose rows the caller's transaction inserted
+    /// `Held` (nothing held): in one statement, recorded `Rejected` with their reasons and
+    /// `true`; or, when another branch's hold is orphaned ([`Backend::orphans_exist`]), their
+    /// rows deleted and `false` (each Try then reclaims and tries again). Only called when
     /// [`Backend::BATCHES_BARRIER_ONLY`].
-    async fn reject_rows(
+    async fn settle_refused(
         conn: &mut Self::Connection,
         participant: &str,
         refused: &[(&BranchKey, &str)],
-    ) -> Result<(), ResourceError> {
+    ) -> Result<bool, ResourceError> {
         let _ = (conn, participant, refused);
         Err(ResourceError::Internal(
             "this database does not batch barrier writes".into(),

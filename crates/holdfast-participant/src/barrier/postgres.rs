@@ -19,6 +19,21 @@ macro_rules! barrier_columns {
     };
 }
 
+/// A `held` row of participant `$1` past its reclaim time: an orphaned hold (`$alias` is the
+/// barrier table's alias in the query; a macro so queries stay static strings).
+macro_rules! orphaned {
+    ($alias:literal) => {
+        concat!(
+            $alias,
+            ".participant = $1 AND ",
+            $alias,
+            ".state = 'held' AND ",
+            $alias,
+            ".reclaim_after <= clock_timestamp()"
+        )
+    };
+}
+
 /// The branch keys a batch statement returned.
 fn keys_of(rows: &[sqlx::postgres::PgRow]) -> Result<HashSet<BranchKey>, ResourceError> {
     rows.iter()
@@ -216,50 +231,46 @@ impl Backend for Postgres {
         Ok(branches.iter().map(|b| inserted.contains(&b.key)).collect())
     }
 
-    async fn delete_rows(
-        conn: &mut PgConnection,
-        participant: &str,
-        keys: &[&BranchKey],
-    ) -> Result<(), ResourceError> {
-        let text = |f: fn(&BranchKey) -> &str| keys.iter().map(|k| f(k)).collect::<Vec<_>>();
-        sqlx::query(
-            "DELETE FROM tcc_barrier b USING UNNEST($2::text[], $3::text[]) AS k(reservation_id, branch_id) \
-             WHERE b.participant = $1 AND b.reservation_id = k.reservation_id \
-               AND b.branch_id = k.branch_id",
-        )
-        .bind(participant)
-        .bind(text(|k| &k.reservation_id))
-        .bind(text(|k| &k.branch_id))
-        .execute(&mut *conn)
-        .await?;
-        Ok(())
-    }
-
-    async fn reject_rows(
+    /// The orphan check, and the record or the delete it decides, in one statement. The
+    /// refused rows themselves (`held` until this statement) are not orphans.
+    async fn settle_refused(
         conn: &mut PgConnection,
         participant: &str,
         refused: &[(&BranchKey, &str)],
-    ) -> Result<(), ResourceError> {
+    ) -> Result<bool, ResourceError> {
         let ids: Vec<&str> = refused
             .iter()
             .map(|(k, _)| k.reservation_id.as_str())
             .collect();
         let branch_ids: Vec<&str> = refused.iter().map(|(k, _)| k.branch_id.as_str()).collect();
         let reasons: Vec<&str> = refused.iter().map(|(_, reason)| *reason).collect();
-        sqlx::query(
-            "UPDATE tcc_barrier b SET state = 'rejected', try_answer = 'rejected', \
-                    try_reason = k.reason, updated_at = clock_timestamp() \
-             FROM UNNEST($2::text[], $3::text[], $4::text[]) AS k(reservation_id, branch_id, reason) \
-             WHERE b.participant = $1 AND b.reservation_id = k.reservation_id \
-               AND b.branch_id = k.branch_id",
-        )
+        let recorded: bool = sqlx::query_scalar(concat!(
+            "WITH k AS ( \
+                 SELECT * FROM UNNEST($2::text[], $3::text[], $4::text[]) \
+                 AS k(reservation_id, branch_id, reason)), \
+             orphaned AS ( \
+                 SELECT EXISTS (SELECT 1 FROM tcc_barrier o WHERE ",
+            orphaned!("o"),
+            " AND NOT EXISTS (SELECT 1 FROM k WHERE k.reservation_id = o.reservation_id \
+                                 AND k.branch_id = o.branch_id)) AS found), \
+             rejected AS ( \
+                 UPDATE tcc_barrier b SET state = 'rejected', try_answer = 'rejected', \
+                        try_reason = k.reason, updated_at = clock_timestamp() \
+                 FROM k WHERE b.participant = $1 AND b.reservation_id = k.reservation_id \
+                   AND b.branch_id = k.branch_id AND NOT (SELECT found FROM orphaned)), \
+             deleted AS ( \
+                 DELETE FROM tcc_barrier b USING k \
+                 WHERE b.participant = $1 AND b.reservation_id = k.reservation_id \
+                   AND b.branch_id = k.branch_id AND (SELECT found FROM orphaned)) \
+             SELECT NOT found FROM orphaned"
+        ))
         .bind(participant)
         .bind(ids)
         .bind(branch_ids)
         .bind(reasons)
-        .execute(&mut *conn)
+        .fetch_one(&mut *conn)
         .await?;
-        Ok(())
+        Ok(recorded)
     }
 
     /// One statement for the batch (`state = 'held'` decides per row, as alone); keys in
@@ -406,10 +417,11 @@ impl Backend for Postgres {
         conn: &mut PgConnection,
         participant: &str,
     ) -> Result<bool, ResourceError> {
-        let exists: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM tcc_barrier \
-             WHERE participant = $1 AND state = 'held' AND reclaim_after <= clock_timestamp())",
-        )
+        let exists: bool = sqlx::query_scalar(concat!(
+            "SELECT EXISTS (SELECT 1 FROM tcc_barrier o WHERE ",
+            orphaned!("o"),
+            ")"
+        ))
         .bind(participant)
         .fetch_one(&mut *conn)
         .await?;
@@ -566,13 +578,16 @@ impl<'a> HeldBarrierRow<'a> {
     pub fn bind<'q>(
         &self,
         query: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
-    ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+    ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>
+    where
+        'a: 'q,
+    {
         let branch = self.branch;
         query
-            .bind(self.participant.to_owned())
-            .bind(branch.key.reservation_id.clone())
-            .bind(branch.key.branch_id.clone())
-            .bind(branch.holder.clone())
+            .bind(self.participant)
+            .bind(&branch.key.reservation_id)
+            .bind(&branch.key.branch_id)
+            .bind(&branch.holder)
             .bind(encode_items(&branch.items))
             .bind(branch.expires_at)
             .bind(branch.hold_until)
