@@ -329,7 +329,8 @@ async fn writes_out_of_trying_find_their_rows_by_id_under_a_generic_plan(
     pool.close().await;
 }
 
-/// A pool of one connection: the store's statements and the test's checks share one
+/// A pool of one connection, planning as holdfast's own sessions do
+/// (`db::with_planner_costs`): the store's statements and the test's checks share one
 /// session (its `pg_prepared_statements`).
 async fn one_connection(
     options: sqlx::postgres::PgPoolOptions,
@@ -337,7 +338,7 @@ async fn one_connection(
 ) -> PgPool {
     options
         .max_connections(1)
-        .connect_with(connect)
+        .connect_with(holdfast::db::with_planner_costs(connect))
         .await
         .unwrap()
 }

@@ -388,3 +388,21 @@ fn postgres_tls_is_what_the_url_asks_for() {
         assert!(matches!(mode(base), PgSslMode::Disable));
     }
 }
+
+#[test]
+fn postgres_sessions_plan_for_memory_unless_the_url_says_otherwise() {
+    let base = "postgres://u@127.0.0.1:5432/db";
+    let options = |url: &str| {
+        postgres_options(url)
+            .unwrap()
+            .get_options()
+            .map(str::to_owned)
+    };
+    assert_eq!(
+        options(base).as_deref(),
+        Some("-c random_page_cost=1.1"),
+        "holdfast's own planner cost"
+    );
+    let theirs = format!("{base}?options=-c%20random_page_cost%3D3");
+    assert_eq!(options(&theirs).as_deref(), Some("-c random_page_cost=3"));
+}
