@@ -543,3 +543,24 @@ pub fn admin_checker(
         })
     }
 }
+
+/// Until `sql` (a count over `pg_stat_activity`, on a connection of the test's own: the
+/// participant's may all be waiting) answers 1: a backend of this database has reached the
+/// wait the test set up.
+pub async fn until_one(watcher: &mut sqlx::PgConnection, sql: &'static str, what: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let found: i64 = sqlx::query_scalar(sql)
+            .fetch_one(&mut *watcher)
+            .await
+            .unwrap();
+        if found == 1 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what} ({found} found)"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -6,7 +6,7 @@ use holdfast::participants::{Kind, ParticipantSettings};
 use holdfast::proto::branch;
 use holdfast::proto::try_response::Outcome;
 use holdfast::proto::{PutResourcesRequest, ResourceSpec, TryResponse};
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgPool;
 
 use crate::common::*;
 
@@ -94,27 +94,6 @@ async fn held_of(tries: Vec<TryCall>) -> usize {
 const BATCH_WAITS_FOR_ITEMS: &str = "SELECT count(*) FROM pg_stat_activity \
      WHERE datname = current_database() AND wait_event_type = 'Lock' \
      AND query LIKE 'SELECT resource, available FROM stock_item%'";
-
-/// Until `sql` (a count over `pg_stat_activity`, on a connection of the test's own: the
-/// participant's may all be waiting) answers 1: a backend of this database has reached the
-/// wait the test set up.
-async fn until_one(watcher: &mut PgConnection, sql: &'static str, what: &str) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let found: i64 = sqlx::query_scalar(sql)
-            .fetch_one(&mut *watcher)
-            .await
-            .unwrap();
-        if found == 1 {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what} ({found} found)"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 /// A first Try of several items (the general way: a transaction) writes its barrier row
 /// before its business change, so the items' row locks are held over the stock statements and

@@ -1,5 +1,5 @@
 //! `seats` on PostgreSQL: each seat claimed with an atomic conditional UPDATE of its row;
-//! Confirm and Cancel lock the branch's seats in resource order first.
+//! Confirm and Cancel of several seats lock them in resource order first; of one, the UPDATE does.
 
 use async_trait::async_trait;
 use sqlx::{PgConnection, Row};
@@ -13,8 +13,14 @@ fn seat_ids(branch: &BranchCtx) -> Vec<String> {
     branch.items.iter().map(|i| i.resource.clone()).collect()
 }
 
-/// Locks the branch's seats in resource order, the order every writer uses.
+/// Locks the branch's seats in resource order, the order every writer uses. One seat needs no
+/// order: the UPDATE that follows takes its lock. (This statement, with its array's length
+/// known, was planned afresh on every call: a round trip and ~0.1 ms of planning saved for
+/// the common one-seat branch.)
 async fn lock_seats(conn: &mut PgConnection, seats: &[String]) -> Result<(), ResourceError> {
+    if seats.len() < 2 {
+        return Ok(());
+    }
     sqlx::query("SELECT 1 FROM seat WHERE resource = ANY($1) ORDER BY resource FOR UPDATE")
         .bind(seats)
         .execute(&mut *conn)
