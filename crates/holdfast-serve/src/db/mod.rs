@@ -218,8 +218,9 @@ pub async fn open_postgres(url: &str, max_connections: u32) -> Result<PgPool, sq
 /// 1.1 for such storage. With the default, a statement that looks up rows by a parameter
 /// array (the group-committed writes) got a generic plan scanning the whole table while the
 /// table was small, kept on that connection however large the table grew, until autovacuum's
-/// next ANALYZE; and `create`'s batch was planned afresh on almost every call. Set per session
-/// (other clients of the server keep its setting), unless the URL's `options` names it.
+/// next ANALYZE (with 1.1 the index wins from a few pages on; a plan made on a one-page table
+/// still scans it); and `create`'s batch was planned afresh on almost every call. Set per
+/// session (other clients of the server keep its setting), unless the URL's `options` names it.
 pub const RANDOM_PAGE_COST: &str = "1.1";
 
 /// `options` with holdfast's planner costs ([`RANDOM_PAGE_COST`]) for each session.
