@@ -544,16 +544,20 @@ pub fn admin_checker(
     }
 }
 
-/// Until `sql` (a count over `pg_stat_activity`, on a connection of the test's own: the
-/// participant's may all be waiting) answers 1: a backend of this database has reached the
-/// wait the test set up.
-pub async fn until_one(watcher: &mut sqlx::PgConnection, sql: &'static str, what: &str) {
+/// Until a backend of this database waits for a lock while running a statement whose text
+/// matches `pattern` (SQL `LIKE`), seen from `watcher` (a connection of the test's own: the
+/// participant's may all be waiting): it has reached the wait the test set up.
+pub async fn until_waiting(watcher: &mut sqlx::PgConnection, pattern: &str, what: &str) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let found: i64 = sqlx::query_scalar(sql)
-            .fetch_one(&mut *watcher)
-            .await
-            .unwrap();
+        let found: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock' AND query LIKE $1",
+        )
+        .bind(pattern)
+        .fetch_one(&mut *watcher)
+        .await
+        .unwrap();
         if found == 1 {
             return;
         }

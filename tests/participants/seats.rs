@@ -162,10 +162,9 @@ async fn a_one_seat_confirm_or_cancel_locks_its_seat_in_its_update(pool: PgPool)
             };
             (p, state)
         });
-        until_one(
+        until_waiting(
             &mut watcher,
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-             AND wait_event_type = 'Lock' AND query LIKE 'UPDATE seat SET state = %'",
+            "UPDATE seat SET state = %",
             "the call did not wait for its seat in its UPDATE",
         )
         .await;

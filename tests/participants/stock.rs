@@ -91,9 +91,7 @@ async fn held_of(tries: Vec<TryCall>) -> usize {
 }
 
 /// A batch of Tries waiting for its items' locks (`stock`'s `try_hold_batch`).
-const BATCH_WAITS_FOR_ITEMS: &str = "SELECT count(*) FROM pg_stat_activity \
-     WHERE datname = current_database() AND wait_event_type = 'Lock' \
-     AND query LIKE 'SELECT resource, available FROM stock_item%'";
+const BATCH_WAITS_FOR_ITEMS: &str = "SELECT resource, available FROM stock_item%";
 
 /// A first Try of several items (the general way: a transaction) writes its barrier row
 /// before its business change, so the items' row locks are held over the stock statements and
@@ -121,10 +119,9 @@ async fn a_try_does_not_hold_the_items_row_lock_over_its_barrier_write(pool: PgP
         let slow = slow.clone();
         async move { client.r#try(slow).await }
     });
-    until_one(
+    until_waiting(
         &mut watcher,
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-         AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO tcc_barrier%'",
+        "INSERT INTO tcc_barrier%",
         "the slow Try never waited for its barrier row",
     )
     .await;
@@ -159,11 +156,9 @@ async fn a_one_item_try_is_one_statement_with_its_barrier_row(pool: PgPool) {
         let req = req.clone();
         async move { client.r#try(req).await }
     });
-    until_one(
+    until_waiting(
         &mut watcher,
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-         AND wait_event_type = 'Lock' AND query LIKE '%UPDATE stock_item%' \
-         AND query LIKE '%INSERT INTO tcc_barrier%'",
+        "%UPDATE stock_item%INSERT INTO tcc_barrier%",
         "no Try waited for the item's lock in one statement with its barrier row",
     )
     .await;
@@ -207,7 +202,7 @@ async fn concurrent_first_tries_of_an_item_are_held_in_one_transaction(pool: PgP
     p.put("sku-1", 10).await;
     let busy = lock_items(&pool, &["sku-1"]).await;
     let tries = spawn_tries(&p, 12, "sku-1").await;
-    until_one(
+    until_waiting(
         &mut watcher,
         BATCH_WAITS_FOR_ITEMS,
         "no batch of Tries waited for the item's lock",
@@ -272,15 +267,14 @@ async fn a_batch_refused_while_an_orphan_exists_reclaims_it_and_tries_again(pool
             .r#try(try_request(vec![hold("sku-2", 1, None)]))
             .await
     });
-    until_one(
+    until_waiting(
         &mut watcher,
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-         AND wait_event_type = 'Lock' AND query LIKE '%UPDATE stock_item%'",
+        "%UPDATE stock_item%",
         "the Try of sku-2 never waited for its item",
     )
     .await;
     let tries = spawn_tries(&p, 3, "sku-1").await;
-    until_one(
+    until_waiting(
         &mut watcher,
         BATCH_WAITS_FOR_ITEMS,
         "no batch of Tries waited for sku-1",

@@ -11,6 +11,18 @@ use crate::telemetry::barrier_outcome;
 use crate::try_batch::Batched;
 use crate::{BranchCtx, Resource, ResourceError, TryAnswer, TryBranch};
 
+/// How a Try is tried this time round ([`ParticipantService::try_branch`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Way {
+    /// Queued behind the first Tries in flight, into a batch ([`Resource::tries_in_batches`]).
+    Batch,
+    /// The resource's one statement ([`Resource::tries_in_one_statement`]).
+    InOne,
+    /// A transaction: the barrier row then the business change, or (`barrier_first`) the
+    /// branch's row locked first and answered from when decided.
+    Transaction { barrier_first: bool },
+}
+
 /// What a Try in one transaction came to ([`ParticipantService::try_in_transaction`]).
 enum TryInTransaction {
     /// The answer, committed (or found).
@@ -31,7 +43,6 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     pub async fn try_branch(&self, request: TryBranch) -> Result<TryAnswer, ResourceError> {
         let branch = self.branch_ctx(request)?;
         let branch = &branch;
-        let mut reclaimed = false;
         // A first Try (the common case) is two statements in one transaction: the barrier row,
         // answered `Held`, then the business change, last before the commit. The business
         // change may take a contended lock (a sale's one stock row), which is then held over
@@ -39,61 +50,73 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         // recorded on its own. When the branch already has a row (a repeat, or a Cancel that
         // came first) or the business change fails, that is undone and the call runs barrier
         // first: lock the row, answer from it if decided, else hold under the lock. A resource
-        // that can writes a first Try as one autocommit statement instead (`in_one`), and
-        // falls back to the two when it cannot; one that takes Tries in batches queues a
-        // first Try behind others in flight (`batched`), and runs it its own way otherwise.
-        let mut barrier_first = false;
-        let mut in_one = self.resource.tries_in_one_statement() && !self.resource.barrier_only();
-        if self.resource.barrier_only() {
+        // that can writes a first Try as one autocommit statement instead, and falls back to
+        // the two when it cannot; one that takes Tries in batches queues a first Try behind
+        // others in flight, and runs it its own way otherwise.
+        let own_way = if self.resource.tries_in_one_statement() {
+            Way::InOne
+        } else {
+            Way::Transaction {
+                barrier_first: false,
+            }
+        };
+        let mut way = if self.resource.barrier_only() {
             // No business change: the barrier row alone, one statement, no transaction.
             if self.barrier_only_writes().insert_held(branch).await? {
                 return Ok(TryAnswer::Held);
             }
-            barrier_first = true;
-        }
-        let mut batched = DB::BATCHES_BARRIER_ONLY
-            && self.resource.tries_in_batches()
-            && !self.resource.barrier_only();
+            Way::Transaction {
+                barrier_first: true,
+            }
+        } else if DB::BATCHES_BARRIER_ONLY && self.resource.tries_in_batches() {
+            Way::Batch
+        } else {
+            own_way
+        };
+        let mut reclaimed = false;
         // Counts this Try in flight (while it is, others queue for a batch).
         let mut _in_flight = None;
         loop {
-            let in_batch = if batched {
-                // Only the first time round: a refusal's rerun (after a reclaim) goes alone.
-                batched = false;
-                // As for a Try alone: the failpoints stand before the writes and after the
-                // commit.
-                faults::check("participant.try.between")?;
-                let (in_flight, answer) = self.try_batches().try_in_batch(branch).await;
-                _in_flight = Some(in_flight);
-                answer
-            } else {
-                None
-            };
-            let reason = if let Some(answer) = in_batch {
-                match answer {
-                    Batched::Held => {
-                        faults::check("participant.try.committed")?;
-                        return Ok(TryAnswer::Held);
+            let reason = match way {
+                Way::Batch => {
+                    // As for a Try alone: the failpoints stand before the writes and after
+                    // the commit.
+                    faults::check("participant.try.between")?;
+                    let (in_flight, answer) = self.try_batches().try_in_batch(branch).await;
+                    _in_flight = Some(in_flight);
+                    // Only the first time round: a rerun (not answered, or after a reclaim)
+                    // goes its own way.
+                    way = own_way;
+                    match answer {
+                        None => continue,
+                        Some(Batched::Held) => {
+                            faults::check("participant.try.committed")?;
+                            return Ok(TryAnswer::Held);
+                        }
+                        Some(Batched::Rejected(reason)) => return Ok(TryAnswer::Rejected(reason)),
+                        Some(Batched::Refused(reason)) => reason,
                     }
-                    Batched::Rejected(reason) => return Ok(TryAnswer::Rejected(reason)),
-                    Batched::Refused(reason) => reason,
                 }
-            } else if in_one {
-                match self.try_in_one(branch).await? {
+                Way::InOne => match self.try_in_one(branch).await? {
                     Some(TryAnswer::Held) => return Ok(TryAnswer::Held),
                     Some(TryAnswer::Rejected(reason)) => reason,
                     None => {
-                        in_one = false;
+                        way = Way::Transaction {
+                            barrier_first: false,
+                        };
                         continue;
                     }
-                }
-            } else {
-                match self.try_in_transaction(branch, barrier_first).await? {
-                    TryInTransaction::Answered(answer) => return Ok(answer),
-                    TryInTransaction::Refused(reason) => reason,
-                    TryInTransaction::BarrierFirst => {
-                        barrier_first = true;
-                        continue;
+                },
+                Way::Transaction { barrier_first } => {
+                    match self.try_in_transaction(branch, barrier_first).await? {
+                        TryInTransaction::Answered(answer) => return Ok(answer),
+                        TryInTransaction::Refused(reason) => reason,
+                        TryInTransaction::BarrierFirst => {
+                            way = Way::Transaction {
+                                barrier_first: true,
+                            };
+                            continue;
+                        }
                     }
                 }
             };
@@ -106,6 +129,10 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
                 continue;
             }
             let rejected = TryAnswer::Rejected(reason);
+            let barrier_first = way
+                == Way::Transaction {
+                    barrier_first: true,
+                };
             if !barrier_first {
                 // A first Try (the common case, e.g. a sale's losers): the refusal is the
                 // branch's new row, one autocommit statement. A row already there (a call
