@@ -41,7 +41,9 @@ pub(crate) fn refusal(item: &Item, available: Option<i64>) -> TryAnswer {
 
 /// A batch of Tries against the units left per item (as locked), in arrival order:
 /// each branch is held, all its items or none, if what is left covers it; a branch that does
-/// not fit does not stop a later, smaller one. Items missing from `left` do not exist.
+/// not fit does not stop a later, smaller one. Items missing from `left` do not exist. A
+/// branch names each item once (the SDK refuses duplicates, and stock items have no slots), so
+/// checking its items one by one against `left` is checking their sum.
 pub(crate) fn allocate(mut left: HashMap<String, i64>, branches: &[&BranchCtx]) -> Vec<TryAnswer> {
     branches
         .iter()
