@@ -160,8 +160,8 @@ conformance!(
     ],
 );
 
-/// PostgreSQL only: its group commit after a lost commit acknowledgement (SQLite has no group
-/// commit).
+/// PostgreSQL only: its group commit after a lost commit acknowledgement or a failed batch,
+/// and concurrent Confirms sharing a statement (SQLite's group commit is its writer's).
 mod lost_ack {
     #[sqlx::test(migrations = false)]
     async fn record_phase_counts_a_batch_once(pool: sqlx::PgPool) {
@@ -181,6 +181,11 @@ mod lost_ack {
     #[sqlx::test(migrations = false)]
     async fn a_failed_batch_reruns_its_calls_at_once(pool: sqlx::PgPool) {
         crate::cases::failed_batch::a_failed_batch_reruns_its_calls_at_once(pool).await;
+    }
+
+    #[sqlx::test(migrations = false)]
+    async fn concurrent_confirms_share_one_statement(pool: sqlx::PgPool) {
+        crate::cases::shared_confirms::concurrent_confirms_share_one_statement(pool).await;
     }
 }
 

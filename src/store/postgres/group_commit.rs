@@ -1,6 +1,7 @@
 //! Group commit for the PostgreSQL store: concurrent calls of one kind of write (`create`,
-//! `record_held`, `record_rejected`, `record_phase`) queue up and reach the database as one
-//! statement (one round trip, one commit) for the whole batch.
+//! `record_held`, `record_rejected`, `record_phase`, and the unlocked Confirm without a
+//! payment of `unlocked.rs`) queue up and reach the database as one statement (one round
+//! trip, one commit) for the whole batch.
 //!
 //! One task per kind drains its queue ([`Batcher`], shared with the participant SDK): it
 //! takes every job waiting (up to a cap), runs them as one batch, answers each, and takes the
@@ -13,7 +14,8 @@
 //! own reservation id and answers it as new (`admission`); a rerun `record_phase` finds its
 //! write id on the row (`last_phase_write`, written with the batch) and applies nothing again;
 //! a rerun `record_held` or `record_rejected` finds the reservation left `TRYING` and only
-//! reads it.
+//! reads it; a rerun Confirm finds the version it was judged on gone and misses, so the
+//! locked path answers it from the row as it is.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -24,6 +26,7 @@ use uuid::Uuid;
 
 use super::answers::{self, PhaseWrite, StoppedPlacement};
 use super::create::{self, NewRow};
+use super::unlocked::{self, UnpaidConfirm};
 use crate::db::batch::{Batcher, distinct_by};
 use crate::domain::policy::{Backoff, HoldLimits};
 use crate::domain::{NewReservation, Rejection, Reservation, State};
@@ -84,6 +87,12 @@ struct PhaseJob {
     reply: oneshot::Sender<Result<PhaseRecorded, StoreError>>,
 }
 
+/// A queued unlocked Confirm without a payment.
+struct ConfirmJob {
+    confirm: UnpaidConfirm,
+    reply: oneshot::Sender<Result<Option<Reservation>, StoreError>>,
+}
+
 /// The PostgreSQL store's group-committed writes: one batcher (and task) per kind.
 pub(super) struct GroupCommit {
     pool: PgPool,
@@ -95,6 +104,8 @@ pub(super) struct GroupCommit {
     rejected: Batcher<RejectedJob>,
     /// `record_phase` calls.
     phases: Batcher<PhaseJob>,
+    /// Unlocked Confirms without a payment (`HELD -> CONFIRMING`).
+    confirms: Batcher<ConfirmJob>,
 }
 
 impl GroupCommit {
@@ -117,12 +128,17 @@ impl GroupCommit {
             let pool = pool.clone();
             Batcher::spawn(MAX_BATCH, move |jobs| run_phases(pool.clone(), jobs))
         };
+        let confirms = {
+            let pool = pool.clone();
+            Batcher::spawn(MAX_BATCH, move |jobs| run_confirms(pool.clone(), jobs))
+        };
         GroupCommit {
             pool: pool.clone(),
             creates,
             held,
             rejected,
             phases,
+            confirms,
         }
     }
 
@@ -233,6 +249,25 @@ impl GroupCommit {
         match queued {
             Ok(()) => answer.await.unwrap_or_else(batch_task_gone),
             Err(job) => answers::record_phase_alone(&self.pool, &job.write).await,
+        }
+    }
+}
+
+impl GroupCommit {
+    /// An unlocked Confirm without a payment ([`unlocked::decide_unlocked`]): alone when idle,
+    /// else queued. `None`: the version guard missed.
+    pub(super) async fn confirm_unpaid(
+        &self,
+        confirm: UnpaidConfirm,
+    ) -> Result<Option<Reservation>, StoreError> {
+        let (_in_flight, idle) = self.confirms.enter();
+        if idle {
+            return unlocked::confirm_unpaid_alone(&self.pool, confirm).await;
+        }
+        let (reply, answer) = oneshot::channel();
+        match self.confirms.submit(ConfirmJob { confirm, reply }) {
+            Ok(()) => answer.await.unwrap_or_else(batch_task_gone),
+            Err(job) => unlocked::confirm_unpaid_alone(&self.pool, job.confirm).await,
         }
     }
 }
@@ -411,6 +446,41 @@ async fn run_phases(pool: PgPool, jobs: Vec<PhaseJob>) {
     }
     for job in repeats {
         let answer = answers::record_phase_alone(&pool, &job.write).await;
+        let _ = job.reply.send(answer);
+    }
+}
+
+/// Runs queued unlocked Confirms: distinct reservations in one statement; should that fail,
+/// each alone. A second Confirm of a reservation in the batch runs after it, alone (and
+/// misses: the batch moved the version it was judged on).
+async fn run_confirms(pool: PgPool, jobs: Vec<ConfirmJob>) {
+    let (mut batch, repeats) = distinct_by(jobs, |j| j.confirm.id);
+    let mut shared = if batch.len() > 1 {
+        let confirms: Vec<UnpaidConfirm> = batch.iter().map(|j| j.confirm).collect();
+        unlocked::confirm_unpaid_many(&pool, &confirms)
+            .await
+            .map_err(batch_failed)
+            .ok()
+    } else {
+        None
+    };
+    if shared.is_none() && batch.len() > 1 {
+        for job in std::mem::take(&mut batch) {
+            rerun(&pool, job, |pool, job| async move {
+                let answer = unlocked::confirm_unpaid_alone(&pool, job.confirm).await;
+                let _ = job.reply.send(answer);
+            });
+        }
+    }
+    for job in batch {
+        let answer = match shared.as_mut() {
+            Some(done) => Ok(done.remove(&job.confirm.id)),
+            None => unlocked::confirm_unpaid_alone(&pool, job.confirm).await,
+        };
+        let _ = job.reply.send(answer);
+    }
+    for job in repeats {
+        let answer = unlocked::confirm_unpaid_alone(&pool, job.confirm).await;
         let _ = job.reply.send(answer);
     }
 }

@@ -4,7 +4,8 @@
 //! are locked with `FOR UPDATE` (sweeps skip locked ones), Reserves serialise per holder on an
 //! advisory lock. Hot paths: concurrent `create`/`record_held`/`record_rejected`/`record_phase`
 //! calls are group-committed (`group_commit.rs`), a Confirm or Cancel first tries the unlocked,
-//! version-guarded UPDATE (`unlocked.rs`), and writes answer with their after-image in the
+//! version-guarded UPDATE (`unlocked.rs`; concurrent Confirms without a payment share one),
+//! and writes answer with their after-image in the
 //! same statement.
 //!
 //! - `rows.rs`: the column lists, the row type, `load`.
@@ -63,7 +64,8 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/coor
 #[derive(Clone)]
 pub struct PgStore {
     pool: PgPool,
-    /// `create`, `record_held`, `record_rejected` and `record_phase` calls, group-committed.
+    /// `create`, `record_held`, `record_rejected`, `record_phase` and unlocked Confirm calls,
+    /// group-committed.
     group_commit: Arc<GroupCommit>,
     /// What this process last recorded `HELD`, for its Confirm/Cancel to skip a read.
     recently_held: Arc<RecentlyHeld>,
@@ -152,6 +154,7 @@ impl Store for PgStore {
         let unlocked = unlocked::decide_unlocked(
             &self.pool,
             &self.recently_held,
+            &self.group_commit,
             id,
             scope,
             presented_token,

@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use sqlx::postgres::PgPool;
 use uuid::Uuid;
 
+use super::group_commit::GroupCommit;
 use super::rows::{self, ReservationRow, millis};
 use crate::domain::lifecycle;
 use crate::domain::{Decision, Reservation, State, Verdict};
@@ -56,6 +57,74 @@ macro_rules! confirm_held {
 /// A Confirm without a payment (the common case).
 const CONFIRM_UNPAID: &str = confirm_held!("", "");
 
+/// The same for many distinct reservations at once (`$1` ids, `$2` the versions judged, `$3`
+/// lease owners, `$4` lease ms, parallel arrays): each row is guarded by its own version, so
+/// one that changed misses alone. Rows are found through the primary key (`id = ANY`), as
+/// `record_held`'s are: `state || ''` keeps the partial indexes of live reservations, which a
+/// generic plan made on a small table would otherwise walk, out of the plan.
+const CONFIRM_UNPAID_MANY: &str = concat!(
+    "UPDATE reservations SET state = 'CONFIRMING', version = version + 1, \
+     updated_at = clock_timestamp(), lease_owner = judged.lease_to, \
+     lease_until = clock_timestamp() + judged.lease_ms * interval '1 millisecond' \
+     FROM unnest($1::uuid[], $2::bigint[], $3::uuid[], $4::bigint[]) \
+          AS judged(confirm_id, judged_version, lease_to, lease_ms) \
+     WHERE id = ANY($1::uuid[]) AND id = judged.confirm_id \
+       AND version = judged.judged_version AND state || '' = 'HELD' \
+       AND clock_timestamp() < expires_at \
+     RETURNING ",
+    reservation_columns!()
+);
+
+/// A Confirm without a payment of a `HELD` reservation, judged on `version`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct UnpaidConfirm {
+    pub id: Uuid,
+    pub version: i64,
+    pub lease: WorkLease,
+}
+
+/// One [`UnpaidConfirm`] alone: the reservation's row as confirmed, `None` when the guard
+/// missed (the locked path decides then).
+pub(super) async fn confirm_unpaid_alone(
+    pool: &PgPool,
+    confirm: UnpaidConfirm,
+) -> Result<Option<Reservation>, StoreError> {
+    sqlx::query_as::<_, ReservationRow>(CONFIRM_UNPAID)
+        .bind(confirm.id)
+        .bind(confirm.version)
+        .bind(confirm.lease.owner)
+        .bind(millis(confirm.lease.duration))
+        .fetch_optional(pool)
+        .await?
+        .map(ReservationRow::into_domain)
+        .transpose()
+}
+
+/// Many [`UnpaidConfirm`]s of distinct reservations in one statement: the rows confirmed, by
+/// id (one that missed is absent).
+pub(super) async fn confirm_unpaid_many(
+    pool: &PgPool,
+    confirms: &[UnpaidConfirm],
+) -> Result<HashMap<Uuid, Reservation>, StoreError> {
+    let ids: Vec<Uuid> = confirms.iter().map(|c| c.id).collect();
+    let versions: Vec<i64> = confirms.iter().map(|c| c.version).collect();
+    let owners: Vec<Uuid> = confirms.iter().map(|c| c.lease.owner).collect();
+    let lease_ms: Vec<i64> = confirms.iter().map(|c| millis(c.lease.duration)).collect();
+    let rows = sqlx::query_as::<_, ReservationRow>(CONFIRM_UNPAID_MANY)
+        .bind(&ids)
+        .bind(&versions)
+        .bind(&owners)
+        .bind(&lease_ms)
+        .fetch_all(pool)
+        .await?;
+    let mut confirmed = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let r = row.into_domain()?;
+        confirmed.insert(r.id, r);
+    }
+    Ok(confirmed)
+}
+
 /// A Confirm with a payment (`$5`-`$8`), unless another reservation recorded it as a further
 /// payment already.
 const CONFIRM_PAID: &str = confirm_held!(
@@ -92,11 +161,14 @@ impl RecentlyHeld {
 /// recorded when it placed the holds), judge it, and apply a Confirm or Cancel of a HELD
 /// reservation with one conditional UPDATE guarded by that image's version, so any change
 /// since makes it miss (then the locked path judges again). A refusal or a repeat changes
-/// nothing, so the read answers it. `None`: the locked path decides (lapsed holds, late
-/// payments, refunds, Extend, a missed UPDATE).
+/// nothing, so the read answers it. A Confirm without a payment goes through the group
+/// commit (`confirms`): concurrent ones share a statement. `None`: the locked path decides
+/// (lapsed holds, late payments, refunds, Extend, a missed UPDATE).
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn decide_unlocked(
     pool: &PgPool,
     recently_held: &RecentlyHeld,
+    confirms: &GroupCommit,
     id: Uuid,
     scope: Option<&str>,
     presented_token: &str,
@@ -106,17 +178,21 @@ pub(super) async fn decide_unlocked(
     if matches!(decision, Decision::Extend { .. }) {
         return Ok(None);
     }
-    let mut conn = pool.acquire().await?;
     // This process recorded it HELD: decide on that image (a stale one makes the guarded
     // UPDATE below miss), else read the row.
     let cached = recently_held.take(id);
     let from_cache = cached.is_some();
+    // The connection of the read, kept for a write of this call alone.
+    let mut read_on = None;
     let current = match cached {
         Some(r) => r,
-        None => match rows::load(&mut conn, id, false).await? {
-            Some(r) => r,
-            None => return Ok(Some(Decided::NotFound)),
-        },
+        None => {
+            let conn = read_on.insert(pool.acquire().await?);
+            match rows::load(conn, id, false).await? {
+                Some(r) => r,
+                None => return Ok(Some(Decided::NotFound)),
+            }
+        }
     };
     if !current.visible_to(scope) {
         return Ok(Some(Decided::NotFound));
@@ -128,7 +204,7 @@ pub(super) async fn decide_unlocked(
     if from_cache && !matches!(verdict, Verdict::Transition { .. } | Verdict::VerifyPayment) {
         return Ok(None);
     }
-    let row = match (&verdict, decision) {
+    let after = match (&verdict, decision) {
         // The payment is checked before the decision is taken again: keep the image for it.
         (Verdict::VerifyPayment, _) => {
             if from_cache {
@@ -154,35 +230,47 @@ pub(super) async fn decide_unlocked(
                 to: State::Confirming,
                 ..
             },
-            Decision::Confirm { payment, .. },
+            Decision::Confirm { payment: None, .. },
         ) => {
-            // Two statements, so each settles on a generic plan: one statement for both had
-            // NULL payment parameters when unpaid, which a custom plan folds away, so
-            // PostgreSQL planned it afresh on every call (~0.1 ms of CPU).
-            let statement = if payment.is_some() {
-                CONFIRM_PAID
-            } else {
-                CONFIRM_UNPAID
+            drop(read_on);
+            let confirm = UnpaidConfirm {
+                id,
+                version: current.version,
+                lease,
             };
-            let mut confirm = sqlx::query_as::<_, ReservationRow>(statement)
+            confirms.confirm_unpaid(confirm).await?
+        }
+        (
+            Verdict::Transition {
+                to: State::Confirming,
+                ..
+            },
+            Decision::Confirm {
+                payment: Some(payment),
+                ..
+            },
+        ) => {
+            let mut conn = match read_on {
+                Some(conn) => conn,
+                None => pool.acquire().await?,
+            };
+            let confirmed = sqlx::query_as::<_, ReservationRow>(CONFIRM_PAID)
                 .bind(id)
                 .bind(current.version)
                 .bind(lease.owner)
-                .bind(millis(lease.duration));
-            if let Some(payment) = payment {
-                confirm = confirm
-                    .bind(payment.participant.as_str())
-                    .bind(payment.payment_ref.as_str())
-                    .bind(payment.amount_minor)
-                    .bind(payment.currency.as_str());
-            }
-            let confirmed = confirm.fetch_optional(&mut *conn).await;
+                .bind(millis(lease.duration))
+                .bind(payment.participant.as_str())
+                .bind(payment.payment_ref.as_str())
+                .bind(payment.amount_minor)
+                .bind(payment.currency.as_str())
+                .fetch_optional(&mut *conn)
+                .await;
             // Another reservation recorded this payment first (the unique index decided). A
             // payment recorded as another's further payment makes the UPDATE miss: the locked
             // path tells.
             match confirmed.map_err(StoreError::from) {
                 Err(e) if payment_conflict(&e) => return Ok(Some(Decided::PaymentTaken)),
-                other => other?,
+                other => other?.map(ReservationRow::into_domain).transpose()?,
             }
         }
         (
@@ -192,6 +280,10 @@ pub(super) async fn decide_unlocked(
             },
             Decision::Cancel { reason },
         ) => {
+            let mut conn = match read_on {
+                Some(conn) => conn,
+                None => pool.acquire().await?,
+            };
             sqlx::query_as::<_, ReservationRow>(concat!(
                 "UPDATE reservations SET state = $3, release_outcome = $4, cancel_reason = $5, \
              version = version + 1, updated_at = clock_timestamp(), lease_owner = $6, \
@@ -210,14 +302,15 @@ pub(super) async fn decide_unlocked(
             .bind(millis(lease.duration))
             .fetch_optional(&mut *conn)
             .await?
+            .map(ReservationRow::into_domain)
+            .transpose()?
         }
         _ => return Ok(None),
     };
-    let Some(row) = row else {
+    let Some(mut after) = after else {
         return Ok(None);
     };
     // A decision changes the reservation row only; its branches are as read.
-    let mut after = row.into_domain()?;
     after.branches = current.branches;
     Ok(Some(Decided::Judged {
         verdict,

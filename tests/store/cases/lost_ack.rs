@@ -25,6 +25,11 @@ async fn relayed(pool: &PgPool) -> (super::S, AckDropper) {
 
 /// Waits until a statement of this database waits for a lock.
 pub(crate) async fn someone_waits_for_a_lock(pool: &PgPool) {
+    waiting_for_locks(pool, 1).await;
+}
+
+/// Waits until `n` statements of this database wait for a lock.
+pub(crate) async fn waiting_for_locks(pool: &PgPool, n: i64) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let waiting: i64 = sqlx::query_scalar(
@@ -34,10 +39,13 @@ pub(crate) async fn someone_waits_for_a_lock(pool: &PgPool) {
         .fetch_one(pool)
         .await
         .unwrap();
-        if waiting > 0 {
+        if waiting >= n {
             return;
         }
-        assert!(tokio::time::Instant::now() < deadline, "nobody waits");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{waiting} of {n} wait"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

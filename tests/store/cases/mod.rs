@@ -16,6 +16,7 @@ pub mod payments;
 pub mod phases;
 pub mod recovery;
 pub mod retention;
+pub mod shared_confirms;
 pub mod writes;
 
 use std::collections::BTreeMap;
