@@ -187,6 +187,11 @@ mod lost_ack {
     async fn concurrent_confirms_share_one_statement(pool: sqlx::PgPool) {
         crate::cases::shared_confirms::concurrent_confirms_share_one_statement(pool).await;
     }
+
+    #[sqlx::test(migrations = false)]
+    async fn confirms_after_a_lost_ack_are_applied_once(pool: sqlx::PgPool) {
+        crate::cases::shared_confirms::confirms_after_a_lost_ack_are_applied_once(pool).await;
+    }
 }
 
 /// Retention cases run on both backends like the conformance cases, with a [`Backdate`] of

@@ -17,7 +17,7 @@ use super::{LONG, NO_LIMITS, SLOW, confirm, decide, held, lease, new_res};
 use crate::ack_relay::AckDropper;
 
 /// The PostgreSQL store through the relay, and the relay.
-async fn relayed(pool: &PgPool) -> (super::S, AckDropper) {
+pub(crate) async fn relayed(pool: &PgPool) -> (super::S, AckDropper) {
     PgStore::from_pool(pool.clone()).migrate().await.unwrap();
     let (relay, relayed) = AckDropper::start(&pool.connect_options(), 8).await;
     (std::sync::Arc::new(PgStore::from_pool(relayed)), relay)

@@ -114,3 +114,59 @@ pub async fn concurrent_confirms_share_one_statement(pool: PgPool) {
     assert_eq!(moved.iter().sum::<i64>(), N as i64, "{moved:?}");
     assert_eq!(moved.iter().max(), Some(&(N as i64 - 3)), "{moved:?}");
 }
+
+/// The shared UPDATE committed but its acknowledgement was lost: each of its Confirms runs
+/// again alone, misses (the batch moved the version it judged) and is answered from the row
+/// by the locked path - the decision applied once, every caller told `CONFIRMING`.
+pub async fn confirms_after_a_lost_ack_are_applied_once(pool: PgPool) {
+    let (store, relay) = super::lost_ack::relayed(&pool).await;
+    let mut reservations = Vec::new();
+    for holder in ["first", "second", "third"] {
+        reservations.push(held(&store, holder, "r1", LONG).await);
+    }
+    let mut lock = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM reservations WHERE id = $1 FOR UPDATE")
+        .bind(reservations[0].0.id)
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let first = {
+        let (store, (r, token)) = (store.clone(), reservations[0].clone());
+        tokio::spawn(async move { store.decide(r.id, None, &token, &confirm(), lease()).await })
+    };
+    waiting_for_locks(&pool, 1).await;
+
+    // Two more queue and share a statement (its text names the judged versions), whose commit
+    // acknowledgement is lost.
+    relay.arm("judged_version");
+    let [_, (second, second_token), (third, third_token)] = &reservations[..] else {
+        unreachable!()
+    };
+    let decision = confirm();
+    let (a, b) = tokio::join!(
+        store.decide(second.id, None, second_token, &decision, lease()),
+        store.decide(third.id, None, third_token, &decision, lease()),
+    );
+    lock.commit().await.unwrap();
+    first.await.unwrap().unwrap();
+    assert_eq!(
+        relay.cuts(),
+        1,
+        "the shared statement's acknowledgement was dropped"
+    );
+    for (decided, before) in [(a, second), (b, third)] {
+        let Decided::Judged {
+            verdict,
+            reservation,
+            ..
+        } = decided.unwrap()
+        else {
+            panic!("not judged");
+        };
+        assert_eq!(verdict, Verdict::AlreadyDone, "answered from the row");
+        assert_eq!(reservation.state, State::Confirming);
+        let stored = get(&store, before.id).await;
+        assert_eq!(stored.state, State::Confirming);
+        assert_eq!(stored.version, before.version + 1, "applied once");
+    }
+}
