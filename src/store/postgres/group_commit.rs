@@ -251,9 +251,12 @@ impl GroupCommit {
             Err(job) => answers::record_phase_alone(&self.pool, &job.write).await,
         }
     }
-}
 
-impl GroupCommit {
+    /// The pool batches and calls alone run on.
+    pub(super) fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
     /// An unlocked Confirm without a payment ([`unlocked::decide_unlocked`]): alone when idle,
     /// else queued. `None`: the version guard missed.
     pub(super) async fn confirm_unpaid(

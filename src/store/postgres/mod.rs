@@ -5,8 +5,7 @@
 //! advisory lock. Hot paths: concurrent `create`/`record_held`/`record_rejected`/`record_phase`
 //! calls are group-committed (`group_commit.rs`), a Confirm or Cancel first tries the unlocked,
 //! version-guarded UPDATE (`unlocked.rs`; concurrent Confirms without a payment share one),
-//! and writes answer with their after-image in the
-//! same statement.
+//! and writes answer with their after-image in the same statement.
 //!
 //! - `rows.rs`: the column lists, the row type, `load`.
 //! - `list.rs`: a statement per List shape (index-backed, keyset) and the stamps a watch polls.
@@ -152,9 +151,8 @@ impl Store for PgStore {
         lease: WorkLease,
     ) -> Result<Decided, StoreError> {
         let unlocked = unlocked::decide_unlocked(
-            &self.pool,
-            &self.recently_held,
             &self.group_commit,
+            &self.recently_held,
             id,
             scope,
             presented_token,

@@ -54,7 +54,9 @@ macro_rules! confirm_held {
     };
 }
 
-/// A Confirm without a payment (the common case).
+/// A Confirm without a payment (the common case). Two statements rather than one with NULL
+/// payment parameters: a custom plan folds those away, so PostgreSQL planned that one afresh
+/// on every call (~0.1 ms of CPU); each of these settles on a generic plan.
 const CONFIRM_UNPAID: &str = confirm_held!("", "");
 
 /// The same for many distinct reservations at once (`$1` ids, `$2` the versions judged, `$3`
@@ -162,13 +164,11 @@ impl RecentlyHeld {
 /// reservation with one conditional UPDATE guarded by that image's version, so any change
 /// since makes it miss (then the locked path judges again). A refusal or a repeat changes
 /// nothing, so the read answers it. A Confirm without a payment goes through the group
-/// commit (`confirms`): concurrent ones share a statement. `None`: the locked path decides
+/// commit: concurrent ones share a statement. `None`: the locked path decides
 /// (lapsed holds, late payments, refunds, Extend, a missed UPDATE).
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn decide_unlocked(
-    pool: &PgPool,
+    group_commit: &GroupCommit,
     recently_held: &RecentlyHeld,
-    confirms: &GroupCommit,
     id: Uuid,
     scope: Option<&str>,
     presented_token: &str,
@@ -178,6 +178,7 @@ pub(super) async fn decide_unlocked(
     if matches!(decision, Decision::Extend { .. }) {
         return Ok(None);
     }
+    let pool = group_commit.pool();
     // This process recorded it HELD: decide on that image (a stale one makes the guarded
     // UPDATE below miss), else read the row.
     let cached = recently_held.take(id);
@@ -238,7 +239,7 @@ pub(super) async fn decide_unlocked(
                 version: current.version,
                 lease,
             };
-            confirms.confirm_unpaid(confirm).await?
+            group_commit.confirm_unpaid(confirm).await?
         }
         (
             Verdict::Transition {
