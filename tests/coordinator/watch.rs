@@ -1,7 +1,8 @@
 //! WatchReservation bounded and shared (#15 item 12): streams beyond the caps (per process,
 //! per connection) are refused with RESOURCE_EXHAUSTED and a closed stream frees its slot; a
 //! change made by another replica reaches a watcher promptly through one shared poller, not a
-//! read per stream. (SIGTERM with a Watch open: `process/shutdown.rs`.)
+//! read per stream; a watcher attached while a Reserve is trying sees it end `REJECTED`.
+//! (SIGTERM with a Watch open: `process/shutdown.rs`.)
 
 use std::time::{Duration, Instant};
 
@@ -186,4 +187,82 @@ async fn a_change_made_by_another_replica_reaches_watchers_through_one_shared_po
     eprintln!("B's confirm reached A's watcher in {:?}", started.elapsed());
     a.shut_down();
     b.shut_down();
+}
+
+/// A watcher attached while a Reserve is still trying sees `TRYING`, then `REJECTED` when the
+/// participant refuses, and the stream ends there. The stock participant's Try waits for the
+/// item's row lock, taken here; the units go while it waits, so it is refused when it gets it.
+#[sqlx::test(migrations = false)]
+async fn a_watcher_sees_trying_then_rejected(pool: PgPool) {
+    use crate::real::{PATIENCE, hold as real_hold, reserve, spawn_stack};
+    use holdfast::participants::Kind::Stock;
+
+    let stack = spawn_stack(pool.clone()).await;
+    stack.put(Stock, &[("sku-w", 1)]).await;
+    let mut lock = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM stock_item WHERE resource = 'sku-w' FOR UPDATE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let reserving = {
+        let mut client = stack.new_client().await;
+        let req = reserve("r1", "watched", None, vec![real_hold(Stock, "sku-w", 1)]);
+        tokio::spawn(async move { client.reserve(req).await })
+    };
+    // The Reserve is recorded TRYING and its Try waits for the lock.
+    let mut client = stack.client();
+    let deadline = Instant::now() + PATIENCE;
+    let trying = loop {
+        let page = client
+            .list_reservations(proto::ListReservationsRequest {
+                holder: "watched".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let waits: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if let Some(r) = page.reservations.into_iter().next()
+            && waits > 0
+        {
+            break r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the Try never waited for the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let mut stream = client
+        .watch_reservation(proto::WatchReservationRequest {
+            reservation_id: trying.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = stream.message().await.unwrap().expect("a first image");
+    assert_eq!(state_of(&first), State::Trying);
+
+    sqlx::query("UPDATE stock_item SET available = 0 WHERE resource = 'sku-w'")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    lock.commit().await.unwrap();
+    let err = reserving.await.unwrap().unwrap_err();
+    assert_eq!(reason(&err), "INSUFFICIENT_CAPACITY", "{err:?}");
+    let mut seen = vec![];
+    while let Some(msg) = tokio::time::timeout(PATIENCE, stream.message())
+        .await
+        .expect("the watch ends after the terminal state")
+        .unwrap()
+    {
+        seen.push(state_of(&msg));
+    }
+    assert_eq!(seen, [State::Rejected], "after TRYING");
 }
