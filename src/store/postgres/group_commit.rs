@@ -25,8 +25,8 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::answers::{self, PhaseWrite, StoppedPlacement};
+use super::confirms::{self, UnpaidConfirm};
 use super::create::{self, NewRow};
-use super::unlocked::{self, UnpaidConfirm};
 use crate::db::batch::{Batcher, distinct_by};
 use crate::domain::policy::{Backoff, HoldLimits};
 use crate::domain::{NewReservation, Rejection, Reservation, State};
@@ -257,7 +257,7 @@ impl GroupCommit {
         &self.pool
     }
 
-    /// An unlocked Confirm without a payment ([`unlocked::decide_unlocked`]): alone when idle,
+    /// An unlocked Confirm without a payment (`unlocked.rs`): alone when idle,
     /// else queued. `None`: the version guard missed.
     pub(super) async fn confirm_unpaid(
         &self,
@@ -265,12 +265,12 @@ impl GroupCommit {
     ) -> Result<Option<Reservation>, StoreError> {
         let (_in_flight, idle) = self.confirms.enter();
         if idle {
-            return unlocked::confirm_unpaid_alone(&self.pool, confirm).await;
+            return confirms::confirm_unpaid_alone(&self.pool, confirm).await;
         }
         let (reply, answer) = oneshot::channel();
         match self.confirms.submit(ConfirmJob { confirm, reply }) {
             Ok(()) => answer.await.unwrap_or_else(batch_task_gone),
-            Err(job) => unlocked::confirm_unpaid_alone(&self.pool, job.confirm).await,
+            Err(job) => confirms::confirm_unpaid_alone(&self.pool, job.confirm).await,
         }
     }
 }
@@ -460,7 +460,7 @@ async fn run_confirms(pool: PgPool, jobs: Vec<ConfirmJob>) {
     let (mut batch, repeats) = distinct_by(jobs, |j| j.confirm.id);
     let mut shared = if batch.len() > 1 {
         let confirms: Vec<UnpaidConfirm> = batch.iter().map(|j| j.confirm).collect();
-        unlocked::confirm_unpaid_many(&pool, &confirms)
+        confirms::confirm_unpaid_many(&pool, &confirms)
             .await
             .map_err(batch_failed)
             .ok()
@@ -470,7 +470,7 @@ async fn run_confirms(pool: PgPool, jobs: Vec<ConfirmJob>) {
     if shared.is_none() && batch.len() > 1 {
         for job in std::mem::take(&mut batch) {
             rerun(&pool, job, |pool, job| async move {
-                let answer = unlocked::confirm_unpaid_alone(&pool, job.confirm).await;
+                let answer = confirms::confirm_unpaid_alone(&pool, job.confirm).await;
                 let _ = job.reply.send(answer);
             });
         }
@@ -478,12 +478,12 @@ async fn run_confirms(pool: PgPool, jobs: Vec<ConfirmJob>) {
     for job in batch {
         let answer = match shared.as_mut() {
             Some(done) => Ok(done.remove(&job.confirm.id)),
-            None => unlocked::confirm_unpaid_alone(&pool, job.confirm).await,
+            None => confirms::confirm_unpaid_alone(&pool, job.confirm).await,
         };
         let _ = job.reply.send(answer);
     }
     for job in repeats {
-        let answer = unlocked::confirm_unpaid_alone(&pool, job.confirm).await;
+        let answer = confirms::confirm_unpaid_alone(&pool, job.confirm).await;
         let _ = job.reply.send(answer);
     }
 }

@@ -11,6 +11,7 @@
 //! - `list.rs`: a statement per List shape (index-backed, keyset) and the stamps a watch polls.
 //! - `create.rs`: Reserves (advisory locks, the batched insert, admission's counts).
 //! - `unlocked.rs`: the unlocked Confirm/Cancel and the images it decides on.
+//! - `confirms.rs`: the Confirm statements it runs, alone or many at once.
 //! - `decide.rs`: the statements of the shared locked decision, retake and outcome flows.
 //! - `payments.rs`: the statements of payment bindings and further payments.
 //! - `answers.rs` / `group_commit.rs`: recording fan-out answers, many per statement.
@@ -23,6 +24,7 @@ mod rows;
 
 mod admin;
 mod answers;
+mod confirms;
 mod create;
 mod decide;
 mod group_commit;
