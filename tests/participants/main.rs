@@ -2,6 +2,7 @@
 //! (a fresh database per test through `#[sqlx::test]`), real gRPC on loopback.
 
 mod barrier;
+mod barrier_plans;
 mod batched;
 mod check;
 mod common;
@@ -17,5 +18,6 @@ mod retention;
 mod rooms;
 mod sdk_crate;
 mod seats;
+mod settle_in_one;
 mod stock;
 mod stock_redis;

@@ -1,7 +1,6 @@
 //! `seats`: concurrent all-or-nothing claims of seat pairs, and request validation.
 
 use holdfast::participants::Kind;
-use holdfast::proto::branch;
 use holdfast::proto::try_response::Outcome;
 use holdfast::proto::{PutResourcesRequest, ResourceSpec};
 use sqlx::PgPool;
@@ -132,52 +131,5 @@ async fn database_gone_is_unavailable_without_details(pool: PgPool) {
         .await
         .expect_err("no database");
     assert_eq!(err.code(), tonic::Code::Unavailable);
-    p.stop().await;
-}
-
-/// A one-seat Confirm or Cancel is one UPDATE of its seat, which takes the row's lock: no
-/// statement locking the branch's seats first (only several seats need one order; PostgreSQL
-/// planned that `= ANY($1) ... FOR UPDATE` afresh on every call, BENCHMARKS.md "Where
-/// PostgreSQL's time goes"). Seen by holding each seat's row from another transaction: the
-/// call waits in its UPDATE.
-#[sqlx::test(migrations = false)]
-async fn a_one_seat_confirm_or_cancel_locks_its_seat_in_its_update(pool: PgPool) {
-    let mut p = spawn_participant(Kind::Seats, pool.clone()).await;
-    let mut watcher = pool.acquire().await.unwrap();
-    for (seat, confirm) in [("A1", true), ("A2", false)] {
-        p.put(seat, 1).await;
-        let req = try_request(vec![hold(seat, 1, None)]);
-        assert_eq!(outcome(&p.try_(req.clone()).await), Outcome::Held);
-        let mut busy = pool.begin().await.unwrap();
-        sqlx::query("SELECT 1 FROM seat WHERE resource = $1 FOR UPDATE")
-            .bind(seat)
-            .execute(&mut *busy)
-            .await
-            .unwrap();
-        let call = tokio::spawn(async move {
-            let state = if confirm {
-                p.confirm(&req).await
-            } else {
-                p.cancel(&req).await
-            };
-            (p, state)
-        });
-        until_waiting(
-            &mut watcher,
-            "UPDATE seat SET state = %",
-            "the call did not wait for its seat in its UPDATE",
-        )
-        .await;
-        busy.commit().await.unwrap();
-        let (back, state) = call.await.unwrap();
-        p = back;
-        let (wanted, counts_after) = if confirm {
-            (branch::State::Confirmed, (0, 0, 1))
-        } else {
-            (branch::State::Cancelled, (1, 0, 0))
-        };
-        assert_eq!(state, wanted);
-        assert_eq!(counts(&mut p, seat).await, counts_after);
-    }
     p.stop().await;
 }

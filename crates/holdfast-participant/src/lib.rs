@@ -83,7 +83,9 @@ pub use holdfast_serve::{auth, db, server, tls};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-pub use barrier::{Backend, BarrierPhase, BarrierRow, BranchCounts, HeldBarrierRow, branch_counts};
+pub use barrier::{
+    Backend, BarrierPhase, BarrierRow, BranchCounts, HeldBarrierMove, HeldBarrierRow, branch_counts,
+};
 pub use clock::{OrphanReclaim, ParticipantClock};
 pub use error::ResourceError;
 pub use migrations::migrate;
@@ -260,6 +262,34 @@ pub trait Resource<DB: Backend = sqlx::Postgres>: Send + Sync + 'static {
     ) -> Result<Option<TryAnswer>, ResourceError> {
         let _ = (conn, branch, row);
         Ok(None)
+    }
+
+    /// True when [`Resource::settle_in_one`] may write a held branch's Confirm and Cancel
+    /// (PostgreSQL).
+    fn settles_in_one_statement(&self) -> bool {
+        false
+    }
+
+    /// A held branch's Confirm or Cancel (`moved`'s [`HeldBarrierMove::to`]) as one autocommit
+    /// statement (PostgreSQL; asked only when [`Resource::settles_in_one_statement`]), instead
+    /// of a transaction of four round trips: `moved`'s [`HeldBarrierMove::update_if`] as the
+    /// first CTE, guarded so it moves the row only when the business change can be made whole,
+    /// and the business change fed by it, so both are made or neither.
+    ///
+    /// Answer `true` only when the statement moved the row; `false` (nothing written) sends
+    /// the call the general way ([`Resource::confirm`] / [`Resource::cancel`] under the
+    /// locked row), which answers repeats, Cancels before their Try and lost holds. An error
+    /// must mean the statement wrote nothing: the SDK then goes the general way too. Every
+    /// other writer of the branch's business rows must lock its barrier row first (the SDK's
+    /// ways all do), so the guard, read in the statement's snapshot, still holds when the row
+    /// is moved. Default: `false`.
+    async fn settle_in_one(
+        &self,
+        conn: &mut DB::Connection,
+        moved: &HeldBarrierMove<'_>,
+    ) -> Result<bool, ResourceError> {
+        let _ = (conn, moved);
+        Ok(false)
     }
 
     /// True when concurrent first Tries may be held together ([`Resource::try_hold_batch`],

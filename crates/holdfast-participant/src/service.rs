@@ -8,7 +8,7 @@ use std::time::Duration;
 use holdfast_serve::db::WriteTransaction;
 use sqlx::{Pool, Postgres};
 
-use super::barrier::{Backend, BarrierPhase};
+use super::barrier::{Backend, BarrierPhase, HeldBarrierMove};
 use super::barrier_only::BarrierOnlyWrites;
 use super::try_batch::TryBatches;
 use chrono::{DateTime, Utc};
@@ -139,6 +139,11 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         if self.resource.barrier_only() && self.advance_alone(key, BarrierPhase::Confirmed).await? {
             return Ok(BranchAnswer::Confirmed);
         }
+        if self.resource.settles_in_one_statement()
+            && self.settle_in_one(key, BarrierPhase::Confirmed).await?
+        {
+            return Ok(BranchAnswer::Confirmed);
+        }
         let mut tx = DB::begin_write(&self.pool).await?;
         // The common case, a held branch, in one barrier statement (a barrier-only resource's
         // was tried above).
@@ -208,6 +213,40 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         self.barrier_only_writes().advance_held(key, to).await
     }
 
+    /// A held branch's Confirm or Cancel (`to`) as the resource's one statement
+    /// ([`Resource::settle_in_one`]): true when it was made; false to go the general way (the
+    /// branch is not held, not one the statement can do, or the statement failed and wrote
+    /// nothing). The failpoints stand before and after the statement's own commit, as in a
+    /// transaction's.
+    async fn settle_in_one(
+        &self,
+        key: &BranchKey,
+        to: BarrierPhase,
+    ) -> Result<bool, ResourceError> {
+        let (between, committed) = if to == BarrierPhase::Confirmed {
+            (
+                "participant.confirm.between",
+                "participant.confirm.committed",
+            )
+        } else {
+            ("participant.cancel.between", "participant.cancel.committed")
+        };
+        faults::check(between)?;
+        let mut conn = DB::acquire_write(&self.pool).await?;
+        let moved = HeldBarrierMove::new(&self.name, key, to);
+        match self.resource.settle_in_one(&mut *conn, &moved).await {
+            Ok(true) => {
+                faults::check(committed)?;
+                Ok(true)
+            }
+            Ok(false) => Ok(false),
+            Err(err) => {
+                tracing::debug!(participant = %self.name, error = %err, "one-statement settle failed; going the general way");
+                Ok(false)
+            }
+        }
+    }
+
     fn try_batches(&self) -> &TryBatches {
         self.try_batches.get_or_init(|| {
             TryBatches::spawn(self.pool.clone(), self.name.clone(), self.resource.clone())
@@ -250,6 +289,11 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     /// late Try is rejected); after Confirm it answers `Confirmed` and changes nothing.
     pub async fn cancel_branch(&self, key: &BranchKey) -> Result<BranchAnswer, ResourceError> {
         if self.resource.barrier_only() && self.advance_alone(key, BarrierPhase::Cancelled).await? {
+            return Ok(BranchAnswer::Cancelled);
+        }
+        if self.resource.settles_in_one_statement()
+            && self.settle_in_one(key, BarrierPhase::Cancelled).await?
+        {
             return Ok(BranchAnswer::Cancelled);
         }
         let mut tx = DB::begin_write(&self.pool).await?;

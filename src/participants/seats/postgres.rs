@@ -1,12 +1,41 @@
 //! `seats` on PostgreSQL: each seat claimed with an atomic conditional UPDATE of its row;
 //! Confirm and Cancel of several seats lock them in resource order first; of one, the UPDATE does.
+//! A held branch's Confirm or Cancel is one statement with its barrier move ([`SETTLE_IN_ONE`]):
+//! its seats are locked after the barrier row, which no other writer of them gets past.
+
+use std::sync::LazyLock;
 
 use async_trait::async_trait;
 use sqlx::{PgConnection, Row};
 
 use super::{Seats, seat_counts, validate_items};
-use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer};
+use crate::participant::{
+    BarrierPhase, BranchCtx, ConfirmOutcome, HeldBarrierMove, Item, Resource, ResourceError,
+    TryAnswer,
+};
 use crate::participants::admin::{Inventory, ResourceCounts};
+
+/// A held branch's Confirm (`$5` = `'confirmed'`) or Cancel (`$5` = `'available'`) in one
+/// statement: the barrier row moves when every seat of the branch is still held by it, and
+/// then they change.
+static SETTLE_IN_ONE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH moved AS ({}), \
+         done AS ( \
+             UPDATE seat SET state = $5, held_until = NULL, \
+                 reservation_id = CASE WHEN $5 = 'available' THEN NULL ELSE reservation_id END, \
+                 branch_id = CASE WHEN $5 = 'available' THEN NULL ELSE branch_id END \
+             WHERE reservation_id = $2 AND branch_id = $3 AND state = 'held' \
+               AND EXISTS (SELECT 1 FROM moved) RETURNING 1) \
+         SELECT (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM done) AS done",
+        HeldBarrierMove::update_if(
+            1,
+            "(SELECT count(*) FROM seat s \
+              WHERE s.reservation_id = $2 AND s.branch_id = $3 AND s.state = 'held') \
+             = jsonb_array_length(b.items)"
+        )
+    )
+});
 
 /// The branch's seats, in lock order (items are sorted by resource).
 fn seat_ids(branch: &BranchCtx) -> Vec<String> {
@@ -32,6 +61,28 @@ async fn lock_seats(conn: &mut PgConnection, seats: &[String]) -> Result<(), Res
 impl Resource for Seats {
     fn validate(&self, items: &[Item]) -> Result<(), ResourceError> {
         validate_items(items)
+    }
+
+    fn settles_in_one_statement(&self) -> bool {
+        true
+    }
+
+    async fn settle_in_one(
+        &self,
+        conn: &mut PgConnection,
+        moved: &HeldBarrierMove<'_>,
+    ) -> Result<bool, ResourceError> {
+        let seat_state = match moved.to() {
+            BarrierPhase::Confirmed => "confirmed",
+            BarrierPhase::Cancelled => "available",
+            _ => return Ok(false),
+        };
+        let row = moved
+            .bind(sqlx::query(SETTLE_IN_ONE.as_str()))
+            .bind(seat_state)
+            .fetch_one(&mut *conn)
+            .await?;
+        Ok(row.try_get::<i64, _>("moved")? == 1)
     }
 
     async fn try_hold(

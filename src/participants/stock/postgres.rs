@@ -4,7 +4,9 @@
 //! before its winning hold transition returns the units. Confirm moves only its hold row: the
 //! units stay out, so it never queues for the item's lock behind the item's Tries (a flash
 //! sale's winners used to take turns with its losers there). The item row keeps `available`
-//! and `capacity`; held and confirmed units are the hold rows' sums.
+//! and `capacity`; held and confirmed units are the hold rows' sums. A held branch's Confirm
+//! (and a one-item branch's Cancel) is one statement with its barrier move ([`CONFIRM_IN_ONE`],
+//! [`CANCEL_IN_ONE`]).
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -14,7 +16,8 @@ use sqlx::{PgConnection, Row};
 
 use super::{Stock, allocate, refusal, validate_items};
 use crate::participant::{
-    BranchCtx, ConfirmOutcome, HeldBarrierRow, Item, Resource, ResourceError, TryAnswer,
+    BarrierPhase, BranchCtx, ConfirmOutcome, HeldBarrierMove, HeldBarrierRow, Item, Resource,
+    ResourceError, TryAnswer,
 };
 use crate::participants::admin::{Inventory, ResourceCounts};
 
@@ -47,6 +50,47 @@ static TRY_IN_ONE: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// A held branch's hold rows, all of them `held` and one per item: the guard of a Confirm or
+/// Cancel in one statement (`b` the branch's barrier row, `$2`/`$3` its key).
+const ALL_HELD: &str = "(SELECT count(*) FROM stock_hold h \
+     WHERE h.reservation_id = $2 AND h.branch_id = $3 AND h.state = 'held') \
+     = jsonb_array_length(b.items)";
+
+/// A held branch's Confirm in one statement: the barrier row moves when every hold row is
+/// still held, and then they are confirmed (the item row is not touched, so not locked).
+static CONFIRM_IN_ONE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH moved AS ({}), \
+         done AS ( \
+             UPDATE stock_hold SET state = 'confirmed' \
+             WHERE reservation_id = $2 AND branch_id = $3 AND state = 'held' \
+               AND EXISTS (SELECT 1 FROM moved) RETURNING 1) \
+         SELECT (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM done) AS done",
+        HeldBarrierMove::update_if(1, ALL_HELD)
+    )
+});
+
+/// A held one-item branch's Cancel in one statement: the barrier row, the hold row, then the
+/// item's units back (its row lock last, held to the statement's commit only). A branch of
+/// several items goes the general way, which locks its items in order.
+static CANCEL_IN_ONE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH moved AS ({}), \
+         released AS ( \
+             UPDATE stock_hold SET state = 'cancelled' \
+             WHERE reservation_id = $2 AND branch_id = $3 AND state = 'held' \
+               AND EXISTS (SELECT 1 FROM moved) RETURNING resource, quantity), \
+         done AS ( \
+             UPDATE stock_item i SET available = i.available + r.quantity \
+             FROM released r WHERE i.resource = r.resource RETURNING 1) \
+         SELECT (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM done) AS done",
+        HeldBarrierMove::update_if(
+            1,
+            &format!("jsonb_array_length(b.items) = 1 AND {ALL_HELD}")
+        )
+    )
+});
+
 /// A batch's hold rows, a column each (for `UNNEST`).
 #[derive(Default)]
 struct HoldColumns<'a> {
@@ -75,6 +119,27 @@ impl Resource for Stock {
 
     fn tries_in_one_statement(&self) -> bool {
         true
+    }
+
+    fn settles_in_one_statement(&self) -> bool {
+        true
+    }
+
+    async fn settle_in_one(
+        &self,
+        conn: &mut PgConnection,
+        moved: &HeldBarrierMove<'_>,
+    ) -> Result<bool, ResourceError> {
+        let statement = match moved.to() {
+            BarrierPhase::Confirmed => CONFIRM_IN_ONE.as_str(),
+            BarrierPhase::Cancelled => CANCEL_IN_ONE.as_str(),
+            _ => return Ok(false),
+        };
+        let row = moved
+            .bind(sqlx::query(statement))
+            .fetch_one(&mut *conn)
+            .await?;
+        Ok(row.try_get::<i64, _>("moved")? == 1)
     }
 
     fn tries_in_batches(&self) -> bool {

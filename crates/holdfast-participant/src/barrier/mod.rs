@@ -8,8 +8,9 @@
 //! write lock, `unixepoch('now','subsec')` in integer microseconds). The logic above it
 //! ([`super::ParticipantService`]) is written once.
 
+mod in_one;
 mod postgres;
-pub use postgres::HeldBarrierRow;
+pub use in_one::{HeldBarrierMove, HeldBarrierRow};
 mod sqlite;
 
 use async_trait::async_trait;

@@ -1,0 +1,125 @@
+//! The barrier's statements that move or read one branch's row (Try, Confirm, Cancel, Extend:
+//! alone, batched, or in a resource's one statement) find it by primary key under a generic
+//! plan. `tcc_barrier_orphans` indexes a participant's held rows (for the reclaim sweep); a
+//! statement that reached the branch's row through it would visit every held row of the
+//! participant, and their dead entries, on every call: a Confirm's cost growing with the holds
+//! outstanding (2.7 ms against 0.07 ms at 20,000, BENCHMARKS.md). Checked on a table whose
+//! statistics show no held row, as after a quiet hour.
+
+use holdfast::participants::Kind;
+use holdfast::proto::branch::State;
+use holdfast::proto::try_response::Outcome;
+use sqlx::AssertSqlSafe;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::common::*;
+
+#[sqlx::test(migrations = false)]
+async fn a_branchs_barrier_row_is_found_by_key_under_a_generic_plan(
+    options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    // One connection: the participants' statements and the checks share its session (its
+    // `pg_prepared_statements`), planning as holdfast's own sessions do.
+    let pool = options
+        .max_connections(1)
+        .connect_with(holdfast::db::with_planner_costs(connect))
+        .await
+        .unwrap();
+    holdfast::participants::MIGRATOR.run(&pool).await.unwrap();
+    sqlx::raw_sql(
+        "INSERT INTO tcc_barrier (participant, reservation_id, branch_id, state, try_answer, items) \
+         SELECT p, 'old-' || g, 'b', 'confirmed', 'held', '[]' \
+         FROM generate_series(1, 20000) g, unnest(ARRAY['stock', 'seats', 'payments', 'noop']) p; \
+         ANALYZE tcc_barrier",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    // Each kind settles its held branches its own way: `stock` and `seats` in one statement,
+    // `payments` in a transaction, `noop` in the barrier-only statements; each is also
+    // extended, and one branch of each kind cancelled.
+    for kind in [Kind::Stock, Kind::Seats, Kind::Payments, Kind::Noop] {
+        let mut p = spawn_participant(kind, pool.clone()).await;
+        let f = fixture(kind);
+        for (i, confirm) in [(1, true), (2, false)] {
+            let resource = format!("{}-{i}", f.resource);
+            p.put(&resource, f.capacity).await;
+            let mut hold = f.hold();
+            hold.resource = resource;
+            let req = try_request(vec![hold]);
+            assert_eq!(
+                outcome(&p.try_(req.clone()).await),
+                Outcome::Held,
+                "{kind:?}"
+            );
+            assert_eq!(p.extend(&req, from_now(600)).await.unwrap(), State::Held);
+            let state = if confirm {
+                p.confirm(&req).await
+            } else {
+                p.cancel(&req).await
+            };
+            assert!(
+                matches!(state, State::Confirmed | State::Cancelled),
+                "{kind:?}"
+            );
+        }
+        p.stop().await;
+    }
+
+    let mut conn = pool.acquire().await.unwrap();
+    sqlx::raw_sql("SET plan_cache_mode = force_generic_plan")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    // (name, parameters, statement) of each barrier statement that names one branch.
+    let statements: Vec<(String, i32, String)> = sqlx::query_as(
+        "SELECT name, cardinality(parameter_types), statement FROM pg_prepared_statements \
+         WHERE statement LIKE '%tcc_barrier%' AND statement LIKE '%branch_id = %'",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .unwrap();
+    let moves = statements
+        .iter()
+        .filter(|(_, _, s)| s.contains("'held'"))
+        .count();
+    assert!(
+        moves >= 4,
+        "the held branches' moves (one statement, general way, barrier only, Extend): {statements:?}"
+    );
+    let mut off_key = Vec::new();
+    for (name, parameters, statement) in statements {
+        // A generic plan does not depend on the values: NULL for each.
+        let nulls = vec!["NULL"; usize::try_from(parameters).unwrap()].join(", ");
+        let arguments = if nulls.is_empty() {
+            String::new()
+        } else {
+            format!("({nulls})")
+        };
+        let plan: Vec<String> =
+            sqlx::query_scalar(AssertSqlSafe(format!("EXPLAIN EXECUTE {name}{arguments}")))
+                .fetch_all(&mut *conn)
+                .await
+                .unwrap();
+        let plan = plan.join("\n");
+        // "... Scan using <index> on <table> ...": the barrier's indexes this plan walks.
+        let indexes: Vec<&str> = plan
+            .split(" using ")
+            .skip(1)
+            .filter_map(|rest| rest.split_whitespace().next())
+            .filter(|index| index.starts_with("tcc_barrier_"))
+            .collect();
+        if indexes.iter().any(|i| *i != "tcc_barrier_pkey") {
+            off_key.push(format!("{statement}\nwalks {indexes:?}:\n{plan}"));
+        }
+    }
+    assert!(
+        off_key.is_empty(),
+        "{} statements find their branch's row not by key alone:\n\n{}",
+        off_key.len(),
+        off_key.join("\n\n")
+    );
+    drop(conn);
+    pool.close().await;
+}
