@@ -133,3 +133,53 @@ async fn database_gone_is_unavailable_without_details(pool: PgPool) {
     assert_eq!(err.code(), tonic::Code::Unavailable);
     p.stop().await;
 }
+
+/// A one-seat Try is one statement with its barrier row: it waits for the seat's lock (held
+/// here by the test) in the statement that also inserts the row, and both commit together. A
+/// refusal names the seat and why; a repeat answers the first answer.
+#[sqlx::test(migrations = false)]
+async fn a_one_seat_try_is_one_statement_with_its_barrier_row(pool: PgPool) {
+    let mut p = spawn_participant(Kind::Seats, pool.clone()).await;
+    let mut watcher = pool.acquire().await.unwrap();
+    p.put("A1", 1).await;
+    let mut busy = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM seat WHERE resource = 'A1' FOR UPDATE")
+        .execute(&mut *busy)
+        .await
+        .unwrap();
+    let req = try_request(vec![hold("A1", 1, None)]);
+    let mut client = p.new_client().await;
+    let waiting_try = tokio::spawn({
+        let req = req.clone();
+        async move { client.r#try(req).await }
+    });
+    until_waiting(
+        &mut watcher,
+        "%UPDATE seat SET state = 'held'%INSERT INTO tcc_barrier%",
+        "no Try waited for the seat's lock in one statement with its barrier row",
+    )
+    .await;
+    busy.commit().await.unwrap();
+    let answer = waiting_try.await.unwrap().expect("the Try").into_inner();
+    assert_eq!(outcome(&answer), Outcome::Held);
+    let same_transaction: bool = sqlx::query_scalar(
+        "SELECT (SELECT xmin::text FROM tcc_barrier WHERE branch_id = $1) \
+              = (SELECT xmin::text FROM seat WHERE branch_id = $1)",
+    )
+    .bind(&req.branch_id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(
+        same_transaction,
+        "the barrier row and the seat commit together"
+    );
+    assert_eq!(outcome(&p.try_(req).await), Outcome::Held, "a repeat");
+    for (seat, why) in [("A1", "seat A1 is taken"), ("Z9", "seat Z9 does not exist")] {
+        let refused = p.try_(try_request(vec![hold(seat, 1, None)])).await;
+        assert_eq!(outcome(&refused), Outcome::Rejected, "{seat}");
+        assert_eq!(refused.reason, why);
+    }
+    assert_eq!(counts(&mut p, "A1").await, (0, 1, 0));
+    p.stop().await;
+}

@@ -1,7 +1,9 @@
-//! `seats` on PostgreSQL: each seat claimed with an atomic conditional UPDATE of its row;
-//! Confirm and Cancel of several seats lock them in resource order first; of one, the UPDATE does.
-//! A held branch's Confirm or Cancel is one statement with its barrier move ([`SETTLE_IN_ONE`]):
-//! its seats are locked after the barrier row, which no other writer of them gets past.
+//! `seats` on PostgreSQL: each seat claimed with an atomic conditional UPDATE of its row. A
+//! first Try of one seat is one statement with its barrier row ([`TRY_IN_ONE`]); a held
+//! branch's Confirm or Cancel is one statement with its barrier move ([`SETTLE_IN_ONE`]), its
+//! seats locked after the barrier row, which no other writer of them gets past. The general
+//! way (a Try of several seats, a Confirm finding its hold gone) claims several seats in item
+//! order and locks them in resource order first.
 
 use std::sync::LazyLock;
 
@@ -10,10 +12,36 @@ use sqlx::{PgConnection, Row};
 
 use super::{Seats, seat_counts, validate_items};
 use crate::participant::{
-    BarrierPhase, BranchCtx, ConfirmOutcome, HeldBarrierMove, Item, Resource, ResourceError,
-    TryAnswer,
+    BarrierPhase, BranchCtx, ConfirmOutcome, HeldBarrierMove, HeldBarrierRow, Item, Resource,
+    ResourceError, TryAnswer,
 };
 use crate::participants::admin::{Inventory, ResourceCounts};
+
+/// A first Try of one seat in one statement: the guarded UPDATE claims the seat (and its row
+/// lock), the barrier row follows from its one row, and the statement's commit releases the
+/// lock. A branch with a committed barrier row (a repeat) claims nothing and says so (`found`);
+/// `seat_exists` names a refusal's reason.
+static TRY_IN_ONE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH taken AS ( \
+             UPDATE seat SET state = 'held', reservation_id = $2, branch_id = $3, held_until = $4 \
+             WHERE resource = $1 AND state = 'available' AND {absent} RETURNING resource), \
+         barrier AS ({insert}) \
+         SELECT (SELECT count(*) FROM barrier) AS held, NOT {absent} AS found, \
+                EXISTS (SELECT 1 FROM seat WHERE resource = $1) AS seat_exists",
+        absent = HeldBarrierRow::absent(5),
+        insert = HeldBarrierRow::insert_from("taken", 5)
+    )
+});
+
+/// A refused claim's reason.
+fn refusal(seat: &str, exists: bool) -> TryAnswer {
+    TryAnswer::Rejected(if exists {
+        format!("seat {seat} is taken")
+    } else {
+        format!("seat {seat} does not exist")
+    })
+}
 
 /// A held branch's Confirm (`$5` = `'confirmed'`) or Cancel (`$5` = `'available'`) in one
 /// statement: the barrier row moves when every seat of the branch is still held by it, and
@@ -63,6 +91,39 @@ impl Resource for Seats {
         validate_items(items)
     }
 
+    fn tries_in_one_statement(&self) -> bool {
+        true
+    }
+
+    /// One seat (the usual Try): one statement. Several: the general way, which claims them
+    /// in order and undoes all when one is taken.
+    async fn try_hold_in_one(
+        &self,
+        conn: &mut PgConnection,
+        branch: &BranchCtx,
+        row: &HeldBarrierRow<'_>,
+    ) -> Result<Option<TryAnswer>, ResourceError> {
+        let [item] = branch.items.as_slice() else {
+            return Ok(None);
+        };
+        let query = sqlx::query(TRY_IN_ONE.as_str())
+            .bind(&item.resource)
+            .bind(&branch.key.reservation_id)
+            .bind(&branch.key.branch_id)
+            .bind(branch.hold_until);
+        let answer = row.bind(query).fetch_one(&mut *conn).await?;
+        if answer.try_get::<i64, _>("held")? == 1 {
+            Ok(Some(TryAnswer::Held))
+        } else if answer.try_get("found")? {
+            Ok(None)
+        } else {
+            Ok(Some(refusal(
+                &item.resource,
+                answer.try_get("seat_exists")?,
+            )))
+        }
+    }
+
     fn settles_in_one_statement(&self) -> bool {
         true
     }
@@ -109,11 +170,7 @@ impl Resource for Seats {
                         .bind(&item.resource)
                         .fetch_optional(&mut *conn)
                         .await?;
-                let reason = match exists {
-                    Some(_) => format!("seat {} is taken", item.resource),
-                    None => format!("seat {} does not exist", item.resource),
-                };
-                return Ok(TryAnswer::Rejected(reason));
+                return Ok(refusal(&item.resource, exists.is_some()));
             }
         }
         Ok(TryAnswer::Held)
