@@ -9,7 +9,6 @@
 use holdfast::participants::Kind;
 use holdfast::proto::branch::State;
 use holdfast::proto::try_response::Outcome;
-use sqlx::AssertSqlSafe;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::common::*;
@@ -68,52 +67,27 @@ async fn a_branchs_barrier_row_is_found_by_key_under_a_generic_plan(
     }
 
     let mut conn = pool.acquire().await.unwrap();
-    sqlx::raw_sql("SET plan_cache_mode = force_generic_plan")
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    // (name, parameters, statement) of each barrier statement that names one branch.
-    let statements: Vec<(String, i32, String)> = sqlx::query_as(
-        "SELECT name, cardinality(parameter_types), statement FROM pg_prepared_statements \
-         WHERE statement LIKE '%tcc_barrier%' AND statement LIKE '%branch_id = %'",
-    )
-    .fetch_all(&mut *conn)
-    .await
-    .unwrap();
+    // Each barrier statement naming one branch that this session prepared.
+    let statements =
+        crate::generic_plans::prepared(&mut conn, &["%tcc_barrier%", "%branch_id = %"]).await;
     let moves = statements
         .iter()
-        .filter(|(_, _, s)| s.contains("'held'"))
+        .filter(|p| p.statement.contains("'held'"))
         .count();
     assert!(
         moves >= 4,
-        "the held branches' moves (one statement, general way, barrier only, Extend): {statements:?}"
+        "the held branches' moves (one statement, general way, barrier only, Extend): {}",
+        statements.len()
     );
-    let mut off_key = Vec::new();
-    for (name, parameters, statement) in statements {
-        // A generic plan does not depend on the values: NULL for each.
-        let nulls = vec!["NULL"; usize::try_from(parameters).unwrap()].join(", ");
-        let arguments = if nulls.is_empty() {
-            String::new()
-        } else {
-            format!("({nulls})")
-        };
-        let plan: Vec<String> =
-            sqlx::query_scalar(AssertSqlSafe(format!("EXPLAIN EXECUTE {name}{arguments}")))
-                .fetch_all(&mut *conn)
-                .await
-                .unwrap();
-        let plan = plan.join("\n");
-        // "... Scan using <index> on <table> ...": the barrier's indexes this plan walks.
-        let indexes: Vec<&str> = plan
-            .split(" using ")
-            .skip(1)
-            .filter_map(|rest| rest.split_whitespace().next())
-            .filter(|index| index.starts_with("tcc_barrier_"))
-            .collect();
-        if indexes.iter().any(|i| *i != "tcc_barrier_pkey") {
-            off_key.push(format!("{statement}\nwalks {indexes:?}:\n{plan}"));
-        }
-    }
+    let off_key: Vec<String> = statements
+        .iter()
+        .filter(|p| {
+            p.indexes("tcc_barrier_")
+                .iter()
+                .any(|i| *i != "tcc_barrier_pkey")
+        })
+        .map(|p| format!("{}\nwalks:\n{}", p.statement, p.plan))
+        .collect();
     assert!(
         off_key.is_empty(),
         "{} statements find their branch's row not by key alone:\n\n{}",

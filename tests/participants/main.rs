@@ -8,6 +8,8 @@ mod check;
 mod common;
 mod conservation;
 mod extend;
+#[path = "../shared/generic_plans.rs"]
+mod generic_plans;
 mod hold_lost;
 mod max_hold;
 mod noop;

@@ -7,6 +7,8 @@
 
 mod ack_relay;
 mod cases;
+#[path = "../shared/generic_plans.rs"]
+mod generic_plans;
 mod grpc;
 mod migration;
 #[path = "../shared/parallel.rs"]

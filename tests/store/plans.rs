@@ -289,40 +289,27 @@ async fn writes_out_of_trying_find_their_rows_by_id_under_a_generic_plan(
         .unwrap();
 
     let mut conn = pool.acquire().await.unwrap();
-    sqlx::raw_sql("SET plan_cache_mode = force_generic_plan")
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    // (name, parameters, statement) of each write out of TRYING this session prepared.
-    let statements: Vec<(String, i32, String)> = sqlx::query_as(
-        "SELECT name, cardinality(parameter_types), statement FROM pg_prepared_statements \
-         WHERE statement LIKE 'WITH w AS ( UPDATE reservations SET state = %' \
-           AND statement LIKE '%''TRYING''%'",
+    // Each write out of TRYING this session prepared.
+    let statements = crate::generic_plans::prepared(
+        &mut conn,
+        &[
+            "WITH w AS ( UPDATE reservations SET state = %",
+            "%'TRYING'%",
+        ],
     )
-    .fetch_all(&mut *conn)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(
         statements.len(),
         2,
-        "record_held's and record_rejected's statements: {statements:?}"
+        "record_held's and record_rejected's statements"
     );
-    for (name, parameters, statement) in statements {
-        // A generic plan does not depend on the values: NULL for each.
-        let nulls = vec!["NULL"; usize::try_from(parameters).unwrap()].join(", ");
-        let plan: Vec<String> =
-            sqlx::query_scalar(AssertSqlSafe(format!("EXPLAIN EXECUTE {name}({nulls})")))
-                .fetch_all(&mut *conn)
-                .await
-                .unwrap();
-        let plan = plan.join("\n");
-        let indexes: Vec<&str> = plan
-            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-            .filter(|word| word.starts_with("reservations_"))
-            .collect();
+    for prepared in &statements {
+        let indexes = prepared.indexes("reservations_");
         assert!(
             !indexes.is_empty() && indexes.iter().all(|i| *i == "reservations_pkey"),
-            "{statement}\nfinds its rows through {indexes:?}, not by id alone:\n{plan}"
+            "{}\nfinds its rows through {indexes:?}, not by id alone:\n{}",
+            prepared.statement,
+            prepared.plan
         );
     }
     drop(conn);
