@@ -250,14 +250,16 @@ pub fn postgres_options(url: &str) -> Result<PgConnectOptions, sqlx::Error> {
 /// Opens (creating it and its directory if needed) the SQLite file named by `url`
 /// (`sqlite://path/to/file.db`, `sqlite:file.db`) with a pool of `max_connections`: WAL
 /// journal, `synchronous = FULL` (a committed decision survives power loss, as in PostgreSQL),
-/// foreign keys on, busy timeout [`SQLITE_BUSY_TIMEOUT`].
+/// foreign keys on, busy timeout [`SQLITE_BUSY_TIMEOUT`], and the WAL file cut back to
+/// [`SQLITE_WAL_KEEP_BYTES`] whenever a checkpoint lets it start over.
 pub async fn open_sqlite(url: &str, max_connections: u32) -> Result<SqlitePool, sqlx::Error> {
     let options = SqliteConnectOptions::from_str(url)?
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Full)
         .foreign_keys(true)
-        .busy_timeout(SQLITE_BUSY_TIMEOUT);
+        .busy_timeout(SQLITE_BUSY_TIMEOUT)
+        .pragma("journal_size_limit", SQLITE_WAL_KEEP_BYTES.to_string());
     create_parent_dir(options.get_filename())?;
     // Switch the file to WAL on one connection first: changing the journal mode needs an
     // exclusive lock that the busy timeout does not wait for, so a pool opening several
@@ -267,6 +269,11 @@ pub async fn open_sqlite(url: &str, max_connections: u32) -> Result<SqlitePool, 
         .connect_with(options)
         .await
 }
+
+/// How much of a SQLite WAL file is kept once a checkpoint lets the log start over
+/// (`journal_size_limit`). Without it the file stays at its high-water mark: a burst of writes
+/// left the all-in-one's `participants.db-wal` at 360 MB for good (BENCHMARKS.md).
+pub const SQLITE_WAL_KEEP_BYTES: i64 = 64 * 1024 * 1024;
 
 /// The folder a SQLite database file lives in (`./data` for `sqlite://./data/holdfast.db`).
 pub fn sqlite_dir(url: &str) -> Result<std::path::PathBuf, sqlx::Error> {

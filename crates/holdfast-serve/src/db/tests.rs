@@ -94,6 +94,27 @@ async fn concurrent_sqlite_writes_queue_in_process_not_in_the_busy_handler() {
     remove(pool, dir).await;
 }
 
+/// Every connection of a pool `open_sqlite` makes cuts the WAL file back to
+/// `SQLITE_WAL_KEEP_BYTES` when the log starts over (SQLite's default keeps its high-water
+/// mark: -1).
+#[tokio::test]
+async fn sqlite_pools_cut_the_wal_back_when_it_starts_over() {
+    let (pool, dir) = impatient_pool("wal-limit").await;
+    pool.close().await;
+    let url = format!("sqlite://{}", dir.join("t.db").display());
+    let pool = open_sqlite(&url, 2).await.unwrap();
+    let (mut a, mut b) = (pool.acquire().await.unwrap(), pool.acquire().await.unwrap());
+    for conn in [&mut a, &mut b] {
+        let limit: i64 = sqlx::query_scalar("PRAGMA journal_size_limit")
+            .fetch_one(&mut **conn)
+            .await
+            .unwrap();
+        assert_eq!(limit, SQLITE_WAL_KEEP_BYTES);
+    }
+    drop((a, b));
+    remove(pool, dir).await;
+}
+
 #[tokio::test]
 async fn each_sqlite_pool_has_one_writer_of_its_own_and_a_closed_pool_writes_nothing() {
     let (a, dir_a) = impatient_pool("a").await;
