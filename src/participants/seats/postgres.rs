@@ -54,8 +54,8 @@ static SETTLE_IN_ONE: LazyLock<String> = LazyLock::new(|| {
                  reservation_id = CASE WHEN $5 = 'available' THEN NULL ELSE reservation_id END, \
                  branch_id = CASE WHEN $5 = 'available' THEN NULL ELSE branch_id END \
              WHERE reservation_id = $2 AND branch_id = $3 AND state = 'held' \
-               AND EXISTS (SELECT 1 FROM moved) RETURNING 1) \
-         SELECT (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM done) AS done",
+               AND EXISTS (SELECT 1 FROM moved)) \
+         SELECT count(*) AS moved FROM moved",
         HeldBarrierMove::update_if(
             1,
             "(SELECT count(*) FROM seat s \
@@ -112,16 +112,9 @@ impl Resource for Seats {
             .bind(&branch.key.branch_id)
             .bind(branch.hold_until);
         let answer = row.bind(query).fetch_one(&mut *conn).await?;
-        if answer.try_get::<i64, _>("held")? == 1 {
-            Ok(Some(TryAnswer::Held))
-        } else if answer.try_get("found")? {
-            Ok(None)
-        } else {
-            Ok(Some(refusal(
-                &item.resource,
-                answer.try_get("seat_exists")?,
-            )))
-        }
+        HeldBarrierRow::answer(&answer, |answer| {
+            Ok(refusal(&item.resource, answer.try_get("seat_exists")?))
+        })
     }
 
     fn settles_in_one_statement(&self) -> bool {

@@ -64,8 +64,8 @@ static CONFIRM_IN_ONE: LazyLock<String> = LazyLock::new(|| {
          done AS ( \
              UPDATE stock_hold SET state = 'confirmed' \
              WHERE reservation_id = $2 AND branch_id = $3 AND state = 'held' \
-               AND EXISTS (SELECT 1 FROM moved) RETURNING 1) \
-         SELECT (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM done) AS done",
+               AND EXISTS (SELECT 1 FROM moved)) \
+         SELECT count(*) AS moved FROM moved",
         HeldBarrierMove::update_if(1, ALL_HELD)
     )
 });
@@ -82,8 +82,8 @@ static CANCEL_IN_ONE: LazyLock<String> = LazyLock::new(|| {
                AND EXISTS (SELECT 1 FROM moved) RETURNING resource, quantity), \
          done AS ( \
              UPDATE stock_item i SET available = i.available + r.quantity \
-             FROM released r WHERE i.resource = r.resource RETURNING 1) \
-         SELECT (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM done) AS done",
+             FROM released r WHERE i.resource = r.resource) \
+         SELECT count(*) AS moved FROM moved",
         HeldBarrierMove::update_if(
             1,
             &format!("jsonb_array_length(b.items) = 1 AND {ALL_HELD}")
@@ -220,13 +220,9 @@ impl Resource for Stock {
             .bind(&branch.key.branch_id)
             .bind(branch.hold_until);
         let answer = row.bind(query).fetch_one(&mut *conn).await?;
-        if answer.try_get::<i64, _>("held")? == 1 {
-            Ok(Some(TryAnswer::Held))
-        } else if answer.try_get("found")? {
-            Ok(None)
-        } else {
-            Ok(Some(refusal(item, answer.try_get("available")?)))
-        }
+        HeldBarrierRow::answer(&answer, |answer| {
+            Ok(refusal(item, answer.try_get("available")?))
+        })
     }
 
     async fn try_hold(

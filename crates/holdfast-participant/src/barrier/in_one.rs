@@ -3,12 +3,12 @@
 //! and a held branch's move to `confirmed` or `cancelled` ([`HeldBarrierMove`]). The SDK
 //! binds the barrier's values; the resource writes the rest of the statement around them.
 
-use sqlx::Postgres;
-use sqlx::postgres::PgArguments;
+use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
+use sqlx::{Postgres, Row};
 
 use super::{BarrierPhase, encode_items};
-use crate::{BranchCtx, BranchKey};
+use crate::{BranchCtx, BranchKey, ResourceError, TryAnswer};
 
 /// A first Try's barrier row, answered `Held`, for a resource that writes its Try and this row
 /// in one statement ([`crate::Resource::try_hold_in_one`], PostgreSQL only).
@@ -63,6 +63,23 @@ impl<'a> HeldBarrierRow<'a> {
         )
     }
 
+    /// The answer of a statement that selects `held` (the rows [`HeldBarrierRow::insert_from`]
+    /// inserted: `(SELECT count(*) FROM barrier)`) and `found` (`NOT` [`HeldBarrierRow::absent`]):
+    /// `Held` when it inserted the row, `None` (go the general way) when the branch had one,
+    /// else what `refused` makes of the row (nothing was written).
+    pub fn answer(
+        row: &PgRow,
+        refused: impl FnOnce(&PgRow) -> Result<TryAnswer, ResourceError>,
+    ) -> Result<Option<TryAnswer>, ResourceError> {
+        if row.try_get::<i64, _>("held")? == 1 {
+            Ok(Some(TryAnswer::Held))
+        } else if row.try_get("found")? {
+            Ok(None)
+        } else {
+            refused(row).map(Some)
+        }
+    }
+
     /// Binds the row's seven values, in [`HeldBarrierRow::insert_from`]'s order; call it when
     /// the query's parameters before `$first` are bound.
     pub fn bind<'q>(
@@ -107,19 +124,15 @@ impl<'a> HeldBarrierMove<'a> {
         self.to
     }
 
-    /// The branch whose row moves.
-    pub fn key(&self) -> &BranchKey {
-        self.key
-    }
-
     /// The move, for a CTE of the statement: `UPDATE tcc_barrier b SET state = ... WHERE` the
     /// branch's row, held, `AND ({guard}) RETURNING b.items`, on the parameters
     /// `$first` to `$first + 3` ([`HeldBarrierMove::bind`]); the branch's reservation id is
     /// `$first + 1` and its branch id `$first + 2` (text), for the business change. `guard`
     /// may read `b.items` (the branch's items, a JSON array): make it true only when the
     /// business change can be made whole, and feed that change from this CTE
-    /// (`... AND EXISTS (SELECT 1 FROM moved)`), so both are made or neither. The barrier row
-    /// is the first row the statement locks, as on the SDK's general way.
+    /// (`... AND EXISTS (SELECT 1 FROM moved)`), so both are made or neither (PostgreSQL runs
+    /// every data-modifying CTE to completion, read or not). The barrier row is the first row
+    /// the statement locks, as on the SDK's general way.
     pub fn update_if(first: usize, guard: &str) -> String {
         format!(
             "UPDATE tcc_barrier b SET state = ${}::text, updated_at = clock_timestamp() \
