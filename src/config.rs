@@ -281,7 +281,7 @@ pub struct CoordinatorArgs {
 
     /// URL of the coordinator's database (created and migrated on start): postgres://... or
     /// sqlite://path/to/file.db. The all-in-one puts the participants beside it (SQLite:
-    /// `participants.db` in the same folder; PostgreSQL: the same database).
+    /// `participants/<name>.db` in the same folder; PostgreSQL: the same database).
     #[arg(
         long,
         env = "DATABASE_URL",

@@ -1,11 +1,12 @@
 //! The all-in-one: the coordinator and every reference participant in one process, on the
-//! embedded SQLite default (one writer per data folder: [`lock_data_dir`]) or on PostgreSQL,
+//! embedded SQLite default (the data folder: [`super::data_dir`]) or on PostgreSQL,
 //! registered with each other over real gRPC on loopback.
 
 use std::future::Future;
 
 use tokio::net::TcpListener;
 
+use super::data_dir::{self, lock_data_dir};
 use super::{
     AppError, CoordinatorSettings, bind_http, coordinator_access, listen_addrs,
     serve_coordinator_on, server_tls, start_metrics,
@@ -42,42 +43,6 @@ pub const ALL_IN_ONE_KINDS: [crate::participants::Kind; 5] = [
     crate::participants::Kind::Noop,
 ];
 
-/// One writer per folder: for a `sqlite:` URL, takes an exclusive lock on `holdfast.lock`
-/// beside the database file (creating the folder), held as long as the returned file lives.
-/// A second process on the same folder fails at once, naming the folder and the lock.
-/// PostgreSQL URLs need no lock (`Ok(None)`).
-pub fn lock_data_dir(database_url: &str) -> Result<Option<std::fs::File>, AppError> {
-    if DatabaseKind::of_url(database_url)? != DatabaseKind::Sqlite {
-        return Ok(None);
-    }
-    let dir = db::sqlite_dir(database_url).map_err(StoreError::from)?;
-    std::fs::create_dir_all(&dir).map_err(|e| {
-        AppError::Config(format!(
-            "cannot create the data folder {}: {e}",
-            dir.display()
-        ))
-    })?;
-    let path = dir.join("holdfast.lock");
-    let file = std::fs::File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| AppError::Config(format!("cannot open the lock {}: {e}", path.display())))?;
-    match file.try_lock() {
-        Ok(()) => Ok(Some(file)),
-        Err(std::fs::TryLockError::WouldBlock) => Err(AppError::Config(format!(
-            "another holdfast is already using {} (lock {} held); stop it or use another folder",
-            dir.display(),
-            path.display()
-        ))),
-        Err(std::fs::TryLockError::Error(e)) => Err(AppError::Config(format!(
-            "cannot lock {}: {e}",
-            path.display()
-        ))),
-    }
-}
-
 /// Binds `kind`'s all-in-one port on the coordinator's IP, serving TLS with `tls`, and
 /// registers its endpoint (`https://` with TLS).
 async fn bind_participant(
@@ -109,8 +74,10 @@ async fn bind_participant(
 /// With `--tls-cert`, every port serves TLS.
 ///
 /// On a `sqlite:` URL (the default, [`crate::config::DEFAULT_DATABASE_URL`]) the coordinator uses that file
-/// and the participants share `participants.db` beside it; the caller should hold
-/// [`lock_data_dir`] for the process's lifetime. On a `postgres://` URL everything shares that
+/// and each participant a file of its own under `participants/` beside it (a shared
+/// `participants.db` from an earlier holdfast is split first:
+/// [`data_dir::split_shared_participants_file`]); the caller should hold [`lock_data_dir`]
+/// for the process's lifetime. On a `postgres://` URL everything shares that
 /// database (each schema in its own migrations table); `stock-redis` runs only there, and only
 /// with a Redis URL.
 pub async fn serve_all_in_one(
@@ -136,7 +103,8 @@ pub async fn serve_all_in_one(
         ));
     }
     start_metrics(coordinator.metrics_listen, tls.as_ref()).await?;
-    let (store, pdb, described): (AnyStore, ParticipantDb, String) = match (backend, &test_clock) {
+    let (store, pdbs, described): (AnyStore, ParticipantDbs, String) = match (backend, &test_clock)
+    {
         (_, Some(clock)) => open_on_test_clock(database_url, &coordinator, clock).await?,
         (DatabaseKind::Postgres, None) => {
             let pool = db::connect_postgres(database_url, coordinator.db_pool_size)
@@ -145,30 +113,24 @@ pub async fn serve_all_in_one(
             let db = database_url.split('@').next_back().unwrap_or(database_url);
             (
                 PgStore::from_pool(pool.clone()).into(),
-                pool.into(),
+                ParticipantDbs::Shared(pool.into()),
                 db.to_owned(),
             )
         }
         (DatabaseKind::Sqlite, None) => {
             let store = SqliteStore::connect(database_url, coordinator.db_pool_size).await?;
-            let (participants_file, participants_url) = participants_file(database_url)?;
-            let pool = db::open_sqlite(&participants_url, coordinator.db_pool_size)
-                .await
-                .map_err(StoreError::from)?;
-            // Once, before the participants start: SQLite migrations take no lock of their own.
-            participants::SQLITE_MIGRATOR
-                .run(&pool)
-                .await
-                .map_err(StoreError::from)?;
-            (
-                store.into(),
-                pool.into(),
-                format!(
-                    "SQLite: coordinator {}, participants {}",
-                    database_url.trim_start_matches("sqlite://"),
-                    participants_file.display()
-                ),
-            )
+            split_before_serving(database_url).await?;
+            let mut files = Vec::new();
+            for kind in ALL_IN_ONE_KINDS {
+                let (_, url) = data_dir::participant_file(database_url, kind)?;
+                // Migrated by its participant as it starts: the only one on this file.
+                let pool = db::open_sqlite(&url, coordinator.db_pool_size)
+                    .await
+                    .map_err(StoreError::from)?;
+                files.push((kind, pool.into()));
+            }
+            let described = described_sqlite(database_url, "");
+            (store.into(), ParticipantDbs::PerKind(files), described)
         }
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -182,10 +144,10 @@ pub async fn serve_all_in_one(
         .map_err(AppError::Config)?;
     let mut participants = Vec::new();
     let mut tasks = tokio::task::JoinSet::new();
-    for kind in ALL_IN_ONE_KINDS {
+    for (kind, pool) in pdbs.by_kind() {
         let listener =
             bind_participant(kind, &coordinator, tls.as_ref(), &mut participants).await?;
-        let (pool, stop) = (pdb.clone(), stopped(stop_rx.clone()));
+        let stop = stopped(stop_rx.clone());
         let settings = ParticipantSettings {
             auth: access.auth.clone(),
             retention,
@@ -204,9 +166,11 @@ pub async fn serve_all_in_one(
                 })
         });
     }
-    let redis_pg = match (&pdb, coordinator.redis_url.clone()) {
-        (ParticipantDb::Postgres(pool), Some(url)) => Some((pool.clone(), url)),
-        (ParticipantDb::Sqlite(_), Some(_)) => {
+    let redis_pg = match (&pdbs, coordinator.redis_url.clone()) {
+        (ParticipantDbs::Shared(ParticipantDb::Postgres(pool)), Some(url)) => {
+            Some((pool.clone(), url))
+        }
+        (_, Some(_)) => {
             tracing::warn!("stock-redis is not started: it needs a postgres:// database");
             None
         }
@@ -274,12 +238,55 @@ pub async fn serve_all_in_one(
     result
 }
 
-/// The SQLite file the all-in-one's participants share beside the coordinator's, and its URL.
-fn participants_file(database_url: &str) -> Result<(std::path::PathBuf, String), AppError> {
-    let dir = db::sqlite_dir(database_url).map_err(StoreError::from)?;
-    let file = dir.join("participants.db");
-    let url = format!("sqlite://{}", file.display());
-    Ok((file, url))
+/// The all-in-one participants' databases: one for all (PostgreSQL), or a SQLite file each.
+enum ParticipantDbs {
+    Shared(crate::participants::ParticipantDb),
+    PerKind(
+        Vec<(
+            crate::participants::Kind,
+            crate::participants::ParticipantDb,
+        )>,
+    ),
+}
+
+impl ParticipantDbs {
+    /// Every kind of [`ALL_IN_ONE_KINDS`] with its database.
+    fn by_kind(
+        &self,
+    ) -> Vec<(
+        crate::participants::Kind,
+        crate::participants::ParticipantDb,
+    )> {
+        match self {
+            ParticipantDbs::Shared(db) => ALL_IN_ONE_KINDS.map(|k| (k, db.clone())).to_vec(),
+            ParticipantDbs::PerKind(files) => files.clone(),
+        }
+    }
+}
+
+/// Splits an earlier holdfast's shared `participants.db`, saying so.
+async fn split_before_serving(database_url: &str) -> Result<(), AppError> {
+    if data_dir::split_shared_participants_file(database_url, &ALL_IN_ONE_KINDS).await? {
+        tracing::info!(
+            "carried {} over to a file per participant under {}/ (the shared file is kept as {})",
+            data_dir::SHARED_PARTICIPANTS_FILE,
+            data_dir::PARTICIPANTS_DIR,
+            data_dir::SPLIT_FROM
+        );
+    }
+    Ok(())
+}
+
+/// How the banner names a SQLite layout.
+fn described_sqlite(database_url: &str, suffix: &str) -> String {
+    let coordinator = database_url.trim_start_matches("sqlite://");
+    let dir = db::sqlite_dir(database_url)
+        .unwrap_or_default()
+        .join(data_dir::PARTICIPANTS_DIR);
+    format!(
+        "SQLite: coordinator {coordinator}, participants {}/<name>.db{suffix}",
+        dir.display()
+    )
 }
 
 /// Test mode: the coordinator's store and the participants' database (laid out as without
@@ -288,7 +295,7 @@ async fn open_on_test_clock(
     database_url: &str,
     coordinator: &CoordinatorArgs,
     clock: &TestClock,
-) -> Result<(AnyStore, crate::participants::ParticipantDb, String), AppError> {
+) -> Result<(AnyStore, ParticipantDbs, String), AppError> {
     let test = |e: crate::testing::TestingError| AppError::Config(format!("test mode: {e}"));
     let pool_size = coordinator.db_pool_size;
     let store = crate::testing::open_store(database_url, pool_size, clock)
@@ -300,19 +307,24 @@ async fn open_on_test_clock(
                 .await
                 .map_err(test)?;
             let db = database_url.split('@').next_back().unwrap_or(database_url);
-            (store, pdb, format!("{db}, test clock"))
+            (
+                store,
+                ParticipantDbs::Shared(pdb),
+                format!("{db}, test clock"),
+            )
         }
         DatabaseKind::Sqlite => {
-            let (file, url) = participants_file(database_url)?;
-            let pdb = crate::testing::open_participant_db(&url, pool_size, clock)
-                .await
-                .map_err(test)?;
-            let described = format!(
-                "SQLite: coordinator {}, participants {}, test clock",
-                database_url.trim_start_matches("sqlite://"),
-                file.display()
-            );
-            (store, pdb, described)
+            split_before_serving(database_url).await?;
+            let mut files = Vec::new();
+            for kind in ALL_IN_ONE_KINDS {
+                let (_, url) = data_dir::participant_file(database_url, kind)?;
+                let pdb = crate::testing::open_participant_db(&url, pool_size, clock)
+                    .await
+                    .map_err(test)?;
+                files.push((kind, pdb));
+            }
+            let described = described_sqlite(database_url, ", test clock");
+            (store, ParticipantDbs::PerKind(files), described)
         }
     })
 }

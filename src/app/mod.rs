@@ -17,9 +17,11 @@ use crate::tls::Listener;
 use crate::tls::{ClientTls, ParticipantTransport, ServerTls, TlsError};
 
 mod all_in_one;
+pub mod data_dir;
 mod test_mode;
 
-pub use all_in_one::{ALL_IN_ONE_KINDS, lock_data_dir, run_all_in_one, serve_all_in_one};
+pub use all_in_one::{ALL_IN_ONE_KINDS, run_all_in_one, serve_all_in_one};
+pub use data_dir::lock_data_dir;
 pub use test_mode::{serve_test_coordinator, serve_test_participant};
 
 /// Why a role could not start or stopped with an error.

@@ -223,7 +223,12 @@ async fn embedded_binary_on_sqlite_keeps_a_confirmation_across_a_sigkill_and_has
 
     let mut process = Holdfast::start_embedded(&dir, listen, log.clone());
     serving(&mut process, listen).await;
-    for file in ["holdfast.db", "participants.db", "holdfast.lock"] {
+    for file in [
+        "holdfast.db",
+        "holdfast.lock",
+        "participants/seats.db",
+        "participants/stock.db",
+    ] {
         assert!(
             dir.join("data").join(file).exists(),
             "./data/{file} missing"
@@ -290,8 +295,7 @@ async fn embedded_binary_on_sqlite_keeps_a_confirmation_across_a_sigkill_and_has
         );
     }
     process.kill();
-    for entry in std::fs::read_dir(dir.join("data")).expect("data folder") {
-        let path = entry.expect("entry").path();
+    for path in files_under(&dir.join("data")) {
         let bytes = std::fs::read(&path).expect("read a data file");
         assert!(
             !bytes
@@ -307,6 +311,20 @@ async fn embedded_binary_on_sqlite_keeps_a_confirmation_across_a_sigkill_and_has
         "{banner}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every file under `dir`, in its subfolders too.
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("a data folder") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            files.extend(files_under(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
 }
 
 /// Another loopback address than `listen`'s, so the second holdfast could bind everything:

@@ -5,7 +5,8 @@
 //! checked against what answers), `crash` (SIGKILL and restart), `config`
 //! (settings precedence, bad configuration), `bench` (`holdfast bench` end to end), `shutdown`
 //! (SIGTERM with a Watch open), `dashboards` (deploy/'s PromQL against live /metrics), `split` (the coordinator and participant roles as processes of
-//! their own: SIGKILLs and terminated database connections mid-flight).
+//! their own: SIGKILLs and terminated database connections mid-flight), `upgrade` (a data
+//! folder an earlier holdfast made).
 
 mod banner;
 pub(crate) mod bench;
@@ -14,6 +15,7 @@ mod crash;
 mod dashboards;
 mod shutdown;
 mod split;
+mod upgrade;
 
 use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};

@@ -1,0 +1,160 @@
+//! The all-in-one's SQLite data folder (`./data` by default): the one-writer lock, the
+//! coordinator's `holdfast.db`, and a file per participant under `participants/`.
+//!
+//! SQLite has one writer per file. With every participant in one file, a Reserve+Confirm of
+//! seats and stock queued four write transactions on that file's writer beside the
+//! coordinator's four on its own; a file each lets the participants write in parallel
+//! (BENCHMARKS.md, "A SQLite file per participant"). A folder an earlier holdfast made has the
+//! participants in one `participants.db`: [`split_shared_participants_file`] carries it over
+//! once, before any participant serves.
+
+use std::path::{Path, PathBuf};
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode};
+use sqlx::{ConnectOptions, Connection};
+
+use super::AppError;
+use crate::db::{self, DatabaseKind};
+use crate::participants::Kind;
+use crate::store::StoreError;
+
+/// The folder under the data folder that holds a SQLite file per participant.
+pub const PARTICIPANTS_DIR: &str = "participants";
+
+/// The file all participants shared before they had a file each; [`split_shared_participants_file`]
+/// renames it to [`SPLIT_FROM`] once it is carried over.
+pub const SHARED_PARTICIPANTS_FILE: &str = "participants.db";
+
+/// What the shared file is renamed to once split: kept, not deleted, so nothing an operator
+/// had is lost; it is read again by nothing.
+pub const SPLIT_FROM: &str = "participants.db.split";
+
+/// One writer per folder: for a `sqlite:` URL, takes an exclusive lock on `holdfast.lock`
+/// beside the database file (creating the folder), held as long as the returned file lives.
+/// A second process on the same folder fails at once, naming the folder and the lock.
+/// PostgreSQL URLs need no lock (`Ok(None)`).
+pub fn lock_data_dir(database_url: &str) -> Result<Option<std::fs::File>, AppError> {
+    if DatabaseKind::of_url(database_url)? != DatabaseKind::Sqlite {
+        return Ok(None);
+    }
+    let dir = db::sqlite_dir(database_url).map_err(StoreError::from)?;
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        AppError::Config(format!(
+            "cannot create the data folder {}: {e}",
+            dir.display()
+        ))
+    })?;
+    let path = dir.join("holdfast.lock");
+    let file = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| AppError::Config(format!("cannot open the lock {}: {e}", path.display())))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Err(AppError::Config(format!(
+            "another holdfast is already using {} (lock {} held); stop it or use another folder",
+            dir.display(),
+            path.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => Err(AppError::Config(format!(
+            "cannot lock {}: {e}",
+            path.display()
+        ))),
+    }
+}
+
+/// `kind`'s SQLite file in the data folder of `database_url` (`./data/participants/seats.db`),
+/// and its URL.
+pub fn participant_file(database_url: &str, kind: Kind) -> Result<(PathBuf, String), AppError> {
+    let dir = db::sqlite_dir(database_url).map_err(StoreError::from)?;
+    let file = dir
+        .join(PARTICIPANTS_DIR)
+        .join(format!("{}.db", kind.name()));
+    let url = format!("sqlite://{}", file.display());
+    Ok((file, url))
+}
+
+/// Carries a folder with the older layout over to a file per participant, once: when
+/// `participants.db` is there, each of `kinds` gets a consistent copy of it (`VACUUM INTO`)
+/// without the other participants' barrier rows, then the shared file is renamed
+/// [`SPLIT_FROM`] (with its `-wal`/`-shm`, if any). Returns whether it split.
+///
+/// Safe to repeat after a crash: the copies are written under a temporary name and renamed,
+/// and until the shared file is renamed no participant has served from a copy, so a run that
+/// finds it still there makes every copy again.
+pub async fn split_shared_participants_file(
+    database_url: &str,
+    kinds: &[Kind],
+) -> Result<bool, AppError> {
+    let dir = db::sqlite_dir(database_url).map_err(StoreError::from)?;
+    let shared = dir.join(SHARED_PARTICIPANTS_FILE);
+    if !shared.exists() {
+        return Ok(false);
+    }
+    let failed = |step: &str, e: &dyn std::fmt::Display| {
+        AppError::Config(format!(
+            "carrying {} over to a file per participant: {step}: {e}",
+            shared.display()
+        ))
+    };
+    std::fs::create_dir_all(dir.join(PARTICIPANTS_DIR))
+        .map_err(|e| failed("creating its folder", &e))?;
+    let mut from = open(&shared, SqliteJournalMode::Wal)
+        .await
+        .map_err(|e| failed("opening it", &e))?;
+    for &kind in kinds {
+        let (file, _) = participant_file(database_url, kind)?;
+        let copy = file.with_extension("db.splitting");
+        remove_if_there(&copy).map_err(|e| failed("removing an unfinished copy", &e))?;
+        sqlx::query("VACUUM INTO ?")
+            .bind(copy.to_string_lossy().into_owned())
+            .execute(&mut from)
+            .await
+            .map_err(|e| failed(&format!("copying it for {}", kind.name()), &e))?;
+        keep_only(&copy, kind)
+            .await
+            .map_err(|e| failed(&format!("keeping only {}'s barrier rows", kind.name()), &e))?;
+        std::fs::rename(&copy, &file).map_err(|e| failed("renaming a copy", &e))?;
+    }
+    from.close().await.map_err(|e| failed("closing it", &e))?;
+    // The main file last: while it is there, the split is not done.
+    for suffix in ["-wal", "-shm", ""] {
+        let old = dir.join(format!("{SHARED_PARTICIPANTS_FILE}{suffix}"));
+        if old.exists() {
+            std::fs::rename(&old, dir.join(format!("{SPLIT_FROM}{suffix}")))
+                .map_err(|e| failed("renaming it", &e))?;
+        }
+    }
+    Ok(true)
+}
+
+/// One connection to an existing file (never creating it).
+async fn open(file: &Path, journal: SqliteJournalMode) -> Result<SqliteConnection, sqlx::Error> {
+    SqliteConnectOptions::new()
+        .filename(file)
+        .journal_mode(journal)
+        .connect()
+        .await
+}
+
+/// Deletes from the copy at `file` the barrier rows of every participant but `kind` (each
+/// participant's business tables are its own: the others' stay, unread). In rollback-journal
+/// mode, so closing it leaves no `-wal` beside the copy; the pool that opens it later turns
+/// WAL on again.
+async fn keep_only(file: &Path, kind: Kind) -> Result<(), sqlx::Error> {
+    let mut copy = open(file, SqliteJournalMode::Delete).await?;
+    sqlx::query("DELETE FROM tcc_barrier WHERE participant <> ?")
+        .bind(kind.name())
+        .execute(&mut copy)
+        .await?;
+    copy.close().await
+}
+
+fn remove_if_there(file: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(file) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
