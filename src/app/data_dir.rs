@@ -76,38 +76,59 @@ pub fn participant_file(database_url: &str, kind: Kind) -> Result<(PathBuf, Stri
     Ok((file, url))
 }
 
+/// Where the copies are made before they become [`PARTICIPANTS_DIR`].
+const STAGING_DIR: &str = "participants.splitting";
+
 /// Carries a folder with the older layout over to a file per participant, once: when
 /// `participants.db` is there, each of `kinds` gets a consistent copy of it (`VACUUM INTO`)
-/// without the other participants' barrier rows, then the shared file is renamed
-/// [`SPLIT_FROM`] (with its `-wal`/`-shm`, if any). Returns whether it split.
+/// without the other participants' barrier rows, made in `participants.splitting/`; then the
+/// shared file is renamed [`SPLIT_FROM`] (with its `-wal`/`-shm`, if any) and the staging
+/// folder becomes `participants/`. Returns whether it split.
 ///
-/// Safe to repeat after a crash: the copies are written under a temporary name and renamed,
-/// and until the shared file is renamed no participant has served from a copy, so a run that
-/// finds it still there makes every copy again.
+/// Safe to repeat after a crash at any step: copies are only made in the staging folder
+/// (emptied first), and a staging folder beside `participants.db.split` but no
+/// `participants/` is a split that only lacks its last rename. A folder with both
+/// `participants.db` and `participants/` (an older binary run after a newer one) is refused:
+/// which one holds the data is for the operator to say, not for a start to overwrite.
 pub async fn split_shared_participants_file(
     database_url: &str,
     kinds: &[Kind],
 ) -> Result<bool, AppError> {
     let dir = db::sqlite_dir(database_url).map_err(StoreError::from)?;
-    let shared = dir.join(SHARED_PARTICIPANTS_FILE);
-    if !shared.exists() {
-        return Ok(false);
-    }
+    let (shared, staging, target) = (
+        dir.join(SHARED_PARTICIPANTS_FILE),
+        dir.join(STAGING_DIR),
+        dir.join(PARTICIPANTS_DIR),
+    );
     let failed = |step: &str, e: &dyn std::fmt::Display| {
         AppError::Config(format!(
             "carrying {} over to a file per participant: {step}: {e}",
             shared.display()
         ))
     };
-    std::fs::create_dir_all(dir.join(PARTICIPANTS_DIR))
-        .map_err(|e| failed("creating its folder", &e))?;
+    if !shared.exists() {
+        if staging.exists() && !target.exists() && dir.join(SPLIT_FROM).exists() {
+            std::fs::rename(&staging, &target).map_err(|e| failed("finishing", &e))?;
+            return Ok(true);
+        }
+        return Ok(false);
+    }
+    if target.exists() {
+        return Err(AppError::Config(format!(
+            "{} and {} are both there: an older holdfast (one file for all participants) ran on this folder after a newer one. Move away the one whose data you do not want, then start again",
+            shared.display(),
+            target.display()
+        )));
+    }
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging).map_err(|e| failed("emptying an unfinished copy", &e))?;
+    }
+    std::fs::create_dir_all(&staging).map_err(|e| failed("creating its folder", &e))?;
     let mut from = open(&shared, SqliteJournalMode::Wal)
         .await
         .map_err(|e| failed("opening it", &e))?;
     for &kind in kinds {
-        let (file, _) = participant_file(database_url, kind)?;
-        let copy = file.with_extension("db.splitting");
-        remove_if_there(&copy).map_err(|e| failed("removing an unfinished copy", &e))?;
+        let copy = staging.join(format!("{}.db", kind.name()));
         sqlx::query("VACUUM INTO ?")
             .bind(copy.to_string_lossy().into_owned())
             .execute(&mut from)
@@ -116,17 +137,23 @@ pub async fn split_shared_participants_file(
         keep_only(&copy, kind)
             .await
             .map_err(|e| failed(&format!("keeping only {}'s barrier rows", kind.name()), &e))?;
-        std::fs::rename(&copy, &file).map_err(|e| failed("renaming a copy", &e))?;
     }
+    // Everything in the main file, so the file kept as SPLIT_FROM is whole on its own.
+    sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+        .execute(&mut from)
+        .await
+        .map_err(|e| failed("checkpointing it", &e))?;
     from.close().await.map_err(|e| failed("closing it", &e))?;
-    // The main file last: while it is there, the split is not done.
-    for suffix in ["-wal", "-shm", ""] {
+    // Once the main file is renamed the split has happened (the copies are complete); only
+    // the staging folder's rename is left, which a restart finishes.
+    for suffix in ["", "-wal", "-shm"] {
         let old = dir.join(format!("{SHARED_PARTICIPANTS_FILE}{suffix}"));
         if old.exists() {
             std::fs::rename(&old, dir.join(format!("{SPLIT_FROM}{suffix}")))
                 .map_err(|e| failed("renaming it", &e))?;
         }
     }
+    std::fs::rename(&staging, &target).map_err(|e| failed("finishing", &e))?;
     Ok(true)
 }
 
@@ -150,11 +177,4 @@ async fn keep_only(file: &Path, kind: Kind) -> Result<(), sqlx::Error> {
         .execute(&mut copy)
         .await?;
     copy.close().await
-}
-
-fn remove_if_there(file: &Path) -> std::io::Result<()> {
-    match std::fs::remove_file(file) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    }
 }

@@ -1,8 +1,9 @@
 //! A data folder an earlier holdfast made, with every participant in one `participants.db`,
 //! is carried over to a file per participant when the embedded binary starts in it: what the
 //! participants had (resources, a live hold) is still there, each file keeps only its own
-//! participant's barrier rows, the shared file is kept under another name, and a restart
-//! neither splits again nor loses anything.
+//! participant's barrier rows, the shared file is kept under another name, a restart neither
+//! splits again nor loses anything, a split cut short before its last step is finished, and a
+//! folder with both layouts is refused.
 
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -13,7 +14,7 @@ use holdfast::proto::participant_client::ParticipantClient;
 use sqlx::Connection;
 use tokio::net::TcpListener;
 
-use super::{Holdfast, admin, counts, listen_addr, participant_addr, serving};
+use super::{Holdfast, admin, counts, embedded_command, listen_addr, participant_addr, serving};
 use crate::common::{hold, put_resources_request};
 
 #[tokio::test]
@@ -67,6 +68,37 @@ async fn an_embedded_folder_with_one_participants_file_is_split_keeping_its_data
     process.kill();
     let banner = std::fs::read_to_string(&log).expect("log");
     assert_eq!(banner.matches("carried participants.db over").count(), 1);
+
+    // Cut short after the shared file's rename, before the folder's: the next start finishes.
+    std::fs::rename(
+        data.join("participants"),
+        data.join("participants.splitting"),
+    )
+    .expect("as if cut short");
+    let mut process = Holdfast::start_embedded(&dir, listen, log.clone());
+    serving(&mut process, listen).await;
+    let mut seats = admin(participant_addr(listen, 50061)).await;
+    assert_eq!(counts(&mut seats, "C7").await, (0, 1, 0));
+    process.kill();
+    drop(seats);
+    assert!(!data.join("participants.splitting").exists());
+
+    // An older binary run after the split leaves both layouts: refused, nothing touched.
+    std::fs::copy(
+        data.join("participants.db.split"),
+        data.join("participants.db"),
+    )
+    .expect("as an older binary would leave it");
+    let out = embedded_command(&dir, listen)
+        .output()
+        .expect("run holdfast");
+    assert!(!out.status.success(), "it started on both layouts");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("are both there"), "{err}");
+    assert_eq!(
+        barrier_rows(&data, "seats").await,
+        vec![("seats".into(), 1)]
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
