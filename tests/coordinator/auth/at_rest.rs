@@ -14,11 +14,15 @@ use crate::common::{
     Decide, hold, reserve_request, settings, spawn_app, spawn_participant, state_of,
 };
 
-/// Every (table, column) of the database's public schema.
+/// Every (table, column) of the database's public schema: tables only, for a view stores
+/// nothing (and an extension's view, such as `pg_stat_statements` created in `template1`
+/// without its library loaded, fails when read).
 async fn columns(pool: &PgPool) -> Vec<(String, String)> {
     sqlx::query_as(
-        "SELECT table_name::text, column_name::text FROM information_schema.columns \
-         WHERE table_schema = 'public' ORDER BY 1, 2",
+        "SELECT c.table_name::text, c.column_name::text FROM information_schema.columns c \
+         JOIN information_schema.tables t \
+           ON t.table_schema = c.table_schema AND t.table_name = c.table_name \
+         WHERE c.table_schema = 'public' AND t.table_type = 'BASE TABLE' ORDER BY 1, 2",
     )
     .fetch_all(pool)
     .await
