@@ -13,6 +13,7 @@ use super::{
 };
 use crate::config::CoordinatorArgs;
 use crate::db::{self, DatabaseKind};
+use crate::participants::{Kind, ParticipantDb};
 use crate::registry::ParticipantEndpoint;
 use crate::store::{AnyStore, PgStore, SqliteStore, StoreError};
 use crate::testing::TestClock;
@@ -35,18 +36,18 @@ pub async fn run_all_in_one(
 }
 
 /// Every reference participant kind, in port order.
-pub const ALL_IN_ONE_KINDS: [crate::participants::Kind; 5] = [
-    crate::participants::Kind::Seats,
-    crate::participants::Kind::Stock,
-    crate::participants::Kind::Rooms,
-    crate::participants::Kind::Payments,
-    crate::participants::Kind::Noop,
+pub const ALL_IN_ONE_KINDS: [Kind; 5] = [
+    Kind::Seats,
+    Kind::Stock,
+    Kind::Rooms,
+    Kind::Payments,
+    Kind::Noop,
 ];
 
 /// Binds `kind`'s all-in-one port on the coordinator's IP, serving TLS with `tls`, and
 /// registers its endpoint (`https://` with TLS).
 async fn bind_participant(
-    kind: crate::participants::Kind,
+    kind: Kind,
     coordinator: &crate::config::CoordinatorArgs,
     tls: Option<&ServerTls>,
     registry: &mut Vec<ParticipantEndpoint>,
@@ -85,7 +86,7 @@ pub async fn serve_all_in_one(
     coordinator: crate::config::CoordinatorArgs,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AppError> {
-    use crate::participants::{self, ParticipantDb, ParticipantSettings};
+    use crate::participants::{self, ParticipantSettings};
     // Test mode on loopback only: refused before anything is opened or bound.
     coordinator
         .test_mode
@@ -122,7 +123,7 @@ pub async fn serve_all_in_one(
             split_before_serving(database_url).await?;
             let mut files = Vec::new();
             for kind in ALL_IN_ONE_KINDS {
-                let (_, url) = data_dir::participant_file(database_url, kind)?;
+                let url = data_dir::participant_url(database_url, kind)?;
                 // Migrated by its participant as it starts: the only one on this file.
                 let pool = db::open_sqlite(&url, coordinator.db_pool_size)
                     .await
@@ -178,7 +179,7 @@ pub async fn serve_all_in_one(
     };
     if let Some((pool, redis_url)) = redis_pg {
         use crate::participants::stock_redis;
-        let kind = crate::participants::Kind::StockRedis;
+        let kind = Kind::StockRedis;
         let listener =
             bind_participant(kind, &coordinator, tls.as_ref(), &mut participants).await?;
         let stop = stopped(stop_rx.clone());
@@ -240,23 +241,13 @@ pub async fn serve_all_in_one(
 
 /// The all-in-one participants' databases: one for all (PostgreSQL), or a SQLite file each.
 enum ParticipantDbs {
-    Shared(crate::participants::ParticipantDb),
-    PerKind(
-        Vec<(
-            crate::participants::Kind,
-            crate::participants::ParticipantDb,
-        )>,
-    ),
+    Shared(ParticipantDb),
+    PerKind(Vec<(Kind, ParticipantDb)>),
 }
 
 impl ParticipantDbs {
     /// Every kind of [`ALL_IN_ONE_KINDS`] with its database.
-    fn by_kind(
-        &self,
-    ) -> Vec<(
-        crate::participants::Kind,
-        crate::participants::ParticipantDb,
-    )> {
+    fn by_kind(&self) -> Vec<(Kind, ParticipantDb)> {
         match self {
             ParticipantDbs::Shared(db) => ALL_IN_ONE_KINDS.map(|k| (k, db.clone())).to_vec(),
             ParticipantDbs::PerKind(files) => files.clone(),
@@ -317,7 +308,7 @@ async fn open_on_test_clock(
             split_before_serving(database_url).await?;
             let mut files = Vec::new();
             for kind in ALL_IN_ONE_KINDS {
-                let (_, url) = data_dir::participant_file(database_url, kind)?;
+                let url = data_dir::participant_url(database_url, kind)?;
                 let pdb = crate::testing::open_participant_db(&url, pool_size, clock)
                     .await
                     .map_err(test)?;

@@ -8,7 +8,7 @@
 //! participants in one `participants.db`: [`split_shared_participants_file`] carries it over
 //! once, before any participant serves.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode};
 use sqlx::{ConnectOptions, Connection};
@@ -65,15 +65,14 @@ pub fn lock_data_dir(database_url: &str) -> Result<Option<std::fs::File>, AppErr
     }
 }
 
-/// `kind`'s SQLite file in the data folder of `database_url` (`./data/participants/seats.db`),
-/// and its URL.
-pub fn participant_file(database_url: &str, kind: Kind) -> Result<(PathBuf, String), AppError> {
+/// The URL of `kind`'s SQLite file in the data folder of `database_url`
+/// (`./data/participants/seats.db`).
+pub fn participant_url(database_url: &str, kind: Kind) -> Result<String, AppError> {
     let dir = db::sqlite_dir(database_url).map_err(StoreError::from)?;
     let file = dir
         .join(PARTICIPANTS_DIR)
         .join(format!("{}.db", kind.name()));
-    let url = format!("sqlite://{}", file.display());
-    Ok((file, url))
+    Ok(format!("sqlite://{}", file.display()))
 }
 
 /// Where the copies are made before they become [`PARTICIPANTS_DIR`].
