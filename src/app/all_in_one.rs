@@ -114,24 +114,19 @@ pub async fn serve_all_in_one(
             let db = database_url.split('@').next_back().unwrap_or(database_url);
             (
                 PgStore::from_pool(pool.clone()).into(),
-                ParticipantDbs::Shared(pool.into()),
+                shared(pool.into()),
                 db.to_owned(),
             )
         }
         (DatabaseKind::Sqlite, None) => {
             let store = SqliteStore::connect(database_url, coordinator.db_pool_size).await?;
-            split_before_serving(database_url).await?;
-            let mut files = Vec::new();
-            for kind in ALL_IN_ONE_KINDS {
-                let url = data_dir::participant_url(database_url, kind)?;
-                // Migrated by its participant as it starts: the only one on this file.
-                let pool = db::open_sqlite(&url, coordinator.db_pool_size)
-                    .await
-                    .map_err(StoreError::from)?;
-                files.push((kind, pool.into()));
-            }
-            let described = described_sqlite(database_url, "");
-            (store.into(), ParticipantDbs::PerKind(files), described)
+            // Each migrated by its participant as it starts: the only one on its file.
+            let files = participant_files(database_url, async |url| {
+                let pool = db::open_sqlite(&url, coordinator.db_pool_size).await;
+                Ok(pool.map_err(StoreError::from)?.into())
+            })
+            .await?;
+            (store.into(), files, described_sqlite(database_url, ""))
         }
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -143,9 +138,14 @@ pub async fn serve_all_in_one(
         .retention
         .participant_keep()
         .map_err(AppError::Config)?;
+    // stock-redis keeps its durable record in PostgreSQL: only there.
+    let postgres = pdbs.iter().find_map(|(_, db)| match db {
+        ParticipantDb::Postgres(pool) => Some(pool.clone()),
+        ParticipantDb::Sqlite(_) => None,
+    });
     let mut participants = Vec::new();
     let mut tasks = tokio::task::JoinSet::new();
-    for (kind, pool) in pdbs.by_kind() {
+    for (kind, pool) in pdbs {
         let listener =
             bind_participant(kind, &coordinator, tls.as_ref(), &mut participants).await?;
         let stop = stopped(stop_rx.clone());
@@ -167,11 +167,9 @@ pub async fn serve_all_in_one(
                 })
         });
     }
-    let redis_pg = match (&pdbs, coordinator.redis_url.clone()) {
-        (ParticipantDbs::Shared(ParticipantDb::Postgres(pool)), Some(url)) => {
-            Some((pool.clone(), url))
-        }
-        (_, Some(_)) => {
+    let redis_pg = match (postgres, coordinator.redis_url.clone()) {
+        (Some(pool), Some(url)) => Some((pool, url)),
+        (None, Some(_)) => {
             tracing::warn!("stock-redis is not started: it needs a postgres:// database");
             None
         }
@@ -239,20 +237,29 @@ pub async fn serve_all_in_one(
     result
 }
 
-/// The all-in-one participants' databases: one for all (PostgreSQL), or a SQLite file each.
-enum ParticipantDbs {
-    Shared(ParticipantDb),
-    PerKind(Vec<(Kind, ParticipantDb)>),
+/// Each all-in-one participant with its database.
+type ParticipantDbs = Vec<(Kind, ParticipantDb)>;
+
+/// Every participant on the one database (PostgreSQL).
+fn shared(db: ParticipantDb) -> ParticipantDbs {
+    ALL_IN_ONE_KINDS.map(|kind| (kind, db.clone())).to_vec()
 }
 
-impl ParticipantDbs {
-    /// Every kind of [`ALL_IN_ONE_KINDS`] with its database.
-    fn by_kind(&self) -> Vec<(Kind, ParticipantDb)> {
-        match self {
-            ParticipantDbs::Shared(db) => ALL_IN_ONE_KINDS.map(|k| (k, db.clone())).to_vec(),
-            ParticipantDbs::PerKind(files) => files.clone(),
-        }
+/// A SQLite file per participant in `database_url`'s folder, each opened by `open` (given its
+/// URL), after an earlier folder's shared file is split.
+async fn participant_files(
+    database_url: &str,
+    open: impl AsyncFn(String) -> Result<ParticipantDb, AppError>,
+) -> Result<ParticipantDbs, AppError> {
+    split_before_serving(database_url).await?;
+    let mut files = Vec::new();
+    for kind in ALL_IN_ONE_KINDS {
+        files.push((
+            kind,
+            open(data_dir::participant_url(database_url, kind)?).await?,
+        ));
     }
+    Ok(files)
 }
 
 /// Splits an earlier holdfast's shared `participants.db`, saying so.
@@ -298,24 +305,15 @@ async fn open_on_test_clock(
                 .await
                 .map_err(test)?;
             let db = database_url.split('@').next_back().unwrap_or(database_url);
-            (
-                store,
-                ParticipantDbs::Shared(pdb),
-                format!("{db}, test clock"),
-            )
+            (store, shared(pdb), format!("{db}, test clock"))
         }
         DatabaseKind::Sqlite => {
-            split_before_serving(database_url).await?;
-            let mut files = Vec::new();
-            for kind in ALL_IN_ONE_KINDS {
-                let url = data_dir::participant_url(database_url, kind)?;
-                let pdb = crate::testing::open_participant_db(&url, pool_size, clock)
-                    .await
-                    .map_err(test)?;
-                files.push((kind, pdb));
-            }
-            let described = described_sqlite(database_url, ", test clock");
-            (store, ParticipantDbs::PerKind(files), described)
+            let files = participant_files(database_url, async |url| {
+                let db = crate::testing::open_participant_db(&url, pool_size, clock).await;
+                db.map_err(test)
+            })
+            .await?;
+            (store, files, described_sqlite(database_url, ", test clock"))
         }
     })
 }
