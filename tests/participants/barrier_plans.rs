@@ -76,8 +76,8 @@ async fn a_branchs_barrier_row_is_found_by_key_under_a_generic_plan(
         .count();
     assert!(
         moves >= 4,
-        "the held branches' moves (one statement, general way, barrier only, Extend): {}",
-        statements.len()
+        "the held branches' moves (one statement, general way, barrier only, Extend): {:#?}",
+        statements.iter().map(|p| &p.statement).collect::<Vec<_>>()
     );
     let off_key: Vec<String> = statements
         .iter()
