@@ -108,6 +108,7 @@ pub async fn split_shared_participants_file(
     if !shared.exists() {
         if staging.exists() && !target.exists() && dir.join(SPLIT_FROM).exists() {
             std::fs::rename(&staging, &target).map_err(|e| failed("finishing", &e))?;
+            sync_dir(&dir).map_err(|e| failed("syncing the data folder", &e))?;
             return Ok(true);
         }
         return Ok(false);
@@ -137,6 +138,8 @@ pub async fn split_shared_participants_file(
             .await
             .map_err(|e| failed(&format!("keeping only {}'s barrier rows", kind.name()), &e))?;
     }
+    // The copies' names in the staging folder, durable before anything is renamed.
+    sync_dir(&staging).map_err(|e| failed("syncing the copies' folder", &e))?;
     // Everything in the main file, so the file kept as SPLIT_FROM is whole on its own.
     sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
         .execute(&mut from)
@@ -153,7 +156,16 @@ pub async fn split_shared_participants_file(
         }
     }
     std::fs::rename(&staging, &target).map_err(|e| failed("finishing", &e))?;
+    // The renames durable before any participant writes to its new file: renames lost to a
+    // power cut after that would bring back `participants.db`, and the next start would split
+    // it again over those writes.
+    sync_dir(&dir).map_err(|e| failed("syncing the data folder", &e))?;
     Ok(true)
+}
+
+/// Makes the entries of folder `dir` (files created or renamed in it) durable.
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// One connection to an existing file (never creating it).

@@ -2,8 +2,8 @@
 //! is carried over to a file per participant when the embedded binary starts in it: what the
 //! participants had (resources, a live hold) is still there, each file keeps only its own
 //! participant's barrier rows, the shared file is kept under another name, a restart neither
-//! splits again nor loses anything, a split cut short before its last step is finished, and a
-//! folder with both layouts is refused.
+//! splits again nor loses anything, a split cut short before its last step is finished, one
+//! cut short while copying starts over, and a folder with both layouts is refused.
 
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -95,6 +95,43 @@ async fn an_embedded_folder_with_one_participants_file_is_split_keeping_its_data
     assert!(!out.status.success(), "it started on both layouts");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("are both there"), "{err}");
+    assert_eq!(
+        barrier_rows(&data, "seats").await,
+        vec![("seats".into(), 1)]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A split cut short while it was still copying (a copy half made, no rename yet) starts over
+/// from the shared file: what the staging folder held is gone, the copies are whole.
+#[tokio::test]
+async fn a_split_cut_short_while_copying_starts_over_from_the_shared_file() {
+    let dir = std::env::temp_dir().join(format!(
+        "holdfast-upgrade-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).expect("data folder");
+    older_layout(&data).await;
+    let staging = data.join("participants.splitting");
+    std::fs::create_dir_all(&staging).expect("staging folder");
+    std::fs::write(staging.join("seats.db"), b"SQLite format 3\0 cut short").expect("a torn copy");
+    std::fs::write(staging.join("left-over"), b"from the run that died").expect("a stray file");
+
+    let listen = listen_addr(12);
+    let mut process = Holdfast::start_embedded(&dir, listen, dir.join("holdfast.log"));
+    serving(&mut process, listen).await;
+    let (mut seats, mut stock) = (
+        admin(participant_addr(listen, 50061)).await,
+        admin(participant_addr(listen, 50062)).await,
+    );
+    assert_eq!(counts(&mut seats, "C7").await, (0, 1, 0), "the hold");
+    assert_eq!(counts(&mut stock, "mug").await, (5, 0, 0));
+    process.kill();
+    drop((seats, stock));
+    assert!(!staging.exists());
+    assert!(!data.join("participants").join("left-over").exists());
+    assert!(data.join("participants.db.split").exists());
     assert_eq!(
         barrier_rows(&data, "seats").await,
         vec![("seats".into(), 1)]
