@@ -111,18 +111,18 @@ impl HarnessBuilder {
                 return Err(TestkitError::DuplicateParticipant(name));
             }
         }
-        let data = Data::open(self.postgres.as_deref()).await?;
+        let data = Data::open(self.postgres.as_deref(), &self.participants).await?;
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         let mut tasks = JoinSet::new();
         let mut participants = Vec::new();
-        for kind in &self.participants {
+        for (kind, db) in &data.participants {
             let listener = bind_loopback().await?;
             let url = local_url(&listener)?;
             let settings = ParticipantSettings {
                 orphan_grace: self.orphan_grace,
                 ..ParticipantSettings::new(*kind)
             };
-            let (db, mut stopped) = (data.participants.clone(), stop_rx.clone());
+            let (db, mut stopped) = (db.clone(), stop_rx.clone());
             let (name, clock) = (kind.name(), data.clock.clone());
             tasks.spawn(async move {
                 let until = async move {
@@ -200,21 +200,24 @@ impl HarnessBuilder {
 /// its own, see `coordinator.rs`; both are moved by the same amounts).
 struct Data {
     coordinator_url: String,
-    participants: ParticipantDb,
+    /// Each reference participant's database: one pool for all on PostgreSQL; on SQLite a file
+    /// each, as in the all-in-one, so one participant's writes never queue behind another's
+    /// on a shared file's one writer.
+    participants: Vec<(Kind, ParticipantDb)>,
     clock: TestClock,
-    _folder: Option<tempfile::TempDir>,
+    folder: Option<tempfile::TempDir>,
 }
 
 impl Data {
-    async fn open(postgres: Option<&str>) -> Result<Data, TestkitError> {
+    async fn open(postgres: Option<&str>, kinds: &[Kind]) -> Result<Data, TestkitError> {
         let clock = TestClock::new();
         if let Some(url) = postgres {
-            let participants = open_participant_db(url, PARTICIPANT_POOL_SIZE, &clock).await?;
+            let shared = open_participant_db(url, PARTICIPANT_POOL_SIZE, &clock).await?;
             return Ok(Data {
                 coordinator_url: url.to_owned(),
-                participants,
+                participants: kinds.iter().map(|&k| (k, shared.clone())).collect(),
                 clock,
-                _folder: None,
+                folder: None,
             });
         }
         let folder = tempfile::Builder::new()
@@ -222,13 +225,17 @@ impl Data {
             .tempdir()
             .map_err(TestkitError::TempDir)?;
         let sqlite = |file: &str| format!("sqlite://{}", folder.path().join(file).display());
-        let participants =
-            open_participant_db(&sqlite("participants.db"), PARTICIPANT_POOL_SIZE, &clock).await?;
+        let mut participants = Vec::with_capacity(kinds.len());
+        for &kind in kinds {
+            let file = sqlite(&format!("participants/{}.db", kind.name()));
+            let db = open_participant_db(&file, PARTICIPANT_POOL_SIZE, &clock).await?;
+            participants.push((kind, db));
+        }
         Ok(Data {
             coordinator_url: sqlite("holdfast.db"),
             participants,
             clock,
-            _folder: Some(folder),
+            folder: Some(folder),
         })
     }
 }
@@ -300,6 +307,13 @@ impl Harness {
     /// `tcc.v1` clients (Admin, Testing).
     pub fn coordinator_url(&self) -> &str {
         &self.url
+    }
+
+    /// The temporary folder of the harness's SQLite files (`holdfast.db`, and
+    /// `participants/<name>.db` for each reference participant), to look into from a test;
+    /// `None` on PostgreSQL. Removed when the harness is dropped.
+    pub fn data_folder(&self) -> Option<&std::path::Path> {
+        self.data.folder.as_ref().map(tempfile::TempDir::path)
     }
 
     /// A channel to the coordinator for the generated `tcc.v1` clients.

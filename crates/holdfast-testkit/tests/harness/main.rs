@@ -3,6 +3,7 @@
 
 mod clock;
 mod fakes;
+mod files;
 mod network;
 mod postgres;
 mod restart;
