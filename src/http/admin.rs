@@ -8,13 +8,13 @@
 
 use axum::Router;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::routing::{get, post};
 use serde::Deserialize;
 
 use super::Shared;
 use super::body::{self, duration};
+use super::credentials::Credentials;
 use super::error::{ApiError, invalid};
 use super::grpc::{admin, request};
 use super::reservations::{ok, split_target, state, unknown_verb};
@@ -61,12 +61,12 @@ fn stuck_message(raw: Option<&str>) -> Result<proto::ListStuckRequest, tonic::St
 async fn stuck(
     State(service): State<Shared>,
     RawQuery(raw): RawQuery,
-    headers: HeaderMap,
+    credentials: Credentials,
 ) -> Result<Response, ApiError> {
     let message = stuck_message(raw.as_deref())
-        .map_err(|bad| service.refuse(&headers, "/tcc.v1.Admin/ListStuck", bad))?;
+        .map_err(|bad| service.refuse(&credentials, "/tcc.v1.Admin/ListStuck", bad))?;
     let page = admin(&service.grpc)
-        .list_stuck(request(&headers, message)?)
+        .list_stuck(request(&credentials, message)?)
         .await?
         .into_inner();
     Ok(ok(crate::json::reservations(
@@ -86,7 +86,7 @@ struct RetryBody {
 
 async fn retry(
     State(service): State<Shared>,
-    headers: HeaderMap,
+    credentials: Credentials,
     body: axum::body::Body,
 ) -> Result<Response, ApiError> {
     use proto::retry_request::Target;
@@ -101,9 +101,9 @@ async fn retry(
             (None, Some(p)) => Ok(Some(Target::Participant(p))),
             (None, None) => Ok(None),
         })
-        .map_err(|bad| service.refuse(&headers, "/tcc.v1.Admin/Retry", bad))?;
+        .map_err(|bad| service.refuse(&credentials, "/tcc.v1.Admin/Retry", bad))?;
     let answer = admin(&service.grpc)
-        .retry(request(&headers, proto::RetryRequest { target })?)
+        .retry(request(&credentials, proto::RetryRequest { target })?)
         .await?
         .into_inner();
     Ok(ok(serde_json::json!({
@@ -132,13 +132,13 @@ struct ResolveBody {
 async fn act(
     State(service): State<Shared>,
     Path(target): Path<String>,
-    headers: HeaderMap,
+    credentials: Credentials,
     body: axum::body::Body,
 ) -> Result<Response, ApiError> {
     let (id, verb) = split_target(&target);
     let reservation_id = id.to_owned();
     let mut client = admin(&service.grpc);
-    let local = |method: &str, bad| service.refuse(&headers, method, bad);
+    let local = |method: &str, bad| service.refuse(&credentials, method, bad);
     let r = match verb {
         Some("force-cancel") => {
             let b: ForceCancelBody = body::json(body)
@@ -148,7 +148,7 @@ async fn act(
                 reservation_id,
                 reason: b.reason,
             };
-            client.force_cancel(request(&headers, message)?).await?
+            client.force_cancel(request(&credentials, message)?).await?
         }
         Some("resolve") => {
             const METHOD: &str = "/tcc.v1.Admin/Resolve";
@@ -163,7 +163,7 @@ async fn act(
                 outcome,
                 reason: b.reason,
             };
-            client.resolve(request(&headers, message)?).await?
+            client.resolve(request(&credentials, message)?).await?
         }
         _ => return Err(unknown_verb(&target, "POST", &["force-cancel", "resolve"])),
     };
@@ -185,12 +185,12 @@ fn audit_message(raw: Option<&str>) -> Result<proto::ListAuditRequest, tonic::St
 async fn audit(
     State(service): State<Shared>,
     RawQuery(raw): RawQuery,
-    headers: HeaderMap,
+    credentials: Credentials,
 ) -> Result<Response, ApiError> {
     let message = audit_message(raw.as_deref())
-        .map_err(|bad| service.refuse(&headers, "/tcc.v1.Admin/ListAudit", bad))?;
+        .map_err(|bad| service.refuse(&credentials, "/tcc.v1.Admin/ListAudit", bad))?;
     let page = admin(&service.grpc)
-        .list_audit(request(&headers, message)?)
+        .list_audit(request(&credentials, message)?)
         .await?
         .into_inner();
     Ok(ok(serde_json::json!({
@@ -204,9 +204,9 @@ async fn audit(
 /// unlisted `tcc.v1.Admin` method, which is admin-only (`auth/rules.rs`).
 async fn participants(
     State(service): State<Shared>,
-    headers: HeaderMap,
+    credentials: Credentials,
 ) -> Result<Response, ApiError> {
-    service.admit(&headers, "/tcc.v1.Admin/ParticipantHealth")?;
+    service.admit(&credentials, "/tcc.v1.Admin/ParticipantHealth")?;
     let list = (service.participants)().await;
     Ok(ok(serde_json::json!({
         "participants": list.iter().map(|(name, serving)| serde_json::json!({

@@ -1,8 +1,9 @@
 //! The gRPC services, called in-process: tonic clients over [`crate::server::InProcess`], each
-//! request carrying the HTTP caller's `authorization` header as its metadata, so the auth
-//! layer admits (or refuses) the HTTP caller exactly as it would over gRPC.
+//! request carrying the HTTP caller's credentials (its `authorization` header as metadata, its
+//! verified client certificate as an extension), so the auth layer admits (or refuses) the
+//! HTTP caller exactly as it would over gRPC.
 
-use axum::http::HeaderMap;
+use super::credentials::Credentials;
 
 use crate::proto::admin_client::AdminClient;
 use crate::proto::coordinator_client::CoordinatorClient;
@@ -18,11 +19,17 @@ pub fn admin(grpc: &InProcess) -> AdminClient<InProcess> {
     AdminClient::new(grpc.clone())
 }
 
-/// `message` as a gRPC request with the caller's credential. A header that cannot be metadata
+/// `message` as a gRPC request with the caller's credentials. A header that cannot be metadata
 /// (not visible ASCII) is refused here as the auth layer would refuse a bad credential.
-pub fn request<T>(headers: &HeaderMap, message: T) -> Result<tonic::Request<T>, tonic::Status> {
+pub fn request<T>(
+    credentials: &Credentials,
+    message: T,
+) -> Result<tonic::Request<T>, tonic::Status> {
     let mut request = tonic::Request::new(message);
-    if let Some(value) = headers.get(axum::http::header::AUTHORIZATION) {
+    if let Some(certificates) = credentials.certificates() {
+        request.extensions_mut().insert(certificates.clone());
+    }
+    if let Some(value) = credentials.authorization() {
         let value =
             tonic::metadata::AsciiMetadataValue::try_from(value.as_bytes()).map_err(|_| {
                 crate::auth::refusal(

@@ -5,7 +5,8 @@
 //!
 //! The JSON API has no rules of its own. Each endpoint calls the gRPC service in-process
 //! ([`crate::server::InProcess`]: the same tonic routes behind the same auth layer and
-//! overload layers, no network hop), forwarding the caller's `authorization` header; every
+//! overload layers, no network hop), forwarding the caller's credentials ([`credentials`]:
+//! its `authorization` header, and the client certificate an mTLS listener verified); every
 //! refusal, the gRPC service's or this module's own (bad JSON, an unknown field, an oversize
 //! body), is a `tonic::Status` made JSON by one function ([`error::respond`]). So a rule
 //! changed in `domain`, `auth` or `api` changes both APIs at once.
@@ -13,13 +14,13 @@
 mod admin;
 mod body;
 mod console;
+mod credentials;
 mod error;
 mod grpc;
 mod reservations;
 mod watch;
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -29,10 +30,11 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::auth::Authenticator;
+use crate::auth::{Authenticator, VerifiedClientCertificates};
 use crate::server::InProcess;
 use crate::tls::Listener;
 
+use credentials::{Credentials, HttpPeer};
 pub use error::{ApiError, http_status};
 
 /// A check run on request (readiness, participants' health), supplied by the wiring.
@@ -58,14 +60,18 @@ type Shared = Arc<HttpService>;
 
 impl HttpService {
     /// Whether the auth layer would admit this caller to the gRPC `method`
-    /// (`/tcc.v1.Service/Method`): the same [`Authenticator`], asked with the caller's header.
-    fn admit(&self, headers: &axum::http::HeaderMap, method: &str) -> Result<(), tonic::Status> {
+    /// (`/tcc.v1.Service/Method`): the same [`Authenticator`], asked with the caller's
+    /// credentials.
+    fn admit(&self, credentials: &Credentials, method: &str) -> Result<(), tonic::Status> {
         let mut probe = axum::http::Request::builder()
             .uri(method)
             .body(())
             .map_err(|e| tonic::Status::internal(format!("building the auth check: {e}")))?;
-        if let Some(v) = headers.get(header::AUTHORIZATION) {
+        if let Some(v) = credentials.authorization() {
             probe.headers_mut().insert(header::AUTHORIZATION, v.clone());
+        }
+        if let Some(certificates) = credentials.certificates() {
+            probe.extensions_mut().insert(certificates.clone());
         }
         self.auth.admit(&probe).map(|_| ())
     }
@@ -73,13 +79,8 @@ impl HttpService {
     /// Bad input found here, before any gRPC call, is answered only to a caller admitted to
     /// `method`; others get the auth layer's 401/403 whatever they sent, as over gRPC, where
     /// admission comes before the message is read.
-    fn refuse(
-        &self,
-        headers: &axum::http::HeaderMap,
-        method: &str,
-        bad: tonic::Status,
-    ) -> ApiError {
-        ApiError(self.admit(headers, method).err().unwrap_or(bad))
+    fn refuse(&self, credentials: &Credentials, method: &str, bad: tonic::Status) -> ApiError {
+        ApiError(self.admit(credentials, method).err().unwrap_or(bad))
     }
 }
 
@@ -104,14 +105,14 @@ pub async fn serve(
     service: HttpService,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = router(service);
+    // Each request knows its connection's peer: the client certificate it proved, if any.
+    let app = router(service).into_make_service_with_connect_info::<HttpPeer>();
     let (tcp, tls) = listener.into_parts();
     match tls {
         None => axum::serve(tcp, app).with_graceful_shutdown(shutdown).await,
         Some(tls) => {
-            let local = tcp.local_addr()?;
             let incoming = crate::tls::incoming::http1_stream(tcp, tls);
-            axum::serve(TlsIncoming { incoming, local }, app)
+            axum::serve(TlsIncoming { incoming }, app)
                 .with_graceful_shutdown(shutdown)
                 .await
         }
@@ -124,19 +125,24 @@ struct TlsIncoming {
     incoming: tokio::sync::mpsc::Receiver<
         std::io::Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>,
     >,
-    local: SocketAddr,
 }
 
 impl axum::serve::Listener for TlsIncoming {
     type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
-    type Addr = SocketAddr;
+    type Addr = HttpPeer;
 
-    async fn accept(&mut self) -> (Self::Io, SocketAddr) {
+    async fn accept(&mut self) -> (Self::Io, HttpPeer) {
         loop {
             match self.incoming.recv().await {
                 Some(Ok(stream)) => {
-                    let peer = stream.get_ref().0.peer_addr().unwrap_or(self.local);
-                    return (stream, peer);
+                    // Present only when the listener requires client certificates, and then
+                    // verified against `--tls-client-ca` by the handshake.
+                    let certificates = stream.get_ref().1.peer_certificates().map(|chain| {
+                        VerifiedClientCertificates(Arc::new(
+                            chain.iter().map(|c| c.clone().into_owned()).collect(),
+                        ))
+                    });
+                    return (stream, HttpPeer { certificates });
                 }
                 Some(Err(e)) => tracing::info!(error = %e, "HTTP connection failed"),
                 // The accepting task ended (its listener failed for good): nothing will come.
@@ -145,8 +151,17 @@ impl axum::serve::Listener for TlsIncoming {
         }
     }
 
-    fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        Ok(self.local)
+    /// The listener's own end proves nothing.
+    fn local_addr(&self) -> std::io::Result<HttpPeer> {
+        Ok(HttpPeer::default())
+    }
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsIncoming>>
+    for HttpPeer
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, TlsIncoming>) -> HttpPeer {
+        stream.remote_addr().clone()
     }
 }
 

@@ -8,12 +8,12 @@ use std::collections::BTreeMap;
 
 use axum::Router;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 
 use super::body::{self, duration, timestamp};
+use super::credentials::Credentials;
 use super::error::{ApiError, invalid};
 use super::grpc::{coordinator, request};
 use super::{Shared, watch};
@@ -117,15 +117,15 @@ fn reserve_message(b: ReserveBody) -> Result<proto::ReserveRequest, tonic::Statu
 
 async fn reserve(
     State(service): State<Shared>,
-    headers: HeaderMap,
+    credentials: Credentials,
     body: axum::body::Body,
 ) -> Result<Response, ApiError> {
     let message = match body::json(body).await.and_then(reserve_message) {
         Ok(message) => message,
-        Err(bad) => return Err(service.refuse(&headers, "/tcc.v1.Coordinator/Reserve", bad)),
+        Err(bad) => return Err(service.refuse(&credentials, "/tcc.v1.Coordinator/Reserve", bad)),
     };
     let r = coordinator(&service.grpc)
-        .reserve(request(&headers, message)?)
+        .reserve(request(&credentials, message)?)
         .await?
         .into_inner();
     let mut answer = crate::json::reservation(&r);
@@ -180,13 +180,13 @@ struct ExtendBody {
 async fn act(
     State(service): State<Shared>,
     Path(target): Path<String>,
-    headers: HeaderMap,
+    credentials: Credentials,
     body: axum::body::Body,
 ) -> Result<Response, ApiError> {
     let (id, verb) = split_target(&target);
     let reservation_id = id.to_owned();
     let mut client = coordinator(&service.grpc);
-    let local = |method: &str, bad| service.refuse(&headers, method, bad);
+    let local = |method: &str, bad| service.refuse(&credentials, method, bad);
     let r = match verb {
         Some("confirm") => {
             const METHOD: &str = "/tcc.v1.Coordinator/Confirm";
@@ -201,7 +201,7 @@ async fn act(
                     currency: p.currency,
                 }),
             };
-            client.confirm(request(&headers, message)?).await?
+            client.confirm(request(&credentials, message)?).await?
         }
         Some("cancel") => {
             const METHOD: &str = "/tcc.v1.Coordinator/Cancel";
@@ -211,7 +211,7 @@ async fn act(
                 hold_token: b.hold_token,
                 reason: b.reason,
             };
-            client.cancel(request(&headers, message)?).await?
+            client.cancel(request(&credentials, message)?).await?
         }
         Some("extend") => {
             const METHOD: &str = "/tcc.v1.Coordinator/Extend";
@@ -226,7 +226,7 @@ async fn act(
                     .map_err(|e| local(METHOD, e))?,
                 request_id: b.request_id,
             };
-            client.extend(request(&headers, message)?).await?
+            client.extend(request(&credentials, message)?).await?
         }
         _ => {
             return Err(unknown_verb(
@@ -251,7 +251,7 @@ pub fn unknown_verb(target: &str, method: &str, verbs: &[&str]) -> ApiError {
 async fn read(
     State(service): State<Shared>,
     Path(target): Path<String>,
-    headers: HeaderMap,
+    credentials: Credentials,
 ) -> Result<Response, ApiError> {
     let (id, verb) = split_target(&target);
     let message = proto::GetReservationRequest {
@@ -260,11 +260,11 @@ async fn read(
     match verb {
         None => {
             let r = coordinator(&service.grpc)
-                .get_reservation(request(&headers, message)?)
+                .get_reservation(request(&credentials, message)?)
                 .await?;
             Ok(ok(crate::json::reservation(r.get_ref())))
         }
-        Some("watch") => watch::stream(&service, &headers, id).await,
+        Some("watch") => watch::stream(&service, &credentials, id).await,
         Some(_) => Err(unknown_verb(&target, "GET", &["watch"])),
     }
 }
@@ -297,12 +297,12 @@ pub fn state(field: &str, name: &str) -> Result<i32, tonic::Status> {
 async fn list(
     State(service): State<Shared>,
     RawQuery(raw): RawQuery,
-    headers: HeaderMap,
+    credentials: Credentials,
 ) -> Result<Response, ApiError> {
     let message = list_message(raw.as_deref())
-        .map_err(|bad| service.refuse(&headers, "/tcc.v1.Coordinator/ListReservations", bad))?;
+        .map_err(|bad| service.refuse(&credentials, "/tcc.v1.Coordinator/ListReservations", bad))?;
     let page = coordinator(&service.grpc)
-        .list_reservations(request(&headers, message)?)
+        .list_reservations(request(&credentials, message)?)
         .await?
         .into_inner();
     Ok(ok(crate::json::reservations(

@@ -9,11 +9,12 @@
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use futures_util::StreamExt;
 
 use super::HttpService;
+use super::credentials::Credentials;
 use super::error::ApiError;
 use super::grpc::{coordinator, request};
 use crate::proto;
@@ -28,14 +29,14 @@ fn event(name: &str, data: &serde_json::Value) -> Bytes {
 
 pub async fn stream(
     service: &HttpService,
-    headers: &HeaderMap,
+    credentials: &Credentials,
     id: &str,
 ) -> Result<Response, ApiError> {
     let message = proto::WatchReservationRequest {
         reservation_id: id.to_owned(),
     };
     let changes = coordinator(&service.grpc)
-        .watch_reservation(request(headers, message)?)
+        .watch_reservation(request(credentials, message)?)
         .await?
         .into_inner();
     // The state: the gRPC stream while it is open, `None` once the last event is sent.

@@ -186,3 +186,129 @@ async fn participants_know_the_coordinator_by_its_client_certificate(pool: PgPoo
         "the impostor's Try held nothing"
     );
 }
+
+/// Over HTTPS with a client CA, the JSON API takes a verified client certificate as the gRPC
+/// port does (it calls the same auth layer in-process): a caller known by its certificate
+/// alone reserves and lists its own; a certificate that is nobody's identity is 401.
+#[sqlx::test(migrations = false)]
+async fn the_json_api_takes_a_client_certificate_as_the_grpc_port_does(pool: PgPool) {
+    let (files, ca) = (Files::new(), Ca::new("holdfast auth CA"));
+    let admin = Principal::new("ops", &[holdfast::auth::Role::Admin]);
+    let principals = PrincipalsFile::new(&[&admin]);
+    principals.write(
+        &[&admin],
+        "[[principal]]\nname = \"shop\"\nroles = [\"client\"]\ntls_identity = \"shop.holdfast.test\"\n",
+    );
+    let noop = spawn_participant(holdfast::participants::Kind::Noop, &pool).await;
+    let mut s = settings(&[("noop", &noop)]);
+    s.access.auth = principals.authenticator();
+    s.participant_transport.allow_plaintext = true;
+    let (grpc, http) = (
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    );
+    let (grpc_addr, http_addr) = (grpc.local_addr().unwrap(), http.local_addr().unwrap());
+    let tls = files.server_tls("coordinator", &ca.issue("coordinator"), Some(&ca));
+    let store = holdfast::store::PgStore::from_pool(pool.clone());
+    store.migrate().await.unwrap();
+    tokio::spawn(holdfast::app::serve_coordinator_with_http(
+        s,
+        store,
+        Listener::new(grpc, Some(tls.clone())),
+        Some(Listener::new(http, Some(tls))),
+        std::future::pending(),
+    ));
+
+    let shop = ca.issue("shop");
+    let reserve = r#"{"request_id":"o-h1","holder":"h","holds":[{"participant":"noop","resource":"x","quantity":1}]}"#;
+    let held = https_call(http_addr, &ca, &shop, "POST", "/v1/reservations", reserve).await;
+    assert!(held.starts_with("HTTP/1.1 200"), "{held}");
+    assert!(held.contains(r#""state":"HELD""#), "{held}");
+    let listed = https_call(http_addr, &ca, &shop, "GET", "/v1/reservations", "").await;
+    assert!(listed.starts_with("HTTP/1.1 200"), "{listed}");
+    // Recorded as the shop's: its certificate over gRPC lists the same one.
+    let mut grpc_shop = CoordinatorClient::new(tls_channel(grpc_addr, &ca, Some(&shop)));
+    let mine = grpc_shop
+        .list_reservations(proto::ListReservationsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(mine.reservations.len(), 1);
+    assert!(listed.contains(&mine.reservations[0].id), "{listed}");
+
+    // Signed by the CA, but nobody's identity: refused as over gRPC, nothing recorded.
+    let intruder = ca.issue("intruder");
+    let refused = https_call(
+        http_addr,
+        &ca,
+        &intruder,
+        "POST",
+        "/v1/reservations",
+        reserve,
+    )
+    .await;
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    assert!(refused.contains("UNAUTHENTICATED"), "{refused}");
+    let all = grpc_shop
+        .list_reservations(keyed(proto::ListReservationsRequest::default(), &admin.key))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        all.reservations.len(),
+        1,
+        "only the shop's Reserve was recorded"
+    );
+}
+
+/// One HTTP/1.1 request over TLS to `addr` (trusting `ca`, presenting `identity`), with `body`
+/// as JSON when not empty; the whole answer as text, read until the server closes.
+async fn https_call(
+    addr: std::net::SocketAddr,
+    ca: &Ca,
+    identity: &crate::tls::pki::Leaf,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> String {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca.pem.as_bytes()).unwrap())
+        .unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(holdfast::tls::crypto_provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(
+            vec![CertificateDer::from(identity.der.clone())],
+            PrivateKeyDer::from_pem_slice(identity.key.as_bytes()).unwrap(),
+        )
+        .unwrap();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut stream = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        stream.read_to_end(&mut answer),
+    )
+    .await
+    .expect("an answer within 30 s");
+    // A server that closes without TLS close_notify ends the answer all the same.
+    if let Err(e) = read {
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof, "{e}");
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}

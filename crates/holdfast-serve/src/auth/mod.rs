@@ -5,7 +5,9 @@
 //!   needs any principal; everything unlisted is admin-only);
 //! - the caller proves who it is with `authorization: Bearer <key>` (the principals file holds
 //!   only the key's SHA-256, compared in constant time) or a verified client certificate whose
-//!   DNS SAN or CN is a principal's `tls_identity` ([`identity`]);
+//!   DNS SAN or CN is a principal's `tls_identity` ([`identity`]): the TLS connection's, or on an
+//!   in-process request the one a listener of this process verified
+//!   ([`VerifiedClientCertificates`]);
 //! - an admitted request carries its [`Caller`] in its extensions; handlers that scope data by
 //!   owner (the coordinator's `api`) read it there.
 //!
@@ -24,6 +26,7 @@ pub mod rules;
 use std::path::Path;
 use std::sync::Arc;
 
+use rustls_pki_types::CertificateDer;
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 
 use crate::watched::{FileError, Source, Watched};
@@ -74,6 +77,13 @@ impl Role {
         }
     }
 }
+
+/// A client certificate chain a TLS listener of this process verified, carried on a request
+/// that reaches the auth layer in-process (the HTTP API's calls to the gRPC routes): the auth
+/// layer identifies its caller by it as it would a gRPC caller's certificate. Request
+/// extensions never come from the wire, so only code in this process can attach one.
+#[derive(Clone, Debug)]
+pub struct VerifiedClientCertificates(pub Arc<Vec<CertificateDer<'static>>>);
 
 /// The authenticated caller of one request: a principal and its roles.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -267,10 +277,15 @@ fn identify<B>(principals: &Principals, request: &http::Request<B>) -> Result<Ca
             .cloned()
             .ok_or_else(|| "unknown API key".to_owned());
     }
-    let certs = request
-        .extensions()
+    let extensions = request.extensions();
+    let certs = extensions
         .get::<TlsConnectInfo<TcpConnectInfo>>()
-        .and_then(TlsConnectInfo::peer_certs);
+        .and_then(TlsConnectInfo::peer_certs)
+        .or_else(|| {
+            extensions
+                .get::<VerifiedClientCertificates>()
+                .map(|v| v.0.clone())
+        });
     match certs {
         Some(chain) => {
             let ids = identity::of_chain(&chain);
