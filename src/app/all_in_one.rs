@@ -184,6 +184,9 @@ pub async fn serve_all_in_one(
         let mut redis_settings = stock_redis::StockRedisSettings::new(redis_url);
         redis_settings.retention = coordinator.redis_retention;
         redis_settings.auth = access.auth.clone();
+        if let Some(clock) = &test_clock {
+            redis_settings.clock = clock.participants().clone();
+        }
         tasks.spawn(async move {
             stock_redis::serve(redis_settings, pool, listener, stop)
                 .await

@@ -57,6 +57,12 @@ impl ParticipantClock {
             .unwrap_or(now)
     }
 
+    /// How far this clock is ahead of the host's, in microseconds (zero outside test mode):
+    /// for a participant whose own store keeps another clock (Redis's), to read it moved alike.
+    pub fn offset_us(&self) -> i64 {
+        self.inner.offset_us.load(Ordering::Relaxed)
+    }
+
     /// Moves the offset to `offset_us` microseconds, unless it is already there or beyond
     /// (the clock never moves back).
     pub fn move_to(&self, offset_us: i64) {

@@ -16,16 +16,17 @@ impl StockRedis {
     /// Checks a Try as every participant does (stock: no slots; `expires_at` within
     /// `max_hold`), items in lock order.
     pub(super) fn check_try(&self, branch: TryBranch) -> Result<TryBranch, ResourceError> {
-        validate::check_try(
+        validate::check_try_at(
             branch,
             self.inner.max_hold,
+            self.inner.clock.now(),
             crate::participants::stock::validate_items,
         )
     }
 
     /// Checks an Extend's deadline as every participant does (`expires_at` within `max_hold`).
     pub(super) fn check_extend(&self, expires_at: DateTime<Utc>) -> Result<(), ResourceError> {
-        validate::check_max_hold(expires_at, self.inner.max_hold, Utc::now())
+        validate::check_max_hold(expires_at, self.inner.max_hold, self.inner.clock.now())
     }
 
     /// Extend: a held branch keeps its units at least until `expires_at + orphan_grace` (one

@@ -80,6 +80,9 @@ pub struct StockRedisSettings {
     pub reconcile_every: Duration,
     /// Who may call (`--auth-keys`; default: authentication off).
     pub auth: crate::auth::Authenticator,
+    /// The clock `--max-hold` and the orphan reclaim are judged by: the host's (and Redis's)
+    /// by default; in test mode the deployment's, whose moves run the reclaim at once.
+    pub clock: crate::participant::ParticipantClock,
 }
 
 impl StockRedisSettings {
@@ -94,6 +97,7 @@ impl StockRedisSettings {
             max_hold: crate::participant::DEFAULT_MAX_HOLD,
             reconcile_every: Duration::from_secs(1),
             auth: crate::auth::Authenticator::Off,
+            clock: Default::default(),
         }
     }
 }
@@ -121,6 +125,7 @@ struct Inner {
     floor: AtomicI64,
     wake: tokio::sync::Notify,
     auth: crate::auth::Authenticator,
+    clock: crate::participant::ParticipantClock,
 }
 
 impl StockRedis {
@@ -155,6 +160,7 @@ impl StockRedis {
                 retention_ms,
                 tombstone_ms,
                 max_hold: settings.max_hold,
+                clock: settings.clock.clone(),
                 floor: AtomicI64::new(0),
                 wake: tokio::sync::Notify::new(),
                 auth: settings.auth.clone(),
@@ -204,6 +210,9 @@ impl StockRedis {
     ) -> Result<(), ParticipantError> {
         self.reconcile().await?;
         let reconciler = self.spawn_reconciler(reconcile_every);
+        // Kept alive while serving: a move of the clock (test mode) runs a pass.
+        let on_clock_move: Arc<dyn crate::participant::OrphanReclaim> = Arc::new(self.clone());
+        self.inner.clock.register_reclaim(&on_clock_move);
         let auth = self.inner.auth.clone();
         let routes = Routes::new(ParticipantServer::new(self.clone()))
             .add_service(ResourceAdminServer::new(self));
@@ -217,6 +226,7 @@ impl StockRedis {
         )
         .await;
         reconciler.abort();
+        drop(on_clock_move);
         Ok(result?)
     }
 }

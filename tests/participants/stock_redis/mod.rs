@@ -2,10 +2,12 @@
 //! Postgres (a fresh database per test), over gRPC on loopback. The SDK barrier suite in
 //! `barrier.rs` runs against it as well (it is in `ALL`); these cover what is specific to
 //! Redis, by topic: `holds` (the storm, barrier disorder, resizing), `recovery` (the
-//! reconciler's reclaim, losing the Redis data), `retention` (when finished records expire)
-//! and `rate` (an ignored benchmark). This file is their harness: a participant of its own
-//! per test, its clients, and views of its Redis keys and durable records.
+//! reconciler's reclaim, losing the Redis data), `clock` (a moved test clock), `retention`
+//! (when finished records expire) and `rate` (an ignored benchmark). This file is their
+//! harness: a participant of its own per test, its clients, and views of its Redis keys and
+//! durable records.
 
+mod clock;
 mod extend;
 mod holds;
 mod rate;
