@@ -49,6 +49,8 @@ struct Stack {
     testing: TestingClient<Channel>,
     addr: SocketAddr,
     seats: String,
+    /// Between the coordinator and seats (passes everything unless told otherwise).
+    network: Relay,
     stop: Vec<oneshot::Sender<()>>,
     dir: Option<PathBuf>,
 }
@@ -98,8 +100,9 @@ async fn stack(
         .unwrap();
     let seats_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let seats = format!("http://{}", seats_listener.local_addr().unwrap());
+    let network = Relay::start(&seats).await;
     let mut participant = ParticipantSettings::new(Kind::Seats);
-    let mut coordinator = settings(&[("seats", &seats)]);
+    let mut coordinator = settings(&[("seats", &network.url)]);
     tune(&mut participant, &mut coordinator);
     let (participant_clock, participant_stop) = (clock.clone(), stopper(&mut stop));
     tokio::spawn(async move {
@@ -135,6 +138,7 @@ async fn stack(
         testing: TestingClient::connect(url).await.unwrap(),
         addr,
         seats,
+        network,
         stop,
         dir,
     }
@@ -298,6 +302,69 @@ async fn expire_now_releases_held_and_refuses_decided_on_sqlite() {
 #[sqlx::test(migrations = false)]
 async fn expire_now_releases_held_and_refuses_decided_on_postgres(pool: PgPool) {
     expire_now_releases_held_and_refuses_decided(Backend::Postgres(pg_url(&pool))).await;
+}
+
+/// ExpireNow on a reservation still `TRYING` (its Try landed, the answer held up on the way
+/// back): the call changes nothing it cannot yet (the placer still holds the reservation) and
+/// answers it `TRYING`; once the placement ends the reservation is released without another
+/// call - `EXPIRED`, its seat free.
+#[sqlx::test(migrations = false)]
+async fn expire_now_on_a_trying_reservation_releases_it_once_placed(pool: PgPool) {
+    let mut s = stack(Backend::Postgres(pg_url(&pool)), |_, c| {
+        c.policy.sweep_interval = Duration::from_millis(100);
+    })
+    .await;
+    s.network.hold_replies(true);
+    let mut client = s.client.clone();
+    let placing = tokio::spawn(async move {
+        let mut req = reserve_request("trying-1", vec![hold("seats", "A1")]);
+        req.ttl = Some(proto_duration(Duration::from_secs(600)));
+        client.reserve(req).await
+    });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while s.seat("A1").await != (1, 0) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the Try never landed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let listed = s
+        .client
+        .list_reservations(proto::ListReservationsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let [trying] = listed.reservations.as_slice() else {
+        panic!("one reservation: {listed:?}");
+    };
+    assert_eq!(state_of(trying), State::Trying);
+    let answered = s
+        .testing
+        .expire_now(proto::ExpireNowRequest {
+            reservation_id: trying.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(&answered), State::Trying, "{answered:?}");
+
+    s.network.hold_replies(false);
+    let placed = placing.await.unwrap();
+    // A reservation past its expires_at reads EXPIRED at once (expiry is lazy, SPEC 2); the
+    // seat comes back when the release that follows reaches it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (now, seat) = (s.get(&trying.id).await, s.seat("A1").await);
+        if state_of(&now) == State::Expired && seat == (0, 1) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never released: {now:?}, seat (held, available) {seat:?}; the Reserve answered {placed:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Eight clients move the clock at once while holds lapse: the moves add up exactly, and each
