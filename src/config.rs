@@ -375,6 +375,11 @@ pub struct CoordinatorArgs {
     #[arg(long, env = "HOLDFAST_REDIS_URL")]
     pub redis_url: Option<String>,
 
+    /// All-in-one `stock-redis`: the prefix of every Redis key it owns (two deployments on one
+    /// Redis need two prefixes).
+    #[arg(long, env = "HOLDFAST_REDIS_PREFIX", default_value = crate::participants::stock_redis::DEFAULT_PREFIX)]
+    pub redis_prefix: String,
+
     /// All-in-one `stock-redis`: how long a finished branch record stays in Redis past its
     /// hold's `expires_at + orphan_grace`.
     #[arg(long, env = "HOLDFAST_REDIS_RETENTION", default_value = "168h", value_parser = parse_duration)]
@@ -483,6 +488,7 @@ impl CoordinatorArgs {
         );
         line("request_timeout", d(self.request_timeout));
         line("redis_retention", d(self.redis_retention));
+        line("redis_prefix", format!("{:?}", self.redis_prefix));
         match &self.redis_url {
             Some(url) => line("redis_url", format!("\"{}\"", mask_password(url))),
             None => out.push_str("# redis_url: not set (no stock-redis participant)\n"),

@@ -183,6 +183,7 @@ pub async fn serve_all_in_one(
         let stop = stopped(stop_rx.clone());
         let mut redis_settings = stock_redis::StockRedisSettings::new(redis_url);
         redis_settings.retention = coordinator.redis_retention;
+        redis_settings.key_prefix = coordinator.redis_prefix.clone();
         redis_settings.auth = access.auth.clone();
         if let Some(clock) = &test_clock {
             redis_settings.clock = clock.participants().clone();

@@ -5,7 +5,8 @@
 //! checked against what answers), `crash` (SIGKILL and restart), `config`
 //! (settings precedence, bad configuration), `bench` (`holdfast bench` end to end), `shutdown`
 //! (SIGTERM with a Watch open), `dashboards` (deploy/'s PromQL against live /metrics), `split` (the coordinator and participant roles as processes of
-//! their own: SIGKILLs and terminated database connections mid-flight), `upgrade` (a data
+//! their own: SIGKILLs and terminated database connections mid-flight), `stock_redis` (the
+//! all-in-one's stock-redis under its own key prefix, on the test clock), `upgrade` (a data
 //! folder an earlier holdfast made).
 
 mod banner;
@@ -15,6 +16,7 @@ mod crash;
 mod dashboards;
 mod shutdown;
 mod split;
+mod stock_redis;
 mod upgrade;
 
 use std::fs::File;
