@@ -136,15 +136,33 @@ pub(crate) async fn tls_connect(
     ca: &Ca,
     alpn: &[u8],
 ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, std::io::Error> {
+    tls_connect_as(addr, ca, alpn, None).await
+}
+
+/// [`tls_connect`] presenting `identity` as the client certificate when given.
+pub(crate) async fn tls_connect_as(
+    addr: SocketAddr,
+    ca: &Ca,
+    alpn: &[u8],
+    identity: Option<&Leaf>,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, std::io::Error> {
     let mut roots = rustls::RootCertStore::empty();
     roots
         .add(CertificateDer::from_pem_slice(ca.pem.as_bytes()).unwrap())
         .unwrap();
-    let mut config = rustls::ClientConfig::builder_with_provider(holdfast::tls::crypto_provider())
+    let builder = rustls::ClientConfig::builder_with_provider(holdfast::tls::crypto_provider())
         .with_safe_default_protocol_versions()
         .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .with_root_certificates(roots);
+    let mut config = match identity {
+        None => builder.with_no_client_auth(),
+        Some(leaf) => builder
+            .with_client_auth_cert(
+                vec![CertificateDer::from(leaf.der.clone())],
+                rustls_pki_types::PrivateKeyDer::from_pem_slice(leaf.key.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+    };
     config.alpn_protocols = vec![alpn.to_vec()];
     let tcp = TcpStream::connect(addr).await?;
     tokio_rustls::TlsConnector::from(Arc::new(config))

@@ -16,30 +16,8 @@ use crate::tls::tls_channel;
 
 #[sqlx::test(migrations = false)]
 async fn a_client_certificate_is_the_principal_its_identity_names(pool: PgPool) {
-    let (files, ca) = (Files::new(), Ca::new("holdfast auth CA"));
-    let admin = Principal::new("ops", &[holdfast::auth::Role::Admin]);
-    let principals = PrincipalsFile::new(&[&admin]);
-    // "shop" is known by its certificate only (Ca::issue puts shop.holdfast.test in the SAN).
-    principals.write(
-        &[&admin],
-        "[[principal]]\nname = \"shop\"\nroles = [\"client\"]\ntls_identity = \"shop.holdfast.test\"\n",
-    );
-    let noop = spawn_participant(holdfast::participants::Kind::Noop, &pool).await;
-    let mut s = settings(&[("noop", &noop)]);
-    s.access.auth = principals.authenticator();
-    s.participant_transport.allow_plaintext = true;
-    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = tcp.local_addr().unwrap();
-    let tls = files.server_tls("coordinator", &ca.issue("coordinator"), Some(&ca));
-    let store = holdfast::store::PgStore::from_pool(pool.clone());
-    store.migrate().await.unwrap();
-    tokio::spawn(holdfast::app::serve_coordinator(
-        s,
-        store,
-        Listener::new(tcp, Some(tls)),
-        std::future::pending(),
-    ));
-
+    let stack = cert_shop(&pool).await;
+    let (ca, admin, addr) = (&stack.ca, &stack.admin, stack.grpc);
     let mut shop = CoordinatorClient::new(tls_channel(addr, &ca, Some(&ca.issue("shop"))));
     let r = shop
         .reserve(reserve_request("o-1", vec![hold("noop", "x")]))
@@ -192,33 +170,9 @@ async fn participants_know_the_coordinator_by_its_client_certificate(pool: PgPoo
 /// alone reserves and lists its own; a certificate that is nobody's identity is 401.
 #[sqlx::test(migrations = false)]
 async fn the_json_api_takes_a_client_certificate_as_the_grpc_port_does(pool: PgPool) {
-    let (files, ca) = (Files::new(), Ca::new("holdfast auth CA"));
-    let admin = Principal::new("ops", &[holdfast::auth::Role::Admin]);
-    let principals = PrincipalsFile::new(&[&admin]);
-    principals.write(
-        &[&admin],
-        "[[principal]]\nname = \"shop\"\nroles = [\"client\"]\ntls_identity = \"shop.holdfast.test\"\n",
-    );
-    let noop = spawn_participant(holdfast::participants::Kind::Noop, &pool).await;
-    let mut s = settings(&[("noop", &noop)]);
-    s.access.auth = principals.authenticator();
-    s.participant_transport.allow_plaintext = true;
-    let (grpc, http) = (
-        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
-        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
-    );
-    let (grpc_addr, http_addr) = (grpc.local_addr().unwrap(), http.local_addr().unwrap());
-    let tls = files.server_tls("coordinator", &ca.issue("coordinator"), Some(&ca));
-    let store = holdfast::store::PgStore::from_pool(pool.clone());
-    store.migrate().await.unwrap();
-    tokio::spawn(holdfast::app::serve_coordinator_with_http(
-        s,
-        store,
-        Listener::new(grpc, Some(tls.clone())),
-        Some(Listener::new(http, Some(tls))),
-        std::future::pending(),
-    ));
-
+    let stack = cert_shop(&pool).await;
+    let (ca, admin) = (&stack.ca, &stack.admin);
+    let (grpc_addr, http_addr) = (stack.grpc, stack.http);
     let shop = ca.issue("shop");
     let reserve = r#"{"request_id":"o-h1","holder":"h","holds":[{"participant":"noop","resource":"x","quantity":1}]}"#;
     let held = https_call(http_addr, &ca, &shop, "POST", "/v1/reservations", reserve).await;
@@ -261,6 +215,55 @@ async fn the_json_api_takes_a_client_certificate_as_the_grpc_port_does(pool: PgP
     );
 }
 
+/// A coordinator serving mTLS (client CA `ca`) on its gRPC port and its JSON API, a noop
+/// participant behind it, and two principals: `ops` (admin, by key) and `shop` (client, known
+/// by its certificate only: `Ca::issue` puts `shop.holdfast.test` in the SAN).
+struct CertShop {
+    ca: Ca,
+    admin: Principal,
+    grpc: std::net::SocketAddr,
+    http: std::net::SocketAddr,
+    _files: Files,
+    _principals: PrincipalsFile,
+}
+
+async fn cert_shop(pool: &PgPool) -> CertShop {
+    let (files, ca) = (Files::new(), Ca::new("holdfast auth CA"));
+    let admin = Principal::new("ops", &[holdfast::auth::Role::Admin]);
+    let principals = PrincipalsFile::new(&[&admin]);
+    principals.write(
+        &[&admin],
+        "[[principal]]\nname = \"shop\"\nroles = [\"client\"]\ntls_identity = \"shop.holdfast.test\"\n",
+    );
+    let noop = spawn_participant(holdfast::participants::Kind::Noop, pool).await;
+    let mut s = settings(&[("noop", &noop)]);
+    s.access.auth = principals.authenticator();
+    s.participant_transport.allow_plaintext = true;
+    let (grpc, http) = (
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    );
+    let (grpc_addr, http_addr) = (grpc.local_addr().unwrap(), http.local_addr().unwrap());
+    let tls = files.server_tls("coordinator", &ca.issue("coordinator"), Some(&ca));
+    let store = holdfast::store::PgStore::from_pool(pool.clone());
+    store.migrate().await.unwrap();
+    tokio::spawn(holdfast::app::serve_coordinator_with_http(
+        s,
+        store,
+        Listener::new(grpc, Some(tls.clone())),
+        Some(Listener::new(http, Some(tls))),
+        std::future::pending(),
+    ));
+    CertShop {
+        ca,
+        admin,
+        grpc: grpc_addr,
+        http: http_addr,
+        _files: files,
+        _principals: principals,
+    }
+}
+
 /// One HTTP/1.1 request over TLS to `addr` (trusting `ca`, presenting `identity`), with `body`
 /// as JSON when not empty; the whole answer as text, read until the server closes.
 async fn https_call(
@@ -271,26 +274,8 @@ async fn https_call(
     path: &str,
     body: &str,
 ) -> String {
-    use rustls_pki_types::pem::PemObject;
-    use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(ca.pem.as_bytes()).unwrap())
-        .unwrap();
-    let mut config = rustls::ClientConfig::builder_with_provider(holdfast::tls::crypto_provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_client_auth_cert(
-            vec![CertificateDer::from(identity.der.clone())],
-            PrivateKeyDer::from_pem_slice(identity.key.as_bytes()).unwrap(),
-        )
-        .unwrap();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let mut stream = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
-        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+    let mut stream = crate::tls::tls_connect_as(addr, ca, b"http/1.1", Some(identity))
         .await
         .unwrap();
     let request = format!(
