@@ -16,8 +16,15 @@ use crate::tls::tls_channel;
 
 #[sqlx::test(migrations = false)]
 async fn a_client_certificate_is_the_principal_its_identity_names(pool: PgPool) {
-    let stack = cert_shop(&pool).await;
-    let (ca, admin, addr) = (&stack.ca, &stack.admin, stack.grpc);
+    // The files and the principals file stay bound: the coordinator re-reads them.
+    let CertShop {
+        ca,
+        admin,
+        grpc: addr,
+        _files,
+        _principals,
+        ..
+    } = cert_shop(&pool).await;
     let mut shop = CoordinatorClient::new(tls_channel(addr, &ca, Some(&ca.issue("shop"))));
     let r = shop
         .reserve(reserve_request("o-1", vec![hold("noop", "x")]))
@@ -170,9 +177,14 @@ async fn participants_know_the_coordinator_by_its_client_certificate(pool: PgPoo
 /// alone reserves and lists its own; a certificate that is nobody's identity is 401.
 #[sqlx::test(migrations = false)]
 async fn the_json_api_takes_a_client_certificate_as_the_grpc_port_does(pool: PgPool) {
-    let stack = cert_shop(&pool).await;
-    let (ca, admin) = (&stack.ca, &stack.admin);
-    let (grpc_addr, http_addr) = (stack.grpc, stack.http);
+    let CertShop {
+        ca,
+        admin,
+        grpc: grpc_addr,
+        http: http_addr,
+        _files,
+        _principals,
+    } = cert_shop(&pool).await;
     let shop = ca.issue("shop");
     let reserve = r#"{"request_id":"o-h1","holder":"h","holds":[{"participant":"noop","resource":"x","quantity":1}]}"#;
     let held = https_call(http_addr, &ca, &shop, "POST", "/v1/reservations", reserve).await;
