@@ -1,12 +1,17 @@
 //! The SDK as its own crate (issue #22): a participant team depends on `holdfast-participant`
 //! (and through it `holdfast-serve`) without pulling the coordinator, Redis, the OpenTelemetry
-//! SDK or the Prometheus exporter; and its barrier migrations apply on their own, beside an
-//! author's migrations, on either database.
+//! SDK or the Prometheus exporter, nor the driver of a database it does not use; and its
+//! barrier migrations apply on their own, beside an author's migrations, on either database.
 
 use sqlx::PgPool;
 
 /// The crates `package`'s normal dependency tree names (one per line, no prefix).
 fn tree_of(package: &str) -> Vec<String> {
+    tree_with(package, &[])
+}
+
+/// [`tree_of`] with `features` (e.g. `--no-default-features --features postgres`).
+fn tree_with(package: &str, features: &[&str]) -> Vec<String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = std::process::Command::new(cargo)
         .args([
@@ -19,6 +24,7 @@ fn tree_of(package: &str) -> Vec<String> {
             "--prefix",
             "none",
         ])
+        .args(features)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("run cargo tree");
@@ -56,6 +62,33 @@ fn the_participant_crate_pulls_no_coordinator_redis_or_telemetry_sdk() {
             assert!(
                 !crates.iter().any(|c| c == banned),
                 "{package} depends on {banned}"
+            );
+        }
+    }
+}
+
+/// A team on one database builds without the other's driver (SQLite's is C, compiled from
+/// source): `default-features = false` and the feature of its database. (`.ci/run` compiles
+/// both such builds.)
+#[test]
+fn a_participant_on_one_database_pulls_only_that_driver() {
+    for (feature, kept, left_out) in [
+        (
+            "postgres",
+            "sqlx-postgres",
+            &["sqlx-sqlite", "libsqlite3-sys"][..],
+        ),
+        ("sqlite", "sqlx-sqlite", &["sqlx-postgres"][..]),
+    ] {
+        let crates = tree_with(
+            "holdfast-participant",
+            &["--no-default-features", "--features", feature],
+        );
+        assert!(crates.iter().any(|c| c == kept), "{feature}: no {kept}");
+        for other in left_out {
+            assert!(
+                !crates.iter().any(|c| c == other),
+                "{feature} only, yet {other} is in the tree"
             );
         }
     }

@@ -60,6 +60,7 @@
 //! nothing.
 
 // The serving layer's SQLite clock macro, for the barrier's SQLite statements.
+#[cfg(feature = "sqlite")]
 #[macro_use]
 extern crate holdfast_serve;
 
@@ -80,11 +81,27 @@ pub mod wire;
 // Serving a participant: its port (TLS, API keys, health, reflection) and its database pools.
 pub use holdfast_serve::{auth, db, server, tls};
 
+#[cfg(not(any(feature = "postgres", feature = "sqlite")))]
+compile_error!(
+    "holdfast-participant needs a database: enable the `postgres` or the `sqlite` feature"
+);
+
+/// The database a [`Resource`] and a [`ParticipantService`] are for when none is named:
+/// PostgreSQL, or SQLite in a build without the `postgres` feature.
+#[cfg(feature = "postgres")]
+pub type DefaultDatabase = sqlx::Postgres;
+/// The database a [`Resource`] and a [`ParticipantService`] are for when none is named:
+/// PostgreSQL, or SQLite in a build without the `postgres` feature.
+#[cfg(not(feature = "postgres"))]
+pub type DefaultDatabase = sqlx::Sqlite;
+
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
+#[cfg(feature = "postgres")]
+pub use barrier::branch_counts;
 pub use barrier::{
-    Backend, BarrierPhase, BarrierRow, BranchCounts, HeldBarrierMove, HeldBarrierRow, branch_counts,
+    Backend, BarrierPhase, BarrierRow, BranchCounts, HeldBarrierMove, HeldBarrierRow,
 };
 pub use clock::{OrphanReclaim, ParticipantClock};
 pub use error::ResourceError;
@@ -215,7 +232,7 @@ pub enum ExtendAnswer {
 /// `DB` is the database: [`sqlx::Postgres`] (the default) or [`sqlx::Sqlite`]; `conn` is that
 /// database's connection (`&mut PgConnection`, `&mut SqliteConnection`).
 #[async_trait]
-pub trait Resource<DB: Backend = sqlx::Postgres>: Send + Sync + 'static {
+pub trait Resource<DB: Backend = DefaultDatabase>: Send + Sync + 'static {
     /// Checks items beyond what the SDK checks (non-empty resource <= 128 bytes, quantity >= 1,
     /// valid slot, no duplicates), e.g. "a seat holds exactly 1". Runs before any write.
     fn validate(&self, items: &[Item]) -> Result<(), ResourceError> {

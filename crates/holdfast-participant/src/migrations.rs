@@ -10,8 +10,12 @@
 
 use std::sync::LazyLock;
 
+use sqlx::Pool;
+#[cfg(feature = "postgres")]
+use sqlx::Postgres;
+#[cfg(feature = "sqlite")]
+use sqlx::Sqlite;
 use sqlx::migrate::{MigrateError, Migrator};
-use sqlx::{Pool, Postgres, Sqlite};
 
 use crate::Backend;
 
@@ -19,9 +23,11 @@ use crate::Backend;
 pub const MIGRATIONS_TABLE: &str = "_holdfast_barrier_migrations";
 
 /// The barrier's PostgreSQL migrations, as embedded (sqlx's default tracking table).
+#[cfg(feature = "postgres")]
 pub static POSTGRES: Migrator = sqlx::migrate!("./migrations/postgres");
 
 /// The barrier's SQLite migrations, as embedded (sqlx's default tracking table).
+#[cfg(feature = "sqlite")]
 pub static SQLITE: Migrator = sqlx::migrate!("./migrations/sqlite");
 
 fn tracked_apart(embedded: &Migrator) -> Migrator {
@@ -30,13 +36,17 @@ fn tracked_apart(embedded: &Migrator) -> Migrator {
     migrator
 }
 
+#[cfg(feature = "postgres")]
 static POSTGRES_APART: LazyLock<Migrator> = LazyLock::new(|| tracked_apart(&POSTGRES));
+#[cfg(feature = "sqlite")]
 static SQLITE_APART: LazyLock<Migrator> = LazyLock::new(|| tracked_apart(&SQLITE));
 
+#[cfg(feature = "postgres")]
 pub(crate) async fn run_postgres(pool: &Pool<Postgres>) -> Result<(), MigrateError> {
     POSTGRES_APART.run(pool).await
 }
 
+#[cfg(feature = "sqlite")]
 pub(crate) async fn run_sqlite(pool: &Pool<Sqlite>) -> Result<(), MigrateError> {
     SQLITE_APART.run(pool).await
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use holdfast_serve::db::WriteTransaction;
-use sqlx::{Pool, Postgres};
+use sqlx::Pool;
 
 use super::barrier::{Backend, BarrierPhase, HeldBarrierMove};
 use super::barrier_only::BarrierOnlyWrites;
@@ -44,7 +44,7 @@ const AFTER_MOVE_RECLAIM_BATCH: usize = 10_000;
 /// [`cancel_branch`](Self::cancel_branch)) are public for in-process use and tests.
 ///
 /// `DB` is the database ([`sqlx::Postgres`] by default, or [`sqlx::Sqlite`]).
-pub struct ParticipantService<R, DB: Backend = Postgres> {
+pub struct ParticipantService<R, DB: Backend = crate::DefaultDatabase> {
     pub(super) name: Arc<str>,
     pub(super) resource: Arc<R>,
     pub(super) pool: Pool<DB>,

@@ -3,15 +3,24 @@
 //! and a held branch's move to `confirmed` or `cancelled` ([`HeldBarrierMove`]). The SDK
 //! binds the barrier's values; the resource writes the rest of the statement around them.
 
+#[cfg(feature = "postgres")]
 use sqlx::postgres::{PgArguments, PgRow};
+#[cfg(feature = "postgres")]
 use sqlx::query::Query;
+#[cfg(feature = "postgres")]
 use sqlx::{Postgres, Row};
 
-use super::{BarrierPhase, encode_items};
-use crate::{BranchCtx, BranchKey, ResourceError, TryAnswer};
+use super::BarrierPhase;
+#[cfg(feature = "postgres")]
+use super::encode_items;
+use crate::{BranchCtx, BranchKey};
+#[cfg(feature = "postgres")]
+use crate::{ResourceError, TryAnswer};
 
 /// A first Try's barrier row, answered `Held`, for a resource that writes its Try and this row
-/// in one statement ([`crate::Resource::try_hold_in_one`], PostgreSQL only).
+/// in one statement ([`crate::Resource::try_hold_in_one`], PostgreSQL only: without the
+/// `postgres` feature it only names the trait method's parameter).
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub struct HeldBarrierRow<'a> {
     participant: &'a str,
     branch: &'a BranchCtx,
@@ -67,6 +76,7 @@ impl<'a> HeldBarrierRow<'a> {
     /// inserted: `(SELECT count(*) FROM barrier)`) and `found` (`NOT` [`HeldBarrierRow::absent`]):
     /// `Held` when it inserted the row, `None` (go the general way) when the branch had one,
     /// else what `refused` makes of the row (nothing was written).
+    #[cfg(feature = "postgres")]
     pub fn answer(
         row: &PgRow,
         refused: impl FnOnce(&PgRow) -> Result<TryAnswer, ResourceError>,
@@ -82,6 +92,7 @@ impl<'a> HeldBarrierRow<'a> {
 
     /// Binds the row's seven values, in [`HeldBarrierRow::insert_from`]'s order; call it when
     /// the query's parameters before `$first` are bound.
+    #[cfg(feature = "postgres")]
     pub fn bind<'q>(
         &self,
         query: Query<'q, Postgres, PgArguments>,
@@ -104,6 +115,7 @@ impl<'a> HeldBarrierRow<'a> {
 /// A held branch's barrier row moved to `confirmed` or `cancelled` ([`HeldBarrierMove::to`])
 /// by a resource that writes its Confirm or Cancel and this move in one statement
 /// ([`crate::Resource::settle_in_one`], PostgreSQL only).
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub struct HeldBarrierMove<'a> {
     participant: &'a str,
     key: &'a BranchKey,
@@ -148,6 +160,7 @@ impl<'a> HeldBarrierMove<'a> {
 
     /// Binds the move's four values, in [`HeldBarrierMove::update_if`]'s order; call it when
     /// the query's parameters before `$first` are bound.
+    #[cfg(feature = "postgres")]
     pub fn bind<'q>(
         &self,
         query: Query<'q, Postgres, PgArguments>,

@@ -9,8 +9,10 @@
 //! ([`super::ParticipantService`]) is written once.
 
 mod in_one;
+#[cfg(feature = "postgres")]
 mod postgres;
 pub use in_one::{HeldBarrierMove, HeldBarrierRow};
+#[cfg(feature = "sqlite")]
 mod sqlite;
 
 use async_trait::async_trait;
@@ -409,6 +411,7 @@ pub struct BranchCounts {
 
 /// Counts `participant`'s branches by phase, from the barrier table (PostgreSQL; generic code
 /// calls [`Backend::branch_counts`]).
+#[cfg(feature = "postgres")]
 pub async fn branch_counts(
     conn: &mut sqlx::PgConnection,
     participant: &str,

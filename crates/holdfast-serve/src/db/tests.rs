@@ -1,8 +1,12 @@
-//! The database helpers against real SQLite files (the writer queue and its group commit)
-//! and PostgreSQL URL handling.
+//! The SQLite helpers against real files: the writer queue and its group commit.
 
+use std::str::FromStr;
+use std::sync::Arc;
+
+use super::sqlite::sqlite_writer;
 use super::*;
-use sqlx::sqlite::SqlitePoolOptions;
+use sqlx::ConnectOptions;
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 
 /// A SQLite file of its own under the temp dir, with a busy timeout of zero: any write that
 /// has to wait for SQLite's lock fails at once with "database is locked".
@@ -390,40 +394,4 @@ async fn a_group_handed_to_a_write_that_gives_up_is_still_committed() {
     assert_eq!(writer.commits() - commits_before, 1);
     assert_eq!(rows(&pool).await, vec![1]);
     remove(pool, dir).await;
-}
-
-#[test]
-fn postgres_tls_is_what_the_url_asks_for() {
-    let base = "postgres://u@127.0.0.1:5432/db";
-    let mode = |url: &str| postgres_options(url).unwrap().get_ssl_mode();
-    assert!(matches!(
-        mode(&format!("{base}?sslmode=verify-full")),
-        PgSslMode::VerifyFull
-    ));
-    assert!(matches!(
-        mode(&format!("{base}?application_name=x&sslmode=require")),
-        PgSslMode::Require
-    ));
-    // Naming no mode keeps the plaintext default (unless the environment names one).
-    if std::env::var_os("PGSSLMODE").is_none() {
-        assert!(matches!(mode(base), PgSslMode::Disable));
-    }
-}
-
-#[test]
-fn postgres_sessions_plan_for_memory_unless_the_url_says_otherwise() {
-    let base = "postgres://u@127.0.0.1:5432/db";
-    let options = |url: &str| {
-        postgres_options(url)
-            .unwrap()
-            .get_options()
-            .map(str::to_owned)
-    };
-    assert_eq!(
-        options(base).as_deref(),
-        Some("-c random_page_cost=1.1"),
-        "holdfast's own planner cost"
-    );
-    let theirs = format!("{base}?options=-c%20random_page_cost%3D3");
-    assert_eq!(options(&theirs).as_deref(), Some("-c random_page_cost=3"));
 }
