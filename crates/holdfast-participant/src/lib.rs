@@ -30,7 +30,9 @@
 //! Backends: PostgreSQL (the default type parameter, `Resource` = `Resource<sqlx::Postgres>`)
 //! and SQLite (`Resource<sqlx::Sqlite>`, every SDK transaction begun with `BEGIN IMMEDIATE`,
 //! times in integer microseconds, the clock `unixepoch('now', 'subsec')`); [`Backend`] holds
-//! each one's barrier SQL, the logic in [`ParticipantService`] is written once.
+//! each one's barrier SQL, the logic in [`ParticipantService`] is written once. Each backend is
+//! a crate feature (`postgres`, `sqlite`, both by default); built with `sqlite` alone, the
+//! default type parameter ([`DefaultDatabase`]) is SQLite.
 //!
 //! Inside: `service.rs` runs the phases (Try in `service/try_phase.rs`); `barrier_only.rs` and
 //! `try_batch.rs` group-commit concurrent calls (a barrier-only resource's writes; first Tries
@@ -229,8 +231,9 @@ pub enum ExtendAnswer {
 /// repeats and disorder. Cancel may nevertheless find holds already gone and must then do
 /// nothing (use conditional state transitions, never blind counter updates).
 ///
-/// `DB` is the database: [`sqlx::Postgres`] (the default) or [`sqlx::Sqlite`]; `conn` is that
-/// database's connection (`&mut PgConnection`, `&mut SqliteConnection`).
+/// `DB` is the database: [`sqlx::Postgres`] (the default, [`DefaultDatabase`]) or
+/// [`sqlx::Sqlite`]; `conn` is that database's connection (`&mut PgConnection`,
+/// `&mut SqliteConnection`).
 #[async_trait]
 pub trait Resource<DB: Backend = DefaultDatabase>: Send + Sync + 'static {
     /// Checks items beyond what the SDK checks (non-empty resource <= 128 bytes, quantity >= 1,
