@@ -224,15 +224,16 @@ impl Data {
             .prefix("holdfast-testkit-")
             .tempdir()
             .map_err(TestkitError::TempDir)?;
-        let sqlite = |file: &str| format!("sqlite://{}", folder.path().join(file).display());
+        let coordinator_url = format!("sqlite://{}", folder.path().join("holdfast.db").display());
         let mut participants = Vec::with_capacity(kinds.len());
         for &kind in kinds {
-            let file = sqlite(&format!("participants/{}.db", kind.name()));
+            // The all-in-one's layout: `participants/<name>.db` beside `holdfast.db`.
+            let file = holdfast::app::data_dir::participant_url(&coordinator_url, kind)?;
             let db = open_participant_db(&file, PARTICIPANT_POOL_SIZE, &clock).await?;
             participants.push((kind, db));
         }
         Ok(Data {
-            coordinator_url: sqlite("holdfast.db"),
+            coordinator_url,
             participants,
             clock,
             folder: Some(folder),
