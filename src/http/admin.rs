@@ -16,7 +16,7 @@ use super::Shared;
 use super::body::{self, duration};
 use super::credentials::Credentials;
 use super::error::{ApiError, invalid};
-use super::grpc::{admin, request};
+use super::grpc::admin;
 use super::reservations::{ok, split_target, state, unknown_verb};
 use crate::proto;
 
@@ -66,7 +66,7 @@ async fn stuck(
     let message = stuck_message(raw.as_deref())
         .map_err(|bad| service.refuse(&credentials, "/tcc.v1.Admin/ListStuck", bad))?;
     let page = admin(&service.grpc)
-        .list_stuck(request(&credentials, message)?)
+        .list_stuck(credentials.request(message)?)
         .await?
         .into_inner();
     Ok(ok(crate::json::reservations(
@@ -103,7 +103,7 @@ async fn retry(
         })
         .map_err(|bad| service.refuse(&credentials, "/tcc.v1.Admin/Retry", bad))?;
     let answer = admin(&service.grpc)
-        .retry(request(&credentials, proto::RetryRequest { target })?)
+        .retry(credentials.request(proto::RetryRequest { target })?)
         .await?
         .into_inner();
     Ok(ok(serde_json::json!({
@@ -148,7 +148,7 @@ async fn act(
                 reservation_id,
                 reason: b.reason,
             };
-            client.force_cancel(request(&credentials, message)?).await?
+            client.force_cancel(credentials.request(message)?).await?
         }
         Some("resolve") => {
             const METHOD: &str = "/tcc.v1.Admin/Resolve";
@@ -163,7 +163,7 @@ async fn act(
                 outcome,
                 reason: b.reason,
             };
-            client.resolve(request(&credentials, message)?).await?
+            client.resolve(credentials.request(message)?).await?
         }
         _ => return Err(unknown_verb(&target, "POST", &["force-cancel", "resolve"])),
     };
@@ -190,7 +190,7 @@ async fn audit(
     let message = audit_message(raw.as_deref())
         .map_err(|bad| service.refuse(&credentials, "/tcc.v1.Admin/ListAudit", bad))?;
     let page = admin(&service.grpc)
-        .list_audit(request(&credentials, message)?)
+        .list_audit(credentials.request(message)?)
         .await?
         .into_inner();
     Ok(ok(serde_json::json!({

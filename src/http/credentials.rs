@@ -29,7 +29,7 @@ impl Connected<IncomingStream<'_, TcpListener>> for HttpPeer {
 }
 
 /// A caller's credentials, taken from each JSON API request.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Credentials {
     authorization: Option<HeaderValue>,
     certificates: Option<VerifiedClientCertificates>,
@@ -50,13 +50,42 @@ impl<S: Send + Sync> FromRequestParts<S> for Credentials {
 }
 
 impl Credentials {
-    /// The `authorization` header as the caller sent it.
-    pub fn authorization(&self) -> Option<&HeaderValue> {
-        self.authorization.as_ref()
+    /// `message` as a gRPC request carrying these credentials: the header as its metadata, the
+    /// certificate chain as an extension. A header that cannot be metadata (not visible ASCII)
+    /// is refused here as the auth layer would refuse a bad credential.
+    pub fn request<T>(&self, message: T) -> Result<tonic::Request<T>, tonic::Status> {
+        let mut request = tonic::Request::new(message);
+        if let Some(certificates) = &self.certificates {
+            request.extensions_mut().insert(certificates.clone());
+        }
+        if let Some(value) = &self.authorization {
+            let value =
+                tonic::metadata::AsciiMetadataValue::try_from(value.as_bytes()).map_err(|_| {
+                    crate::auth::refusal(
+                        crate::auth::Refused::Unauthenticated,
+                        "the authorization header is not `Bearer <key>`",
+                    )
+                })?;
+            request.metadata_mut().insert("authorization", value);
+        }
+        Ok(request)
     }
 
-    /// The verified client certificate chain, for the request's extensions.
-    pub fn certificates(&self) -> Option<&VerifiedClientCertificates> {
-        self.certificates.as_ref()
+    /// An empty request for gRPC `method` carrying these credentials, to ask the auth layer's
+    /// [`crate::auth::Authenticator`] whether it would admit them.
+    pub fn probe(&self, method: &str) -> Result<axum::http::Request<()>, tonic::Status> {
+        let mut probe = axum::http::Request::builder()
+            .uri(method)
+            .body(())
+            .map_err(|e| tonic::Status::internal(format!("building the auth check: {e}")))?;
+        if let Some(value) = &self.authorization {
+            probe
+                .headers_mut()
+                .insert(header::AUTHORIZATION, value.clone());
+        }
+        if let Some(certificates) = &self.certificates {
+            probe.extensions_mut().insert(certificates.clone());
+        }
+        Ok(probe)
     }
 }

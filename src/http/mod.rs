@@ -63,17 +63,7 @@ impl HttpService {
     /// (`/tcc.v1.Service/Method`): the same [`Authenticator`], asked with the caller's
     /// credentials.
     fn admit(&self, credentials: &Credentials, method: &str) -> Result<(), tonic::Status> {
-        let mut probe = axum::http::Request::builder()
-            .uri(method)
-            .body(())
-            .map_err(|e| tonic::Status::internal(format!("building the auth check: {e}")))?;
-        if let Some(v) = credentials.authorization() {
-            probe.headers_mut().insert(header::AUTHORIZATION, v.clone());
-        }
-        if let Some(certificates) = credentials.certificates() {
-            probe.extensions_mut().insert(certificates.clone());
-        }
-        self.auth.admit(&probe).map(|_| ())
+        self.auth.admit(&credentials.probe(method)?).map(|_| ())
     }
 
     /// Bad input found here, before any gRPC call, is answered only to a caller admitted to

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use super::body::{self, duration, timestamp};
 use super::credentials::Credentials;
 use super::error::{ApiError, invalid};
-use super::grpc::{coordinator, request};
+use super::grpc::coordinator;
 use super::{Shared, watch};
 use crate::proto;
 
@@ -125,7 +125,7 @@ async fn reserve(
         Err(bad) => return Err(service.refuse(&credentials, "/tcc.v1.Coordinator/Reserve", bad)),
     };
     let r = coordinator(&service.grpc)
-        .reserve(request(&credentials, message)?)
+        .reserve(credentials.request(message)?)
         .await?
         .into_inner();
     let mut answer = crate::json::reservation(&r);
@@ -201,7 +201,7 @@ async fn act(
                     currency: p.currency,
                 }),
             };
-            client.confirm(request(&credentials, message)?).await?
+            client.confirm(credentials.request(message)?).await?
         }
         Some("cancel") => {
             const METHOD: &str = "/tcc.v1.Coordinator/Cancel";
@@ -211,7 +211,7 @@ async fn act(
                 hold_token: b.hold_token,
                 reason: b.reason,
             };
-            client.cancel(request(&credentials, message)?).await?
+            client.cancel(credentials.request(message)?).await?
         }
         Some("extend") => {
             const METHOD: &str = "/tcc.v1.Coordinator/Extend";
@@ -226,7 +226,7 @@ async fn act(
                     .map_err(|e| local(METHOD, e))?,
                 request_id: b.request_id,
             };
-            client.extend(request(&credentials, message)?).await?
+            client.extend(credentials.request(message)?).await?
         }
         _ => {
             return Err(unknown_verb(
@@ -260,7 +260,7 @@ async fn read(
     match verb {
         None => {
             let r = coordinator(&service.grpc)
-                .get_reservation(request(&credentials, message)?)
+                .get_reservation(credentials.request(message)?)
                 .await?;
             Ok(ok(crate::json::reservation(r.get_ref())))
         }
@@ -302,7 +302,7 @@ async fn list(
     let message = list_message(raw.as_deref())
         .map_err(|bad| service.refuse(&credentials, "/tcc.v1.Coordinator/ListReservations", bad))?;
     let page = coordinator(&service.grpc)
-        .list_reservations(request(&credentials, message)?)
+        .list_reservations(credentials.request(message)?)
         .await?
         .into_inner();
     Ok(ok(crate::json::reservations(

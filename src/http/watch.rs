@@ -16,7 +16,7 @@ use futures_util::StreamExt;
 use super::HttpService;
 use super::credentials::Credentials;
 use super::error::ApiError;
-use super::grpc::{coordinator, request};
+use super::grpc::coordinator;
 use crate::proto;
 
 /// How long a stream may be quiet before a keep-alive comment.
@@ -36,7 +36,7 @@ pub async fn stream(
         reservation_id: id.to_owned(),
     };
     let changes = coordinator(&service.grpc)
-        .watch_reservation(request(credentials, message)?)
+        .watch_reservation(credentials.request(message)?)
         .await?
         .into_inner();
     // The state: the gRPC stream while it is open, `None` once the last event is sent.
