@@ -19,13 +19,7 @@ use crate::common::{hold, put_resources_request};
 
 #[tokio::test]
 async fn an_embedded_folder_with_one_participants_file_is_split_keeping_its_data() {
-    let dir = std::env::temp_dir().join(format!(
-        "holdfast-upgrade-{}",
-        uuid::Uuid::new_v4().simple()
-    ));
-    let data = dir.join("data");
-    std::fs::create_dir_all(&data).expect("data folder");
-    older_layout(&data).await;
+    let (dir, data) = older_folder().await;
 
     let listen = listen_addr(11);
     let log = dir.join("holdfast.log");
@@ -106,13 +100,7 @@ async fn an_embedded_folder_with_one_participants_file_is_split_keeping_its_data
 /// from the shared file: what the staging folder held is gone, the copies are whole.
 #[tokio::test]
 async fn a_split_cut_short_while_copying_starts_over_from_the_shared_file() {
-    let dir = std::env::temp_dir().join(format!(
-        "holdfast-upgrade-{}",
-        uuid::Uuid::new_v4().simple()
-    ));
-    let data = dir.join("data");
-    std::fs::create_dir_all(&data).expect("data folder");
-    older_layout(&data).await;
+    let (dir, data) = older_folder().await;
     let staging = data.join("participants.splitting");
     std::fs::create_dir_all(&staging).expect("staging folder");
     std::fs::write(staging.join("seats.db"), b"SQLite format 3\0 cut short").expect("a torn copy");
@@ -137,6 +125,19 @@ async fn a_split_cut_short_while_copying_starts_over_from_the_shared_file() {
         vec![("seats".into(), 1)]
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A temporary folder (removed by the test) whose `data/` an earlier holdfast left
+/// ([`older_layout`]); the folder and its `data/`.
+async fn older_folder() -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!(
+        "holdfast-upgrade-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).expect("data folder");
+    older_layout(&data).await;
+    (dir, data)
 }
 
 /// What an earlier holdfast left in `data`: seats and stock served on one `participants.db`,
