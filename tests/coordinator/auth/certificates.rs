@@ -56,13 +56,8 @@ async fn a_client_certificate_is_the_principal_its_identity_names(pool: PgPool) 
         refused.message()
     );
     // The admin key works over the same mTLS connection (a key wins over the certificate).
-    let all = intruder
-        .list_reservations(keyed(proto::ListReservationsRequest::default(), &admin.key))
-        .await
-        .unwrap()
-        .into_inner();
     assert_eq!(
-        all.reservations.len(),
+        recorded(&mut intruder, &admin.key).await,
         1,
         "only the shop's Reserve was recorded"
     );
@@ -215,16 +210,26 @@ async fn the_json_api_takes_a_client_certificate_as_the_grpc_port_does(pool: PgP
     .await;
     assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
     assert!(refused.contains("UNAUTHENTICATED"), "{refused}");
-    let all = grpc_shop
-        .list_reservations(keyed(proto::ListReservationsRequest::default(), &admin.key))
-        .await
-        .unwrap()
-        .into_inner();
     assert_eq!(
-        all.reservations.len(),
+        recorded(&mut grpc_shop, &admin.key).await,
         1,
         "only the shop's Reserve was recorded"
     );
+}
+
+/// How many reservations the coordinator behind `client` has recorded, as an admin (`key`)
+/// lists them.
+async fn recorded(
+    client: &mut CoordinatorClient<tonic::transport::Channel>,
+    admin_key: &str,
+) -> usize {
+    client
+        .list_reservations(keyed(proto::ListReservationsRequest::default(), admin_key))
+        .await
+        .unwrap()
+        .into_inner()
+        .reservations
+        .len()
 }
 
 /// A coordinator serving mTLS (client CA `ca`) on its gRPC port and its JSON API, a noop
