@@ -210,7 +210,7 @@ impl StockRedis {
     ) -> Result<(), ParticipantError> {
         self.reconcile().await?;
         let reconciler = self.spawn_reconciler(reconcile_every);
-        // Kept alive while serving: a move of the clock (test mode) runs a pass.
+        // Kept alive while serving: a move of the clock (test mode) runs the reclaim.
         let on_clock_move: Arc<dyn crate::participant::OrphanReclaim> = Arc::new(self.clone());
         self.inner.clock.register_reclaim(&on_clock_move);
         let auth = self.inner.auth.clone();

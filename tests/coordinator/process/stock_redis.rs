@@ -1,12 +1,14 @@
 //! The binary as the all-in-one on PostgreSQL with Redis, in test mode: `stock-redis` keeps its
 //! keys under `--redis-prefix`, and reads the test clock. After `AdvanceClock` by 25 hours a
-//! ten-minute hold on it is within `--max-hold` (24 h) of the moved clock and is held; judged
-//! from the host's clock it would be refused.
+//! ten-minute hold on it is within `--max-hold` (24 h) of the moved clock and is held (judged
+//! from the host's clock it would be refused), and an orphaned hold is reclaimed by the next
+//! advance past its deadline and grace (judged by Redis's own clock it would stay).
 
 use std::time::Duration;
 
 use holdfast::proto;
 use holdfast::proto::coordinator_client::CoordinatorClient;
+use holdfast::proto::participant_client::ParticipantClient;
 use holdfast::proto::reservation::State;
 use holdfast::proto::testing_client::TestingClient;
 
@@ -54,12 +56,13 @@ async fn the_all_in_ones_stock_redis_keeps_its_prefix_and_reads_the_test_clock()
     let mut testing = TestingClient::connect(format!("http://{listen}"))
         .await
         .expect("connect");
-    testing
+    let moved = testing
         .advance_clock(proto::AdvanceClockRequest {
             by: Some(proto_duration(Duration::from_secs(25 * 3600))),
         })
         .await
-        .expect("advance the clock");
+        .expect("advance the clock")
+        .into_inner();
     let mut client = CoordinatorClient::connect(format!("http://{listen}"))
         .await
         .expect("connect");
@@ -72,6 +75,39 @@ async fn the_all_in_ones_stock_redis_keeps_its_prefix_and_reads_the_test_clock()
         .into_inner();
     assert_eq!(state_of(&held), State::Held, "{held:?}");
     assert_eq!(counts(&mut stock, "mug").await, (4, 1, 0));
+
+    // An orphan: two mugs held by a Try the coordinator never recorded, due a minute after the
+    // moved clock's now. Two more hours on (past it and the default hour of grace), the
+    // advance's reclaim gives them back, as the reaper gives back the reservation's one.
+    let now = moved.now.expect("the moved clock's reading");
+    let orphan = ParticipantClient::connect(format!("http://{}", participant_addr(listen, 50066)))
+        .await
+        .expect("connect to stock-redis")
+        .r#try(proto::TryRequest {
+            reservation_id: "walked-away".into(),
+            branch_id: "b1".into(),
+            holder: "nobody".into(),
+            items: vec![proto::Hold {
+                quantity: 2,
+                ..hold("stock-redis", "mug")
+            }],
+            expires_at: Some(prost_types::Timestamp {
+                seconds: now.seconds + 60,
+                nanos: 0,
+            }),
+        })
+        .await
+        .expect("a Try straight to stock-redis")
+        .into_inner();
+    assert_eq!(orphan.outcome, proto::try_response::Outcome::Held as i32);
+    assert_eq!(counts(&mut stock, "mug").await, (2, 3, 0));
+    testing
+        .advance_clock(proto::AdvanceClockRequest {
+            by: Some(proto_duration(Duration::from_secs(2 * 3600))),
+        })
+        .await
+        .expect("advance the clock again");
+    assert_eq!(counts(&mut stock, "mug").await, (5, 0, 0));
     process.kill();
     let _ = std::fs::remove_dir_all(&dir);
 }
