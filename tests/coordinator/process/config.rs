@@ -16,6 +16,7 @@ participant_timeout = "3s"
 max_extensions = 4
 redis_url = "redis://:hunter2@cache:6379/0"
 redis_retention = "48h"
+redis_prefix = "hf:shop-a:"
 [participants]
 seats = "http://127.0.0.1:50061"
 stock = { url = "http://127.0.0.1:50062", timeout = "1s" }
@@ -48,6 +49,7 @@ stock = { url = "http://127.0.0.1:50062", timeout = "1s" }
         "database_url = \"postgres://app:***@db:5432/holdfast\"", // never print a password
         "redis_url = \"redis://:***@cache:6379/0\"",              // file, masked too
         "redis_retention = \"172800000ms\"",                      // file
+        "redis_prefix = \"hf:shop-a:\"",                          // file
     ] {
         assert!(
             printed.lines().any(|l| l == line),
