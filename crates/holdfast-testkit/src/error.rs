@@ -20,6 +20,12 @@ pub enum TestkitError {
     NotAFake(String),
     #[error("a participant named {0:?} is configured twice")]
     DuplicateParticipant(String),
+    #[error("no principal named {0:?} in this harness (HarnessBuilder::principal)")]
+    UnknownPrincipal(String),
+    #[error("a principal named {0:?} is configured twice (holdfast-testkit is the harness's own)")]
+    DuplicatePrincipal(String),
+    #[error("authentication: {0}")]
+    Auth(String),
     #[error("the coordinator is not running: restart() it first")]
     NotRunning,
     #[error(transparent)]

@@ -1,301 +1,60 @@
 //! [`Harness`]: a coordinator, reference participants and fakes in-process on loopback ports
 //! the OS picks, every participant behind a [`Relay`] the test can cut, on a temporary SQLite
 //! folder (or a given PostgreSQL database); the clock every expiry decision reads moved by
-//! [`Harness::advance`]; the coordinator killed and restarted on the same database and port.
+//! [`Harness::advance`]; the coordinator killed and restarted on the same database and port;
+//! with authentication on, a client per principal. Built by [`HarnessBuilder`] (`builder.rs`).
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use holdfast::app::{CoordinatorAccess, CoordinatorSettings};
-use holdfast::coordinator::Policy;
-use holdfast::domain::validate::Limits;
-use holdfast::participants::{Kind, ParticipantDb, ParticipantSettings};
+use holdfast::app::CoordinatorSettings;
+use holdfast::auth::Bearer;
+use holdfast::participants::Kind;
 use holdfast::proto;
-use holdfast::registry::ParticipantEndpoint;
-use holdfast::testing::{TestClock, open_participant_db};
 use holdfast_client::{Client, Payment};
-use tokio::net::TcpListener;
 use tokio::task::JoinSet;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
+use crate::access::Access;
+use crate::builder::HarnessBuilder;
 use crate::coordinator::CoordinatorProcess;
-use crate::fake::{CallLog, FakeParticipant, Script, spawn_fake};
+use crate::data::Data;
+use crate::fake::{CallLog, FakeParticipant};
 use crate::{Relay, TestkitError};
 
-/// Connections each participant pool may open.
-const PARTICIPANT_POOL_SIZE: u32 = 8;
-
-/// What the harness starts; see [`Harness::builder`].
-pub struct HarnessBuilder {
-    participants: Vec<Kind>,
-    fakes: Vec<(String, Script)>,
-    resources: Vec<(String, Vec<(String, i64)>)>,
-    postgres: Option<String>,
-    participant_timeout: Duration,
-    orphan_grace: Duration,
-    policy: Policy,
-    limits: Limits,
-}
-
-impl HarnessBuilder {
-    /// Reference participants to run, each registered under its kind's name (`seats`,
-    /// `stock`, `rooms`, `payments`, `noop`).
-    pub fn participants(mut self, kinds: impl IntoIterator<Item = Kind>) -> Self {
-        self.participants.extend(kinds);
-        self
-    }
-
-    /// A scripted participant registered as `name`.
-    pub fn fake(mut self, name: impl Into<String>, script: Script) -> Self {
-        self.fakes.push((name.into(), script));
-        self
-    }
-
-    /// Resources to create at reference participant `participant` once it runs:
-    /// `(resource, capacity)` (for `payments`, an account and its balance in minor units).
-    pub fn resources<R: Into<String>>(
-        mut self,
-        participant: impl Into<String>,
-        resources: impl IntoIterator<Item = (R, i64)>,
-    ) -> Self {
-        let resources = resources.into_iter().map(|(r, n)| (r.into(), n)).collect();
-        self.resources.push((participant.into(), resources));
-        self
-    }
-
-    /// Runs everything on the PostgreSQL database at `url` (created if missing) instead of a
-    /// temporary SQLite folder. The coordinator's and the participants' schemas share it.
-    pub fn postgres(mut self, url: impl Into<String>) -> Self {
-        self.postgres = Some(url.into());
-        self
-    }
-
-    /// How long the coordinator waits for one participant call (default 1 s): what a stalled
-    /// fake costs a test.
-    pub fn participant_timeout(mut self, timeout: Duration) -> Self {
-        self.participant_timeout = timeout;
-        self
-    }
-
-    /// How long after `expires_at` a reference participant reclaims a hold nobody released
-    /// (default one hour; see [`Harness::advance`]).
-    pub fn orphan_grace(mut self, grace: Duration) -> Self {
-        self.orphan_grace = grace;
-        self
-    }
-
-    /// Changes the coordinator's lifecycle and recovery policy (extensions, lease, backoff,
-    /// late payments, hold limits, ...).
-    pub fn policy(mut self, change: impl FnOnce(&mut Policy)) -> Self {
-        change(&mut self.policy);
-        self
-    }
-
-    /// Changes the coordinator's input limits (ttl bounds and default, holds per request, ...).
-    pub fn limits(mut self, change: impl FnOnce(&mut Limits)) -> Self {
-        change(&mut self.limits);
-        self
-    }
-
-    /// Starts the participants, the relays in front of them and the coordinator; returns once
-    /// every one accepts calls.
-    pub async fn start(self) -> Result<Harness, TestkitError> {
-        let names = self
-            .participants
-            .iter()
-            .map(|k| k.name().to_owned())
-            .chain(self.fakes.iter().map(|(n, _)| n.clone()));
-        let mut seen = std::collections::HashSet::new();
-        for name in names {
-            if !seen.insert(name.clone()) {
-                return Err(TestkitError::DuplicateParticipant(name));
-            }
-        }
-        let data = Data::open(self.postgres.as_deref(), &self.participants).await?;
-        let (stop, stop_rx) = tokio::sync::watch::channel(false);
-        let mut tasks = JoinSet::new();
-        let mut participants = Vec::new();
-        for (kind, db) in &data.participants {
-            let listener = bind_loopback().await?;
-            let url = local_url(&listener)?;
-            let settings = ParticipantSettings {
-                orphan_grace: self.orphan_grace,
-                ..ParticipantSettings::new(*kind)
-            };
-            let (db, mut stopped) = (db.clone(), stop_rx.clone());
-            let (name, clock) = (kind.name(), data.clock.clone());
-            tasks.spawn(async move {
-                let until = async move {
-                    let _ = stopped.wait_for(|s| *s).await;
-                };
-                let served =
-                    holdfast::app::serve_test_participant(settings, db, listener, &clock, until);
-                if let Err(e) = served.await {
-                    eprintln!("holdfast-testkit: participant {name} stopped: {e}");
-                }
-            });
-            let relay = Relay::start(&url).await;
-            participants.push(Participant {
-                name: name.to_owned(),
-                direct_url: url,
-                relay,
-                fake: None,
-            });
-        }
-        let log = CallLog::default();
-        for (name, script) in &self.fakes {
-            let fake = spawn_fake(name, log.clone()).await;
-            fake.script(script);
-            let relay = Relay::start(&fake.url).await;
-            participants.push(Participant {
-                name: name.clone(),
-                direct_url: fake.url.clone(),
-                relay,
-                fake: Some(fake),
-            });
-        }
-        let settings = CoordinatorSettings {
-            participants: participants
-                .iter()
-                .map(|p| ParticipantEndpoint {
-                    name: p.name.clone(),
-                    url: p.relay.url.clone(),
-                    timeout: self.participant_timeout,
-                })
-                .collect(),
-            limits: self.limits,
-            policy: self.policy,
-            server: holdfast::server::ServerLimits::default(),
-            participant_transport: holdfast::tls::ParticipantTransport::default(),
-            access: CoordinatorAccess::default(),
-        };
-        let any_port = SocketAddr::from(([127, 0, 0, 1], 0));
-        let (process, addr) =
-            CoordinatorProcess::start(&data.coordinator_url, any_port, settings.clone()).await?;
-        let url = format!("http://{addr}");
-        let client = Client::connect(url.clone()).await?;
-        let harness = Harness {
-            participants,
-            log,
-            coordinator: Some(process),
-            addr,
-            url,
-            settings,
-            client,
-            _stop_participants: stop,
-            _tasks: tasks,
-            data,
-        };
-        for (participant, resources) in &self.resources {
-            let resources: Vec<(&str, i64)> =
-                resources.iter().map(|(r, n)| (r.as_str(), *n)).collect();
-            harness.put_resources(participant, &resources).await?;
-        }
-        Ok(harness)
-    }
-}
-
-/// Where the harness keeps its data: a temporary SQLite folder (removed on drop) or a
-/// PostgreSQL database; and the participants' side of the movable clock (the coordinator has
-/// its own, see `coordinator.rs`; both are moved by the same amounts).
-struct Data {
-    coordinator_url: String,
-    /// Each reference participant's database: one pool for all on PostgreSQL; on SQLite a file
-    /// each, as in the all-in-one, so one participant's writes never queue behind another's
-    /// on a shared file's one writer.
-    participants: Vec<(Kind, ParticipantDb)>,
-    clock: TestClock,
-    folder: Option<tempfile::TempDir>,
-}
-
-impl Data {
-    async fn open(postgres: Option<&str>, kinds: &[Kind]) -> Result<Data, TestkitError> {
-        let clock = TestClock::new();
-        if let Some(url) = postgres {
-            let shared = open_participant_db(url, PARTICIPANT_POOL_SIZE, &clock).await?;
-            return Ok(Data {
-                coordinator_url: url.to_owned(),
-                participants: kinds.iter().map(|&k| (k, shared.clone())).collect(),
-                clock,
-                folder: None,
-            });
-        }
-        let folder = tempfile::Builder::new()
-            .prefix("holdfast-testkit-")
-            .tempdir()
-            .map_err(TestkitError::TempDir)?;
-        let coordinator_url = format!("sqlite://{}", folder.path().join("holdfast.db").display());
-        let mut participants = Vec::with_capacity(kinds.len());
-        for &kind in kinds {
-            // The all-in-one's layout: `participants/<name>.db` beside `holdfast.db`.
-            let file = holdfast::app::data_dir::participant_url(&coordinator_url, kind)?;
-            let db = open_participant_db(&file, PARTICIPANT_POOL_SIZE, &clock).await?;
-            participants.push((kind, db));
-        }
-        Ok(Data {
-            coordinator_url,
-            participants,
-            clock,
-            folder: Some(folder),
-        })
-    }
-}
-
-async fn bind_loopback() -> Result<TcpListener, TestkitError> {
-    let addr = SocketAddr::from(([127, 0, 0, 1], 0));
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| TestkitError::Listen { addr, source })
-}
-
-fn local_url(listener: &TcpListener) -> Result<String, TestkitError> {
-    let addr = listener
-        .local_addr()
-        .map_err(|source| TestkitError::Listen {
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-            source,
-        })?;
-    Ok(format!("http://{addr}"))
-}
-
 /// One participant of the harness, behind its relay.
-struct Participant {
-    name: String,
+pub(crate) struct Participant {
+    pub(crate) name: String,
     /// Where it listens itself (the relay forwards here).
-    direct_url: String,
-    relay: Relay,
-    fake: Option<FakeParticipant>,
+    pub(crate) direct_url: String,
+    pub(crate) relay: Relay,
+    pub(crate) fake: Option<FakeParticipant>,
 }
 
 /// A coordinator with its participants, in-process. Dropping it stops everything and removes
 /// the temporary folder.
 pub struct Harness {
-    participants: Vec<Participant>,
-    log: CallLog,
-    coordinator: Option<CoordinatorProcess>,
-    addr: SocketAddr,
-    url: String,
-    settings: CoordinatorSettings,
-    client: Client,
-    _stop_participants: tokio::sync::watch::Sender<bool>,
-    _tasks: JoinSet<()>,
-    data: Data,
+    pub(crate) participants: Vec<Participant>,
+    pub(crate) log: CallLog,
+    pub(crate) coordinator: Option<CoordinatorProcess>,
+    pub(crate) addr: SocketAddr,
+    pub(crate) url: String,
+    pub(crate) settings: CoordinatorSettings,
+    /// Presents the harness's own key when authentication is on.
+    pub(crate) client: Client,
+    pub(crate) _stop_participants: tokio::sync::watch::Sender<bool>,
+    pub(crate) _tasks: JoinSet<()>,
+    pub(crate) data: Data,
+    /// The principals and their keys, when authentication is on.
+    pub(crate) access: Option<Access>,
 }
 
 impl Harness {
     /// What to start: no participants, a temporary SQLite folder, a participant timeout of 1 s,
-    /// the coordinator's default policy and limits.
+    /// the coordinator's default policy and limits, authentication off.
     pub fn builder() -> HarnessBuilder {
-        HarnessBuilder {
-            participants: Vec::new(),
-            fakes: Vec::new(),
-            resources: Vec::new(),
-            postgres: None,
-            participant_timeout: Duration::from_secs(1),
-            orphan_grace: holdfast::participant::DEFAULT_ORPHAN_GRACE,
-            policy: Policy::default(),
-            limits: Limits::default(),
-        }
+        HarnessBuilder::new()
     }
 
     /// A client of the coordinator (clones share one connection; it reconnects after a
@@ -317,7 +76,23 @@ impl Harness {
         self.data.folder.as_ref().map(tempfile::TempDir::path)
     }
 
-    /// A channel to the coordinator for the generated `tcc.v1` clients.
+    /// A client of the coordinator presenting principal `name`'s API key (see
+    /// [`HarnessBuilder::principal`]).
+    pub async fn client_as(&self, name: &str) -> Result<Client, TestkitError> {
+        client_with_key(&self.url, Some(self.api_key(name)?)).await
+    }
+
+    /// Principal `name`'s API key, for callers other than [`Harness::client_as`] (a raw
+    /// `tcc.v1` client sends it as `authorization: Bearer <key>`; so does another language's).
+    pub fn api_key(&self, name: &str) -> Result<&str, TestkitError> {
+        self.access
+            .as_ref()
+            .and_then(|access| access.key(name))
+            .ok_or_else(|| TestkitError::UnknownPrincipal(name.to_owned()))
+    }
+
+    /// A channel to the coordinator for the generated `tcc.v1` clients (with authentication on,
+    /// add a key: [`Harness::api_key`]).
     pub async fn channel(&self) -> Result<Channel, TestkitError> {
         connect(&self.url).await
     }
@@ -496,10 +271,19 @@ impl Harness {
         }
     }
 
-    async fn testing(&self) -> Result<proto::testing_client::TestingClient<Channel>, TestkitError> {
+    /// `tcc.v1.Testing`, as the harness's own principal when authentication is on.
+    async fn testing(
+        &self,
+    ) -> Result<
+        proto::testing_client::TestingClient<InterceptedService<Channel, Bearer>>,
+        TestkitError,
+    > {
         self.running()?;
-        Ok(proto::testing_client::TestingClient::new(
+        let key = self.access.as_ref().map(Access::harness_key);
+        let bearer = Bearer::optional(key).map_err(|e| TestkitError::Auth(e.to_string()))?;
+        Ok(proto::testing_client::TestingClient::with_interceptor(
             connect(&self.url).await?,
+            bearer,
         ))
     }
 
@@ -569,6 +353,16 @@ fn std_duration(d: prost_types::Duration) -> Duration {
     let seconds = u64::try_from(d.seconds).unwrap_or(0);
     let nanos = u32::try_from(d.nanos).unwrap_or(0);
     Duration::new(seconds, nanos)
+}
+
+/// A client of the coordinator at `url`, presenting `key` when there is one.
+pub(crate) async fn client_with_key(url: &str, key: Option<&str>) -> Result<Client, TestkitError> {
+    let builder = Client::builder(url);
+    let builder = match key {
+        Some(key) => builder.api_key(key),
+        None => builder,
+    };
+    Ok(builder.connect().await?)
 }
 
 async fn connect(url: &str) -> Result<Channel, TestkitError> {

@@ -25,20 +25,26 @@
 //!   a temporary SQLite folder or a PostgreSQL database, each participant behind a [`Relay`]
 //!   ([`Harness::cut`] / [`Harness::heal`]); [`Harness::kill_coordinator`] and
 //!   [`Harness::restart`]; [`Harness::advance`] moves the clock expiry, the reaper and orphan
-//!   reclaim read.
+//!   reclaim read; with [`HarnessBuilder::principal`], authentication on and a client per
+//!   principal ([`Harness::client_as`]).
 //! - [`FakeParticipant`]: a `tcc.v1.Participant` that plays a [`Script`] (reject, fail with
 //!   `UNAVAILABLE` n times, stall, answer after the coordinator gave up) and records every
 //!   call with its answer ([`CallLog`]).
 
+mod access;
+mod builder;
 mod coordinator;
+mod data;
 mod error;
 pub mod fake;
 mod harness;
 mod relay;
 
+pub use builder::HarnessBuilder;
 pub use error::TestkitError;
 pub use fake::{Answer, Call, CallLog, FakeParticipant, Script};
-pub use harness::{Advanced, Harness, HarnessBuilder};
+pub use harness::{Advanced, Harness};
+pub use holdfast::auth::Role;
 pub use holdfast::participants::Kind;
 pub use holdfast_client as client;
 pub use relay::Relay;

@@ -1,6 +1,7 @@
 //! The testkit against itself: a real coordinator, real reference participants and fakes on
 //! loopback ports, a temporary SQLite folder (or PostgreSQL when `DATABASE_URL` is set).
 
+mod auth;
 mod clock;
 mod fakes;
 mod files;

@@ -1,0 +1,248 @@
+//! [`HarnessBuilder`]: what a [`Harness`] starts, and starting it: the participants (reference
+//! and scripted), a relay in front of each, then the coordinator, on loopback ports the OS picks.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use holdfast::app::{CoordinatorAccess, CoordinatorSettings};
+use holdfast::auth::Role;
+use holdfast::coordinator::Policy;
+use holdfast::domain::validate::Limits;
+use holdfast::participants::{Kind, ParticipantSettings};
+use holdfast::registry::ParticipantEndpoint;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+use crate::access::Access;
+use crate::coordinator::CoordinatorProcess;
+use crate::data::Data;
+use crate::fake::{CallLog, Script, spawn_fake};
+use crate::harness::{Harness, Participant, client_with_key};
+use crate::{Relay, TestkitError};
+
+/// What the harness starts; see [`Harness::builder`].
+pub struct HarnessBuilder {
+    participants: Vec<Kind>,
+    fakes: Vec<(String, Script)>,
+    resources: Vec<(String, Vec<(String, i64)>)>,
+    postgres: Option<String>,
+    participant_timeout: Duration,
+    orphan_grace: Duration,
+    policy: Policy,
+    limits: Limits,
+    principals: Vec<(String, Vec<Role>)>,
+}
+
+impl HarnessBuilder {
+    pub(crate) fn new() -> HarnessBuilder {
+        HarnessBuilder {
+            participants: Vec::new(),
+            fakes: Vec::new(),
+            resources: Vec::new(),
+            postgres: None,
+            participant_timeout: Duration::from_secs(1),
+            orphan_grace: holdfast::participant::DEFAULT_ORPHAN_GRACE,
+            policy: Policy::default(),
+            limits: Limits::default(),
+            principals: Vec::new(),
+        }
+    }
+
+    /// Reference participants to run, each registered under its kind's name (`seats`,
+    /// `stock`, `rooms`, `payments`, `noop`).
+    pub fn participants(mut self, kinds: impl IntoIterator<Item = Kind>) -> Self {
+        self.participants.extend(kinds);
+        self
+    }
+
+    /// A scripted participant registered as `name`.
+    pub fn fake(mut self, name: impl Into<String>, script: Script) -> Self {
+        self.fakes.push((name.into(), script));
+        self
+    }
+
+    /// Resources to create at reference participant `participant` once it runs:
+    /// `(resource, capacity)` (for `payments`, an account and its balance in minor units).
+    pub fn resources<R: Into<String>>(
+        mut self,
+        participant: impl Into<String>,
+        resources: impl IntoIterator<Item = (R, i64)>,
+    ) -> Self {
+        let resources = resources.into_iter().map(|(r, n)| (r.into(), n)).collect();
+        self.resources.push((participant.into(), resources));
+        self
+    }
+
+    /// Runs everything on the PostgreSQL database at `url` (created if missing) instead of a
+    /// temporary SQLite folder. The coordinator's and the participants' schemas share it.
+    pub fn postgres(mut self, url: impl Into<String>) -> Self {
+        self.postgres = Some(url.into());
+        self
+    }
+
+    /// How long the coordinator waits for one participant call (default 1 s): what a stalled
+    /// fake costs a test.
+    pub fn participant_timeout(mut self, timeout: Duration) -> Self {
+        self.participant_timeout = timeout;
+        self
+    }
+
+    /// How long after `expires_at` a reference participant reclaims a hold nobody released
+    /// (default one hour; see [`Harness::advance`]).
+    pub fn orphan_grace(mut self, grace: Duration) -> Self {
+        self.orphan_grace = grace;
+        self
+    }
+
+    /// Changes the coordinator's lifecycle and recovery policy (extensions, lease, backoff,
+    /// late payments, hold limits, ...).
+    pub fn policy(mut self, change: impl FnOnce(&mut Policy)) -> Self {
+        change(&mut self.policy);
+        self
+    }
+
+    /// Changes the coordinator's input limits (ttl bounds and default, holds per request, ...).
+    pub fn limits(mut self, change: impl FnOnce(&mut Limits)) -> Self {
+        change(&mut self.limits);
+        self
+    }
+
+    /// Turns authentication on (SPEC 7.2) with principal `name` in `roles`: the harness makes
+    /// it an API key ([`Harness::client_as`], [`Harness::api_key`]). Once any principal is
+    /// named, the coordinator refuses calls without a key (`UNAUTHENTICATED`) and calls
+    /// outside the caller's roles (`PERMISSION_DENIED`), and a `client` sees only the
+    /// reservations it made (their owner is its name). [`Harness::client`] and the harness's own
+    /// calls then present a principal of the harness's, `holdfast-testkit`, an admin. The
+    /// participants stay open: the harness and the coordinator call them without keys.
+    pub fn principal(
+        mut self,
+        name: impl Into<String>,
+        roles: impl IntoIterator<Item = Role>,
+    ) -> Self {
+        self.principals
+            .push((name.into(), roles.into_iter().collect()));
+        self
+    }
+
+    /// Starts the participants, the relays in front of them and the coordinator; returns once
+    /// every one accepts calls.
+    pub async fn start(self) -> Result<Harness, TestkitError> {
+        let names = self
+            .participants
+            .iter()
+            .map(|k| k.name().to_owned())
+            .chain(self.fakes.iter().map(|(n, _)| n.clone()));
+        let mut seen = std::collections::HashSet::new();
+        for name in names {
+            if !seen.insert(name.clone()) {
+                return Err(TestkitError::DuplicateParticipant(name));
+            }
+        }
+        let access = Access::new(&self.principals)?;
+        let data = Data::open(self.postgres.as_deref(), &self.participants).await?;
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        let mut tasks = JoinSet::new();
+        let mut participants = Vec::new();
+        for (kind, db) in &data.participants {
+            let listener = bind_loopback().await?;
+            let url = local_url(&listener)?;
+            let settings = ParticipantSettings {
+                orphan_grace: self.orphan_grace,
+                ..ParticipantSettings::new(*kind)
+            };
+            let (db, mut stopped) = (db.clone(), stop_rx.clone());
+            let (name, clock) = (kind.name(), data.clock.clone());
+            tasks.spawn(async move {
+                let until = async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                };
+                let served =
+                    holdfast::app::serve_test_participant(settings, db, listener, &clock, until);
+                if let Err(e) = served.await {
+                    eprintln!("holdfast-testkit: participant {name} stopped: {e}");
+                }
+            });
+            let relay = Relay::start(&url).await;
+            participants.push(Participant {
+                name: name.to_owned(),
+                direct_url: url,
+                relay,
+                fake: None,
+            });
+        }
+        let log = CallLog::default();
+        for (name, script) in &self.fakes {
+            let fake = spawn_fake(name, log.clone()).await;
+            fake.script(script);
+            let relay = Relay::start(&fake.url).await;
+            participants.push(Participant {
+                name: name.clone(),
+                direct_url: fake.url.clone(),
+                relay,
+                fake: Some(fake),
+            });
+        }
+        let settings = CoordinatorSettings {
+            participants: participants
+                .iter()
+                .map(|p| ParticipantEndpoint {
+                    name: p.name.clone(),
+                    url: p.relay.url.clone(),
+                    timeout: self.participant_timeout,
+                })
+                .collect(),
+            limits: self.limits,
+            policy: self.policy,
+            server: holdfast::server::ServerLimits::default(),
+            participant_transport: holdfast::tls::ParticipantTransport::default(),
+            access: CoordinatorAccess {
+                auth: access
+                    .as_ref()
+                    .map_or_else(Default::default, |a| a.authenticator.clone()),
+                ..CoordinatorAccess::default()
+            },
+        };
+        let any_port = SocketAddr::from(([127, 0, 0, 1], 0));
+        let (process, addr) =
+            CoordinatorProcess::start(&data.coordinator_url, any_port, settings.clone()).await?;
+        let url = format!("http://{addr}");
+        let key = access.as_ref().map(Access::harness_key);
+        let client = client_with_key(&url, key).await?;
+        let harness = Harness {
+            participants,
+            log,
+            coordinator: Some(process),
+            addr,
+            url,
+            settings,
+            client,
+            _stop_participants: stop,
+            _tasks: tasks,
+            data,
+            access,
+        };
+        for (participant, resources) in &self.resources {
+            let resources: Vec<(&str, i64)> =
+                resources.iter().map(|(r, n)| (r.as_str(), *n)).collect();
+            harness.put_resources(participant, &resources).await?;
+        }
+        Ok(harness)
+    }
+}
+
+async fn bind_loopback() -> Result<TcpListener, TestkitError> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], 0));
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| TestkitError::Listen { addr, source })
+}
+
+fn local_url(listener: &TcpListener) -> Result<String, TestkitError> {
+    let addr = listener
+        .local_addr()
+        .map_err(|source| TestkitError::Listen {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            source,
+        })?;
+    Ok(format!("http://{addr}"))
+}
