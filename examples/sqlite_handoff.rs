@@ -12,7 +12,9 @@
 //!   writer, queued in process, group commit): nine hand-offs per write;
 //! - `sync`: the same statements on a synchronous connection owned by a thread of its own; a
 //!   write is sent there whole and answered once. Queued writes share one transaction (a
-//!   `SAVEPOINT` each) and one COMMIT, as in the store's group commit.
+//!   `SAVEPOINT` each) and one COMMIT, as in the store's group commit;
+//! - `locked`: today's writer and transaction, the statements run on sqlx's own connection
+//!   taken off its thread for the write (`lock_handle`), through a rusqlite wrapper.
 //!
 //! Both use `synchronous = FULL` and WAL. It prints writes per second, the process's CPU per
 //! write and the latency of one write:
@@ -20,6 +22,7 @@
 //! ```sh
 //! cargo run --release --example sqlite_handoff -- sqlx 32 10   # mode, concurrent writers, seconds
 //! cargo run --release --example sqlite_handoff -- sync 32 10
+//! cargo run --release --example sqlite_handoff -- locked 32 10
 //! ```
 
 use std::error::Error;
@@ -110,6 +113,21 @@ async fn write_sqlx(pool: &sqlx::SqlitePool, holder: &str) -> Result<(), Failure
         .await?;
     let decided = sqlx::query(DECIDE).bind(id).execute(&mut *tx).await?;
     check(branches.len(), decided.rows_affected() as usize)?;
+    Ok(tx.commit().await?)
+}
+
+/// Today's writer and transaction, but its statements run here, on sqlx's own connection taken
+/// from its thread for the write (`lock_handle`: one hand-off), wrapped by rusqlite (a wrapper
+/// per write, so every statement is prepared again).
+async fn write_locked(pool: &sqlx::SqlitePool, holder: &str) -> Result<(), Failure> {
+    let mut tx = holdfast::db::begin_sqlite_write(pool).await?;
+    {
+        let mut locked = tx.lock_handle().await?;
+        // SAFETY: the handle is sqlx's open connection, locked away from its thread until
+        // `locked` drops, after the wrapper (which does not close it) is gone.
+        let conn = unsafe { rusqlite::Connection::from_handle(locked.as_raw_handle().as_ptr())? };
+        write_sync(&conn, holder)?;
+    }
     Ok(tx.commit().await?)
 }
 
@@ -230,9 +248,9 @@ fn cpu_used() -> Result<Duration, Failure> {
 #[tokio::main]
 async fn main() -> Result<(), Failure> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: sqlite_handoff sqlx|sync [writers] [seconds]";
+    let usage = "usage: sqlite_handoff sqlx|sync|locked [writers] [seconds]";
     let mode = args.get(1).ok_or(usage)?.clone();
-    if mode != "sqlx" && mode != "sync" {
+    if !["sqlx", "sync", "locked"].contains(&mode.as_str()) {
         return Err(usage.into());
     }
     let writers: usize = args.get(2).map_or(Ok(32), |s| s.parse())?;
@@ -253,6 +271,7 @@ async fn main() -> Result<(), Failure> {
     } else {
         None
     };
+    let locked = mode == "locked";
     let done = Arc::new(AtomicU64::new(0));
     let until = Instant::now() + Duration::from_secs(seconds);
     let (started, cpu_before) = (Instant::now(), cpu_used()?);
@@ -274,6 +293,9 @@ async fn main() -> Result<(), Failure> {
                         queue.send(job).await.map_err(|_| "writer thread gone")?;
                         answered.await.map_err(|_| "writer thread gone")??;
                     }
+                    None if locked => write_locked(&pool, &holder)
+                        .await
+                        .map_err(|e| e.to_string())?,
                     None => write_sqlx(&pool, &holder)
                         .await
                         .map_err(|e| e.to_string())?,
