@@ -33,8 +33,10 @@ pub struct HarnessBuilder {
     principals: Vec<(String, Vec<Role>)>,
 }
 
-impl HarnessBuilder {
-    pub(crate) fn new() -> HarnessBuilder {
+impl Harness {
+    /// What to start: no participants, a temporary SQLite folder, a participant timeout of 1 s,
+    /// the coordinator's default policy and limits, authentication off.
+    pub fn builder() -> HarnessBuilder {
         HarnessBuilder {
             participants: Vec::new(),
             fakes: Vec::new(),
@@ -47,7 +49,9 @@ impl HarnessBuilder {
             principals: Vec::new(),
         }
     }
+}
 
+impl HarnessBuilder {
     /// Reference participants to run, each registered under its kind's name (`seats`,
     /// `stock`, `rooms`, `payments`, `noop`).
     pub fn participants(mut self, kinds: impl IntoIterator<Item = Kind>) -> Self {

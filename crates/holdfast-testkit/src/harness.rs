@@ -2,7 +2,8 @@
 //! the OS picks, every participant behind a [`Relay`] the test can cut, on a temporary SQLite
 //! folder (or a given PostgreSQL database); the clock every expiry decision reads moved by
 //! [`Harness::advance`]; the coordinator killed and restarted on the same database and port;
-//! with authentication on, a client per principal. Built by [`HarnessBuilder`] (`builder.rs`).
+//! with authentication on, a client per principal. Built by [`HarnessBuilder`](crate::HarnessBuilder)
+//! (`builder.rs`).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -17,7 +18,6 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 use crate::access::Access;
-use crate::builder::HarnessBuilder;
 use crate::coordinator::CoordinatorProcess;
 use crate::data::Data;
 use crate::fake::{CallLog, FakeParticipant};
@@ -51,12 +51,6 @@ pub struct Harness {
 }
 
 impl Harness {
-    /// What to start: no participants, a temporary SQLite folder, a participant timeout of 1 s,
-    /// the coordinator's default policy and limits, authentication off.
-    pub fn builder() -> HarnessBuilder {
-        HarnessBuilder::new()
-    }
-
     /// A client of the coordinator (clones share one connection; it reconnects after a
     /// restart).
     pub fn client(&self) -> Client {
@@ -77,7 +71,7 @@ impl Harness {
     }
 
     /// A client of the coordinator presenting principal `name`'s API key (see
-    /// [`HarnessBuilder::principal`]).
+    /// [`HarnessBuilder::principal`](crate::HarnessBuilder::principal)).
     pub async fn client_as(&self, name: &str) -> Result<Client, TestkitError> {
         client_with_key(&self.url, Some(self.api_key(name)?)).await
     }
