@@ -14,6 +14,7 @@ pub(crate) mod bench;
 mod config;
 mod crash;
 mod dashboards;
+mod deploy;
 mod shutdown;
 mod split;
 mod stock_redis;
