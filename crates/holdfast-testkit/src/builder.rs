@@ -18,6 +18,7 @@ use crate::coordinator::CoordinatorProcess;
 use crate::data::Data;
 use crate::fake::{CallLog, Script, spawn_fake};
 use crate::harness::{Harness, Participant, client_with_key};
+use crate::tls::Certificates;
 use crate::{Relay, TestkitError};
 
 /// What the harness starts; see [`Harness::builder`].
@@ -31,6 +32,7 @@ pub struct HarnessBuilder {
     policy: Policy,
     limits: Limits,
     principals: Vec<(String, Vec<Role>)>,
+    tls: bool,
 }
 
 impl Harness {
@@ -47,6 +49,7 @@ impl Harness {
             policy: Policy::default(),
             limits: Limits::default(),
             principals: Vec::new(),
+            tls: false,
         }
     }
 }
@@ -128,6 +131,17 @@ impl HarnessBuilder {
         self
     }
 
+    /// Serves the coordinator over TLS only (`https://`), with a certificate for `localhost`
+    /// and `127.0.0.1` signed by a CA the harness makes for itself ([`Harness::tls_ca_pem`],
+    /// [`Harness::tls_ca_file`]): what a client configured with that CA must accept, and one
+    /// trusting only the system's roots must refuse. [`Harness::client`],
+    /// [`Harness::client_as`] and the harness's own calls trust it. The participants stay on
+    /// plaintext loopback.
+    pub fn tls(mut self) -> Self {
+        self.tls = true;
+        self
+    }
+
     /// Starts the participants, the relays in front of them and the coordinator; returns once
     /// every one accepts calls.
     pub async fn start(self) -> Result<Harness, TestkitError> {
@@ -143,6 +157,11 @@ impl HarnessBuilder {
             }
         }
         let access = Access::new(&self.principals)?;
+        let certificates = if self.tls {
+            Some(Certificates::new()?)
+        } else {
+            None
+        };
         let data = Data::open(self.postgres.as_deref(), &self.participants).await?;
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         let mut tasks = JoinSet::new();
@@ -198,7 +217,11 @@ impl HarnessBuilder {
             limits: self.limits,
             policy: self.policy,
             server: holdfast::server::ServerLimits::default(),
-            participant_transport: holdfast::tls::ParticipantTransport::default(),
+            // The participants are this process's, on loopback behind the relays.
+            participant_transport: holdfast::tls::ParticipantTransport {
+                allow_plaintext: true,
+                ..holdfast::tls::ParticipantTransport::default()
+            },
             access: CoordinatorAccess {
                 auth: access
                     .as_ref()
@@ -207,11 +230,19 @@ impl HarnessBuilder {
             },
         };
         let any_port = SocketAddr::from(([127, 0, 0, 1], 0));
+        let tls = certificates.as_ref().map(|c| c.server.clone());
         let (process, addr) =
-            CoordinatorProcess::start(&data.coordinator_url, any_port, settings.clone()).await?;
-        let url = format!("http://{addr}");
+            CoordinatorProcess::start(&data.coordinator_url, any_port, settings.clone(), tls)
+                .await?;
+        let scheme = if certificates.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let url = format!("{scheme}://{addr}");
         let key = access.as_ref().map(Access::harness_key);
-        let client = client_with_key(&url, key).await?;
+        let ca = certificates.as_ref().map(|c| c.ca_pem.as_str());
+        let client = client_with_key(&url, key, ca).await?;
         let harness = Harness {
             participants,
             log,
@@ -224,7 +255,9 @@ impl HarnessBuilder {
             _tasks: tasks,
             data,
             access,
+            certificates,
         };
+        harness.serving().await?;
         for (participant, resources) in &self.resources {
             let resources: Vec<(&str, i64)> =
                 resources.iter().map(|(r, n)| (r.as_str(), *n)).collect();

@@ -6,12 +6,20 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use holdfast::app::CoordinatorSettings;
-use tokio::sync::oneshot;
+use holdfast::tls::{Listener, ServerTls};
+use tokio::sync::{oneshot, watch};
+use tonic::transport::Channel;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
 
 use crate::TestkitError;
 
 /// How long a restart waits for the killed coordinator's port to be free again.
 const REBIND_WITHIN: Duration = Duration::from_secs(5);
+
+/// How long a start waits for the coordinator to answer health checks.
+const SERVING_WITHIN: Duration = Duration::from_secs(10);
 
 /// Connections the coordinator's pool may open (tests are small; SQLite has one writer).
 const POOL_SIZE: u32 = 8;
@@ -19,15 +27,18 @@ const POOL_SIZE: u32 = 8;
 /// A running coordinator in its own runtime.
 pub(crate) struct CoordinatorProcess {
     runtime: Option<tokio::runtime::Runtime>,
+    /// Why it stopped serving on its own (a configuration it refused), once it has.
+    stopped: watch::Receiver<Option<String>>,
 }
 
 impl CoordinatorProcess {
     /// Starts a coordinator on `database_url` listening on `addr` (port 0: one the OS picks),
-    /// once its schema is migrated; the address it listens on.
+    /// TLS only when `tls` is given, once its schema is migrated; the address it listens on.
     pub(crate) async fn start(
         database_url: &str,
         addr: SocketAddr,
         settings: CoordinatorSettings,
+        tls: Option<ServerTls>,
     ) -> Result<(CoordinatorProcess, SocketAddr), TestkitError> {
         let listener = bind(addr).await?;
         let addr = listener
@@ -40,6 +51,7 @@ impl CoordinatorProcess {
             .build()
             .map_err(|source| TestkitError::Listen { addr, source })?;
         let (ready_tx, ready_rx) = oneshot::channel::<Result<(), TestkitError>>();
+        let (stopped_tx, stopped) = watch::channel(None);
         let url = database_url.to_owned();
         runtime.spawn(async move {
             // A clock of this coordinator's own, registered with a pool of this runtime: a
@@ -64,22 +76,57 @@ impl CoordinatorProcess {
             let served = holdfast::app::serve_test_coordinator(
                 settings,
                 store,
-                listener,
+                Listener::new(listener, tls),
                 clock,
                 std::future::pending(),
             )
             .await;
             if let Err(e) = served {
                 eprintln!("holdfast-testkit: the coordinator stopped: {e}");
+                let _ = stopped_tx.send(Some(e.to_string()));
             }
         });
         let process = CoordinatorProcess {
             runtime: Some(runtime),
+            stopped,
         };
         match ready_rx.await {
             Ok(Ok(())) => Ok((process, addr)),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(TestkitError::NotRunning),
+        }
+    }
+
+    /// Waits until the coordinator answers health checks as serving on `channel` (its own
+    /// address), or says why it stopped instead.
+    pub(crate) async fn serving(&self, channel: Channel) -> Result<(), TestkitError> {
+        let deadline = tokio::time::Instant::now() + SERVING_WITHIN;
+        let mut health = HealthClient::new(channel);
+        let mut stopped = self.stopped.clone();
+        loop {
+            let asked = health.check(HealthCheckRequest {
+                service: "tcc.v1.Coordinator".to_owned(),
+            });
+            let last = tokio::select! {
+                answer = asked => match answer {
+                    Ok(a) if a.get_ref().status == ServingStatus::Serving as i32 => return Ok(()),
+                    Ok(a) => format!("health status {}", a.get_ref().status),
+                    Err(status) => status.to_string(),
+                },
+                why = stopped.wait_for(Option::is_some) => {
+                    let why = match why {
+                        Ok(why) => why.clone().unwrap_or_default(),
+                        Err(_) => "its runtime is gone".to_owned(),
+                    };
+                    return Err(TestkitError::CoordinatorStopped(why));
+                }
+            };
+            if tokio::time::Instant::now() >= deadline {
+                return Err(TestkitError::CoordinatorStopped(format!(
+                    "not serving within {SERVING_WITHIN:?}: {last}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 
@@ -116,6 +163,49 @@ async fn bind(addr: SocketAddr) -> Result<std::net::TcpListener, TestkitError> {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             Err(source) => return Err(TestkitError::Listen { addr, source }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use holdfast::app::CoordinatorAccess;
+    use holdfast::registry::ParticipantEndpoint;
+
+    /// A coordinator that refuses its configuration at start (here: TLS served, a participant
+    /// called in plaintext, not allowed) is reported with its reason, not as a coordinator that
+    /// later refuses connections.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_coordinator_that_refuses_its_configuration_is_reported_with_the_reason() {
+        let folder = tempfile::tempdir().unwrap();
+        let database = format!("sqlite://{}", folder.path().join("holdfast.db").display());
+        let certificates = crate::tls::Certificates::new().unwrap();
+        let settings = CoordinatorSettings {
+            participants: vec![ParticipantEndpoint {
+                name: "seats".into(),
+                url: "http://127.0.0.1:9".into(),
+                timeout: Duration::from_secs(1),
+            }],
+            limits: Default::default(),
+            policy: Default::default(),
+            server: Default::default(),
+            participant_transport: Default::default(),
+            access: CoordinatorAccess::default(),
+        };
+        let any_port = SocketAddr::from(([127, 0, 0, 1], 0));
+        let tls = Some(certificates.server.clone());
+        let (process, addr) = CoordinatorProcess::start(&database, any_port, settings, tls)
+            .await
+            .unwrap();
+        let url = format!("https://{addr}");
+        let endpoint = tonic::transport::Endpoint::new(holdfast::tls::endpoint_url(&url)).unwrap();
+        let channel = certificates.client.connect_lazy(endpoint, &url).unwrap();
+        match process.serving(channel).await {
+            Err(TestkitError::CoordinatorStopped(why)) => {
+                assert!(why.contains("seats=http://127.0.0.1:9"), "{why}");
+            }
+            other => panic!("{:?}", other.err()),
         }
     }
 }

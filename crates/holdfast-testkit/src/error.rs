@@ -26,6 +26,10 @@ pub enum TestkitError {
     DuplicatePrincipal(String),
     #[error("authentication: {0}")]
     Auth(String),
+    #[error("TLS: {0}")]
+    Tls(String),
+    #[error("the coordinator stopped: {0}")]
+    CoordinatorStopped(String),
     #[error("the coordinator is not running: restart() it first")]
     NotRunning,
     #[error(transparent)]

@@ -21,6 +21,7 @@ use crate::access::Access;
 use crate::coordinator::CoordinatorProcess;
 use crate::data::Data;
 use crate::fake::{CallLog, FakeParticipant};
+use crate::tls::Certificates;
 use crate::{Relay, TestkitError};
 
 /// One participant of the harness, behind its relay.
@@ -48,6 +49,8 @@ pub struct Harness {
     pub(crate) data: Data,
     /// The principals and their keys, when authentication is on.
     pub(crate) access: Option<Access>,
+    /// The CA and the coordinator's certificate, when it serves TLS.
+    pub(crate) certificates: Option<Certificates>,
 }
 
 impl Harness {
@@ -73,7 +76,7 @@ impl Harness {
     /// A client of the coordinator presenting principal `name`'s API key (see
     /// [`HarnessBuilder::principal`](crate::HarnessBuilder::principal)).
     pub async fn client_as(&self, name: &str) -> Result<Client, TestkitError> {
-        client_with_key(&self.url, Some(self.api_key(name)?)).await
+        client_with_key(&self.url, Some(self.api_key(name)?), self.tls_ca_pem()).await
     }
 
     /// Principal `name`'s API key, for callers other than [`Harness::client_as`] (a raw
@@ -85,10 +88,21 @@ impl Harness {
             .ok_or_else(|| TestkitError::UnknownPrincipal(name.to_owned()))
     }
 
+    /// The PEM of the CA that signed the coordinator's certificate, with
+    /// [`HarnessBuilder::tls`](crate::HarnessBuilder::tls); `None` on plaintext.
+    pub fn tls_ca_pem(&self) -> Option<&str> {
+        self.certificates.as_ref().map(|c| c.ca_pem.as_str())
+    }
+
+    /// That CA as a file (for a client configured with a path); removed with the harness.
+    pub fn tls_ca_file(&self) -> Option<&std::path::Path> {
+        self.certificates.as_ref().map(|c| c.ca_file.as_path())
+    }
+
     /// A channel to the coordinator for the generated `tcc.v1` clients (with authentication on,
     /// add a key: [`Harness::api_key`]).
     pub async fn channel(&self) -> Result<Channel, TestkitError> {
-        connect(&self.url).await
+        connect(&self.url, self.certificates.as_ref()).await
     }
 
     /// Every call every fake of this harness received, in arrival order.
@@ -182,7 +196,7 @@ impl Harness {
     ) -> Result<proto::resource_admin_client::ResourceAdminClient<Channel>, TestkitError> {
         let url = self.participant_url(name)?;
         Ok(proto::resource_admin_client::ResourceAdminClient::new(
-            connect(url).await?,
+            connect(url, None).await?,
         ))
     }
 
@@ -191,7 +205,7 @@ impl Harness {
     ) -> Result<proto::payments_client::PaymentsClient<Channel>, TestkitError> {
         let url = self.participant_url(Kind::Payments.name())?;
         Ok(proto::payments_client::PaymentsClient::new(
-            connect(url).await?,
+            connect(url, None).await?,
         ))
     }
 
@@ -251,11 +265,22 @@ impl Harness {
     /// first, if any); work the old one left unfinished is recovered once its lease ends.
     pub async fn restart(&mut self) -> Result<(), TestkitError> {
         self.kill_coordinator();
-        let (process, _) =
-            CoordinatorProcess::start(&self.data.coordinator_url, self.addr, self.settings.clone())
-                .await?;
+        let tls = self.certificates.as_ref().map(|c| c.server.clone());
+        let (process, _) = CoordinatorProcess::start(
+            &self.data.coordinator_url,
+            self.addr,
+            self.settings.clone(),
+            tls,
+        )
+        .await?;
         self.coordinator = Some(process);
-        Ok(())
+        self.serving().await
+    }
+
+    /// Waits until the coordinator serves (or says why it stopped).
+    pub(crate) async fn serving(&self) -> Result<(), TestkitError> {
+        let process = self.coordinator.as_ref().ok_or(TestkitError::NotRunning)?;
+        process.serving(self.channel().await?).await
     }
 
     fn running(&self) -> Result<(), TestkitError> {
@@ -276,7 +301,7 @@ impl Harness {
         let key = self.access.as_ref().map(Access::harness_key);
         let bearer = Bearer::optional(key).map_err(|e| TestkitError::Auth(e.to_string()))?;
         Ok(proto::testing_client::TestingClient::with_interceptor(
-            connect(&self.url).await?,
+            self.channel().await?,
             bearer,
         ))
     }
@@ -349,17 +374,38 @@ fn std_duration(d: prost_types::Duration) -> Duration {
     Duration::new(seconds, nanos)
 }
 
-/// A client of the coordinator at `url`, presenting `key` when there is one.
-pub(crate) async fn client_with_key(url: &str, key: Option<&str>) -> Result<Client, TestkitError> {
-    let builder = Client::builder(url);
-    let builder = match key {
-        Some(key) => builder.api_key(key),
-        None => builder,
-    };
+/// A client of the coordinator at `url`, presenting `key` when there is one and trusting the
+/// CA `ca` (PEM) when given.
+pub(crate) async fn client_with_key(
+    url: &str,
+    key: Option<&str>,
+    ca: Option<&str>,
+) -> Result<Client, TestkitError> {
+    let mut builder = Client::builder(url);
+    if let Some(key) = key {
+        builder = builder.api_key(key);
+    }
+    if let Some(ca) = ca {
+        builder = builder.tls_ca_pem(ca);
+    }
     Ok(builder.connect().await?)
 }
 
-async fn connect(url: &str) -> Result<Channel, TestkitError> {
+/// A channel to `url`: over TLS trusting `tls`'s CA when given (the coordinator's), else
+/// plaintext (the participants').
+async fn connect(url: &str, tls: Option<&Certificates>) -> Result<Channel, TestkitError> {
+    if let Some(certificates) = tls {
+        let endpoint = tonic::transport::Endpoint::new(holdfast::tls::endpoint_url(url)).map_err(
+            |source| TestkitError::Connect {
+                url: url.to_owned(),
+                source,
+            },
+        )?;
+        return certificates
+            .client
+            .connect_lazy(endpoint, url)
+            .map_err(|e| TestkitError::Tls(e.to_string()));
+    }
     let endpoint = tonic::transport::Endpoint::new(url.to_owned()).map_err(|source| {
         TestkitError::Connect {
             url: url.to_owned(),

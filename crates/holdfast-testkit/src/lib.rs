@@ -26,7 +26,8 @@
 //!   ([`Harness::cut`] / [`Harness::heal`]); [`Harness::kill_coordinator`] and
 //!   [`Harness::restart`]; [`Harness::advance`] moves the clock expiry, the reaper and orphan
 //!   reclaim read; with [`HarnessBuilder::principal`], authentication on and a client per
-//!   principal ([`Harness::client_as`]).
+//!   principal ([`Harness::client_as`]); with [`HarnessBuilder::tls`], the coordinator on TLS
+//!   under a CA of the harness's own ([`Harness::tls_ca_pem`]).
 //! - [`FakeParticipant`]: a `tcc.v1.Participant` that plays a [`Script`] (reject, fail with
 //!   `UNAVAILABLE` n times, stall, answer after the coordinator gave up) and records every
 //!   call with its answer ([`CallLog`]).
@@ -39,6 +40,7 @@ mod error;
 pub mod fake;
 mod harness;
 mod relay;
+mod tls;
 
 pub use builder::HarnessBuilder;
 pub use error::TestkitError;

@@ -8,6 +8,7 @@ mod files;
 mod network;
 mod postgres;
 mod restart;
+mod tls;
 
 use std::time::Duration;
 
