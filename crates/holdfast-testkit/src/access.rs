@@ -21,7 +21,12 @@ pub(crate) struct Access {
 impl Access {
     /// The principals' keys and the authenticator over them; `None` (authentication off) when
     /// the test named none.
-    pub(crate) fn new(principals: &[(String, Vec<Role>)]) -> Result<Option<Access>, TestkitError> {
+    /// With `by_certificate` (mutual TLS) each principal is also admitted by a client
+    /// certificate whose common name is its name.
+    pub(crate) fn new(
+        principals: &[(String, Vec<Role>)],
+        by_certificate: bool,
+    ) -> Result<Option<Access>, TestkitError> {
         if principals.is_empty() {
             return Ok(None);
         }
@@ -34,6 +39,10 @@ impl Access {
             }
             let key = keys::new_key().map_err(|e| TestkitError::Auth(e.to_string()))?;
             file.push_str(&keys::principal_entry(name, roles, &key));
+            if by_certificate {
+                // The same table: the entry's last line is its key's digest.
+                file.push_str(&format!("tls_identity = {name:?}\n"));
+            }
             file.push('\n');
             keys.push((name.clone(), key));
         }

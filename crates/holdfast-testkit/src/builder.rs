@@ -13,7 +13,7 @@ use holdfast::registry::ParticipantEndpoint;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
-use crate::access::Access;
+use crate::access::{Access, HARNESS_PRINCIPAL};
 use crate::coordinator::CoordinatorProcess;
 use crate::data::Data;
 use crate::fake::{CallLog, Script, spawn_fake};
@@ -33,6 +33,7 @@ pub struct HarnessBuilder {
     limits: Limits,
     principals: Vec<(String, Vec<Role>)>,
     tls: bool,
+    mutual_tls: bool,
 }
 
 impl Harness {
@@ -50,6 +51,7 @@ impl Harness {
             limits: Limits::default(),
             principals: Vec::new(),
             tls: false,
+            mutual_tls: false,
         }
     }
 }
@@ -142,6 +144,16 @@ impl HarnessBuilder {
         self
     }
 
+    /// [`HarnessBuilder::tls`], and the coordinator requires a client certificate from the
+    /// harness's CA: the CA issues one for each principal (its name the certificate's common
+    /// name, admitted as `tls_identity` as well as by its key: [`Harness::client_certificate`])
+    /// and one the harness's own calls present. A client without one is refused.
+    pub fn mutual_tls(mut self) -> Self {
+        self.tls = true;
+        self.mutual_tls = true;
+        self
+    }
+
     /// Starts the participants, the relays in front of them and the coordinator; returns once
     /// every one accepts calls.
     pub async fn start(self) -> Result<Harness, TestkitError> {
@@ -156,9 +168,12 @@ impl HarnessBuilder {
                 return Err(TestkitError::DuplicateParticipant(name));
             }
         }
-        let access = Access::new(&self.principals)?;
+        let access = Access::new(&self.principals, self.mutual_tls)?;
+        let clients: Vec<&str> = std::iter::once(HARNESS_PRINCIPAL)
+            .chain(self.principals.iter().map(|(name, _)| name.as_str()))
+            .collect();
         let certificates = if self.tls {
-            Some(Certificates::new()?)
+            Some(Certificates::new(self.mutual_tls.then_some(&clients[..]))?)
         } else {
             None
         };
@@ -241,8 +256,7 @@ impl HarnessBuilder {
         };
         let url = format!("{scheme}://{addr}");
         let key = access.as_ref().map(Access::harness_key);
-        let ca = certificates.as_ref().map(|c| c.ca_pem.as_str());
-        let client = client_with_key(&url, key, ca).await?;
+        let client = client_with_key(&url, key, certificates.as_ref(), HARNESS_PRINCIPAL).await?;
         let harness = Harness {
             participants,
             log,

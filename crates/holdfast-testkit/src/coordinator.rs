@@ -180,7 +180,7 @@ mod tests {
     async fn a_coordinator_that_refuses_its_configuration_is_reported_with_the_reason() {
         let folder = tempfile::tempdir().unwrap();
         let database = format!("sqlite://{}", folder.path().join("holdfast.db").display());
-        let certificates = crate::tls::Certificates::new().unwrap();
+        let certificates = crate::tls::Certificates::new(None).unwrap();
         let settings = CoordinatorSettings {
             participants: vec![ParticipantEndpoint {
                 name: "seats".into(),

@@ -76,7 +76,8 @@ impl Harness {
     /// A client of the coordinator presenting principal `name`'s API key (see
     /// [`HarnessBuilder::principal`](crate::HarnessBuilder::principal)).
     pub async fn client_as(&self, name: &str) -> Result<Client, TestkitError> {
-        client_with_key(&self.url, Some(self.api_key(name)?), self.tls_ca_pem()).await
+        let key = self.api_key(name)?;
+        client_with_key(&self.url, Some(key), self.certificates.as_ref(), name).await
     }
 
     /// Principal `name`'s API key, for callers other than [`Harness::client_as`] (a raw
@@ -92,6 +93,22 @@ impl Harness {
     /// [`HarnessBuilder::tls`](crate::HarnessBuilder::tls); `None` on plaintext.
     pub fn tls_ca_pem(&self) -> Option<&str> {
         self.certificates.as_ref().map(|c| c.ca_pem.as_str())
+    }
+
+    /// Principal `name`'s client certificate and key (PEM files), with
+    /// [`HarnessBuilder::mutual_tls`](crate::HarnessBuilder::mutual_tls): it proves the
+    /// principal without an API key.
+    pub fn client_certificate(
+        &self,
+        name: &str,
+    ) -> Result<(&std::path::Path, &std::path::Path), TestkitError> {
+        let identity = self
+            .certificates
+            .as_ref()
+            .and_then(|c| c.identity(name))
+            .filter(|_| name != crate::access::HARNESS_PRINCIPAL)
+            .ok_or_else(|| TestkitError::UnknownPrincipal(name.to_owned()))?;
+        Ok((identity.cert.as_path(), identity.key.as_path()))
     }
 
     /// That CA as a file (for a client configured with a path); removed with the harness.
@@ -374,19 +391,24 @@ fn std_duration(d: prost_types::Duration) -> Duration {
     Duration::new(seconds, nanos)
 }
 
-/// A client of the coordinator at `url`, presenting `key` when there is one and trusting the
-/// CA `ca` (PEM) when given.
+/// A client of the coordinator at `url` as principal `name`: presenting `key` when there is
+/// one; with `tls`, trusting the harness's CA and, with mutual TLS, presenting `name`'s
+/// certificate.
 pub(crate) async fn client_with_key(
     url: &str,
     key: Option<&str>,
-    ca: Option<&str>,
+    tls: Option<&Certificates>,
+    name: &str,
 ) -> Result<Client, TestkitError> {
     let mut builder = Client::builder(url);
     if let Some(key) = key {
         builder = builder.api_key(key);
     }
-    if let Some(ca) = ca {
-        builder = builder.tls_ca_pem(ca);
+    if let Some(tls) = tls {
+        builder = builder.tls_ca_pem(tls.ca_pem.as_str());
+        if let Some(identity) = tls.identity(name) {
+            builder = builder.tls_client_identity_files(&identity.cert, &identity.key);
+        }
     }
     Ok(builder.connect().await?)
 }
