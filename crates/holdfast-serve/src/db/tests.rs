@@ -119,6 +119,55 @@ async fn sqlite_pools_cut_the_wal_back_when_it_starts_over() {
     remove(pool, dir).await;
 }
 
+/// ... and it does: a write transaction larger than the cap grows the WAL past it; once a
+/// checkpoint has copied it into the database, the next write starts the log over and the file
+/// is cut back to the cap (with SQLite's default it would stay at its high-water mark).
+#[tokio::test]
+async fn a_sqlite_wal_grown_past_the_cap_is_cut_back_once_it_starts_over() {
+    let (pool, dir) = impatient_pool("wal-cut").await;
+    pool.close().await;
+    let url = format!("sqlite://{}", dir.join("t.db").display());
+    let pool = open_sqlite(&url, 1).await.unwrap();
+    let wal = dir.join("t.db-wal");
+    let past_the_cap = usize::try_from(SQLITE_WAL_KEEP_BYTES).unwrap() + 8 * 1024 * 1024;
+    let mut write = begin_sqlite_write(&pool).await.unwrap();
+    sqlx::query("CREATE TABLE big (b BLOB NOT NULL)")
+        .execute(&mut *write)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO big (b) VALUES (zeroblob(?1))")
+        .bind(i64::try_from(past_the_cap).unwrap())
+        .execute(&mut *write)
+        .await
+        .unwrap();
+    write.commit().await.unwrap();
+    let grown = std::fs::metadata(&wal).unwrap().len();
+    assert!(
+        grown > SQLITE_WAL_KEEP_BYTES as u64,
+        "the WAL is {grown} bytes"
+    );
+
+    // Everything copied into the database (nobody reads: the checkpoint completes) ...
+    let (busy, _, _): (i64, i64, i64) = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(busy, 0);
+    // ... so the next write starts the log over, and cuts the file back.
+    let mut write = begin_sqlite_write(&pool).await.unwrap();
+    sqlx::query("DELETE FROM big")
+        .execute(&mut *write)
+        .await
+        .unwrap();
+    write.commit().await.unwrap();
+    let after = std::fs::metadata(&wal).unwrap().len();
+    assert!(
+        after <= SQLITE_WAL_KEEP_BYTES as u64,
+        "the WAL stayed at {after} bytes (it had grown to {grown})"
+    );
+    remove(pool, dir).await;
+}
+
 #[tokio::test]
 async fn each_sqlite_pool_has_one_writer_of_its_own_and_a_closed_pool_writes_nothing() {
     let (a, dir_a) = impatient_pool("a").await;
