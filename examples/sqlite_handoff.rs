@@ -245,17 +245,20 @@ fn cpu_used() -> Result<Duration, Failure> {
     Ok(Duration::from_millis(ticks * 10)) // USER_HZ is 100 on Linux
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Failure> {
-    let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: sqlite_handoff sqlx|sync|locked [writers] [seconds]";
-    let mode = args.get(1).ok_or(usage)?.clone();
-    if !["sqlx", "sync", "locked"].contains(&mode.as_str()) {
-        return Err(usage.into());
-    }
-    let writers: usize = args.get(2).map_or(Ok(32), |s| s.parse())?;
-    let seconds: u64 = args.get(3).map_or(Ok(10), |s| s.parse())?;
-    let folder = std::env::temp_dir().join(format!("holdfast-handoff-{}", std::process::id()));
+/// What one run measured.
+struct Measured {
+    writes: u64,
+    line: String,
+}
+
+/// Runs `mode` with `writers` concurrent tasks for `run_for` on a fresh coordinator database in
+/// `folder`: writes per second, CPU per write, latency.
+async fn measure(
+    mode: &str,
+    writers: usize,
+    run_for: Duration,
+    folder: &std::path::Path,
+) -> Result<Measured, Failure> {
     let file = folder.join("holdfast.db");
     let pool = holdfast::db::open_sqlite(&format!("sqlite://{}", file.display()), 4).await?;
     holdfast::store::sqlite::MIGRATOR.run(&pool).await?;
@@ -273,7 +276,7 @@ async fn main() -> Result<(), Failure> {
     };
     let locked = mode == "locked";
     let done = Arc::new(AtomicU64::new(0));
-    let until = Instant::now() + Duration::from_secs(seconds);
+    let until = Instant::now() + run_for;
     let (started, cpu_before) = (Instant::now(), cpu_used()?);
     let mut tasks = tokio::task::JoinSet::new();
     for w in 0..writers {
@@ -311,13 +314,14 @@ async fn main() -> Result<(), Failure> {
         latencies.extend(joined??);
     }
     let (wall, cpu) = (started.elapsed(), cpu_used()? - cpu_before);
-    let writes = done.load(Ordering::Relaxed).max(1);
+    drop(sync); // the writer thread ends once its queue is gone
+    let writes = done.load(Ordering::Relaxed);
     latencies.sort();
     if latencies.is_empty() {
         return Err("no write finished".into());
     }
     let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize].as_secs_f64() * 1e3;
-    println!(
+    let line = format!(
         "{mode} writers={writers}: {:.0} writes/s, CPU {:.3} ms/write, p50 {:.2} ms, p99 {:.2} ms",
         writes as f64 / wall.as_secs_f64(),
         cpu.as_secs_f64() * 1e3 / writes as f64,
@@ -325,6 +329,55 @@ async fn main() -> Result<(), Failure> {
         at(0.99),
     );
     pool.close().await;
-    std::fs::remove_dir_all(folder)?;
+    Ok(Measured { writes, line })
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Failure> {
+    let args: Vec<String> = std::env::args().collect();
+    let usage = "usage: sqlite_handoff sqlx|sync|locked [writers] [seconds]";
+    let mode = args.get(1).ok_or(usage)?.clone();
+    if !MODES.contains(&mode.as_str()) {
+        return Err(usage.into());
+    }
+    let writers: usize = args.get(2).map_or(Ok(32), |s| s.parse())?;
+    let seconds: u64 = args.get(3).map_or(Ok(10), |s| s.parse())?;
+    let folder = std::env::temp_dir().join(format!("holdfast-handoff-{}", std::process::id()));
+    let measured = measure(&mode, writers, Duration::from_secs(seconds), &folder).await;
+    std::fs::remove_dir_all(&folder)?;
+    let measured = measured?;
+    println!("{} ({} writes)", measured.line, measured.writes);
     Ok(())
+}
+
+const MODES: [&str; 3] = ["sqlx", "sync", "locked"];
+
+/// `cargo test` runs each way briefly: the measurement keeps working as the schema changes,
+/// and every write it counted was committed (each one's reservation reads `CONFIRMED`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_way_commits_every_write_it_counts() {
+    for mode in MODES {
+        let folder = std::env::temp_dir().join(format!(
+            "holdfast-handoff-test-{mode}-{}",
+            std::process::id()
+        ));
+        let measured = measure(mode, 4, Duration::from_millis(300), &folder)
+            .await
+            .unwrap_or_else(|e| panic!("{mode}: {e}"));
+        let url = format!("sqlite://{}", folder.join("holdfast.db").display());
+        let pool = holdfast::db::open_sqlite(&url, 1).await.unwrap();
+        let confirmed: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM reservations WHERE state = 'CONFIRMED'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        pool.close().await;
+        let _ = std::fs::remove_dir_all(&folder);
+        assert!(measured.writes > 0, "{mode}: no write");
+        assert_eq!(
+            confirmed as u64, measured.writes,
+            "{mode}: {}",
+            measured.line
+        );
+    }
 }
