@@ -2,8 +2,9 @@
 //! the OS picks, every participant behind a [`Relay`] the test can cut, on a temporary SQLite
 //! folder (or a given PostgreSQL database); the clock every expiry decision reads moved by
 //! [`Harness::advance`]; the coordinator killed and restarted on the same database and port;
-//! with authentication on, a client per principal. Built by [`HarnessBuilder`](crate::HarnessBuilder)
-//! (`builder.rs`).
+//! with authentication on, a client per principal; with TLS, clients that trust the harness's
+//! CA (and present a principal's certificate under mutual TLS). Built by
+//! [`HarnessBuilder`](crate::HarnessBuilder) (`builder.rs`).
 
 use std::net::SocketAddr;
 use std::time::Duration;

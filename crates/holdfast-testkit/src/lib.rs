@@ -27,7 +27,9 @@
 //!   [`Harness::restart`]; [`Harness::advance`] moves the clock expiry, the reaper and orphan
 //!   reclaim read; with [`HarnessBuilder::principal`], authentication on and a client per
 //!   principal ([`Harness::client_as`]); with [`HarnessBuilder::tls`], the coordinator on TLS
-//!   under a CA of the harness's own ([`Harness::tls_ca_pem`]).
+//!   under a CA of the harness's own ([`Harness::tls_ca_pem`]), and with
+//!   [`HarnessBuilder::mutual_tls`] a client certificate per principal
+//!   ([`Harness::client_certificate`]).
 //! - [`FakeParticipant`]: a `tcc.v1.Participant` that plays a [`Script`] (reject, fail with
 //!   `UNAVAILABLE` n times, stall, answer after the coordinator gave up) and records every
 //!   call with its answer ([`CallLog`]).
