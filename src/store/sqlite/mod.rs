@@ -11,8 +11,10 @@
 //!   millisecond resolution), evaluated inside the statement that decides, as PostgreSQL's
 //!   `clock_timestamp()` is. Times are stored as INTEGER microseconds since the Unix epoch.
 //! - UUIDs are 16-byte BLOBs, labels JSON text, booleans 0/1 (see the migration).
-//! - No fast path and no group commit: every decision takes the shared locked flow, every
-//!   write is its own transaction.
+//! - No fast path and no batch statements: every decision takes the shared locked flow, and
+//!   every write is a transaction of its own to the store. Concurrent ones still share a
+//!   COMMIT (and its fsync): the pool's writer runs each as a savepoint of one group
+//!   transaction (`holdfast-serve`'s `db/sqlite_write.rs`).
 //!
 //! - `rows.rs`: the column lists, the row types, `load`, `get` and `list`.
 //! - `create.rs`: Reserves (admission's counts, the insert).
