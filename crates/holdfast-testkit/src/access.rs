@@ -18,6 +18,20 @@ pub(crate) struct Access {
     _folder: tempfile::TempDir,
 }
 
+/// The harness's own principal (an admin) first, then the test's, each name once.
+pub(crate) fn everyone(
+    principals: &[(String, Vec<Role>)],
+) -> Result<Vec<(&str, &[Role])>, TestkitError> {
+    let mut everyone: Vec<(&str, &[Role])> = vec![(HARNESS_PRINCIPAL, &[Role::Admin])];
+    for (name, roles) in principals {
+        if everyone.iter().any(|(named, _)| named == name) {
+            return Err(TestkitError::DuplicatePrincipal(name.clone()));
+        }
+        everyone.push((name.as_str(), roles.as_slice()));
+    }
+    Ok(everyone)
+}
+
 impl Access {
     /// The principals' keys and the authenticator over them; `None` (authentication off) when
     /// the test named none.
@@ -30,13 +44,10 @@ impl Access {
         if principals.is_empty() {
             return Ok(None);
         }
-        let harness = (HARNESS_PRINCIPAL.to_owned(), vec![Role::Admin]);
+        let everyone = everyone(principals)?;
         let mut file = String::new();
-        let mut keys: Vec<(String, String)> = Vec::with_capacity(principals.len() + 1);
-        for (name, roles) in std::iter::once(&harness).chain(principals) {
-            if keys.iter().any(|(named, _)| named == name) {
-                return Err(TestkitError::DuplicatePrincipal(name.clone()));
-            }
+        let mut keys: Vec<(String, String)> = Vec::with_capacity(everyone.len());
+        for (name, roles) in everyone {
             let key = keys::new_key().map_err(|e| TestkitError::Auth(e.to_string()))?;
             file.push_str(&keys::principal_entry(name, roles, &key));
             if by_certificate {
@@ -44,7 +55,7 @@ impl Access {
                 file.push_str(&format!("tls_identity = {name:?}\n"));
             }
             file.push('\n');
-            keys.push((name.clone(), key));
+            keys.push((name.to_owned(), key));
         }
         let folder = tempfile::Builder::new()
             .prefix("holdfast-testkit-auth-")

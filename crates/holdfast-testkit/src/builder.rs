@@ -13,7 +13,7 @@ use holdfast::registry::ParticipantEndpoint;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
-use crate::access::{Access, HARNESS_PRINCIPAL};
+use crate::access::{self, Access, HARNESS_PRINCIPAL};
 use crate::coordinator::CoordinatorProcess;
 use crate::data::Data;
 use crate::fake::{CallLog, Script, spawn_fake};
@@ -32,8 +32,17 @@ pub struct HarnessBuilder {
     policy: Policy,
     limits: Limits,
     principals: Vec<(String, Vec<Role>)>,
-    tls: bool,
-    mutual_tls: bool,
+    tls: CoordinatorTls,
+}
+
+/// How the harness's coordinator serves.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CoordinatorTls {
+    Off,
+    /// TLS only, under the harness's CA.
+    Server,
+    /// And a client certificate from that CA required.
+    Mutual,
 }
 
 impl Harness {
@@ -50,8 +59,7 @@ impl Harness {
             policy: Policy::default(),
             limits: Limits::default(),
             principals: Vec::new(),
-            tls: false,
-            mutual_tls: false,
+            tls: CoordinatorTls::Off,
         }
     }
 }
@@ -140,7 +148,7 @@ impl HarnessBuilder {
     /// [`Harness::client_as`] and the harness's own calls trust it. The participants stay on
     /// plaintext loopback.
     pub fn tls(mut self) -> Self {
-        self.tls = true;
+        self.tls = CoordinatorTls::Server;
         self
     }
 
@@ -149,8 +157,7 @@ impl HarnessBuilder {
     /// name, admitted as `tls_identity` as well as by its key: [`Harness::client_certificate`])
     /// and one the harness's own calls present. A client without one is refused.
     pub fn mutual_tls(mut self) -> Self {
-        self.tls = true;
-        self.mutual_tls = true;
+        self.tls = CoordinatorTls::Mutual;
         self
     }
 
@@ -168,14 +175,16 @@ impl HarnessBuilder {
                 return Err(TestkitError::DuplicateParticipant(name));
             }
         }
-        let access = Access::new(&self.principals, self.mutual_tls)?;
-        let clients: Vec<&str> = std::iter::once(HARNESS_PRINCIPAL)
-            .chain(self.principals.iter().map(|(name, _)| name.as_str()))
+        let mutual = self.tls == CoordinatorTls::Mutual;
+        let access = Access::new(&self.principals, mutual)?;
+        let clients: Vec<&str> = access::everyone(&self.principals)?
+            .into_iter()
+            .map(|(name, _)| name)
             .collect();
-        let certificates = if self.tls {
-            Some(Certificates::new(self.mutual_tls.then_some(&clients[..]))?)
-        } else {
-            None
+        let certificates = match self.tls {
+            CoordinatorTls::Off => None,
+            CoordinatorTls::Server => Some(Certificates::new(None)?),
+            CoordinatorTls::Mutual => Some(Certificates::new(Some(&clients))?),
         };
         let data = Data::open(self.postgres.as_deref(), &self.participants).await?;
         let (stop, stop_rx) = tokio::sync::watch::channel(false);

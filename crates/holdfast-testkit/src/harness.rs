@@ -61,8 +61,8 @@ impl Harness {
         self.client.clone()
     }
 
-    /// The coordinator's URL (`http://127.0.0.1:<port>`), the same across restarts: for raw
-    /// `tcc.v1` clients (Admin, Testing).
+    /// The coordinator's URL (`http://127.0.0.1:<port>`, `https://` with TLS), the same across
+    /// restarts: for raw `tcc.v1` clients (Admin, Testing).
     pub fn coordinator_url(&self) -> &str {
         &self.url
     }
@@ -96,6 +96,11 @@ impl Harness {
         self.certificates.as_ref().map(|c| c.ca_pem.as_str())
     }
 
+    /// That CA as a file (for a client configured with a path); removed with the harness.
+    pub fn tls_ca_file(&self) -> Option<&std::path::Path> {
+        self.certificates.as_ref().map(|c| c.ca_file.as_path())
+    }
+
     /// Principal `name`'s client certificate and key (PEM files), with
     /// [`HarnessBuilder::mutual_tls`](crate::HarnessBuilder::mutual_tls): it proves the
     /// principal without an API key.
@@ -110,11 +115,6 @@ impl Harness {
             .filter(|_| name != crate::access::HARNESS_PRINCIPAL)
             .ok_or_else(|| TestkitError::UnknownPrincipal(name.to_owned()))?;
         Ok((identity.cert.as_path(), identity.key.as_path()))
-    }
-
-    /// That CA as a file (for a client configured with a path); removed with the harness.
-    pub fn tls_ca_file(&self) -> Option<&std::path::Path> {
-        self.certificates.as_ref().map(|c| c.ca_file.as_path())
     }
 
     /// A channel to the coordinator for the generated `tcc.v1` clients (with authentication on,
