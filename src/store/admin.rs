@@ -4,7 +4,6 @@
 //! same transaction as the change it records.
 
 use async_trait::async_trait;
-use sqlx::Pool;
 use uuid::Uuid;
 
 use super::decide::snapshot_of;
@@ -79,7 +78,7 @@ pub(crate) trait AdminSql: ReservationSql {
 /// [`crate::store::Store::force_cancel`]: a `HELD` reservation is judged as a Cancel would be
 /// (its release, or its expiry if it lapsed); a `TRYING` one is released with its placement.
 pub(crate) async fn force_cancel<DB: AdminSql>(
-    pool: &Pool<DB>,
+    pool: &DB::Pool,
     id: Uuid,
     note: &AuditNote,
     lease: WorkLease,
@@ -127,7 +126,7 @@ pub(crate) async fn force_cancel<DB: AdminSql>(
 /// a refund gets one (a cancelled sale is refunded); as `CONFIRMED` no refund is added. A
 /// refund recorded already stands either way (never withdrawn, never twice).
 pub(crate) async fn resolve<DB: AdminSql>(
-    pool: &Pool<DB>,
+    pool: &DB::Pool,
     id: Uuid,
     to: State,
     note: &AuditNote,
@@ -161,7 +160,7 @@ pub(crate) async fn resolve<DB: AdminSql>(
 
 /// [`crate::store::Store::retry`]: `None` when the reservation asked for does not exist.
 pub(crate) async fn retry<DB: AdminSql>(
-    pool: &Pool<DB>,
+    pool: &DB::Pool,
     target: &RetryTarget,
     note: &AuditNote,
     lease: WorkLease,

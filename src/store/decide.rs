@@ -6,7 +6,6 @@
 //! SQLite decides every Confirm/Cancel/Extend here; PostgreSQL first tries its unlocked fast
 //! path (`postgres/unlocked.rs`) and comes here when it misses.
 
-use sqlx::Pool;
 use uuid::Uuid;
 
 use super::sql::{Applied, PaymentSql, ReservationSql};
@@ -64,21 +63,21 @@ pub(crate) fn payment_conflict(e: &StoreError) -> bool {
 /// write took it, answer the after-image. Nothing changes on a refusal or a repeat, nor when
 /// the payment is bound to another reservation ([`Decided::PaymentTaken`]).
 pub(crate) async fn decide_locked<DB: PaymentSql>(
-    pool: &Pool<DB>,
+    pool: &DB::Pool,
     id: Uuid,
     scope: Option<&str>,
     presented_token: &str,
     decision: &Decision,
     lease: WorkLease,
 ) -> Result<Decided, StoreError> {
-    match decide_in_lock(pool, id, scope, presented_token, decision, lease).await {
+    match decide_in_lock::<DB>(pool, id, scope, presented_token, decision, lease).await {
         Err(e) if payment_conflict(&e) => Ok(Decided::PaymentTaken),
         other => other,
     }
 }
 
 async fn decide_in_lock<DB: PaymentSql>(
-    pool: &Pool<DB>,
+    pool: &DB::Pool,
     id: Uuid,
     scope: Option<&str>,
     presented_token: &str,

@@ -3,7 +3,6 @@
 //! the domain type, the refunds still owed, and the record of a refund attempt. (Recording
 //! one is part of the locked decision, `decide.rs`.)
 
-use sqlx::Pool;
 use uuid::Uuid;
 
 use super::sql::PaymentSql;
@@ -62,18 +61,9 @@ pub(crate) fn extra_payment(row: ExtraRow) -> Result<(Uuid, ExtraPayment), Store
     Ok((reservation_id, ExtraPayment { payment, refund }))
 }
 
-/// [`crate::store::Store::pending_extra_payments`].
-pub(crate) async fn pending_extra_payments<DB: PaymentSql>(
-    pool: &Pool<DB>,
-    id: Uuid,
-) -> Result<Vec<ExtraPayment>, StoreError> {
-    let mut conn = pool.acquire().await?;
-    DB::pending_extra_payments(&mut conn, id).await
-}
-
 /// [`crate::store::Store::record_extra_refund_attempt`].
 pub(crate) async fn record_extra_refund_attempt<DB: PaymentSql>(
-    pool: &Pool<DB>,
+    pool: &DB::Pool,
     id: Uuid,
     extra: &ExtraPayment,
     answer: &RefundAnswer,

@@ -4,7 +4,6 @@
 //! (`placed_nothing`). (Placements and Confirm/Cancel fan-outs are recorded per backend:
 //! PostgreSQL group-commits them.)
 
-use sqlx::Pool;
 use uuid::Uuid;
 
 use super::sql::ReservationSql;
@@ -22,7 +21,7 @@ pub(crate) fn placed_nothing(reports: &[BranchReport]) -> bool {
 
 /// [`crate::store::Store::record_refund_attempt`].
 pub(crate) async fn record_refund_attempt<DB: ReservationSql>(
-    pool: &Pool<DB>,
+    pool: &DB::Pool,
     id: Uuid,
     answer: &RefundAnswer,
     backoff: Backoff,

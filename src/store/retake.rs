@@ -3,7 +3,6 @@
 //! placed again: confirm) or fails (release what was re-taken, refund the payment). Each step
 //! is one write transaction answering the reservation as it is afterwards.
 
-use sqlx::Pool;
 use uuid::Uuid;
 
 use super::sql::ReservationSql;
@@ -13,7 +12,7 @@ use crate::domain::Reservation;
 
 /// [`crate::store::Store::begin_retake`].
 pub(crate) async fn begin_retake<DB: ReservationSql>(
-    pool: &Pool<DB>,
+    pool: &DB::Pool,
     id: Uuid,
 ) -> Result<Reservation, StoreError> {
     let mut tx = DB::begin_write(pool).await?;
@@ -31,7 +30,7 @@ pub(crate) async fn begin_retake<DB: ReservationSql>(
 
 /// [`crate::store::Store::finish_retake`].
 pub(crate) async fn finish_retake<DB: ReservationSql>(
-    pool: &Pool<DB>,
+    pool: &DB::Pool,
     id: Uuid,
     reports: &[BranchReport],
 ) -> Result<Reservation, StoreError> {
@@ -46,7 +45,7 @@ pub(crate) async fn finish_retake<DB: ReservationSql>(
 
 /// [`crate::store::Store::fail_retake`].
 pub(crate) async fn fail_retake<DB: ReservationSql>(
-    pool: &Pool<DB>,
+    pool: &DB::Pool,
     id: Uuid,
     reports: &[BranchReport],
     reason: &str,

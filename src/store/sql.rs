@@ -10,7 +10,6 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::Pool;
 use uuid::Uuid;
 
 use super::{BranchReport, RefundAnswer, StoreError, WorkLease};
@@ -28,14 +27,22 @@ pub(crate) enum Applied {
 }
 
 /// A database the coordinator keeps its reservations in: PostgreSQL ([`sqlx::Postgres`]) or
-/// SQLite ([`sqlx::Sqlite`]). Every "now" is the database clock's, read inside the statement
-/// that decides. Conditional writes answer whether they applied (their row count).
+/// SQLite (`sqlite::OnWriter`, statements run on the writer thread). Every "now" is the
+/// database clock's, read inside the statement that decides. Conditional writes answer
+/// whether they applied (their row count).
 #[async_trait]
-pub(crate) trait ReservationSql: sqlx::Database {
+pub(crate) trait ReservationSql: Send + Sync + 'static {
+    /// Where write transactions begin: PostgreSQL's pool; on SQLite, the writer thread's
+    /// connection the write runs on (the group transaction is open there already).
+    type Pool: Sync;
+
+    /// A connection statements run on.
+    type Connection: Send;
+
     /// Opens a write transaction. PostgreSQL: a plain `BEGIN` (rows are locked as they are
-    /// touched); SQLite: `BEGIN IMMEDIATE`, the database write lock, which stands in for every
-    /// row lock.
-    async fn begin_write(pool: &Pool<Self>) -> Result<Self::Write, sqlx::Error>;
+    /// touched); SQLite: a savepoint inside the writer's `BEGIN IMMEDIATE`, the database write
+    /// lock, which stands in for every row lock.
+    async fn begin_write(pool: &Self::Pool) -> Result<Self::Write, sqlx::Error>;
 
     /// A write transaction of this database (statements on `&mut *tx`).
     type Write: crate::db::WriteTransaction + std::ops::DerefMut<Target = Self::Connection>;

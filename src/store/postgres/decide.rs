@@ -31,9 +31,11 @@ fn one_row(result: sqlx::postgres::PgQueryResult) -> bool {
 
 #[async_trait]
 impl ReservationSql for Postgres {
+    type Pool = Pool<Postgres>;
+    type Connection = PgConnection;
     type Write = Transaction<'static, Postgres>;
 
-    async fn begin_write(pool: &Pool<Self>) -> Result<Self::Write, sqlx::Error> {
+    async fn begin_write(pool: &Pool<Postgres>) -> Result<Self::Write, sqlx::Error> {
         pool.begin().await
     }
 

@@ -39,6 +39,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use super::sql::PaymentSql;
 use crate::domain::admin::{AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery};
 use crate::store::admin::{AdminDecided, Woken};
 use sqlx::Postgres;
@@ -248,7 +249,8 @@ impl Store for PgStore {
     }
 
     async fn pending_extra_payments(&self, id: Uuid) -> Result<Vec<ExtraPayment>, StoreError> {
-        extra::pending_extra_payments::<Postgres>(&self.pool, id).await
+        let mut conn = self.pool.acquire().await?;
+        <Postgres as PaymentSql>::pending_extra_payments(&mut conn, id).await
     }
 
     async fn record_extra_refund_attempt(
@@ -295,7 +297,7 @@ impl Store for PgStore {
         note: &AuditNote,
         lease: WorkLease,
     ) -> Result<AdminDecided, StoreError> {
-        crate::store::admin::force_cancel(&self.pool, id, note, lease).await
+        crate::store::admin::force_cancel::<Postgres>(&self.pool, id, note, lease).await
     }
 
     async fn resolve(
@@ -305,7 +307,7 @@ impl Store for PgStore {
         note: &AuditNote,
         lease: WorkLease,
     ) -> Result<AdminDecided, StoreError> {
-        crate::store::admin::resolve(&self.pool, id, to, note, lease).await
+        crate::store::admin::resolve::<Postgres>(&self.pool, id, to, note, lease).await
     }
 
     async fn retry(
@@ -314,7 +316,7 @@ impl Store for PgStore {
         note: &AuditNote,
         lease: WorkLease,
     ) -> Result<Option<Vec<Woken>>, StoreError> {
-        crate::store::admin::retry(&self.pool, target, note, lease).await
+        crate::store::admin::retry::<Postgres>(&self.pool, target, note, lease).await
     }
 
     async fn list_stuck(&self, query: &StuckQuery) -> Result<Vec<Reservation>, StoreError> {

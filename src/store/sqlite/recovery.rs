@@ -3,137 +3,129 @@
 //! decided in the claiming UPDATE), drivers renew their leases, a participant that answers
 //! again has its backlog woken, and the backlog is counted.
 
-use sqlx::Sqlite;
+use rusqlite::params;
 use sqlx::sqlite::SqlitePool;
 use uuid::Uuid;
 
 use super::rows::micros;
-use crate::store::sql::ReservationSql;
+use super::writer::{all, exec, optional};
+use crate::db::SyncConnection;
 use crate::store::{Claimed, StoreError, WorkLease};
 
 /// [`crate::store::Store::claim_due`].
-pub(super) async fn claim_due(
-    pool: &SqlitePool,
+pub(super) fn claim_due(
+    conn: &SyncConnection,
     lease: WorkLease,
     limit: u32,
 ) -> Result<Vec<Claimed>, StoreError> {
     // Under the write lock the pick and the claim are one atomic step: no other instance
     // can claim (or decide on) a row in between, which is what FOR UPDATE SKIP LOCKED gives
     // PostgreSQL. Expiry is decided here, by the database clock, in the claiming UPDATE.
-    let mut tx = Sqlite::begin_write(pool).await?;
-    let due: Vec<(Uuid, String)> = sqlx::query_as(concat!(
-        "SELECT id, state FROM reservations \
+    let due: Vec<(Uuid, String)> = all(
+        conn,
+        concat!(
+            "SELECT id, state FROM reservations \
          WHERE (lease_until IS NULL OR lease_until < ",
-        sqlite_now_us!(),
-        ") AND ((state IN ('TRYING', 'HELD', 'CONFIRMING', 'CANCELLING') \
+            sqlite_now_us!(),
+            ") AND ((state IN ('TRYING', 'HELD', 'CONFIRMING', 'CANCELLING') \
                 AND CASE state \
                       WHEN 'HELD' THEN expires_at <= ",
-        sqlite_now_us!(),
-        "         ELSE coalesce(next_attempt_at, -9223372036854775807) <= ",
-        sqlite_now_us!(),
-        "       END) \
+            sqlite_now_us!(),
+            "         ELSE coalesce(next_attempt_at, -9223372036854775807) <= ",
+            sqlite_now_us!(),
+            "       END) \
             OR ((refund_state = 'PENDING' \
                  OR (state = 'EXPIRED' AND payment_ref IS NOT NULL AND refund_id IS NULL)) \
                 AND coalesce(next_attempt_at, -9223372036854775807) <= ",
-        sqlite_now_us!(),
-        ") OR id IN (SELECT reservation_id FROM extra_payments \
+            sqlite_now_us!(),
+            ") OR id IN (SELECT reservation_id FROM extra_payments \
                       WHERE refund_state = 'PENDING' AND next_attempt_at <= ",
-        sqlite_now_us!(),
-        ")) ORDER BY coalesce(next_attempt_at, expires_at) LIMIT ?1"
-    ))
-    .bind(i64::from(limit))
-    .fetch_all(&mut *tx)
-    .await?;
+            sqlite_now_us!(),
+            ")) ORDER BY coalesce(next_attempt_at, expires_at) LIMIT ?1"
+        ),
+        [i64::from(limit)],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
     let mut claimed = Vec::with_capacity(due.len());
     for (id, state) in due {
-        let expired = sqlx::query_scalar::<_, bool>(concat!(
-            "UPDATE reservations SET \
+        let expired: Option<bool> = optional(
+            conn,
+            concat!(
+                "UPDATE reservations SET \
                 lease_owner = ?2, \
                 lease_until = ",
-            sqlite_now_us!(),
-            " + ?3, \
+                sqlite_now_us!(),
+                " + ?3, \
                 release_outcome = CASE WHEN state = 'HELD' THEN 'EXPIRED' ELSE release_outcome END, \
                 version = CASE WHEN state = 'HELD' THEN version + 1 ELSE version END, \
                 updated_at = CASE WHEN state = 'HELD' THEN ",
-            sqlite_now_us!(),
-            " ELSE updated_at END, \
+                sqlite_now_us!(),
+                " ELSE updated_at END, \
                 state = CASE WHEN state = 'HELD' THEN 'CANCELLING' ELSE state END \
              WHERE id = ?1 AND state = ?4 \
                AND (state <> 'HELD' OR expires_at <= ",
-            sqlite_now_us!(),
-            ") RETURNING ?4 = 'HELD'"
-        ))
-        .bind(id)
-        .bind(lease.owner)
-        .bind(micros(lease.duration))
-        .bind(&state)
-        .fetch_optional(&mut *tx)
-        .await?;
+                sqlite_now_us!(),
+                ") RETURNING ?4 = 'HELD'"
+            ),
+            params![id, lease.owner, micros(lease.duration), &state],
+            |r| r.get(0),
+        )?;
         if let Some(expired) = expired {
             claimed.push(Claimed { id, expired });
         }
     }
-    tx.commit().await?;
     Ok(claimed)
 }
 
 /// [`crate::store::Store::renew_lease`].
 /// [`crate::store::Store::make_due`]: one conditional UPDATE (a new `version`, so watchers
 /// notice).
-pub(super) async fn make_due(pool: &SqlitePool, id: Uuid) -> Result<bool, StoreError> {
-    let mut tx = Sqlite::begin_write(pool).await?;
-    let made = sqlx::query(concat!(
-        "UPDATE reservations SET expires_at = min(expires_at, ",
-        sqlite_now_us!(),
-        "), version = version + 1 WHERE id = ?1 AND state IN ('TRYING', 'HELD')"
-    ))
-    .bind(id)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    tx.commit().await?;
+pub(super) fn make_due(conn: &SyncConnection, id: Uuid) -> Result<bool, StoreError> {
+    let made = exec(
+        conn,
+        concat!(
+            "UPDATE reservations SET expires_at = min(expires_at, ",
+            sqlite_now_us!(),
+            "), version = version + 1 WHERE id = ?1 AND state IN ('TRYING', 'HELD')"
+        ),
+        params![id],
+    )?;
     Ok(made == 1)
 }
 
-pub(super) async fn renew_lease(
-    pool: &SqlitePool,
+pub(super) fn renew_lease(
+    conn: &SyncConnection,
     id: Uuid,
     lease: WorkLease,
 ) -> Result<bool, StoreError> {
-    let mut tx = Sqlite::begin_write(pool).await?;
-    let renewed = sqlx::query(concat!(
-        "UPDATE reservations SET lease_until = ",
-        sqlite_now_us!(),
-        " + ?3 WHERE id = ?1 AND lease_owner = ?2"
-    ))
-    .bind(id)
-    .bind(lease.owner)
-    .bind(micros(lease.duration))
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    tx.commit().await?;
+    let renewed = exec(
+        conn,
+        concat!(
+            "UPDATE reservations SET lease_until = ",
+            sqlite_now_us!(),
+            " + ?3 WHERE id = ?1 AND lease_owner = ?2"
+        ),
+        params![id, lease.owner, micros(lease.duration)],
+    )?;
     Ok(renewed == 1)
 }
 
 /// [`crate::store::Store::wake_backlog`].
-pub(super) async fn wake_backlog(pool: &SqlitePool, participant: &str) -> Result<u64, StoreError> {
-    let mut tx = Sqlite::begin_write(pool).await?;
-    let woken = sqlx::query(concat!(
-        "UPDATE reservations SET next_attempt_at = ",
-        sqlite_now_us!(),
-        " WHERE state IN ('CONFIRMING', 'CANCELLING') \
+pub(super) fn wake_backlog(conn: &SyncConnection, participant: &str) -> Result<u64, StoreError> {
+    let woken = exec(
+        conn,
+        concat!(
+            "UPDATE reservations SET next_attempt_at = ",
+            sqlite_now_us!(),
+            " WHERE state IN ('CONFIRMING', 'CANCELLING') \
            AND next_attempt_at > ",
-        sqlite_now_us!(),
-        " AND EXISTS (SELECT 1 FROM branches b WHERE b.reservation_id = reservations.id \
+            sqlite_now_us!(),
+            " AND EXISTS (SELECT 1 FROM branches b WHERE b.reservation_id = reservations.id \
                        AND b.participant = ?1 AND b.last_error IS NOT NULL)"
-    ))
-    .bind(participant)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    tx.commit().await?;
-    Ok(woken)
+        ),
+        params![participant],
+    )?;
+    Ok(u64::try_from(woken).unwrap_or(u64::MAX))
 }
 
 /// [`crate::store::Store::backlog`].
@@ -152,22 +144,17 @@ pub(super) async fn backlog(pool: &SqlitePool) -> Result<i64, StoreError> {
 }
 
 /// [`crate::store::Store::discard`] (its branches go with it: `ON DELETE CASCADE`).
-pub(super) async fn discard(
-    pool: &SqlitePool,
+pub(super) fn discard(
+    conn: &SyncConnection,
     id: Uuid,
     lease_owner: Uuid,
 ) -> Result<bool, StoreError> {
-    let mut tx = Sqlite::begin_write(pool).await?;
-    let deleted = sqlx::query(
+    let deleted = exec(
+        conn,
         "DELETE FROM reservations WHERE id = ?1 \
          AND ((state = 'TRYING' AND lease_owner = ?2) OR state = 'REJECTED')",
-    )
-    .bind(id)
-    .bind(lease_owner)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    tx.commit().await?;
+        params![id, lease_owner],
+    )?;
     Ok(deleted == 1)
 }
 

@@ -70,12 +70,18 @@ mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 #[cfg(feature = "sqlite")]
+mod sqlite_sync;
+#[cfg(feature = "sqlite")]
 mod sqlite_write;
 
 #[cfg(feature = "postgres")]
 pub use postgres::*;
 #[cfg(feature = "sqlite")]
 pub use sqlite::*;
+#[cfg(feature = "sqlite")]
+pub use sqlite_sync::{
+    SqliteSyncError, SqliteSyncWriter, SyncConnection, SyncWrite, sqlx_error_of,
+};
 
 /// A write transaction of either database, as the store and the participant SDK open them:
 /// statements run on `&mut *tx`; it ends with [`WriteTransaction::commit`] or
@@ -138,5 +144,7 @@ pub async fn ensure_database(url: &str) -> Result<(), sqlx::Error> {
     }
 }
 
+#[cfg(all(test, feature = "sqlite"))]
+mod sqlite_sync_tests;
 #[cfg(all(test, feature = "sqlite"))]
 mod tests;

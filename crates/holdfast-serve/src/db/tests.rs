@@ -10,7 +10,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 
 /// A SQLite file of its own under the temp dir, with a busy timeout of zero: any write that
 /// has to wait for SQLite's lock fails at once with "database is locked".
-async fn impatient_pool(name: &str) -> (SqlitePool, std::path::PathBuf) {
+pub(super) async fn impatient_pool(name: &str) -> (SqlitePool, std::path::PathBuf) {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
@@ -34,7 +34,7 @@ async fn impatient_pool(name: &str) -> (SqlitePool, std::path::PathBuf) {
 }
 
 /// Closes `pool` and removes its folder.
-async fn remove(pool: SqlitePool, dir: std::path::PathBuf) {
+pub(super) async fn remove(pool: SqlitePool, dir: std::path::PathBuf) {
     pool.close().await;
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -207,7 +207,7 @@ async fn until_queued(pool: &SqlitePool, n: usize) {
     }
 }
 
-async fn rows(pool: &SqlitePool) -> Vec<i64> {
+pub(super) async fn rows(pool: &SqlitePool) -> Vec<i64> {
     sqlx::query_scalar("SELECT seen FROM t ORDER BY seen")
         .fetch_all(pool)
         .await
