@@ -1,8 +1,9 @@
 //! A barrier-only resource's writes ([`crate::Resource::barrier_only`]): a first Try, and a
-//! Confirm or Cancel of a held branch, are each one autocommit statement on the barrier
-//! table. Concurrent ones are group-committed where the database gains by it
-//! ([`Backend::BATCHES_BARRIER_ONLY`], PostgreSQL): they queue in a [`Batcher`] and reach the
-//! database as one statement (one round trip, one commit) for the batch.
+//! Confirm or Cancel of a held branch, are each one statement on the barrier table
+//! ([`Backend::acquire_write`]: autocommit on PostgreSQL, a member of the writer's group
+//! commit on SQLite, sharing its fsync). On PostgreSQL concurrent ones also share a statement
+//! ([`Backend::BATCHES_BARRIER_ONLY`]): they queue in a [`Batcher`] and reach the database as
+//! one statement (one round trip, one commit) for the batch.
 //!
 //! A call made while no other of its kind is in flight runs alone in the caller's task, as
 //! before batching: an idle participant pays no hop. A batch that fails as a whole runs each
@@ -30,7 +31,8 @@ const MAX_BATCH: usize = 256;
 trait Write: Clone + Send + Sync + 'static {
     fn key(&self) -> &BranchKey;
 
-    /// This write alone, one autocommit statement; `to` is the queue's target phase.
+    /// This write alone, one statement ([`Backend::acquire_write`]); `to` is the queue's
+    /// target phase.
     fn alone<DB: Backend>(
         &self,
         pool: &Pool<DB>,
@@ -60,7 +62,10 @@ impl Write for BranchCtx {
     ) -> Result<bool, ResourceError> {
         let mut conn = DB::acquire_write(pool).await?;
         let held = TryAnswer::Held;
-        DB::insert_try(&mut *conn, participant, self, BarrierPhase::Held, &held).await
+        let inserted =
+            DB::insert_try(&mut *conn, participant, self, BarrierPhase::Held, &held).await?;
+        DB::finish_write(conn).await?;
+        Ok(inserted)
     }
 
     async fn batch<DB: Backend>(
@@ -70,7 +75,9 @@ impl Write for BranchCtx {
         _: BarrierPhase,
     ) -> Result<Vec<bool>, ResourceError> {
         let mut conn = DB::acquire_write(pool).await?;
-        DB::insert_held_batch(&mut *conn, participant, writes).await
+        let inserted = DB::insert_held_batch(&mut *conn, participant, writes).await?;
+        DB::finish_write(conn).await?;
+        Ok(inserted)
     }
 }
 
@@ -87,6 +94,7 @@ impl Write for BranchKey {
     ) -> Result<bool, ResourceError> {
         let mut conn = DB::acquire_write(pool).await?;
         let moved = DB::advance_held(&mut *conn, participant, self, to).await?;
+        DB::finish_write(conn).await?;
         Ok(moved.is_some())
     }
 
@@ -97,7 +105,9 @@ impl Write for BranchKey {
         to: BarrierPhase,
     ) -> Result<Vec<bool>, ResourceError> {
         let mut conn = DB::acquire_write(pool).await?;
-        DB::advance_held_batch(&mut *conn, participant, writes, to).await
+        let moved = DB::advance_held_batch(&mut *conn, participant, writes, to).await?;
+        DB::finish_write(conn).await?;
+        Ok(moved)
     }
 }
 

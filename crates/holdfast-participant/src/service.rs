@@ -235,11 +235,13 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         let mut conn = DB::acquire_write(&self.pool).await?;
         let moved = HeldBarrierMove::new(&self.name, key, to);
         match self.resource.settle_in_one(&mut *conn, &moved).await {
-            Ok(true) => {
-                faults::check(committed)?;
-                Ok(true)
+            Ok(settled) => {
+                DB::finish_write(conn).await?;
+                if settled {
+                    faults::check(committed)?;
+                }
+                Ok(settled)
             }
-            Ok(false) => Ok(false),
             Err(err) => {
                 tracing::debug!(participant = %self.name, error = %err, "one-statement settle failed; going the general way");
                 Ok(false)

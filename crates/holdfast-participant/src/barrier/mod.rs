@@ -151,13 +151,22 @@ pub trait Backend: sqlx::Database {
     /// a [`holdfast_serve::db::SqliteWrite`] (queued, group-committed) on SQLite.
     type Write: holdfast_serve::db::WriteTransaction + std::ops::DerefMut<Target = Self::Connection>;
 
-    /// A connection for one autocommit write statement ([`Backend::acquire_write`]).
+    /// A connection for one write statement ([`Backend::acquire_write`]).
     type WriteConnection: std::ops::DerefMut<Target = Self::Connection> + Send;
 
     /// A connection for a write statement outside a transaction (a barrier-only participant's
-    /// one statement). PostgreSQL: any of the pool's; SQLite: the writer's, so it queues with
-    /// the transactions instead of in the busy handler.
+    /// one statement), ended by [`Backend::finish_write`]. PostgreSQL: any of the pool's, the
+    /// statement in autocommit; SQLite: a member of the writer's group commit, so concurrent
+    /// ones share a COMMIT (and its fsync) with each other and with the transactions.
     async fn acquire_write(pool: &Pool<Self>) -> Result<Self::WriteConnection, sqlx::Error>;
+
+    /// Ends a write [`Backend::acquire_write`] began, once its statement succeeded: durable
+    /// when it returns `Ok`. PostgreSQL: nothing left to do; SQLite: its group's COMMIT. A
+    /// connection dropped without it writes nothing on SQLite.
+    async fn finish_write(conn: Self::WriteConnection) -> Result<(), sqlx::Error> {
+        drop(conn);
+        Ok(())
+    }
 
     /// Applies the barrier's schema ([`crate::migrations`]), tracked apart from the author's
     /// own migrations.
@@ -210,8 +219,8 @@ pub trait Backend: sqlx::Database {
     /// Whether concurrent barrier-only writes ([`Backend::insert_held_batch`],
     /// [`Backend::advance_held_batch`]) share one statement, and concurrent first Tries of a
     /// resource that [`crate::Resource::tries_in_batches`] one transaction. PostgreSQL: yes,
-    /// one round trip and one commit for the batch. SQLite: no; its one writer runs one autocommit statement
-    /// per call, the fastest there (BENCHMARKS.md).
+    /// one round trip and one commit for the batch. SQLite: no; each call's statement is a
+    /// member of its one writer's group commit, which shares the fsync (BENCHMARKS.md).
     const BATCHES_BARRIER_ONLY: bool = false;
 
     /// Many first Tries of a barrier-only resource (phase and answer `Held`) in one

@@ -58,7 +58,13 @@ impl Backend for Sqlite {
     }
 
     async fn acquire_write(pool: &Pool<Self>) -> Result<Self::WriteConnection, sqlx::Error> {
-        holdfast_serve::db::acquire_sqlite_write(pool).await
+        // A member of the writer's group commit, not an autocommit statement of its own: a
+        // barrier-only participant's calls then share fsyncs (BENCHMARKS.md).
+        holdfast_serve::db::begin_sqlite_write(pool).await
+    }
+
+    async fn finish_write(conn: Self::WriteConnection) -> Result<(), sqlx::Error> {
+        conn.commit().await
     }
 
     async fn lock(

@@ -135,11 +135,14 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
                 };
             if !barrier_first {
                 // A first Try (the common case, e.g. a sale's losers): the refusal is the
-                // branch's new row, one autocommit statement. A row already there (a call
-                // for the branch came first) is answered from below.
+                // branch's new row, one statement (`acquire_write`). A row already there (a
+                // call for the branch came first) is answered from below.
                 let mut conn = DB::acquire_write(&self.pool).await?;
                 let phase = BarrierPhase::Rejected;
-                if DB::insert_try(&mut *conn, &self.name, branch, phase, &rejected).await? {
+                let inserted =
+                    DB::insert_try(&mut *conn, &self.name, branch, phase, &rejected).await?;
+                DB::finish_write(conn).await?;
+                if inserted {
                     return Ok(rejected);
                 }
             }
@@ -172,11 +175,13 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
             .try_hold_in_one(&mut *conn, branch, &row)
             .await
         {
-            Ok(Some(TryAnswer::Held)) => {
-                faults::check("participant.try.committed")?;
-                Ok(Some(TryAnswer::Held))
+            Ok(answer) => {
+                DB::finish_write(conn).await?;
+                if answer == Some(TryAnswer::Held) {
+                    faults::check("participant.try.committed")?;
+                }
+                Ok(answer)
             }
-            Ok(answer) => Ok(answer),
             Err(err) if err.is_exclusion_violation() => Ok(Some(TryAnswer::Rejected(
                 "overlaps an existing hold".to_owned(),
             ))),

@@ -16,7 +16,9 @@
 //! (nothing of any of them was written: a caller retries as after any storage failure). A
 //! member reads the earlier members' uncommitted rows, which commit with it or not at all.
 //! A one-statement write ([`super::acquire_sqlite_write`]) commits any open group, then runs
-//! in autocommit (as a member it measured slower: two more hops than the fsync it saves). A
+//! in autocommit. (The participant SDK no longer uses it: its one-statement writes are group
+//! members, `begin_sqlite_write`, since the fsync they share outweighs the two hops they add;
+//! BENCHMARKS.md.) A
 //! write dropped unfinished (its task cancelled) is undone at once by a task of the writer's,
 //! so SQLite's write lock is not kept from other connections until the next write.
 //!
