@@ -65,6 +65,13 @@ fn the_participant_crate_pulls_no_coordinator_redis_or_telemetry_sdk() {
             );
         }
     }
+    // The coordinator's SQLite writer thread (holdfast-serve's `sqlite-writer-thread`) is not
+    // the SDK's: its tree has no second SQLite binding.
+    let sdk = tree_of("holdfast-participant");
+    assert!(
+        !sdk.iter().any(|c| c == "rusqlite"),
+        "holdfast-participant depends on rusqlite"
+    );
 }
 
 /// A team on one database builds without the other's driver (SQLite's is C, compiled from

@@ -69,7 +69,7 @@ pub mod batch;
 mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
-#[cfg(feature = "sqlite")]
+#[cfg(feature = "sqlite-writer-thread")]
 mod sqlite_sync;
 #[cfg(feature = "sqlite")]
 mod sqlite_write;
@@ -78,7 +78,7 @@ mod sqlite_write;
 pub use postgres::*;
 #[cfg(feature = "sqlite")]
 pub use sqlite::*;
-#[cfg(feature = "sqlite")]
+#[cfg(feature = "sqlite-writer-thread")]
 pub use sqlite_sync::{
     SqliteSyncError, SqliteSyncWriter, SyncConnection, SyncWrite, sqlx_error_of,
 };
@@ -144,7 +144,7 @@ pub async fn ensure_database(url: &str) -> Result<(), sqlx::Error> {
     }
 }
 
-#[cfg(all(test, feature = "sqlite"))]
+#[cfg(all(test, feature = "sqlite-writer-thread"))]
 mod sqlite_sync_tests;
 #[cfg(all(test, feature = "sqlite"))]
 mod tests;
