@@ -54,13 +54,7 @@ pub(super) fn sqlite_writer(pool: &SqlitePool) -> Result<Arc<sqlite_write::Write
 /// Begins a write transaction of `pool` on its writer: `BEGIN IMMEDIATE`, or a savepoint in
 /// the group transaction open there ([`SqliteWrite`]); refused once `pool` is closed.
 pub async fn begin_sqlite_write(pool: &SqlitePool) -> Result<SqliteWrite, sqlx::Error> {
-    sqlite_writer(pool)?.begin(true, ACQUIRE_TIMEOUT).await
-}
-
-/// `pool`'s writer for one write statement outside a transaction (autocommit: durable when it
-/// returns; an open group is committed first); refused once `pool` is closed.
-pub async fn acquire_sqlite_write(pool: &SqlitePool) -> Result<SqliteWrite, sqlx::Error> {
-    sqlite_writer(pool)?.begin(false, ACQUIRE_TIMEOUT).await
+    sqlite_writer(pool)?.begin(ACQUIRE_TIMEOUT).await
 }
 
 impl WriteTransaction for SqliteWrite {

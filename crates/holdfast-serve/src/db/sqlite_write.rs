@@ -15,11 +15,8 @@
 //! its own savepoint only (its error stays its own); a failed group COMMIT fails every member
 //! (nothing of any of them was written: a caller retries as after any storage failure). A
 //! member reads the earlier members' uncommitted rows, which commit with it or not at all.
-//! A one-statement write ([`super::acquire_sqlite_write`]) commits any open group, then runs
-//! in autocommit. (The participant SDK no longer uses it: its one-statement writes are group
-//! members, `begin_sqlite_write`, since the fsync they share outweighs the two hops they add;
-//! BENCHMARKS.md.) A
-//! write dropped unfinished (its task cancelled) is undone at once by a task of the writer's,
+//! A one-statement write is a member like any other: the fsync it shares outweighs the two
+//! hops (savepoint, release) it adds (BENCHMARKS.md, session 19). A write dropped unfinished (its task cancelled) is undone at once by a task of the writer's,
 //! so SQLite's write lock is not kept from other connections until the next write.
 //!
 //! The lock is a `tokio::sync::Mutex` rather than a one-connection pool: a pool's release
@@ -72,8 +69,6 @@ struct State {
 /// What a holder of the writer is doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Part {
-    /// One autocommit statement (no transaction).
-    Statement,
     /// The first member of a transaction: `BEGIN IMMEDIATE` was its own.
     Opener,
     /// A later member, under `holdfast_member`.
@@ -179,9 +174,8 @@ impl Drop for Abandon {
 /// The writer's connection, held.
 type Held = OwnedMappedMutexGuard<Option<SqliteConnection>, SqliteConnection>;
 
-/// A write on a SQLite pool's writer: a transaction ([`super::begin_sqlite_write`]) or one
-/// statement ([`super::acquire_sqlite_write`]). Statements run on `&mut *write`. Either ends
-/// with [`SqliteWrite::commit`] (durable when it returns) or [`SqliteWrite::rollback`];
+/// A write transaction on a SQLite pool's writer ([`super::begin_sqlite_write`]). Statements
+/// run on `&mut *write`. It ends with [`SqliteWrite::commit`] (durable when it returns) or [`SqliteWrite::rollback`];
 /// dropped unfinished, its part is rolled back before the writer's next write.
 pub struct SqliteWrite {
     // Dropped first: the lock is released before `abandon` tells anyone.
@@ -242,11 +236,9 @@ impl Writer {
     }
 
     /// Waits (up to `within`, fairly) for the writer, then starts a transaction (joining the
-    /// open group's when there is one) or, for `transaction == false`, readies the connection
-    /// for one autocommit statement (committing an open group first).
+    /// open group's when there is one).
     pub(super) async fn begin(
         self: &Arc<Self>,
-        transaction: bool,
         within: Duration,
     ) -> Result<SqliteWrite, sqlx::Error> {
         let queued = Queued::new(self);
@@ -256,53 +248,42 @@ impl Writer {
         queued.arrived();
         // Cancelled from here on, the writer is released with a part maybe begun: it is
         // cleaned up (the part undone, a group left open committed).
-        let mut abandon = Abandon {
+        let abandon = Abandon {
             writer: self.clone(),
             armed: true,
         };
         let mut conn = self.ready(guard).await?;
-        // One statement runs in autocommit, after committing any group open: one hop and
-        // its own fsync. (Run as a member of the group instead - savepoint, statement,
-        // release, and its caller waiting for the group's COMMIT - it measured slower: the
-        // all-in-one's throughput-noop fell from ~700/s to ~450-560/s, the two extra hops
-        // costing more than the fsync they save.)
-        let (part, group) = if !transaction {
-            self.commit_open_group(&mut conn).await;
-            (Part::Statement, None)
-        } else {
-            let open = {
-                let state = self.state();
-                state.group.clone().filter(|_| state.members < GROUP_MAX)
-            };
-            match open {
-                Some(group) => {
-                    self.state().holder = Some(Part::Joiner);
-                    let savepoint = conn.execute(SAVEPOINT_MEMBER).await;
-                    if let Err(e) = savepoint {
-                        // Nothing of this write began: the earlier members' work commits.
-                        self.state().holder = None;
-                        self.commit_open_group(&mut conn).await;
-                        return Err(e);
-                    }
-                    self.state().members += 1;
-                    (Part::Joiner, Some(group))
-                }
-                None => {
+        let open = {
+            let state = self.state();
+            state.group.clone().filter(|_| state.members < GROUP_MAX)
+        };
+        let (part, group) = match open {
+            Some(group) => {
+                self.state().holder = Some(Part::Joiner);
+                let savepoint = conn.execute(SAVEPOINT_MEMBER).await;
+                if let Err(e) = savepoint {
+                    // Nothing of this write began: the earlier members' work commits.
+                    self.state().holder = None;
                     self.commit_open_group(&mut conn).await;
-                    // Left set if the BEGIN fails: the next holder rolls back whatever the
-                    // connection is in (or reconnects), so one failure cannot stick.
-                    self.state().holder = Some(Part::Opener);
-                    conn.execute(super::SQLITE_BEGIN_WRITE).await?;
-                    let group = Group::new();
-                    let mut state = self.state();
-                    state.group = Some(group.clone());
-                    state.members = 1;
-                    (Part::Opener, Some(group))
+                    return Err(e);
                 }
+                self.state().members += 1;
+                (Part::Joiner, Some(group))
+            }
+            None => {
+                self.commit_open_group(&mut conn).await;
+                // Left set if the BEGIN fails: the next holder rolls back whatever the
+                // connection is in (or reconnects), so one failure cannot stick.
+                self.state().holder = Some(Part::Opener);
+                conn.execute(super::SQLITE_BEGIN_WRITE).await?;
+                let group = Group::new();
+                let mut state = self.state();
+                state.group = Some(group.clone());
+                state.members = 1;
+                (Part::Opener, Some(group))
             }
         };
         self.state().holder = Some(part);
-        abandon.armed = part != Part::Statement;
         Ok(SqliteWrite {
             conn,
             part,
@@ -334,7 +315,7 @@ impl Writer {
     async fn undo_abandoned(&self, conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
         let abandoned = self.state().holder.take();
         match abandoned {
-            None | Some(Part::Statement) => Ok(()),
+            None => Ok(()),
             Some(Part::Opener | Part::Committing) => {
                 // Nobody joins an opener's transaction before its part ends: it is the
                 // opener's alone; a cancelled COMMIT's group was told "unknown" already.
@@ -482,7 +463,7 @@ impl SqliteWrite {
         let writer = self.abandon.writer.clone();
         match self.part {
             // A write is never `Committing` (that step is the writer's own).
-            Part::Statement | Part::Committing => {
+            Part::Committing => {
                 writer.state().holder = None;
                 Ok(())
             }

@@ -326,10 +326,6 @@ async fn a_write_dropped_unfinished_is_undone_before_the_next() {
     // Alone: the whole transaction goes.
     let alone = begun(&pool, 1).await;
     drop(alone);
-    // A one-statement write on an idle writer runs in autocommit: written when it returns.
-    let mut statement = acquire_sqlite_write(&pool).await.unwrap();
-    insert(&mut statement, 2).await.unwrap();
-    drop(statement);
     let tx = begun(&pool, 3).await;
     tx.commit().await.unwrap();
     // A task cancelled while it holds the writer inside a group: the group commits without
@@ -355,32 +351,7 @@ async fn a_write_dropped_unfinished_is_undone_before_the_next() {
         .expect("the group committed without the cancelled member")
         .unwrap()
         .unwrap();
-    assert_eq!(rows(&pool).await, vec![2, 3, 4]);
-    remove(pool, dir).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_statement_queued_behind_a_group_commits_it_then_runs_alone() {
-    let (pool, dir) = impatient_pool("statement").await;
-    let writer = sqlite_writer(&pool).unwrap();
-    let commits_before = writer.commits();
-    let first = begun(&pool, 0).await;
-    let statement = {
-        let pool = pool.clone();
-        tokio::spawn(async move {
-            let mut write = acquire_sqlite_write(&pool).await?;
-            insert(&mut write, 1).await?;
-            // Autocommit: written when the statement returned, dropped or not.
-            drop(write);
-            Ok::<(), sqlx::Error>(())
-        })
-    };
-    until_queued(&pool, 1).await;
-    // The first write hands its transaction on; the statement commits it before its own.
-    first.commit().await.unwrap();
-    statement.await.unwrap().unwrap();
-    assert_eq!(writer.commits() - commits_before, 1);
-    assert_eq!(rows(&pool).await, vec![0, 1]);
+    assert_eq!(rows(&pool).await, vec![3, 4]);
     remove(pool, dir).await;
 }
 
