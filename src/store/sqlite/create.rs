@@ -41,7 +41,7 @@ impl AdmissionSql for OnWriter {
     }
 
     async fn count_live(conn: &mut Conn) -> Result<i64, StoreError> {
-        Ok(one(
+        one(
             conn,
             concat!(
                 "SELECT count(*) FROM reservations WHERE state IN ('TRYING', 'HELD') \
@@ -51,7 +51,7 @@ impl AdmissionSql for OnWriter {
             ),
             (),
             |r| r.get(0),
-        )?)
+        )
     }
 }
 

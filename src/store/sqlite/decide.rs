@@ -46,12 +46,12 @@ impl ReservationSql for OnWriter {
         id: Uuid,
         request_id: &str,
     ) -> Result<bool, StoreError> {
-        Ok(one(
+        one(
             conn,
             "SELECT coalesce(last_extend_request_id = ?2, 0) FROM reservations WHERE id = ?1",
             params![id, request_id],
             |r| r.get(0),
-        )?)
+        )
     }
 
     async fn confirm_held(
@@ -221,7 +221,7 @@ impl ReservationSql for OnWriter {
     }
 
     async fn renew_generation(conn: &mut Conn, id: Uuid) -> Result<Option<i32>, StoreError> {
-        Ok(optional(
+        optional(
             conn,
             concat!(
                 "UPDATE reservations SET generation = generation + 1, \
@@ -233,7 +233,7 @@ impl ReservationSql for OnWriter {
             ),
             params![id],
             |r| r.get(0),
-        )?)
+        )
     }
 
     async fn insert_retake_branches(

@@ -15,7 +15,7 @@ use crate::store::{RefundAnswer, StoreError};
 #[async_trait]
 impl PaymentSql for OnWriter {
     async fn payment_owner(conn: &mut Conn, p: &Payment) -> Result<Option<Uuid>, StoreError> {
-        Ok(optional(
+        optional(
             conn,
             "SELECT id FROM reservations WHERE payment_participant = ?1 AND payment_ref = ?2 \
              UNION ALL \
@@ -24,7 +24,7 @@ impl PaymentSql for OnWriter {
              LIMIT 1",
             params![&p.participant, &p.payment_ref],
             |r| r.get(0),
-        )?)
+        )
     }
 
     async fn insert_extra_payment(

@@ -77,7 +77,6 @@ pub(super) fn claim_due(
     Ok(claimed)
 }
 
-/// [`crate::store::Store::renew_lease`].
 /// [`crate::store::Store::make_due`]: one conditional UPDATE (a new `version`, so watchers
 /// notice).
 pub(super) fn make_due(conn: &SyncConnection, id: Uuid) -> Result<bool, StoreError> {
@@ -93,6 +92,7 @@ pub(super) fn make_due(conn: &SyncConnection, id: Uuid) -> Result<bool, StoreErr
     Ok(made == 1)
 }
 
+/// [`crate::store::Store::renew_lease`].
 pub(super) fn renew_lease(
     conn: &SyncConnection,
     id: Uuid,
