@@ -1,18 +1,20 @@
-//! What one hand-off per SQLite write would buy (issue #20, BENCHMARKS.md): a measurement, not
+//! What one hand-off per SQLite write buys (issue #20, BENCHMARKS.md): a measurement, not
 //! product code.
 //!
-//! The coordinator's SQLite writes go through sqlx, which runs each connection on a thread of
-//! its own: every statement of a write transaction is a round trip from the async task to that
-//! thread and back, all while the file's one write lock is held. This runs one
+//! sqlx runs each SQLite connection on a thread of its own: every statement of a write
+//! transaction is a round trip from the async task to that thread and back, all while the
+//! file's one write lock is held. This runs one
 //! coordinator-shaped write (a Reserve's create: the request lookup, the reservation and its
 //! two branches inserted, the row and its branches read back, then a decision's conditional
 //! UPDATE - the statements of `src/store/sqlite/create.rs` and `decide.rs`) on the real
 //! coordinator schema, from many concurrent tasks, two ways:
-//! - `sqlx`: as the store does today, in `holdfast::db::begin_sqlite_write` (the pool's one
-//!   writer, queued in process, group commit): nine hand-offs per write;
-//! - `sync`: the same statements on a synchronous connection owned by a thread of its own; a
-//!   write is sent there whole and answered once. Queued writes share one transaction (a
-//!   `SAVEPOINT` each) and one COMMIT, as in the store's group commit;
+//! - `sqlx`: `holdfast::db::begin_sqlite_write` (the pool's one writer, queued in process, group
+//!   commit; the participant SDK's way, and the coordinator store's until session 19): nine
+//!   hand-offs per write;
+//! - `sync`: the same statements on `holdfast::db::SqliteSyncWriter`, the coordinator store's
+//!   way now: a synchronous connection owned by a thread of its own, a write sent there whole
+//!   and answered once, queued writes sharing one transaction (a `SAVEPOINT` each) and one
+//!   COMMIT;
 //! - `locked`: today's writer and transaction, the statements run on sqlx's own connection
 //!   taken off its thread for the write (`lock_handle`), through a rusqlite wrapper.
 //!
@@ -31,7 +33,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use holdfast_serve::sqlite_now_us;
-use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 type Failure = Box<dyn Error + Send + Sync>;
@@ -69,6 +70,8 @@ const DECIDE: &str = concat!(
     " WHERE id = ?1 AND state = 'TRYING'"
 );
 const PARTICIPANTS: [&str; 2] = ["noop-a", "noop-b"];
+/// How long a `sync` write waits for its turn on the writer thread.
+const WAIT: Duration = Duration::from_secs(5);
 
 /// One write, today's way: nine round trips to the connection's thread.
 async fn write_sqlx(pool: &sqlx::SqlitePool, holder: &str) -> Result<(), Failure> {
@@ -189,48 +192,6 @@ fn check(branches: usize, decided: usize) -> Result<(), Failure> {
     Ok(())
 }
 
-/// A write sent to the writer thread.
-struct Job {
-    holder: String,
-    answer: oneshot::Sender<Result<(), String>>,
-}
-
-/// The writer thread: takes what is queued (up to 64), runs each under a savepoint of one
-/// transaction, commits once and answers each with its own outcome and the COMMIT's.
-fn writer(path: std::path::PathBuf, mut jobs: mpsc::Receiver<Job>) -> Result<(), Failure> {
-    let conn = rusqlite::Connection::open(path)?;
-    conn.execute_batch(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; \
-         PRAGMA busy_timeout = 5000;",
-    )?;
-    while let Some(first) = jobs.blocking_recv() {
-        let mut group = vec![first];
-        while group.len() < 64 {
-            match jobs.try_recv() {
-                Ok(job) => group.push(job),
-                Err(_) => break,
-            }
-        }
-        conn.execute_batch("BEGIN IMMEDIATE")?;
-        let mut outcomes = Vec::with_capacity(group.len());
-        for job in &group {
-            conn.execute_batch("SAVEPOINT member")?;
-            let outcome = write_sync(&conn, &job.holder).map_err(|e| e.to_string());
-            conn.execute_batch(if outcome.is_ok() {
-                "RELEASE member"
-            } else {
-                "ROLLBACK TO member; RELEASE member"
-            })?;
-            outcomes.push(outcome);
-        }
-        let committed = conn.execute_batch("COMMIT").map_err(|e| e.to_string());
-        for (job, outcome) in group.into_iter().zip(outcomes) {
-            let _ = job.answer.send(committed.clone().and(outcome));
-        }
-    }
-    Ok(())
-}
-
 /// CPU time this process has used (user + system).
 fn cpu_used() -> Result<Duration, Failure> {
     let stat = std::fs::read_to_string("/proc/self/stat")?;
@@ -263,14 +224,7 @@ async fn measure(
     let pool = holdfast::db::open_sqlite(&format!("sqlite://{}", file.display()), 4).await?;
     holdfast::store::sqlite::MIGRATOR.run(&pool).await?;
     let sync = if mode == "sync" {
-        let (queue, jobs) = mpsc::channel::<Job>(1024);
-        let file = file.clone();
-        std::thread::spawn(move || {
-            if let Err(e) = writer(file, jobs) {
-                eprintln!("writer thread: {e}");
-            }
-        });
-        Some(queue)
+        Some(holdfast::db::SqliteSyncWriter::open(&file)?)
     } else {
         None
     };
@@ -287,14 +241,13 @@ async fn measure(
             while Instant::now() < until {
                 let begun = Instant::now();
                 match &sync {
-                    Some(queue) => {
-                        let (answer, answered) = oneshot::channel();
-                        let job = Job {
-                            holder: holder.clone(),
-                            answer,
-                        };
-                        queue.send(job).await.map_err(|_| "writer thread gone")?;
-                        answered.await.map_err(|_| "writer thread gone")??;
+                    Some(writer) => {
+                        let holder = holder.clone();
+                        let wrote = writer.write(WAIT, move |conn| {
+                            conn.with(|c| write_sync(c, &holder))
+                                .map_err(|e| sqlx::Error::Protocol(e.to_string()))
+                        });
+                        wrote.await.map_err(|e| e.to_string())?;
                     }
                     None if locked => write_locked(&pool, &holder)
                         .await

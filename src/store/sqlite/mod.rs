@@ -131,42 +131,48 @@ impl SqliteStore {
     /// Applies pending migrations.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         MIGRATOR.run(&self.pool).await?;
-        digest_legacy_tokens(&self.pool).await
+        self.digest_legacy_tokens().await
     }
-}
 
-/// Replaces hold tokens an earlier version stored in plaintext by their digests (migration 0003
-/// moved them to `legacy_hold_token`; SQLite has no SHA-256 to do it in SQL). Idempotent.
-async fn digest_legacy_tokens(pool: &SqlitePool) -> Result<(), StoreError> {
-    let mut tx = crate::db::begin_sqlite_write(pool).await?;
-    let legacy: Vec<(Uuid, String)> = sqlx::query_as(
-        "SELECT id, legacy_hold_token FROM reservations WHERE legacy_hold_token IS NOT NULL",
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    for (id, token) in &legacy {
-        sqlx::query(
-            "UPDATE reservations SET token_digest = ?2, legacy_hold_token = NULL WHERE id = ?1",
-        )
-        .bind(id)
-        .bind(crate::domain::token::sha256(token.as_bytes()).as_slice())
-        .execute(&mut *tx)
-        .await?;
-    }
-    crate::db::WriteTransaction::commit(tx).await?;
-    if !legacy.is_empty() {
-        // The tokens' old bytes stay in free pages and the WAL until rewritten: once, rewrite
-        // the file and empty the WAL.
-        sqlx::query("VACUUM").execute(pool).await?;
-        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-            .execute(pool)
+    /// Replaces hold tokens an earlier version stored in plaintext by their digests
+    /// (migration 0003 moved them to `legacy_hold_token`; SQLite has no SHA-256 to do it in
+    /// SQL). Idempotent. A write like any other, on the writer thread.
+    async fn digest_legacy_tokens(&self) -> Result<(), StoreError> {
+        let digested = self
+            .write(|conn| {
+                let legacy: Vec<(Uuid, String)> = writer::all(
+                    conn,
+                    "SELECT id, legacy_hold_token FROM reservations \
+                     WHERE legacy_hold_token IS NOT NULL",
+                    (),
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )?;
+                for (id, token) in &legacy {
+                    let digest = crate::domain::token::sha256(token.as_bytes());
+                    writer::exec(
+                        conn,
+                        "UPDATE reservations SET token_digest = ?2, legacy_hold_token = NULL \
+                         WHERE id = ?1",
+                        rusqlite::params![id, digest.as_slice()],
+                    )?;
+                }
+                Ok(legacy.len())
+            })
             .await?;
-        tracing::info!(
-            count = legacy.len(),
-            "replaced plaintext hold tokens by their digests"
-        );
+        if digested > 0 {
+            // The tokens' old bytes stay in free pages and the WAL until rewritten: once,
+            // rewrite the file and empty the WAL.
+            sqlx::query("VACUUM").execute(&self.pool).await?;
+            sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+                .execute(&self.pool)
+                .await?;
+            tracing::info!(
+                count = digested,
+                "replaced plaintext hold tokens by their digests"
+            );
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 #[async_trait]
