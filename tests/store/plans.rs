@@ -316,6 +316,59 @@ async fn writes_out_of_trying_find_their_rows_by_id_under_a_generic_plan(
     pool.close().await;
 }
 
+/// A Reserve's record (`create`: alone, or a batch) reaches `reservations` only through its
+/// holder's live holds (the hold cap's count) under a generic plan on a young table: some
+/// rows and no statistics yet, as in a new deployment's first minute (autovacuum's ANALYZE
+/// comes later) and in every bench row. A taken request id is the unique key's conflict
+/// alone. A `NOT EXISTS` that also looked the request id up was planned there as a walk of
+/// other indexes: of every row of the owner in the bench (`reservations_by_owner_state`, a
+/// batch of 8 reading ~4,500 buffers; BENCHMARKS.md, "Cold plans"), of the holder's rows here.
+#[sqlx::test(migrations = false)]
+async fn a_reserves_record_walks_no_owner_index_on_a_young_table(
+    options: sqlx::postgres::PgPoolOptions,
+    connect: sqlx::postgres::PgConnectOptions,
+) {
+    let pool = one_connection(options, connect).await;
+    let store = crate::postgres(pool.clone()).await;
+    // Young: a few seconds of Reserves, and no ANALYZE yet (autovacuum's comes a minute later).
+    sqlx::raw_sql(
+        "INSERT INTO reservations (id, request_id, holder, state, token_digest, ttl_ms, expires_at) \
+         SELECT gen_random_uuid(), 'r', 'old-' || g, 'CONFIRMED', sha256(int8send(g)), 60000, \
+                now() + interval '1 minute' \
+         FROM generate_series(1, 2000) g",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    for i in 0..3 {
+        crate::cases::create(&store, &format!("h{i}"), "req", crate::cases::LONG).await;
+    }
+    // A repeat is still answered as the reservation it repeats.
+    let new = crate::cases::new_res("h0", "req", crate::cases::LONG);
+    let again = store
+        .create(&new, crate::cases::lease(), crate::cases::NO_LIMITS)
+        .await
+        .unwrap();
+    assert!(
+        matches!(again, holdfast::store::Created::Existing(_)),
+        "{again:?}"
+    );
+
+    let mut conn = pool.acquire().await.unwrap();
+    let statements =
+        crate::generic_plans::prepared(&mut conn, &["WITH i AS ( SELECT * FROM UNNEST(%"]).await;
+    assert_eq!(statements.len(), 1, "the create statement was prepared");
+    let indexes = statements[0].indexes("reservations_");
+    assert!(
+        !statements[0].plan.contains("Seq Scan on reservations")
+            && indexes.iter().all(|i| *i == "reservations_live_by_holder"),
+        "walks {indexes:?}, not only the holder's live holds:\n{}",
+        statements[0].plan
+    );
+    drop(conn);
+    pool.close().await;
+}
+
 /// A pool of one connection, planning as holdfast's own sessions do
 /// (`db::with_planner_costs`): the store's statements and the test's checks share one
 /// session (its `pg_prepared_statements`).

@@ -47,7 +47,7 @@ async fn lapse() {
     tokio::time::sleep(SHORT + Duration::from_millis(200)).await;
 }
 
-fn lease() -> WorkLease {
+pub(crate) fn lease() -> WorkLease {
     WorkLease {
         owner: Uuid::new_v4(),
         duration: Duration::from_secs(30),
@@ -58,7 +58,7 @@ fn limits(per_holder: u32, total: u32) -> HoldLimits {
     HoldLimits { per_holder, total }
 }
 
-const NO_LIMITS: HoldLimits = HoldLimits {
+pub(crate) const NO_LIMITS: HoldLimits = HoldLimits {
     per_holder: 1000,
     total: 0,
 };
@@ -80,7 +80,7 @@ fn at(us: i64) -> DateTime<Utc> {
 }
 
 /// Three holds in canonical order: one room slot (microsecond precision), two seats.
-fn new_res(holder: &str, request_id: &str, ttl: Duration) -> NewReservation {
+pub(crate) fn new_res(holder: &str, request_id: &str, ttl: Duration) -> NewReservation {
     let mut labels = BTreeMap::new();
     labels.insert("order".to_owned(), "o-1".to_owned());
     labels.insert("ünïcode".to_owned(), "\"quoted\" value".to_owned());
