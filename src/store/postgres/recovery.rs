@@ -17,20 +17,26 @@ pub(super) async fn claim_due(
 ) -> Result<Vec<Claimed>, StoreError> {
     // Expiry is decided here, by the database clock, in the same statement that claims the
     // row: a Confirm racing it waits on the row lock and then sees CANCELLING.
+    // Each arm of the OR can be searched in an index of its own (`reservations_open` by state
+    // and, for holds, expiry; `reservations_payment_work`; the primary key for the further
+    // payments' ids), so the sweep's cost follows the work due, not the table: an
+    // `id IN (subquery)` arm, or a volatile clock on the holds' expiry, left PostgreSQL only
+    // a scan of every row, four times a second (`tests/store`
+    // `plans::the_sweep_and_the_work_gauges_search_the_work_indexes`). Holds expire by the
+    // statement's start time, a moment before its clock: never early.
     let rows: Vec<(Uuid, bool)> = sqlx::query_as(
         "WITH due AS ( \
             SELECT id, state FROM reservations \
             WHERE (lease_until IS NULL OR lease_until < clock_timestamp()) \
-              AND ((state IN ('TRYING', 'HELD', 'CONFIRMING', 'CANCELLING') \
-                    AND CASE state \
-                          WHEN 'HELD' THEN expires_at <= clock_timestamp() \
-                          ELSE coalesce(next_attempt_at, '-infinity') <= clock_timestamp() \
-                        END) \
+              AND ((state = 'HELD' AND expires_at <= statement_timestamp()) \
+                OR (state IN ('TRYING', 'CONFIRMING', 'CANCELLING') \
+                    AND coalesce(next_attempt_at, '-infinity') <= clock_timestamp()) \
                 OR ((refund_state = 'PENDING' \
                      OR (state = 'EXPIRED' AND payment_ref IS NOT NULL AND refund_id IS NULL)) \
                     AND coalesce(next_attempt_at, '-infinity') <= clock_timestamp()) \
-                OR id IN (SELECT reservation_id FROM extra_payments \
-                          WHERE refund_state = 'PENDING' AND next_attempt_at <= clock_timestamp())) \
+                OR id = ANY (ARRAY(SELECT reservation_id FROM extra_payments \
+                                   WHERE refund_state = 'PENDING' \
+                                     AND next_attempt_at <= clock_timestamp()))) \
             ORDER BY coalesce(next_attempt_at, expires_at) \
             LIMIT $3 \
             FOR UPDATE SKIP LOCKED) \
@@ -105,14 +111,15 @@ pub(super) async fn wake_backlog(pool: &PgPool, participant: &str) -> Result<u64
     Ok(woken)
 }
 
-/// [`crate::store::Store::backlog`].
+/// [`crate::store::Store::backlog`]: searched by the work indexes, as [`claim_due`] is.
 pub(super) async fn backlog(pool: &PgPool) -> Result<i64, StoreError> {
     let n: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM reservations \
          WHERE state IN ('TRYING', 'CONFIRMING', 'CANCELLING') \
-            OR (state = 'HELD' AND expires_at <= clock_timestamp()) \
+            OR (state = 'HELD' AND expires_at <= statement_timestamp()) \
             OR refund_state = 'PENDING' \
-            OR id IN (SELECT reservation_id FROM extra_payments WHERE refund_state = 'PENDING')",
+            OR id = ANY (ARRAY(SELECT reservation_id FROM extra_payments \
+                               WHERE refund_state = 'PENDING'))",
     )
     .fetch_one(pool)
     .await?;
@@ -137,14 +144,14 @@ pub(super) async fn discard(
     Ok(deleted == 1)
 }
 
-/// [`crate::store::Store::oldest_work_age`].
+/// [`crate::store::Store::oldest_work_age`]: searched by the work indexes, as [`claim_due`] is.
 pub(super) async fn oldest_work_age(pool: &PgPool) -> Result<std::time::Duration, StoreError> {
     let seconds: Option<f64> = sqlx::query_scalar(
         "SELECT EXTRACT(EPOCH FROM clock_timestamp() - least( \
              (SELECT min(CASE WHEN state = 'HELD' THEN expires_at ELSE updated_at END) \
               FROM reservations \
               WHERE state IN ('TRYING', 'CONFIRMING', 'CANCELLING') \
-                 OR (state = 'HELD' AND expires_at <= clock_timestamp()) \
+                 OR (state = 'HELD' AND expires_at <= statement_timestamp()) \
                  OR refund_state = 'PENDING'), \
              (SELECT min(created_at) FROM extra_payments WHERE refund_state = 'PENDING')))::float8",
     )

@@ -65,6 +65,7 @@ mod retention;
 mod waiting;
 mod writer;
 
+pub use recovery::{BACKLOG_COUNT, CLAIM_DUE_PICK, OLDEST_WORK_AGE};
 pub use rows::list_statement;
 
 use std::sync::Arc;

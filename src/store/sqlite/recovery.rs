@@ -12,6 +12,49 @@ use super::writer::{all, exec, optional};
 use crate::db::SyncConnection;
 use crate::store::{Claimed, StoreError, WorkLease};
 
+/// Rows whose state keeps them in `reservations_open`. SQLite uses a partial index only when
+/// the query repeats its `WHERE` term, so each arm below that searches it names it whole.
+macro_rules! open_states {
+    () => {
+        "state IN ('TRYING', 'HELD', 'CONFIRMING', 'CANCELLING')"
+    };
+}
+
+/// The sweep's pick: reservations due for work, soonest first, at most `?1`. One arm per
+/// kind of work, each searching an index of its own (`reservations_open` by state and, for
+/// holds, expiry; `reservations_payment_work`; the primary key for the further payments'
+/// ids), so a pick costs what is due, not the table; as one OR of them, SQLite scanned every
+/// row, four times a second, on the writer's thread (`tests/store`
+/// `plans::the_sweep_and_the_work_gauges_search_indexes_on_sqlite`).
+pub const CLAIM_DUE_PICK: &str = concat!(
+    "SELECT id, state FROM ( \
+        SELECT id, state, next_attempt_at, expires_at, lease_until FROM reservations \
+        WHERE ",
+    open_states!(),
+    " AND state = 'HELD' AND expires_at <= ",
+    sqlite_now_us!(),
+    " UNION \
+        SELECT id, state, next_attempt_at, expires_at, lease_until FROM reservations \
+        WHERE ",
+    open_states!(),
+    " AND state <> 'HELD' AND coalesce(next_attempt_at, -9223372036854775807) <= ",
+    sqlite_now_us!(),
+    " UNION \
+        SELECT id, state, next_attempt_at, expires_at, lease_until FROM reservations \
+        WHERE (refund_state = 'PENDING' \
+               OR (state = 'EXPIRED' AND payment_ref IS NOT NULL AND refund_id IS NULL)) \
+          AND coalesce(next_attempt_at, -9223372036854775807) <= ",
+    sqlite_now_us!(),
+    " UNION \
+        SELECT id, state, next_attempt_at, expires_at, lease_until FROM reservations \
+        WHERE id IN (SELECT reservation_id FROM extra_payments \
+                     WHERE refund_state = 'PENDING' AND next_attempt_at <= ",
+    sqlite_now_us!(),
+    ")) WHERE lease_until IS NULL OR lease_until < ",
+    sqlite_now_us!(),
+    " ORDER BY coalesce(next_attempt_at, expires_at) LIMIT ?1"
+);
+
 /// [`crate::store::Store::claim_due`].
 pub(super) fn claim_due(
     conn: &SyncConnection,
@@ -21,31 +64,9 @@ pub(super) fn claim_due(
     // Under the write lock the pick and the claim are one atomic step: no other instance
     // can claim (or decide on) a row in between, which is what FOR UPDATE SKIP LOCKED gives
     // PostgreSQL. Expiry is decided here, by the database clock, in the claiming UPDATE.
-    let due: Vec<(Uuid, String)> = all(
-        conn,
-        concat!(
-            "SELECT id, state FROM reservations \
-         WHERE (lease_until IS NULL OR lease_until < ",
-            sqlite_now_us!(),
-            ") AND ((state IN ('TRYING', 'HELD', 'CONFIRMING', 'CANCELLING') \
-                AND CASE state \
-                      WHEN 'HELD' THEN expires_at <= ",
-            sqlite_now_us!(),
-            "         ELSE coalesce(next_attempt_at, -9223372036854775807) <= ",
-            sqlite_now_us!(),
-            "       END) \
-            OR ((refund_state = 'PENDING' \
-                 OR (state = 'EXPIRED' AND payment_ref IS NOT NULL AND refund_id IS NULL)) \
-                AND coalesce(next_attempt_at, -9223372036854775807) <= ",
-            sqlite_now_us!(),
-            ") OR id IN (SELECT reservation_id FROM extra_payments \
-                      WHERE refund_state = 'PENDING' AND next_attempt_at <= ",
-            sqlite_now_us!(),
-            ")) ORDER BY coalesce(next_attempt_at, expires_at) LIMIT ?1"
-        ),
-        [i64::from(limit)],
-        |r| Ok((r.get(0)?, r.get(1)?)),
-    )?;
+    let due: Vec<(Uuid, String)> = all(conn, CLAIM_DUE_PICK, [i64::from(limit)], |r| {
+        Ok((r.get(0)?, r.get(1)?))
+    })?;
     let mut claimed = Vec::with_capacity(due.len());
     for (id, state) in due {
         let expired: Option<bool> = optional(
@@ -128,18 +149,25 @@ pub(super) fn wake_backlog(conn: &SyncConnection, participant: &str) -> Result<u
     Ok(u64::try_from(woken).unwrap_or(u64::MAX))
 }
 
+/// The backlog: reservations with work outstanding, one arm per kind of work, each searching
+/// an index of its own (as [`CLAIM_DUE_PICK`]).
+pub const BACKLOG_COUNT: &str = concat!(
+    "SELECT count(*) FROM ( \
+        SELECT id FROM reservations WHERE ",
+    open_states!(),
+    " AND state <> 'HELD' \
+        UNION SELECT id FROM reservations WHERE ",
+    open_states!(),
+    " AND state = 'HELD' AND expires_at <= ",
+    sqlite_now_us!(),
+    " UNION SELECT id FROM reservations WHERE refund_state = 'PENDING' \
+        UNION SELECT id FROM reservations \
+        WHERE id IN (SELECT reservation_id FROM extra_payments WHERE refund_state = 'PENDING'))"
+);
+
 /// [`crate::store::Store::backlog`].
 pub(super) async fn backlog(pool: &SqlitePool) -> Result<i64, StoreError> {
-    let n: i64 = sqlx::query_scalar(concat!(
-        "SELECT count(*) FROM reservations \
-         WHERE state IN ('TRYING', 'CONFIRMING', 'CANCELLING') \
-            OR (state = 'HELD' AND expires_at <= ",
-        sqlite_now_us!(),
-        ") OR refund_state = 'PENDING' \
-         OR id IN (SELECT reservation_id FROM extra_payments WHERE refund_state = 'PENDING')"
-    ))
-    .fetch_one(pool)
-    .await?;
+    let n: i64 = sqlx::query_scalar(BACKLOG_COUNT).fetch_one(pool).await?;
     Ok(n)
 }
 
@@ -158,23 +186,29 @@ pub(super) fn discard(
     Ok(deleted == 1)
 }
 
+/// How long ago the oldest outstanding work came due, in microseconds: per arm as in
+/// [`BACKLOG_COUNT`], then the further payments' refunds. min() of two values ignoring NULLs:
+/// coalesce each with the other.
+pub const OLDEST_WORK_AGE: &str = concat!(
+    "WITH r AS (SELECT min(t) AS t FROM ( \
+                SELECT updated_at AS t FROM reservations WHERE ",
+    open_states!(),
+    " AND state <> 'HELD' \
+                UNION ALL SELECT expires_at FROM reservations WHERE ",
+    open_states!(),
+    " AND state = 'HELD' AND expires_at <= ",
+    sqlite_now_us!(),
+    " UNION ALL SELECT CASE WHEN state = 'HELD' THEN expires_at ELSE updated_at END \
+                FROM reservations WHERE refund_state = 'PENDING')), \
+          e AS (SELECT min(created_at) AS t FROM extra_payments WHERE refund_state = 'PENDING') \
+     SELECT ",
+    sqlite_now_us!(),
+    " - min(coalesce(r.t, e.t), coalesce(e.t, r.t)) FROM r, e"
+);
+
 /// [`crate::store::Store::oldest_work_age`].
 pub(super) async fn oldest_work_age(pool: &SqlitePool) -> Result<std::time::Duration, StoreError> {
-    // min() of two values ignoring NULLs: coalesce each with the other.
-    let micros: Option<i64> = sqlx::query_scalar(concat!(
-        "WITH r AS (SELECT min(CASE WHEN state = 'HELD' THEN expires_at ELSE updated_at END) AS t \
-                    FROM reservations \
-                    WHERE state IN ('TRYING', 'CONFIRMING', 'CANCELLING') \
-                       OR (state = 'HELD' AND expires_at <= ",
-        sqlite_now_us!(),
-        ") OR refund_state = 'PENDING'), \
-              e AS (SELECT min(created_at) AS t FROM extra_payments WHERE refund_state = 'PENDING') \
-         SELECT ",
-        sqlite_now_us!(),
-        " - min(coalesce(r.t, e.t), coalesce(e.t, r.t)) FROM r, e"
-    ))
-    .fetch_one(pool)
-    .await?;
+    let micros: Option<i64> = sqlx::query_scalar(OLDEST_WORK_AGE).fetch_one(pool).await?;
     Ok(std::time::Duration::from_micros(
         u64::try_from(micros.unwrap_or(0)).unwrap_or(0),
     ))
