@@ -97,3 +97,66 @@ async fn a_branchs_barrier_row_is_found_by_key_under_a_generic_plan(
     drop(conn);
     pool.close().await;
 }
+
+/// A batch of barrier-only moves (concurrent Confirms on one participant, `advance_held_batch`)
+/// finds each branch's row by its whole key under a generic plan on a young table: rows, and
+/// no statistics yet, as in a participant's first minute (autovacuum's ANALYZE comes later) and
+/// in every bench row. With `participant = $1` a restriction of its own, PostgreSQL estimated
+/// it at one row there, so it read every row of the participant and hash-joined the batch to
+/// them: ~400 buffers a batch at 7,000 rows, growing with the table (BENCHMARKS.md, "Cold
+/// plans"). The participant now comes with each key.
+#[sqlx::test(migrations = false)]
+async fn a_batch_of_barrier_moves_finds_each_row_by_key_on_a_young_table(
+    options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let pool = options
+        .max_connections(1)
+        .connect_with(holdfast::db::with_planner_costs(connect))
+        .await
+        .unwrap();
+    holdfast::participants::MIGRATOR.run(&pool).await.unwrap();
+    sqlx::raw_sql(
+        "INSERT INTO tcc_barrier (participant, reservation_id, branch_id, state, try_answer, items) \
+         SELECT 'noop', 'old-' || g, 'b', 'confirmed', 'held', '[]' \
+         FROM generate_series(1, 2000) g",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let mut p = spawn_participant(Kind::Noop, pool.clone()).await;
+    let f = fixture(Kind::Noop);
+    let mut held = Vec::new();
+    for _ in 0..24 {
+        let req = try_request(vec![f.hold()]);
+        assert_eq!(outcome(&p.try_(req.clone()).await), Outcome::Held);
+        held.push(req);
+    }
+    // All at once: on the one connection they queue behind the first and go as batches.
+    let confirms = held.iter().map(|req| {
+        let mut client = p.participant.clone();
+        async move {
+            let answer = client.confirm(branch_request(req)).await.expect("confirm");
+            State::try_from(answer.into_inner().state).expect("state")
+        }
+    });
+    let states = futures_util::future::join_all(confirms).await;
+    assert!(states.iter().all(|s| *s == State::Confirmed), "{states:?}");
+    p.stop().await;
+
+    let mut conn = pool.acquire().await.unwrap();
+    let batches =
+        crate::generic_plans::prepared(&mut conn, &["UPDATE tcc_barrier b SET state = $4%"]).await;
+    assert_eq!(batches.len(), 1, "the Confirms went as batches");
+    let plan = &batches[0].plan;
+    let by_key = plan
+        .lines()
+        .filter(|l| l.contains("Index Cond") && l.contains("participant"))
+        .all(|l| l.contains("branch_id"));
+    assert!(
+        by_key && !plan.contains("Seq Scan on tcc_barrier") && !plan.contains("Hash Join"),
+        "the batch reaches its rows not by their whole key:\n{plan}"
+    );
+    drop(conn);
+    pool.close().await;
+}

@@ -237,7 +237,8 @@ impl Backend for Postgres {
     }
 
     /// The orphan check, and the record or the delete it decides, in one statement. The
-    /// refused rows themselves (`held` until this statement) are not orphans.
+    /// refused rows themselves (`held` until this statement) are not orphans. Each row is
+    /// found by its whole key, the participant with it (as in `advance_held_batch`).
     async fn settle_refused(
         conn: &mut PgConnection,
         participant: &str,
@@ -251,8 +252,8 @@ impl Backend for Postgres {
         let reasons: Vec<&str> = refused.iter().map(|(_, reason)| *reason).collect();
         let recorded: bool = sqlx::query_scalar(concat!(
             "WITH k AS ( \
-                 SELECT * FROM UNNEST($2::text[], $3::text[], $4::text[]) \
-                 AS k(reservation_id, branch_id, reason)), \
+                 SELECT * FROM UNNEST($5::text[], $2::text[], $3::text[], $4::text[]) \
+                 AS k(participant, reservation_id, branch_id, reason)), \
              orphaned AS ( \
                  SELECT EXISTS (SELECT 1 FROM tcc_barrier o WHERE ",
             orphaned!("o"),
@@ -261,11 +262,12 @@ impl Backend for Postgres {
              rejected AS ( \
                  UPDATE tcc_barrier b SET state = 'rejected', try_answer = 'rejected', \
                         try_reason = k.reason, updated_at = clock_timestamp() \
-                 FROM k WHERE b.participant = $1 AND b.reservation_id = k.reservation_id \
+                 FROM k WHERE b.participant = k.participant \
+                   AND b.reservation_id = k.reservation_id \
                    AND b.branch_id = k.branch_id AND NOT (SELECT found FROM orphaned)), \
              deleted AS ( \
                  DELETE FROM tcc_barrier b USING k \
-                 WHERE b.participant = $1 AND b.reservation_id = k.reservation_id \
+                 WHERE b.participant = k.participant AND b.reservation_id = k.reservation_id \
                    AND b.branch_id = k.branch_id AND (SELECT found FROM orphaned)) \
              SELECT NOT found FROM orphaned"
         ))
@@ -273,13 +275,19 @@ impl Backend for Postgres {
         .bind(ids)
         .bind(branch_ids)
         .bind(reasons)
+        .bind(vec![participant; refused.len()])
         .fetch_one(&mut *conn)
         .await?;
         Ok(recorded)
     }
 
     /// One statement for the batch (`state = 'held'` decides per row, as alone); keys in
-    /// order, as for the inserts.
+    /// order, as for the inserts. The participant comes with each key rather than as a
+    /// condition of its own: on a young table (no statistics yet) PostgreSQL estimated
+    /// `participant = $1` at one row, read every row of the participant and hash-joined the
+    /// batch to them, a cost growing with the table (`tests/participants`
+    /// `barrier_plans::a_batch_of_barrier_moves_finds_each_row_by_key_on_a_young_table`).
+    /// As a join key it leaves one plan: each row found by its whole primary key.
     async fn advance_held_batch(
         conn: &mut PgConnection,
         participant: &str,
@@ -290,12 +298,13 @@ impl Backend for Postgres {
         sorted.sort();
         let rows = sqlx::query(
             "UPDATE tcc_barrier b SET state = $4, updated_at = clock_timestamp() \
-             FROM UNNEST($2::text[], $3::text[]) AS k(reservation_id, branch_id) \
-             WHERE b.participant = $1 AND b.reservation_id = k.reservation_id \
+             FROM UNNEST($1::text[], $2::text[], $3::text[]) \
+                  AS k(participant, reservation_id, branch_id) \
+             WHERE b.participant = k.participant AND b.reservation_id = k.reservation_id \
                AND b.branch_id = k.branch_id AND b.state || '' = 'held' \
              RETURNING b.reservation_id, b.branch_id",
         )
-        .bind(participant)
+        .bind(vec![participant; sorted.len()])
         .bind(
             sorted
                 .iter()
@@ -475,16 +484,17 @@ impl Backend for Postgres {
         let keep_ms = i64::try_from(keep.as_millis()).unwrap_or(i64::MAX);
         // The pick is a CTE, evaluated once: as a subquery in USING it can be the inner side
         // of a nested loop, rescanned per outer row, and each rescan's SKIP LOCKED passes over
-        // the rows this statement already deleted - the LIMIT would bound nothing.
+        // the rows this statement already deleted - the LIMIT would bound nothing. Each row is
+        // then found by its whole key, the participant with it (as in `advance_held_batch`).
         let rows: Vec<(String, String)> = sqlx::query_as(
             "WITH v AS MATERIALIZED ( \
-                 SELECT reservation_id, branch_id FROM tcc_barrier \
+                 SELECT participant, reservation_id, branch_id FROM tcc_barrier \
                  WHERE participant = $1 AND state IN ('confirmed', 'cancelled', 'rejected') \
                    AND updated_at < clock_timestamp() - $2 * interval '1 millisecond' \
                    AND (reclaim_after IS NULL OR reclaim_after < clock_timestamp()) \
                  ORDER BY updated_at LIMIT $3 FOR UPDATE SKIP LOCKED) \
              DELETE FROM tcc_barrier b USING v \
-             WHERE b.participant = $1 AND b.reservation_id = v.reservation_id \
+             WHERE b.participant = v.participant AND b.reservation_id = v.reservation_id \
                AND b.branch_id = v.branch_id \
              RETURNING b.reservation_id, b.branch_id",
         )
