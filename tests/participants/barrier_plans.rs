@@ -18,14 +18,7 @@ async fn a_branchs_barrier_row_is_found_by_key_under_a_generic_plan(
     options: PgPoolOptions,
     connect: PgConnectOptions,
 ) {
-    // One connection: the participants' statements and the checks share its session (its
-    // `pg_prepared_statements`), planning as holdfast's own sessions do.
-    let pool = options
-        .max_connections(1)
-        .connect_with(holdfast::db::with_planner_costs(connect))
-        .await
-        .unwrap();
-    holdfast::participants::MIGRATOR.run(&pool).await.unwrap();
+    let pool = one_connection(options, connect).await;
     sqlx::raw_sql(
         "INSERT INTO tcc_barrier (participant, reservation_id, branch_id, state, try_answer, items) \
          SELECT p, 'old-' || g, 'b', 'confirmed', 'held', '[]' \
@@ -110,12 +103,7 @@ async fn a_batch_of_barrier_moves_finds_each_row_by_key_on_a_young_table(
     options: PgPoolOptions,
     connect: PgConnectOptions,
 ) {
-    let pool = options
-        .max_connections(1)
-        .connect_with(holdfast::db::with_planner_costs(connect))
-        .await
-        .unwrap();
-    holdfast::participants::MIGRATOR.run(&pool).await.unwrap();
+    let pool = one_connection(options, connect).await;
     sqlx::raw_sql(
         "INSERT INTO tcc_barrier (participant, reservation_id, branch_id, state, try_answer, items) \
          SELECT 'noop', 'old-' || g, 'b', 'confirmed', 'held', '[]' \
@@ -159,4 +147,16 @@ async fn a_batch_of_barrier_moves_finds_each_row_by_key_on_a_young_table(
     );
     drop(conn);
     pool.close().await;
+}
+
+/// One connection, migrated: the participants' statements and the checks share its session
+/// (its `pg_prepared_statements`), planning as holdfast's own sessions do.
+async fn one_connection(options: PgPoolOptions, connect: PgConnectOptions) -> sqlx::PgPool {
+    let pool = options
+        .max_connections(1)
+        .connect_with(holdfast::db::with_planner_costs(connect))
+        .await
+        .unwrap();
+    holdfast::participants::MIGRATOR.run(&pool).await.unwrap();
+    pool
 }

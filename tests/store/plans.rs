@@ -310,9 +310,7 @@ async fn writes_out_of_trying_find_their_rows_by_id_under_a_generic_plan(
 ) {
     use holdfast::domain::{BranchState, Rejection};
 
-    let pool = one_connection(options, connect).await;
-    let store = crate::postgres(pool.clone()).await;
-    sqlx::raw_sql(FILL_PG).execute(&pool).await.unwrap();
+    let (pool, store) = skewed_store(options, connect).await;
     let (held, _) = crate::cases::create(&store, "alice", "req-held", crate::cases::LONG).await;
     let reports = crate::cases::reports(&held, BranchState::Held, None);
     store.record_held(held.id, &reports).await.unwrap();
@@ -421,9 +419,7 @@ async fn the_sweep_and_the_work_gauges_search_the_work_indexes(
     options: sqlx::postgres::PgPoolOptions,
     connect: sqlx::postgres::PgConnectOptions,
 ) {
-    let pool = one_connection(options, connect).await;
-    let store = crate::postgres(pool.clone()).await;
-    sqlx::raw_sql(FILL_PG).execute(&pool).await.unwrap();
+    let (pool, store) = skewed_store(options, connect).await;
     // A hold past its expiry is claimed (and released as EXPIRED) by the sweep.
     let (held, _) = crate::cases::held(&store, "alice", "req", crate::cases::LONG).await;
     sqlx::query("UPDATE reservations SET expires_at = now() - interval '1 s' WHERE id = $1")
@@ -463,6 +459,17 @@ async fn the_sweep_and_the_work_gauges_search_the_work_indexes(
     );
     drop(conn);
     pool.close().await;
+}
+
+/// A migrated store on one connection (as [`one_connection`]) over the skewed 120k-row table.
+async fn skewed_store(
+    options: sqlx::postgres::PgPoolOptions,
+    connect: sqlx::postgres::PgConnectOptions,
+) -> (PgPool, std::sync::Arc<dyn holdfast::store::Store>) {
+    let pool = one_connection(options, connect).await;
+    let store = crate::postgres(pool.clone()).await;
+    sqlx::raw_sql(FILL_PG).execute(&pool).await.unwrap();
+    (pool, store)
 }
 
 /// A pool of one connection, planning as holdfast's own sessions do
