@@ -15,7 +15,7 @@
 //!   way now: a synchronous connection owned by a thread of its own, a write sent there whole
 //!   and answered once, queued writes sharing one transaction (a `SAVEPOINT` each) and one
 //!   COMMIT;
-//! - `locked`: today's writer and transaction, the statements run on sqlx's own connection
+//! - `locked`: the sqlx writer and transaction, the statements run on sqlx's own connection
 //!   taken off its thread for the write (`lock_handle`), through a rusqlite wrapper.
 //!
 //! Both use `synchronous = FULL` and WAL. It prints writes per second, the process's CPU per
@@ -73,7 +73,7 @@ const PARTICIPANTS: [&str; 2] = ["noop-a", "noop-b"];
 /// How long a `sync` write waits for its turn on the writer thread.
 const WAIT: Duration = Duration::from_secs(5);
 
-/// One write, today's way: nine round trips to the connection's thread.
+/// One write the sqlx writer's way: nine round trips to the connection's thread.
 async fn write_sqlx(pool: &sqlx::SqlitePool, holder: &str) -> Result<(), Failure> {
     let mut tx = holdfast::db::begin_sqlite_write(pool).await?;
     let (id, request_id) = (Uuid::new_v4(), Uuid::new_v4().to_string());

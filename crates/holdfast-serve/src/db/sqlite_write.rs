@@ -16,8 +16,9 @@
 //! (nothing of any of them was written: a caller retries as after any storage failure). A
 //! member reads the earlier members' uncommitted rows, which commit with it or not at all.
 //! A one-statement write is a member like any other: the fsync it shares outweighs the two
-//! hops (savepoint, release) it adds (BENCHMARKS.md, session 19). A write dropped unfinished (its task cancelled) is undone at once by a task of the writer's,
-//! so SQLite's write lock is not kept from other connections until the next write.
+//! hops (savepoint, release) it adds (BENCHMARKS.md, session 19). A write dropped unfinished
+//! (its task cancelled) is undone at once by a task of the writer's, so SQLite's write lock is
+//! not kept from other connections until the next write.
 //!
 //! The lock is a `tokio::sync::Mutex` rather than a one-connection pool: a pool's release
 //! spawns a task and pings the connection before the next waiter may have it, two scheduling
@@ -175,8 +176,9 @@ impl Drop for Abandon {
 type Held = OwnedMappedMutexGuard<Option<SqliteConnection>, SqliteConnection>;
 
 /// A write transaction on a SQLite pool's writer ([`super::begin_sqlite_write`]). Statements
-/// run on `&mut *write`. It ends with [`SqliteWrite::commit`] (durable when it returns) or [`SqliteWrite::rollback`];
-/// dropped unfinished, its part is rolled back before the writer's next write.
+/// run on `&mut *write`. It ends with [`SqliteWrite::commit`] (durable when it returns) or
+/// [`SqliteWrite::rollback`]; dropped unfinished, its part is rolled back before the writer's
+/// next write.
 pub struct SqliteWrite {
     // Dropped first: the lock is released before `abandon` tells anyone.
     conn: Held,
