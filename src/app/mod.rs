@@ -10,6 +10,7 @@ use crate::config::{CoordinatorArgs, ParticipantArgs, default_participant_port};
 use crate::coordinator::{Coordinator, Policy};
 use crate::db::{self, DatabaseKind};
 use crate::domain::validate::Limits;
+use crate::http::HttpListener;
 use crate::registry::{ParticipantEndpoint, Registry, RegistryError};
 use crate::server::ServeError;
 use crate::store::{AnyStore, StoreError};
@@ -112,14 +113,18 @@ pub(super) fn listen_addrs(args: &CoordinatorArgs) -> Vec<std::net::SocketAddr> 
 pub(super) async fn bind_http(
     args: &CoordinatorArgs,
     tls: Option<&ServerTls>,
-) -> Result<Option<Listener>, AppError> {
+) -> Result<Option<HttpListener>, AppError> {
     let Some(addr) = args.http.http_listen else {
         return Ok(None);
     };
+    let allowed = args.http.allowed_callers().map_err(AppError::Config)?;
     let tcp = TcpListener::bind(addr).await.map_err(|e| {
         AppError::Config(format!("HTTP cannot listen on {addr}: {e} (--http-listen)"))
     })?;
-    Ok(Some(Listener::new(tcp, tls.cloned())))
+    Ok(Some(HttpListener {
+        listener: Listener::new(tcp, tls.cloned()),
+        allowed,
+    }))
 }
 
 /// The coordinator's authentication, participant credential and token keys, as `args` give
@@ -309,7 +314,7 @@ pub async fn serve_coordinator_with_http(
     settings: CoordinatorSettings,
     store: impl Into<AnyStore>,
     listener: impl Into<Listener>,
-    http: Option<Listener>,
+    http: Option<HttpListener>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), AppError> {
     serve_coordinator_on(
@@ -329,7 +334,7 @@ pub(super) async fn serve_coordinator_on(
     settings: CoordinatorSettings,
     store: AnyStore,
     listener: Listener,
-    http: Option<Listener>,
+    http: Option<HttpListener>,
     test_clock: Option<crate::testing::TestClock>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), AppError> {
@@ -424,15 +429,15 @@ pub(super) async fn serve_coordinator_on(
 /// Starts the HTTP listener in the background, its JSON API over `routes` in-process (the
 /// same auth layer and limits as the gRPC port), until `stopping` turns true.
 fn start_http(
-    listener: Listener,
+    listener: HttpListener,
     (limits, auth): &(crate::server::ServerLimits, crate::auth::Authenticator),
     routes: tonic::service::Routes,
     coordinator: Coordinator,
     registry: Registry,
     stopping: tokio::sync::watch::Receiver<bool>,
 ) -> Result<tokio::task::JoinHandle<()>, AppError> {
-    let addr = listener.local_addr()?;
-    tracing::info!(%addr, tls = listener.tls().is_some(), "console and JSON API on HTTP");
+    let addr = listener.listener.local_addr()?;
+    tracing::info!(%addr, tls = listener.listener.tls().is_some(), "console and JSON API on HTTP");
     // Install the metrics recorder: /metrics is served here too.
     crate::telemetry::metrics_handle();
     let ready_stopping = stopping.clone();

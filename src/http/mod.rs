@@ -17,6 +17,7 @@ mod console;
 mod credentials;
 mod error;
 mod grpc;
+mod guard;
 mod reservations;
 mod watch;
 
@@ -36,6 +37,30 @@ use crate::tls::Listener;
 
 use credentials::{Credentials, HttpPeer};
 pub use error::{ApiError, http_status};
+pub use guard::AllowedCallers;
+
+/// The HTTP listener's socket (plaintext or TLS) and the callers it allows beyond its own
+/// origin (SPEC 7.4).
+pub struct HttpListener {
+    pub listener: Listener,
+    pub allowed: AllowedCallers,
+}
+
+impl From<Listener> for HttpListener {
+    /// Its own origin, its addresses and `localhost` only.
+    fn from(listener: Listener) -> HttpListener {
+        HttpListener {
+            listener,
+            allowed: AllowedCallers::default(),
+        }
+    }
+}
+
+impl From<tokio::net::TcpListener> for HttpListener {
+    fn from(tcp: tokio::net::TcpListener) -> HttpListener {
+        Listener::from(tcp).into()
+    }
+}
 
 /// A check run on request (readiness, participants' health), supplied by the wiring.
 pub type Probe<T> = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = T> + Send>> + Send + Sync>;
@@ -74,8 +99,9 @@ impl HttpService {
     }
 }
 
-/// The routes: console, JSON API, probes, metrics; every answer with the security headers.
-pub fn router(service: HttpService) -> Router {
+/// The routes: console, JSON API, probes, metrics; every request first past the origin rules
+/// of `guard` (for the listener `rules` describe), every answer with the security headers.
+fn router(service: HttpService, rules: guard::CallerRules) -> Router {
     Router::new()
         .merge(console::routes())
         .route("/healthz", get(|| async { "ok\n" }))
@@ -85,18 +111,24 @@ pub fn router(service: HttpService) -> Router {
         .merge(admin::routes())
         .fallback(not_found)
         .with_state(Arc::new(service))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(rules),
+            guard::check,
+        ))
         .layer(axum::middleware::map_response(security_headers))
 }
 
 /// Serves [`router`] on `listener` (TLS when it has a certificate) until `shutdown`, then
 /// lets open requests finish (Watch streams end when the coordinator closes them).
 pub async fn serve(
-    listener: Listener,
+    listener: HttpListener,
     service: HttpService,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let HttpListener { listener, allowed } = listener;
+    let rules = guard::CallerRules::new(listener.local_addr()?, listener.tls().is_some(), allowed);
     // Each request knows its connection's peer: the client certificate it proved, if any.
-    let app = router(service).into_make_service_with_connect_info::<HttpPeer>();
+    let app = router(service, rules).into_make_service_with_connect_info::<HttpPeer>();
     let (tcp, tls) = listener.into_parts();
     match tls {
         None => axum::serve(tcp, app).with_graceful_shutdown(shutdown).await,

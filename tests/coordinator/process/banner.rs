@@ -71,7 +71,9 @@ async fn the_banner_names_what_runs_where_and_each_answers_there() {
         "{banner}"
     );
     assert!(
-        banner.contains("hold tokens: derived with a key of this process only (--ephemeral-token-secret)"),
+        banner.contains(
+            "hold tokens: derived with a key of this process only (--ephemeral-token-secret)"
+        ),
         "{banner}"
     );
 
