@@ -197,10 +197,12 @@ pub fn unregistered_backlog(participant: &str, n: i64) {
 }
 
 /// Serves the Prometheus text format on `GET /metrics` until `shutdown`, over TLS when
-/// `listener` has it (the same certificate as the gRPC ports). Deliberately tiny: one request
-/// per connection, nothing else routed.
+/// `listener` has it (the same certificate as the gRPC ports), to callers `auth` admits to
+/// [`crate::auth::rules::METRICS_PATH`] (a key with the `metrics` or `admin` role when auth is
+/// on). Deliberately tiny: one request per connection, nothing else routed.
 pub async fn serve_metrics(
     listener: impl Into<crate::tls::Listener>,
+    auth: crate::auth::Authenticator,
     shutdown: impl Future<Output = ()> + Send,
 ) {
     let handle = metrics_handle();
@@ -219,12 +221,18 @@ pub async fn serve_metrics(
             },
         };
         let tls = tls.clone();
+        let auth = auth.clone();
         tokio::spawn(async move {
             match tls {
-                None => answer_metrics(stream, handle).await,
+                None => answer_metrics(stream, handle, &auth, None).await,
                 Some(tls) => {
                     if let Some(stream) = crate::tls::incoming::http1(&tls, stream, peer).await {
-                        answer_metrics(stream, handle).await;
+                        let certificates = stream.get_ref().1.peer_certificates().map(|chain| {
+                            crate::auth::VerifiedClientCertificates(std::sync::Arc::new(
+                                chain.iter().map(|c| c.clone().into_owned()).collect(),
+                            ))
+                        });
+                        answer_metrics(stream, handle, &auth, certificates).await;
                     }
                 }
             }
@@ -232,9 +240,45 @@ pub async fn serve_metrics(
     }
 }
 
+/// Whether `auth` admits the caller of the request `head` (its `authorization` header, or the
+/// client certificate its TLS handshake verified) to read the metrics.
+fn admit_scraper(
+    auth: &crate::auth::Authenticator,
+    head: &str,
+    certificates: Option<crate::auth::VerifiedClientCertificates>,
+) -> Result<(), tonic::Status> {
+    let mut probe = http::Request::builder().uri(crate::auth::rules::METRICS_PATH);
+    let authorization = head.split("\r\n").skip(1).find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.trim()
+            .eq_ignore_ascii_case("authorization")
+            .then(|| value.trim())
+    });
+    if let Some(value) = authorization {
+        probe = probe.header(http::header::AUTHORIZATION, value);
+    }
+    if let Some(certificates) = certificates {
+        probe = probe.extension(certificates);
+    }
+    // A header that cannot be one proves nobody.
+    let probe = probe
+        .body(())
+        .or_else(|_| {
+            http::Request::builder()
+                .uri(crate::auth::rules::METRICS_PATH)
+                .body(())
+        })
+        .map_err(|e| tonic::Status::internal(format!("the auth check: {e}")))?;
+    auth.admit(&probe).map(|_| ())
+}
+
 /// Reads one request head (bounded, with a deadline), answers it and closes.
-async fn answer_metrics<S>(mut stream: S, handle: &PrometheusHandle)
-where
+async fn answer_metrics<S>(
+    mut stream: S,
+    handle: &PrometheusHandle,
+    auth: &crate::auth::Authenticator,
+    certificates: Option<crate::auth::VerifiedClientCertificates>,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     let mut buf = vec![0u8; 8192];
@@ -255,13 +299,23 @@ where
         return;
     }
     let request = String::from_utf8_lossy(&buf[..read]);
-    let (status, body) = if request.starts_with("GET /metrics ") {
-        ("200 OK", handle.render())
-    } else {
+    let (status, body) = if !request.starts_with("GET /metrics ") {
         (
             "404 Not Found",
             "only GET /metrics is served here\n".to_owned(),
         )
+    } else {
+        match admit_scraper(auth, &request, certificates) {
+            Ok(()) => ("200 OK", handle.render()),
+            Err(refused) if refused.code() == tonic::Code::Unauthenticated => (
+                "401 Unauthorized",
+                "a key with the metrics role is required: authorization: Bearer <key>\n".to_owned(),
+            ),
+            Err(_) => (
+                "403 Forbidden",
+                "this principal lacks the metrics role\n".to_owned(),
+            ),
+        }
     };
     let response = format!(
         "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",

@@ -103,7 +103,7 @@ pub async fn serve_all_in_one(
             "with --auth-keys the all-in-one's participants require the coordinator role: give --participant-api-key-file with the key of a principal that has it".into(),
         ));
     }
-    start_metrics(coordinator.metrics_listen, tls.as_ref()).await?;
+    start_metrics(coordinator.metrics_listen, tls.as_ref(), &access.auth).await?;
     let (store, pdbs, described): (AnyStore, ParticipantDbs, String) = match (backend, &test_clock)
     {
         (_, Some(clock)) => open_on_test_clock(database_url, &coordinator, clock).await?,

@@ -94,18 +94,19 @@ pub async fn run_coordinator(
     };
     check_participant_transport(&settings, tls.is_some())?;
     db::ensure_database(&args.database_url).await?;
-    start_metrics(args.metrics_listen, tls.as_ref()).await?;
+    start_metrics(args.metrics_listen, tls.as_ref(), &settings.access.auth).await?;
     let store = AnyStore::connect(&args.database_url, args.db_pool_size).await?;
     let http = bind_http(&args, tls.as_ref()).await?;
     let listener = Listener::new(TcpListener::bind(args.listen).await?, tls);
     serve_coordinator_with_http(settings, store, listener, http, shutdown).await
 }
 
-/// The addresses the coordinator's servers listen on (gRPC, and HTTP unless `off`): the
-/// loopback rule of `--insecure-no-auth` applies to each.
+/// The addresses the coordinator's servers listen on (gRPC, and HTTP and metrics unless
+/// `off`): the loopback rule of `--insecure-no-auth` applies to each.
 pub(super) fn listen_addrs(args: &CoordinatorArgs) -> Vec<std::net::SocketAddr> {
     std::iter::once(args.listen)
         .chain(args.http.http_listen)
+        .chain(args.metrics_listen)
         .collect()
 }
 
@@ -219,15 +220,19 @@ pub async fn serve_participant(
         std::net::SocketAddr::from(([127, 0, 0, 1], default_participant_port(args.kind)))
     });
     let tls = server_tls(&args.tls)?;
+    // The loopback rule holds for the metrics listener too.
+    let listens: Vec<_> = std::iter::once(listen)
+        .chain(args.metrics.metrics_listen)
+        .collect();
     let auth = args
         .auth
-        .authenticator(&[listen])
+        .authenticator(&listens)
         .map_err(AppError::Config)?;
     let retention = args
         .retention
         .participant_keep()
         .map_err(AppError::Config)?;
-    start_metrics(args.metrics.metrics_listen, tls.as_ref()).await?;
+    start_metrics(args.metrics.metrics_listen, tls.as_ref(), &auth).await?;
     let pool: ParticipantDb = match DatabaseKind::of_url(&args.database_url)? {
         DatabaseKind::Postgres => db::connect_postgres(&args.database_url, args.db_pool_size)
             .await?
@@ -277,6 +282,7 @@ const SQLITE_RETENTION_BATCH: u32 = 200;
 pub async fn start_metrics(
     addr: Option<std::net::SocketAddr>,
     tls: Option<&ServerTls>,
+    auth: &crate::auth::Authenticator,
 ) -> Result<(), AppError> {
     if let Some(addr) = addr {
         // Install the recorder before anything is counted.
@@ -289,6 +295,7 @@ pub async fn start_metrics(
         tracing::info!(%addr, tls = tls.is_some(), "metrics on /metrics");
         tokio::spawn(crate::telemetry::serve_metrics(
             Listener::new(listener, tls.cloned()),
+            auth.clone(),
             std::future::pending(),
         ));
     }

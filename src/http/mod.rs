@@ -198,7 +198,11 @@ async fn readyz(State(service): State<Shared>) -> Response {
     }
 }
 
-async fn metrics() -> Response {
+/// The Prometheus text, to a caller with the `metrics` or `admin` role when auth is on.
+async fn metrics(State(service): State<Shared>, credentials: Credentials) -> Response {
+    if let Err(refused) = service.admit(&credentials, crate::auth::rules::METRICS_PATH) {
+        return ApiError(refused).into_response();
+    }
     (
         [(
             header::CONTENT_TYPE,

@@ -161,6 +161,23 @@ fn a_non_loopback_listen_without_keys_refuses_to_start() {
         &["coordinator", "--listen", "0.0.0.0:0"][..],
         &["participant", "seats", "--listen", "0.0.0.0:0"][..],
         &["--listen", "0.0.0.0:0"][..],
+        // The metrics listener too.
+        &[
+            "coordinator",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "0.0.0.0:0",
+        ][..],
+        &[
+            "participant",
+            "seats",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "0.0.0.0:0",
+        ][..],
+        &["--listen", "127.0.0.1:0", "--metrics-listen", "0.0.0.0:0"][..],
     ] {
         let out = run_holdfast(args, &[db]);
         assert!(!out.status.success(), "{args:?} started");

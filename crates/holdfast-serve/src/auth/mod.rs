@@ -46,11 +46,13 @@ pub enum Role {
     Admin,
     /// What participants accept from the coordinator: `tcc.v1.Participant`, refunds.
     Coordinator,
+    /// Reading `/metrics` (a Prometheus scraper), nothing else.
+    Metrics,
 }
 
 impl Role {
     /// Every role, in the order they are written.
-    pub const ALL: [Role; 3] = [Role::Client, Role::Admin, Role::Coordinator];
+    pub const ALL: [Role; 4] = [Role::Client, Role::Admin, Role::Coordinator, Role::Metrics];
 
     /// The role's name in the principals file.
     pub fn name(self) -> &'static str {
@@ -58,6 +60,7 @@ impl Role {
             Role::Client => "client",
             Role::Admin => "admin",
             Role::Coordinator => "coordinator",
+            Role::Metrics => "metrics",
         }
     }
 
@@ -66,7 +69,9 @@ impl Role {
         Role::ALL
             .into_iter()
             .find(|r| r.name() == s)
-            .ok_or_else(|| format!("unknown role {s:?} (roles: client, admin, coordinator)"))
+            .ok_or_else(|| {
+                format!("unknown role {s:?} (roles: client, admin, coordinator, metrics)")
+            })
     }
 
     fn bit(self) -> u8 {
@@ -74,6 +79,7 @@ impl Role {
             Role::Client => 1,
             Role::Admin => 2,
             Role::Coordinator => 4,
+            Role::Metrics => 8,
         }
     }
 }
