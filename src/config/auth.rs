@@ -38,6 +38,7 @@ impl ServerAuthArgs {
                 ));
             }
             tracing::warn!(%open, "authentication off on a non-loopback address (--insecure-no-auth): anyone who reaches it can do anything");
+            return Ok(Authenticator::InsecureNoAuth);
         }
         Ok(Authenticator::Off)
     }

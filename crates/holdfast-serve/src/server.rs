@@ -24,6 +24,11 @@ pub enum ServeError {
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("gRPC transport: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// Authentication off on an address others can reach, not asked for.
+    #[error("{0}")]
+    OpenWithoutAuth(String),
+    #[error("the listener's address: {0}")]
+    Address(#[from] std::io::Error),
 }
 
 /// Limits every server applies.
@@ -97,6 +102,9 @@ pub async fn serve_with(
     service_names: &[&str],
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
+    let listener = listener.into();
+    auth.may_listen_on(listener.local_addr()?)
+        .map_err(ServeError::OpenWithoutAuth)?;
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     for name in service_names {
         health_reporter
@@ -132,7 +140,7 @@ pub async fn serve_with(
                 }),
         )
         .add_routes(routes);
-    match listener.into().into_parts() {
+    match listener.into_parts() {
         // No Nagle delay: every TCC step is a small request waiting on a small answer.
         (tcp, None) => {
             router
