@@ -458,7 +458,8 @@ fn start_http(
                 if stopping {
                     return Err("shutting down".to_owned());
                 }
-                // One indexed read: the database answers.
+                // One indexed read and one small write: the database answers, and takes
+                // writes (a full disk or a read-only database makes the replica unready).
                 let everyone = crate::domain::Actor {
                     principal: String::new(),
                     sees_all: true,
@@ -470,8 +471,11 @@ fn start_http(
                 coordinator
                     .list(&everyone, query)
                     .await
-                    .map(|_| ())
-                    .map_err(|e| format!("database: {e}"))
+                    .map_err(|e| format!("database: {e}"))?;
+                coordinator
+                    .probe_write()
+                    .await
+                    .map_err(|e| format!("database refuses writes: {e}"))
             })
         }),
         participants: std::sync::Arc::new(move || {

@@ -9,6 +9,7 @@ mod auth;
 mod browser;
 mod input;
 mod origin;
+mod ready;
 mod stream;
 
 use std::time::Duration;
@@ -71,13 +72,24 @@ pub async fn spawn_http_allowing(
         .await
         .unwrap();
     });
-    let client = CoordinatorClient::connect(format!("http://{grpc_addr}"))
-        .await
-        .unwrap();
-    HttpApp {
-        grpc: client,
-        base,
-        shutdown: Some(tx),
+    HttpApp::connect(grpc_addr, base, tx).await
+}
+
+impl HttpApp {
+    /// The app whose gRPC port is `grpc_addr` and HTTP listener `base`; `shutdown` stops it.
+    pub async fn connect(
+        grpc_addr: std::net::SocketAddr,
+        base: String,
+        shutdown: oneshot::Sender<()>,
+    ) -> HttpApp {
+        let client = CoordinatorClient::connect(format!("http://{grpc_addr}"))
+            .await
+            .unwrap();
+        HttpApp {
+            grpc: client,
+            base,
+            shutdown: Some(shutdown),
+        }
     }
 }
 
