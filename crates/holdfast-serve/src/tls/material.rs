@@ -91,7 +91,7 @@ pub(crate) fn system_roots(flag: &'static str) -> Result<RootCertStore, TlsError
     if added == 0 {
         let errors: Vec<String> = found.errors.iter().map(ToString::to_string).collect();
         return Err(TlsError::Config(format!(
-            "no system CA certificates found to verify https:// participants{}: give {flag} FILE",
+            "no system CA certificates found to verify servers with{}: give {flag} FILE",
             if errors.is_empty() {
                 String::new()
             } else {

@@ -9,6 +9,7 @@
 //! none of this runs: the servers take tonic's plain TCP path.
 
 mod connector;
+mod database;
 pub mod incoming;
 mod listener;
 mod material;
@@ -26,6 +27,7 @@ use crate::watched::{Source, Watched};
 use material::Trust;
 
 pub use crate::watched::CHECK_EVERY;
+pub use database::{DatabaseRoots, DatabaseTrust};
 pub use listener::Listener;
 
 /// Why TLS settings could not be used. Each message names the setting (flag) and file.
