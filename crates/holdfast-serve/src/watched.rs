@@ -81,6 +81,8 @@ pub struct Watched<T> {
     what: &'static str,
     sources: Vec<Source>,
     build: Build<T>,
+    /// The counter a refused change increments, if any (`holdfast_tls_reload_failures_total`).
+    refusals_counter: Option<&'static str>,
     current: ArcSwap<T>,
     seen: Mutex<Seen>,
 }
@@ -116,12 +118,28 @@ impl<T: Send + Sync + 'static> Watched<T> {
     where
         E: From<FileError> + std::fmt::Display,
     {
+        Watched::load_counting(what, None, sources, every, build)
+    }
+
+    /// [`Watched::load`], incrementing the counter `refusals_counter` (a metric name) for
+    /// each change refused.
+    pub fn load_counting<E>(
+        what: &'static str,
+        refusals_counter: Option<&'static str>,
+        sources: Vec<Source>,
+        every: Duration,
+        build: impl Fn(&[Vec<u8>]) -> Result<T, E> + Send + Sync + 'static,
+    ) -> Result<Arc<Watched<T>>, E>
+    where
+        E: From<FileError> + std::fmt::Display,
+    {
         let bytes = read_all(&sources)?;
         let first = build(&bytes)?;
         let watched = Arc::new(Watched {
             what,
             sources,
             build: Box::new(move |bytes| build(bytes).map_err(|e| e.to_string())),
+            refusals_counter,
             current: ArcSwap::from_pointee(first),
             seen: Mutex::new(Seen {
                 loaded: fingerprint(&bytes),
@@ -190,6 +208,9 @@ impl<T: Send + Sync + 'static> Watched<T> {
             Err(e) => {
                 seen.failed = Some(print);
                 seen.refused += 1;
+                if let Some(counter) = self.refusals_counter {
+                    metrics::counter!(counter).increment(1);
+                }
                 tracing::error!(
                     error = %e,
                     "{} changed but cannot be used; keeping the previous ones until they are fixed",
