@@ -241,6 +241,7 @@ pub async fn serve_participant(
             (Some(url), ParticipantDb::Postgres(pool)) => {
                 let mut settings = stock_redis::StockRedisSettings::new(url);
                 settings.key_prefix = args.redis_prefix.clone();
+                settings.redis_ca = args.redis_ca.clone();
                 settings.orphan_grace = args.orphan_grace;
                 settings.max_hold = args.max_hold;
                 settings.retention = args.redis_retention;
