@@ -9,15 +9,15 @@
 
 use std::str::FromStr;
 
-use sqlx::postgres::{PgConnectOptions, PgPool, PgSslMode};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgSslMode};
 use sqlx::{ConnectOptions, Connection};
 
 use super::{CHECK_IDLE_AFTER, ensure_database, pg_tls, pg_tunnel, pool_options};
 
-/// Creates the PostgreSQL database `url` names unless it exists, connected as every other
-/// connection is ([`postgres_options`]) to the maintenance database (`postgres`, or
-/// `template1` to create `postgres`), as `createdb` does.
-pub(super) async fn create_if_missing(url: &str) -> Result<(), sqlx::Error> {
+/// A connection to the maintenance database of the server `url` names (`postgres`, or
+/// `template1` when `url` names `postgres`, as `createdb` picks it), opened as every other
+/// connection is ([`postgres_options`]); and the name of the database `url` names.
+pub async fn connect_maintenance(url: &str) -> Result<(PgConnection, String), sqlx::Error> {
     let options = postgres_options(url)?;
     let database = options
         .get_database()
@@ -28,14 +28,24 @@ pub(super) async fn create_if_missing(url: &str) -> Result<(), sqlx::Error> {
     } else {
         "postgres"
     };
-    let mut conn = options.database(maintenance).connect().await?;
+    Ok((options.database(maintenance).connect().await?, database))
+}
+
+/// `name` quoted as a PostgreSQL identifier.
+pub fn quote_identifier(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// Creates the PostgreSQL database `url` names unless it exists.
+pub(super) async fn create_if_missing(url: &str) -> Result<(), sqlx::Error> {
+    let (mut conn, database) = connect_maintenance(url).await?;
     let exists: bool =
         sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
             .bind(&database)
             .fetch_one(&mut conn)
             .await?;
     if !exists {
-        let create = format!("CREATE DATABASE \"{}\"", database.replace('"', "\"\""));
+        let create = format!("CREATE DATABASE {}", quote_identifier(&database));
         sqlx::raw_sql(sqlx::AssertSqlSafe(create))
             .execute(&mut conn)
             .await?;
