@@ -89,8 +89,9 @@ pub fn with_planner_costs(options: PgConnectOptions) -> PgConnectOptions {
 ///
 /// A mode that verifies the server (`verify-ca`, `verify-full`, `require` with a root file)
 /// is done by holdfast with libpq's trust rules: the options then point sqlx at a relay of
-/// this process (a private Unix socket) that verifies each connection (`pg_tls.rs`), so they
-/// must be used while the Tokio runtime they were made on runs. Unusable `sslrootcert`,
+/// this process (a private Unix socket) that verifies each connection (`pg_tls.rs`), run on
+/// the Tokio runtime they were made on: use them while that runtime runs tasks (holdfast's
+/// pools live on the runtime that opened them). Unusable `sslrootcert`,
 /// `sslcert` or `sslkey` files are refused here, naming the parameter.
 pub fn postgres_options(url: &str) -> Result<PgConnectOptions, sqlx::Error> {
     let mut options = PgConnectOptions::from_str(url)?;
