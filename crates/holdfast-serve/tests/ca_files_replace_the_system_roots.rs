@@ -104,7 +104,7 @@ fn every_ca_setting_replaces_the_system_roots() {
 }
 
 /// `sslrootcert=B` refuses the PostgreSQL server that `ca_a` (in the system store) signed;
-/// `sslrootcert=A`, none, or `system` accept it.
+/// `sslrootcert=A`, none, or `system` (with verify-full) accept it.
 async fn postgres_sslrootcert(ca_a: &Path, ca_b: &Path) {
     for mode in ["verify-ca", "verify-full"] {
         // CA B named: refused although the system store (CA A) vouches for the server.
@@ -135,13 +135,21 @@ async fn postgres_sslrootcert(ca_a: &Path, ca_b: &Path) {
         let permissions = std::fs::metadata(relay).unwrap().permissions().mode();
         assert_eq!(permissions & 0o777, 0o700, "{}", relay.display());
 
-        // No sslrootcert, or `system`: the system store (which holds CA A).
-        for roots in ["", "&sslrootcert=system"] {
-            let system = url(&format!("sslmode={mode}{roots}"));
-            let pool = db::open_postgres(&system, 1).await.unwrap();
-            assert!(uses_tls(&pool).await, "{mode}{roots}");
-        }
+        // No sslrootcert: the system store (which holds CA A).
+        let system = url(&format!("sslmode={mode}"));
+        let pool = db::open_postgres(&system, 1).await.unwrap();
+        assert!(uses_tls(&pool).await, "{mode} with the system store");
     }
+    // `sslrootcert=system`: the system store, with the host name checked (as libpq).
+    let system = url("sslmode=verify-full&sslrootcert=system");
+    let pool = db::open_postgres(&system, 1).await.unwrap();
+    assert!(uses_tls(&pool).await, "sslrootcert=system");
+    let weaker = url("sslmode=verify-ca&sslrootcert=system");
+    let err = db::open_postgres(&weaker, 1).await.unwrap_err().to_string();
+    assert!(
+        err.contains("sslrootcert=system needs sslmode=verify-full"),
+        "{err}"
+    );
     // libpq's `require` with a root file verifies the chain like verify-ca.
     let require_b = url(&format!("sslmode=require&sslrootcert={}", ca_b.display()));
     let err = db::open_postgres(&require_b, 1)

@@ -78,7 +78,14 @@ pub(super) fn verified_tls(
     options: &PgConnectOptions,
 ) -> Result<Option<DatabaseTrust>, sqlx::Error> {
     let params = TlsParams::of(url);
-    let root_file = params.root.as_deref().filter(|r| *r != "system");
+    let system = params.root.as_deref() == Some("system");
+    if system && !matches!(options.get_ssl_mode(), PgSslMode::VerifyFull) {
+        // As libpq: any publicly trusted certificate would do without the host name check.
+        return Err(sqlx::Error::Configuration(
+            "sslrootcert=system needs sslmode=verify-full".into(),
+        ));
+    }
+    let root_file = params.root.as_deref().filter(|_| !system);
     let (check_host_name, mode) = match options.get_ssl_mode() {
         PgSslMode::VerifyFull => (true, "sslmode=verify-full"),
         PgSslMode::VerifyCa => (false, "sslmode=verify-ca"),
