@@ -97,6 +97,7 @@ fn every_ca_setting_replaces_the_system_roots() {
         .unwrap()
         .block_on(async {
             postgres_sslrootcert(&pg_ca, &ca_b).await;
+            postgres_host_name(&pg_ca).await;
             participant_ca(&leaf_a, &ca_a, &ca_b).await;
             tls_client_ca(&leaf_a, &ca_a, &ca_b).await;
         });
@@ -157,6 +158,48 @@ async fn postgres_sslrootcert(ca_a: &Path, ca_b: &Path) {
         .unwrap_err()
         .to_string();
     assert!(err.contains("not signed by it"), "require: {err}");
+}
+
+/// `verify-full` checks the host name, `verify-ca` only the chain: through a TCP forwarder on
+/// 127.0.0.2, a name the server's certificate (localhost, 127.0.0.1) does not carry.
+async fn postgres_host_name(ca: &Path) {
+    let listener = TcpListener::bind("127.0.0.2:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = url("")
+        .split_once('@')
+        .unwrap()
+        .1
+        .split_once('/')
+        .unwrap()
+        .0
+        .to_owned();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let server = server.clone();
+            tokio::spawn(async move {
+                let mut upstream = TcpStream::connect(server).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            });
+        }
+    });
+    let at = |mode: &str| {
+        let url = url(&format!("sslmode={mode}&sslrootcert={}", ca.display()));
+        assert!(
+            url.contains("@127.0.0.1:5432/"),
+            "needs DATABASE_URL on 127.0.0.1:5432"
+        );
+        url.replacen("@127.0.0.1:5432/", &format!("@127.0.0.2:{port}/"), 1)
+    };
+    let err = db::open_postgres(&at("verify-full"), 1)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("sslmode=verify-full") && err.contains("not valid for that host name"),
+        "{err}"
+    );
+    let pool = db::open_postgres(&at("verify-ca"), 1).await.unwrap();
+    assert!(uses_tls(&pool).await, "verify-ca through another name");
 }
 
 /// A TLS server on loopback serving `config`; answers whether each handshake succeeded.
