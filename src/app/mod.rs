@@ -155,7 +155,11 @@ fn coordinator_access(
 /// serves plaintext.
 fn server_tls(args: &crate::config::tls::ServerTlsArgs) -> Result<Option<ServerTls>, AppError> {
     match args.files().map_err(AppError::Config)? {
-        Some(files) => Ok(Some(ServerTls::load(&files)?)),
+        Some(files) => {
+            // The recorder first, so holdfast_tls_reload_failures_total is scraped from 0.
+            crate::telemetry::metrics_handle();
+            Ok(Some(ServerTls::load(&files)?))
+        }
         None => Ok(None),
     }
 }
@@ -171,6 +175,7 @@ fn participant_transport(args: &CoordinatorArgs) -> Result<ParticipantTransport,
             .any(|(_, url)| crate::tls::is_https(url));
     Ok(ParticipantTransport {
         tls: if needed {
+            crate::telemetry::metrics_handle();
             Some(ClientTls::load(&files)?)
         } else {
             None

@@ -135,6 +135,10 @@ impl<T: Send + Sync + 'static> Watched<T> {
     {
         let bytes = read_all(&sources)?;
         let first = build(&bytes)?;
+        if let Some(counter) = refusals_counter {
+            // Scraped from the start (at 0), so a rate over it sees the first refusal.
+            metrics::counter!(counter).increment(0);
+        }
         let watched = Arc::new(Watched {
             what,
             sources,

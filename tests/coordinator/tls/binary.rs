@@ -266,6 +266,12 @@ async fn the_all_in_one_serves_tls_on_every_port_and_reaches_its_own_participant
         !plaintext.starts_with("HTTP/1.1 200"),
         "plaintext answered: {plaintext}"
     );
+    // Certificate reloads refused are scraped from the start, at 0.
+    let metrics = https_get(http, &ca, "/metrics").await;
+    assert!(
+        metrics.contains("\nholdfast_tls_reload_failures_total 0"),
+        "{metrics}"
+    );
 }
 
 /// `GET path` over TLS (verified against `ca`), the whole answer as text.
