@@ -5,8 +5,10 @@
 //! every [`CHECK_EVERY`]; when the bytes differ from those the current value was built from, it
 //! builds a new value and swaps it in (connections already open keep theirs). Comparing bytes
 //! rather than modification times also catches Kubernetes' symlink swaps and copies that keep
-//! the timestamp. A change that cannot be used (a key that does not match, a half-written file)
-//! is logged at ERROR once and the previous value stays in use; the next change is tried again.
+//! the timestamp. A change that cannot be used (a key that does not match, an expired
+//! certificate, a half-written file) is logged at ERROR once, counted in the owner's metric if
+//! it names one ([`Watched::load_counting`]), and the previous value stays in use; the next
+//! change is tried again.
 //! Used by `tls` (certificates) and `auth` (principals); it knows nothing of either.
 
 use std::hash::{Hash, Hasher};
