@@ -92,6 +92,7 @@ pub mod names {
     pub const RPC_SECONDS: &str = "holdfast_rpc_seconds";
     pub const FAILED: &str = "holdfast_failed_reservations_total";
     pub const AUTH_FAILURES: &str = holdfast_serve::auth::AUTH_FAILURES;
+    pub const TLS_RELOAD_FAILURES: &str = holdfast_serve::tls::TLS_RELOAD_FAILURES;
     pub const WATCH_POLLS: &str = "holdfast_watch_polls_total";
     pub const WATCHED: &str = "holdfast_watched_reservations";
     pub const ADMIN_ACTIONS: &str = "holdfast_admin_actions_total";

@@ -184,6 +184,7 @@ pub async fn serve_all_in_one(
         let mut redis_settings = stock_redis::StockRedisSettings::new(redis_url);
         redis_settings.retention = coordinator.redis_retention;
         redis_settings.key_prefix = coordinator.redis_prefix.clone();
+        redis_settings.redis_ca = coordinator.redis_ca.clone();
         redis_settings.auth = access.auth.clone();
         if let Some(clock) = &test_clock {
             redis_settings.clock = clock.participants().clone();

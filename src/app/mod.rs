@@ -161,7 +161,11 @@ fn coordinator_access(
 /// serves plaintext.
 fn server_tls(args: &crate::config::tls::ServerTlsArgs) -> Result<Option<ServerTls>, AppError> {
     match args.files().map_err(AppError::Config)? {
-        Some(files) => Ok(Some(ServerTls::load(&files)?)),
+        Some(files) => {
+            // The recorder first, so holdfast_tls_reload_failures_total is scraped from 0.
+            crate::telemetry::metrics_handle();
+            Ok(Some(ServerTls::load(&files)?))
+        }
         None => Ok(None),
     }
 }
@@ -177,6 +181,7 @@ fn participant_transport(args: &CoordinatorArgs) -> Result<ParticipantTransport,
             .any(|(_, url)| crate::tls::is_https(url));
     Ok(ParticipantTransport {
         tls: if needed {
+            crate::telemetry::metrics_handle();
             Some(ClientTls::load(&files)?)
         } else {
             None
@@ -251,6 +256,7 @@ pub async fn serve_participant(
             (Some(url), ParticipantDb::Postgres(pool)) => {
                 let mut settings = stock_redis::StockRedisSettings::new(url);
                 settings.key_prefix = args.redis_prefix.clone();
+                settings.redis_ca = args.redis_ca.clone();
                 settings.orphan_grace = args.orphan_grace;
                 settings.max_hold = args.max_hold;
                 settings.retention = args.redis_retention;

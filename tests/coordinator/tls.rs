@@ -7,6 +7,7 @@
 
 mod binary;
 pub(crate) mod pki;
+mod validity;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
