@@ -39,9 +39,11 @@ impl Process {
                 cmd.env_remove(k);
             }
         }
+        // A key of the process is enough here: no second replica, no restart.
         let child = cmd
             .args(args)
             .env("RUST_LOG", "info")
+            .env("HOLDFAST_EPHEMERAL_TOKEN_SECRET", "true")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::from(out.try_clone().unwrap()))
