@@ -14,11 +14,30 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgSslMode};
 use super::{CHECK_IDLE_AFTER, ensure_database, pool_options};
 
 /// Creates the PostgreSQL database `url` names unless it exists.
+///
+/// Replicas starting together on a new database all find it missing and all create it: the
+/// losers' `CREATE DATABASE` fails because the winner's is there now, which is what they
+/// wanted, so that failure is success ([`created_meanwhile`]).
 pub(super) async fn create_if_missing(url: &str) -> Result<(), sqlx::Error> {
-    if !sqlx::Postgres::database_exists(url).await? {
-        sqlx::Postgres::create_database(url).await?;
+    if sqlx::Postgres::database_exists(url).await? {
+        return Ok(());
     }
-    Ok(())
+    match sqlx::Postgres::create_database(url).await {
+        Err(error) if !created_meanwhile(&error) => Err(error),
+        _ => Ok(()),
+    }
+}
+
+/// Whether a `CREATE DATABASE` failed only because another session created the same database
+/// first: `duplicate_database` (42P04) once the other committed, or `unique_violation` (23505
+/// on `pg_database`'s name index) when both inserted their catalog rows at once.
+fn created_meanwhile(error: &sqlx::Error) -> bool {
+    const DUPLICATE_DATABASE: &str = "42P04";
+    const UNIQUE_VIOLATION: &str = "23505";
+    error
+        .as_database_error()
+        .and_then(|db| db.code())
+        .is_some_and(|code| code == DUPLICATE_DATABASE || code == UNIQUE_VIOLATION)
 }
 
 /// A PostgreSQL pool of `max_connections` on `url`, creating the database first if needed.
