@@ -19,6 +19,7 @@ mod end_to_end;
 mod error_classes;
 mod example;
 mod extend;
+mod extend_edge;
 mod fanout;
 mod http;
 mod invalid_holds;
