@@ -38,6 +38,19 @@ pub fn reservation(r: &proto::Reservation) -> Value {
         "late_payment_honored": r.late_payment_honored,
         "labels": r.labels.iter().collect::<std::collections::BTreeMap<_, _>>(),
         "audit": r.audit.iter().map(audit_entry).collect::<Vec<_>>(),
+        "payments": r.payments.iter().map(payment_record).collect::<Vec<_>>(),
+    })
+}
+
+/// A payment recorded for a reservation.
+fn payment_record(p: &proto::reservation::PaymentRecord) -> Value {
+    json!({
+        "participant": p.participant,
+        "payment_ref": p.payment_ref,
+        "amount_minor": p.amount_minor,
+        "currency": p.currency,
+        "state": p.state().as_str_name(),
+        "refund_id": p.refund_id,
     })
 }
 
@@ -180,5 +193,43 @@ mod tests {
         assert_eq!(v["refund"], Value::Null);
         assert!(!v.to_string().contains("secret"), "no hold token: {v}");
         assert!(v.as_object().unwrap().contains_key("audit"));
+        assert_eq!(v["payments"], json!([]));
+    }
+
+    #[test]
+    fn payments_show_every_field_and_their_state_by_name() {
+        use proto::reservation::PaymentRecord;
+        use proto::reservation::payment_record::State;
+        let r = proto::Reservation {
+            payments: vec![
+                PaymentRecord {
+                    participant: "payments".into(),
+                    payment_ref: "pay-1".into(),
+                    amount_minor: 4_200,
+                    currency: "EUR".into(),
+                    state: State::Applied as i32,
+                    refund_id: String::new(),
+                },
+                PaymentRecord {
+                    participant: "payments".into(),
+                    payment_ref: "pay-2".into(),
+                    amount_minor: 1_500,
+                    currency: "EUR".into(),
+                    state: State::Refunded as i32,
+                    refund_id: "f0".into(),
+                },
+            ],
+            ..Default::default()
+        };
+        let v = reservation(&r);
+        assert_eq!(
+            v["payments"],
+            json!([
+                {"participant": "payments", "payment_ref": "pay-1", "amount_minor": 4200,
+                 "currency": "EUR", "state": "APPLIED", "refund_id": ""},
+                {"participant": "payments", "payment_ref": "pay-2", "amount_minor": 1500,
+                 "currency": "EUR", "state": "REFUNDED", "refund_id": "f0"},
+            ])
+        );
     }
 }

@@ -10,8 +10,8 @@ use uuid::Uuid;
 
 use crate::domain::validate::{self, FieldError, ReserveInput};
 use crate::domain::{
-    BranchState, Hold, HoldToken, Interval, ListQuery, Payment, Refund, RefundState, Reservation,
-    State,
+    BranchState, Hold, HoldToken, Interval, ListQuery, Payment, PaymentRecord, PaymentState,
+    Refund, RefundState, Reservation, State,
 };
 use crate::proto;
 
@@ -182,6 +182,7 @@ pub enum Token<'a> {
 }
 
 pub fn reservation(r: Reservation, token: Token<'_>) -> proto::Reservation {
+    let payments = r.payments().into_iter().map(payment_record).collect();
     proto::Reservation {
         id: r.id.to_string(),
         request_id: r.request_id,
@@ -219,6 +220,26 @@ pub fn reservation(r: Reservation, token: Token<'_>) -> proto::Reservation {
         late_payment_honored: r.late_payment_honored,
         labels: r.labels.into_iter().collect(),
         audit: r.audit.into_iter().map(audit_entry).collect(),
+        payments,
+    }
+}
+
+/// A recorded payment on the wire (SPEC 3.1 `PaymentRecord`).
+fn payment_record(p: PaymentRecord) -> proto::reservation::PaymentRecord {
+    use proto::reservation::payment_record::State as Wire;
+    proto::reservation::PaymentRecord {
+        participant: p.payment.participant,
+        payment_ref: p.payment.payment_ref,
+        amount_minor: p.payment.amount_minor,
+        currency: p.payment.currency,
+        state: match p.state {
+            PaymentState::Applied => Wire::Applied,
+            PaymentState::RefundPending => Wire::RefundPending,
+            PaymentState::Refunded => Wire::Refunded,
+            PaymentState::RefundFailed => Wire::RefundFailed,
+        }
+        .into(),
+        refund_id: p.refund_id.map(|id| id.to_string()).unwrap_or_default(),
     }
 }
 

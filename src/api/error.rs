@@ -204,7 +204,7 @@ impl From<Error> for Status {
                 &[("state", state.as_str().to_owned())],
                 &err,
             ),
-            Error::InProgress(_) => status(
+            Error::InProgress { .. } => status(
                 Code::Aborted,
                 "LATE_PAYMENT_IN_PROGRESS",
                 message,

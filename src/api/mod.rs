@@ -78,8 +78,9 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
             let actor = actor(&request)?;
             let input = convert::reserve_input(request.into_inner()).map_err(Error::from)?;
             let r = self.coordinator.reserve(&actor, input).await?;
+            let reservation = self.coordinator.with_payments_one(r.reservation).await?;
             Ok(Response::new(convert::reservation(
-                r.reservation,
+                reservation,
                 Token::Include(r.token.as_ref()),
             )))
         })
@@ -102,6 +103,7 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
                     req.payment.map(convert::payment),
                 )
                 .await?;
+            let r = self.coordinator.with_payments_one(r).await?;
             Ok(Response::new(convert::reservation(r, Token::Omit)))
         })
         .await
@@ -118,6 +120,7 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
                 .coordinator
                 .cancel(&actor, &req.reservation_id, &req.hold_token, &req.reason)
                 .await?;
+            let r = self.coordinator.with_payments_one(r).await?;
             Ok(Response::new(convert::reservation(r, Token::Omit)))
         })
         .await
@@ -162,6 +165,7 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
                 .get(&actor, &request.get_ref().reservation_id)
                 .await?;
             let r = self.coordinator.with_audit_one(r).await?;
+            let r = self.coordinator.with_payments_one(r).await?;
             Ok(Response::new(convert::reservation(r, Token::Omit)))
         })
         .await
@@ -175,10 +179,11 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
             let actor = actor(&request)?;
             let query = convert::list_query(request.into_inner()).map_err(Error::from)?;
             let page = self.coordinator.list(&actor, query).await?;
+            let reservations = self.coordinator.with_audit(page.reservations).await?;
             Ok(Response::new(proto::ListReservationsResponse {
                 reservations: self
                     .coordinator
-                    .with_audit(page.reservations)
+                    .with_payments(reservations)
                     .await?
                     .into_iter()
                     .map(|r| convert::reservation(r, Token::Omit))
@@ -206,19 +211,15 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
             .coordinator
             .watch(&actor, &request.get_ref().reservation_id, connection)
             .await?;
-        // Each change with the reservation's audit entries (one read per change sent).
+        // Each change with the reservation's audit entries and payments (a read per change
+        // sent, and one more for its further payments once it left HELD).
         let coordinator = self.coordinator.clone();
         let changes = futures_util::StreamExt::then(changes, move |r| {
             let coordinator = coordinator.clone();
             async move {
-                match r {
-                    Ok(r) => coordinator
-                        .with_audit_one(r)
-                        .await
-                        .map(|r| convert::reservation(r, Token::Omit))
-                        .map_err(Status::from),
-                    Err(e) => Err(Status::from(e)),
-                }
+                let r = coordinator.with_audit_one(r?).await?;
+                let r = coordinator.with_payments_one(r).await?;
+                Ok::<_, Status>(convert::reservation(r, Token::Omit))
             }
         });
         Ok(Response::new(Box::pin(changes)))

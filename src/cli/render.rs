@@ -135,11 +135,35 @@ pub fn reservation(r: &proto::Reservation, now: DateTime<Utc>) -> String {
         ],
         &branches,
     ));
+    if !r.payments.is_empty() {
+        out.push('\n');
+        out.push_str(&payments(&r.payments));
+    }
     if !r.audit.is_empty() {
         out.push('\n');
         out.push_str(&audit(&r.audit));
     }
     out
+}
+
+/// The payments table: every recorded payment and what became of it.
+pub fn payments(records: &[proto::reservation::PaymentRecord]) -> String {
+    let rows: Vec<Vec<String>> = records
+        .iter()
+        .map(|p| {
+            vec![
+                p.participant.clone(),
+                p.payment_ref.clone(),
+                format!("{} {}", p.amount_minor, p.currency),
+                p.state().as_str_name().to_owned(),
+                p.refund_id.clone(),
+            ]
+        })
+        .collect();
+    table(
+        &["PAYMENTS", "PAYMENT REF", "AMOUNT", "STATE", "REFUND"],
+        &rows,
+    )
 }
 
 /// The audit table.
@@ -267,5 +291,43 @@ mod tests {
         assert_eq!(span(s(3720)), "1h02m");
         assert_eq!(span(s(3 * 86400 + 4 * 3600)), "3d04h");
         assert_eq!(span(s(-5)), "0s");
+    }
+
+    #[test]
+    fn a_reservation_shows_its_payments() {
+        use proto::reservation::PaymentRecord;
+        use proto::reservation::payment_record::State;
+        let r = proto::Reservation {
+            payments: vec![
+                PaymentRecord {
+                    participant: "payments".into(),
+                    payment_ref: "pay-1".into(),
+                    amount_minor: 4_200,
+                    currency: "EUR".into(),
+                    state: State::Applied as i32,
+                    refund_id: String::new(),
+                },
+                PaymentRecord {
+                    participant: "payments".into(),
+                    payment_ref: "pay-2".into(),
+                    amount_minor: 1_500,
+                    currency: "EUR".into(),
+                    state: State::RefundPending as i32,
+                    refund_id: "f0".into(),
+                },
+            ],
+            ..Default::default()
+        };
+        let out = reservation(&r, Utc::now());
+        assert!(
+            out.contains(
+                "PAYMENTS  PAYMENT REF  AMOUNT    STATE           REFUND\n\
+                 payments  pay-1        4200 EUR  APPLIED         \n\
+                 payments  pay-2        1500 EUR  REFUND_PENDING  f0\n"
+            ),
+            "{out}"
+        );
+        let none = reservation(&proto::Reservation::default(), Utc::now());
+        assert!(!none.contains("PAYMENTS"), "{none}");
     }
 }

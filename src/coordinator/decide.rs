@@ -4,6 +4,7 @@
 
 use uuid::Uuid;
 
+use super::payments_read::decided_from_held;
 use super::{Coordinator, Error, entered, faults, refund_recorded};
 use crate::domain::lifecycle::Refusal;
 use crate::domain::validate;
@@ -46,7 +47,10 @@ impl Coordinator {
             (verdict, r) = self.decide(actor, id, token, &decision).await?;
         }
         match verdict {
-            Verdict::Transition { .. } | Verdict::HonorLate => self.drive_confirm(r).await,
+            // Decided out of HELD: no further payment existed then (none is read).
+            Verdict::Transition { .. } | Verdict::HonorLate => {
+                self.drive_confirm(r).await.map(decided_from_held)
+            }
             Verdict::AlreadyDone => Ok(r),
             Verdict::Expire => {
                 self.drive_release(r).await?;
@@ -88,7 +92,9 @@ impl Coordinator {
         };
         let (verdict, r) = self.decide(actor, id, token, &decision).await?;
         match verdict {
-            Verdict::Transition { .. } | Verdict::Expire => self.drive_release(r).await,
+            Verdict::Transition { .. } | Verdict::Expire => {
+                self.drive_release(r).await.map(decided_from_held)
+            }
             Verdict::AlreadyDone => Ok(r),
             Verdict::Refuse(refusal) => Err(self.refusal(refusal, &r)),
             other => Err(Error::Internal(format!("cancel judged as {other:?}"))),
@@ -176,7 +182,10 @@ impl Coordinator {
                 state: r.state,
                 refund: r.refund.clone(),
             },
-            Refusal::InProgress => Error::InProgress(r.id),
+            Refusal::InProgress => Error::InProgress {
+                id: r.id,
+                refund: r.refund.clone(),
+            },
             Refusal::NotHeld => Error::NotHeld(r.id),
             Refusal::ExtensionLimit => Error::ExtensionLimit {
                 id: r.id,

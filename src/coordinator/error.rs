@@ -11,6 +11,18 @@ use crate::store::StoreError;
 use crate::store::fault::Fault;
 
 /// How an error message tells about the payment's refund, if there is one.
+/// What a Confirm answered `LATE_PAYMENT_IN_PROGRESS` should do: repeat it, unless its own
+/// payment is another one, which is refunded.
+fn in_progress_note(refund: Option<&Refund>) -> String {
+    match refund {
+        None => "retry shortly".to_owned(),
+        Some(_) => format!(
+            "this Confirm's payment is another one and is not applied{}",
+            refund_note(refund)
+        ),
+    }
+}
+
 fn refund_note(refund: Option<&Refund>) -> String {
     match refund {
         Some(r) if r.state == RefundState::Refunded => {
@@ -110,8 +122,10 @@ pub enum Error {
         detail: String,
     },
 
-    #[error("a late payment for reservation {0} is being processed; retry shortly")]
-    InProgress(Uuid),
+    /// Another late payment is being honoured. `refund`: this Confirm's own payment, recorded
+    /// and refunded (it is not applied, SPEC 3.1).
+    #[error("a late payment for reservation {id} is being processed; {}", in_progress_note(refund.as_ref()))]
+    InProgress { id: Uuid, refund: Option<Refund> },
 
     #[error("reservation {0} is still placing its holds; retry once it is HELD")]
     NotHeld(Uuid),
@@ -198,7 +212,9 @@ impl Error {
     /// The refund the error tells about, when there is one.
     pub fn refund(&self) -> Option<&Refund> {
         match self {
-            Error::HoldExpired { refund, .. } | Error::Closed { refund, .. } => refund.as_ref(),
+            Error::HoldExpired { refund, .. }
+            | Error::Closed { refund, .. }
+            | Error::InProgress { refund, .. } => refund.as_ref(),
             _ => None,
         }
     }
@@ -209,7 +225,7 @@ impl Error {
             Error::NotFound(id)
             | Error::TokenMismatch(id)
             | Error::HoldExpired { id, .. }
-            | Error::InProgress(id)
+            | Error::InProgress { id, .. }
             | Error::NotHeld(id)
             | Error::NotFailed { id, .. }
             | Error::Closed { id, .. }

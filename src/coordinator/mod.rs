@@ -26,6 +26,7 @@ mod faults;
 mod late_payment;
 pub mod on_demand;
 mod payment_check;
+mod payments_read;
 mod place;
 pub mod policy;
 pub mod recovery;

@@ -251,6 +251,13 @@ impl Store for Publishing {
         self.inner.pending_extra_payments(id).await
     }
 
+    async fn further_payments_of(
+        &self,
+        ids: &[Uuid],
+    ) -> Result<Vec<(Uuid, ExtraPayment)>, StoreError> {
+        self.inner.further_payments_of(ids).await
+    }
+
     async fn record_extra_refund_attempt(
         &self,
         id: Uuid,

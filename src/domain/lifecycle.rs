@@ -214,9 +214,17 @@ fn judge(s: &Snapshot, decision: &Decision) -> Verdict {
             Verdict::Refuse(Refusal::HoldExpired)
         }
         (_, Decision::Confirm { payment: None, .. }) => Verdict::Refuse(Refusal::Closed),
-        // From here on a payment came with the Confirm. A late payment being honoured: wait.
+        // From here on a payment came with the Confirm. A late payment being honoured: wait
+        // - and another payment than that one is recorded and refunded all the same (it is
+        // not applied whatever the retake's outcome), so no client needs to call again.
         (State::Expired, Decision::Confirm { .. }) if s.has_payment && !s.has_refund => {
-            Verdict::Refuse(Refusal::InProgress)
+            if s.same_payment {
+                Verdict::Refuse(Refusal::InProgress)
+            } else {
+                Verdict::RefundExtra {
+                    answer: Refusal::InProgress,
+                }
+            }
         }
         // One refund per reservation's payment, ever: a repeat answers the refund that exists;
         // a different payment is refunded on its own.

@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod lifecycle;
+pub mod payments;
 pub mod policy;
 pub mod token;
 pub mod validate;
@@ -15,6 +16,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 pub use lifecycle::{Decision, Verdict};
+pub use payments::{PaymentRecord, PaymentState};
 pub use token::{HoldToken, TokenCheck, TokenKeys};
 
 /// A reservation's global state (SPEC section 2).
@@ -267,6 +269,10 @@ pub struct Reservation {
     /// Operator actions on it, oldest first: filled for Get/List/Watch and the Admin answers
     /// (`Coordinator::with_audit`), empty as the store's writes answer it.
     pub audit: Vec<admin::AuditEntry>,
+    /// Its further payments (each refunded), oldest first, once read
+    /// (`Coordinator::with_payments`); `None` as the store's writes answer it, and `Some`
+    /// empty where none can exist (see [`Reservation::payments`]).
+    pub further_payments: Option<Vec<ExtraPayment>>,
 }
 
 impl Reservation {

@@ -124,11 +124,7 @@ async fn decide_in_lock<DB: PaymentSql>(
             match DB::confirm_held(&mut tx, id, lease).await? {
                 Applied::Missed => {
                     // Lapsed between the read and the update: judge again as expired.
-                    let lapsed = Snapshot {
-                        expired: true,
-                        ..snapshot
-                    };
-                    verdict = lifecycle::decide(&lapsed, decision);
+                    verdict = lifecycle::decide(&lapsed(snapshot), decision);
                     written(apply_lapsed::<DB>(&mut tx, id, &verdict, payment).await?)
                 }
                 confirmed => {
@@ -170,7 +166,15 @@ async fn decide_in_lock<DB: PaymentSql>(
             written(marked)
         }
         Verdict::Extend { by } => {
-            written(DB::extend_held(&mut tx, id, *by, decision.extend_request_id()).await?)
+            // The database clock at the UPDATE is the arbiter here too: the row is locked and
+            // HELD, so a miss means the hold lapsed since the read - judged again as expired
+            // (released), never answered as an Extend that changed nothing.
+            if DB::extend_held(&mut tx, id, *by, decision.extend_request_id()).await? {
+                Applied::Written { leased: false }
+            } else {
+                verdict = lifecycle::decide(&lapsed(snapshot), decision);
+                written(apply_lapsed::<DB>(&mut tx, id, &verdict, payment).await?)
+            }
         }
         Verdict::AlreadyDone
         | Verdict::Refuse(_)
@@ -241,6 +245,15 @@ async fn refund_extra<DB: PaymentSql>(
         extra,
         leased,
     })
+}
+
+/// `snapshot` as it is once the hold lapsed: a guarded UPDATE of a locked `HELD` row missed
+/// because the database clock passed `expires_at` after the read.
+fn lapsed(snapshot: Snapshot) -> Snapshot {
+    Snapshot {
+        expired: true,
+        ..snapshot
+    }
 }
 
 /// A conditional write's answer, with no lease taken by it.

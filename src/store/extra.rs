@@ -62,6 +62,12 @@ pub(crate) fn extra_payment(row: ExtraRow) -> Result<(Uuid, ExtraPayment), Store
 }
 
 /// [`crate::store::Store::record_extra_refund_attempt`].
+///
+/// One lock order with the locked decision (`decide.rs`), which locks the reservation's row
+/// and then inserts a further payment: the reservation's row first (when the lease is given
+/// up), the further payment's row after. The other way round, a Confirm repeating a payment
+/// whose refund is being recorded waited for this transaction's `extra_payments` row while
+/// holding the reservation's, and this one waited for the reservation's: a deadlock.
 pub(crate) async fn record_extra_refund_attempt<DB: PaymentSql>(
     pool: &DB::Pool,
     id: Uuid,
@@ -70,8 +76,8 @@ pub(crate) async fn record_extra_refund_attempt<DB: PaymentSql>(
     backoff: Backoff,
 ) -> Result<ExtraPayment, StoreError> {
     let mut tx = DB::begin_write(pool).await?;
-    DB::record_extra_refund_attempt(&mut tx, extra, answer, backoff).await?;
     DB::release_terminal_lease(&mut tx, id).await?;
+    DB::record_extra_refund_attempt(&mut tx, extra, answer, backoff).await?;
     let after = DB::load_extra_payment(&mut tx, &extra.payment).await?;
     tx.commit().await?;
     match after {

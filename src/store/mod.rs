@@ -336,6 +336,13 @@ pub trait Store: Send + Sync + 'static {
     /// The reservation's further payments whose refund is not acknowledged yet, oldest first.
     async fn pending_extra_payments(&self, id: Uuid) -> Result<Vec<ExtraPayment>, StoreError>;
 
+    /// Every further payment of these reservations with the reservation it is on, oldest
+    /// first (one read for a page of reservations).
+    async fn further_payments_of(
+        &self,
+        ids: &[Uuid],
+    ) -> Result<Vec<(Uuid, ExtraPayment)>, StoreError>;
+
     /// Records the payment participant's answer to a further payment's refund, as
     /// [`Store::record_refund_attempt`] does. A terminal reservation's lease is given up.
     /// Answers the further payment as it is afterwards.

@@ -174,6 +174,7 @@ impl StoredReservation {
             refund,
             generation: self.generation,
             audit: Vec::new(),
+            further_payments: None,
         })
     }
 }

@@ -217,7 +217,8 @@ pub(crate) trait PaymentSql: ReservationSql {
     ) -> Result<(), StoreError>;
 
     /// Gives up the lease on reservation `id` if it is in a terminal state (a sweep claimed it
-    /// only for its refunds).
+    /// only for its refunds) - not while a late payment is being honoured (`EXPIRED` with a
+    /// payment and no refund: a retake, whose lease recovery would take for an abandoned one).
     async fn release_terminal_lease(
         conn: &mut Self::Connection,
         id: Uuid,

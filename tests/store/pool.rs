@@ -1,13 +1,16 @@
 //! The pools holdfast opens (`db::pool_options`): a connection idle for the check's window is
 //! checked before it is handed out (and replaced if its server process is gone); one used
 //! more recently is handed out without the round trip, so a break since its last use fails one
-//! statement and then the pool replaces it.
+//! statement and then the pool replaces it. Replicas starting together on a database that does
+//! not exist yet all open it (`db::connect_postgres` creates it once, whoever wins).
 
 use std::time::Duration;
 
-use holdfast::db::pool_options;
+use holdfast::db::{connect_postgres, pool_options};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::parallel::parallel_test;
 
 /// One-connection pool on the test's database, checking connections idle for `window`.
 async fn one_connection(connect: PgConnectOptions, window: Duration) -> PgPool {
@@ -71,4 +74,59 @@ async fn a_connection_used_within_the_window_is_handed_out_unchecked_and_fails_o
         .await
         .expect("the pool replaced the broken connection");
     assert_ne!(first, second);
+}
+
+/// Replicas starting at once on a new database.
+const REPLICAS: usize = 24;
+
+parallel_test!(replicas_starting_together_on_a_new_database_all_open_it => replicas_start_together);
+
+async fn replicas_start_together(pool: PgPool) {
+    // A name of its own (the test database's is as long as PostgreSQL allows).
+    let fresh = format!("holdfast_new_{}", uuid::Uuid::new_v4().simple());
+    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL names the test server");
+    let url = with_database(&base, &fresh);
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(REPLICAS));
+    let replicas: Vec<_> = (0..REPLICAS)
+        .map(|_| {
+            let (url, start) = (url.clone(), start.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                connect_postgres(&url, 1).await
+            })
+        })
+        .collect();
+    let mut failures = Vec::new();
+    for replica in replicas {
+        match replica.await.expect("a replica's task") {
+            Ok(opened) => opened.close().await,
+            Err(error) => failures.push(error.to_string()),
+        }
+    }
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS \"{fresh}\" WITH (FORCE)"
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
+    assert!(
+        failures.is_empty(),
+        "every replica opens the new database; failed: {failures:?}"
+    );
+}
+
+/// `url` naming the database `name` instead of its own (query kept).
+fn with_database(url: &str, name: &str) -> String {
+    let (address, query) = url
+        .split_once('?')
+        .map_or((url, None), |(a, q)| (a, Some(q)));
+    let scheme_end = address.find("://").map_or(0, |i| i + 3);
+    let server = match address[scheme_end..].find('/') {
+        Some(slash) => &address[..scheme_end + slash],
+        None => address,
+    };
+    match query {
+        Some(query) => format!("{server}/{name}?{query}"),
+        None => format!("{server}/{name}"),
+    }
 }

@@ -65,11 +65,39 @@ fn late_payments_are_honoured_retaken_or_refunded_once() {
             answer: Refusal::HoldExpired
         }
     );
+    // While a late payment is honoured: its repeat waits; another payment waits too, and is
+    // recorded and refunded meanwhile (it is not applied, whatever the retake's outcome).
     let mut retaking = snap(State::Expired, false);
     retaking.has_payment = true;
+    retaking.same_payment = true;
     assert_eq!(
         decide(&retaking, &paid(HonorIfAvailable)),
         Verdict::Refuse(Refusal::InProgress)
+    );
+    retaking.same_payment = false;
+    assert_eq!(
+        decide(&retaking, &paid(HonorIfAvailable)),
+        Verdict::RefundExtra {
+            answer: Refusal::InProgress
+        }
+    );
+    let Decision::Confirm {
+        payment,
+        late_policy,
+        ..
+    } = paid(HonorIfAvailable)
+    else {
+        unreachable!("paid() is a Confirm")
+    };
+    let unverified = Decision::Confirm {
+        payment,
+        late_policy,
+        payment_verified: false,
+    };
+    assert_eq!(
+        decide(&retaking, &unverified),
+        Verdict::VerifyPayment,
+        "recorded only once verified"
     );
     let mut refunded = snap(State::Expired, false);
     refunded.has_payment = true;

@@ -253,6 +253,13 @@ impl Store for PgStore {
         <Postgres as PaymentSql>::pending_extra_payments(&mut conn, id).await
     }
 
+    async fn further_payments_of(
+        &self,
+        ids: &[Uuid],
+    ) -> Result<Vec<(Uuid, ExtraPayment)>, StoreError> {
+        payments::further_payments_of(&self.pool, ids).await
+    }
+
     async fn record_extra_refund_attempt(
         &self,
         id: Uuid,

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use sqlx::Postgres;
-use sqlx::postgres::PgConnection;
+use sqlx::postgres::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::rows::millis;
@@ -121,11 +121,30 @@ impl PaymentSql for Postgres {
         sqlx::query(
             "UPDATE reservations SET lease_owner = NULL, lease_until = NULL \
              WHERE id = $1 AND lease_owner IS NOT NULL \
-               AND state IN ('CONFIRMED', 'CANCELLED', 'EXPIRED', 'REJECTED', 'FAILED')",
+               AND state IN ('CONFIRMED', 'CANCELLED', 'EXPIRED', 'REJECTED', 'FAILED') \
+               AND NOT (state = 'EXPIRED' AND payment_ref IS NOT NULL AND refund_id IS NULL)",
         )
         .bind(id)
         .execute(&mut *conn)
         .await?;
         Ok(())
     }
+}
+
+/// [`crate::store::Store::further_payments_of`]: oldest first, through
+/// `extra_payments_by_reservation`.
+pub(super) async fn further_payments_of(
+    pool: &PgPool,
+    ids: &[Uuid],
+) -> Result<Vec<(Uuid, ExtraPayment)>, StoreError> {
+    let rows: Vec<ExtraRow> = sqlx::query_as(
+        "SELECT reservation_id, payment_participant, payment_ref, amount_minor, currency, \
+           refund_id, refund_state, refund_reason, refund_failure \
+         FROM extra_payments WHERE reservation_id = ANY($1) \
+         ORDER BY reservation_id, created_at, refund_id",
+    )
+    .bind(ids)
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter().map(extra_payment).collect()
 }

@@ -337,6 +337,13 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn further_payments_of(
+        &self,
+        ids: &[Uuid],
+    ) -> Result<Vec<(Uuid, ExtraPayment)>, StoreError> {
+        payments::further_payments_of(&self.pool, ids).await
+    }
+
     async fn pending_extra_payments(&self, id: Uuid) -> Result<Vec<ExtraPayment>, StoreError> {
         // A read, but its statement is the writer's (`PaymentSql`); refunds are rare.
         self.write(move |conn| {

@@ -2,6 +2,7 @@
 
 use async_trait::async_trait;
 use rusqlite::params;
+use sqlx::sqlite::SqlitePool;
 use uuid::Uuid;
 
 use super::rows::micros;
@@ -126,9 +127,30 @@ impl PaymentSql for OnWriter {
             conn,
             "UPDATE reservations SET lease_owner = NULL, lease_until = NULL \
              WHERE id = ?1 AND lease_owner IS NOT NULL \
-               AND state IN ('CONFIRMED', 'CANCELLED', 'EXPIRED', 'REJECTED', 'FAILED')",
+               AND state IN ('CONFIRMED', 'CANCELLED', 'EXPIRED', 'REJECTED', 'FAILED') \
+               AND NOT (state = 'EXPIRED' AND payment_ref IS NOT NULL AND refund_id IS NULL)",
             params![id],
         )?;
         Ok(())
     }
+}
+
+/// [`crate::store::Store::further_payments_of`]: oldest first, on the pool (a read); the ids
+/// travel as a JSON array of hex strings.
+pub(super) async fn further_payments_of(
+    pool: &SqlitePool,
+    ids: &[Uuid],
+) -> Result<Vec<(Uuid, ExtraPayment)>, StoreError> {
+    let ids: Vec<String> = ids.iter().map(|id| id.simple().to_string()).collect();
+    let rows: Vec<ExtraRow> = sqlx::query_as(
+        "SELECT reservation_id, payment_participant, payment_ref, amount_minor, currency, \
+           refund_id, refund_state, refund_reason, refund_failure \
+         FROM extra_payments \
+         WHERE reservation_id IN (SELECT unhex(value) FROM json_each(?1)) \
+         ORDER BY reservation_id, created_at, refund_id",
+    )
+    .bind(sqlx::types::Json(&ids))
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter().map(extra_payment).collect()
 }

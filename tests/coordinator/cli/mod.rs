@@ -26,6 +26,7 @@ const RESERVATION_FIELDS: &[&str] = &[
     "id",
     "labels",
     "late_payment_honored",
+    "payments",
     "refund",
     "rejection",
     "request_id",

@@ -8,12 +8,14 @@
 //! `tests/store` includes this folder too, for its coordinator-on-SQLite smoke test.
 
 mod fakes;
+mod latency;
 mod payments;
 mod relay;
 mod requests;
 mod tap;
 
 pub use fakes::*;
+pub use latency::pool_at_distance;
 pub use payments::*;
 pub use relay::Relay;
 pub use requests::*;

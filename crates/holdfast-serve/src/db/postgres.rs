@@ -37,6 +37,10 @@ pub fn quote_identifier(name: &str) -> String {
 }
 
 /// Creates the PostgreSQL database `url` names unless it exists.
+///
+/// Replicas starting together on a new database all find it missing and all create it: the
+/// losers' `CREATE DATABASE` fails because the winner's is there now, which is what they
+/// wanted, so that failure is success ([`created_meanwhile`]).
 pub(super) async fn create_if_missing(url: &str) -> Result<(), sqlx::Error> {
     let (mut conn, database) = connect_maintenance(url).await?;
     let exists: bool =
@@ -46,11 +50,27 @@ pub(super) async fn create_if_missing(url: &str) -> Result<(), sqlx::Error> {
             .await?;
     if !exists {
         let create = format!("CREATE DATABASE {}", quote_identifier(&database));
-        sqlx::raw_sql(sqlx::AssertSqlSafe(create))
+        match sqlx::raw_sql(sqlx::AssertSqlSafe(create))
             .execute(&mut conn)
-            .await?;
+            .await
+        {
+            Err(error) if !created_meanwhile(&error) => return Err(error),
+            _ => {}
+        }
     }
     conn.close().await
+}
+
+/// Whether a `CREATE DATABASE` failed only because another session created the same database
+/// first: `duplicate_database` (42P04) once the other committed, or `unique_violation` (23505
+/// on `pg_database`'s name index) when both inserted their catalog rows at once.
+fn created_meanwhile(error: &sqlx::Error) -> bool {
+    const DUPLICATE_DATABASE: &str = "42P04";
+    const UNIQUE_VIOLATION: &str = "23505";
+    error
+        .as_database_error()
+        .and_then(|db| db.code())
+        .is_some_and(|code| code == DUPLICATE_DATABASE || code == UNIQUE_VIOLATION)
 }
 
 /// A PostgreSQL pool of `max_connections` on `url`, creating the database first if needed.
