@@ -197,38 +197,43 @@ pub fn unregistered_backlog(participant: &str, n: i64) {
 }
 
 /// Serves the Prometheus text format on `GET /metrics` until `shutdown`, over TLS when
-/// `listener` has it (the same certificate as the gRPC ports). Deliberately tiny: one request
-/// per connection, nothing else routed.
+/// `listener` has it (the same certificate as the gRPC ports), its connections bounded by the
+/// listener's limits (`crate::conn`). Deliberately tiny: one request per connection, nothing
+/// else routed.
 pub async fn serve_metrics(
     listener: impl Into<crate::tls::Listener>,
     shutdown: impl Future<Output = ()> + Send,
 ) {
+    let listener = listener.into();
+    let limits = listener.limits();
+    match listener.into_parts() {
+        (tcp, None) => answer_each(crate::conn::accept_plain(tcp, limits), shutdown).await,
+        (tcp, Some(tls)) => {
+            let incoming =
+                crate::conn::accept_tls(tcp, limits, tls, crate::tls::ServerTls::http1_config);
+            answer_each(incoming, shutdown).await
+        }
+    }
+}
+
+async fn answer_each<IO>(
+    mut incoming: crate::conn::Accepted<IO>,
+    shutdown: impl Future<Output = ()> + Send,
+) where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let handle = metrics_handle();
-    let (listener, tls) = listener.into().into_parts();
     tokio::pin!(shutdown);
     loop {
-        let (stream, peer) = tokio::select! {
+        let stream = tokio::select! {
             _ = &mut shutdown => return,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(error = %e, "metrics listener accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
+            accepted = incoming.next() => match accepted {
+                Some(stream) => stream,
+                // The accepting task ended (its listener failed for good).
+                None => return,
             },
         };
-        let tls = tls.clone();
-        tokio::spawn(async move {
-            match tls {
-                None => answer_metrics(stream, handle).await,
-                Some(tls) => {
-                    if let Some(stream) = crate::tls::incoming::http1(&tls, stream, peer).await {
-                        answer_metrics(stream, handle).await;
-                    }
-                }
-            }
-        });
+        tokio::spawn(answer_metrics(stream, handle));
     }
 }
 

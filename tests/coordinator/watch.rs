@@ -68,6 +68,7 @@ async fn watches_beyond_the_caps_are_refused_and_a_closed_stream_frees_its_slot(
         WatchLimits {
             per_process: 3,
             per_connection: 2,
+            per_principal: 256,
             poll: Duration::from_millis(250),
         },
     );
@@ -145,6 +146,7 @@ async fn a_change_made_by_another_replica_reaches_watchers_through_one_shared_po
         WatchLimits {
             per_process: 1000,
             per_connection: 1000,
+            per_principal: 1000,
             poll: Duration::from_millis(100),
         },
     );
