@@ -14,6 +14,7 @@ mod caller_deadline;
 mod cli;
 mod client;
 mod concurrency;
+mod connections;
 mod db_clock;
 mod end_to_end;
 mod error_classes;
