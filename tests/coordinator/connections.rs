@@ -113,17 +113,15 @@ async fn reserve_held(channel: Channel, id: &str) -> holdfast::proto::Reservatio
 
 /// Awaits every connection closing, each no sooner than `not_before` after it was made and
 /// within `within`.
-async fn all_closed<S: AsyncRead + Unpin + Send + 'static>(
+async fn all_closed<S: AsyncRead + Unpin>(
     streams: Vec<(S, Instant)>,
     not_before: Duration,
     within: Duration,
 ) {
-    let waits: Vec<_> = streams
+    let waits = streams
         .into_iter()
-        .map(|(s, at)| tokio::spawn(closed_by_server(s, at, within)))
-        .collect();
-    for wait in waits {
-        let after = wait.await.unwrap();
+        .map(|(s, at)| closed_by_server(s, at, within));
+    for after in futures_util::future::join_all(waits).await {
         assert!(
             after >= not_before,
             "closed {after:?} after it was made, before {not_before:?}"

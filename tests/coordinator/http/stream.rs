@@ -153,6 +153,29 @@ async fn open_stream(url: &str, key: &str) -> axum::body::Body {
     axum::body::Body::new(body)
 }
 
+/// The JSON error a watch of `url` asked with `key` is answered; fails at once if a stream
+/// opens instead.
+async fn refused_watch(url: &str, key: &str) -> super::Answer {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let request = axum::http::Request::get(url)
+        .header("authorization", format!("Bearer {key}"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    let status = response.status().as_u16();
+    assert_ne!(status, 200, "the watch was not refused: a stream opened");
+    let headers = response.headers().clone();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let json = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+    super::Answer {
+        status,
+        headers,
+        text,
+        json,
+    }
+}
+
 /// Settings with the cast's principals and `watch` caps.
 fn capped(
     cast: &crate::auth::Cast,
@@ -212,7 +235,7 @@ async fn the_principal_cap_counts_sse_and_grpc_watches_together(pool: PgPool) {
     grpc.message().await.unwrap().expect("a first image");
     let _sse = open_stream(&watch_url(&mine[1]), shop).await;
     // The next, as SSE on a connection of its own, is refused naming the cap.
-    let refused = super::call("GET", &watch_url(&mine[2]), Some(shop), None).await;
+    let refused = refused_watch(&watch_url(&mine[2]), shop).await;
     refused.assert_error(429, "RESOURCE_EXHAUSTED", "WATCH_LIMIT_EXCEEDED");
     assert_eq!(
         refused.json["metadata"]["scope"], "principal",
@@ -242,7 +265,7 @@ async fn an_sse_stream_counts_against_its_http_connection(pool: PgPool) {
     let shop = cast.shop.key.as_str();
     let id = reserved_by(&app, shop, "A1").await;
     let url = format!("{}/v1/reservations/{id}:watch", app.base);
-    let refused = super::call("GET", &url, Some(shop), None).await;
+    let refused = refused_watch(&url, shop).await;
     refused.assert_error(429, "RESOURCE_EXHAUSTED", "WATCH_LIMIT_EXCEEDED");
     assert_eq!(
         refused.json["metadata"]["scope"], "connection",
