@@ -233,6 +233,11 @@ pub struct ParticipantArgs {
     #[arg(long, env = "HOLDFAST_REDIS_URL")]
     pub redis_url: Option<String>,
 
+    /// PEM CA file a `rediss://` Redis server's certificate must chain to, trusted alone
+    /// (default: the system roots).
+    #[arg(long, env = "HOLDFAST_REDIS_CA")]
+    pub redis_ca: Option<PathBuf>,
+
     /// Prefix of every Redis key of the `stock-redis` participant.
     #[arg(long, env = "HOLDFAST_REDIS_PREFIX", default_value = crate::participants::stock_redis::DEFAULT_PREFIX)]
     pub redis_prefix: String,
@@ -378,6 +383,11 @@ pub struct CoordinatorArgs {
     /// Redis URL; when set, the all-in-one also runs the `stock-redis` participant on :50066.
     #[arg(long, env = "HOLDFAST_REDIS_URL")]
     pub redis_url: Option<String>,
+
+    /// All-in-one `stock-redis`: PEM CA file a `rediss://` Redis server's certificate must
+    /// chain to, trusted alone (default: the system roots).
+    #[arg(long, env = "HOLDFAST_REDIS_CA")]
+    pub redis_ca: Option<PathBuf>,
 
     /// All-in-one `stock-redis`: the prefix of every Redis key it owns (two deployments on one
     /// Redis need two prefixes).

@@ -92,6 +92,7 @@ pub mod names {
     pub const RPC_SECONDS: &str = "holdfast_rpc_seconds";
     pub const FAILED: &str = "holdfast_failed_reservations_total";
     pub const AUTH_FAILURES: &str = holdfast_serve::auth::AUTH_FAILURES;
+    pub const TLS_RELOAD_FAILURES: &str = holdfast_serve::tls::TLS_RELOAD_FAILURES;
     pub const WATCH_POLLS: &str = "holdfast_watch_polls_total";
     pub const WATCHED: &str = "holdfast_watched_reservations";
     pub const ADMIN_ACTIONS: &str = "holdfast_admin_actions_total";
@@ -197,27 +198,46 @@ pub fn unregistered_backlog(participant: &str, n: i64) {
 }
 
 /// Serves the Prometheus text format on `GET /metrics` until `shutdown`, over TLS when
-/// `listener` has it (the same certificate as the gRPC ports), its connections bounded by the
-/// listener's limits (`crate::conn`). Deliberately tiny: one request per connection, nothing
-/// else routed.
+/// `listener` has it (the same certificate as the gRPC ports), to callers `auth` admits to
+/// [`crate::auth::rules::METRICS_PATH`] (a key with the `metrics` or `admin` role when auth is
+/// on), its connections bounded by the listener's limits (`crate::conn`). Deliberately tiny:
+/// one request per connection, nothing else routed.
 pub async fn serve_metrics(
     listener: impl Into<crate::tls::Listener>,
+    auth: crate::auth::Authenticator,
     shutdown: impl Future<Output = ()> + Send,
 ) {
     let listener = listener.into();
     let limits = listener.limits();
     match listener.into_parts() {
-        (tcp, None) => answer_each(crate::conn::accept_plain(tcp, limits), shutdown).await,
+        (tcp, None) => {
+            let incoming = crate::conn::accept_plain(tcp, limits);
+            answer_each(incoming, |_| None, auth, shutdown).await
+        }
         (tcp, Some(tls)) => {
             let incoming =
                 crate::conn::accept_tls(tcp, limits, tls, crate::tls::ServerTls::http1_config);
-            answer_each(incoming, shutdown).await
+            answer_each(incoming, verified_certificates, auth, shutdown).await
         }
     }
 }
 
+/// The client certificate chain a TLS connection's handshake verified, if it asked for one.
+fn verified_certificates(
+    stream: &tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+) -> Option<crate::auth::VerifiedClientCertificates> {
+    stream.get_ref().1.peer_certificates().map(|chain| {
+        crate::auth::VerifiedClientCertificates(std::sync::Arc::new(
+            chain.iter().map(|c| c.clone().into_owned()).collect(),
+        ))
+    })
+}
+
+/// Answers each connection of `incoming` (`certificates`: what its handshake verified).
 async fn answer_each<IO>(
     mut incoming: crate::conn::Accepted<IO>,
+    certificates: fn(&IO) -> Option<crate::auth::VerifiedClientCertificates>,
+    auth: crate::auth::Authenticator,
     shutdown: impl Future<Output = ()> + Send,
 ) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -233,13 +253,53 @@ async fn answer_each<IO>(
                 None => return,
             },
         };
-        tokio::spawn(answer_metrics(stream, handle));
+        let certificates = certificates(stream.get_ref());
+        let auth = auth.clone();
+        tokio::spawn(async move {
+            answer_metrics(stream, handle, &auth, certificates).await;
+        });
     }
 }
 
+/// Whether `auth` admits the caller of the request `head` (its `authorization` header, or the
+/// client certificate its TLS handshake verified) to read the metrics.
+fn admit_scraper(
+    auth: &crate::auth::Authenticator,
+    head: &str,
+    certificates: Option<crate::auth::VerifiedClientCertificates>,
+) -> Result<(), tonic::Status> {
+    let mut probe = http::Request::builder().uri(crate::auth::rules::METRICS_PATH);
+    let authorization = head.split("\r\n").skip(1).find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.trim()
+            .eq_ignore_ascii_case("authorization")
+            .then(|| value.trim())
+    });
+    if let Some(value) = authorization {
+        probe = probe.header(http::header::AUTHORIZATION, value);
+    }
+    if let Some(certificates) = certificates {
+        probe = probe.extension(certificates);
+    }
+    // A header that cannot be one proves nobody.
+    let probe = probe
+        .body(())
+        .or_else(|_| {
+            http::Request::builder()
+                .uri(crate::auth::rules::METRICS_PATH)
+                .body(())
+        })
+        .map_err(|e| tonic::Status::internal(format!("the auth check: {e}")))?;
+    auth.admit(&probe).map(|_| ())
+}
+
 /// Reads one request head (bounded, with a deadline), answers it and closes.
-async fn answer_metrics<S>(mut stream: S, handle: &PrometheusHandle)
-where
+async fn answer_metrics<S>(
+    mut stream: S,
+    handle: &PrometheusHandle,
+    auth: &crate::auth::Authenticator,
+    certificates: Option<crate::auth::VerifiedClientCertificates>,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     let mut buf = vec![0u8; 8192];
@@ -260,13 +320,23 @@ where
         return;
     }
     let request = String::from_utf8_lossy(&buf[..read]);
-    let (status, body) = if request.starts_with("GET /metrics ") {
-        ("200 OK", handle.render())
-    } else {
+    let (status, body) = if !request.starts_with("GET /metrics ") {
         (
             "404 Not Found",
             "only GET /metrics is served here\n".to_owned(),
         )
+    } else {
+        match admit_scraper(auth, &request, certificates) {
+            Ok(()) => ("200 OK", handle.render()),
+            Err(refused) if refused.code() == tonic::Code::Unauthenticated => (
+                "401 Unauthorized",
+                "a key with the metrics role is required: authorization: Bearer <key>\n".to_owned(),
+            ),
+            Err(_) => (
+                "403 Forbidden",
+                "this principal lacks the metrics role\n".to_owned(),
+            ),
+        }
     };
     let response = format!(
         "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",

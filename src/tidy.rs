@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 const ALLOWED: &[(&str, &[&str])] = &[
     ("domain", &[]),
     ("proto", &[]),
-    ("telemetry", &["conn", "domain", "tls"]),
+    ("telemetry", &["auth", "conn", "domain", "tls"]),
     ("store", &["db", "domain"]),
     ("registry", &["domain", "proto", "telemetry", "tls"]),
     ("coordinator", &["domain", "registry", "store", "telemetry"]),

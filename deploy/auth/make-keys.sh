@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Makes the credentials of a holdfast deployment in OUT_DIR, once (an existing set is kept):
 #
-#   coordinator-principals.toml   --auth-keys of the coordinators: order-service (client), ops (admin)
-#   participant-principals.toml   --auth-keys of the participants: coordinator (coordinator), ops (admin)
+#   coordinator-principals.toml   --auth-keys of the coordinators: order-service (client), ops (admin),
+#                                 prometheus (metrics)
+#   participant-principals.toml   --auth-keys of the participants: coordinator (coordinator), ops (admin),
+#                                 prometheus (metrics)
 #   coordinator.key               --participant-api-key-file of the coordinators
 #   order-service.key, ops.key    the callers' API keys (hand them out; delete them here after)
+#   prometheus.key                the scraper's key for /metrics (Prometheus: authorization.credentials_file)
 #   token-secret.toml             --token-secret-file of the coordinators (all replicas share it)
 #
 # The principals files hold only SHA-256 digests of the keys. Every file is owner-only (0600).
@@ -28,10 +31,11 @@ principal() {
 principal order-service client
 principal ops admin
 principal coordinator coordinator
+principal prometheus metrics
 "$holdfast" keys token-secret --id k1 > "$out/token-secret.toml"
-cat "$out/coordinator.entry" "$out/ops.entry" > "$out/participant-principals.toml"
+cat "$out/coordinator.entry" "$out/ops.entry" "$out/prometheus.entry" > "$out/participant-principals.toml"
 # Written last: its presence means the set is complete.
-cat "$out/order-service.entry" "$out/ops.entry" > "$out/coordinator-principals.toml.partial"
+cat "$out/order-service.entry" "$out/ops.entry" "$out/prometheus.entry" > "$out/coordinator-principals.toml.partial"
 mv "$out/coordinator-principals.toml.partial" "$out/coordinator-principals.toml"
 rm -f "$out"/*.entry
 echo "make-keys: credentials written to $out"

@@ -105,7 +105,13 @@ pub async fn serve_all_in_one(
         ));
     }
     let connections = connection_limits(&coordinator.connections)?;
-    start_metrics(coordinator.metrics_listen, tls.as_ref(), connections).await?;
+    start_metrics(
+        coordinator.metrics_listen,
+        tls.as_ref(),
+        &access.auth,
+        connections,
+    )
+    .await?;
     let (store, pdbs, described): (AnyStore, ParticipantDbs, String) = match (backend, &test_clock)
     {
         (_, Some(clock)) => open_on_test_clock(database_url, &coordinator, clock).await?,
@@ -186,6 +192,7 @@ pub async fn serve_all_in_one(
         let mut redis_settings = stock_redis::StockRedisSettings::new(redis_url);
         redis_settings.retention = coordinator.redis_retention;
         redis_settings.key_prefix = coordinator.redis_prefix.clone();
+        redis_settings.redis_ca = coordinator.redis_ca.clone();
         redis_settings.auth = access.auth.clone();
         if let Some(clock) = &test_clock {
             redis_settings.clock = clock.participants().clone();
@@ -220,6 +227,7 @@ pub async fn serve_all_in_one(
         [coordinator.metrics_listen, coordinator.http.http_listen],
         (tls.is_some(), test_clock.is_some()),
         &described,
+        &token_secret_where(&coordinator, database_url),
     );
     let listener = Listener::new(listener, tls).with_limits(connections);
     let coordinator_task = serve_coordinator_on(
@@ -346,14 +354,36 @@ fn all_in_one_transport(
     })
 }
 
+/// Where the key hold tokens are derived with is kept, for the banner: on SQLite without
+/// `--token-secret-file` it is in the data folder, so a copy of that folder holds it.
+fn token_secret_where(args: &CoordinatorArgs, database_url: &str) -> String {
+    if let Some(path) = &args.secrets.token_secret_file {
+        return format!("hold tokens: derived with the key in {}", path.display());
+    }
+    let sqlite_dir = match DatabaseKind::of_url(database_url) {
+        Ok(DatabaseKind::Sqlite) => db::sqlite_dir(database_url).ok(),
+        _ => None,
+    };
+    match sqlite_dir {
+        Some(dir) => format!(
+            "hold tokens: derived with the key in {}: a copy of that folder can make every token; keep the key elsewhere with --token-secret-file",
+            dir.join("token-secret.toml").display()
+        ),
+        None => "hold tokens: derived with a key of this process only (--ephemeral-token-secret)"
+            .to_owned(),
+    }
+}
+
 fn print_banner(
     settings: &CoordinatorSettings,
     listen: std::net::SocketAddr,
     [metrics, http]: [Option<std::net::SocketAddr>; 2],
     (tls, test_mode): (bool, bool),
     db: &str,
+    token_secret: &str,
 ) {
     println!("holdfast all-in-one (database: {db})");
+    println!("  {token_secret}");
     if test_mode {
         println!(
             "  TEST MODE: tcc.v1.Testing on {listen} moves the clock (AdvanceClock) and expires holds (ExpireNow); never for real data"

@@ -10,6 +10,7 @@ use crate::config::{CoordinatorArgs, ParticipantArgs, default_participant_port};
 use crate::coordinator::{Coordinator, Policy};
 use crate::db::{self, DatabaseKind};
 use crate::domain::validate::Limits;
+use crate::http::HttpListener;
 use crate::registry::{ParticipantEndpoint, Registry, RegistryError};
 use crate::server::ServeError;
 use crate::store::{AnyStore, StoreError};
@@ -94,7 +95,13 @@ pub async fn run_coordinator(
     let connections = connection_limits(&args.connections)?;
     check_participant_transport(&settings, tls.is_some())?;
     db::ensure_database(&args.database_url).await?;
-    start_metrics(args.metrics_listen, tls.as_ref(), connections).await?;
+    start_metrics(
+        args.metrics_listen,
+        tls.as_ref(),
+        &settings.access.auth,
+        connections,
+    )
+    .await?;
     let store = AnyStore::connect(&args.database_url, args.db_pool_size).await?;
     let http = bind_http(&args, tls.as_ref()).await?;
     let listener =
@@ -102,11 +109,12 @@ pub async fn run_coordinator(
     serve_coordinator_with_http(settings, store, listener, http, shutdown).await
 }
 
-/// The addresses the coordinator's servers listen on (gRPC, and HTTP unless `off`): the
-/// loopback rule of `--insecure-no-auth` applies to each.
+/// The addresses the coordinator's servers listen on (gRPC, and HTTP and metrics unless
+/// `off`): the loopback rule of `--insecure-no-auth` applies to each.
 pub(super) fn listen_addrs(args: &CoordinatorArgs) -> Vec<std::net::SocketAddr> {
     std::iter::once(args.listen)
         .chain(args.http.http_listen)
+        .chain(args.metrics_listen)
         .collect()
 }
 
@@ -114,15 +122,19 @@ pub(super) fn listen_addrs(args: &CoordinatorArgs) -> Vec<std::net::SocketAddr> 
 pub(super) async fn bind_http(
     args: &CoordinatorArgs,
     tls: Option<&ServerTls>,
-) -> Result<Option<Listener>, AppError> {
+) -> Result<Option<HttpListener>, AppError> {
     let Some(addr) = args.http.http_listen else {
         return Ok(None);
     };
+    let allowed = args.http.allowed_callers().map_err(AppError::Config)?;
     let limits = connection_limits(&args.connections)?;
     let tcp = TcpListener::bind(addr).await.map_err(|e| {
         AppError::Config(format!("HTTP cannot listen on {addr}: {e} (--http-listen)"))
     })?;
-    Ok(Some(Listener::new(tcp, tls.cloned()).with_limits(limits)))
+    Ok(Some(HttpListener {
+        listener: Listener::new(tcp, tls.cloned()).with_limits(limits),
+        allowed,
+    }))
 }
 
 /// What every listener of a role allows its connections (`--header-timeout`,
@@ -166,7 +178,11 @@ fn coordinator_access(
 /// serves plaintext.
 fn server_tls(args: &crate::config::tls::ServerTlsArgs) -> Result<Option<ServerTls>, AppError> {
     match args.files().map_err(AppError::Config)? {
-        Some(files) => Ok(Some(ServerTls::load(&files)?)),
+        Some(files) => {
+            // The recorder first, so holdfast_tls_reload_failures_total is scraped from 0.
+            crate::telemetry::metrics_handle();
+            Ok(Some(ServerTls::load(&files)?))
+        }
         None => Ok(None),
     }
 }
@@ -182,6 +198,7 @@ fn participant_transport(args: &CoordinatorArgs) -> Result<ParticipantTransport,
             .any(|(_, url)| crate::tls::is_https(url));
     Ok(ParticipantTransport {
         tls: if needed {
+            crate::telemetry::metrics_handle();
             Some(ClientTls::load(&files)?)
         } else {
             None
@@ -225,16 +242,26 @@ pub async fn serve_participant(
         std::net::SocketAddr::from(([127, 0, 0, 1], default_participant_port(args.kind)))
     });
     let tls = server_tls(&args.tls)?;
+    // The loopback rule holds for the metrics listener too.
+    let listens: Vec<_> = std::iter::once(listen)
+        .chain(args.metrics.metrics_listen)
+        .collect();
     let auth = args
         .auth
-        .authenticator(&[listen])
+        .authenticator(&listens)
         .map_err(AppError::Config)?;
     let retention = args
         .retention
         .participant_keep()
         .map_err(AppError::Config)?;
     let connections = connection_limits(&args.connections)?;
-    start_metrics(args.metrics.metrics_listen, tls.as_ref(), connections).await?;
+    start_metrics(
+        args.metrics.metrics_listen,
+        tls.as_ref(),
+        &auth,
+        connections,
+    )
+    .await?;
     let pool: ParticipantDb = match DatabaseKind::of_url(&args.database_url)? {
         DatabaseKind::Postgres => db::connect_postgres(&args.database_url, args.db_pool_size)
             .await?
@@ -253,6 +280,7 @@ pub async fn serve_participant(
             (Some(url), ParticipantDb::Postgres(pool)) => {
                 let mut settings = stock_redis::StockRedisSettings::new(url);
                 settings.key_prefix = args.redis_prefix.clone();
+                settings.redis_ca = args.redis_ca.clone();
                 settings.orphan_grace = args.orphan_grace;
                 settings.max_hold = args.max_hold;
                 settings.retention = args.redis_retention;
@@ -285,6 +313,7 @@ const SQLITE_RETENTION_BATCH: u32 = 200;
 pub async fn start_metrics(
     addr: Option<std::net::SocketAddr>,
     tls: Option<&ServerTls>,
+    auth: &crate::auth::Authenticator,
     limits: crate::conn::ConnectionLimits,
 ) -> Result<(), AppError> {
     if let Some(addr) = addr {
@@ -298,6 +327,7 @@ pub async fn start_metrics(
         tracing::info!(%addr, tls = tls.is_some(), "metrics on /metrics");
         tokio::spawn(crate::telemetry::serve_metrics(
             Listener::new(listener, tls.cloned()).with_limits(limits),
+            auth.clone(),
             std::future::pending(),
         ));
     }
@@ -323,7 +353,7 @@ pub async fn serve_coordinator_with_http(
     settings: CoordinatorSettings,
     store: impl Into<AnyStore>,
     listener: impl Into<Listener>,
-    http: Option<Listener>,
+    http: Option<HttpListener>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), AppError> {
     serve_coordinator_on(
@@ -343,7 +373,7 @@ pub(super) async fn serve_coordinator_on(
     settings: CoordinatorSettings,
     store: AnyStore,
     listener: Listener,
-    http: Option<Listener>,
+    http: Option<HttpListener>,
     test_clock: Option<crate::testing::TestClock>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), AppError> {
@@ -438,15 +468,15 @@ pub(super) async fn serve_coordinator_on(
 /// Starts the HTTP listener in the background, its JSON API over `routes` in-process (the
 /// same auth layer and limits as the gRPC port), until `stopping` turns true.
 fn start_http(
-    listener: Listener,
+    listener: HttpListener,
     (limits, auth): &(crate::server::ServerLimits, crate::auth::Authenticator),
     routes: tonic::service::Routes,
     coordinator: Coordinator,
     registry: Registry,
     stopping: tokio::sync::watch::Receiver<bool>,
 ) -> Result<tokio::task::JoinHandle<()>, AppError> {
-    let addr = listener.local_addr()?;
-    tracing::info!(%addr, tls = listener.tls().is_some(), "console and JSON API on HTTP");
+    let addr = listener.listener.local_addr()?;
+    tracing::info!(%addr, tls = listener.listener.tls().is_some(), "console and JSON API on HTTP");
     // Install the metrics recorder: /metrics is served here too.
     crate::telemetry::metrics_handle();
     let ready_stopping = stopping.clone();
@@ -460,7 +490,8 @@ fn start_http(
                 if stopping {
                     return Err("shutting down".to_owned());
                 }
-                // One indexed read: the database answers.
+                // One indexed read and one small write: the database answers, and takes
+                // writes (a full disk or a read-only database makes the replica unready).
                 let everyone = crate::domain::Actor {
                     principal: String::new(),
                     sees_all: true,
@@ -472,8 +503,11 @@ fn start_http(
                 coordinator
                     .list(&everyone, query)
                     .await
-                    .map(|_| ())
-                    .map_err(|e| format!("database: {e}"))
+                    .map_err(|e| format!("database: {e}"))?;
+                coordinator
+                    .probe_write()
+                    .await
+                    .map_err(|e| format!("database refuses writes: {e}"))
             })
         }),
         participants: std::sync::Arc::new(move || {

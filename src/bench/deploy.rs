@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use sqlx::PgPool;
-use sqlx::migrate::MigrateDatabase;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tonic::service::Routes;
@@ -67,17 +66,21 @@ pub async fn reset_database(url: &str) -> Result<(), String> {
              so its name must contain \"bench\" (e.g. holdfast_bench)"
         ));
     }
-    if sqlx::Postgres::database_exists(url)
+    let (mut conn, database) = crate::db::connect_maintenance(url)
         .await
-        .map_err(|e| format!("checking database {name}: {e}"))?
-    {
-        sqlx::Postgres::force_drop_database(url)
+        .map_err(|e| format!("connecting to reset database {name}: {e}"))?;
+    let quoted = crate::db::quote_identifier(&database);
+    // FORCE ends the sessions still connected to it (PostgreSQL 13+).
+    for statement in [
+        format!("DROP DATABASE IF EXISTS {quoted} WITH (FORCE)"),
+        format!("CREATE DATABASE {quoted}"),
+    ] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(statement.clone()))
+            .execute(&mut conn)
             .await
-            .map_err(|e| format!("dropping database {name}: {e}"))?;
+            .map_err(|e| format!("{statement}: {e}"))?;
     }
-    sqlx::Postgres::create_database(url)
-        .await
-        .map_err(|e| format!("creating database {name}: {e}"))?;
+    let _ = sqlx::Connection::close(conn).await;
     Ok(())
 }
 

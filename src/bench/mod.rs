@@ -174,8 +174,12 @@ fn is_flash(name: &str) -> bool {
 /// Commits and rollbacks so far in the database at `url` (statistics of exited backends are
 /// exact; the pools of a stopped deployment are closed before this is read).
 async fn xacts(url: &str) -> Option<(i64, i64)> {
-    use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(url).await.ok()?;
+    use sqlx::{ConnectOptions, Connection};
+    let mut conn = crate::db::postgres_options(url)
+        .ok()?
+        .connect()
+        .await
+        .ok()?;
     let row: (i64, i64) = sqlx::query_as(
         "SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = current_database()",
     )

@@ -38,6 +38,7 @@ impl ServerAuthArgs {
                 ));
             }
             tracing::warn!(%open, "authentication off on a non-loopback address (--insecure-no-auth): anyone who reaches it can do anything");
+            return Ok(Authenticator::InsecureNoAuth);
         }
         Ok(Authenticator::Off)
     }
@@ -66,6 +67,12 @@ pub struct CoordinatorSecretArgs {
     /// else a key of this process only.
     #[arg(long, env = "HOLDFAST_TOKEN_SECRET_FILE")]
     pub token_secret_file: Option<PathBuf>,
+
+    /// On PostgreSQL without --token-secret-file: derive hold tokens with a key of this
+    /// process only (a repeated Reserve answered by another replica or after a restart then
+    /// comes without its token). Without it such a coordinator refuses to start.
+    #[arg(long, env = "HOLDFAST_EPHEMERAL_TOKEN_SECRET")]
+    pub ephemeral_token_secret: bool,
 }
 
 impl CoordinatorSecretArgs {
@@ -91,8 +98,9 @@ impl CoordinatorSecretArgs {
     }
 
     /// The token keys: `--token-secret-file`; else, on SQLite, `token-secret.toml` beside the
-    /// database (created on first start, owner-only); else a key of this process only (a
-    /// repeat Reserve after a restart, or at another replica, then answers without its token).
+    /// database (created on first start, owner-only); else, with `--ephemeral-token-secret`, a
+    /// key of this process only (a repeat Reserve after a restart, or at another replica, then
+    /// answers without its token); else refused, naming both flags.
     pub fn token_keys(&self, sqlite_dir: Option<&Path>) -> Result<TokenKeys, String> {
         if let Some(path) = &self.token_secret_file {
             return read_token_keys("--token-secret-file", path);
@@ -104,14 +112,21 @@ impl CoordinatorSecretArgs {
             }
             return read_token_keys("token secret", &path);
         }
+        if !self.ephemeral_token_secret {
+            return Err(MISSING_TOKEN_SECRET.to_owned());
+        }
         tracing::warn!(
-            "no --token-secret-file: hold tokens are derived with a key of this process only; a repeated Reserve answered by another replica or after a restart comes without its token"
+            "--ephemeral-token-secret: hold tokens are derived with a key of this process only; a repeated Reserve answered by another replica or after a restart comes without its token"
         );
         TokenKeys::ephemeral().map_err(|e| e.to_string())
     }
 
     /// The settings as TOML lines for `--print-config` (paths only).
     pub fn describe(&self, out: &mut String) {
+        out.push_str(&format!(
+            "ephemeral_token_secret = {}\n",
+            self.ephemeral_token_secret
+        ));
         for (key, path) in [
             ("participant_api_key_file", &self.participant_api_key_file),
             ("token_secret_file", &self.token_secret_file),
@@ -123,6 +138,10 @@ impl CoordinatorSecretArgs {
         }
     }
 }
+
+/// Why a coordinator on PostgreSQL without a token secret file does not start: replicas (and
+/// this one after a restart) must derive the same tokens, or a repeated Reserve loses its token.
+const MISSING_TOKEN_SECRET: &str = "a coordinator on PostgreSQL needs --token-secret-file FILE (made by `holdfast keys token-secret`, shared by every replica), so that a repeated Reserve answers its hold token at any replica and after a restart; pass --ephemeral-token-secret to derive tokens with a key of this process only";
 
 /// Parses a token secret file: `current = "ID"` and `[[key]]` tables of `id` and `secret`
 /// (hex, at least 64 digits).
@@ -177,6 +196,26 @@ fn create_secret_file(path: &Path) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn without_a_token_secret_file_postgres_needs_the_ephemeral_flag() {
+        let none = CoordinatorSecretArgs::default();
+        let err = none.token_keys(None).err().unwrap_or_default();
+        assert!(
+            err.contains("--token-secret-file") && err.contains("--ephemeral-token-secret"),
+            "{err}"
+        );
+        let ephemeral = CoordinatorSecretArgs {
+            ephemeral_token_secret: true,
+            ..CoordinatorSecretArgs::default()
+        };
+        assert!(ephemeral.token_keys(None).is_ok());
+        // SQLite keeps its file beside the database: no flag needed.
+        let dir = std::env::temp_dir().join(format!("holdfast-tok-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(none.token_keys(Some(&dir)).is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn token_secret_files_parse_or_say_what_is_wrong() {

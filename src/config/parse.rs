@@ -4,19 +4,57 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-/// `url` with any password replaced by `***`.
+/// `url` with every password replaced by `***`: the user part's (`user:pw@`) and the query's
+/// `password=` and `sslpassword=` parameters (libpq reads both from the query).
 pub fn mask_password(url: &str) -> String {
+    let (before_fragment, fragment) = match url.find('#') {
+        Some(at) => url.split_at(at),
+        None => (url, ""),
+    };
+    let (base, query) = match before_fragment.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (before_fragment, None),
+    };
+    let mut masked = mask_user_password(base);
+    if let Some(query) = query {
+        masked.push('?');
+        masked.push_str(&mask_query_passwords(query));
+    }
+    masked.push_str(fragment);
+    masked
+}
+
+/// The URL's `user:password@` part with the password masked.
+fn mask_user_password(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return url.to_owned();
     };
     let rest = &url[scheme_end + 3..];
-    let Some(at) = rest.find('@') else {
+    let Some(at) = rest.rfind('@') else {
         return url.to_owned();
     };
     match rest[..at].split_once(':') {
         Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &rest[at..]),
         None => url.to_owned(),
     }
+}
+
+/// A query string with the values of `password` and `sslpassword` masked (names matched
+/// without regard to case).
+fn mask_query_passwords(query: &str) -> String {
+    query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _))
+                if name.eq_ignore_ascii_case("password")
+                    || name.eq_ignore_ascii_case("sslpassword") =>
+            {
+                format!("{name}=***")
+            }
+            _ => pair.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("&")
 }
 
 /// Parses durations such as `250ms`, `5s`, `10m`, `1h`.
@@ -59,6 +97,28 @@ pub fn parse_optional_addr(s: &str) -> Result<Option<SocketAddr>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn passwords_are_masked_in_the_user_part_and_in_the_query() {
+        assert_eq!(
+            mask_password("postgres://app:s3cret@db:5432/holdfast"),
+            "postgres://app:***@db:5432/holdfast"
+        );
+        assert_eq!(
+            mask_password("postgres://app@db/holdfast?sslmode=require&password=s3cret&x=1"),
+            "postgres://app@db/holdfast?sslmode=require&password=***&x=1"
+        );
+        assert_eq!(
+            mask_password("postgres://db/h?PassWord=a%40b&sslpassword=k3y"),
+            "postgres://db/h?PassWord=***&sslpassword=***"
+        );
+        // Both at once, and a `#fragment` kept as it was.
+        assert_eq!(
+            mask_password("redis://:pw@cache:6379/0?password=pw2#x"),
+            "redis://:***@cache:6379/0?password=***#x"
+        );
+        assert_eq!(mask_password("sqlite://./data"), "sqlite://./data");
+    }
 
     #[test]
     fn durations_parse_in_every_unit() {

@@ -125,6 +125,11 @@ impl Coordinator {
         self.store.get(id).await?.ok_or(Error::NotFound(id))
     }
 
+    /// Whether the database accepts writes now: one small committed write (readiness).
+    pub async fn probe_write(&self) -> Result<(), Error> {
+        Ok(self.store.probe_write().await?)
+    }
+
     /// Lists reservations newest first: a client's own only.
     pub async fn list(&self, actor: &Actor, mut query: ListQuery) -> Result<Page, Error> {
         query.owner = actor.scope().map(str::to_owned);

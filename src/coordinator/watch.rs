@@ -276,6 +276,10 @@ impl Store for Publishing {
         self.inner.wake_backlog(participant).await
     }
 
+    async fn probe_write(&self) -> Result<(), StoreError> {
+        self.inner.probe_write().await
+    }
+
     async fn backlog(&self) -> Result<i64, StoreError> {
         self.inner.backlog().await
     }

@@ -17,6 +17,7 @@ mod console;
 mod credentials;
 mod error;
 mod grpc;
+mod guard;
 mod reservations;
 mod watch;
 
@@ -39,6 +40,30 @@ use crate::tls::{Listener, ServerTls};
 
 use credentials::{Credentials, HttpPeer};
 pub use error::{ApiError, http_status};
+pub use guard::AllowedCallers;
+
+/// The HTTP listener's socket (plaintext or TLS) and the callers it allows beyond its own
+/// origin (SPEC 7.4).
+pub struct HttpListener {
+    pub listener: Listener,
+    pub allowed: AllowedCallers,
+}
+
+impl From<Listener> for HttpListener {
+    /// Its own origin, its addresses and `localhost` only.
+    fn from(listener: Listener) -> HttpListener {
+        HttpListener {
+            listener,
+            allowed: AllowedCallers::default(),
+        }
+    }
+}
+
+impl From<tokio::net::TcpListener> for HttpListener {
+    fn from(tcp: tokio::net::TcpListener) -> HttpListener {
+        Listener::from(tcp).into()
+    }
+}
 
 /// A check run on request (readiness, participants' health), supplied by the wiring.
 pub type Probe<T> = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = T> + Send>> + Send + Sync>;
@@ -77,8 +102,9 @@ impl HttpService {
     }
 }
 
-/// The routes: console, JSON API, probes, metrics; every answer with the security headers.
-pub fn router(service: HttpService) -> Router {
+/// The routes: console, JSON API, probes, metrics; every request first past the origin rules
+/// of `guard` (for the listener `rules` describe), every answer with the security headers.
+fn router(service: HttpService, rules: guard::CallerRules) -> Router {
     Router::new()
         .merge(console::routes())
         .route("/healthz", get(|| async { "ok\n" }))
@@ -88,6 +114,10 @@ pub fn router(service: HttpService) -> Router {
         .merge(admin::routes())
         .fallback(not_found)
         .with_state(Arc::new(service))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(rules),
+            guard::check,
+        ))
         .layer(axum::middleware::map_response(security_headers))
 }
 
@@ -96,11 +126,13 @@ pub fn router(service: HttpService) -> Router {
 /// connections are bounded by the listener's limits (`crate::conn`): a request open (an SSE
 /// stream included) keeps its connection from counting as idle.
 pub async fn serve(
-    listener: Listener,
+    listener: HttpListener,
     service: HttpService,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = router(service).layer(crate::conn::TrackLayer::new(open_on));
+    let HttpListener { listener, allowed } = listener;
+    let rules = guard::CallerRules::new(listener.local_addr()?, listener.tls().is_some(), allowed);
+    let app = router(service, rules).layer(crate::conn::TrackLayer::new(open_on));
     let limits = listener.limits();
     match listener.into_parts() {
         (tcp, None) => {
@@ -217,7 +249,11 @@ async fn readyz(State(service): State<Shared>) -> Response {
     }
 }
 
-async fn metrics() -> Response {
+/// The Prometheus text, to a caller with the `metrics` or `admin` role when auth is on.
+async fn metrics(State(service): State<Shared>, credentials: Credentials) -> Response {
+    if let Err(refused) = service.admit(&credentials, crate::auth::rules::METRICS_PATH) {
+        return ApiError(refused).into_response();
+    }
     (
         [(
             header::CONTENT_TYPE,

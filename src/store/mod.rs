@@ -347,6 +347,10 @@ pub trait Store: Send + Sync + 'static {
         backoff: Backoff,
     ) -> Result<ExtraPayment, StoreError>;
 
+    /// Commits one small write that nothing reads (the one row of `write_probe`): `Ok` shows
+    /// the database accepts writes now (readiness, SPEC 7.4).
+    async fn probe_write(&self) -> Result<(), StoreError>;
+
     /// Extends `lease.owner`'s lease on a reservation it is still driving; false if it lost it.
     async fn renew_lease(&self, id: Uuid, lease: WorkLease) -> Result<bool, StoreError>;
 

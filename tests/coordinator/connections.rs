@@ -51,9 +51,15 @@ async fn spawn(
     let grpc = Listener::new(grpc, tls.clone()).with_limits(limits);
     let http = Listener::new(http, tls).with_limits(limits);
     tokio::spawn(async move {
-        app::serve_coordinator_with_http(settings, store, grpc, Some(http), std::future::pending())
-            .await
-            .unwrap();
+        app::serve_coordinator_with_http(
+            settings,
+            store,
+            grpc,
+            Some(http.into()),
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
     });
     ports
 }
@@ -256,7 +262,11 @@ async fn an_idle_connection_is_closed_but_a_watch_stream_outlives_the_idle_timeo
 
     // A complete HTTP/1.1 head answered, then nothing: idle, closed after the idle timeout.
     let at = Instant::now();
-    let mut http = half_open(ports.http, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    let mut http = half_open(
+        ports.http,
+        b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    )
+    .await;
     let mut answer = [0u8; 12];
     http.read_exact(&mut answer).await.unwrap();
     assert_eq!(&answer, b"HTTP/1.1 200");
@@ -350,7 +360,11 @@ async fn beyond_max_connections_a_new_connection_is_closed_at_once(pool: PgPool)
     // The HTTP listener has a cap of its own: MAX held there too, one more closed at once.
     let mut held = Vec::new();
     for _ in 0..MAX {
-        let mut http = half_open(ports.http, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        let mut http = half_open(
+            ports.http,
+            b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        )
+        .await;
         let mut answer = [0u8; 12];
         http.read_exact(&mut answer).await.unwrap();
         held.push(http);

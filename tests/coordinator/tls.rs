@@ -7,6 +7,7 @@
 
 mod binary;
 pub(crate) mod pki;
+mod validity;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -517,6 +518,7 @@ async fn metrics_are_served_over_tls_with_the_same_certificate() {
     let (tcp, addr) = bind().await;
     tokio::spawn(holdfast::telemetry::serve_metrics(
         Listener::new(tcp, Some(tls)),
+        holdfast::auth::Authenticator::Off,
         std::future::pending(),
     ));
 

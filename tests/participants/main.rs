@@ -13,6 +13,7 @@ mod generic_plans;
 mod hold_lost;
 mod max_hold;
 mod noop;
+mod open_listen;
 #[path = "../shared/parallel.rs"]
 mod parallel;
 mod payments;

@@ -102,6 +102,7 @@ async fn retention_deletes_finished_branches_and_released_rows_only(pool: PgPool
     holdfast::telemetry::metrics_handle();
     tokio::spawn(holdfast::telemetry::serve_metrics(
         holdfast::tls::Listener::new(listener, None),
+        holdfast::auth::Authenticator::Off,
         std::future::pending(),
     ));
     let deleted = |page: &str, table: &str| {

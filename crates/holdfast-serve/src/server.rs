@@ -25,6 +25,11 @@ pub enum ServeError {
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("gRPC transport: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// Authentication off on an address others can reach, not asked for.
+    #[error("{0}")]
+    OpenWithoutAuth(String),
+    #[error("the listener's address: {0}")]
+    Address(#[from] std::io::Error),
 }
 
 /// Limits every server applies.
@@ -98,6 +103,9 @@ pub async fn serve_with(
     service_names: &[&str],
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
+    let listener = listener.into();
+    auth.may_listen_on(listener.local_addr()?)
+        .map_err(ServeError::OpenWithoutAuth)?;
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     for name in service_names {
         health_reporter
@@ -137,7 +145,6 @@ pub async fn serve_with(
         .add_routes(routes);
     // Every connection under the listener's limits (`crate::conn`): a place under the cap, a
     // complete head within the header timeout, closed when idle.
-    let listener = listener.into();
     let limits = listener.limits();
     match listener.into_parts() {
         (tcp, None) => {

@@ -5,8 +5,10 @@
 //! every [`CHECK_EVERY`]; when the bytes differ from those the current value was built from, it
 //! builds a new value and swaps it in (connections already open keep theirs). Comparing bytes
 //! rather than modification times also catches Kubernetes' symlink swaps and copies that keep
-//! the timestamp. A change that cannot be used (a key that does not match, a half-written file)
-//! is logged at ERROR once and the previous value stays in use; the next change is tried again.
+//! the timestamp. A change that cannot be used (a key that does not match, an expired
+//! certificate, a half-written file) is logged at ERROR once, counted in the owner's metric if
+//! it names one ([`Watched::load_counting`]), and the previous value stays in use; the next
+//! change is tried again.
 //! Used by `tls` (certificates) and `auth` (principals); it knows nothing of either.
 
 use std::hash::{Hash, Hasher};
@@ -81,6 +83,8 @@ pub struct Watched<T> {
     what: &'static str,
     sources: Vec<Source>,
     build: Build<T>,
+    /// The counter a refused change increments, if any (`holdfast_tls_reload_failures_total`).
+    refusals_counter: Option<&'static str>,
     current: ArcSwap<T>,
     seen: Mutex<Seen>,
 }
@@ -116,12 +120,32 @@ impl<T: Send + Sync + 'static> Watched<T> {
     where
         E: From<FileError> + std::fmt::Display,
     {
+        Watched::load_counting(what, None, sources, every, build)
+    }
+
+    /// [`Watched::load`], incrementing the counter `refusals_counter` (a metric name) for
+    /// each change refused.
+    pub fn load_counting<E>(
+        what: &'static str,
+        refusals_counter: Option<&'static str>,
+        sources: Vec<Source>,
+        every: Duration,
+        build: impl Fn(&[Vec<u8>]) -> Result<T, E> + Send + Sync + 'static,
+    ) -> Result<Arc<Watched<T>>, E>
+    where
+        E: From<FileError> + std::fmt::Display,
+    {
         let bytes = read_all(&sources)?;
         let first = build(&bytes)?;
+        if let Some(counter) = refusals_counter {
+            // Scraped from the start (at 0), so a rate over it sees the first refusal.
+            metrics::counter!(counter).increment(0);
+        }
         let watched = Arc::new(Watched {
             what,
             sources,
             build: Box::new(move |bytes| build(bytes).map_err(|e| e.to_string())),
+            refusals_counter,
             current: ArcSwap::from_pointee(first),
             seen: Mutex::new(Seen {
                 loaded: fingerprint(&bytes),
@@ -190,6 +214,9 @@ impl<T: Send + Sync + 'static> Watched<T> {
             Err(e) => {
                 seen.failed = Some(print);
                 seen.refused += 1;
+                if let Some(counter) = self.refusals_counter {
+                    metrics::counter!(counter).increment(1);
+                }
                 tracing::error!(
                     error = %e,
                     "{} changed but cannot be used; keeping the previous ones until they are fixed",

@@ -22,9 +22,11 @@ const SEED_CHUNK: u64 = 100_000;
 /// Writes `rows` CONFIRMED reservations finished 40 days ago (their `updated_at` spread over
 /// one day), two CONFIRMED branches each, then ANALYZE. Answers how long it took.
 pub async fn seed_finished(database_url: &str, rows: u64) -> Result<Duration, String> {
-    use sqlx::Connection;
+    use sqlx::{ConnectOptions, Connection};
     let started = Instant::now();
-    let mut conn = sqlx::PgConnection::connect(database_url)
+    let mut conn = crate::db::postgres_options(database_url)
+        .map_err(|e| format!("connecting to seed: {e}"))?
+        .connect()
         .await
         .map_err(|e| format!("connecting to seed: {e}"))?;
     let mut from = 1u64;

@@ -185,7 +185,7 @@ async function overview() {
   async function refresh() {
     let text;
     try {
-      const res = await fetch("/metrics");
+      const res = await fetch("/metrics", { headers: headers() });
       text = await res.text();
     } catch (e) { note.textContent = "metrics unavailable: " + e; return; }
     const m = parseMetrics(text);

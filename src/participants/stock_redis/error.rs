@@ -37,6 +37,9 @@ pub enum StockRedisError {
     /// A broken invariant in stored data.
     #[error("internal: {0}")]
     Internal(String),
+    /// A setting that cannot be used (it names the flag), found at start.
+    #[error("{0}")]
+    Settings(String),
 }
 
 impl StockRedisError {
@@ -78,7 +81,9 @@ impl From<StockRedisError> for Status {
                 tracing::warn!(error = %e, "redis failure");
                 Status::unavailable("redis temporarily unavailable; retry")
             }
-            err @ (StockRedisError::Migrate(_) | StockRedisError::Internal(_)) => {
+            err @ (StockRedisError::Migrate(_)
+            | StockRedisError::Internal(_)
+            | StockRedisError::Settings(_)) => {
                 tracing::error!(error = %err, "internal failure");
                 Status::internal("internal error")
             }

@@ -66,6 +66,9 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 pub struct StockRedisSettings {
     /// Redis URL, e.g. `redis://127.0.0.1:6379`.
     pub redis_url: String,
+    /// For `rediss://`: the PEM CA file the Redis server's certificate must chain to, trusted
+    /// alone (`--redis-ca`); without it, the system roots.
+    pub redis_ca: Option<std::path::PathBuf>,
     /// Prefix of every key this participant owns.
     pub key_prefix: String,
     /// How long after `expires_at` an unreleased hold is kept before the reconciler may
@@ -91,6 +94,7 @@ impl StockRedisSettings {
     pub fn new(redis_url: impl Into<String>) -> Self {
         Self {
             redis_url: redis_url.into(),
+            redis_ca: None,
             key_prefix: DEFAULT_PREFIX.to_owned(),
             orphan_grace: crate::participant::DEFAULT_ORPHAN_GRACE,
             retention: DEFAULT_RETENTION,
@@ -100,6 +104,32 @@ impl StockRedisSettings {
             clock: Default::default(),
         }
     }
+}
+
+/// The Redis client `settings` name: with `--redis-ca`, a `rediss://` URL whose server is
+/// verified against that file alone (never the system roots, as for every CA flag).
+fn redis_client(settings: &StockRedisSettings) -> Result<redis::Client, StockRedisError> {
+    let url = settings.redis_url.as_str();
+    let Some(ca) = &settings.redis_ca else {
+        return Ok(redis::Client::open(url)?);
+    };
+    let refuse = |problem: String| {
+        StockRedisError::Settings(format!("--redis-ca {}: {problem}", ca.display()))
+    };
+    if !url
+        .get(..9)
+        .is_some_and(|s| s.eq_ignore_ascii_case("rediss://"))
+    {
+        return Err(refuse(
+            "a CA is for rediss:// URLs (TLS), not this one".to_owned(),
+        ));
+    }
+    let root = std::fs::read(ca).map_err(|e| refuse(format!("cannot read it: {e}")))?;
+    let tls = redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(root),
+    };
+    redis::Client::build_with_tls(url, tls).map_err(|e| refuse(e.to_string()))
 }
 
 /// The stock-redis participant: `tcc.v1.Participant` + `tcc.v1.ResourceAdmin` over Redis
@@ -136,12 +166,22 @@ impl StockRedis {
         pool: PgPool,
     ) -> Result<Self, StockRedisError> {
         super::MIGRATOR.run(&pool).await?;
-        let client = redis::Client::open(settings.redis_url.as_str())?;
+        let client = redis_client(settings)?;
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(2)))
             .set_response_timeout(Some(Duration::from_secs(5)))
             .set_number_of_retries(2);
-        let redis = ConnectionManager::new_with_config(client, config).await?;
+        let redis = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(|e| match &settings.redis_ca {
+                Some(ca) if e.is_io_error() || e.to_string().contains("certificate") => {
+                    StockRedisError::Settings(format!(
+                        "--redis-ca {}: cannot connect to Redis with it: {e}",
+                        ca.display()
+                    ))
+                }
+                _ => e.into(),
+            })?;
         let grace_ms = i64::try_from(settings.orphan_grace.as_millis())
             .map_err(|_| StockRedisError::Internal("orphan grace out of range".to_owned()))?;
         let retention_ms = i64::try_from(settings.retention.as_millis())

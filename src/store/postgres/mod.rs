@@ -271,6 +271,10 @@ impl Store for PgStore {
         recovery::make_due(&self.pool, id).await
     }
 
+    async fn probe_write(&self) -> Result<(), StoreError> {
+        recovery::probe_write(&self.pool).await
+    }
+
     async fn wake_backlog(&self, participant: &str) -> Result<u64, StoreError> {
         recovery::wake_backlog(&self.pool, participant).await
     }

@@ -80,6 +80,17 @@ pub(super) async fn renew_lease(
     Ok(renewed == 1)
 }
 
+/// [`crate::store::Store::probe_write`].
+pub(super) async fn probe_write(pool: &PgPool) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO write_probe (id, probed_at) VALUES (1, clock_timestamp()) \
+         ON CONFLICT (id) DO UPDATE SET probed_at = EXCLUDED.probed_at",
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
 /// [`crate::store::Store::make_due`]: one conditional UPDATE (a new `version`, so watchers
 /// notice).
 pub(super) async fn make_due(pool: &PgPool, id: Uuid) -> Result<bool, StoreError> {

@@ -373,6 +373,10 @@ impl Store for SqliteStore {
         self.write(move |conn| recovery::make_due(conn, id)).await
     }
 
+    async fn probe_write(&self) -> Result<(), StoreError> {
+        self.write(|conn| recovery::probe_write(conn)).await
+    }
+
     async fn wake_backlog(&self, participant: &str) -> Result<u64, StoreError> {
         let participant = participant.to_owned();
         self.write(move |conn| recovery::wake_backlog(conn, &participant))

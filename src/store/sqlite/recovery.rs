@@ -113,6 +113,20 @@ pub(super) fn make_due(conn: &SyncConnection, id: Uuid) -> Result<bool, StoreErr
     Ok(made == 1)
 }
 
+/// [`crate::store::Store::probe_write`].
+pub(super) fn probe_write(conn: &SyncConnection) -> Result<(), StoreError> {
+    exec(
+        conn,
+        concat!(
+            "INSERT INTO write_probe (id, probed_at) VALUES (1, ",
+            sqlite_now_us!(),
+            ") ON CONFLICT (id) DO UPDATE SET probed_at = excluded.probed_at"
+        ),
+        [],
+    )?;
+    Ok(())
+}
+
 /// [`crate::store::Store::renew_lease`].
 pub(super) fn renew_lease(
     conn: &SyncConnection,

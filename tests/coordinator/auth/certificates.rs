@@ -268,7 +268,7 @@ async fn cert_shop(pool: &PgPool) -> CertShop {
         s,
         store,
         Listener::new(grpc, Some(tls.clone())),
-        Some(Listener::new(http, Some(tls))),
+        Some(Listener::new(http, Some(tls)).into()),
         std::future::pending(),
     ));
     CertShop {

@@ -92,13 +92,15 @@ pub fn refusal(status: &Status) -> (tonic::Code, String) {
     (status.code(), crate::common::reason(status))
 }
 
-/// The cast of the ownership tests: two client services, an admin, and the coordinator's own
-/// principal towards participants; the file that admits them.
+/// The cast of the ownership tests: two client services, an admin, the coordinator's own
+/// principal towards participants and a metrics scraper; the file that admits them.
 pub struct Cast {
     pub shop: Principal,
     pub stranger: Principal,
     pub admin: Principal,
     pub coordinator: Principal,
+    /// A Prometheus scraper: the `metrics` role only.
+    pub scraper: Principal,
     pub file: PrincipalsFile,
 }
 
@@ -108,12 +110,14 @@ impl Cast {
         let stranger = Principal::new("stranger", &[Role::Client]);
         let admin = Principal::new("ops", &[Role::Admin]);
         let coordinator = Principal::new("coordinator", &[Role::Coordinator]);
-        let file = PrincipalsFile::new(&[&shop, &stranger, &admin, &coordinator]);
+        let scraper = Principal::new("prometheus", &[Role::Metrics]);
+        let file = PrincipalsFile::new(&[&shop, &stranger, &admin, &coordinator, &scraper]);
         Cast {
             shop,
             stranger,
             admin,
             coordinator,
+            scraper,
             file,
         }
     }

@@ -1,7 +1,9 @@
 //! Authentication over HTTP is the gRPC port's: the same header, the same principals, the same
 //! rules (the JSON API goes through the auth layer in-process). No key or an unknown one is
 //! 401 `UNAUTHENTICATED`; a client on an admin endpoint 403 `PERMISSION_DENIED`; another
-//! principal's reservation does not exist; the console and the probes need no key.
+//! principal's reservation does not exist; the console and the probes need no key; the
+//! metrics need one with the `metrics` (or `admin`) role, on the HTTP port and on
+//! `--metrics-listen` alike.
 
 use serde_json::json;
 use sqlx::PgPool;
@@ -100,14 +102,7 @@ async fn the_json_api_admits_callers_by_the_grpc_rules(pool: PgPool) {
     assert_eq!(cancelled["audit"][0]["principal"], "ops", "{cancelled}");
 
     // The console's files and the probes are open (the page asks for a key itself).
-    for path in [
-        "/",
-        "/console.js",
-        "/console.css",
-        "/healthz",
-        "/readyz",
-        "/metrics",
-    ] {
+    for path in ["/", "/console.js", "/console.css", "/healthz", "/readyz"] {
         let answer = get(&app, path, None).await;
         assert_eq!(answer.status, 200, "{path}: {answer:?}");
     }
@@ -180,4 +175,59 @@ async fn the_shipped_probes_are_answered_without_a_key(pool: PgPool) {
         let answer = get(&app, path, None).await;
         assert_eq!(answer.status, 200, "{path}: {}", answer.text);
     }
+}
+
+/// With `--auth-keys`, `/metrics` on the HTTP port and on the metrics listener answers only a
+/// key with the `metrics` or `admin` role: none or an unknown one 401, a client's 403.
+#[sqlx::test]
+async fn metrics_need_a_key_with_the_metrics_role(pool: PgPool) {
+    let fakes = spawn_fakes(&["seats"]).await;
+    let cast = Cast::new();
+    let app = spawn_http(
+        pool,
+        secured_settings(&cast, &[("seats", &fakes.get("seats").url)]),
+    )
+    .await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let metrics_listen = listener.local_addr().unwrap();
+    tokio::spawn(holdfast::telemetry::serve_metrics(
+        holdfast::tls::Listener::new(listener, None),
+        cast.file.authenticator(),
+        std::future::pending(),
+    ));
+    for (key, status) in [
+        (None, 401),
+        (Some("not-a-key"), 401),
+        (Some(cast.shop.key.as_str()), 403),
+        (Some(cast.scraper.key.as_str()), 200),
+        (Some(cast.admin.key.as_str()), 200),
+    ] {
+        let answer = get(&app, "/metrics", key).await;
+        assert_eq!(answer.status, status, "HTTP port, {key:?}: {answer:?}");
+        assert_eq!(
+            answer.text.contains("# TYPE"),
+            status == 200,
+            "{key:?}: {answer:?}"
+        );
+        let (listener_status, page) = scrape(metrics_listen, key).await;
+        assert_eq!(listener_status, status, "--metrics-listen, {key:?}: {page}");
+        assert_eq!(page.contains("# TYPE"), status == 200, "{key:?}: {page}");
+    }
+}
+
+/// `GET /metrics` on a bare connection to the metrics listener: the status and the body.
+async fn scrape(addr: std::net::SocketAddr, key: Option<&str>) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let auth = key.map_or(String::new(), |k| format!("Authorization: Bearer {k}\r\n"));
+    let request = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\n{auth}\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, answer)
 }

@@ -8,6 +8,8 @@ mod api;
 mod auth;
 mod browser;
 mod input;
+mod origin;
+mod ready;
 mod stream;
 
 use std::time::Duration;
@@ -42,6 +44,16 @@ impl Drop for HttpApp {
 
 /// Starts a coordinator with its HTTP listener on 127.0.0.1:0.
 pub async fn spawn_http(pool: PgPool, settings: CoordinatorSettings) -> HttpApp {
+    spawn_http_allowing(pool, settings, Default::default()).await
+}
+
+/// [`spawn_http`] with hosts and origins allowed beyond the listener's own
+/// (`--http-allowed-host`, `--http-allowed-origin`).
+pub async fn spawn_http_allowing(
+    pool: PgPool,
+    settings: CoordinatorSettings,
+    allowed: holdfast::http::AllowedCallers,
+) -> HttpApp {
     let grpc = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let grpc_addr = grpc.local_addr().unwrap();
@@ -50,19 +62,34 @@ pub async fn spawn_http(pool: PgPool, settings: CoordinatorSettings) -> HttpApp 
     store.migrate().await.unwrap();
     let (tx, rx) = oneshot::channel::<()>();
     tokio::spawn(async move {
-        app::serve_coordinator_with_http(settings, store, grpc, Some(http.into()), async {
+        let http = holdfast::http::HttpListener {
+            listener: http.into(),
+            allowed,
+        };
+        app::serve_coordinator_with_http(settings, store, grpc, Some(http), async {
             let _ = rx.await;
         })
         .await
         .unwrap();
     });
-    let client = CoordinatorClient::connect(format!("http://{grpc_addr}"))
-        .await
-        .unwrap();
-    HttpApp {
-        grpc: client,
-        base,
-        shutdown: Some(tx),
+    HttpApp::connect(grpc_addr, base, tx).await
+}
+
+impl HttpApp {
+    /// The app whose gRPC port is `grpc_addr` and HTTP listener `base`; `shutdown` stops it.
+    pub async fn connect(
+        grpc_addr: std::net::SocketAddr,
+        base: String,
+        shutdown: oneshot::Sender<()>,
+    ) -> HttpApp {
+        let client = CoordinatorClient::connect(format!("http://{grpc_addr}"))
+            .await
+            .unwrap();
+        HttpApp {
+            grpc: client,
+            base,
+            shutdown: Some(shutdown),
+        }
     }
 }
 
@@ -100,13 +127,23 @@ impl Answer {
 
 /// One request to `base` + `path`, with `key` as a bearer credential and `body` as JSON.
 pub async fn call(method: &str, url: &str, key: Option<&str>, body: Option<&str>) -> Answer {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let mut request = axum::http::Request::builder().method(method).uri(url);
-    if let Some(key) = key {
-        request = request.header("authorization", format!("Bearer {key}"));
+    let bearer = key.map(|key| format!("Bearer {key}"));
+    let mut headers = Vec::new();
+    if let Some(bearer) = &bearer {
+        headers.push(("authorization", bearer.as_str()));
     }
     if body.is_some() {
-        request = request.header("content-type", "application/json");
+        headers.push(("content-type", "application/json"));
+    }
+    send(method, url, &headers, body).await
+}
+
+/// One request with exactly these `headers` (and `Host` from `url` unless given).
+pub async fn send(method: &str, url: &str, headers: &[(&str, &str)], body: Option<&str>) -> Answer {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut request = axum::http::Request::builder().method(method).uri(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
     }
     let request = request
         .body(Full::new(Bytes::from(body.unwrap_or("").to_owned())))

@@ -70,6 +70,12 @@ async fn the_banner_names_what_runs_where_and_each_answers_there() {
         banner.contains("authentication off (loopback only)"),
         "{banner}"
     );
+    assert!(
+        banner.contains(
+            "hold tokens: derived with a key of this process only (--ephemeral-token-secret)"
+        ),
+        "{banner}"
+    );
 
     let said = addresses(banner);
     let ip = listen.ip();

@@ -174,6 +174,23 @@ fn a_non_loopback_listen_without_keys_refuses_to_start() {
         &["coordinator", "--listen", "0.0.0.0:0"][..],
         &["participant", "seats", "--listen", "0.0.0.0:0"][..],
         &["--listen", "0.0.0.0:0"][..],
+        // The metrics listener too.
+        &[
+            "coordinator",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "0.0.0.0:0",
+        ][..],
+        &[
+            "participant",
+            "seats",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "0.0.0.0:0",
+        ][..],
+        &["--listen", "127.0.0.1:0", "--metrics-listen", "0.0.0.0:0"][..],
     ] {
         let out = run_holdfast(args, &[db]);
         assert!(!out.status.success(), "{args:?} started");
@@ -189,6 +206,29 @@ fn a_non_loopback_listen_without_keys_refuses_to_start() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("without authentication"), "{err}");
+}
+
+/// On PostgreSQL a coordinator (and the all-in-one) without `--token-secret-file` refuses to
+/// start, naming it and `--ephemeral-token-secret`, before it opens anything: a key of one
+/// process would answer a Reserve repeated at another replica, or after a restart, without
+/// its token. With the flag it goes on (here to the database, which this test gives none).
+#[test]
+fn on_postgres_a_coordinator_needs_a_token_secret_file() {
+    let db = ("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none");
+    let off = ["--metrics-listen", "off", "--http-listen", "off"];
+    for role in [&["coordinator"][..], &[][..]] {
+        let args: Vec<&str> = [role, &["--listen", "127.0.0.1:0"][..], &off[..]].concat();
+        let out = run_holdfast(&args, &[db]);
+        assert!(!out.status.success(), "{args:?} started");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("--token-secret-file") && err.contains("--ephemeral-token-secret"),
+            "{args:?}: {err}"
+        );
+        let out = run_holdfast(&args, &[db, ("HOLDFAST_EPHEMERAL_TOKEN_SECRET", "true")]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("--token-secret-file"), "{args:?}: {err}");
+    }
 }
 
 /// `holdfast keys new` prints a key and the entry that admits it (never the key in the entry);

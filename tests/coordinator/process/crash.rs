@@ -223,6 +223,14 @@ async fn embedded_binary_on_sqlite_keeps_a_confirmation_across_a_sigkill_and_has
 
     let mut process = Holdfast::start_embedded(&dir, listen, log.clone());
     serving(&mut process, listen).await;
+    // The banner says plainly that the data folder holds the token secret, and the way out.
+    let output = std::fs::read_to_string(&log).expect("the output");
+    assert!(
+        output.lines().any(|l| l.contains("token-secret.toml")
+            && l.contains("a copy of that folder can make every token")
+            && l.contains("--token-secret-file")),
+        "{output}"
+    );
     for file in [
         "holdfast.db",
         "holdfast.lock",

@@ -107,7 +107,9 @@ impl Holdfast {
         env: &[(&str, &str)],
     ) -> Holdfast {
         let mut cmd = all_in_one_command(listen);
+        // One process, never a second replica; a restart's repeated Reserve is not checked.
         cmd.env("DATABASE_URL", database_url)
+            .env("HOLDFAST_EPHEMERAL_TOKEN_SECRET", "true")
             .envs(env.iter().copied());
         Holdfast::spawn(cmd, log)
     }

@@ -39,9 +39,11 @@ impl Process {
                 cmd.env_remove(k);
             }
         }
+        // A key of the process is enough here: no second replica, no restart.
         let child = cmd
             .args(args)
             .env("RUST_LOG", "info")
+            .env("HOLDFAST_EPHEMERAL_TOKEN_SECRET", "true")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::from(out.try_clone().unwrap()))
@@ -266,6 +268,12 @@ async fn the_all_in_one_serves_tls_on_every_port_and_reaches_its_own_participant
         !plaintext.starts_with("HTTP/1.1 200"),
         "plaintext answered: {plaintext}"
     );
+    // Certificate reloads refused are scraped from the start, at 0.
+    let metrics = https_get(http, &ca, "/metrics").await;
+    assert!(
+        metrics.contains("\nholdfast_tls_reload_failures_total 0"),
+        "{metrics}"
+    );
 }
 
 /// `GET path` over TLS (verified against `ca`), the whole answer as text.
@@ -456,4 +464,102 @@ fn the_bench_runs_with_mutual_tls_on_every_hop() {
         assert_eq!(r["error_count"], 0, "{r}");
         assert!(r["ok"].as_u64().is_some_and(|ok| ok > 0), "{r}");
     }
+}
+
+#[tokio::test]
+async fn a_coordinator_with_an_expired_certificate_refuses_to_start_naming_the_flag() {
+    let (files, ca) = (Files::new(), Ca::new("holdfast test CA"));
+    let key = ca.issue("any").key;
+    let now = chrono::Utc::now().timestamp();
+    let expired = ca.issue_valid("coordinator", &key, now - 30 * 86_400, now - 86_400);
+    let (cert, key) = files.leaf("coordinator", &expired);
+    let database = format!("sqlite://{}", files.dir.join("coordinator.db").display());
+    let listen = SocketAddr::from(([127, 0, 0, 1], free_port().await)).to_string();
+    let args = [
+        "coordinator",
+        "--listen",
+        &listen,
+        "--metrics-listen",
+        "off",
+        "--http-listen",
+        "off",
+        "--database-url",
+        &database,
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ];
+    let mut refused = Process::start(&args, &[], files.dir.join("expired.log"));
+    assert_ne!(refused.exit_code(Duration::from_secs(60)).await, Some(0));
+    let output = refused.output();
+    assert!(
+        output.contains(&format!("--tls-cert {}", cert.display())) && output.contains("expired"),
+        "the refusal does not name the flag and say why:\n{output}"
+    );
+}
+
+/// `stock-redis` on the TLS Redis of `ca`, with `--redis-ca redis_ca` and `env`.
+fn stock_redis_with_ca(
+    files: &Files,
+    redis: &TlsRedis,
+    db: &TempDatabase,
+    addr: SocketAddr,
+    redis_ca: &std::path::Path,
+    env: &[(&str, &str)],
+    log: &str,
+) -> Process {
+    let prefix = format!("hf:tls:{}:", uuid::Uuid::new_v4());
+    Process::start(
+        &[
+            "participant",
+            "stock-redis",
+            "--listen",
+            &addr.to_string(),
+            "--database-url",
+            &db.url,
+            "--redis-url",
+            &format!("rediss://localhost:{}", redis.port),
+            "--redis-prefix",
+            &prefix,
+            "--redis-ca",
+            redis_ca.to_str().unwrap(),
+        ],
+        env,
+        files.dir.join(log),
+    )
+}
+
+#[tokio::test]
+async fn redis_ca_is_trusted_alone_not_with_the_system_roots() {
+    let (files, ca) = (Files::new(), Ca::new("holdfast test CA"));
+    let redis = TlsRedis::start(&files, &ca).await;
+    let db = TempDatabase::create().await;
+    let redis_ca = files.ca("redis-ca", &ca);
+    let unrelated = files.ca("unrelated-ca", &Ca::new("not Redis's CA"));
+
+    // The system store vouches for Redis, --redis-ca does not: refused, naming the flag.
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port().await));
+    let system = [("SSL_CERT_FILE", redis_ca.to_str().unwrap())];
+    let mut refused = stock_redis_with_ca(&files, &redis, &db, addr, &unrelated, &system, "b.log");
+    assert_ne!(refused.exit_code(Duration::from_secs(60)).await, Some(0));
+    let output = refused.output();
+    assert!(
+        output.contains(&format!("--redis-ca {}", unrelated.display())),
+        "the refusal does not name the flag:\n{output}"
+    );
+
+    // --redis-ca names Redis's CA (and the system store does not hold it): serves.
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port().await));
+    let mut process = stock_redis_with_ca(&files, &redis, &db, addr, &redis_ca, &[], "a.log");
+    process.wait_serving(|| plaintext_channel(addr)).await;
+    ResourceAdminClient::new(plaintext_channel(addr))
+        .put_resources(proto::PutResourcesRequest {
+            resources: vec![proto::ResourceSpec {
+                resource: "sku-1".into(),
+                capacity: 2,
+            }],
+        })
+        .await
+        .expect("put resources through rediss:// verified by --redis-ca");
 }

@@ -43,7 +43,31 @@ impl Ca {
     /// A certificate for `name` (its CN), valid for localhost and 127.0.0.1, usable by servers
     /// and clients alike.
     pub(crate) fn issue(&self, name: &str) -> Leaf {
-        let key = KeyPair::generate().unwrap();
+        self.issue_with(name, KeyPair::generate().unwrap(), |_| {})
+    }
+
+    /// [`Ca::issue`] for the key `key_pem`, valid only from `not_before` to `not_after` (Unix
+    /// seconds).
+    pub(crate) fn issue_valid(
+        &self,
+        name: &str,
+        key_pem: &str,
+        not_before: i64,
+        not_after: i64,
+    ) -> Leaf {
+        let at = |secs| rcgen::date_time_ymd(1970, 1, 1) + std::time::Duration::from_secs(secs);
+        self.issue_with(name, KeyPair::from_pem(key_pem).unwrap(), |params| {
+            params.not_before = at(not_before.max(0) as u64);
+            params.not_after = at(not_after.max(0) as u64);
+        })
+    }
+
+    fn issue_with(
+        &self,
+        name: &str,
+        key: KeyPair,
+        adjust: impl FnOnce(&mut CertificateParams),
+    ) -> Leaf {
         let mut params = CertificateParams::new(vec![
             "localhost".to_owned(),
             "127.0.0.1".to_owned(),
@@ -55,6 +79,7 @@ impl Ca {
             ExtendedKeyUsagePurpose::ServerAuth,
             ExtendedKeyUsagePurpose::ClientAuth,
         ];
+        adjust(&mut params);
         let cert = params.signed_by(&key, &self.issuer).unwrap();
         Leaf {
             cert: cert.pem(),

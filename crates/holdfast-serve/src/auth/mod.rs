@@ -46,11 +46,13 @@ pub enum Role {
     Admin,
     /// What participants accept from the coordinator: `tcc.v1.Participant`, refunds.
     Coordinator,
+    /// Reading `/metrics` (a Prometheus scraper), nothing else.
+    Metrics,
 }
 
 impl Role {
     /// Every role, in the order they are written.
-    pub const ALL: [Role; 3] = [Role::Client, Role::Admin, Role::Coordinator];
+    pub const ALL: [Role; 4] = [Role::Client, Role::Admin, Role::Coordinator, Role::Metrics];
 
     /// The role's name in the principals file.
     pub fn name(self) -> &'static str {
@@ -58,6 +60,7 @@ impl Role {
             Role::Client => "client",
             Role::Admin => "admin",
             Role::Coordinator => "coordinator",
+            Role::Metrics => "metrics",
         }
     }
 
@@ -66,7 +69,9 @@ impl Role {
         Role::ALL
             .into_iter()
             .find(|r| r.name() == s)
-            .ok_or_else(|| format!("unknown role {s:?} (roles: client, admin, coordinator)"))
+            .ok_or_else(|| {
+                format!("unknown role {s:?} (roles: client, admin, coordinator, metrics)")
+            })
     }
 
     fn bit(self) -> u8 {
@@ -74,6 +79,7 @@ impl Role {
             Role::Client => 1,
             Role::Admin => 2,
             Role::Coordinator => 4,
+            Role::Metrics => 8,
         }
     }
 }
@@ -171,6 +177,9 @@ pub enum Authenticator {
     /// Authentication off: every caller is [`Caller::anonymous`] (loopback-only by default).
     #[default]
     Off,
+    /// Authentication off on purpose on any address (`--insecure-no-auth`): every caller is
+    /// [`Caller::anonymous`], wherever it comes from.
+    InsecureNoAuth,
     /// The principals of `--auth-keys`, as last read.
     Keys(Arc<Watched<Principals>>),
 }
@@ -179,6 +188,7 @@ impl std::fmt::Debug for Authenticator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Authenticator::Off => f.write_str("Authenticator::Off"),
+            Authenticator::InsecureNoAuth => f.write_str("Authenticator::InsecureNoAuth"),
             Authenticator::Keys(p) => {
                 write!(f, "Authenticator::Keys({} principals)", p.current().len())
             }
@@ -213,7 +223,9 @@ impl Authenticator {
     /// The changes of the principals file applied and refused so far (none when off).
     pub fn file_changes(&self) -> crate::watched::Changes {
         match self {
-            Authenticator::Off => crate::watched::Changes::default(),
+            Authenticator::Off | Authenticator::InsecureNoAuth => {
+                crate::watched::Changes::default()
+            }
             Authenticator::Keys(watched) => watched.changes(),
         }
     }
@@ -221,6 +233,17 @@ impl Authenticator {
     /// Whether callers must prove who they are.
     pub fn is_on(&self) -> bool {
         matches!(self, Authenticator::Keys(_))
+    }
+
+    /// Whether a server admitting callers this way may listen on `addr`: without keys only on
+    /// loopback, unless [`Authenticator::InsecureNoAuth`] says otherwise (SPEC 7.2, 7.4).
+    pub fn may_listen_on(&self, addr: std::net::SocketAddr) -> Result<(), String> {
+        match self {
+            Authenticator::Off if !addr.ip().is_loopback() => Err(format!(
+                "refusing to listen on {addr} without authentication: give an authenticator with keys (Authenticator::from_file), listen on a loopback address, or use Authenticator::InsecureNoAuth to let anyone who reaches the port do anything"
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Decides whether `request` may reach its method: its caller (`None` for an open method

@@ -156,7 +156,7 @@ fn parse_entry(entry: &toml::Value) -> Result<Principal, String> {
             .map_err(|e| format!("({name}): {e}"))?,
         _ => {
             return Err(format!(
-                "({name}): `roles` is required: a list of client, admin, coordinator"
+                "({name}): `roles` is required: a list of client, admin, coordinator, metrics"
             ));
         }
     };

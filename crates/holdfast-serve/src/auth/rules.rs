@@ -17,9 +17,17 @@ pub enum Rule {
 const CLIENTS: &[Role] = &[Role::Client, Role::Admin];
 const ADMINS: &[Role] = &[Role::Admin];
 const COORDINATORS: &[Role] = &[Role::Coordinator, Role::Admin];
+const SCRAPERS: &[Role] = &[Role::Metrics, Role::Admin];
+
+/// The path a request for the Prometheus text asks the auth layer about (`GET /metrics` on
+/// the HTTP port and on `--metrics-listen`): no gRPC method, a rule of its own.
+pub const METRICS_PATH: &str = "/metrics";
 
 /// The rule of the method at `path` (`/package.Service/Method`).
 pub fn of(path: &str) -> Rule {
+    if path == METRICS_PATH {
+        return Rule::Roles(SCRAPERS);
+    }
     let (service, method) = path
         .strip_prefix('/')
         .and_then(|p| p.split_once('/'))
@@ -71,10 +79,11 @@ mod tests {
             ("/tcc.v1.Testing/AdvanceClock", &[Admin]),
             ("/tcc.v1.Testing/ExpireNow", &[Admin]),
             ("/tcc.v1.Unknown/Anything", &[Admin]),
+            ("/metrics", &[Metrics, Admin]),
             ("garbage", &[Admin]),
         ];
         for (path, roles) in table {
-            for role in [Client, Admin, Coordinator] {
+            for role in Role::ALL {
                 assert_eq!(
                     allowed(path, role),
                     roles.contains(&role),

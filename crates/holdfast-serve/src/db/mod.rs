@@ -66,6 +66,10 @@ pub fn pool_options<DB: sqlx::Database>(
 
 pub mod batch;
 #[cfg(feature = "postgres")]
+mod pg_tls;
+#[cfg(feature = "postgres")]
+mod pg_tunnel;
+#[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;

@@ -1,24 +1,56 @@
 //! PostgreSQL pools with holdfast's conventions (feature `postgres`).
 //!
 //! TLS is what the URL asks for: `sslmode=require|verify-ca|verify-full` and `sslrootcert`
-//! (rustls, the process's one provider). A URL that names no `sslmode` (and no `PGSSLMODE`)
+//! (rustls, the process's one provider), with libpq's trust rules: a verifying mode trusts
+//! the `sslrootcert` file alone, or the system roots when none is named (`pg_tls.rs`). A URL that names no `sslmode` (and no `PGSSLMODE`)
 //! connects in plaintext, as it always has: sqlx's default `prefer` would encrypt
 //! opportunistically without verifying anyone, which protects nothing and would make every
 //! default connection pay a handshake.
 
 use std::str::FromStr;
 
-use sqlx::migrate::MigrateDatabase;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgSslMode};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgSslMode};
+use sqlx::{ConnectOptions, Connection};
 
-use super::{CHECK_IDLE_AFTER, ensure_database, pool_options};
+use super::{CHECK_IDLE_AFTER, ensure_database, pg_tls, pg_tunnel, pool_options};
+
+/// A connection to the maintenance database of the server `url` names (`postgres`, or
+/// `template1` when `url` names `postgres`, as `createdb` picks it), opened as every other
+/// connection is ([`postgres_options`]); and the name of the database `url` names.
+pub async fn connect_maintenance(url: &str) -> Result<(PgConnection, String), sqlx::Error> {
+    let options = postgres_options(url)?;
+    let database = options
+        .get_database()
+        .unwrap_or(options.get_username())
+        .to_owned();
+    let maintenance = if database == "postgres" {
+        "template1"
+    } else {
+        "postgres"
+    };
+    Ok((options.database(maintenance).connect().await?, database))
+}
+
+/// `name` quoted as a PostgreSQL identifier.
+pub fn quote_identifier(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
 
 /// Creates the PostgreSQL database `url` names unless it exists.
 pub(super) async fn create_if_missing(url: &str) -> Result<(), sqlx::Error> {
-    if !sqlx::Postgres::database_exists(url).await? {
-        sqlx::Postgres::create_database(url).await?;
+    let (mut conn, database) = connect_maintenance(url).await?;
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(&database)
+            .fetch_one(&mut conn)
+            .await?;
+    if !exists {
+        let create = format!("CREATE DATABASE {}", quote_identifier(&database));
+        sqlx::raw_sql(sqlx::AssertSqlSafe(create))
+            .execute(&mut conn)
+            .await?;
     }
-    Ok(())
+    conn.close().await
 }
 
 /// A PostgreSQL pool of `max_connections` on `url`, creating the database first if needed.
@@ -54,6 +86,13 @@ pub fn with_planner_costs(options: PgConnectOptions) -> PgConnectOptions {
 
 /// The connection options `url` names, TLS included; plaintext unless it (or `PGSSLMODE`)
 /// names an `sslmode`; the planner's [`RANDOM_PAGE_COST`] unless it names its own.
+///
+/// A mode that verifies the server (`verify-ca`, `verify-full`, `require` with a root file)
+/// is done by holdfast with libpq's trust rules: the options then point sqlx at a relay of
+/// this process (a private Unix socket) that verifies each connection (`pg_tls.rs`), run on
+/// the Tokio runtime they were made on: use them while that runtime runs tasks (holdfast's
+/// pools live on the runtime that opened them). Unusable `sslrootcert`,
+/// `sslcert` or `sslkey` files are refused here, naming the parameter.
 pub fn postgres_options(url: &str) -> Result<PgConnectOptions, sqlx::Error> {
     let mut options = PgConnectOptions::from_str(url)?;
     let query = url.split_once('?').map_or("", |(_, q)| q);
@@ -64,10 +103,15 @@ pub fn postgres_options(url: &str) -> Result<PgConnectOptions, sqlx::Error> {
         .split('&')
         .filter_map(|pair| pair.split('=').next())
         .any(|key| key.eq_ignore_ascii_case("sslmode") || key.eq_ignore_ascii_case("ssl-mode"));
-    if names_mode || std::env::var_os("PGSSLMODE").is_some() {
-        Ok(options)
-    } else {
-        Ok(options.ssl_mode(PgSslMode::Disable))
+    if !(names_mode || std::env::var_os("PGSSLMODE").is_some()) {
+        return Ok(options.ssl_mode(PgSslMode::Disable));
+    }
+    match pg_tls::verified_tls(url, &options)? {
+        Some(trust) => {
+            let relay = pg_tunnel::start(trust, options.get_host(), options.get_port())?;
+            Ok(options.socket(relay).ssl_mode(PgSslMode::Disable))
+        }
+        None => Ok(options),
     }
 }
 
@@ -75,22 +119,29 @@ pub fn postgres_options(url: &str) -> Result<PgConnectOptions, sqlx::Error> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn postgres_tls_is_what_the_url_asks_for() {
+    #[tokio::test]
+    async fn postgres_tls_is_what_the_url_asks_for() {
         let base = "postgres://u@127.0.0.1:5432/db";
-        let mode = |url: &str| postgres_options(url).unwrap().get_ssl_mode();
-        assert!(matches!(
-            mode(&format!("{base}?sslmode=verify-full")),
-            PgSslMode::VerifyFull
-        ));
-        assert!(matches!(
-            mode(&format!("{base}?application_name=x&sslmode=require")),
-            PgSslMode::Require
-        ));
+        let options = |url: &str| postgres_options(url).unwrap();
+        // Verifying modes go through holdfast's relay; sqlx itself then speaks plaintext to it.
+        let verified = options(&format!("{base}?sslmode=verify-full"));
+        assert!(verified.get_socket().is_some());
+        assert!(matches!(verified.get_ssl_mode(), PgSslMode::Disable));
+        let required = options(&format!("{base}?application_name=x&sslmode=require"));
+        assert!(matches!(required.get_ssl_mode(), PgSslMode::Require));
+        assert!(required.get_socket().is_none());
         // Naming no mode keeps the plaintext default (unless the environment names one).
         if std::env::var_os("PGSSLMODE").is_none() {
-            assert!(matches!(mode(base), PgSslMode::Disable));
+            assert!(matches!(options(base).get_ssl_mode(), PgSslMode::Disable));
         }
+    }
+
+    #[test]
+    fn an_unreadable_sslrootcert_is_refused_naming_the_parameter() {
+        let url =
+            "postgres://u@127.0.0.1:5432/db?sslmode=verify-ca&sslrootcert=/nonexistent/ca.pem";
+        let err = postgres_options(url).unwrap_err().to_string();
+        assert!(err.contains("sslrootcert /nonexistent/ca.pem"), "{err}");
     }
 
     #[test]

@@ -51,12 +51,14 @@ pub(crate) fn private_key(source: &Source, pem: &[u8]) -> Result<PrivateKeyDer<'
     })
 }
 
-/// A certificate chain and its key, checked to belong together.
+/// A certificate chain and its key, checked to belong together and the end-entity certificate
+/// to be valid now (neither expired nor not yet valid).
 pub(crate) fn certified_key(
     cert: (&Source, &[u8]),
     key: (&Source, &[u8]),
 ) -> Result<Arc<CertifiedKey>, TlsError> {
     let chain = certificates(cert.0, cert.1)?;
+    valid_now(cert.0, &chain[0])?;
     let private = private_key(key.0, key.1)?;
     CertifiedKey::from_der(chain, private, &super::crypto_provider())
         .map(Arc::new)
@@ -70,6 +72,36 @@ pub(crate) fn certified_key(
                 ),
             )
         })
+}
+
+/// Refuses an end-entity certificate outside its validity period: peers would refuse it, so
+/// serving or presenting it would only turn a renewal mistake into an outage.
+fn valid_now(source: &Source, leaf: &CertificateDer<'_>) -> Result<(), TlsError> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(leaf.as_ref())
+        .map_err(|e| invalid(source, format!("not a readable X.509 certificate: {e}")))?;
+    let validity = parsed.validity();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    if now < validity.not_before.timestamp() {
+        return Err(invalid(
+            source,
+            format!(
+                "the certificate is not yet valid (not before {})",
+                validity.not_before
+            ),
+        ));
+    }
+    if now > validity.not_after.timestamp() {
+        return Err(invalid(
+            source,
+            format!(
+                "the certificate has expired (not after {})",
+                validity.not_after
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The certificates of a CA file as trust roots.
@@ -91,7 +123,7 @@ pub(crate) fn system_roots(flag: &'static str) -> Result<RootCertStore, TlsError
     if added == 0 {
         let errors: Vec<String> = found.errors.iter().map(ToString::to_string).collect();
         return Err(TlsError::Config(format!(
-            "no system CA certificates found to verify https:// participants{}: give {flag} FILE",
+            "no system CA certificates found to verify servers with{}: give {flag} FILE",
             if errors.is_empty() {
                 String::new()
             } else {

@@ -9,6 +9,7 @@
 //! never plaintext. With TLS off, none of this runs: the servers take `crate::conn`'s plain path.
 
 mod connector;
+mod database;
 pub(crate) mod incoming;
 mod listener;
 mod material;
@@ -26,7 +27,12 @@ use crate::watched::{Source, Watched};
 use material::Trust;
 
 pub use crate::watched::CHECK_EVERY;
+pub use database::{DatabaseRoots, DatabaseTrust};
 pub use listener::Listener;
+
+/// Counts certificate files that changed but were refused (expired, not yet valid, a key that
+/// does not match, unreadable): the previous certificates stay in use.
+pub const TLS_RELOAD_FAILURES: &str = "holdfast_tls_reload_failures_total";
 
 /// Why TLS settings could not be used. Each message names the setting (flag) and file.
 #[derive(Debug, thiserror::Error)]
@@ -115,8 +121,9 @@ impl ServerTls {
             sources.push(Source::new("--tls-client-ca", ca));
         }
         let named = sources.clone();
-        let served = Watched::load(
+        let served = Watched::load_counting(
             "certificate files",
+            Some(TLS_RELOAD_FAILURES),
             sources,
             every,
             move |bytes: &[Vec<u8>]| -> Result<_, TlsError> {
@@ -221,8 +228,9 @@ impl ClientTls {
             Some(ca) => format!("CA {}", ca.display()),
             None => "the system roots".to_owned(),
         };
-        let config = Watched::load(
+        let config = Watched::load_counting(
             "certificate files",
+            Some(TLS_RELOAD_FAILURES),
             sources,
             every,
             move |bytes: &[Vec<u8>]| -> Result<_, TlsError> {
@@ -254,8 +262,9 @@ impl ClientTls {
         let identity = identity_sources(files)?;
         let sources: Vec<Source> = identity.iter().flatten().cloned().collect();
         let pin = Arc::new(pin::SameAsServed::new(server.clone()));
-        let config = Watched::load(
+        let config = Watched::load_counting(
             "certificate files",
+            Some(TLS_RELOAD_FAILURES),
             sources,
             CHECK_EVERY,
             move |bytes: &[Vec<u8>]| -> Result<_, TlsError> {
@@ -289,6 +298,11 @@ impl ClientTls {
 
     pub fn config(&self) -> Arc<ClientConfig> {
         self.config.current()
+    }
+
+    /// The changes of the certificate files applied and refused so far.
+    pub fn file_changes(&self) -> crate::watched::Changes {
+        self.config.changes()
     }
 }
 
