@@ -6,6 +6,7 @@
 //! The TLS settings of every role live in [`tls`]; identity and secrets in [`auth`].
 
 pub mod auth;
+pub mod connections;
 pub mod http;
 mod lease;
 mod limits;
@@ -262,6 +263,9 @@ pub struct ParticipantArgs {
 
     #[command(flatten)]
     pub metrics: ops::ParticipantMetricsArgs,
+
+    #[command(flatten)]
+    pub connections: connections::ConnectionArgs,
 }
 
 /// The all-in-one port of each reference participant kind (SPEC section 5).
@@ -423,6 +427,9 @@ pub struct CoordinatorArgs {
     #[command(flatten)]
     pub test_mode: test_mode::TestModeArgs,
 
+    #[command(flatten)]
+    pub connections: connections::ConnectionArgs,
+
     /// Per-participant call timeouts from the config file.
     #[arg(skip)]
     pub participant_timeouts: HashMap<String, Duration>,
@@ -508,6 +515,7 @@ impl CoordinatorArgs {
         self.auth.describe(&mut out);
         self.secrets.describe(&mut out);
         self.watch.describe(&mut out);
+        self.connections.describe(&mut out);
         self.retention.describe(&mut out);
         self.http.describe(&mut out);
         self.test_mode.describe(&mut out);

@@ -10,7 +10,7 @@ extern crate holdfast_serve;
 // their own (`crates/holdfast-serve`, `crates/holdfast-participant`), so a participant team
 // depends on them without the coordinator; here under the paths the code has always used.
 pub use holdfast_participant as participant;
-pub use holdfast_serve::{auth, db, server, tls, watched};
+pub use holdfast_serve::{auth, conn, db, server, tls, watched};
 
 pub mod api;
 pub mod app;

@@ -200,43 +200,63 @@ pub fn unregistered_backlog(participant: &str, n: i64) {
 /// Serves the Prometheus text format on `GET /metrics` until `shutdown`, over TLS when
 /// `listener` has it (the same certificate as the gRPC ports), to callers `auth` admits to
 /// [`crate::auth::rules::METRICS_PATH`] (a key with the `metrics` or `admin` role when auth is
-/// on). Deliberately tiny: one request per connection, nothing else routed.
+/// on), its connections bounded by the listener's limits (`crate::conn`). Deliberately tiny:
+/// one request per connection, nothing else routed.
 pub async fn serve_metrics(
     listener: impl Into<crate::tls::Listener>,
     auth: crate::auth::Authenticator,
     shutdown: impl Future<Output = ()> + Send,
 ) {
+    let listener = listener.into();
+    let limits = listener.limits();
+    match listener.into_parts() {
+        (tcp, None) => {
+            let incoming = crate::conn::accept_plain(tcp, limits);
+            answer_each(incoming, |_| None, auth, shutdown).await
+        }
+        (tcp, Some(tls)) => {
+            let incoming =
+                crate::conn::accept_tls(tcp, limits, tls, crate::tls::ServerTls::http1_config);
+            answer_each(incoming, verified_certificates, auth, shutdown).await
+        }
+    }
+}
+
+/// The client certificate chain a TLS connection's handshake verified, if it asked for one.
+fn verified_certificates(
+    stream: &tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+) -> Option<crate::auth::VerifiedClientCertificates> {
+    stream.get_ref().1.peer_certificates().map(|chain| {
+        crate::auth::VerifiedClientCertificates(std::sync::Arc::new(
+            chain.iter().map(|c| c.clone().into_owned()).collect(),
+        ))
+    })
+}
+
+/// Answers each connection of `incoming` (`certificates`: what its handshake verified).
+async fn answer_each<IO>(
+    mut incoming: crate::conn::Accepted<IO>,
+    certificates: fn(&IO) -> Option<crate::auth::VerifiedClientCertificates>,
+    auth: crate::auth::Authenticator,
+    shutdown: impl Future<Output = ()> + Send,
+) where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let handle = metrics_handle();
-    let (listener, tls) = listener.into().into_parts();
     tokio::pin!(shutdown);
     loop {
-        let (stream, peer) = tokio::select! {
+        let stream = tokio::select! {
             _ = &mut shutdown => return,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(error = %e, "metrics listener accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
+            accepted = incoming.next() => match accepted {
+                Some(stream) => stream,
+                // The accepting task ended (its listener failed for good).
+                None => return,
             },
         };
-        let tls = tls.clone();
+        let certificates = certificates(stream.get_ref());
         let auth = auth.clone();
         tokio::spawn(async move {
-            match tls {
-                None => answer_metrics(stream, handle, &auth, None).await,
-                Some(tls) => {
-                    if let Some(stream) = crate::tls::incoming::http1(&tls, stream, peer).await {
-                        let certificates = stream.get_ref().1.peer_certificates().map(|chain| {
-                            crate::auth::VerifiedClientCertificates(std::sync::Arc::new(
-                                chain.iter().map(|c| c.clone().into_owned()).collect(),
-                            ))
-                        });
-                        answer_metrics(stream, handle, &auth, certificates).await;
-                    }
-                }
-            }
+            answer_metrics(stream, handle, &auth, certificates).await;
         });
     }
 }

@@ -5,13 +5,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// What each module may use of the crate besides itself. A module missing here (`app`,
-/// `config`, `bench`, `main`, `lib`) is wiring and may use anything below it. `auth`, `db`,
-/// `server`, `tls`, `watched` and `participant` are the crates `holdfast-serve` and
+/// `config`, `bench`, `main`, `lib`) is wiring and may use anything below it. `auth`, `conn`,
+/// `db`, `server`, `tls`, `watched` and `participant` are the crates `holdfast-serve` and
 /// `holdfast-participant` re-exported: cargo keeps those from using anything of this crate.
 const ALLOWED: &[(&str, &[&str])] = &[
     ("domain", &[]),
     ("proto", &[]),
-    ("telemetry", &["domain", "tls"]),
+    ("telemetry", &["auth", "conn", "domain", "tls"]),
     ("store", &["db", "domain"]),
     ("registry", &["domain", "proto", "telemetry", "tls"]),
     ("coordinator", &["domain", "registry", "store", "telemetry"]),
@@ -38,7 +38,15 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     (
         "http",
-        &["auth", "json", "proto", "server", "telemetry", "tls"],
+        &[
+            "auth",
+            "conn",
+            "json",
+            "proto",
+            "server",
+            "telemetry",
+            "tls",
+        ],
     ),
     (
         "participants",

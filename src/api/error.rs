@@ -265,6 +265,7 @@ impl From<Error> for Status {
                         match scope {
                             WatchScope::Process => "process".into(),
                             WatchScope::Connection => "connection".into(),
+                            WatchScope::Principal => "principal".into(),
                         },
                     ),
                 ],

@@ -205,8 +205,13 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
     ) -> Result<Response<WatchStream>, Status> {
         let actor = actor(&request)?;
         // The client's connection, for the per-connection cap (tonic's connect info: TCP and
-        // TLS alike).
-        let connection = request.remote_addr();
+        // TLS alike; for the JSON API's streams, the HTTP connection's, carried in-process).
+        let connection = request
+            .remote_addr()
+            .map(|remote| crate::coordinator::WatchConnection {
+                local: request.local_addr(),
+                remote,
+            });
         let changes = self
             .coordinator
             .watch(&actor, &request.get_ref().reservation_id, connection)

@@ -8,7 +8,7 @@ use tokio::net::TcpListener;
 
 use super::data_dir::{self, lock_data_dir};
 use super::{
-    AppError, CoordinatorSettings, bind_http, coordinator_access, listen_addrs,
+    AppError, CoordinatorSettings, bind_http, connection_limits, coordinator_access, listen_addrs,
     serve_coordinator_on, server_tls, start_metrics,
 };
 use crate::config::CoordinatorArgs;
@@ -67,7 +67,8 @@ async fn bind_participant(
         url: format!("{}://{addr}", if tls.is_some() { "https" } else { "http" }),
         timeout: coordinator.participant_timeout,
     });
-    Ok(Listener::new(listener, tls.cloned()))
+    let limits = connection_limits(&coordinator.connections)?;
+    Ok(Listener::new(listener, tls.cloned()).with_limits(limits))
 }
 
 /// Runs the coordinator and every reference participant in one process, all registered with
@@ -103,7 +104,14 @@ pub async fn serve_all_in_one(
             "with --auth-keys the all-in-one's participants require the coordinator role: give --participant-api-key-file with the key of a principal that has it".into(),
         ));
     }
-    start_metrics(coordinator.metrics_listen, tls.as_ref(), &access.auth).await?;
+    let connections = connection_limits(&coordinator.connections)?;
+    start_metrics(
+        coordinator.metrics_listen,
+        tls.as_ref(),
+        &access.auth,
+        connections,
+    )
+    .await?;
     let (store, pdbs, described): (AnyStore, ParticipantDbs, String) = match (backend, &test_clock)
     {
         (_, Some(clock)) => open_on_test_clock(database_url, &coordinator, clock).await?,
@@ -221,7 +229,7 @@ pub async fn serve_all_in_one(
         &described,
         &token_secret_where(&coordinator, database_url),
     );
-    let listener = Listener::new(listener, tls);
+    let listener = Listener::new(listener, tls).with_limits(connections);
     let coordinator_task = serve_coordinator_on(
         settings,
         store,

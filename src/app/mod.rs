@@ -92,12 +92,20 @@ pub async fn run_coordinator(
         participant_transport: participant_transport(&args)?,
         access: coordinator_access(&args, &listen_addrs(&args))?,
     };
+    let connections = connection_limits(&args.connections)?;
     check_participant_transport(&settings, tls.is_some())?;
     db::ensure_database(&args.database_url).await?;
-    start_metrics(args.metrics_listen, tls.as_ref(), &settings.access.auth).await?;
+    start_metrics(
+        args.metrics_listen,
+        tls.as_ref(),
+        &settings.access.auth,
+        connections,
+    )
+    .await?;
     let store = AnyStore::connect(&args.database_url, args.db_pool_size).await?;
     let http = bind_http(&args, tls.as_ref()).await?;
-    let listener = Listener::new(TcpListener::bind(args.listen).await?, tls);
+    let listener =
+        Listener::new(TcpListener::bind(args.listen).await?, tls).with_limits(connections);
     serve_coordinator_with_http(settings, store, listener, http, shutdown).await
 }
 
@@ -119,13 +127,22 @@ pub(super) async fn bind_http(
         return Ok(None);
     };
     let allowed = args.http.allowed_callers().map_err(AppError::Config)?;
+    let limits = connection_limits(&args.connections)?;
     let tcp = TcpListener::bind(addr).await.map_err(|e| {
         AppError::Config(format!("HTTP cannot listen on {addr}: {e} (--http-listen)"))
     })?;
     Ok(Some(HttpListener {
-        listener: Listener::new(tcp, tls.cloned()),
+        listener: Listener::new(tcp, tls.cloned()).with_limits(limits),
         allowed,
     }))
+}
+
+/// What every listener of a role allows its connections (`--header-timeout`,
+/// `--idle-timeout`, `--max-connections`), checked.
+pub(super) fn connection_limits(
+    args: &crate::config::connections::ConnectionArgs,
+) -> Result<crate::conn::ConnectionLimits, AppError> {
+    args.limits().map_err(AppError::Config)
 }
 
 /// The coordinator's authentication, participant credential and token keys, as `args` give
@@ -237,7 +254,14 @@ pub async fn serve_participant(
         .retention
         .participant_keep()
         .map_err(AppError::Config)?;
-    start_metrics(args.metrics.metrics_listen, tls.as_ref(), &auth).await?;
+    let connections = connection_limits(&args.connections)?;
+    start_metrics(
+        args.metrics.metrics_listen,
+        tls.as_ref(),
+        &auth,
+        connections,
+    )
+    .await?;
     let pool: ParticipantDb = match DatabaseKind::of_url(&args.database_url)? {
         DatabaseKind::Postgres => db::connect_postgres(&args.database_url, args.db_pool_size)
             .await?
@@ -246,7 +270,7 @@ pub async fn serve_participant(
             .await?
             .into(),
     };
-    let listener = Listener::new(TcpListener::bind(listen).await?, tls);
+    let listener = Listener::new(TcpListener::bind(listen).await?, tls).with_limits(connections);
     tracing::info!(kind = args.kind.name(), %listen, tls = listener.tls().is_some(), auth = auth.is_on(), "participant serving");
     let kind = args.kind;
     let served = if kind == Kind::StockRedis {
@@ -284,11 +308,13 @@ pub async fn serve_participant(
 /// Reservations per retention batch on SQLite (PostgreSQL takes `retention::MAX_BATCH`).
 const SQLITE_RETENTION_BATCH: u32 = 200;
 
-/// Serves /metrics in the background when an address is configured, over TLS with `tls`.
+/// Serves /metrics in the background when an address is configured, over TLS with `tls`,
+/// its connections under `limits`.
 pub async fn start_metrics(
     addr: Option<std::net::SocketAddr>,
     tls: Option<&ServerTls>,
     auth: &crate::auth::Authenticator,
+    limits: crate::conn::ConnectionLimits,
 ) -> Result<(), AppError> {
     if let Some(addr) = addr {
         // Install the recorder before anything is counted.
@@ -300,7 +326,7 @@ pub async fn start_metrics(
         })?;
         tracing::info!(%addr, tls = tls.is_some(), "metrics on /metrics");
         tokio::spawn(crate::telemetry::serve_metrics(
-            Listener::new(listener, tls.cloned()),
+            Listener::new(listener, tls.cloned()).with_limits(limits),
             auth.clone(),
             std::future::pending(),
         ));

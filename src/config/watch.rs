@@ -1,6 +1,7 @@
-//! The coordinator's bounds on `WatchReservation` streams (#15 item 12): how many may be open
-//! per process and per client connection (beyond, `RESOURCE_EXHAUSTED` reason
-//! `WATCH_LIMIT_EXCEEDED`), and how often one shared read looks for changes made elsewhere.
+//! The coordinator's bounds on `WatchReservation` streams (#15 item 12, SPEC 7.4): how many may
+//! be open per process, per client connection and per principal, over gRPC and SSE alike
+//! (beyond, `RESOURCE_EXHAUSTED` reason `WATCH_LIMIT_EXCEEDED`), and how often one shared read
+//! looks for changes made elsewhere.
 
 use std::time::Duration;
 
@@ -22,6 +23,15 @@ pub struct WatchArgs {
     )]
     pub max_watches_per_connection: usize,
 
+    /// WatchReservation streams (gRPC and SSE) open at once by one principal (with
+    /// authentication off, every caller is the one anonymous principal).
+    #[arg(
+        long,
+        env = "HOLDFAST_MAX_WATCHES_PER_PRINCIPAL",
+        default_value_t = 256
+    )]
+    pub max_watches_per_principal: usize,
+
     /// How often one shared read checks every watched reservation for changes made by other
     /// replicas and for lapsed holds (changes made here reach watchers at once).
     #[arg(long, env = "HOLDFAST_WATCH_POLL_INTERVAL", default_value = "250ms", value_parser = parse_duration)]
@@ -37,6 +47,7 @@ impl WatchArgs {
         Ok(WatchLimits {
             per_process: self.max_watches,
             per_connection: self.max_watches_per_connection,
+            per_principal: self.max_watches_per_principal,
             poll: self.watch_poll_interval,
         })
     }
@@ -47,6 +58,10 @@ impl WatchArgs {
         out.push_str(&format!(
             "max_watches_per_connection = {}\n",
             self.max_watches_per_connection
+        ));
+        out.push_str(&format!(
+            "max_watches_per_principal = {}\n",
+            self.max_watches_per_principal
         ));
         out.push_str(&format!(
             "watch_poll_interval = \"{}ms\"\n",

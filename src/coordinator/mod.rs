@@ -45,7 +45,7 @@ pub use error::Error;
 pub use place::Reserved;
 pub use policy::Policy;
 pub use retention::Retention;
-pub use watchers::{WatchLimits, WatchScope};
+pub use watchers::{WatchConnection, WatchLimits, WatchScope};
 
 use crate::domain::validate::{self, Limits};
 use crate::domain::{Actor, ListQuery, RefundState, Reservation, State, TokenKeys};

@@ -4,7 +4,6 @@
 //! for changes made elsewhere and lazy expiry, the end of streams at shutdown - is
 //! [`super::watchers`].
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -13,7 +12,7 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use uuid::Uuid;
 
-use super::watchers::Watchers;
+use super::watchers::{WatchConnection, Watchers};
 use super::{Coordinator, Error};
 use crate::domain::admin::{AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery};
 use crate::domain::policy::{Backoff, HoldLimits};
@@ -33,17 +32,18 @@ impl Coordinator {
     /// Follows one reservation: as it is now, then each change until it is terminal. Ends
     /// when the stream is dropped, after the first failed read (its error is the last item),
     /// or at shutdown ([`Error::ShuttingDown`] the last item). `connection` is the client's
-    /// address: at most `policy.watch.per_connection` streams per connection and
-    /// `per_process` in all, beyond which it is [`Error::WatchLimit`].
+    /// connection: at most `policy.watch.per_connection` streams per connection,
+    /// `per_principal` per actor's principal and `per_process` in all, beyond which it is
+    /// [`Error::WatchLimit`].
     pub async fn watch(
         &self,
         actor: &Actor,
         id: &str,
-        connection: Option<SocketAddr>,
+        connection: Option<WatchConnection>,
     ) -> Result<impl Stream<Item = Result<Reservation, Error>> + Send + 'static, Error> {
         // An empty id is "not a UUID" here (Get says "is required"): Watch always answered so.
         let id = validate::uuid("reservation_id", id)?;
-        let slot = self.watchers.admit(connection)?;
+        let slot = self.watchers.admit(&actor.principal, connection)?;
         // Subscribe before the first read, so no change falls between the two.
         let mut changes = self.watchers.subscribe(id, &self.store);
         let first = self.read(id).await?;

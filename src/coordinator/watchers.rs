@@ -9,9 +9,11 @@
 //!   full only those that changed. It runs while anything is watched. (Not PostgreSQL
 //!   `LISTEN/NOTIFY`: a notifying transaction takes a database-wide lock through its commit,
 //!   which would serialise every write of the hot path for the sake of a few watchers.)
-//! - **Caps.** At most `per_process` streams open at once, and `per_connection` per client
-//!   connection (its remote address); beyond, [`Error::WatchLimit`]. A stream's [`Slot`] is
-//!   freed when it ends or its client goes away.
+//! - **Caps.** At most `per_process` streams open at once, `per_connection` per client
+//!   connection (its two addresses; an HTTP connection's for a JSON API stream) and
+//!   `per_principal` per caller (the anonymous caller of an auth-off server is one); beyond,
+//!   [`Error::WatchLimit`] naming the cap. A stream's [`Slot`] is freed when it ends or its
+//!   client goes away.
 //! - **Shutdown.** [`Watchers::close`] ends every open stream with [`Error::ShuttingDown`] and
 //!   refuses new ones, so a graceful shutdown does not wait for streams that could run until
 //!   their hold's `max_ttl`.
@@ -35,6 +37,8 @@ pub struct WatchLimits {
     pub per_process: usize,
     /// Streams open at once on one client connection.
     pub per_connection: usize,
+    /// Streams open at once by one principal.
+    pub per_principal: usize,
     /// How often the shared poller reads the version of every watched reservation.
     pub poll: Duration,
 }
@@ -44,6 +48,7 @@ impl Default for WatchLimits {
         WatchLimits {
             per_process: 1024,
             per_connection: 32,
+            per_principal: 256,
             poll: Duration::from_millis(250),
         }
     }
@@ -54,6 +59,15 @@ impl Default for WatchLimits {
 pub enum WatchScope {
     Process,
     Connection,
+    Principal,
+}
+
+/// The client connection a stream came on: both its ends, so connections from one client port
+/// to two listeners are two.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WatchConnection {
+    pub local: Option<SocketAddr>,
+    pub remote: SocketAddr,
 }
 
 /// What watchers last saw of a reservation: (version, lapsed).
@@ -80,7 +94,8 @@ impl Channel {
 struct Inner {
     channels: HashMap<Uuid, Channel>,
     open: usize,
-    per_connection: HashMap<SocketAddr, usize>,
+    per_connection: HashMap<WatchConnection, usize>,
+    per_principal: HashMap<String, usize>,
     polling: bool,
 }
 
@@ -94,20 +109,27 @@ pub struct Watchers {
 /// A stream's place under the caps; given back when dropped.
 pub struct Slot {
     watchers: Arc<Watchers>,
-    connection: Option<SocketAddr>,
+    connection: Option<WatchConnection>,
+    principal: String,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut inner = self.watchers.lock();
         inner.open = inner.open.saturating_sub(1);
-        if let Some(c) = self.connection
-            && let Some(n) = inner.per_connection.get_mut(&c)
-        {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                inner.per_connection.remove(&c);
-            }
+        if let Some(c) = self.connection {
+            release(&mut inner.per_connection, &c);
+        }
+        release(&mut inner.per_principal, &self.principal);
+    }
+}
+
+/// One stream fewer under `key`'s count (forgotten at zero).
+fn release<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, usize>, key: &K) {
+    if let Some(n) = counts.get_mut(key) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            counts.remove(key);
         }
     }
 }
@@ -133,32 +155,39 @@ impl Watchers {
         }
     }
 
-    /// Takes a slot for one more stream from `connection`, or says which cap is full.
-    pub fn admit(self: &Arc<Self>, connection: Option<SocketAddr>) -> Result<Slot, Error> {
+    /// Takes a slot for one more stream by `principal` (empty: the anonymous caller) from
+    /// `connection`, or says which cap is full (nothing taken then).
+    pub fn admit(
+        self: &Arc<Self>,
+        principal: &str,
+        connection: Option<WatchConnection>,
+    ) -> Result<Slot, Error> {
         if *self.closing.borrow() {
             return Err(Error::ShuttingDown);
         }
+        let limits = self.limits;
+        let full = |limit, scope| Err(Error::WatchLimit { limit, scope });
         let mut inner = self.lock();
-        if inner.open >= self.limits.per_process {
-            return Err(Error::WatchLimit {
-                limit: self.limits.per_process,
-                scope: WatchScope::Process,
-            });
+        if inner.open >= limits.per_process {
+            return full(limits.per_process, WatchScope::Process);
+        }
+        let on_connection =
+            connection.map_or(0, |c| inner.per_connection.get(&c).copied().unwrap_or(0));
+        if connection.is_some() && on_connection >= limits.per_connection {
+            return full(limits.per_connection, WatchScope::Connection);
+        }
+        if inner.per_principal.get(principal).copied().unwrap_or(0) >= limits.per_principal {
+            return full(limits.per_principal, WatchScope::Principal);
         }
         if let Some(c) = connection {
-            let n = inner.per_connection.entry(c).or_default();
-            if *n >= self.limits.per_connection {
-                return Err(Error::WatchLimit {
-                    limit: self.limits.per_connection,
-                    scope: WatchScope::Connection,
-                });
-            }
-            *n += 1;
+            *inner.per_connection.entry(c).or_default() += 1;
         }
+        *inner.per_principal.entry(principal.to_owned()).or_default() += 1;
         inner.open += 1;
         Ok(Slot {
             watchers: self.clone(),
             connection,
+            principal: principal.to_owned(),
         })
     }
 

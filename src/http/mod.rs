@@ -26,14 +26,17 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
+use tonic::transport::server::TcpConnectInfo;
 
 use crate::auth::{Authenticator, VerifiedClientCertificates};
 use crate::server::InProcess;
-use crate::tls::Listener;
+use crate::tls::{Listener, ServerTls};
 
 use credentials::{Credentials, HttpPeer};
 pub use error::{ApiError, http_status};
@@ -119,7 +122,9 @@ fn router(service: HttpService, rules: guard::CallerRules) -> Router {
 }
 
 /// Serves [`router`] on `listener` (TLS when it has a certificate) until `shutdown`, then
-/// lets open requests finish (Watch streams end when the coordinator closes them).
+/// lets open requests finish (Watch streams end when the coordinator closes them). Its
+/// connections are bounded by the listener's limits (`crate::conn`): a request open (an SSE
+/// stream included) keeps its connection from counting as idle.
 pub async fn serve(
     listener: HttpListener,
     service: HttpService,
@@ -127,50 +132,95 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let HttpListener { listener, allowed } = listener;
     let rules = guard::CallerRules::new(listener.local_addr()?, listener.tls().is_some(), allowed);
-    // Each request knows its connection's peer: the client certificate it proved, if any.
-    let app = router(service, rules).into_make_service_with_connect_info::<HttpPeer>();
-    let (tcp, tls) = listener.into_parts();
-    match tls {
-        None => axum::serve(tcp, app).with_graceful_shutdown(shutdown).await,
-        Some(tls) => {
-            let incoming = crate::tls::incoming::http1_stream(tcp, tls);
-            axum::serve(TlsIncoming { incoming }, app)
-                .with_graceful_shutdown(shutdown)
-                .await
+    let app = router(service, rules).layer(crate::conn::TrackLayer::new(open_on));
+    let limits = listener.limits();
+    match listener.into_parts() {
+        (tcp, None) => {
+            let incoming = HttpIncoming(crate::conn::accept_plain(tcp, limits));
+            serve_on(incoming, app, shutdown).await
+        }
+        (tcp, Some(tls)) => {
+            let incoming = crate::conn::accept_tls(tcp, limits, tls, ServerTls::http1_config);
+            serve_on(HttpIncoming(incoming), app, shutdown).await
         }
     }
 }
 
-/// Handshaken TLS connections (handshakes run concurrently, each with a deadline: a silent
-/// client cannot hold up the others) as an axum listener.
-struct TlsIncoming {
-    incoming: tokio::sync::mpsc::Receiver<
-        std::io::Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>,
-    >,
+async fn serve_on<IO: HttpIo>(
+    incoming: HttpIncoming<IO>,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    // Each request knows its connection's peer: its addresses, the client certificate it
+    // proved, if any.
+    let app = app.into_make_service_with_connect_info::<HttpPeer>();
+    axum::serve(incoming, app)
+        .with_graceful_shutdown(shutdown)
+        .await
 }
 
-impl axum::serve::Listener for TlsIncoming {
-    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+/// The connection a request came on, for [`crate::conn::TrackLayer`].
+fn open_on(extensions: &mut axum::http::Extensions) -> Option<crate::conn::Active> {
+    extensions
+        .get::<ConnectInfo<HttpPeer>>()
+        .and_then(|peer| peer.0.active.clone())
+}
+
+/// A connection the HTTP listener serves: plaintext TCP or TLS over it.
+trait HttpIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static {
+    fn tcp(&self) -> &TcpStream;
+
+    /// The client certificate chain its handshake verified: present only when the listener
+    /// requires client certificates, and then verified against `--tls-client-ca`.
+    fn certificates(&self) -> Option<VerifiedClientCertificates> {
+        None
+    }
+}
+
+impl HttpIo for TcpStream {
+    fn tcp(&self) -> &TcpStream {
+        self
+    }
+}
+
+impl HttpIo for TlsStream<TcpStream> {
+    fn tcp(&self) -> &TcpStream {
+        self.get_ref().0
+    }
+
+    fn certificates(&self) -> Option<VerifiedClientCertificates> {
+        self.get_ref().1.peer_certificates().map(|chain| {
+            VerifiedClientCertificates(Arc::new(
+                chain.iter().map(|c| c.clone().into_owned()).collect(),
+            ))
+        })
+    }
+}
+
+/// Accepted connections (handshakes run concurrently, each within the header timeout: a
+/// silent client cannot hold up the others) as an axum listener.
+struct HttpIncoming<IO>(crate::conn::Accepted<IO>);
+
+impl<IO: HttpIo> axum::serve::Listener for HttpIncoming<IO> {
+    type Io = crate::conn::Guarded<IO>;
     type Addr = HttpPeer;
 
     async fn accept(&mut self) -> (Self::Io, HttpPeer) {
-        loop {
-            match self.incoming.recv().await {
-                Some(Ok(stream)) => {
-                    // Present only when the listener requires client certificates, and then
-                    // verified against `--tls-client-ca` by the handshake.
-                    let certificates = stream.get_ref().1.peer_certificates().map(|chain| {
-                        VerifiedClientCertificates(Arc::new(
-                            chain.iter().map(|c| c.clone().into_owned()).collect(),
-                        ))
-                    });
-                    return (stream, HttpPeer { certificates });
-                }
-                Some(Err(e)) => tracing::info!(error = %e, "HTTP connection failed"),
-                // The accepting task ended (its listener failed for good): nothing will come.
-                None => std::future::pending::<()>().await,
-            }
-        }
+        let Some(connection) = self.0.next().await else {
+            // The accepting task ended (its listener failed for good): nothing will come.
+            return std::future::pending().await;
+        };
+        let io = connection.get_ref();
+        let tcp = io.tcp();
+        let peer = HttpPeer {
+            certificates: io.certificates(),
+            connection: Some(TcpConnectInfo {
+                local_addr: tcp.local_addr().ok(),
+                remote_addr: tcp.peer_addr().ok(),
+            }),
+            active: Some(connection.active()),
+        };
+        (connection, peer)
     }
 
     /// The listener's own end proves nothing.
@@ -179,10 +229,11 @@ impl axum::serve::Listener for TlsIncoming {
     }
 }
 
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsIncoming>>
+impl<IO: HttpIo>
+    axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, HttpIncoming<IO>>>
     for HttpPeer
 {
-    fn connect_info(stream: axum::serve::IncomingStream<'_, TlsIncoming>) -> HttpPeer {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, HttpIncoming<IO>>) -> HttpPeer {
         stream.remote_addr().clone()
     }
 }

@@ -15,6 +15,7 @@ mod cli;
 mod client;
 mod concurrency;
 mod concurrent_payments;
+mod connections;
 mod db_clock;
 mod end_to_end;
 mod error_classes;

@@ -68,6 +68,7 @@ async fn watches_beyond_the_caps_are_refused_and_a_closed_stream_frees_its_slot(
         WatchLimits {
             per_process: 3,
             per_connection: 2,
+            per_principal: 256,
             poll: Duration::from_millis(250),
         },
     );
@@ -145,6 +146,7 @@ async fn a_change_made_by_another_replica_reaches_watchers_through_one_shared_po
         WatchLimits {
             per_process: 1000,
             per_connection: 1000,
+            per_principal: 1000,
             poll: Duration::from_millis(100),
         },
     );
@@ -265,4 +267,100 @@ async fn a_watcher_sees_trying_then_rejected(pool: PgPool) {
         seen.push(state_of(&msg));
     }
     assert_eq!(seen, [State::Rejected], "after TRYING");
+}
+
+/// A watch of `r` asked with `key`, its first image read.
+async fn watch_as(
+    client: &mut CoordinatorClient<Channel>,
+    r: &proto::Reservation,
+    key: &str,
+) -> Result<Streaming<proto::Reservation>, Status> {
+    let request = crate::auth::keyed(
+        proto::WatchReservationRequest {
+            reservation_id: r.id.clone(),
+        },
+        key,
+    );
+    let mut stream = client.watch_reservation(request).await?.into_inner();
+    let first = stream.message().await?.expect("a first image");
+    assert_eq!(first.id, r.id);
+    Ok(stream)
+}
+
+/// A fresh connection to the coordinator at `app`.
+async fn connect(app: &crate::common::TestApp) -> CoordinatorClient<Channel> {
+    CoordinatorClient::connect(format!("http://{}", app.addr))
+        .await
+        .unwrap()
+}
+
+#[sqlx::test(migrations = false)]
+async fn one_principal_cannot_take_every_watch_over_any_number_of_connections(pool: PgPool) {
+    const PER_PRINCIPAL: usize = 3;
+    let fakes = spawn_fakes(&["seats"]).await;
+    let cast = crate::auth::Cast::new();
+    let s = with_watch(
+        crate::auth::secured_settings(&cast, &[("seats", &fakes.get("seats").url)]),
+        WatchLimits {
+            per_process: 100,
+            per_connection: 100,
+            per_principal: PER_PRINCIPAL,
+            poll: Duration::from_millis(250),
+        },
+    );
+    let app = spawn_app(pool, s).await;
+    let (shop, stranger) = (cast.shop.key.as_str(), cast.stranger.key.as_str());
+    let mut mine = Vec::new();
+    for i in 0..=PER_PRINCIPAL {
+        let mut client = connect(&app).await;
+        let request =
+            crate::auth::reserve_seat(&format!("p{i}"), &format!("h{i}"), &format!("S{i}"));
+        let r = client
+            .reserve(crate::auth::keyed(request, shop))
+            .await
+            .unwrap();
+        mine.push(r.into_inner());
+    }
+    let mut client = connect(&app).await;
+    let request = crate::auth::reserve_seat("theirs", "them", "T1");
+    let theirs = client
+        .reserve(crate::auth::keyed(request, stranger))
+        .await
+        .unwrap()
+        .into_inner();
+
+    // The cap, each stream on a connection of its own: the next one is refused, naming it.
+    let mut open = Vec::new();
+    for r in &mine[..PER_PRINCIPAL] {
+        open.push(watch_as(&mut connect(&app).await, r, shop).await.unwrap());
+    }
+    let err = watch_as(&mut connect(&app).await, &mine[PER_PRINCIPAL], shop)
+        .await
+        .unwrap_err();
+    assert_watch_limit(&err, "principal");
+    assert_eq!(error_metadata(&err)["limit"], PER_PRINCIPAL.to_string());
+    assert!(
+        err.message().contains("--max-watches-per-principal"),
+        "{err:?}"
+    );
+    // Another principal still watches.
+    let _theirs = watch_as(&mut connect(&app).await, &theirs, stranger)
+        .await
+        .unwrap();
+    // A stream closed gives the principal its place back (once the server saw it go).
+    open.pop();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let _again = loop {
+        match watch_as(&mut connect(&app).await, &mine[PER_PRINCIPAL], shop).await {
+            Ok(stream) => break stream,
+            Err(e) => {
+                assert_watch_limit(&e, "principal");
+                assert!(
+                    Instant::now() < deadline,
+                    "the closed stream's place never came back"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
 }

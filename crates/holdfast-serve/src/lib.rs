@@ -5,6 +5,8 @@
 //! - [`server`]: one gRPC port - TLS when configured, the auth layer, health, reflection of
 //!   the port's own services, the overload layers, a trace span per call; and the in-process
 //!   path to the same routes.
+//! - [`conn`]: what an idle or slow peer can hold on any listener: a connection cap, a
+//!   header timeout, an idle timeout.
 //! - [`tls`]: transport security in one place (served certificates, client CAs, the
 //!   `https://` connector, one ring crypto provider); [`watched`]: files re-read on change.
 //! - [`auth`]: API keys and roles, who calls and whether they may (`--auth-keys`).
@@ -20,6 +22,7 @@
 pub mod db;
 
 pub mod auth;
+pub mod conn;
 pub mod digest;
 pub mod propagation;
 pub mod server;

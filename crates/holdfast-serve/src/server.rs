@@ -4,7 +4,8 @@
 //! handler runs, and carries its caller), and the same overload protection: a per-request deadline (the client's `grpc-timeout`, capped), a global
 //! cap on requests in flight beyond which requests are shed at once with `RESOURCE_EXHAUSTED`
 //! rather than queued, HTTP/2 keepalive, and no Nagle delay. A [`Listener`] with TLS serves
-//! TLS only (`crate::tls`); without, tonic's plain TCP path runs with nothing added.
+//! TLS only (`crate::tls`); either way its connections are bounded by `crate::conn` (a cap
+//! per listener, a header timeout, an idle timeout).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,7 +16,7 @@ use std::time::Duration;
 use tonic::service::Routes;
 
 use crate::auth::Authenticator;
-use crate::tls::Listener;
+use crate::tls::{Listener, ServerTls};
 
 /// Failure to start or run a gRPC server.
 #[derive(Debug, thiserror::Error)]
@@ -124,11 +125,13 @@ pub async fn serve_with(
         .trace_fn(crate::propagation::server_span)
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-        // Outermost first: admit the caller (a refusal takes no slot), refuse at once when full
+        // Outermost first: count the request open on its connection (so it is not idle) and
+        // give tonic back the connection's own connect info, admit the caller (a refusal takes no slot), refuse at once when full
         // (tonic answers RESOURCE_EXHAUSTED), count requests in flight across all
         // connections, then bound each request's time.
         .layer(
             tower::ServiceBuilder::new()
+                .layer(crate::conn::TrackLayer::grpc())
                 .layer(AuthLayer { auth: auth.clone() })
                 .layer(ShedLayer)
                 .load_shed()
@@ -140,19 +143,19 @@ pub async fn serve_with(
                 }),
         )
         .add_routes(routes);
+    // Every connection under the listener's limits (`crate::conn`): a place under the cap, a
+    // complete head within the header timeout, closed when idle.
+    let limits = listener.limits();
     match listener.into_parts() {
-        // No Nagle delay: every TCC step is a small request waiting on a small answer.
         (tcp, None) => {
             router
-                .serve_with_incoming_shutdown(
-                    tonic::transport::server::TcpIncoming::from(tcp).with_nodelay(Some(true)),
-                    shutdown,
-                )
+                .serve_with_incoming_shutdown(crate::conn::accept_plain(tcp, limits), shutdown)
                 .await?
         }
         (tcp, Some(tls)) => {
+            let incoming = crate::conn::accept_tls(tcp, limits, tls, ServerTls::grpc_config);
             router
-                .serve_with_incoming_shutdown(crate::tls::incoming::grpc(tcp, tls), shutdown)
+                .serve_with_incoming_shutdown(incoming, shutdown)
                 .await?
         }
     }

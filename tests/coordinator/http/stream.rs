@@ -131,3 +131,144 @@ async fn probes_metrics_and_security_headers(pool: PgPool) {
     let api = get(&app, "/v1/reservations", None).await;
     assert_eq!(api.headers["x-content-type-options"], "nosniff");
 }
+
+/// Opens `url` as an event stream with `key` and reads its first event: the open response,
+/// its body kept by the caller.
+async fn open_stream(url: &str, key: &str) -> axum::body::Body {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let request = axum::http::Request::get(url)
+        .header("authorization", format!("Bearer {key}"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let first = tokio::time::timeout(Duration::from_secs(10), body.frame())
+        .await
+        .expect("a first event within 10 s")
+        .expect("a first event")
+        .unwrap();
+    let first = String::from_utf8_lossy(first.data_ref().expect("data")).into_owned();
+    assert!(first.starts_with("event: reservation"), "{first}");
+    axum::body::Body::new(body)
+}
+
+/// The JSON error a watch of `url` asked with `key` is answered; fails at once if a stream
+/// opens instead.
+async fn refused_watch(url: &str, key: &str) -> super::Answer {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let request = axum::http::Request::get(url)
+        .header("authorization", format!("Bearer {key}"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    let status = response.status().as_u16();
+    assert_ne!(status, 200, "the watch was not refused: a stream opened");
+    let headers = response.headers().clone();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let json = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+    super::Answer {
+        status,
+        headers,
+        text,
+        json,
+    }
+}
+
+/// Settings with the cast's principals and `watch` caps.
+fn capped(
+    cast: &crate::auth::Cast,
+    seats: &str,
+    watch: holdfast::coordinator::WatchLimits,
+) -> holdfast::app::CoordinatorSettings {
+    let mut s = crate::auth::secured_settings(cast, &[("seats", seats)]);
+    s.policy.watch = watch;
+    s
+}
+
+/// A reservation of `principal` (by key), over gRPC.
+async fn reserved_by(app: &super::HttpApp, key: &str, id: &str) -> String {
+    let request = crate::auth::reserve_seat(id, &format!("h-{id}"), id);
+    app.grpc
+        .clone()
+        .reserve(crate::auth::keyed(request, key))
+        .await
+        .unwrap()
+        .into_inner()
+        .id
+}
+
+#[sqlx::test]
+async fn the_principal_cap_counts_sse_and_grpc_watches_together(pool: PgPool) {
+    let fakes = spawn_fakes(&["seats"]).await;
+    let cast = crate::auth::Cast::new();
+    let limits = holdfast::coordinator::WatchLimits {
+        per_process: 100,
+        per_connection: 100,
+        per_principal: 2,
+        poll: Duration::from_millis(250),
+    };
+    let app = spawn_http(pool, capped(&cast, &fakes.get("seats").url, limits)).await;
+    let (shop, stranger) = (cast.shop.key.as_str(), cast.stranger.key.as_str());
+    let mine = [
+        reserved_by(&app, shop, "A1").await,
+        reserved_by(&app, shop, "A2").await,
+        reserved_by(&app, shop, "A3").await,
+    ];
+    let theirs = reserved_by(&app, stranger, "B1").await;
+    let watch_url = |id: &str| format!("{}/v1/reservations/{id}:watch", app.base);
+
+    // One stream over gRPC and one as SSE: the principal's cap is reached.
+    let mut grpc = app
+        .grpc
+        .clone()
+        .watch_reservation(crate::auth::keyed(
+            holdfast::proto::WatchReservationRequest {
+                reservation_id: mine[0].clone(),
+            },
+            shop,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    grpc.message().await.unwrap().expect("a first image");
+    let _sse = open_stream(&watch_url(&mine[1]), shop).await;
+    // The next, as SSE on a connection of its own, is refused naming the cap.
+    let refused = refused_watch(&watch_url(&mine[2]), shop).await;
+    refused.assert_error(429, "RESOURCE_EXHAUSTED", "WATCH_LIMIT_EXCEEDED");
+    assert_eq!(
+        refused.json["metadata"]["scope"], "principal",
+        "{refused:?}"
+    );
+    assert!(
+        refused.text.contains("--max-watches-per-principal"),
+        "{refused:?}"
+    );
+    // Another principal still watches.
+    let _theirs = open_stream(&watch_url(&theirs), stranger).await;
+}
+
+#[sqlx::test]
+async fn an_sse_stream_counts_against_its_http_connection(pool: PgPool) {
+    let fakes = spawn_fakes(&["seats"]).await;
+    let cast = crate::auth::Cast::new();
+    // No stream allowed on any one connection: an SSE stream is refused only if it is
+    // counted against its HTTP connection.
+    let limits = holdfast::coordinator::WatchLimits {
+        per_process: 100,
+        per_connection: 0,
+        per_principal: 100,
+        poll: Duration::from_millis(250),
+    };
+    let app = spawn_http(pool, capped(&cast, &fakes.get("seats").url, limits)).await;
+    let shop = cast.shop.key.as_str();
+    let id = reserved_by(&app, shop, "A1").await;
+    let url = format!("{}/v1/reservations/{id}:watch", app.base);
+    let refused = refused_watch(&url, shop).await;
+    refused.assert_error(429, "RESOURCE_EXHAUSTED", "WATCH_LIMIT_EXCEEDED");
+    assert_eq!(
+        refused.json["metadata"]["scope"], "connection",
+        "{refused:?}"
+    );
+}

@@ -17,6 +17,7 @@ max_extensions = 4
 redis_url = "redis://:hunter2@cache:6379/0"
 redis_retention = "48h"
 redis_prefix = "hf:shop-a:"
+idle_timeout = "2m"
 [participants]
 seats = "http://127.0.0.1:50061"
 stock = { url = "http://127.0.0.1:50062", timeout = "1s" }
@@ -24,9 +25,17 @@ stock = { url = "http://127.0.0.1:50062", timeout = "1s" }
     )
     .unwrap();
     let out = run_holdfast(
-        &["coordinator", "--print-config", "--default-ttl", "7m"],
+        &[
+            "coordinator",
+            "--print-config",
+            "--default-ttl",
+            "7m",
+            "--header-timeout",
+            "3s",
+        ],
         &[
             ("HOLDFAST_CONFIG", file.to_str().unwrap()),
+            ("HOLDFAST_MAX_CONNECTIONS", "500"),
             ("HOLDFAST_MAX_TTL", "2h"),
             ("DATABASE_URL", "postgres://app:s3cret@db:5432/holdfast"),
         ],
@@ -50,6 +59,10 @@ stock = { url = "http://127.0.0.1:50062", timeout = "1s" }
         "redis_url = \"redis://:***@cache:6379/0\"",              // file, masked too
         "redis_retention = \"172800000ms\"",                      // file
         "redis_prefix = \"hf:shop-a:\"",                          // file
+        "header_timeout = \"3000ms\"",                            // flag
+        "idle_timeout = \"120000ms\"",                            // file
+        "max_connections = 500",                                  // env
+        "max_watches_per_principal = 256",                        // default
     ] {
         assert!(
             printed.lines().any(|l| l == line),

@@ -3,14 +3,14 @@
 //! participants ([`ClientTls`]), and the one rustls crypto provider of the process (ring).
 //!
 //! Both sides re-read their certificate files when they change ([`reload`]), so certificates
-//! can be renewed without a restart. Servers accept TLS connections through [`incoming`]
-//! (handshakes run concurrently, each with a deadline); clients connect through [`connector`]:
-//! an `https://` URL is only ever reached over verified TLS, never plaintext. With TLS off,
-//! none of this runs: the servers take tonic's plain TCP path.
+//! can be renewed without a restart. Servers accept TLS connections through `crate::conn`
+//! (handshakes, [`incoming`], run concurrently within the listener's header timeout); clients
+//! connect through [`connector`]: an `https://` URL is only ever reached over verified TLS,
+//! never plaintext. With TLS off, none of this runs: the servers take `crate::conn`'s plain path.
 
 mod connector;
 mod database;
-pub mod incoming;
+pub(crate) mod incoming;
 mod listener;
 mod material;
 mod pin;
