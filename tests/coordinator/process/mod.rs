@@ -15,6 +15,7 @@ mod config;
 mod crash;
 mod dashboards;
 mod deploy;
+mod docker_context;
 mod shutdown;
 mod split;
 mod stock_redis;
