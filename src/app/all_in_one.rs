@@ -71,6 +71,35 @@ async fn bind_participant(
     Ok(Listener::new(listener, tls.cloned()).with_limits(limits))
 }
 
+/// Registers the participants the operator gave (`--participant NAME=URL`,
+/// `HOLDFAST_PARTICIPANTS`, the TOML file) beside the built-in ones (SPEC 13), in `registry`;
+/// a name of a built-in one is refused, whether or not it runs here.
+fn register_given(
+    coordinator: &CoordinatorArgs,
+    registry: &mut Vec<ParticipantEndpoint>,
+) -> Result<(), AppError> {
+    use clap::ValueEnum;
+    for given in coordinator.endpoints() {
+        let built_in = Kind::value_variants()
+            .iter()
+            .any(|kind| kind.name() == given.name);
+        if built_in {
+            return Err(AppError::Config(format!(
+                "--participant {}={}: the all-in-one runs a participant named {:?} itself; give yours another name",
+                given.name, given.url, given.name
+            )));
+        }
+        if registry.iter().any(|p| p.name == given.name) {
+            return Err(AppError::Config(format!(
+                "--participant {}: given twice",
+                given.name
+            )));
+        }
+        registry.push(given);
+    }
+    Ok(())
+}
+
 /// Runs the coordinator and every reference participant in one process, all registered with
 /// the coordinator over real gRPC on loopback, and the metrics listener, until `shutdown`.
 /// With `--tls-cert`, every port serves TLS.
@@ -206,6 +235,7 @@ pub async fn serve_all_in_one(
                 })
         });
     }
+    register_given(&coordinator, &mut participants)?;
     let settings = CoordinatorSettings {
         participants,
         limits: coordinator.limits().map_err(AppError::Config)?,

@@ -16,6 +16,7 @@ mod crash;
 mod dashboards;
 mod deploy;
 mod docker_context;
+mod given_participants;
 mod shutdown;
 mod split;
 mod stock_redis;
