@@ -13,10 +13,8 @@ use crate::common::{hold, reserve_request, spawn_fakes, state_of};
 async fn the_all_in_one_registers_a_participant_it_is_given() {
     let fakes = spawn_fakes(&["car-park"]).await;
     let url = fakes.get("car-park").url.clone();
-    let dir = std::env::temp_dir().join(format!(
-        "holdfast-given-{}",
-        uuid::Uuid::new_v4().simple()
-    ));
+    let dir =
+        std::env::temp_dir().join(format!("holdfast-given-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).expect("temp folder");
     let listen = listen_addr(22);
     let log = dir.join("holdfast.log");
