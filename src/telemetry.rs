@@ -226,11 +226,7 @@ pub async fn serve_metrics(
 fn verified_certificates(
     stream: &tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
 ) -> Option<crate::auth::VerifiedClientCertificates> {
-    stream.get_ref().1.peer_certificates().map(|chain| {
-        crate::auth::VerifiedClientCertificates(std::sync::Arc::new(
-            chain.iter().map(|c| c.clone().into_owned()).collect(),
-        ))
-    })
+    crate::auth::VerifiedClientCertificates::verified_by(stream.get_ref().1)
 }
 
 /// Answers each connection of `incoming` (`certificates`: what its handshake verified).

@@ -110,8 +110,21 @@ pub fn reservation(r: &proto::Reservation, now: DateTime<Utc>) -> String {
         out.push_str(&format!("{name:<12}{value}\n"));
     }
     out.push('\n');
-    let branches: Vec<Vec<String>> = r
-        .branches
+    out.push_str(&branches(&r.branches));
+    if !r.payments.is_empty() {
+        out.push('\n');
+        out.push_str(&payments(&r.payments));
+    }
+    if !r.audit.is_empty() {
+        out.push('\n');
+        out.push_str(&audit(&r.audit));
+    }
+    out
+}
+
+/// The branches table: each hold, its state, attempts and last error.
+fn branches(branches: &[proto::Branch]) -> String {
+    let rows: Vec<Vec<String>> = branches
         .iter()
         .map(|b| {
             vec![
@@ -124,7 +137,7 @@ pub fn reservation(r: &proto::Reservation, now: DateTime<Utc>) -> String {
             ]
         })
         .collect();
-    out.push_str(&table(
+    table(
         &[
             "PARTICIPANT",
             "RESOURCE",
@@ -133,17 +146,8 @@ pub fn reservation(r: &proto::Reservation, now: DateTime<Utc>) -> String {
             "ATTEMPTS",
             "LAST ERROR",
         ],
-        &branches,
-    ));
-    if !r.payments.is_empty() {
-        out.push('\n');
-        out.push_str(&payments(&r.payments));
-    }
-    if !r.audit.is_empty() {
-        out.push('\n');
-        out.push_str(&audit(&r.audit));
-    }
-    out
+        &rows,
+    )
 }
 
 /// The payments table: every recorded payment and what became of it.

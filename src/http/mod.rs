@@ -189,11 +189,7 @@ impl HttpIo for TlsStream<TcpStream> {
     }
 
     fn certificates(&self) -> Option<VerifiedClientCertificates> {
-        self.get_ref().1.peer_certificates().map(|chain| {
-            VerifiedClientCertificates(Arc::new(
-                chain.iter().map(|c| c.clone().into_owned()).collect(),
-            ))
-        })
+        VerifiedClientCertificates::verified_by(self.get_ref().1)
     }
 }
 

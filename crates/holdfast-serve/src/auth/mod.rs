@@ -91,6 +91,17 @@ impl Role {
 #[derive(Clone, Debug)]
 pub struct VerifiedClientCertificates(pub Arc<Vec<CertificateDer<'static>>>);
 
+impl VerifiedClientCertificates {
+    /// The chain `connection`'s handshake verified, if its listener asked for one.
+    pub fn verified_by(connection: &rustls::ServerConnection) -> Option<Self> {
+        connection.peer_certificates().map(|chain| {
+            VerifiedClientCertificates(Arc::new(
+                chain.iter().map(|c| c.clone().into_owned()).collect(),
+            ))
+        })
+    }
+}
+
 /// The authenticated caller of one request: a principal and its roles.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Caller {
