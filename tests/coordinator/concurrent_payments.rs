@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use holdfast::api::error::refund_detail;
-use holdfast::participants::Kind;
 use holdfast::proto;
 use holdfast::proto::reservation::State;
 use sqlx::PgPool;
@@ -24,19 +23,8 @@ const REPEATS: usize = 3;
 /// transactions of concurrent decisions and refunds overlap as they do under load.
 const DATABASE_LATENCY: Duration = Duration::from_millis(2);
 
-struct Shop {
-    seats: String,
-    payments: String,
-}
-
 async fn shop(pool: &PgPool) -> Shop {
-    let shop = Shop {
-        seats: spawn_participant(Kind::Seats, pool).await,
-        payments: spawn_participant(Kind::Payments, pool).await,
-    };
-    put_resources(&shop.seats, &[("A1", 1)]).await;
-    put_resources(&shop.payments, &[("card-1", 10_000_000)]).await;
-    shop
+    Shop::open(pool, 10_000_000).await
 }
 
 /// A Confirm of `r` citing each of `payments`, from a client of its own, all at once; the

@@ -16,19 +16,8 @@ use tonic::Code;
 
 use crate::common::*;
 
-struct Shop {
-    seats: String,
-    payments: String,
-}
-
 async fn shop(pool: &PgPool) -> Shop {
-    let shop = Shop {
-        seats: spawn_participant(Kind::Seats, pool).await,
-        payments: spawn_participant(Kind::Payments, pool).await,
-    };
-    put_resources(&shop.seats, &[("A1", 1)]).await;
-    put_resources(&shop.payments, &[("card-1", 100_000)]).await;
-    shop
+    Shop::open(pool, 100_000).await
 }
 
 fn settings_for(shop: &Shop, payments_url: &str) -> CoordinatorSettings {

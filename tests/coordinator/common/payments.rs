@@ -165,3 +165,23 @@ pub async fn spawn_payments_gate(target: &str) -> PaymentsGate {
         refund_calls,
     }
 }
+
+/// A real seats and payments participant on one database: seat `A1` for one, and `card-1`
+/// holding `balance` minor units.
+pub struct Shop {
+    pub seats: String,
+    pub payments: String,
+}
+
+impl Shop {
+    pub async fn open(pool: &sqlx::PgPool, balance: i64) -> Shop {
+        use holdfast::participants::Kind;
+        let shop = Shop {
+            seats: super::spawn_participant(Kind::Seats, pool).await,
+            payments: super::spawn_participant(Kind::Payments, pool).await,
+        };
+        super::put_resources(&shop.seats, &[("A1", 1)]).await;
+        super::put_resources(&shop.payments, &[("card-1", balance)]).await;
+        shop
+    }
+}
