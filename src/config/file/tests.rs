@@ -21,7 +21,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Role {
     Coordinator(Box<CoordinatorArgs>),
-    Participant(ParticipantArgs),
+    Participant(Box<ParticipantArgs>),
 }
 
 /// The flags of `role` (the top level with `None`) a file may set.
