@@ -1,12 +1,13 @@
 //! Configuration: one struct per role. Each setting comes from, in order of precedence, its
 //! flag, its `HOLDFAST_*` environment variable, the TOML file named by `--config` /
-//! `HOLDFAST_CONFIG` (keys are the flag names with `_` for `-`), then the built-in default.
-//! The file's settings become the flags' defaults before parsing ([`apply_config_file`]), so
-//! every value, wherever it came from, is checked by the same parser.
+//! `HOLDFAST_CONFIG` (keys are the flag names with `_` for `-`, read by [`file`]), then the
+//! built-in default. The file's settings become the flags' defaults before parsing
+//! ([`apply_config_file`]), so every value, wherever it came from, is checked by the same parser.
 //! The TLS settings of every role live in [`tls`]; identity and secrets in [`auth`].
 
 pub mod auth;
 pub mod connections;
+mod file;
 pub mod http;
 mod lease;
 mod limits;
@@ -17,13 +18,13 @@ pub mod tls;
 pub mod watch;
 
 use std::collections::HashMap;
-use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::coordinator::Policy;
 use crate::registry::ParticipantEndpoint;
+pub use file::{FileExtras, apply_config_file};
 pub use parse::{mask_password, parse_duration, parse_optional_addr};
 
 /// The embedded default of the all-in-one (and the coordinator role): SQLite under `./data`.
@@ -44,155 +45,6 @@ pub fn parse_participant(s: &str) -> Result<(String, String), String> {
         ));
     }
     Ok((name.to_owned(), url.to_owned()))
-}
-
-/// Roles whose settings a config file may give, and the file section that holds them.
-const FILE_SECTIONS: [(&str, &str); 2] = [("coordinator", ""), ("participant", "participant")];
-
-/// Settings the config file gave that flags cannot carry (per-participant timeouts).
-#[derive(Clone, Debug, Default)]
-pub struct FileExtras {
-    pub participant_timeouts: HashMap<String, Duration>,
-}
-
-/// Finds the config file named by `--config FILE`, `--config=FILE`, or `HOLDFAST_CONFIG`.
-fn config_path(args: &[OsString]) -> Option<PathBuf> {
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let a = a.to_string_lossy();
-        if a == "--config" {
-            return it.next().map(PathBuf::from);
-        }
-        if let Some(p) = a.strip_prefix("--config=") {
-            return Some(PathBuf::from(p));
-        }
-    }
-    std::env::var_os("HOLDFAST_CONFIG")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-}
-
-fn toml_scalar(path: &str, key: &str, v: &toml::Value) -> Result<String, String> {
-    match v {
-        toml::Value::String(s) => Ok(s.clone()),
-        toml::Value::Integer(i) => Ok(i.to_string()),
-        toml::Value::Float(f) => Ok(f.to_string()),
-        toml::Value::Boolean(b) => Ok(b.to_string()),
-        _ => Err(format!(
-            "config file {path}: setting `{key}` must be a string or a number"
-        )),
-    }
-}
-
-fn with_defaults(cmd: clap::Command, key: &str, defaults: &[String]) -> clap::Command {
-    let defaults = defaults.to_vec();
-    cmd.mut_arg(key, move |a| a.default_values(defaults))
-}
-
-/// Reads the config file (if one is named) and makes its settings the defaults of the matching
-/// flags of `cmd`. Unknown settings and unreadable files are errors naming the file and key.
-pub fn apply_config_file(
-    mut cmd: clap::Command,
-    args: &[OsString],
-) -> Result<(clap::Command, FileExtras), String> {
-    let mut extras = FileExtras::default();
-    let Some(path) = config_path(args) else {
-        return Ok((cmd, extras));
-    };
-    let shown = path.display().to_string();
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| format!("config file {shown}: cannot read it: {e}"))?;
-    let table: toml::Table = text
-        .parse()
-        .map_err(|e| format!("config file {shown}: not valid TOML: {e}"))?;
-
-    for (role, section) in FILE_SECTIONS {
-        let settings: toml::Table = if section.is_empty() {
-            table
-                .iter()
-                .filter(|(k, _)| !FILE_SECTIONS.iter().any(|(_, s)| !s.is_empty() && s == k))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect()
-        } else {
-            match table.get(section) {
-                Some(toml::Value::Table(t)) => t.clone(),
-                Some(_) => return Err(format!("config file {shown}: `{section}` must be a table")),
-                None => continue,
-            }
-        };
-        let Some(sub) = cmd.find_subcommand(role) else {
-            continue;
-        };
-        let known: Vec<String> = sub
-            .get_arguments()
-            .map(|a| a.get_id().to_string())
-            .filter(|id| !matches!(id.as_str(), "config" | "help" | "print_config"))
-            .collect();
-        for (key, value) in &settings {
-            if !known.iter().any(|k| k == key) {
-                return Err(format!(
-                    "config file {shown}: unknown setting `{key}`{} (known: {})",
-                    if section.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" in [{section}]")
-                    },
-                    known.join(", ")
-                ));
-            }
-            let defaults: Vec<String> = if key == "participants" {
-                let toml::Value::Table(registry) = value else {
-                    return Err(format!(
-                        "config file {shown}: `participants` must be a table of NAME = \"URL\" or NAME = {{ url = \"URL\", timeout = \"2s\" }}"
-                    ));
-                };
-                let mut entries = Vec::new();
-                for (name, entry) in registry {
-                    let url = match entry {
-                        toml::Value::String(url) => url.clone(),
-                        toml::Value::Table(t) => {
-                            if let Some(timeout) = t.get("timeout") {
-                                let timeout = toml_scalar(
-                                    &shown,
-                                    &format!("participants.{name}.timeout"),
-                                    timeout,
-                                )?;
-                                let timeout = parse_duration(&timeout).map_err(|e| {
-                                    format!(
-                                        "config file {shown}: `participants.{name}.timeout`: {e}"
-                                    )
-                                })?;
-                                extras.participant_timeouts.insert(name.clone(), timeout);
-                            }
-                            match t.get("url") {
-                                Some(toml::Value::String(url)) => url.clone(),
-                                _ => {
-                                    return Err(format!(
-                                        "config file {shown}: `participants.{name}.url` is required"
-                                    ));
-                                }
-                            }
-                        }
-                        _ => {
-                            return Err(format!(
-                                "config file {shown}: `participants.{name}` must be a URL or a table"
-                            ));
-                        }
-                    };
-                    entries.push(format!("{name}={url}"));
-                }
-                entries
-            } else {
-                vec![toml_scalar(&shown, key, value)?]
-            };
-            cmd = cmd.mut_subcommand(role, |c| with_defaults(c, key, &defaults));
-            // The all-in-one (no subcommand) takes the coordinator's settings too.
-            if role == "coordinator" {
-                cmd = with_defaults(cmd, key, &defaults);
-            }
-        }
-    }
-    Ok((cmd, extras))
 }
 
 /// Settings of one reference participant process.
@@ -452,64 +304,10 @@ impl CoordinatorArgs {
             .collect()
     }
 
-    /// The effective settings, as TOML (without secrets: database and Redis passwords are
-    /// masked).
+    /// The effective settings, as TOML (without secrets: database, Redis and participant
+    /// passwords are masked).
     pub fn describe(&self) -> String {
-        let d = |d: Duration| format!("\"{}ms\"", d.as_millis());
-        let mut out = String::new();
-        let mut line = |k: &str, v: String| out.push_str(&format!("{k} = {v}\n"));
-        line("listen", format!("\"{}\"", self.listen));
-        line(
-            "database_url",
-            format!("\"{}\"", mask_password(&self.database_url)),
-        );
-        line(
-            "metrics_listen",
-            format!(
-                "\"{}\"",
-                self.metrics_listen
-                    .map_or("off".to_owned(), |a| a.to_string())
-            ),
-        );
-        line("participant_timeout", d(self.participant_timeout));
-        line("db_pool_size", self.db_pool_size.to_string());
-        line("default_ttl", d(self.default_ttl));
-        line("max_ttl", d(self.max_ttl));
-        line("max_extensions", self.max_extensions.to_string());
-        line(
-            "max_active_holds_per_holder",
-            self.max_active_holds_per_holder.to_string(),
-        );
-        line(
-            "max_active_holds_total",
-            self.max_active_holds_total.to_string(),
-        );
-        line("sold_out_hint", d(self.sold_out_hint));
-        line(
-            "late_payment_policy",
-            format!(
-                "\"{}\"",
-                match self.late_payment_policy {
-                    crate::domain::LatePaymentPolicy::HonorIfAvailable => "honor-if-available",
-                    crate::domain::LatePaymentPolicy::Refund => "refund",
-                }
-            ),
-        );
-        line("lease", d(self.lease));
-        line("sweep_interval", d(self.sweep_interval));
-        line("retry_base", d(self.retry_base));
-        line("retry_cap", d(self.retry_cap));
-        line(
-            "max_concurrent_requests",
-            self.max_concurrent_requests.to_string(),
-        );
-        line("request_timeout", d(self.request_timeout));
-        line("redis_retention", d(self.redis_retention));
-        line("redis_prefix", format!("{:?}", self.redis_prefix));
-        match &self.redis_url {
-            Some(url) => line("redis_url", format!("\"{}\"", mask_password(url))),
-            None => out.push_str("# redis_url: not set (no stock-redis participant)\n"),
-        }
+        let mut out = self.describe_own();
         self.tls.describe(&mut out);
         self.participant_tls.describe(&mut out);
         self.auth.describe(&mut out);
@@ -522,11 +320,61 @@ impl CoordinatorArgs {
         out.push_str("\n[participants]\n");
         for ep in self.endpoints() {
             out.push_str(&format!(
-                "{} = {{ url = \"{}\", timeout = {} }}\n",
+                "{} = {{ url = \"{}\", timeout = \"{}ms\" }}\n",
                 ep.name,
-                ep.url,
-                d(ep.timeout)
+                mask_password(&ep.url),
+                ep.timeout.as_millis()
             ));
+        }
+        out
+    }
+
+    /// The settings of this struct's own fields (not the flattened groups'), as TOML lines.
+    fn describe_own(&self) -> String {
+        let ms = |d: Duration| format!("\"{}ms\"", d.as_millis());
+        let quoted = |s: &str| format!("{s:?}");
+        let policy = match self.late_payment_policy {
+            crate::domain::LatePaymentPolicy::HonorIfAvailable => "honor-if-available",
+            crate::domain::LatePaymentPolicy::Refund => "refund",
+        };
+        let metrics = self
+            .metrics_listen
+            .map_or("off".to_owned(), |a| a.to_string());
+        let lines = [
+            ("listen", quoted(&self.listen.to_string())),
+            ("database_url", quoted(&mask_password(&self.database_url))),
+            ("metrics_listen", quoted(&metrics)),
+            ("participant_timeout", ms(self.participant_timeout)),
+            ("db_pool_size", self.db_pool_size.to_string()),
+            ("default_ttl", ms(self.default_ttl)),
+            ("max_ttl", ms(self.max_ttl)),
+            ("max_extensions", self.max_extensions.to_string()),
+            (
+                "max_active_holds_per_holder",
+                self.max_active_holds_per_holder.to_string(),
+            ),
+            (
+                "max_active_holds_total",
+                self.max_active_holds_total.to_string(),
+            ),
+            ("sold_out_hint", ms(self.sold_out_hint)),
+            ("late_payment_policy", quoted(policy)),
+            ("lease", ms(self.lease)),
+            ("sweep_interval", ms(self.sweep_interval)),
+            ("retry_base", ms(self.retry_base)),
+            ("retry_cap", ms(self.retry_cap)),
+            (
+                "max_concurrent_requests",
+                self.max_concurrent_requests.to_string(),
+            ),
+            ("request_timeout", ms(self.request_timeout)),
+            ("redis_retention", ms(self.redis_retention)),
+            ("redis_prefix", quoted(&self.redis_prefix)),
+        ];
+        let mut out: String = lines.iter().map(|(k, v)| format!("{k} = {v}\n")).collect();
+        match &self.redis_url {
+            Some(url) => out.push_str(&format!("redis_url = {}\n", quoted(&mask_password(url)))),
+            None => out.push_str("# redis_url: not set (no stock-redis participant)\n"),
         }
         out
     }

@@ -143,33 +143,58 @@ impl CoordinatorSecretArgs {
 /// this one after a restart) must derive the same tokens, or a repeated Reserve loses its token.
 const MISSING_TOKEN_SECRET: &str = "a coordinator on PostgreSQL needs --token-secret-file FILE (made by `holdfast keys token-secret`, shared by every replica), so that a repeated Reserve answers its hold token at any replica and after a restart; pass --ephemeral-token-secret to derive tokens with a key of this process only";
 
+/// A token secret file: the id of the key new tokens use, and every key still accepted. Other
+/// keys are ignored: every key this file needs is required, so a misspelt one is refused as
+/// missing.
+#[derive(serde::Deserialize)]
+struct TokenSecretFile {
+    current: Option<String>,
+    key: Option<Vec<TokenSecretEntry>>,
+}
+
+/// One `[[key]]` of a token secret file.
+#[derive(serde::Deserialize)]
+struct TokenSecretEntry {
+    id: String,
+    secret: String,
+}
+
 /// Parses a token secret file: `current = "ID"` and `[[key]]` tables of `id` and `secret`
 /// (hex, at least 64 digits).
 pub fn parse_token_keys(text: &str) -> Result<TokenKeys, String> {
-    let table: toml::Table = text.parse().map_err(|e| format!("not valid TOML: {e}"))?;
-    let current = match table.get("current") {
-        Some(toml::Value::String(c)) => c.clone(),
-        _ => return Err("`current` (the id of the key new tokens use) is required".into()),
-    };
-    let Some(toml::Value::Array(entries)) = table.get("key") else {
-        return Err("needs [[key]] entries with id and secret".into());
-    };
+    let deserializer =
+        toml::Deserializer::parse(text).map_err(|e| format!("not valid TOML: {e}"))?;
+    let file: TokenSecretFile = serde_path_to_error::deserialize(deserializer).map_err(|e| {
+        // Never the value: a wrongly typed secret is still a secret.
+        format!("`{}`: {}", e.path(), secret_free(e.inner().message()))
+    })?;
+    let current = file
+        .current
+        .ok_or("`current` (the id of the key new tokens use) is required")?;
+    let entries = file
+        .key
+        .filter(|entries| !entries.is_empty())
+        .ok_or("needs [[key]] entries with id and secret")?;
     let mut keys = Vec::new();
-    for (i, e) in entries.iter().enumerate() {
-        let (Some(toml::Value::String(id)), Some(toml::Value::String(secret))) =
-            (e.get("id"), e.get("secret"))
-        else {
-            return Err(format!("key[{i}]: needs id and secret (strings)"));
-        };
-        let secret = crate::domain::token::from_hex(secret.trim())
-            .ok_or_else(|| format!("key[{i}] ({id}): secret must be hex digits"))?;
-        keys.push((id.clone(), secret));
+    for (i, entry) in entries.iter().enumerate() {
+        let secret = crate::domain::token::from_hex(entry.secret.trim())
+            .ok_or_else(|| format!("key[{i}] ({}): secret must be hex digits", entry.id))?;
+        keys.push((entry.id.as_str(), secret));
     }
-    TokenKeys::new(
-        &current,
-        keys.iter().map(|(id, s)| (id.as_str(), s.as_slice())),
-    )
-    .map_err(|e| e.to_string())
+    TokenKeys::new(&current, keys.iter().map(|(id, s)| (*id, s.as_slice())))
+        .map_err(|e| e.to_string())
+}
+
+/// serde's message without the value it quotes (`invalid type: integer `5`, expected ...`
+/// becomes `invalid type, expected ...`).
+fn secret_free(message: &str) -> String {
+    match message.split_once(", expected") {
+        Some((what, expected)) => {
+            let what = what.split_once(':').map_or(what, |(kind, _)| kind);
+            format!("{what}, expected{expected}")
+        }
+        None => message.to_owned(),
+    }
 }
 
 fn read_token_keys(what: &str, path: &Path) -> Result<TokenKeys, String> {
@@ -236,6 +261,18 @@ mod tests {
             parse_token_keys("current = \"k\"\n[[key]]\nid = \"k\"\nsecret = \"00\"")
                 .unwrap_err()
                 .contains("at least 32 bytes")
+        );
+        let err = parse_token_keys("current = \"k\"\n[[key]]\nid = \"k\"\nsecret = 123456789")
+            .unwrap_err();
+        assert!(
+            err.contains("`key[0].secret`: invalid type, expected a string"),
+            "{err}"
+        );
+        assert!(!err.contains("123456789"), "a secret is never shown: {err}");
+        assert!(
+            parse_token_keys("current = \"k\"\n[[key]]\nid = \"k\"")
+                .unwrap_err()
+                .contains("`key[0]`: missing field `secret`")
         );
     }
 

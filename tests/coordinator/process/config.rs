@@ -101,6 +101,94 @@ stock = { url = "http://127.0.0.1:50062", timeout = "1s" }
     assert!(printed.parse::<toml::Table>().is_ok(), "{printed}");
 }
 
+/// One setting of each kind (string, duration, number, bool, list): the file's value, then the
+/// environment's over it, then the flag's over both.
+#[test]
+fn each_kind_of_setting_takes_the_flag_then_the_env_then_the_file() {
+    let file = std::env::temp_dir().join(format!("holdfast-kinds-{}.toml", std::process::id()));
+    std::fs::write(
+        &file,
+        r#"
+redis_prefix = "file:"
+sold_out_hint = "3s"
+max_watches = 7
+allow_plaintext_participants = true
+http_allowed_hosts = ["file.example", "file2.example"]
+"#,
+    )
+    .unwrap();
+    let config = ("HOLDFAST_CONFIG", file.to_str().unwrap());
+    let env = [
+        config,
+        ("HOLDFAST_REDIS_PREFIX", "env:"),
+        ("HOLDFAST_SOLD_OUT_HINT", "2s"),
+        ("HOLDFAST_MAX_WATCHES", "8"),
+        ("HOLDFAST_ALLOW_PLAINTEXT_PARTICIPANTS", "false"),
+        ("HOLDFAST_HTTP_ALLOWED_HOSTS", "env.example"),
+    ];
+    let flags = [
+        "--redis-prefix",
+        "flag:",
+        "--sold-out-hint",
+        "1s",
+        "--max-watches",
+        "9",
+        "--allow-plaintext-participants",
+        "--http-allowed-host",
+        "flag.example",
+    ];
+    let printed = |flags: &[&str], env: &[(&str, &str)]| {
+        let args = [&["coordinator", "--print-config"][..], flags].concat();
+        let out = run_holdfast(&args, env);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{err}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let from_file = printed(&[], &[config]);
+    let from_env = printed(&[], &env);
+    let from_flags = printed(&flags, &env);
+    let _ = std::fs::remove_file(&file);
+    for (printed, lines) in [
+        (
+            &from_file,
+            [
+                "redis_prefix = \"file:\"",
+                "sold_out_hint = \"3000ms\"",
+                "max_watches = 7",
+                "allow_plaintext_participants = true",
+                "http_allowed_hosts = [\"file.example\", \"file2.example\"]",
+            ],
+        ),
+        (
+            &from_env,
+            [
+                "redis_prefix = \"env:\"",
+                "sold_out_hint = \"2000ms\"",
+                "max_watches = 8",
+                "allow_plaintext_participants = false",
+                "http_allowed_hosts = [\"env.example\"]",
+            ],
+        ),
+        (
+            &from_flags,
+            [
+                "redis_prefix = \"flag:\"",
+                "sold_out_hint = \"1000ms\"",
+                "max_watches = 9",
+                "allow_plaintext_participants = true",
+                "http_allowed_hosts = [\"flag.example\"]",
+            ],
+        ),
+    ] {
+        for line in lines {
+            assert!(
+                printed.lines().any(|l| l == line),
+                "{line:?} not in:\n{printed}"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_bad_config_fails_at_start_naming_the_setting() {
     let file = std::env::temp_dir().join(format!("holdfast-bad-{}.toml", std::process::id()));
@@ -109,6 +197,11 @@ fn a_bad_config_fails_at_start_naming_the_setting() {
         ("max_ttl = \"5 parsecs\"", "--max-ttl"),
         ("[participants]\nseats = 42", "participants.seats"),
         ("max_ttl = ", "not valid TOML"),
+        ("max_extensions = \"4\"", "`max_extensions`: invalid type"),
+        (
+            "[participant]\norphan_grase = \"1h\"",
+            "unknown setting `participant.orphan_grase`",
+        ),
     ] {
         std::fs::write(&file, content).unwrap();
         let out = run_holdfast(
