@@ -42,8 +42,6 @@ pub(crate) fn of_sqlx(e: &sqlx::Error) -> Fault {
                 .and_then(|c| c.parse::<i32>().ok())
             {
                 of_sqlite_code(code)
-            } else if let Some(e) = db.try_downcast_ref::<crate::db::SqliteSyncError>() {
-                of_sqlite_code(e.extended_code())
             } else {
                 Fault::Internal
             }
@@ -151,25 +149,6 @@ mod tests {
             .execute(&pool)
             .await
             .unwrap_err();
-        assert_eq!(of_sqlx(&too_big), Fault::OutOfRange, "{too_big}");
-    }
-
-    #[test]
-    fn the_sqlite_writer_threads_errors_are_classified_as_sqlxs_own() {
-        let conn = rusqlite::Connection::open_in_memory().unwrap();
-        conn.execute_batch("CREATE TABLE t (x INTEGER NOT NULL CHECK (x > 0) UNIQUE)")
-            .unwrap();
-        conn.execute("INSERT INTO t VALUES (1)", []).unwrap();
-        let of = |sql: &str| crate::db::sqlx_error_of(conn.execute(sql, []).unwrap_err());
-        let check = of("INSERT INTO t VALUES (0)");
-        assert_eq!(of_sqlx(&check), Fault::Internal, "{check}");
-        let unique = of("INSERT INTO t VALUES (1)");
-        assert_eq!(of_sqlx(&unique), Fault::Internal, "{unique}");
-        assert!(
-            matches!(&unique, sqlx::Error::Database(db) if db.is_unique_violation()),
-            "{unique}"
-        );
-        let too_big = of("SELECT zeroblob(2000000000)");
         assert_eq!(of_sqlx(&too_big), Fault::OutOfRange, "{too_big}");
     }
 }

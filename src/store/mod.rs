@@ -79,14 +79,6 @@ pub enum StoreError {
     Contended(String),
 }
 
-/// A statement on the SQLite writer's connection failed (`sqlite/writer.rs`): classified as
-/// sqlx's own SQLite errors are.
-impl From<rusqlite::Error> for StoreError {
-    fn from(e: rusqlite::Error) -> StoreError {
-        StoreError::Database(crate::db::sqlx_error_of(e))
-    }
-}
-
 impl StoreError {
     /// What the failure means for the caller ([`fault`], the one classification).
     pub fn fault(&self) -> fault::Fault {

@@ -27,21 +27,20 @@ pub(crate) enum Applied {
 }
 
 /// A database the coordinator keeps its reservations in: PostgreSQL ([`sqlx::Postgres`]) or
-/// SQLite (`sqlite::OnWriter`, statements run on the writer thread). Every "now" is the
-/// database clock's, read inside the statement that decides. Conditional writes answer
-/// whether they applied (their row count).
+/// SQLite ([`sqlx::Sqlite`]). Every "now" is the database clock's, read inside the statement
+/// that decides. Conditional writes answer whether they applied (their row count).
 #[async_trait]
 pub(crate) trait ReservationSql: Send + Sync + 'static {
-    /// Where write transactions begin: PostgreSQL's pool; on SQLite, the writer thread's
-    /// connection the write runs on (the group transaction is open there already).
+    /// Where write transactions begin: the database's pool.
     type Pool: Sync;
 
     /// A connection statements run on.
     type Connection: Send;
 
     /// Opens a write transaction. PostgreSQL: a plain `BEGIN` (rows are locked as they are
-    /// touched); SQLite: a savepoint inside the writer's `BEGIN IMMEDIATE`, the database write
-    /// lock, which stands in for every row lock.
+    /// touched); SQLite: a write on the pool's writer (`BEGIN IMMEDIATE`, the database write
+    /// lock, which stands in for every row lock; queued writes share its COMMIT, each under a
+    /// savepoint of its own).
     async fn begin_write(pool: &Self::Pool) -> Result<Self::Write, sqlx::Error>;
 
     /// A write transaction of this database (statements on `&mut *tx`).

@@ -240,7 +240,7 @@ pub async fn open_store(
         }
         crate::db::DatabaseKind::Sqlite => {
             let (pool, database) = database::open_sqlite(url, max_connections).await?;
-            let store = SqliteStore::from_pool(pool)?;
+            let store = SqliteStore::from_pool(pool);
             store.migrate().await?;
             clock.register(database).await?;
             store.into()

@@ -65,8 +65,7 @@ fn the_participant_crate_pulls_no_coordinator_redis_or_telemetry_sdk() {
             );
         }
     }
-    // The coordinator's SQLite writer thread (holdfast-serve's `sqlite-writer-thread`) is not
-    // the SDK's: its tree has no second SQLite binding.
+    // One SQLite binding (sqlx's) in the SDK's tree.
     let sdk = tree_of("holdfast-participant");
     assert!(
         !sdk.iter().any(|c| c == "rusqlite"),

@@ -1,14 +1,13 @@
 //! SQLite's statements for the operator's control plane: [`AdminSql`] (the writes of
-//! `store/admin.rs`, on the writer thread under its write lock), the stuck-work listing and the
+//! `store/admin.rs`, under the `BEGIN IMMEDIATE` write lock), the stuck-work listing and the
 //! audit log reads.
 
 use async_trait::async_trait;
-use rusqlite::params;
-use sqlx::sqlite::SqlitePool;
+use sqlx::Sqlite;
+use sqlx::sqlite::{SqliteConnection, SqlitePool};
 use uuid::Uuid;
 
 use super::rows::{ReservationRow, micros, micros_of, with_branches};
-use super::writer::{Conn, OnWriter, all, exec};
 use crate::domain::admin::{
     AdminAction, AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery,
 };
@@ -28,86 +27,95 @@ macro_rules! unfinished {
 }
 
 #[async_trait]
-impl AdminSql for OnWriter {
-    async fn release_trying(conn: &mut Conn, id: Uuid, reason: &str) -> Result<bool, StoreError> {
-        let released = exec(
-            conn,
-            concat!(
-                "UPDATE reservations SET state = 'CANCELLING', release_outcome = 'CANCELLED', \
+impl AdminSql for Sqlite {
+    async fn release_trying(
+        conn: &mut SqliteConnection,
+        id: Uuid,
+        reason: &str,
+    ) -> Result<bool, StoreError> {
+        let released = sqlx::query(concat!(
+            "UPDATE reservations SET state = 'CANCELLING', release_outcome = 'CANCELLED', \
              cancel_reason = ?2, version = version + 1, updated_at = ",
-                sqlite_now_us!(),
-                " WHERE id = ?1 AND state = 'TRYING'"
-            ),
-            params![id, reason],
-        )? == 1;
+            sqlite_now_us!(),
+            " WHERE id = ?1 AND state = 'TRYING'"
+        ))
+        .bind(id)
+        .bind(reason)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected()
+            == 1;
         if released {
-            exec(
-                conn,
+            sqlx::query(
                 "UPDATE branches SET attempts = max(attempts, 1) \
                  WHERE reservation_id = ?1 AND state = 'PENDING' \
                    AND generation = (SELECT generation FROM reservations WHERE id = ?1)",
-                params![id],
-            )?;
+            )
+            .bind(id)
+            .execute(&mut *conn)
+            .await?;
         }
         Ok(released)
     }
 
-    async fn resolve_failed(conn: &mut Conn, id: Uuid, to: State) -> Result<bool, StoreError> {
-        Ok(exec(
-            conn,
-            concat!(
-                "UPDATE reservations SET state = ?2, version = version + 1, updated_at = ",
-                sqlite_now_us!(),
-                ", lease_owner = NULL, lease_until = NULL WHERE id = ?1 AND state = 'FAILED'"
-            ),
-            params![id, to.as_str()],
-        )? == 1)
+    async fn resolve_failed(
+        conn: &mut SqliteConnection,
+        id: Uuid,
+        to: State,
+    ) -> Result<bool, StoreError> {
+        Ok(sqlx::query(concat!(
+            "UPDATE reservations SET state = ?2, version = version + 1, updated_at = ",
+            sqlite_now_us!(),
+            ", lease_owner = NULL, lease_until = NULL WHERE id = ?1 AND state = 'FAILED'"
+        ))
+        .bind(id)
+        .bind(to.as_str())
+        .execute(&mut *conn)
+        .await?
+        .rows_affected()
+            == 1)
     }
 
     async fn insert_audit(
-        conn: &mut Conn,
+        conn: &mut SqliteConnection,
         id: Option<Uuid>,
         note: &AuditNote,
     ) -> Result<(), StoreError> {
-        exec(
-            conn,
-            concat!(
-                "INSERT INTO admin_audit (reservation_id, principal, at, action, reason, participant) \
+        sqlx::query(concat!(
+            "INSERT INTO admin_audit (reservation_id, principal, at, action, reason, participant) \
              VALUES (?1, ?2, ",
-                sqlite_now_us!(),
-                ", ?3, ?4, ?5)"
-            ),
-            params![
-                id,
-                &note.principal,
-                note.action.as_str(),
-                &note.reason,
-                note.participant.as_deref()
-            ],
-        )?;
+            sqlite_now_us!(),
+            ", ?3, ?4, ?5)"
+        ))
+        .bind(id)
+        .bind(&note.principal)
+        .bind(note.action.as_str())
+        .bind(&note.reason)
+        .bind(note.participant.as_deref())
+        .execute(&mut *conn)
+        .await?;
         Ok(())
     }
 
     async fn wake_for_retry(
-        conn: &mut Conn,
+        conn: &mut SqliteConnection,
         target: &RetryTarget,
         lease: WorkLease,
     ) -> Result<Vec<Woken>, StoreError> {
         let found: Vec<(Uuid, bool)> = match target {
-            RetryTarget::Reservation(id) => all(
-                conn,
-                concat!(
+            RetryTarget::Reservation(id) => {
+                sqlx::query_as(concat!(
                     "SELECT r.id, (r.lease_until IS NULL OR r.lease_until < ",
                     sqlite_now_us!(),
                     ") FROM reservations r WHERE r.id = ?1 AND ",
                     unfinished!()
-                ),
-                [id],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )?,
-            RetryTarget::Participant(p) => all(
-                conn,
-                concat!(
+                ))
+                .bind(id)
+                .fetch_all(&mut *conn)
+                .await?
+            }
+            RetryTarget::Participant(p) => {
+                sqlx::query_as(concat!(
                     "SELECT r.id, (r.lease_until IS NULL OR r.lease_until < ",
                     sqlite_now_us!(),
                     ") FROM reservations r \
@@ -115,24 +123,27 @@ impl AdminSql for OnWriter {
                                      WHERE b.participant = ?1 AND b.state IN ('PENDING', 'HELD')) \
                             OR (r.payment_participant = ?1 AND r.refund_state = 'PENDING')) AND ",
                     unfinished!()
-                ),
-                [p],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )?,
+                ))
+                .bind(p)
+                .fetch_all(&mut *conn)
+                .await?
+            }
         };
         for (id, free) in &found {
-            exec(
-                conn,
-                concat!(
-                    "UPDATE reservations SET next_attempt_at = ",
-                    sqlite_now_us!(),
-                    ", lease_owner = CASE WHEN ?2 THEN ?3 ELSE lease_owner END, \
+            sqlx::query(concat!(
+                "UPDATE reservations SET next_attempt_at = ",
+                sqlite_now_us!(),
+                ", lease_owner = CASE WHEN ?2 THEN ?3 ELSE lease_owner END, \
                  lease_until = CASE WHEN ?2 THEN ",
-                    sqlite_now_us!(),
-                    " + ?4 ELSE lease_until END WHERE id = ?1"
-                ),
-                params![id, free, lease.owner, micros(lease.duration)],
-            )?;
+                sqlite_now_us!(),
+                " + ?4 ELSE lease_until END WHERE id = ?1"
+            ))
+            .bind(id)
+            .bind(free)
+            .bind(lease.owner)
+            .bind(micros(lease.duration))
+            .execute(&mut *conn)
+            .await?;
         }
         Ok(found
             .into_iter()

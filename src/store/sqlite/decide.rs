@@ -6,175 +6,199 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rusqlite::params;
+use sqlx::sqlite::SqliteConnection;
+use sqlx::{Pool, Sqlite};
 use uuid::Uuid;
 
 use super::rows::{self, micros};
-use super::writer::{Conn, OnWriter, all, exec, one, optional};
 use crate::domain::policy::Backoff;
 use crate::domain::{Payment, Reservation, State};
 use crate::store::sql::{Applied, ReservationSql};
 use crate::store::{BranchReport, RefundAnswer, StoreError, WorkLease};
 
 /// A conditional write's row count as a yes/no.
-fn one_row(changed: usize) -> bool {
-    changed == 1
+fn one_row(result: sqlx::sqlite::SqliteQueryResult) -> bool {
+    result.rows_affected() == 1
 }
 
 #[async_trait]
-impl ReservationSql for OnWriter {
-    type Pool = Conn;
-    type Connection = Conn;
-    type Write = crate::db::SyncWrite;
+impl ReservationSql for Sqlite {
+    type Pool = Pool<Sqlite>;
+    type Connection = SqliteConnection;
+    type Write = crate::db::SqliteWrite;
 
-    async fn begin_write(conn: &Conn) -> Result<Self::Write, sqlx::Error> {
-        crate::db::SyncWrite::begin(conn)
+    async fn begin_write(pool: &Pool<Sqlite>) -> Result<Self::Write, sqlx::Error> {
+        crate::db::begin_sqlite_write(pool).await
     }
 
-    async fn load(conn: &mut Conn, id: Uuid) -> Result<Option<Reservation>, StoreError> {
-        rows::load_on_writer(conn, id)
+    async fn load(
+        conn: &mut SqliteConnection,
+        id: Uuid,
+    ) -> Result<Option<Reservation>, StoreError> {
+        rows::load(conn, id).await
     }
 
-    async fn load_locked(conn: &mut Conn, id: Uuid) -> Result<Option<Reservation>, StoreError> {
+    async fn load_locked(
+        conn: &mut SqliteConnection,
+        id: Uuid,
+    ) -> Result<Option<Reservation>, StoreError> {
         // The write lock stands in for PostgreSQL's row lock: nothing changes the row between
         // this read and the conditional UPDATE that follows.
-        rows::load_on_writer(conn, id)
+        rows::load(conn, id).await
     }
 
     async fn repeats_last_extend(
-        conn: &mut Conn,
+        conn: &mut SqliteConnection,
         id: Uuid,
         request_id: &str,
     ) -> Result<bool, StoreError> {
-        one(
-            conn,
+        Ok(sqlx::query_scalar(
             "SELECT coalesce(last_extend_request_id = ?2, 0) FROM reservations WHERE id = ?1",
-            params![id, request_id],
-            |r| r.get(0),
         )
+        .bind(id)
+        .bind(request_id)
+        .fetch_one(&mut *conn)
+        .await?)
     }
 
     async fn confirm_held(
-        conn: &mut Conn,
+        conn: &mut SqliteConnection,
         id: Uuid,
         _lease: WorkLease,
     ) -> Result<Applied, StoreError> {
-        let confirmed = one_row(exec(
-            conn,
-            concat!(
+        let confirmed = one_row(
+            sqlx::query(concat!(
                 "UPDATE reservations SET state = 'CONFIRMING', version = version + 1, \
                  updated_at = ",
                 sqlite_now_us!(),
                 " WHERE id = ?1 AND state = 'HELD' AND ",
                 sqlite_now_us!(),
                 " < expires_at"
-            ),
-            params![id],
-        )?);
+            ))
+            .bind(id)
+            .execute(&mut *conn)
+            .await?,
+        );
         Ok(unleased_if(confirmed))
     }
 
     async fn release_held(
-        conn: &mut Conn,
+        conn: &mut SqliteConnection,
         id: Uuid,
         to: State,
         release_outcome: Option<State>,
         reason: Option<&str>,
         _lease: WorkLease,
     ) -> Result<Applied, StoreError> {
-        let released = one_row(exec(
-            conn,
-            concat!(
+        let released = one_row(
+            sqlx::query(concat!(
                 "UPDATE reservations SET state = ?2, release_outcome = ?3, cancel_reason = ?4, \
                  version = version + 1, updated_at = ",
                 sqlite_now_us!(),
                 " WHERE id = ?1 AND state = 'HELD'"
-            ),
-            params![id, to.as_str(), release_outcome.map(State::as_str), reason],
-        )?);
+            ))
+            .bind(id)
+            .bind(to.as_str())
+            .bind(release_outcome.map(State::as_str))
+            .bind(reason)
+            .execute(&mut *conn)
+            .await?,
+        );
         Ok(unleased_if(released))
     }
 
-    async fn honor_late(conn: &mut Conn, id: Uuid) -> Result<bool, StoreError> {
-        Ok(one_row(exec(
-            conn,
-            concat!(
+    async fn honor_late(conn: &mut SqliteConnection, id: Uuid) -> Result<bool, StoreError> {
+        Ok(one_row(
+            sqlx::query(concat!(
                 "UPDATE reservations SET state = 'CONFIRMING', late_payment_honored = 1, \
                  version = version + 1, updated_at = ",
                 sqlite_now_us!(),
                 " WHERE id = ?1 AND state = 'HELD'"
-            ),
-            params![id],
-        )?))
+            ))
+            .bind(id)
+            .execute(&mut *conn)
+            .await?,
+        ))
     }
 
-    async fn expire_hold(conn: &mut Conn, id: Uuid) -> Result<bool, StoreError> {
-        Ok(one_row(exec(
-            conn,
-            concat!(
+    async fn expire_hold(conn: &mut SqliteConnection, id: Uuid) -> Result<bool, StoreError> {
+        Ok(one_row(
+            sqlx::query(concat!(
                 "UPDATE reservations SET state = 'CANCELLING', release_outcome = 'EXPIRED', \
                  version = version + 1, updated_at = ",
                 sqlite_now_us!(),
                 " WHERE id = ?1 AND state = 'HELD' AND expires_at <= ",
                 sqlite_now_us!()
-            ),
-            params![id],
-        )?))
+            ))
+            .bind(id)
+            .execute(&mut *conn)
+            .await?,
+        ))
     }
 
-    async fn record_payment(conn: &mut Conn, id: Uuid, p: &Payment) -> Result<(), StoreError> {
-        exec(
-            conn,
+    async fn record_payment(
+        conn: &mut SqliteConnection,
+        id: Uuid,
+        p: &Payment,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
             "UPDATE reservations SET payment_participant = ?2, payment_ref = ?3, \
              payment_amount_minor = ?4, payment_currency = ?5 \
              WHERE id = ?1 AND payment_ref IS NULL",
-            params![
-                id,
-                &p.participant,
-                &p.payment_ref,
-                p.amount_minor,
-                &p.currency
-            ],
-        )?;
+        )
+        .bind(id)
+        .bind(&p.participant)
+        .bind(&p.payment_ref)
+        .bind(p.amount_minor)
+        .bind(&p.currency)
+        .execute(&mut *conn)
+        .await?;
         Ok(())
     }
 
-    async fn record_refund(conn: &mut Conn, id: Uuid, reason: &str) -> Result<bool, StoreError> {
-        Ok(one_row(exec(
-            conn,
-            concat!(
+    async fn record_refund(
+        conn: &mut SqliteConnection,
+        id: Uuid,
+        reason: &str,
+    ) -> Result<bool, StoreError> {
+        Ok(one_row(
+            sqlx::query(concat!(
                 "UPDATE reservations SET refund_id = ?2, refund_state = 'PENDING', refund_reason = ?3, \
                  next_attempt_at = ",
                 sqlite_now_us!(),
                 ", version = version + 1, updated_at = ",
                 sqlite_now_us!(),
                 " WHERE id = ?1 AND refund_id IS NULL AND payment_ref IS NOT NULL"
-            ),
-            params![id, Uuid::new_v4(), reason],
-        )?))
+            ))
+            .bind(id)
+            .bind(Uuid::new_v4())
+            .bind(reason)
+            .execute(&mut *conn)
+            .await?,
+        ))
     }
 
-    async fn mark_retake(conn: &mut Conn, id: Uuid) -> Result<bool, StoreError> {
-        Ok(one_row(exec(
-            conn,
-            concat!(
+    async fn mark_retake(conn: &mut SqliteConnection, id: Uuid) -> Result<bool, StoreError> {
+        Ok(one_row(
+            sqlx::query(concat!(
                 "UPDATE reservations SET version = version + 1, updated_at = ",
                 sqlite_now_us!(),
                 " WHERE id = ?1 AND state = 'EXPIRED' AND payment_ref IS NULL"
-            ),
-            params![id],
-        )?))
+            ))
+            .bind(id)
+            .execute(&mut *conn)
+            .await?,
+        ))
     }
 
     async fn extend_held(
-        conn: &mut Conn,
+        conn: &mut SqliteConnection,
         id: Uuid,
         by: Duration,
         request_id: Option<&str>,
     ) -> Result<bool, StoreError> {
-        Ok(one_row(exec(
-            conn,
-            concat!(
+        Ok(one_row(
+            sqlx::query(concat!(
                 "UPDATE reservations SET expires_at = expires_at + ?2, \
                  extensions_used = extensions_used + 1, version = version + 1, \
                  last_extend_request_id = ?3, updated_at = ",
@@ -182,137 +206,157 @@ impl ReservationSql for OnWriter {
                 " WHERE id = ?1 AND state = 'HELD' AND ",
                 sqlite_now_us!(),
                 " < expires_at"
-            ),
-            params![id, micros(by), request_id],
-        )?))
+            ))
+            .bind(id)
+            .bind(micros(by))
+            .bind(request_id)
+            .execute(&mut *conn)
+            .await?,
+        ))
     }
 
-    async fn take_lease(conn: &mut Conn, id: Uuid, lease: WorkLease) -> Result<bool, StoreError> {
-        Ok(one_row(exec(
-            conn,
-            concat!(
+    async fn take_lease(
+        conn: &mut SqliteConnection,
+        id: Uuid,
+        lease: WorkLease,
+    ) -> Result<bool, StoreError> {
+        Ok(one_row(
+            sqlx::query(concat!(
                 "UPDATE reservations SET lease_owner = ?2, lease_until = ",
                 sqlite_now_us!(),
                 " + ?3 WHERE id = ?1 AND (lease_owner IS NULL OR lease_owner = ?2 \
                                            OR lease_until IS NULL OR lease_until < ",
                 sqlite_now_us!(),
                 ")"
-            ),
-            params![id, lease.owner, micros(lease.duration)],
-        )?))
+            ))
+            .bind(id)
+            .bind(lease.owner)
+            .bind(micros(lease.duration))
+            .execute(&mut *conn)
+            .await?,
+        ))
     }
 
     async fn apply_reports(
-        conn: &mut Conn,
+        conn: &mut SqliteConnection,
         id: Uuid,
         reports: &[BranchReport],
     ) -> Result<(), StoreError> {
         // Matches branch rows of every generation, as PostgreSQL does: branch ids are unique
         // per generation.
         for r in reports {
-            exec(
-                conn,
+            sqlx::query(
                 "UPDATE branches SET state = ?3, attempts = attempts + 1, last_error = ?4 \
                  WHERE reservation_id = ?1 AND branch_id = ?2",
-                params![id, r.branch_id, r.state.as_str(), r.error.as_deref()],
-            )?;
+            )
+            .bind(id)
+            .bind(r.branch_id)
+            .bind(r.state.as_str())
+            .bind(r.error.as_deref())
+            .execute(&mut *conn)
+            .await?;
         }
         Ok(())
     }
 
-    async fn renew_generation(conn: &mut Conn, id: Uuid) -> Result<Option<i32>, StoreError> {
-        optional(
-            conn,
-            concat!(
-                "UPDATE reservations SET generation = generation + 1, \
+    async fn renew_generation(
+        conn: &mut SqliteConnection,
+        id: Uuid,
+    ) -> Result<Option<i32>, StoreError> {
+        Ok(sqlx::query_scalar(concat!(
+            "UPDATE reservations SET generation = generation + 1, \
              expires_at = ",
-                sqlite_now_us!(),
-                " + ttl_ms * 1000, version = version + 1, updated_at = ",
-                sqlite_now_us!(),
-                " WHERE id = ?1 AND state = 'EXPIRED' RETURNING generation"
-            ),
-            params![id],
-            |r| r.get(0),
-        )
+            sqlite_now_us!(),
+            " + ttl_ms * 1000, version = version + 1, updated_at = ",
+            sqlite_now_us!(),
+            " WHERE id = ?1 AND state = 'EXPIRED' RETURNING generation"
+        ))
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await?)
     }
 
     async fn insert_retake_branches(
-        conn: &mut Conn,
+        conn: &mut SqliteConnection,
         id: Uuid,
         generation: i32,
     ) -> Result<(), StoreError> {
-        let participants: Vec<String> = all(
-            conn,
+        let participants: Vec<String> = sqlx::query_scalar(
             "SELECT DISTINCT participant FROM branches WHERE reservation_id = ?1 AND generation = ?2",
-            params![id, generation - 1],
-            |r| r.get(0),
-        )?;
+        )
+        .bind(id)
+        .bind(generation - 1)
+        .fetch_all(&mut *conn)
+        .await?;
         for participant in participants {
-            exec(
-                conn,
+            sqlx::query(
                 "INSERT INTO branches (reservation_id, generation, position, branch_id, participant, \
                                        resource, quantity, during_start, during_end, state) \
                  SELECT reservation_id, ?2, position, ?3, participant, resource, quantity, \
                         during_start, during_end, 'PENDING' \
                  FROM branches WHERE reservation_id = ?1 AND generation = ?2 - 1 AND participant = ?4",
-                params![id, generation, Uuid::new_v4(), &participant],
-            )?;
+            )
+            .bind(id)
+            .bind(generation)
+            .bind(Uuid::new_v4())
+            .bind(&participant)
+            .execute(&mut *conn)
+            .await?;
         }
         Ok(())
     }
 
-    async fn honor_retake(conn: &mut Conn, id: Uuid) -> Result<bool, StoreError> {
-        Ok(one_row(exec(
-            conn,
-            concat!(
+    async fn honor_retake(conn: &mut SqliteConnection, id: Uuid) -> Result<bool, StoreError> {
+        Ok(one_row(
+            sqlx::query(concat!(
                 "UPDATE reservations SET state = 'CONFIRMING', late_payment_honored = 1, \
                  version = version + 1, updated_at = ",
                 sqlite_now_us!(),
                 " WHERE id = ?1 AND state = 'EXPIRED' AND refund_id IS NULL"
-            ),
-            params![id],
-        )?))
+            ))
+            .bind(id)
+            .execute(&mut *conn)
+            .await?,
+        ))
     }
 
-    async fn release_retake(conn: &mut Conn, id: Uuid) -> Result<bool, StoreError> {
-        Ok(one_row(exec(
-            conn,
-            concat!(
+    async fn release_retake(conn: &mut SqliteConnection, id: Uuid) -> Result<bool, StoreError> {
+        Ok(one_row(
+            sqlx::query(concat!(
                 "UPDATE reservations SET state = 'CANCELLING', release_outcome = 'EXPIRED', \
                  version = version + 1, updated_at = ",
                 sqlite_now_us!(),
                 " WHERE id = ?1 AND state = 'EXPIRED' AND refund_id IS NULL"
-            ),
-            params![id],
-        )?))
+            ))
+            .bind(id)
+            .execute(&mut *conn)
+            .await?,
+        ))
     }
 
     async fn record_refund_attempt(
-        conn: &mut Conn,
+        conn: &mut SqliteConnection,
         id: Uuid,
         answer: &RefundAnswer,
         backoff: Backoff,
     ) -> Result<(), StoreError> {
         // ?2: the state the refund settles on (NULL: still pending, retried by the backoff).
-        exec(
-            conn,
-            concat!(
-                "UPDATE reservations SET \
+        sqlx::query(concat!(
+            "UPDATE reservations SET \
                refund_state = coalesce(?2, refund_state), \
                refund_failure = coalesce(?5, refund_failure), \
                version = version + CASE WHEN ?2 IS NOT NULL THEN 1 ELSE 0 END, \
                lease_owner = NULL, lease_until = NULL, ",
-                backoff_next_attempt!("?2 IS NOT NULL", "?3", "?4"),
-                " WHERE id = ?1 AND refund_state = 'PENDING'"
-            ),
-            params![
-                id,
-                answer.settles_on(),
-                micros(backoff.base) as f64,
-                micros(backoff.cap) as f64,
-                answer.failure()
-            ],
-        )?;
+            backoff_next_attempt!("?2 IS NOT NULL", "?3", "?4"),
+            " WHERE id = ?1 AND refund_state = 'PENDING'"
+        ))
+        .bind(id)
+        .bind(answer.settles_on())
+        .bind(micros(backoff.base) as f64)
+        .bind(micros(backoff.cap) as f64)
+        .bind(answer.failure())
+        .execute(&mut *conn)
+        .await?;
         Ok(())
     }
 }

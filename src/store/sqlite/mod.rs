@@ -11,15 +11,11 @@
 //!   millisecond resolution), evaluated inside the statement that decides, as PostgreSQL's
 //!   `clock_timestamp()` is. Times are stored as INTEGER microseconds since the Unix epoch.
 //! - UUIDs are 16-byte BLOBs, labels JSON text, booleans 0/1 (see the migration).
-//! - **Writes run whole on one thread.** Each write is one closure sent to the database's
-//!   writer thread (`writer.rs`, `holdfast-serve`'s `db/sqlite_sync.rs`): its statements run
-//!   there on a synchronous connection, with no hand-off between them, and concurrent writes
-//!   share a COMMIT (each under a savepoint of one group transaction). The shared flows
-//!   (`decide.rs`, `retake.rs`, ...) run there too, over [`writer::OnWriter`]. Reads stay on
-//!   the sqlx pool.
-//! - No fast path and no batch statements: every decision takes the shared locked flow.
+//! - No fast path and no batch statements: every decision takes the shared locked flow, and
+//!   every write is a transaction of its own to the store. Concurrent ones still share a
+//!   COMMIT (and its fsync): the pool's writer runs each as a savepoint of one group
+//!   transaction (`holdfast-serve`'s `db/sqlite_write.rs`).
 //!
-//! - `writer.rs`: how a write reaches the writer thread; the statement helpers.
 //! - `rows.rs`: the column lists, the row types, `load`, `get` and `list`.
 //! - `create.rs`: Reserves (admission's counts, the insert).
 //! - `decide.rs`: the statements of the shared locked decision, retake and outcome flows.
@@ -63,23 +59,19 @@ mod payments;
 mod recovery;
 mod retention;
 mod waiting;
-mod writer;
 
 pub use recovery::{BACKLOG_COUNT, CLAIM_DUE_PICK, OLDEST_WORK_AGE};
 pub use rows::list_statement;
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use async_trait::async_trait;
 
-use crate::db::{SqliteSyncWriter, SyncConnection};
 use crate::domain::admin::{AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery};
 use crate::store::admin::{AdminDecided, Woken};
+use sqlx::Sqlite;
 use sqlx::sqlite::SqlitePool;
 use uuid::Uuid;
 
-use super::sql::PaymentSql;
+use super::sql::{PaymentSql, ReservationSql};
 use super::{
     BranchReport, Claimed, Created, Decided, PhaseRecorded, RefundAnswer, Stamp, Store, StoreError,
     Waiting, WorkLease, extra, outcome, retake,
@@ -88,92 +80,69 @@ use crate::domain::policy::{Backoff, HoldLimits};
 use crate::domain::{
     Decision, ExtraPayment, ListQuery, NewReservation, Rejection, Reservation, State,
 };
-use writer::{OnWriter, ready};
 
 /// The coordinator's SQLite schema, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/coordinator-sqlite");
 
-/// How long a write waits for the writer thread to run it (as long as a pooled connection is
-/// waited for).
-const WRITE_WAIT: Duration = Duration::from_secs(5);
-
 /// Reservations on SQLite.
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
-    /// Reads (and migrations).
     pool: SqlitePool,
-    /// Every write after the migrations.
-    writer: SqliteSyncWriter,
 }
 
 impl SqliteStore {
     /// Opens the database file named by `url` with holdfast's SQLite conventions
-    /// ([`crate::db::open_sqlite`]), with a pool of `max_connections` for reads and a writer
-    /// thread for writes.
+    /// ([`crate::db::open_sqlite`]), with a pool of `max_connections`.
     pub async fn connect(url: &str, max_connections: u32) -> Result<SqliteStore, StoreError> {
-        SqliteStore::from_pool(crate::db::open_sqlite(url, max_connections).await?)
+        Ok(SqliteStore {
+            pool: crate::db::open_sqlite(url, max_connections).await?,
+        })
     }
 
-    /// Wraps an existing pool of a database file (its connections must have foreign keys on),
-    /// starting the file's writer thread.
-    pub fn from_pool(pool: SqlitePool) -> Result<SqliteStore, StoreError> {
-        let writer = SqliteSyncWriter::open(pool.connect_options().get_filename())?;
-        Ok(SqliteStore { pool, writer })
-    }
-
-    /// Runs `write` on the writer thread ([`writer`]).
-    async fn write<T: Send + 'static>(
-        &self,
-        write: impl FnOnce(&Arc<SyncConnection>) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, StoreError> {
-        self.writer.write(WRITE_WAIT, write).await
+    /// Wraps an existing pool (its connections must have foreign keys on).
+    pub fn from_pool(pool: SqlitePool) -> SqliteStore {
+        SqliteStore { pool }
     }
 
     /// Applies pending migrations.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         MIGRATOR.run(&self.pool).await?;
-        self.digest_legacy_tokens().await
+        digest_legacy_tokens(&self.pool).await
     }
+}
 
-    /// Replaces hold tokens an earlier version stored in plaintext by their digests
-    /// (migration 0003 moved them to `legacy_hold_token`; SQLite has no SHA-256 to do it in
-    /// SQL). Idempotent. A write like any other, on the writer thread.
-    async fn digest_legacy_tokens(&self) -> Result<(), StoreError> {
-        let digested = self
-            .write(|conn| {
-                let legacy: Vec<(Uuid, String)> = writer::all(
-                    conn,
-                    "SELECT id, legacy_hold_token FROM reservations \
-                     WHERE legacy_hold_token IS NOT NULL",
-                    (),
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )?;
-                for (id, token) in &legacy {
-                    let digest = crate::domain::token::sha256(token.as_bytes());
-                    writer::exec(
-                        conn,
-                        "UPDATE reservations SET token_digest = ?2, legacy_hold_token = NULL \
-                         WHERE id = ?1",
-                        rusqlite::params![id, digest.as_slice()],
-                    )?;
-                }
-                Ok(legacy.len())
-            })
-            .await?;
-        if digested > 0 {
-            // The tokens' old bytes stay in free pages and the WAL until rewritten: once,
-            // rewrite the file and empty the WAL.
-            sqlx::query("VACUUM").execute(&self.pool).await?;
-            sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-                .execute(&self.pool)
-                .await?;
-            tracing::info!(
-                count = digested,
-                "replaced plaintext hold tokens by their digests"
-            );
-        }
-        Ok(())
+/// Replaces hold tokens an earlier version stored in plaintext by their digests (migration 0003
+/// moved them to `legacy_hold_token`; SQLite has no SHA-256 to do it in SQL). Idempotent.
+async fn digest_legacy_tokens(pool: &SqlitePool) -> Result<(), StoreError> {
+    let mut tx = Sqlite::begin_write(pool).await?;
+    let legacy: Vec<(Uuid, String)> = sqlx::query_as(
+        "SELECT id, legacy_hold_token FROM reservations WHERE legacy_hold_token IS NOT NULL",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    for (id, token) in &legacy {
+        sqlx::query(
+            "UPDATE reservations SET token_digest = ?2, legacy_hold_token = NULL WHERE id = ?1",
+        )
+        .bind(id)
+        .bind(crate::domain::token::sha256(token.as_bytes()).as_slice())
+        .execute(&mut *tx)
+        .await?;
     }
+    tx.commit().await?;
+    if !legacy.is_empty() {
+        // The tokens' old bytes stay in free pages and the WAL until rewritten: once, rewrite
+        // the file and empty the WAL.
+        sqlx::query("VACUUM").execute(pool).await?;
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(pool)
+            .await?;
+        tracing::info!(
+            count = legacy.len(),
+            "replaced plaintext hold tokens by their digests"
+        );
+    }
+    Ok(())
 }
 
 #[async_trait]
@@ -184,9 +153,7 @@ impl Store for SqliteStore {
         lease: WorkLease,
         limits: HoldLimits,
     ) -> Result<Created, StoreError> {
-        let new = new.clone();
-        self.write(move |conn| ready(create::create(&mut conn.clone(), &new, lease, limits)))
-            .await
+        create::create(&self.pool, new, lease, limits).await
     }
 
     async fn get(&self, id: Uuid) -> Result<Option<Reservation>, StoreError> {
@@ -226,18 +193,14 @@ impl Store for SqliteStore {
         decision: &Decision,
         lease: WorkLease,
     ) -> Result<Decided, StoreError> {
-        let (scope, token) = (scope.map(str::to_owned), presented_token.to_owned());
-        let decision = decision.clone();
-        self.write(move |conn| {
-            ready(super::decide::decide_locked::<OnWriter>(
-                conn,
-                id,
-                scope.as_deref(),
-                &token,
-                &decision,
-                lease,
-            ))
-        })
+        super::decide::decide_locked::<Sqlite>(
+            &self.pool,
+            id,
+            scope,
+            presented_token,
+            decision,
+            lease,
+        )
         .await
     }
 
@@ -246,9 +209,7 @@ impl Store for SqliteStore {
         id: Uuid,
         reports: &[BranchReport],
     ) -> Result<Reservation, StoreError> {
-        let reports = reports.to_vec();
-        self.write(move |conn| ready(answers::record_held(&mut conn.clone(), id, &reports)))
-            .await
+        answers::record_held(&self.pool, id, reports).await
     }
 
     async fn record_rejected(
@@ -257,16 +218,7 @@ impl Store for SqliteStore {
         rejection: Option<&Rejection>,
         reports: &[BranchReport],
     ) -> Result<Reservation, StoreError> {
-        let (rejection, reports) = (rejection.cloned(), reports.to_vec());
-        self.write(move |conn| {
-            ready(answers::record_rejected(
-                &mut conn.clone(),
-                id,
-                rejection.as_ref(),
-                &reports,
-            ))
-        })
-        .await
+        answers::record_rejected(&self.pool, id, rejection, reports).await
     }
 
     async fn record_phase(
@@ -277,28 +229,15 @@ impl Store for SqliteStore {
         finish: Option<State>,
         backoff: Backoff,
     ) -> Result<PhaseRecorded, StoreError> {
-        let reports = reports.to_vec();
-        self.write(move |conn| {
-            ready(answers::record_phase(
-                &mut conn.clone(),
-                id,
-                from,
-                &reports,
-                finish,
-                backoff,
-            ))
-        })
-        .await
+        answers::record_phase(&self.pool, id, from, reports, finish, backoff).await
     }
 
     async fn claim_due(&self, lease: WorkLease, limit: u32) -> Result<Vec<Claimed>, StoreError> {
-        self.write(move |conn| recovery::claim_due(conn, lease, limit))
-            .await
+        recovery::claim_due(&self.pool, lease, limit).await
     }
 
     async fn begin_retake(&self, id: Uuid) -> Result<Reservation, StoreError> {
-        self.write(move |conn| ready(retake::begin_retake::<OnWriter>(conn, id)))
-            .await
+        retake::begin_retake::<Sqlite>(&self.pool, id).await
     }
 
     async fn finish_retake(
@@ -306,9 +245,7 @@ impl Store for SqliteStore {
         id: Uuid,
         reports: &[BranchReport],
     ) -> Result<Reservation, StoreError> {
-        let reports = reports.to_vec();
-        self.write(move |conn| ready(retake::finish_retake::<OnWriter>(conn, id, &reports)))
-            .await
+        retake::finish_retake::<Sqlite>(&self.pool, id, reports).await
     }
 
     async fn fail_retake(
@@ -317,9 +254,7 @@ impl Store for SqliteStore {
         reports: &[BranchReport],
         reason: &str,
     ) -> Result<Reservation, StoreError> {
-        let (reports, reason) = (reports.to_vec(), reason.to_owned());
-        self.write(move |conn| ready(retake::fail_retake::<OnWriter>(conn, id, &reports, &reason)))
-            .await
+        retake::fail_retake::<Sqlite>(&self.pool, id, reports, reason).await
     }
 
     async fn record_refund_attempt(
@@ -328,13 +263,7 @@ impl Store for SqliteStore {
         answer: &RefundAnswer,
         backoff: Backoff,
     ) -> Result<Reservation, StoreError> {
-        let answer = answer.clone();
-        self.write(move |conn| {
-            ready(outcome::record_refund_attempt::<OnWriter>(
-                conn, id, &answer, backoff,
-            ))
-        })
-        .await
+        outcome::record_refund_attempt::<Sqlite>(&self.pool, id, answer, backoff).await
     }
 
     async fn further_payments_of(
@@ -345,14 +274,8 @@ impl Store for SqliteStore {
     }
 
     async fn pending_extra_payments(&self, id: Uuid) -> Result<Vec<ExtraPayment>, StoreError> {
-        // A read, but its statement is the writer's (`PaymentSql`); refunds are rare.
-        self.write(move |conn| {
-            ready(<OnWriter as PaymentSql>::pending_extra_payments(
-                &mut conn.clone(),
-                id,
-            ))
-        })
-        .await
+        let mut conn = self.pool.acquire().await?;
+        <Sqlite as PaymentSql>::pending_extra_payments(&mut conn, id).await
     }
 
     async fn record_extra_refund_attempt(
@@ -362,32 +285,23 @@ impl Store for SqliteStore {
         answer: &RefundAnswer,
         backoff: Backoff,
     ) -> Result<ExtraPayment, StoreError> {
-        let (extra, answer) = (extra.clone(), answer.clone());
-        self.write(move |conn| {
-            ready(extra::record_extra_refund_attempt::<OnWriter>(
-                conn, id, &extra, &answer, backoff,
-            ))
-        })
-        .await
+        extra::record_extra_refund_attempt::<Sqlite>(&self.pool, id, extra, answer, backoff).await
     }
 
     async fn renew_lease(&self, id: Uuid, lease: WorkLease) -> Result<bool, StoreError> {
-        self.write(move |conn| recovery::renew_lease(conn, id, lease))
-            .await
+        recovery::renew_lease(&self.pool, id, lease).await
     }
 
     async fn make_due(&self, id: Uuid) -> Result<bool, StoreError> {
-        self.write(move |conn| recovery::make_due(conn, id)).await
+        recovery::make_due(&self.pool, id).await
     }
 
     async fn probe_write(&self) -> Result<(), StoreError> {
-        self.write(|conn| recovery::probe_write(conn)).await
+        recovery::probe_write(&self.pool).await
     }
 
     async fn wake_backlog(&self, participant: &str) -> Result<u64, StoreError> {
-        let participant = participant.to_owned();
-        self.write(move |conn| recovery::wake_backlog(conn, &participant))
-            .await
+        recovery::wake_backlog(&self.pool, participant).await
     }
 
     async fn backlog(&self) -> Result<i64, StoreError> {
@@ -403,8 +317,7 @@ impl Store for SqliteStore {
     }
 
     async fn discard(&self, id: Uuid, lease_owner: Uuid) -> Result<bool, StoreError> {
-        self.write(move |conn| recovery::discard(conn, id, lease_owner))
-            .await
+        recovery::discard(&self.pool, id, lease_owner).await
     }
 
     async fn force_cancel(
@@ -413,13 +326,7 @@ impl Store for SqliteStore {
         note: &AuditNote,
         lease: WorkLease,
     ) -> Result<AdminDecided, StoreError> {
-        let note = note.clone();
-        self.write(move |conn| {
-            ready(crate::store::admin::force_cancel::<OnWriter>(
-                conn, id, &note, lease,
-            ))
-        })
-        .await
+        crate::store::admin::force_cancel::<Sqlite>(&self.pool, id, note, lease).await
     }
 
     async fn resolve(
@@ -429,13 +336,7 @@ impl Store for SqliteStore {
         note: &AuditNote,
         lease: WorkLease,
     ) -> Result<AdminDecided, StoreError> {
-        let note = note.clone();
-        self.write(move |conn| {
-            ready(crate::store::admin::resolve::<OnWriter>(
-                conn, id, to, &note, lease,
-            ))
-        })
-        .await
+        crate::store::admin::resolve::<Sqlite>(&self.pool, id, to, note, lease).await
     }
 
     async fn retry(
@@ -444,13 +345,7 @@ impl Store for SqliteStore {
         note: &AuditNote,
         lease: WorkLease,
     ) -> Result<Option<Vec<Woken>>, StoreError> {
-        let (target, note) = (target.clone(), note.clone());
-        self.write(move |conn| {
-            ready(crate::store::admin::retry::<OnWriter>(
-                conn, &target, &note, lease,
-            ))
-        })
-        .await
+        crate::store::admin::retry::<Sqlite>(&self.pool, target, note, lease).await
     }
 
     async fn list_stuck(&self, query: &StuckQuery) -> Result<Vec<Reservation>, StoreError> {
@@ -470,7 +365,6 @@ impl Store for SqliteStore {
         keep: std::time::Duration,
         limit: u32,
     ) -> Result<super::Purged, StoreError> {
-        self.write(move |conn| retention::purge_finished(conn, keep, limit))
-            .await
+        retention::purge_finished(&self.pool, keep, limit).await
     }
 }

@@ -3,13 +3,12 @@
 //! decided in the claiming UPDATE), drivers renew their leases, a participant that answers
 //! again has its backlog woken, and the backlog is counted.
 
-use rusqlite::params;
+use sqlx::Sqlite;
 use sqlx::sqlite::SqlitePool;
 use uuid::Uuid;
 
 use super::rows::micros;
-use super::writer::{all, exec, optional};
-use crate::db::SyncConnection;
+use crate::store::sql::ReservationSql;
 use crate::store::{Claimed, StoreError, WorkLease};
 
 /// Rows whose state keeps them in `reservations_open`. SQLite uses a partial index only when
@@ -56,111 +55,116 @@ pub const CLAIM_DUE_PICK: &str = concat!(
 );
 
 /// [`crate::store::Store::claim_due`].
-pub(super) fn claim_due(
-    conn: &SyncConnection,
+pub(super) async fn claim_due(
+    pool: &SqlitePool,
     lease: WorkLease,
     limit: u32,
 ) -> Result<Vec<Claimed>, StoreError> {
     // Under the write lock the pick and the claim are one atomic step: no other instance
     // can claim (or decide on) a row in between, which is what FOR UPDATE SKIP LOCKED gives
     // PostgreSQL. Expiry is decided here, by the database clock, in the claiming UPDATE.
-    let due: Vec<(Uuid, String)> = all(conn, CLAIM_DUE_PICK, [i64::from(limit)], |r| {
-        Ok((r.get(0)?, r.get(1)?))
-    })?;
+    let mut tx = Sqlite::begin_write(pool).await?;
+    let due: Vec<(Uuid, String)> = sqlx::query_as(CLAIM_DUE_PICK)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await?;
     let mut claimed = Vec::with_capacity(due.len());
     for (id, state) in due {
-        let expired: Option<bool> = optional(
-            conn,
-            concat!(
-                "UPDATE reservations SET \
+        let expired = sqlx::query_scalar::<_, bool>(concat!(
+            "UPDATE reservations SET \
                 lease_owner = ?2, \
                 lease_until = ",
-                sqlite_now_us!(),
-                " + ?3, \
+            sqlite_now_us!(),
+            " + ?3, \
                 release_outcome = CASE WHEN state = 'HELD' THEN 'EXPIRED' ELSE release_outcome END, \
                 version = CASE WHEN state = 'HELD' THEN version + 1 ELSE version END, \
                 updated_at = CASE WHEN state = 'HELD' THEN ",
-                sqlite_now_us!(),
-                " ELSE updated_at END, \
+            sqlite_now_us!(),
+            " ELSE updated_at END, \
                 state = CASE WHEN state = 'HELD' THEN 'CANCELLING' ELSE state END \
              WHERE id = ?1 AND state = ?4 \
                AND (state <> 'HELD' OR expires_at <= ",
-                sqlite_now_us!(),
-                ") RETURNING ?4 = 'HELD'"
-            ),
-            params![id, lease.owner, micros(lease.duration), &state],
-            |r| r.get(0),
-        )?;
+            sqlite_now_us!(),
+            ") RETURNING ?4 = 'HELD'"
+        ))
+        .bind(id)
+        .bind(lease.owner)
+        .bind(micros(lease.duration))
+        .bind(&state)
+        .fetch_optional(&mut *tx)
+        .await?;
         if let Some(expired) = expired {
             claimed.push(Claimed { id, expired });
         }
     }
+    tx.commit().await?;
     Ok(claimed)
+}
+
+/// Runs `statement` (its binds added) as a write transaction of its own, which shares its
+/// group's COMMIT; answers how many rows it changed.
+async fn write_one<'q>(
+    pool: &SqlitePool,
+    statement: sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments>,
+) -> Result<u64, StoreError> {
+    let mut tx = Sqlite::begin_write(pool).await?;
+    let changed = statement.execute(&mut *tx).await?.rows_affected();
+    tx.commit().await?;
+    Ok(changed)
 }
 
 /// [`crate::store::Store::make_due`]: one conditional UPDATE (a new `version`, so watchers
 /// notice).
-pub(super) fn make_due(conn: &SyncConnection, id: Uuid) -> Result<bool, StoreError> {
-    let made = exec(
-        conn,
-        concat!(
-            "UPDATE reservations SET expires_at = min(expires_at, ",
-            sqlite_now_us!(),
-            "), version = version + 1 WHERE id = ?1 AND state IN ('TRYING', 'HELD')"
-        ),
-        params![id],
-    )?;
-    Ok(made == 1)
+pub(super) async fn make_due(pool: &SqlitePool, id: Uuid) -> Result<bool, StoreError> {
+    let statement = sqlx::query(concat!(
+        "UPDATE reservations SET expires_at = min(expires_at, ",
+        sqlite_now_us!(),
+        "), version = version + 1 WHERE id = ?1 AND state IN ('TRYING', 'HELD')"
+    ));
+    Ok(write_one(pool, statement.bind(id)).await? == 1)
 }
 
 /// [`crate::store::Store::probe_write`].
-pub(super) fn probe_write(conn: &SyncConnection) -> Result<(), StoreError> {
-    exec(
-        conn,
-        concat!(
-            "INSERT INTO write_probe (id, probed_at) VALUES (1, ",
-            sqlite_now_us!(),
-            ") ON CONFLICT (id) DO UPDATE SET probed_at = excluded.probed_at"
-        ),
-        [],
-    )?;
+pub(super) async fn probe_write(pool: &SqlitePool) -> Result<(), StoreError> {
+    let statement = sqlx::query(concat!(
+        "INSERT INTO write_probe (id, probed_at) VALUES (1, ",
+        sqlite_now_us!(),
+        ") ON CONFLICT (id) DO UPDATE SET probed_at = excluded.probed_at"
+    ));
+    write_one(pool, statement).await?;
     Ok(())
 }
 
 /// [`crate::store::Store::renew_lease`].
-pub(super) fn renew_lease(
-    conn: &SyncConnection,
+pub(super) async fn renew_lease(
+    pool: &SqlitePool,
     id: Uuid,
     lease: WorkLease,
 ) -> Result<bool, StoreError> {
-    let renewed = exec(
-        conn,
-        concat!(
-            "UPDATE reservations SET lease_until = ",
-            sqlite_now_us!(),
-            " + ?3 WHERE id = ?1 AND lease_owner = ?2"
-        ),
-        params![id, lease.owner, micros(lease.duration)],
-    )?;
-    Ok(renewed == 1)
+    let statement = sqlx::query(concat!(
+        "UPDATE reservations SET lease_until = ",
+        sqlite_now_us!(),
+        " + ?3 WHERE id = ?1 AND lease_owner = ?2"
+    ));
+    let statement = statement
+        .bind(id)
+        .bind(lease.owner)
+        .bind(micros(lease.duration));
+    Ok(write_one(pool, statement).await? == 1)
 }
 
 /// [`crate::store::Store::wake_backlog`].
-pub(super) fn wake_backlog(conn: &SyncConnection, participant: &str) -> Result<u64, StoreError> {
-    let woken = exec(
-        conn,
-        concat!(
-            "UPDATE reservations SET next_attempt_at = ",
-            sqlite_now_us!(),
-            " WHERE state IN ('CONFIRMING', 'CANCELLING') \
+pub(super) async fn wake_backlog(pool: &SqlitePool, participant: &str) -> Result<u64, StoreError> {
+    let statement = sqlx::query(concat!(
+        "UPDATE reservations SET next_attempt_at = ",
+        sqlite_now_us!(),
+        " WHERE state IN ('CONFIRMING', 'CANCELLING') \
            AND next_attempt_at > ",
-            sqlite_now_us!(),
-            " AND EXISTS (SELECT 1 FROM branches b WHERE b.reservation_id = reservations.id \
+        sqlite_now_us!(),
+        " AND EXISTS (SELECT 1 FROM branches b WHERE b.reservation_id = reservations.id \
                        AND b.participant = ?1 AND b.last_error IS NOT NULL)"
-        ),
-        params![participant],
-    )?;
-    Ok(u64::try_from(woken).unwrap_or(u64::MAX))
+    ));
+    write_one(pool, statement.bind(participant)).await
 }
 
 /// The backlog: reservations with work outstanding, one arm per kind of work, each searching
@@ -186,18 +190,16 @@ pub(super) async fn backlog(pool: &SqlitePool) -> Result<i64, StoreError> {
 }
 
 /// [`crate::store::Store::discard`] (its branches go with it: `ON DELETE CASCADE`).
-pub(super) fn discard(
-    conn: &SyncConnection,
+pub(super) async fn discard(
+    pool: &SqlitePool,
     id: Uuid,
     lease_owner: Uuid,
 ) -> Result<bool, StoreError> {
-    let deleted = exec(
-        conn,
+    let statement = sqlx::query(
         "DELETE FROM reservations WHERE id = ?1 \
          AND ((state = 'TRYING' AND lease_owner = ?2) OR state = 'REJECTED')",
-        params![id, lease_owner],
-    )?;
-    Ok(deleted == 1)
+    );
+    Ok(write_one(pool, statement.bind(id).bind(lease_owner)).await? == 1)
 }
 
 /// How long ago the oldest outstanding work came due, in microseconds: per arm as in

@@ -12,8 +12,6 @@ use sqlx::sqlite::{SqliteConnection, SqlitePool};
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::writer;
-use crate::db::SyncConnection;
 use crate::domain::{Branch, ListQuery, Reservation, State};
 use crate::store::list::{ListShape, cursor};
 use crate::store::record::{StoredBranch, StoredReservation};
@@ -182,98 +180,6 @@ pub(super) async fn load(
     .bind(row.generation)
     .fetch_all(&mut *conn)
     .await?
-    .into_iter()
-    .map(BranchRow::into_domain)
-    .collect::<Result<Vec<_>, _>>()?;
-    row.into_domain(branches).map(Some)
-}
-
-impl ReservationRow {
-    /// The row as the writer's connection reads it (the columns of `reservation_columns!`).
-    pub(super) fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<ReservationRow> {
-        let labels: String = row.get("labels")?;
-        let labels = serde_json::from_str(&labels).map_err(|e| {
-            rusqlite::Error::FromSqlConversionFailure(12, rusqlite::types::Type::Text, Box::new(e))
-        })?;
-        Ok(ReservationRow {
-            id: row.get("id")?,
-            request_id: row.get("request_id")?,
-            holder: row.get("holder")?,
-            state: row.get("state")?,
-            release_outcome: row.get("release_outcome")?,
-            owner: row.get("owner")?,
-            token_digest: row.get("token_digest")?,
-            token_key_id: row.get("token_key_id")?,
-            ttl_ms: row.get("ttl_ms")?,
-            created_at: row.get("created_at")?,
-            expires_at: row.get("expires_at")?,
-            extensions_used: row.get("extensions_used")?,
-            labels: Json(labels),
-            rejection_participant: row.get("rejection_participant")?,
-            rejection_resource: row.get("rejection_resource")?,
-            rejection_reason: row.get("rejection_reason")?,
-            late_payment_honored: row.get("late_payment_honored")?,
-            version: row.get("version")?,
-            payment_participant: row.get("payment_participant")?,
-            payment_ref: row.get("payment_ref")?,
-            payment_amount_minor: row.get("payment_amount_minor")?,
-            payment_currency: row.get("payment_currency")?,
-            refund_id: row.get("refund_id")?,
-            refund_state: row.get("refund_state")?,
-            refund_reason: row.get("refund_reason")?,
-            refund_failure: row.get("refund_failure")?,
-            generation: row.get("generation")?,
-            lapsed: row.get("lapsed")?,
-        })
-    }
-}
-
-impl BranchRow {
-    /// The row as the writer's connection reads it (the columns of `branch_columns!`).
-    fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<BranchRow> {
-        Ok(BranchRow {
-            reservation_id: row.get("reservation_id")?,
-            branch_id: row.get("branch_id")?,
-            participant: row.get("participant")?,
-            resource: row.get("resource")?,
-            quantity: row.get("quantity")?,
-            during_start: row.get("during_start")?,
-            during_end: row.get("during_end")?,
-            state: row.get("state")?,
-            attempts: row.get("attempts")?,
-            last_error: row.get("last_error")?,
-        })
-    }
-}
-
-/// [`load`] on the writer's connection, inside a write.
-pub(super) fn load_on_writer(
-    conn: &SyncConnection,
-    id: Uuid,
-) -> Result<Option<Reservation>, StoreError> {
-    let Some(row) = writer::optional(
-        conn,
-        concat!(
-            "SELECT ",
-            reservation_columns!(),
-            " FROM reservations WHERE id = ?1"
-        ),
-        [id],
-        ReservationRow::read,
-    )?
-    else {
-        return Ok(None);
-    };
-    let branches = writer::all(
-        conn,
-        concat!(
-            "SELECT ",
-            branch_columns!(),
-            " FROM branches WHERE reservation_id = ?1 AND generation = ?2 ORDER BY position"
-        ),
-        rusqlite::params![id, row.generation],
-        BranchRow::read,
-    )?
     .into_iter()
     .map(BranchRow::into_domain)
     .collect::<Result<Vec<_>, _>>()?;

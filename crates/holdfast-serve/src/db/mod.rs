@@ -73,8 +73,6 @@ mod pg_tunnel;
 mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
-#[cfg(feature = "sqlite-writer-thread")]
-mod sqlite_sync;
 #[cfg(feature = "sqlite")]
 mod sqlite_write;
 
@@ -82,10 +80,6 @@ mod sqlite_write;
 pub use postgres::*;
 #[cfg(feature = "sqlite")]
 pub use sqlite::*;
-#[cfg(feature = "sqlite-writer-thread")]
-pub use sqlite_sync::{
-    SqliteSyncError, SqliteSyncWriter, SyncConnection, SyncWrite, sqlx_error_of,
-};
 
 /// A write transaction of either database, as the store and the participant SDK open them:
 /// statements run on `&mut *tx`; it ends with [`WriteTransaction::commit`] or
@@ -148,7 +142,5 @@ pub async fn ensure_database(url: &str) -> Result<(), sqlx::Error> {
     }
 }
 
-#[cfg(all(test, feature = "sqlite-writer-thread"))]
-mod sqlite_sync_tests;
 #[cfg(all(test, feature = "sqlite"))]
 mod tests;

@@ -16,7 +16,7 @@
 //! (nothing of any of them was written: a caller retries as after any storage failure). A
 //! member reads the earlier members' uncommitted rows, which commit with it or not at all.
 //! A one-statement write is a member like any other: the fsync it shares outweighs the two
-//! hops (savepoint, release) it adds (BENCHMARKS.md, session 19). A write dropped unfinished
+//! hops (savepoint, release) it adds. A write dropped unfinished
 //! (its task cancelled) is undone at once by a task of the writer's, so SQLite's write lock is
 //! not kept from other connections until the next write.
 //!

@@ -265,48 +265,66 @@ async fn queued_writes_commit_together_and_a_members_failure_stays_its_own() {
     remove(pool, dir).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_group_commit_fails_every_member_and_writes_nothing() {
-    let (pool, dir) = impatient_pool("failed").await;
-    // Deferred: the violation is found by the COMMIT, after every member finished.
+/// Adds a table whose foreign key is checked only by the COMMIT (deferred): a row of it naming
+/// no parent is written without error, and fails the transaction's COMMIT.
+async fn deferred_foreign_key(pool: &SqlitePool) {
     sqlx::query("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
-        .execute(&pool)
+        .execute(pool)
         .await
         .unwrap();
     sqlx::query(
         "CREATE TABLE child (parent INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)",
     )
-    .execute(&pool)
+    .execute(pool)
     .await
     .unwrap();
+}
+
+/// How many members besides the first the failed group has, and which of them breaks it.
+const FAILED_GROUP: i64 = 16;
+const BREAKS_IT: i64 = 8;
+
+/// A group of real concurrent writers whose COMMIT fails: one member leaves a deferred foreign
+/// key violated, which only the COMMIT finds, after every member's own part succeeded. Every
+/// member - the opener, the joiners that handed the group on, the one that ran the COMMIT - is
+/// answered with that COMMIT's error, and nothing of any of them is in the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_group_commit_fails_every_member_and_writes_nothing() {
+    let (pool, dir) = impatient_pool("failed").await;
+    deferred_foreign_key(&pool).await;
+    let writer = sqlite_writer(&pool).unwrap();
+    let commits_before = writer.commits();
+    // The first write holds the writer until every other one is queued: one group of all.
     let first = begun(&pool, 0).await;
-    let members: Vec<_> = (1..=2_i64)
+    let members: Vec<_> = (1..=FAILED_GROUP)
         .map(|i| {
             let pool = pool.clone();
             tokio::spawn(async move {
                 let mut tx = begin_sqlite_write(&pool).await?;
-                let statement = if i == 1 {
-                    "INSERT INTO child (parent) VALUES (99)"
-                } else {
-                    "INSERT INTO t (seen) VALUES (2)"
-                };
-                sqlx::query(statement).execute(&mut *tx).await?;
+                insert(&mut tx, i).await?;
+                if i == BREAKS_IT {
+                    sqlx::query("INSERT INTO child (parent) VALUES (99)")
+                        .execute(&mut *tx)
+                        .await?;
+                }
                 tx.commit().await
             })
         })
         .collect();
-    until_queued(&pool, 2).await;
-    let first = first.commit().await;
-    assert!(
-        first
-            .as_ref()
-            .is_err_and(|e| e.to_string().contains("FOREIGN KEY")),
-        "{first:?}"
-    );
+    until_queued(&pool, usize::try_from(FAILED_GROUP).unwrap()).await;
+    let mut answers = vec![first.commit().await];
     for member in members {
-        let answer = member.await.unwrap();
-        assert!(answer.is_err(), "{answer:?}");
+        answers.push(member.await.unwrap());
     }
+    for (i, answer) in answers.iter().enumerate() {
+        assert!(
+            answer
+                .as_ref()
+                .is_err_and(|e| e.to_string().contains("FOREIGN KEY")),
+            "member {i} of the failed group: {answer:?}"
+        );
+    }
+    assert_eq!(writer.commits(), commits_before, "no COMMIT succeeded");
     assert!(rows(&pool).await.is_empty());
     let children: i64 = sqlx::query_scalar("SELECT count(*) FROM child")
         .fetch_one(&pool)
