@@ -34,13 +34,19 @@
 //! a crate feature (`postgres`, `sqlite`, both by default); built with `sqlite` alone, the
 //! default type parameter ([`DefaultDatabase`]) is SQLite.
 //!
-//! Inside: `service.rs` runs the phases (Try in `service/try_phase.rs`); `barrier_only.rs` and
+//! An author writes [`Resource`] only. A resource may also offer [`Shortcuts`]: fast paths
+//! for its hot calls on PostgreSQL (a call as one statement with its barrier row, first Tries
+//! in batches, or no business data at all), each taken only where it applies, every other
+//! call going the general way.
+//!
+//! Inside: `service.rs` runs the phases (Try in `service/try_phase.rs`: a way chosen, then a
+//! fixed fallback list walked); `shortcuts.rs` is the optional trait; `barrier_only.rs` and
 //! `try_batch.rs` group-commit concurrent calls (a barrier-only resource's writes; first Tries
-//! of a resource that `tries_in_batches`); `calls.rs` serves them over gRPC and counts each
-//! call; `retention.rs` deletes finished branches' rows (`--retention`); `barrier/` holds every
-//! barrier statement; `wire.rs` turns requests into SDK terms and answers into responses, and
-//! `validate.rs` checks a Try, for every participant server of this crate (`stock-redis`
-//! included) alike; `error.rs` maps errors to statuses once.
+//! of a resource whose shortcuts take them in batches); `calls.rs` serves them over gRPC and
+//! counts each call; `retention.rs` deletes finished branches' rows (`--retention`);
+//! `barrier/` holds every barrier statement; `wire.rs` turns requests into SDK terms and
+//! answers into responses, and `validate.rs` checks a Try, for every participant server of
+//! this crate (`stock-redis` included) alike; `error.rs` maps errors to statuses once.
 //!
 //! Writing one (see `examples/car_park_postgres.rs` and `examples/car_park_sqlite.rs`):
 //! open a pool ([`db::open_postgres`] / [`db::open_sqlite`]), apply the barrier schema

@@ -145,10 +145,10 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
                 None => {}
             }
         }
-        if from <= Way::Transaction {
-            if let Some(held) = self.try_in_transaction(branch).await? {
-                return Ok(held);
-            }
+        if from <= Way::Transaction
+            && let Some(held) = self.try_in_transaction(branch).await?
+        {
+            return Ok(held);
         }
         self.try_barrier_first(branch).await
     }
