@@ -3,7 +3,9 @@
 //! and safe against disorder. Run: `DATABASE_URL=postgres://postgres@127.0.0.1/parking cargo
 //! run -p holdfast-participant --example car_park_postgres`, then register
 //! `car-park=http://127.0.0.1:50070` with the coordinator (`CAR_PARK_LISTEN` picks another
-//! address; `CAR_PARK_AUTH_KEYS` a principals file, as `--auth-keys` of holdfast).
+//! address; `CAR_PARK_AUTH_KEYS` a principals file, as `--auth-keys` of holdfast). Three
+//! methods of `Resource` are all it writes; the optional `Shortcuts` (fewer round trips for a
+//! hot call) are for later, when a benchmark shows one pays.
 
 use holdfast_participant::{
     BranchCtx, ConfirmOutcome, ParticipantService, Resource, ResourceError, TryAnswer, auth, db,

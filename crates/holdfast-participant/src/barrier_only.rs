@@ -1,4 +1,4 @@
-//! A barrier-only resource's writes ([`crate::Resource::barrier_only`]): a first Try, and a
+//! A barrier-only resource's writes ([`crate::Shortcuts::barrier_only`]): a first Try, and a
 //! Confirm or Cancel of a held branch, are each one statement on the barrier table
 //! ([`Backend::acquire_write`]: autocommit on PostgreSQL, a member of the writer's group
 //! commit on SQLite, sharing its fsync). On PostgreSQL concurrent ones also share a statement

@@ -34,13 +34,19 @@
 //! a crate feature (`postgres`, `sqlite`, both by default); built with `sqlite` alone, the
 //! default type parameter ([`DefaultDatabase`]) is SQLite.
 //!
-//! Inside: `service.rs` runs the phases (Try in `service/try_phase.rs`); `barrier_only.rs` and
+//! An author writes [`Resource`] only. A resource may also offer [`Shortcuts`]: fast paths
+//! for its hot calls on PostgreSQL (a call as one statement with its barrier row, first Tries
+//! in batches, or no business data at all), each taken only where it applies, every other
+//! call going the general way.
+//!
+//! Inside: `service.rs` runs the phases (Try in `service/try_phase.rs`: a way chosen, then a
+//! fixed fallback list walked); `shortcuts.rs` is the optional trait; `barrier_only.rs` and
 //! `try_batch.rs` group-commit concurrent calls (a barrier-only resource's writes; first Tries
-//! of a resource that `tries_in_batches`); `calls.rs` serves them over gRPC and counts each
-//! call; `retention.rs` deletes finished branches' rows (`--retention`); `barrier/` holds every
-//! barrier statement; `wire.rs` turns requests into SDK terms and answers into responses, and
-//! `validate.rs` checks a Try, for every participant server of this crate (`stock-redis`
-//! included) alike; `error.rs` maps errors to statuses once.
+//! of a resource whose shortcuts take them in batches); `calls.rs` serves them over gRPC and
+//! counts each call; `retention.rs` deletes finished branches' rows (`--retention`);
+//! `barrier/` holds every barrier statement; `wire.rs` turns requests into SDK terms and
+//! answers into responses, and `validate.rs` checks a Try, for every participant server of
+//! this crate (`stock-redis` included) alike; `error.rs` maps errors to statuses once.
 //!
 //! Writing one (see `examples/car_park_postgres.rs` and `examples/car_park_sqlite.rs`):
 //! open a pool ([`db::open_postgres`] / [`db::open_sqlite`]), apply the barrier schema
@@ -75,6 +81,7 @@ mod faults;
 pub mod migrations;
 mod retention;
 mod service;
+mod shortcuts;
 pub mod telemetry;
 mod try_batch;
 pub mod validate;
@@ -110,6 +117,7 @@ pub use error::ResourceError;
 pub use migrations::migrate;
 pub use retention::{Purged, RETENTION_BATCH};
 pub use service::{DEFAULT_MAX_HOLD, DEFAULT_ORPHAN_GRACE, ParticipantService};
+pub use shortcuts::Shortcuts;
 
 /// Identifies one branch: one participant's share of one reservation.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -215,126 +223,37 @@ pub enum ExtendAnswer {
     Settled(BranchAnswer),
 }
 
-/// A participant's business logic. Each method runs inside a transaction the SDK opened
-/// (and will commit or roll back); do not commit or roll back `conn` yourself. Confirm and
-/// Cancel run after the branch's barrier row is locked. A first Try's transaction inserts the
-/// branch's barrier row (answered `Held`) and then runs `try_hold`, the last statement before
-/// the commit: if the branch turns out to have a row already (a repeat, or a Cancel that came
-/// first), or `try_hold` fails, the SDK rolls the transaction back and retries with the row
-/// locked first. Keep every effect of `try_hold` inside the transaction.
-///
-/// On PostgreSQL a resource may also write a first Try and its barrier row in one autocommit
-/// statement ([`Resource::try_hold_in_one`]), so a lock the Try takes is never held over a
-/// round trip to this process.
+/// A participant's business logic: what Try, Confirm, Cancel and Extend mean for its data,
+/// and which business rows retention may delete. Three methods are required (`try_hold`,
+/// `confirm`, `cancel`); the rest have defaults. Each method runs inside a transaction the
+/// SDK opened (and will commit or roll back); do not commit or roll back `conn` yourself.
+/// Confirm and Cancel run after the branch's barrier row is locked. A first Try's transaction
+/// inserts the branch's barrier row (answered `Held`) and then runs `try_hold`, the last
+/// statement before the commit: if the branch turns out to have a row already (a repeat, or a
+/// Cancel that came first), or `try_hold` fails, the SDK rolls the transaction back and
+/// retries with the row locked first. Keep every effect of `try_hold` inside the transaction.
 ///
 /// Each method's effect is committed at most once per phase of a branch: the SDK filters
 /// repeats and disorder. Cancel may nevertheless find holds already gone and must then do
 /// nothing (use conditional state transitions, never blind counter updates).
+///
+/// A resource may also offer [`Shortcuts`] (fewer round trips for its hot calls, on
+/// PostgreSQL) from [`Resource::shortcuts`]; none is needed for correctness.
 ///
 /// `DB` is the database: [`sqlx::Postgres`] (the default, [`DefaultDatabase`]) or
 /// [`sqlx::Sqlite`]; `conn` is that database's connection (`&mut PgConnection`,
 /// `&mut SqliteConnection`).
 #[async_trait]
 pub trait Resource<DB: Backend = DefaultDatabase>: Send + Sync + 'static {
+    /// The table [`Resource::forget_released`] deletes from, for
+    /// `holdfast_retention_deleted_total{table}`. Default: none.
+    const RELEASED_TABLE: Option<&'static str> = None;
+
     /// Checks items beyond what the SDK checks (non-empty resource <= 128 bytes, quantity >= 1,
     /// valid slot, no duplicates), e.g. "a seat holds exactly 1". Runs before any write.
     fn validate(&self, items: &[Item]) -> Result<(), ResourceError> {
         let _ = items;
         Ok(())
-    }
-
-    /// True for a participant with no business data (its phases change nothing but the
-    /// barrier, `try_hold` always holds, `confirm` always confirms): the SDK then records each
-    /// first Try, and each Confirm/Cancel of a held branch, with one barrier statement and no
-    /// transaction (on PostgreSQL one statement for many concurrent calls). Anything else goes
-    /// the general way.
-    fn barrier_only(&self) -> bool {
-        false
-    }
-
-    /// True when [`Resource::try_hold_in_one`] may write a first Try (PostgreSQL).
-    fn tries_in_one_statement(&self) -> bool {
-        false
-    }
-
-    /// A first Try as one autocommit statement (PostgreSQL; asked only when
-    /// [`Resource::tries_in_one_statement`]): the business change and the branch's barrier
-    /// row, `row`'s [`HeldBarrierRow::insert_from`] fed by the change's CTE, so both are made
-    /// or neither. A contended row lock the change takes (a sale's one stock row) is then held
-    /// inside PostgreSQL only, up to its commit, never while this process gets round to sending
-    /// the next statement.
-    ///
-    /// Answer `Some(Held)` only when the statement inserted the row, `Some(Rejected)` only when
-    /// it wrote nothing, and `None` for a branch this statement cannot do or whose row it
-    /// found (the SDK goes the general way, [`Resource::try_hold`], which answers a repeat
-    /// from the row). An error must mean the statement wrote nothing: the SDK then goes the
-    /// general way too (a branch with a row already fails the insert). Guard the change with
-    /// [`HeldBarrierRow::absent`] so a repeat takes no lock. Lock order is the business rows,
-    /// then the barrier row: a call for the same branch still open (its row not committed) is
-    /// waited for with the business locks held, and the rare inversion against that branch's
-    /// general way is a deadlock PostgreSQL detects and ends (one call fails, nothing is
-    /// lost). Default: `None`.
-    async fn try_hold_in_one(
-        &self,
-        conn: &mut DB::Connection,
-        branch: &BranchCtx,
-        row: &HeldBarrierRow<'_>,
-    ) -> Result<Option<TryAnswer>, ResourceError> {
-        let _ = (conn, branch, row);
-        Ok(None)
-    }
-
-    /// True when [`Resource::settle_in_one`] may write a held branch's Confirm and Cancel
-    /// (PostgreSQL).
-    fn settles_in_one_statement(&self) -> bool {
-        false
-    }
-
-    /// A held branch's Confirm or Cancel (`moved`'s [`HeldBarrierMove::to`]) as one autocommit
-    /// statement (PostgreSQL; asked only when [`Resource::settles_in_one_statement`]), instead
-    /// of a transaction of four round trips: `moved`'s [`HeldBarrierMove::update_if`] as the
-    /// first CTE, guarded so it moves the row only when the business change can be made whole,
-    /// and the business change fed by it, so both are made or neither.
-    ///
-    /// Answer `true` only when the statement moved the row; `false` (nothing written) sends
-    /// the call the general way ([`Resource::confirm`] / [`Resource::cancel`] under the
-    /// locked row), which answers repeats, Cancels before their Try and lost holds. An error
-    /// must mean the statement wrote nothing: the SDK then goes the general way too. Every
-    /// other writer of the branch's business rows must lock its barrier row first (the SDK's
-    /// ways all do), so the guard, read in the statement's snapshot, still holds when the row
-    /// is moved. Default: `false`.
-    async fn settle_in_one(
-        &self,
-        conn: &mut DB::Connection,
-        moved: &HeldBarrierMove<'_>,
-    ) -> Result<bool, ResourceError> {
-        let _ = (conn, moved);
-        Ok(false)
-    }
-
-    /// True when concurrent first Tries may be held together ([`Resource::try_hold_batch`],
-    /// on PostgreSQL).
-    fn tries_in_batches(&self) -> bool {
-        false
-    }
-
-    /// Many first Tries in one transaction (asked only when [`Resource::tries_in_batches`],
-    /// for concurrent first Tries of distinct branches, in arrival order): the business change
-    /// of each that holds, an answer each, in order. The SDK has inserted their barrier rows
-    /// (`Held`) first in this transaction and records those answered `Rejected` in it (or
-    /// deletes their rows while orphaned holds exist), so a refused one must leave no
-    /// business change. Lock business rows in one order for
-    /// the whole batch (sorted), as [`Resource::try_hold`] does for one. An error rolls the
-    /// batch back; each of its Tries then runs alone. Default: an error.
-    async fn try_hold_batch(
-        &self,
-        conn: &mut DB::Connection,
-        branches: &[&BranchCtx],
-    ) -> Result<Vec<TryAnswer>, ResourceError> {
-        let _ = (conn, branches);
-        Err(ResourceError::Internal(
-            "this resource does not hold Tries in batches".into(),
-        ))
     }
 
     /// Holds every item of the branch, all-or-nothing, locking resources in item order.
@@ -372,8 +291,9 @@ pub trait Resource<DB: Backend = DefaultDatabase>: Send + Sync + 'static {
 
     /// Retention: deletes the business rows of these finished branches (their barrier rows
     /// go in the same transaction) that record a released hold (cancelled, voided), and
-    /// answers how many went. Rows of a confirmed branch stay: they are the sale itself
-    /// (conservation counts them; a room's exclusion constraint needs them). Default: none.
+    /// answers how many went ([`Resource::RELEASED_TABLE`] names the table). Rows of a
+    /// confirmed branch stay: they are the sale itself (conservation counts them; a room's
+    /// exclusion constraint needs them). Default: none.
     async fn forget_released(
         &self,
         conn: &mut DB::Connection,
@@ -383,9 +303,9 @@ pub trait Resource<DB: Backend = DefaultDatabase>: Send + Sync + 'static {
         Ok(0)
     }
 
-    /// The table [`Resource::forget_released`] deletes from, for
-    /// `holdfast_retention_deleted_total{table}`.
-    fn released_table(&self) -> Option<&'static str> {
+    /// The resource's [`Shortcuts`], if it offers any: answer `Some(self)` from a resource
+    /// that implements them. Default: none; every call goes the general way.
+    fn shortcuts(&self) -> Option<&dyn Shortcuts<DB>> {
         None
     }
 }

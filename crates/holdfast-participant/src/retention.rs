@@ -21,7 +21,7 @@ pub const RETENTION_BATCH: u32 = 500;
 pub struct Purged {
     /// Barrier rows (`tcc_barrier`).
     pub barrier: u64,
-    /// Business rows of released holds ([`Resource::released_table`]).
+    /// Business rows of released holds ([`Resource::RELEASED_TABLE`]).
     pub business: u64,
 }
 
@@ -47,7 +47,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
             business,
         };
         retention_deleted("tcc_barrier", purged.barrier);
-        if let Some(table) = self.resource.released_table() {
+        if let Some(table) = R::RELEASED_TABLE {
             retention_deleted(table, purged.business);
         }
         Ok(purged)
@@ -82,7 +82,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     /// The series this participant's dashboards read, created at zero.
     pub fn register_metrics(&self) {
         let mut tables = vec!["tcc_barrier"];
-        tables.extend(self.resource.released_table());
+        tables.extend(R::RELEASED_TABLE);
         crate::telemetry::participant_started(&self.name, &tables);
     }
 }

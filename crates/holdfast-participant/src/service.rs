@@ -18,7 +18,7 @@ use super::faults;
 use super::validate::{check_max_hold, check_try_at};
 use super::{
     BranchAnswer, BranchCtx, BranchKey, ConfirmOutcome, ExtendAnswer, Resource, ResourceError,
-    TryBranch,
+    Shortcuts, TryBranch,
 };
 use crate::telemetry::barrier_outcome;
 use holdfast_proto::participant_server::ParticipantServer;
@@ -54,7 +54,8 @@ pub struct ParticipantService<R, DB: Backend = crate::DefaultDatabase> {
     /// A barrier-only resource's writes, batched when concurrent; started by the first call
     /// (inside the runtime that serves it).
     barrier_only_writes: Arc<OnceLock<BarrierOnlyWrites<DB>>>,
-    /// First Tries held in batches when concurrent (a resource that `tries_in_batches`, on a
+    /// First Tries held in batches when concurrent (a resource whose shortcuts hold
+    /// `tries_in_batches`, on a
     /// database that batches); started by the first call.
     try_batches: Arc<OnceLock<TryBatches>>,
 }
@@ -136,18 +137,16 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     /// `Cancelled` and changes nothing; a branch whose hold is gone (reclaimed, rejected, or
     /// never tried) answers `HoldLost`.
     pub async fn confirm_branch(&self, key: &BranchKey) -> Result<BranchAnswer, ResourceError> {
-        if self.resource.barrier_only() && self.advance_alone(key, BarrierPhase::Confirmed).await? {
+        if self.barrier_only() && self.advance_alone(key, BarrierPhase::Confirmed).await? {
             return Ok(BranchAnswer::Confirmed);
         }
-        if self.resource.settles_in_one_statement()
-            && self.settle_in_one(key, BarrierPhase::Confirmed).await?
-        {
+        if self.settle_in_one(key, BarrierPhase::Confirmed).await? {
             return Ok(BranchAnswer::Confirmed);
         }
         let mut tx = DB::begin_write(&self.pool).await?;
         // The common case, a held branch, in one barrier statement (a barrier-only resource's
         // was tried above).
-        let held = if self.resource.barrier_only() {
+        let held = if self.barrier_only() {
             None
         } else {
             DB::advance_held(&mut *tx, &self.name, key, BarrierPhase::Confirmed).await?
@@ -214,15 +213,18 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     }
 
     /// A held branch's Confirm or Cancel (`to`) as the resource's one statement
-    /// ([`Resource::settle_in_one`]): true when it was made; false to go the general way (the
-    /// branch is not held, not one the statement can do, or the statement failed and wrote
-    /// nothing). The failpoints stand before and after the statement's own commit, as in a
-    /// transaction's.
+    /// ([`Shortcuts::settle_in_one`]): true when it was made; false to go the general way (no
+    /// such shortcut, the branch is not held, not one the statement can do, or the statement
+    /// failed and wrote nothing). The failpoints stand before and after the statement's own
+    /// commit, as in a transaction's.
     async fn settle_in_one(
         &self,
         key: &BranchKey,
         to: BarrierPhase,
     ) -> Result<bool, ResourceError> {
+        let Some(shortcuts) = self.statement_shortcuts() else {
+            return Ok(false);
+        };
         let (between, committed) = if to == BarrierPhase::Confirmed {
             (
                 "participant.confirm.between",
@@ -234,7 +236,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         faults::check(between)?;
         let mut conn = DB::acquire_write(&self.pool).await?;
         let moved = HeldBarrierMove::new(&self.name, key, to);
-        match self.resource.settle_in_one(&mut *conn, &moved).await {
+        match shortcuts.settle_in_one(&mut *conn, &moved).await {
             Ok(settled) => {
                 DB::finish_write(conn).await?;
                 if settled {
@@ -247,6 +249,22 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
                 Ok(false)
             }
         }
+    }
+
+    /// The resource's shortcuts ([`Resource::shortcuts`]).
+    fn shortcuts(&self) -> Option<&dyn Shortcuts<DB>> {
+        self.resource.shortcuts()
+    }
+
+    /// A resource with no business data ([`Shortcuts::barrier_only`]).
+    fn barrier_only(&self) -> bool {
+        self.shortcuts().is_some_and(|s| s.barrier_only())
+    }
+
+    /// The shortcuts that write a business change with its barrier row: those of a resource
+    /// that offers them and has business data.
+    fn statement_shortcuts(&self) -> Option<&dyn Shortcuts<DB>> {
+        self.shortcuts().filter(|s| !s.barrier_only())
     }
 
     fn try_batches(&self) -> &TryBatches {
@@ -290,18 +308,16 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     /// Cancel: releases the branch. Before its Try it records the branch as cancelled (the
     /// late Try is rejected); after Confirm it answers `Confirmed` and changes nothing.
     pub async fn cancel_branch(&self, key: &BranchKey) -> Result<BranchAnswer, ResourceError> {
-        if self.resource.barrier_only() && self.advance_alone(key, BarrierPhase::Cancelled).await? {
+        if self.barrier_only() && self.advance_alone(key, BarrierPhase::Cancelled).await? {
             return Ok(BranchAnswer::Cancelled);
         }
-        if self.resource.settles_in_one_statement()
-            && self.settle_in_one(key, BarrierPhase::Cancelled).await?
-        {
+        if self.settle_in_one(key, BarrierPhase::Cancelled).await? {
             return Ok(BranchAnswer::Cancelled);
         }
         let mut tx = DB::begin_write(&self.pool).await?;
         // The common case, a held branch, in one barrier statement (a barrier-only resource's
         // was tried above).
-        let held = if self.resource.barrier_only() {
+        let held = if self.barrier_only() {
             None
         } else {
             DB::advance_held(&mut *tx, &self.name, key, BarrierPhase::Cancelled).await?
@@ -360,7 +376,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
         if let Some(found) =
             DB::extend_held(&mut *tx, &self.name, key, expires_at, hold_until).await?
         {
-            if !self.resource.barrier_only() {
+            if !self.barrier_only() {
                 self.resource.extend(&mut *tx, &found.ctx(key)?).await?;
             }
             tx.commit().await?;

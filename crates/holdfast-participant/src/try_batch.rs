@@ -1,9 +1,9 @@
 //! First Tries group-committed for a resource that takes them in batches
-//! ([`crate::Resource::tries_in_batches`], on a database that batches:
+//! ([`crate::Shortcuts::tries_in_batches`], on a database that batches:
 //! [`Backend::BATCHES_BARRIER_ONLY`]). Concurrent first Tries queue in a [`Batcher`] and reach
 //! the database as one transaction: the batch's barrier rows in one statement (answered
 //! `Held`; a branch that has a row already is left out), the resource's business change for
-//! all of them ([`crate::Resource::try_hold_batch`]), the refused ones' rows made `Rejected`
+//! all of them ([`crate::Shortcuts::try_hold_batch`]), the refused ones' rows made `Rejected`
 //! (or deleted while orphaned holds exist), one COMMIT. Lock order is the general way's: barrier rows (in key order), then business
 //! rows. A contended business row (a sale's one stock item) is then locked once per batch
 //! instead of once per Try, each in turn.
@@ -130,7 +130,10 @@ async fn hold_batch<R: Resource<DB>, DB: Backend>(
     let answers = if fresh.is_empty() {
         Vec::new()
     } else {
-        resource.try_hold_batch(&mut *tx, &fresh).await?
+        let shortcuts = resource.shortcuts().ok_or_else(|| {
+            ResourceError::Internal("a batch of Tries for a resource without shortcuts".into())
+        })?;
+        shortcuts.try_hold_batch(&mut *tx, &fresh).await?
     };
     if answers.len() != fresh.len() {
         return Err(ResourceError::Internal(format!(

@@ -5,16 +5,12 @@ use sqlx::PgConnection;
 
 use super::{Noop, noop_counts};
 use crate::participant::{
-    BranchCtx, ConfirmOutcome, Resource, ResourceError, TryAnswer, branch_counts,
+    BranchCtx, ConfirmOutcome, Resource, ResourceError, Shortcuts, TryAnswer, branch_counts,
 };
 use crate::participants::admin::{Inventory, ResourceCounts};
 
 #[async_trait]
 impl Resource for Noop {
-    fn barrier_only(&self) -> bool {
-        true
-    }
-
     async fn try_hold(
         &self,
         _conn: &mut PgConnection,
@@ -37,6 +33,17 @@ impl Resource for Noop {
         _branch: &BranchCtx,
     ) -> Result<(), ResourceError> {
         Ok(())
+    }
+
+    fn shortcuts(&self) -> Option<&dyn Shortcuts> {
+        Some(self)
+    }
+}
+
+/// No business data: every call is the barrier's statement alone.
+impl Shortcuts for Noop {
+    fn barrier_only(&self) -> bool {
+        true
     }
 }
 

@@ -4,15 +4,13 @@ use async_trait::async_trait;
 use sqlx::{Sqlite, SqliteConnection};
 
 use super::{Noop, noop_counts};
-use crate::participant::{Backend, BranchCtx, ConfirmOutcome, Resource, ResourceError, TryAnswer};
+use crate::participant::{
+    Backend, BranchCtx, ConfirmOutcome, Resource, ResourceError, Shortcuts, TryAnswer,
+};
 use crate::participants::admin::{Inventory, ResourceCounts};
 
 #[async_trait]
 impl Resource<Sqlite> for Noop {
-    fn barrier_only(&self) -> bool {
-        true
-    }
-
     async fn try_hold(
         &self,
         _conn: &mut SqliteConnection,
@@ -35,6 +33,17 @@ impl Resource<Sqlite> for Noop {
         _branch: &BranchCtx,
     ) -> Result<(), ResourceError> {
         Ok(())
+    }
+
+    fn shortcuts(&self) -> Option<&dyn Shortcuts<Sqlite>> {
+        Some(self)
+    }
+}
+
+/// No business data: every call is the barrier's statement alone.
+impl Shortcuts<Sqlite> for Noop {
+    fn barrier_only(&self) -> bool {
+        true
     }
 }
 

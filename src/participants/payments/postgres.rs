@@ -22,6 +22,8 @@ async fn lock_account(conn: &mut PgConnection, account: &str) -> Result<(), Reso
 
 #[async_trait]
 impl Resource for Payments {
+    const RELEASED_TABLE: Option<&'static str> = Some("authorisation");
+
     fn validate(&self, items: &[Item]) -> Result<(), ResourceError> {
         validate_items(items)
     }
@@ -152,10 +154,6 @@ impl Resource for Payments {
             .rows_affected();
         }
         Ok(gone)
-    }
-
-    fn released_table(&self) -> Option<&'static str> {
-        Some("authorisation")
     }
 }
 

@@ -16,6 +16,8 @@ use crate::proto::{ChargeRequest, PaymentRecord, Refund, RefundRequest, refund};
 
 #[async_trait]
 impl Resource<Sqlite> for Payments {
+    const RELEASED_TABLE: Option<&'static str> = Some("authorisation");
+
     fn validate(&self, items: &[Item]) -> Result<(), ResourceError> {
         validate_items(items)
     }
@@ -137,10 +139,6 @@ impl Resource<Sqlite> for Payments {
             .rows_affected();
         }
         Ok(gone)
-    }
-
-    fn released_table(&self) -> Option<&'static str> {
-        Some("authorisation")
     }
 }
 

@@ -20,6 +20,8 @@ async fn lock_rooms(conn: &mut PgConnection, rooms: &[String]) -> Result<(), Res
 
 #[async_trait]
 impl Resource for Rooms {
+    const RELEASED_TABLE: Option<&'static str> = Some("slot_hold");
+
     fn validate(&self, items: &[Item]) -> Result<(), ResourceError> {
         validate_items(items)
     }
@@ -150,10 +152,6 @@ impl Resource for Rooms {
             .rows_affected();
         }
         Ok(gone)
-    }
-
-    fn released_table(&self) -> Option<&'static str> {
-        Some("slot_hold")
     }
 }
 

@@ -12,6 +12,8 @@ use crate::participants::admin::{Inventory, ResourceCounts};
 
 #[async_trait]
 impl Resource<Sqlite> for Rooms {
+    const RELEASED_TABLE: Option<&'static str> = Some("slot_hold");
+
     fn validate(&self, items: &[Item]) -> Result<(), ResourceError> {
         validate_items(items)
     }
@@ -143,10 +145,6 @@ impl Resource<Sqlite> for Rooms {
             .rows_affected();
         }
         Ok(gone)
-    }
-
-    fn released_table(&self) -> Option<&'static str> {
-        Some("slot_hold")
     }
 }
 

@@ -13,7 +13,7 @@ use sqlx::{PgConnection, Row};
 use super::{Seats, seat_counts, validate_items};
 use crate::participant::{
     BarrierPhase, BranchCtx, ConfirmOutcome, HeldBarrierMove, HeldBarrierRow, Item, Resource,
-    ResourceError, TryAnswer,
+    ResourceError, Shortcuts, TryAnswer,
 };
 use crate::participants::admin::{Inventory, ResourceCounts};
 
@@ -89,54 +89,6 @@ async fn lock_seats(conn: &mut PgConnection, seats: &[String]) -> Result<(), Res
 impl Resource for Seats {
     fn validate(&self, items: &[Item]) -> Result<(), ResourceError> {
         validate_items(items)
-    }
-
-    fn tries_in_one_statement(&self) -> bool {
-        true
-    }
-
-    /// One seat (the usual Try): one statement. Several: the general way, which claims them
-    /// in order and undoes all when one is taken.
-    async fn try_hold_in_one(
-        &self,
-        conn: &mut PgConnection,
-        branch: &BranchCtx,
-        row: &HeldBarrierRow<'_>,
-    ) -> Result<Option<TryAnswer>, ResourceError> {
-        let [item] = branch.items.as_slice() else {
-            return Ok(None);
-        };
-        let query = sqlx::query(TRY_IN_ONE.as_str())
-            .bind(&item.resource)
-            .bind(&branch.key.reservation_id)
-            .bind(&branch.key.branch_id)
-            .bind(branch.hold_until);
-        let answer = row.bind(query).fetch_one(&mut *conn).await?;
-        HeldBarrierRow::answer(&answer, |answer| {
-            Ok(refusal(&item.resource, answer.try_get("seat_exists")?))
-        })
-    }
-
-    fn settles_in_one_statement(&self) -> bool {
-        true
-    }
-
-    async fn settle_in_one(
-        &self,
-        conn: &mut PgConnection,
-        moved: &HeldBarrierMove<'_>,
-    ) -> Result<bool, ResourceError> {
-        let seat_state = match moved.to() {
-            BarrierPhase::Confirmed => "confirmed",
-            BarrierPhase::Cancelled => "available",
-            _ => return Ok(false),
-        };
-        let row = moved
-            .bind(sqlx::query(SETTLE_IN_ONE.as_str()))
-            .bind(seat_state)
-            .fetch_one(&mut *conn)
-            .await?;
-        Ok(row.try_get::<i64, _>("moved")? == 1)
     }
 
     async fn try_hold(
@@ -229,6 +181,55 @@ impl Resource for Seats {
         .execute(&mut *conn)
         .await?;
         Ok(())
+    }
+
+    fn shortcuts(&self) -> Option<&dyn Shortcuts> {
+        Some(self)
+    }
+}
+
+/// A one-seat first Try, and a held branch's Confirm or Cancel, each one statement with its
+/// barrier row.
+#[async_trait]
+impl Shortcuts for Seats {
+    /// One seat (the usual Try): one statement. Several: the general way, which claims them
+    /// in order and undoes all when one is taken.
+    async fn try_hold_in_one(
+        &self,
+        conn: &mut PgConnection,
+        branch: &BranchCtx,
+        row: &HeldBarrierRow<'_>,
+    ) -> Result<Option<TryAnswer>, ResourceError> {
+        let [item] = branch.items.as_slice() else {
+            return Ok(None);
+        };
+        let query = sqlx::query(TRY_IN_ONE.as_str())
+            .bind(&item.resource)
+            .bind(&branch.key.reservation_id)
+            .bind(&branch.key.branch_id)
+            .bind(branch.hold_until);
+        let answer = row.bind(query).fetch_one(&mut *conn).await?;
+        HeldBarrierRow::answer(&answer, |answer| {
+            Ok(refusal(&item.resource, answer.try_get("seat_exists")?))
+        })
+    }
+
+    async fn settle_in_one(
+        &self,
+        conn: &mut PgConnection,
+        moved: &HeldBarrierMove<'_>,
+    ) -> Result<bool, ResourceError> {
+        let seat_state = match moved.to() {
+            BarrierPhase::Confirmed => "confirmed",
+            BarrierPhase::Cancelled => "available",
+            _ => return Ok(false),
+        };
+        let row = moved
+            .bind(sqlx::query(SETTLE_IN_ONE.as_str()))
+            .bind(seat_state)
+            .fetch_one(&mut *conn)
+            .await?;
+        Ok(row.try_get::<i64, _>("moved")? == 1)
     }
 }
 

@@ -17,7 +17,7 @@ use sqlx::{PgConnection, Row};
 use super::{Stock, allocate, refusal, validate_items};
 use crate::participant::{
     BarrierPhase, BranchCtx, ConfirmOutcome, HeldBarrierMove, HeldBarrierRow, Item, Resource,
-    ResourceError, TryAnswer,
+    ResourceError, Shortcuts, TryAnswer,
 };
 use crate::participants::admin::{Inventory, ResourceCounts};
 
@@ -113,116 +113,10 @@ impl<'a> HoldColumns<'a> {
 
 #[async_trait]
 impl Resource for Stock {
+    const RELEASED_TABLE: Option<&'static str> = Some("stock_hold");
+
     fn validate(&self, items: &[Item]) -> Result<(), ResourceError> {
         validate_items(items)
-    }
-
-    fn tries_in_one_statement(&self) -> bool {
-        true
-    }
-
-    fn settles_in_one_statement(&self) -> bool {
-        true
-    }
-
-    async fn settle_in_one(
-        &self,
-        conn: &mut PgConnection,
-        moved: &HeldBarrierMove<'_>,
-    ) -> Result<bool, ResourceError> {
-        let statement = match moved.to() {
-            BarrierPhase::Confirmed => CONFIRM_IN_ONE.as_str(),
-            BarrierPhase::Cancelled => CANCEL_IN_ONE.as_str(),
-            _ => return Ok(false),
-        };
-        let row = moved
-            .bind(sqlx::query(statement))
-            .fetch_one(&mut *conn)
-            .await?;
-        Ok(row.try_get::<i64, _>("moved")? == 1)
-    }
-
-    fn tries_in_batches(&self) -> bool {
-        true
-    }
-
-    /// The batch's items locked in one statement (sorted, as a Try of several locks them),
-    /// the units allocated here in arrival order ([`allocate`]), then every hold taken in one
-    /// statement: a sale's item is locked once per batch, not once per Try.
-    async fn try_hold_batch(
-        &self,
-        conn: &mut PgConnection,
-        branches: &[&BranchCtx],
-    ) -> Result<Vec<TryAnswer>, ResourceError> {
-        let mut resources: Vec<&str> = branches
-            .iter()
-            .flat_map(|b| b.items.iter().map(|i| i.resource.as_str()))
-            .collect();
-        resources.sort_unstable();
-        resources.dedup();
-        let available: HashMap<String, i64> = sqlx::query_as(
-            "SELECT resource, available FROM stock_item WHERE resource = ANY($1) \
-             ORDER BY resource FOR UPDATE",
-        )
-        .bind(&resources)
-        .fetch_all(&mut *conn)
-        .await?
-        .into_iter()
-        .collect();
-        let answers = allocate(available, branches);
-        let mut holds = HoldColumns::default();
-        for (branch, answer) in branches.iter().zip(&answers) {
-            if *answer == TryAnswer::Held {
-                for item in &branch.items {
-                    holds.push(branch, item);
-                }
-            }
-        }
-        if !holds.resource.is_empty() {
-            sqlx::query(
-                "WITH h AS ( \
-                     SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[], \
-                                          $5::timestamptz[]) \
-                     AS h(reservation_id, branch_id, resource, quantity, held_until)), \
-                 taken AS ( \
-                     UPDATE stock_item i SET available = i.available - t.quantity \
-                     FROM (SELECT resource, sum(quantity) AS quantity FROM h GROUP BY resource) t \
-                     WHERE i.resource = t.resource) \
-                 INSERT INTO stock_hold (reservation_id, branch_id, resource, quantity, state, held_until) \
-                 SELECT reservation_id, branch_id, resource, quantity, 'held', held_until FROM h",
-            )
-            .bind(holds.reservation_id)
-            .bind(holds.branch_id)
-            .bind(holds.resource)
-            .bind(holds.quantity)
-            .bind(holds.held_until)
-            .execute(&mut *conn)
-            .await?;
-        }
-        Ok(answers)
-    }
-
-    /// One item (a sale's usual Try): one statement. Several: the general way, since a
-    /// statement taking the first item and not the second would have to fail as a whole.
-    async fn try_hold_in_one(
-        &self,
-        conn: &mut PgConnection,
-        branch: &BranchCtx,
-        row: &HeldBarrierRow<'_>,
-    ) -> Result<Option<TryAnswer>, ResourceError> {
-        let [item] = branch.items.as_slice() else {
-            return Ok(None);
-        };
-        let query = sqlx::query(TRY_IN_ONE.as_str())
-            .bind(&item.resource)
-            .bind(item.quantity)
-            .bind(&branch.key.reservation_id)
-            .bind(&branch.key.branch_id)
-            .bind(branch.hold_until);
-        let answer = row.bind(query).fetch_one(&mut *conn).await?;
-        HeldBarrierRow::answer(&answer, |answer| {
-            Ok(refusal(item, answer.try_get("available")?))
-        })
     }
 
     async fn try_hold(
@@ -343,8 +237,114 @@ impl Resource for Stock {
         Ok(gone)
     }
 
-    fn released_table(&self) -> Option<&'static str> {
-        Some("stock_hold")
+    fn shortcuts(&self) -> Option<&dyn Shortcuts> {
+        Some(self)
+    }
+}
+
+/// A one-item first Try, and a held branch's Confirm (a one-item branch's Cancel), each one
+/// statement with its barrier row; concurrent first Tries in one transaction, the sale's
+/// item locked once per batch.
+#[async_trait]
+impl Shortcuts for Stock {
+    async fn settle_in_one(
+        &self,
+        conn: &mut PgConnection,
+        moved: &HeldBarrierMove<'_>,
+    ) -> Result<bool, ResourceError> {
+        let statement = match moved.to() {
+            BarrierPhase::Confirmed => CONFIRM_IN_ONE.as_str(),
+            BarrierPhase::Cancelled => CANCEL_IN_ONE.as_str(),
+            _ => return Ok(false),
+        };
+        let row = moved
+            .bind(sqlx::query(statement))
+            .fetch_one(&mut *conn)
+            .await?;
+        Ok(row.try_get::<i64, _>("moved")? == 1)
+    }
+
+    fn tries_in_batches(&self) -> bool {
+        true
+    }
+
+    /// The batch's items locked in one statement (sorted, as a Try of several locks them),
+    /// the units allocated here in arrival order ([`allocate`]), then every hold taken in one
+    /// statement: a sale's item is locked once per batch, not once per Try.
+    async fn try_hold_batch(
+        &self,
+        conn: &mut PgConnection,
+        branches: &[&BranchCtx],
+    ) -> Result<Vec<TryAnswer>, ResourceError> {
+        let mut resources: Vec<&str> = branches
+            .iter()
+            .flat_map(|b| b.items.iter().map(|i| i.resource.as_str()))
+            .collect();
+        resources.sort_unstable();
+        resources.dedup();
+        let available: HashMap<String, i64> = sqlx::query_as(
+            "SELECT resource, available FROM stock_item WHERE resource = ANY($1) \
+             ORDER BY resource FOR UPDATE",
+        )
+        .bind(&resources)
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .collect();
+        let answers = allocate(available, branches);
+        let mut holds = HoldColumns::default();
+        for (branch, answer) in branches.iter().zip(&answers) {
+            if *answer == TryAnswer::Held {
+                for item in &branch.items {
+                    holds.push(branch, item);
+                }
+            }
+        }
+        if !holds.resource.is_empty() {
+            sqlx::query(
+                "WITH h AS ( \
+                     SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[], \
+                                          $5::timestamptz[]) \
+                     AS h(reservation_id, branch_id, resource, quantity, held_until)), \
+                 taken AS ( \
+                     UPDATE stock_item i SET available = i.available - t.quantity \
+                     FROM (SELECT resource, sum(quantity) AS quantity FROM h GROUP BY resource) t \
+                     WHERE i.resource = t.resource) \
+                 INSERT INTO stock_hold (reservation_id, branch_id, resource, quantity, state, held_until) \
+                 SELECT reservation_id, branch_id, resource, quantity, 'held', held_until FROM h",
+            )
+            .bind(holds.reservation_id)
+            .bind(holds.branch_id)
+            .bind(holds.resource)
+            .bind(holds.quantity)
+            .bind(holds.held_until)
+            .execute(&mut *conn)
+            .await?;
+        }
+        Ok(answers)
+    }
+
+    /// One item (a sale's usual Try): one statement. Several: the general way, since a
+    /// statement taking the first item and not the second would have to fail as a whole.
+    async fn try_hold_in_one(
+        &self,
+        conn: &mut PgConnection,
+        branch: &BranchCtx,
+        row: &HeldBarrierRow<'_>,
+    ) -> Result<Option<TryAnswer>, ResourceError> {
+        let [item] = branch.items.as_slice() else {
+            return Ok(None);
+        };
+        let query = sqlx::query(TRY_IN_ONE.as_str())
+            .bind(&item.resource)
+            .bind(item.quantity)
+            .bind(&branch.key.reservation_id)
+            .bind(&branch.key.branch_id)
+            .bind(branch.hold_until);
+        let answer = row.bind(query).fetch_one(&mut *conn).await?;
+        HeldBarrierRow::answer(&answer, |answer| {
+            Ok(refusal(item, answer.try_get("available")?))
+        })
     }
 }
 

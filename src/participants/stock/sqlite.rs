@@ -12,6 +12,8 @@ use crate::participants::admin::{Inventory, ResourceCounts};
 
 #[async_trait]
 impl Resource<Sqlite> for Stock {
+    const RELEASED_TABLE: Option<&'static str> = Some("stock_hold");
+
     fn validate(&self, items: &[Item]) -> Result<(), ResourceError> {
         validate_items(items)
     }
@@ -131,10 +133,6 @@ impl Resource<Sqlite> for Stock {
             .rows_affected();
         }
         Ok(gone)
-    }
-
-    fn released_table(&self) -> Option<&'static str> {
-        Some("stock_hold")
     }
 }
 

@@ -18,7 +18,7 @@ use crate::{BranchCtx, BranchKey};
 use crate::{ResourceError, TryAnswer};
 
 /// A first Try's barrier row, answered `Held`, for a resource that writes its Try and this row
-/// in one statement ([`crate::Resource::try_hold_in_one`], PostgreSQL only: without the
+/// in one statement ([`crate::Shortcuts::try_hold_in_one`], PostgreSQL only: without the
 /// `postgres` feature it only names the trait method's parameter).
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub struct HeldBarrierRow<'a> {
@@ -114,7 +114,7 @@ impl<'a> HeldBarrierRow<'a> {
 
 /// A held branch's barrier row moved to `confirmed` or `cancelled` ([`HeldBarrierMove::to`])
 /// by a resource that writes its Confirm or Cancel and this move in one statement
-/// ([`crate::Resource::settle_in_one`], PostgreSQL only).
+/// ([`crate::Shortcuts::settle_in_one`], PostgreSQL only).
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub struct HeldBarrierMove<'a> {
     participant: &'a str,

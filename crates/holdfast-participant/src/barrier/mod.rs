@@ -218,9 +218,10 @@ pub trait Backend: sqlx::Database {
 
     /// Whether concurrent barrier-only writes ([`Backend::insert_held_batch`],
     /// [`Backend::advance_held_batch`]) share one statement, and concurrent first Tries of a
-    /// resource that [`crate::Resource::tries_in_batches`] one transaction. PostgreSQL: yes,
-    /// one round trip and one commit for the batch. SQLite: no; each call's statement is a
-    /// member of its one writer's group commit, which shares the fsync (BENCHMARKS.md).
+    /// resource whose shortcuts hold them in batches ([`crate::Shortcuts::tries_in_batches`])
+    /// one transaction. PostgreSQL: yes, one round trip and one commit for the batch. SQLite:
+    /// no; each call's statement is a member of its one writer's group commit, which shares the
+    /// fsync (BENCHMARKS.md).
     const BATCHES_BARRIER_ONLY: bool = false;
 
     /// Many first Tries of a barrier-only resource (phase and answer `Held`) in one
