@@ -19,44 +19,105 @@ use crate::store::decide::{self, LeaveHeld, Unlocked, payment_conflict};
 use crate::store::{Decided, StoreError, WorkLease};
 
 /// The one UPDATE of a decided move out of `HELD` (Confirm: `CONFIRMING`; Cancel:
-/// `CANCELLING`), for many distinct reservations at once, as parallel arrays: `$1` ids, `$2`
-/// the versions judged (NULL: the row is locked by the transaction), `$3` the state each moves
-/// to, `$4`/`$5` a Cancel's release outcome and reason, `$6`/`$7` lease owner and ms,
-/// `$8`-`$11` a Confirm's payment (NULL: none). A row read without a lock is guarded by its own
-/// version, and every row by the database clock, the arbiter of "before `expires_at`", so one
-/// that changed or lapsed misses alone. The lease is taken in the same UPDATE (`HELD` rows
-/// carry none). A payment is kept if one is recorded, and refused if another reservation
-/// recorded it as a further payment. Rows are found through the primary key (`id = ANY`):
-/// `state || ''` keeps the partial indexes of live reservations, which a generic plan made on
-/// a small table would otherwise walk, out of the plan.
-const LEAVE_HELD: &str = concat!(
-    "UPDATE reservations SET state = judged.to_state, version = version + 1, \
-     updated_at = clock_timestamp(), lease_owner = judged.lease_to, \
-     lease_until = clock_timestamp() + judged.lease_ms * interval '1 millisecond', \
-     release_outcome = CASE WHEN judged.to_state = 'CONFIRMING' THEN release_outcome \
-                            ELSE judged.outcome END, \
-     cancel_reason = CASE WHEN judged.to_state = 'CONFIRMING' THEN cancel_reason \
-                          ELSE judged.reason END, \
-     payment_participant = coalesce(payment_participant, judged.pay_participant), \
-     payment_ref = coalesce(payment_ref, judged.pay_ref), \
-     payment_amount_minor = coalesce(payment_amount_minor, judged.pay_amount), \
-     payment_currency = coalesce(payment_currency, judged.pay_currency) \
-     FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::uuid[], \
-                 $7::bigint[], $8::text[], $9::text[], $10::bigint[], $11::text[]) \
-          AS judged(write_id, judged_version, to_state, outcome, reason, lease_to, lease_ms, \
-                    pay_participant, pay_ref, pay_amount, pay_currency) \
-     WHERE id = ANY($1::uuid[]) AND id = judged.write_id \
-       AND (judged.judged_version IS NULL OR version = judged.judged_version) AND state || '' = 'HELD' \
-       AND clock_timestamp() < expires_at \
-       AND (judged.pay_ref IS NULL OR NOT EXISTS ( \
-            SELECT 1 FROM extra_payments x \
-            WHERE x.payment_participant = judged.pay_participant \
-              AND x.payment_ref = judged.pay_ref)) \
-     RETURNING ",
-    reservation_columns!()
-);
+/// `CANCELLING`), for distinct reservations as parallel arrays: `$1` ids, `$2` the versions
+/// judged (NULL: the row is locked by the transaction), `$3` the state each moves to, `$4`/`$5`
+/// a Cancel's release outcome and reason, `$6`/`$7` lease owner and ms, `$8`-`$11` a
+/// Confirm's payment (NULL: none). A row read without a lock is guarded by its own version, and
+/// every row by the database clock, the arbiter of "before `expires_at`", so one that changed
+/// or lapsed misses alone. The lease is taken in the same UPDATE (`HELD` rows carry none). A
+/// payment is kept if one is recorded, and refused if another reservation recorded it as a
+/// further payment. Rows are found through the primary key (`id = ANY`): `state || ''` keeps
+/// the partial indexes of live reservations, which a generic plan made on a small table would
+/// otherwise walk, out of the plan.
+///
+/// Spelled once, instantiated twice by how each array is read (`$open`, `$close` around it):
+/// whole, for many writes ([`LEAVE_HELD_MANY`]); or as `ARRAY[(a)[1]]`, for one
+/// ([`LEAVE_HELD_ONE`]), whose length the planner then knows without the values, so it
+/// settles on a generic plan rather than planning every call afresh.
+macro_rules! leave_held {
+    ($open:literal, $close:literal) => {
+        concat!(
+            "UPDATE reservations SET state = judged.to_state, version = version + 1, \
+             updated_at = clock_timestamp(), lease_owner = judged.lease_to, \
+             lease_until = clock_timestamp() + judged.lease_ms * interval '1 millisecond', \
+             release_outcome = CASE WHEN judged.to_state = 'CONFIRMING' THEN release_outcome \
+                                    ELSE judged.outcome END, \
+             cancel_reason = CASE WHEN judged.to_state = 'CONFIRMING' THEN cancel_reason \
+                                  ELSE judged.reason END, \
+             payment_participant = coalesce(payment_participant, judged.pay_participant), \
+             payment_ref = coalesce(payment_ref, judged.pay_ref), \
+             payment_amount_minor = coalesce(payment_amount_minor, judged.pay_amount), \
+             payment_currency = coalesce(payment_currency, judged.pay_currency) \
+             FROM unnest(",
+            $open,
+            "$1::uuid[]",
+            $close,
+            ", ",
+            $open,
+            "$2::bigint[]",
+            $close,
+            ", ",
+            $open,
+            "$3::text[]",
+            $close,
+            ", ",
+            $open,
+            "$4::text[]",
+            $close,
+            ", ",
+            $open,
+            "$5::text[]",
+            $close,
+            ", ",
+            $open,
+            "$6::uuid[]",
+            $close,
+            ", ",
+            $open,
+            "$7::bigint[]",
+            $close,
+            ", ",
+            $open,
+            "$8::text[]",
+            $close,
+            ", ",
+            $open,
+            "$9::text[]",
+            $close,
+            ", ",
+            $open,
+            "$10::bigint[]",
+            $close,
+            ", ",
+            $open,
+            "$11::text[]",
+            $close,
+            ") AS judged(write_id, judged_version, to_state, outcome, reason, lease_to, \
+                         lease_ms, pay_participant, pay_ref, pay_amount, pay_currency) \
+             WHERE id = ANY(",
+            $open,
+            "$1::uuid[]",
+            $close,
+            ") AND id = judged.write_id \
+               AND (judged.judged_version IS NULL OR version = judged.judged_version) \
+               AND state || '' = 'HELD' AND clock_timestamp() < expires_at \
+               AND (judged.pay_ref IS NULL OR NOT EXISTS ( \
+                    SELECT 1 FROM extra_payments x \
+                    WHERE x.payment_participant = judged.pay_participant \
+                      AND x.payment_ref = judged.pay_ref)) \
+             RETURNING ",
+            reservation_columns!()
+        )
+    };
+}
 
-/// Runs [`LEAVE_HELD`] for `writes` (distinct reservations) on `conn`: the rows moved, by id
+/// [`leave_held!`] for many writes.
+const LEAVE_HELD_MANY: &str = leave_held!("", "");
+
+/// [`leave_held!`] for one write.
+const LEAVE_HELD_ONE: &str = leave_held!("ARRAY[(", ")[1]]");
+
+/// Runs [`leave_held!`] for `writes` (distinct reservations) on `conn`: the rows moved, by id
 /// (one that missed is absent), each without its branches.
 pub(super) async fn leave_held(
     conn: &mut PgConnection,
@@ -79,7 +140,12 @@ pub(super) async fn leave_held(
         .map(|w| w.payment.as_ref().map(|p| p.amount_minor))
         .collect();
     let currencies = column(|w| w.payment.as_ref().map(|p| p.currency.as_str()));
-    let rows = sqlx::query_as::<_, ReservationRow>(LEAVE_HELD)
+    let statement = if writes.len() == 1 {
+        LEAVE_HELD_ONE
+    } else {
+        LEAVE_HELD_MANY
+    };
+    let rows = sqlx::query_as::<_, ReservationRow>(statement)
         .bind(&ids)
         .bind(&versions)
         .bind(&to)
