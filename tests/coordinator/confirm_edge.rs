@@ -34,7 +34,7 @@ const STAGGER: Duration = Duration::from_millis(10);
 const TTL: Duration = Duration::from_secs(1);
 /// Each Confirm is sent so that, taking as long as the Confirms answered lately, it is
 /// judged around its hold's deadline: from this long before the deadline ...
-const EARLIEST_MS: i64 = -40;
+const EARLIEST_MS: i64 = -60;
 /// ... to this long after it, in steps of [`STEP_MS`] over the clients.
 const LATEST_MS: i64 = 20;
 const STEP_MS: i64 = 4;
