@@ -6,7 +6,7 @@
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use super::decide::snapshot_of;
+use super::decide::{leave_held, snapshot_of};
 use super::sql::{Applied, ReservationSql};
 use super::{StoreError, WorkLease};
 use crate::db::WriteTransaction;
@@ -94,12 +94,16 @@ pub(crate) async fn force_cancel<DB: AdminSql>(
                 reason: Some(note.reason.clone()),
             };
             match lifecycle::decide(&snapshot_of(&current, &decision), &decision) {
-                Verdict::Transition {
-                    to,
-                    release_outcome,
-                } => {
-                    DB::release_held(&mut tx, id, to, release_outcome, Some(&note.reason), lease)
-                        .await?
+                verdict @ Verdict::Transition { .. } => {
+                    let write = leave_held(&current, &decision, &verdict, lease, true);
+                    match write {
+                        Some(write) => match DB::leave_held(&mut tx, &write).await? {
+                            // Lapsed since the read: expired, as a Cancel would be.
+                            Applied::Missed => written(DB::expire_hold(&mut tx, id).await?),
+                            applied => applied,
+                        },
+                        None => Applied::Missed,
+                    }
                 }
                 Verdict::Expire => written(DB::expire_hold(&mut tx, id).await?),
                 _ => Applied::Missed,

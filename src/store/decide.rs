@@ -3,8 +3,10 @@
 //! with the statements of [`ReservationSql`] (lapsed holds, late payments, refunds, retakes,
 //! extensions), leasing the reservation to the decider when a fan-out follows.
 //!
-//! SQLite decides every Confirm/Cancel/Extend here; PostgreSQL first tries its unlocked fast
-//! path (`postgres/unlocked.rs`) and comes here when it misses.
+//! A decided move out of `HELD` (Confirm, Cancel) is not spelled here but described
+//! ([`LeaveHeld`]): each database has one executor of it, run under the row lock here, or -
+//! on PostgreSQL's unlocked path ([`judge_unlocked`]: read without a lock, judge, run the same
+//! description guarded by the version read) - many at once by its group commit.
 
 use uuid::Uuid;
 
@@ -115,73 +117,13 @@ async fn decide_in_lock<DB: PaymentSql>(
             return refund_extra::<DB>(tx, current, p, answer, lease).await;
         }
     }
-    let applied = match &verdict {
-        Verdict::Transition {
-            to: State::Confirming,
-            ..
-        } => {
-            // The database clock at the UPDATE is the arbiter of "before expires_at".
-            match DB::confirm_held(&mut tx, id, lease).await? {
-                Applied::Missed => {
-                    // Lapsed between the read and the update: judge again as expired.
-                    verdict = lifecycle::decide(&lapsed(snapshot), decision);
-                    written(apply_lapsed::<DB>(&mut tx, id, &verdict, payment).await?)
-                }
-                confirmed => {
-                    record_payment::<DB>(&mut tx, id, payment).await?;
-                    confirmed
-                }
-            }
-        }
-        Verdict::Transition {
-            to,
-            release_outcome,
-        } => {
-            let reason = match decision {
-                Decision::Cancel { reason } => reason.as_deref(),
-                _ => None,
-            };
-            DB::release_held(&mut tx, id, *to, *release_outcome, reason, lease).await?
-        }
-        Verdict::Expire | Verdict::HonorLate => {
-            written(apply_lapsed::<DB>(&mut tx, id, &verdict, payment).await?)
-        }
-        Verdict::Refund { expire, .. } => {
-            if *expire {
-                DB::expire_hold(&mut tx, id).await?;
-            }
-            record_payment::<DB>(&mut tx, id, payment).await?;
-            let reason = if *expire || snapshot.state == State::Expired {
-                LATE_PAYMENT_REFUND.to_owned()
-            } else {
-                format!("the reservation is {}", current.state)
-            };
-            written(DB::record_refund(&mut tx, id, &reason).await?)
-        }
-        Verdict::Retake => {
-            let marked = DB::mark_retake(&mut tx, id).await?;
-            if marked {
-                record_payment::<DB>(&mut tx, id, payment).await?;
-            }
-            written(marked)
-        }
-        Verdict::Extend { by } => {
-            // The database clock at the UPDATE is the arbiter here too: the row is locked and
-            // HELD, so a miss means the hold lapsed since the read - judged again as expired
-            // (released), never answered as an Extend that changed nothing.
-            if DB::extend_held(&mut tx, id, *by, decision.extend_request_id()).await? {
-                Applied::Written { leased: false }
-            } else {
-                verdict = lifecycle::decide(&lapsed(snapshot), decision);
-                written(apply_lapsed::<DB>(&mut tx, id, &verdict, payment).await?)
-            }
-        }
-        Verdict::AlreadyDone
-        | Verdict::Refuse(_)
-        | Verdict::VerifyPayment
-        | Verdict::TellParticipants { .. }
-        | Verdict::RefundExtra { .. } => Applied::Missed,
+    let judged = Judged {
+        current: &current,
+        snapshot,
+        decision,
+        lease,
     };
+    let applied = apply_verdict::<DB>(&mut tx, &judged, &mut verdict).await?;
     let (reservation, leased) = match applied {
         Applied::Missed => {
             tx.rollback().await?;
@@ -204,6 +146,216 @@ async fn decide_in_lock<DB: PaymentSql>(
         reservation: Box::new(reservation),
         leased,
     })
+}
+
+/// A decision judged on a row read under its lock.
+struct Judged<'a> {
+    current: &'a Reservation,
+    snapshot: Snapshot,
+    decision: &'a Decision,
+    lease: WorkLease,
+}
+
+/// Applies `verdict` under the row lock. A guarded write that misses because the hold lapsed
+/// since the read (the database clock at the UPDATE is the arbiter of "before expires_at")
+/// judges the decision again as expired, into `verdict`, and applies that: never an answer of
+/// a change that was not written.
+async fn apply_verdict<DB: PaymentSql>(
+    tx: &mut DB::Connection,
+    judged: &Judged<'_>,
+    verdict: &mut Verdict,
+) -> Result<Applied, StoreError> {
+    let (id, decision) = (judged.current.id, judged.decision);
+    let payment = payment_of(decision);
+    let applied = match &*verdict {
+        Verdict::Transition { .. } => {
+            let write = leave_held(judged.current, decision, verdict, judged.lease, true);
+            match write {
+                Some(write) => DB::leave_held(tx, &write).await?,
+                None => Applied::Missed,
+            }
+        }
+        Verdict::Extend { by } => {
+            written(DB::extend_held(tx, id, *by, decision.extend_request_id()).await?)
+        }
+        Verdict::Expire | Verdict::HonorLate => {
+            return Ok(written(apply_lapsed::<DB>(tx, id, verdict, payment).await?));
+        }
+        Verdict::Refund { expire, .. } => {
+            if *expire {
+                DB::expire_hold(tx, id).await?;
+            }
+            record_payment::<DB>(tx, id, payment).await?;
+            let reason = if *expire || judged.snapshot.state == State::Expired {
+                LATE_PAYMENT_REFUND.to_owned()
+            } else {
+                format!("the reservation is {}", judged.current.state)
+            };
+            return Ok(written(DB::record_refund(tx, id, &reason).await?));
+        }
+        Verdict::Retake => {
+            let marked = DB::mark_retake(tx, id).await?;
+            if marked {
+                record_payment::<DB>(tx, id, payment).await?;
+            }
+            return Ok(written(marked));
+        }
+        Verdict::AlreadyDone
+        | Verdict::Refuse(_)
+        | Verdict::VerifyPayment
+        | Verdict::TellParticipants { .. }
+        | Verdict::RefundExtra { .. } => return Ok(Applied::Missed),
+    };
+    if applied != Applied::Missed {
+        return Ok(applied);
+    }
+    // The row is locked and HELD: the guarded write missed because the hold lapsed since the
+    // read.
+    *verdict = lifecycle::decide(&lapsed(judged.snapshot), decision);
+    Ok(written(apply_lapsed::<DB>(tx, id, verdict, payment).await?))
+}
+
+/// What keeps a row as it was judged until its write lands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Guard {
+    /// The row is locked by the transaction the write runs in.
+    RowLock,
+    /// The row was read without a lock: the write lands only on this version, the one judged.
+    Version(i64),
+}
+
+impl Guard {
+    /// The version the write must find, if it is guarded by one.
+    pub(crate) fn version(self) -> Option<i64> {
+        match self {
+            Guard::RowLock => None,
+            Guard::Version(v) => Some(v),
+        }
+    }
+}
+
+/// A decided move out of `HELD` (a Confirm's or a Cancel's [`Verdict::Transition`]): the
+/// write description a database's executor runs as one UPDATE. The row must be `HELD`, as
+/// `guard` keeps it, and unexpired by the database clock at the UPDATE; it moves to `to`, takes the
+/// decider's `lease` (a database whose UPDATE cannot take it leaves it to the flow) and the
+/// Confirm's `payment` unless one is recorded (and unless another reservation recorded that
+/// payment as a further one); a Cancel's `release_outcome` and `cancel_reason` are set.
+/// Anything else makes it miss, and nothing changes.
+#[derive(Clone, Debug)]
+pub(crate) struct LeaveHeld {
+    pub id: Uuid,
+    pub guard: Guard,
+    pub to: State,
+    pub release_outcome: Option<State>,
+    pub cancel_reason: Option<String>,
+    pub payment: Option<Payment>,
+    pub lease: WorkLease,
+}
+
+/// The write `verdict` asks for when it moves `current` out of `HELD` by `decision`; `None`
+/// for every other verdict. `locked`: `current` was read under its row lock, which guards the
+/// write; otherwise the version read does.
+pub(crate) fn leave_held(
+    current: &Reservation,
+    decision: &Decision,
+    verdict: &Verdict,
+    lease: WorkLease,
+    locked: bool,
+) -> Option<LeaveHeld> {
+    let Verdict::Transition {
+        to,
+        release_outcome,
+    } = verdict
+    else {
+        return None;
+    };
+    let (payment, cancel_reason) = match decision {
+        Decision::Confirm { payment, .. } if *to == State::Confirming => (payment.clone(), None),
+        Decision::Cancel { reason } => (None, reason.clone()),
+        _ => (None, None),
+    };
+    Some(LeaveHeld {
+        id: current.id,
+        guard: if locked {
+            Guard::RowLock
+        } else {
+            Guard::Version(current.version)
+        },
+        to: *to,
+        release_outcome: *release_outcome,
+        cancel_reason,
+        payment,
+        lease,
+    })
+}
+
+/// What a decision judged on a row read without a lock comes to.
+pub(crate) enum Unlocked {
+    /// Answered from the read: nothing to write.
+    Answered(Decided),
+    /// Run this write (version-guarded); a hit answers `verdict` ([`answer_unlocked`]).
+    Write { write: LeaveHeld, verdict: Verdict },
+    /// Every rarer verdict (lapsed holds, late payments, refunds, Extend): the locked flow
+    /// decides.
+    Locked,
+}
+
+/// Judges `decision` on `current`, read without a lock. `from_image`: `current` is an image
+/// this process recorded rather than a read of the row, so only a verdict its version guard
+/// protects is taken from it (a write, or a payment to verify first).
+pub(crate) fn judge_unlocked(
+    current: &Reservation,
+    from_image: bool,
+    scope: Option<&str>,
+    presented_token: &str,
+    decision: &Decision,
+    lease: WorkLease,
+) -> Unlocked {
+    if matches!(decision, Decision::Extend { .. }) {
+        return Unlocked::Locked;
+    }
+    if !current.visible_to(scope) {
+        return Unlocked::Answered(Decided::NotFound);
+    }
+    if !current.token.verifies(presented_token) {
+        return Unlocked::Answered(Decided::TokenMismatch);
+    }
+    let verdict = lifecycle::decide(&snapshot_of(current, decision), decision);
+    match verdict {
+        Verdict::Transition { .. } => match leave_held(current, decision, &verdict, lease, false) {
+            Some(write) => Unlocked::Write { write, verdict },
+            None => Unlocked::Locked,
+        },
+        Verdict::VerifyPayment => Unlocked::Answered(unchanged(verdict, current)),
+        Verdict::AlreadyDone | Verdict::Refuse(_) if !from_image => {
+            Unlocked::Answered(unchanged(verdict, current))
+        }
+        _ => Unlocked::Locked,
+    }
+}
+
+/// The answer of a version-guarded [`LeaveHeld`] that landed: its after-image (a decision
+/// changes the reservation row only, so its branches are as read), leased to the decider.
+pub(crate) fn answer_unlocked(
+    verdict: Verdict,
+    read: Reservation,
+    mut after: Reservation,
+) -> Decided {
+    after.branches = read.branches;
+    Decided::Judged {
+        verdict,
+        reservation: Box::new(after),
+        leased: true,
+    }
+}
+
+/// A verdict that changes nothing, answered with the reservation as read.
+fn unchanged(verdict: Verdict, current: &Reservation) -> Decided {
+    Decided::Judged {
+        verdict,
+        reservation: Box::new(current.clone()),
+        leased: false,
+    }
 }
 
 /// [`Verdict::RefundExtra`]: records the further payment with its refund, leased to the decider

@@ -12,9 +12,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use uuid::Uuid;
 
+use super::decide::LeaveHeld;
 use super::{BranchReport, RefundAnswer, StoreError, WorkLease};
 use crate::domain::policy::Backoff;
-use crate::domain::{ExtraPayment, Payment, Reservation, State};
+use crate::domain::{ExtraPayment, Payment, Reservation};
 
 /// What a decision's conditional UPDATE did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,21 +75,12 @@ pub(crate) trait ReservationSql: Send + Sync + 'static {
         request_id: &str,
     ) -> Result<bool, StoreError>;
 
-    /// `HELD -> CONFIRMING`, only while the database clock is before `expires_at`.
-    async fn confirm_held(
+    /// Runs a decided move out of `HELD` ([`LeaveHeld`], described by `decide.rs`): this
+    /// database's one statement for it. `Missed` when the row was not as the description
+    /// requires.
+    async fn leave_held(
         conn: &mut Self::Connection,
-        id: Uuid,
-        lease: WorkLease,
-    ) -> Result<Applied, StoreError>;
-
-    /// `HELD -> to` (with `release_outcome` and the Cancel's `reason`): a Cancel.
-    async fn release_held(
-        conn: &mut Self::Connection,
-        id: Uuid,
-        to: State,
-        release_outcome: Option<State>,
-        reason: Option<&str>,
-        lease: WorkLease,
+        write: &LeaveHeld,
     ) -> Result<Applied, StoreError>;
 
     /// `HELD -> CONFIRMING` with `late_payment_honored`: a late payment confirms the lapsed

@@ -15,6 +15,7 @@ mod cli;
 mod client;
 mod concurrency;
 mod concurrent_payments;
+mod confirm_edge;
 mod connections;
 mod db_clock;
 mod end_to_end;

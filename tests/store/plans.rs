@@ -251,7 +251,8 @@ async fn the_sweep_and_the_work_gauges_search_indexes_on_sqlite() {
     }
 }
 
-/// The hot path's Confirm decision (a HELD reservation, no payment) settles on a generic plan,
+/// The hot path's Confirm decision (a HELD reservation, no payment; the one statement of every
+/// decided move out of `HELD`, `store/postgres/executor.rs`) settles on a generic plan,
 /// as a cached prepared statement should: planned afresh on every call it cost PostgreSQL
 /// ~0.1 ms of CPU per Reserve+Confirm (BENCHMARKS.md, "Where the CPU goes"). One pooled
 /// connection, so the store's statements and this check share one session's
@@ -277,7 +278,7 @@ async fn a_confirm_without_payment_is_not_planned_on_every_call(
     }
     let plans: Vec<(String, i64, i64)> = sqlx::query_as(
         "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements \
-         WHERE statement LIKE 'UPDATE reservations SET state = ''CONFIRMING''%'",
+         WHERE statement LIKE 'UPDATE reservations SET state = judged.to_state%'",
     )
     .fetch_all(&pool)
     .await

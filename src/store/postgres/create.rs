@@ -1,8 +1,8 @@
-//! Recording Reserves on PostgreSQL: the (owner, holder)'s advisory lock (and the global one under a
-//! global hold cap), then one statement inserting each reservation with its branches unless
-//! its request id is taken or its holder is at the cap, answering with the rows as inserted.
-//! A batch of distinct (owner, holder)s' Reserves shares the transaction and the statement (see
-//! `group_commit.rs`); the others are judged by the shared [`admission`].
+//! Recording Reserves on PostgreSQL, one path ([`create`]) for one Reserve or a batch the group
+//! commit gathered (`group_commit.rs`): the (owner, holder)s' advisory locks (and the global
+//! one under a global hold cap), then one statement inserting each reservation with its
+//! branches unless its request id is taken or its holder is at the cap, answering with the
+//! rows as inserted; the others are judged by the shared [`admission`].
 
 use std::collections::HashMap;
 
@@ -59,43 +59,20 @@ impl AdmissionSql for Postgres {
     }
 }
 
-/// One Reserve on its own (with a global hold cap, every Reserve goes this way).
-pub(super) async fn create_alone(pool: &PgPool, row: NewRow<'_>) -> Result<Created, StoreError> {
+/// Rounds of inserting what may be inserted and judging the rest before a Reserve is
+/// answered "retry" rather than loop: under the holders' locks only time changes the counts,
+/// and only downwards, so a second insert takes.
+const ROUNDS: usize = 4;
+
+/// Records Reserves - one alone, or a batch of distinct (owner, holder)s the group commit
+/// gathered - in one transaction: every (owner, holder)'s lock, in key order so concurrent
+/// batches cannot deadlock (and the global one under a global hold cap), then [`admit`].
+/// Answers in `rows` order.
+pub(super) async fn create(pool: &PgPool, rows: &[NewRow<'_>]) -> Result<Vec<Created>, StoreError> {
     let mut tx = pool.begin().await?;
     // One (owner, holder)'s Reserves run this transaction one at a time, so counting its live
-    // holds and inserting are one atomic step. (A separate statement: the count must see what
-    // committed while we waited for the lock.)
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-        .bind(row.new.limit_key())
-        .execute(&mut *tx)
-        .await?;
-    if row.limits.total > 0 {
-        // Rare configuration: every Reserve queues on one lock, and admission is checked
-        // statement by statement.
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(GLOBAL_LIMIT_LOCK)
-            .execute(&mut *tx)
-            .await?;
-        if let Some(refused) = admission::<Postgres>(&mut tx, row.new, row.limits).await? {
-            tx.rollback().await?;
-            return Ok(refused);
-        }
-    }
-    let mut answers = insert_new(&mut tx, &[row]).await?;
-    tx.commit().await?;
-    answers
-        .pop()
-        .ok_or_else(|| StoreError::Corrupt("no answer for a Reserve".into()))
-}
-
-/// Records a batch of Reserves (distinct (owner, holder)s, no global cap) in one
-/// transaction: every (owner, holder)'s lock, in key order so concurrent batches cannot deadlock, then [`insert_new`].
-/// Answers in `rows` order.
-pub(super) async fn create_batch(
-    pool: &PgPool,
-    rows: &[NewRow<'_>],
-) -> Result<Vec<Created>, StoreError> {
-    let mut tx = pool.begin().await?;
+    // holds and inserting are one atomic step. (A statement of its own: the insert's snapshot
+    // must see what committed while we waited for the lock.)
     let keys: Vec<String> = rows.iter().map(|r| r.new.limit_key()).collect();
     sqlx::query(
         "SELECT pg_advisory_xact_lock(k) FROM ( \
@@ -104,52 +81,70 @@ pub(super) async fn create_batch(
     .bind(&keys)
     .execute(&mut *tx)
     .await?;
-    let answers = insert_new(&mut tx, rows).await?;
+    if rows.iter().any(|r| r.limits.total > 0) {
+        // Rare configuration: every Reserve queues on one lock (the group commit runs each
+        // alone), and admission is checked before the insert.
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(GLOBAL_LIMIT_LOCK)
+            .execute(&mut *tx)
+            .await?;
+    }
+    let answers = admit(&mut tx, rows).await?;
     tx.commit().await?;
     Ok(answers)
 }
 
-/// Under the holders' locks: one statement inserting each reservation with its branches
-/// unless its request id is taken or its holder is at the cap (checked by the statement's
-/// snapshot, taken after the locks were granted), answering with the rows as inserted; the
-/// others are judged one by one ([`admit_again`]). Answers in `rows` order.
-async fn insert_new(
-    tx: &mut PgConnection,
-    rows: &[NewRow<'_>],
-) -> Result<Vec<Created>, StoreError> {
-    let mut inserted = insert_rows(tx, rows).await?;
-    let mut answers = Vec::with_capacity(rows.len());
-    for job in rows {
-        answers.push(match inserted.remove(&job.new.id) {
-            Some(r) => Created::New(r),
-            None => admit_again(tx, *job).await?,
+/// Under the holders' locks: one statement inserts each reservation with its branches unless
+/// its request id is taken or its holder is at the cap (checked by the statement's snapshot,
+/// taken after the locks were granted), answering with the rows as inserted. Those it did not
+/// insert are judged by [`admission`], by a later clock: a repeat of a recorded request, or a
+/// holder at a cap, is answered so; a hold that lapsed in between, or a rejected reservation
+/// with this request id discarded meanwhile (`Store::discard`), leaves nothing to refuse, so
+/// they go round again. Under a global cap every row is judged before it is inserted (the
+/// statement counts per holder only). Answers in `rows` order.
+async fn admit(tx: &mut PgConnection, rows: &[NewRow<'_>]) -> Result<Vec<Created>, StoreError> {
+    let capped = rows.iter().any(|r| r.limits.total > 0);
+    let mut answers: Vec<Option<Created>> = rows.iter().map(|_| None).collect();
+    let mut pending: Vec<usize> = (0..rows.len()).collect();
+    for round in 0..ROUNDS {
+        if capped || round > 0 {
+            let mut still = Vec::with_capacity(pending.len());
+            for i in pending {
+                match admission::<Postgres>(&mut *tx, rows[i].new, rows[i].limits).await? {
+                    Some(answer) => answers[i] = Some(answer),
+                    None => still.push(i),
+                }
+            }
+            pending = still;
+        }
+        if pending.is_empty() {
+            break;
+        }
+        let round_rows: Vec<NewRow<'_>> = pending.iter().map(|&i| rows[i]).collect();
+        let mut inserted = insert_rows(tx, &round_rows).await?;
+        pending.retain(|&i| match inserted.remove(&rows[i].new.id) {
+            Some(r) => {
+                answers[i] = Some(Created::New(r));
+                false
+            }
+            None => true,
         });
     }
-    Ok(answers)
+    answers
+        .into_iter()
+        .zip(rows)
+        .map(|(answer, row)| {
+            answer.ok_or_else(|| {
+                StoreError::Contended(format!(
+                    "reservation of holder {:?} neither inserted nor refused",
+                    row.new.holder
+                ))
+            })
+        })
+        .collect()
 }
 
-/// A Reserve the statement did not insert: a repeat of a recorded request, or its holder was
-/// at the cap. [`admission`] says which, by a later clock: a hold that lapsed in between, or a
-/// rejected reservation with this request id discarded meanwhile (`Store::discard`), leaves
-/// nothing to refuse, so the Reserve is inserted alone after all. Under the holder's lock only
-/// time changes the counts, and only downwards, so the second insert takes; a third round
-/// answers "retry" rather than loop.
-async fn admit_again(tx: &mut PgConnection, job: NewRow<'_>) -> Result<Created, StoreError> {
-    for _ in 0..3 {
-        if let Some(answer) = admission::<Postgres>(&mut *tx, job.new, job.limits).await? {
-            return Ok(answer);
-        }
-        if let Some(r) = insert_rows(tx, &[job]).await?.remove(&job.new.id) {
-            return Ok(Created::New(r));
-        }
-    }
-    Err(StoreError::Contended(format!(
-        "reservation of holder {:?} neither inserted nor refused",
-        job.new.holder
-    )))
-}
-
-/// The one statement of [`insert_new`]: the reservations it inserted, by id.
+/// The one statement of [`admit`]: the reservations it inserted, by id.
 async fn insert_rows(
     tx: &mut PgConnection,
     rows: &[NewRow<'_>],

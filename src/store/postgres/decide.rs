@@ -1,6 +1,7 @@
 //! PostgreSQL's statements for the shared decision, retake and outcome flows
 //! ([`ReservationSql`]): row locks with `FOR UPDATE`, every "now" `clock_timestamp()`.
-//! A Confirm or Cancel takes the decider's lease in its own UPDATE (one statement fewer).
+//! A Confirm or Cancel is `executor.rs`'s statement, which takes the decider's lease as it
+//! writes (one statement fewer).
 
 use std::time::Duration;
 
@@ -9,9 +10,11 @@ use sqlx::postgres::PgConnection;
 use sqlx::{Pool, Postgres, Transaction};
 use uuid::Uuid;
 
+use super::executor;
 use super::rows::{self, millis};
 use crate::domain::policy::Backoff;
-use crate::domain::{Payment, Reservation, State};
+use crate::domain::{Payment, Reservation};
+use crate::store::decide::LeaveHeld;
 use crate::store::sql::{Applied, ReservationSql};
 use crate::store::{BranchReport, RefundAnswer, StoreError, WorkLease};
 
@@ -64,53 +67,14 @@ impl ReservationSql for Postgres {
         .await?)
     }
 
-    async fn confirm_held(
-        conn: &mut PgConnection,
-        id: Uuid,
-        lease: WorkLease,
-    ) -> Result<Applied, StoreError> {
-        // HELD rows carry no lease: the deciding instance takes it in the same UPDATE.
-        let confirmed = one_row(
-            sqlx::query(
-                "UPDATE reservations SET state = 'CONFIRMING', version = version + 1, \
-                 updated_at = clock_timestamp(), lease_owner = $2, \
-                 lease_until = clock_timestamp() + $3 * interval '1 millisecond' \
-                 WHERE id = $1 AND state = 'HELD' AND clock_timestamp() < expires_at",
-            )
-            .bind(id)
-            .bind(lease.owner)
-            .bind(millis(lease.duration))
-            .execute(&mut *conn)
-            .await?,
-        );
-        Ok(leased_if(confirmed))
-    }
-
-    async fn release_held(
-        conn: &mut PgConnection,
-        id: Uuid,
-        to: State,
-        release_outcome: Option<State>,
-        reason: Option<&str>,
-        lease: WorkLease,
-    ) -> Result<Applied, StoreError> {
-        let released = one_row(
-            sqlx::query(
-                "UPDATE reservations SET state = $2, release_outcome = $3, cancel_reason = $4, \
-                 version = version + 1, updated_at = clock_timestamp(), lease_owner = $5, \
-                 lease_until = clock_timestamp() + $6 * interval '1 millisecond' \
-                 WHERE id = $1 AND state = 'HELD'",
-            )
-            .bind(id)
-            .bind(to.as_str())
-            .bind(release_outcome.map(State::as_str))
-            .bind(reason)
-            .bind(lease.owner)
-            .bind(millis(lease.duration))
-            .execute(&mut *conn)
-            .await?,
-        );
-        Ok(leased_if(released))
+    async fn leave_held(conn: &mut PgConnection, write: &LeaveHeld) -> Result<Applied, StoreError> {
+        // The same statement the unlocked path runs; it takes the lease as it writes.
+        let moved = executor::leave_held(conn, &[write]).await?;
+        Ok(if moved.contains_key(&write.id) {
+            Applied::Written { leased: true }
+        } else {
+            Applied::Missed
+        })
     }
 
     async fn honor_late(conn: &mut PgConnection, id: Uuid) -> Result<bool, StoreError> {
@@ -347,14 +311,5 @@ impl ReservationSql for Postgres {
         .execute(&mut *conn)
         .await?;
         Ok(())
-    }
-}
-
-/// A Confirm's or Cancel's UPDATE, which leases the reservation to the decider as it writes.
-fn leased_if(written: bool) -> Applied {
-    if written {
-        Applied::Written { leased: true }
-    } else {
-        Applied::Missed
     }
 }

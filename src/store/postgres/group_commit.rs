@@ -1,7 +1,7 @@
 //! Group commit for the PostgreSQL store: concurrent calls of one kind of write (`create`,
-//! `record_held`, `record_rejected`, `record_phase`, and the unlocked Confirm without a
-//! payment of `unlocked.rs`) queue up and reach the database as one statement (one round
-//! trip, one commit) for the whole batch.
+//! `record_held`, `record_rejected`, `record_phase`, and the decided writes `store/decide.rs`
+//! describes, run by `executor.rs`) queue up and reach the database as one statement (one
+//! round trip, one commit) for the whole batch.
 //!
 //! One task per kind drains its queue ([`Batcher`], shared with the participant SDK): it
 //! takes every job waiting (up to a cap), runs them as one batch, answers each, and takes the
@@ -14,8 +14,8 @@
 //! own reservation id and answers it as new (`admission`); a rerun `record_phase` finds its
 //! write id on the row (`last_phase_write`, written with the batch) and applies nothing again;
 //! a rerun `record_held` or `record_rejected` finds the reservation left `TRYING` and only
-//! reads it; a rerun Confirm finds the version it was judged on gone and misses, so the
-//! locked path answers it from the row as it is.
+//! reads it; a rerun decided write (Confirm, Cancel) finds the version it was judged on gone
+//! and misses, so the locked path answers it from the row as it is.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -25,11 +25,12 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::answers::{self, PhaseWrite, StoppedPlacement};
-use super::confirms::{self, UnpaidConfirm};
 use super::create::{self, NewRow};
+use super::executor;
 use crate::db::batch::{Batcher, distinct_by};
 use crate::domain::policy::{Backoff, HoldLimits};
 use crate::domain::{NewReservation, Rejection, Reservation, State};
+use crate::store::decide::LeaveHeld;
 use crate::store::{BranchReport, Created, PhaseRecorded, StoreError, WorkLease};
 
 /// Most writes of one kind in one statement. A batch costs about one round trip and one
@@ -87,9 +88,9 @@ struct PhaseJob {
     reply: oneshot::Sender<Result<PhaseRecorded, StoreError>>,
 }
 
-/// A queued unlocked Confirm without a payment.
-struct ConfirmJob {
-    confirm: UnpaidConfirm,
+/// A queued decided write (version-guarded).
+struct WriteJob {
+    write: LeaveHeld,
     reply: oneshot::Sender<Result<Option<Reservation>, StoreError>>,
 }
 
@@ -104,8 +105,8 @@ pub(super) struct GroupCommit {
     rejected: Batcher<RejectedJob>,
     /// `record_phase` calls.
     phases: Batcher<PhaseJob>,
-    /// Unlocked Confirms without a payment (`HELD -> CONFIRMING`).
-    confirms: Batcher<ConfirmJob>,
+    /// Decided writes of the unlocked path (Confirm, Cancel).
+    writes: Batcher<WriteJob>,
 }
 
 impl GroupCommit {
@@ -128,9 +129,9 @@ impl GroupCommit {
             let pool = pool.clone();
             Batcher::spawn(MAX_BATCH, move |jobs| run_phases(pool.clone(), jobs))
         };
-        let confirms = {
+        let writes = {
             let pool = pool.clone();
-            Batcher::spawn(MAX_BATCH, move |jobs| run_confirms(pool.clone(), jobs))
+            Batcher::spawn(MAX_BATCH, move |jobs| run_writes(pool.clone(), jobs))
         };
         GroupCommit {
             pool: pool.clone(),
@@ -138,7 +139,7 @@ impl GroupCommit {
             held,
             rejected,
             phases,
-            confirms,
+            writes,
         }
     }
 
@@ -153,7 +154,7 @@ impl GroupCommit {
         let (_in_flight, idle) = self.creates.enter();
         if idle || limits.total > 0 {
             let row = NewRow { new, lease, limits };
-            return create::create_alone(&self.pool, row).await;
+            return create_alone(&self.pool, row).await;
         }
         let (reply, answer) = oneshot::channel();
         let job = CreateJob {
@@ -164,7 +165,7 @@ impl GroupCommit {
         };
         match self.creates.submit(job) {
             Ok(()) => answer.await.unwrap_or_else(batch_task_gone),
-            Err(job) => create::create_alone(&self.pool, job.row()).await,
+            Err(job) => create_alone(&self.pool, job.row()).await,
         }
     }
 
@@ -257,22 +258,33 @@ impl GroupCommit {
         &self.pool
     }
 
-    /// An unlocked Confirm without a payment (`unlocked.rs`): alone when idle,
-    /// else queued. `None`: the version guard missed.
-    pub(super) async fn confirm_unpaid(
+    /// A decided write, version-guarded (`executor.rs`): alone when idle, else queued. Its
+    /// after-image without branches; `None`: the guard missed.
+    pub(super) async fn leave_held(
         &self,
-        confirm: UnpaidConfirm,
+        write: LeaveHeld,
     ) -> Result<Option<Reservation>, StoreError> {
-        let (_in_flight, idle) = self.confirms.enter();
+        let (_in_flight, idle) = self.writes.enter();
         if idle {
-            return confirms::confirm_unpaid_alone(&self.pool, confirm).await;
+            return leave_held_alone(&self.pool, write).await;
         }
         let (reply, answer) = oneshot::channel();
-        match self.confirms.submit(ConfirmJob { confirm, reply }) {
+        match self.writes.submit(WriteJob { write, reply }) {
             Ok(()) => answer.await.unwrap_or_else(batch_task_gone),
-            Err(job) => confirms::confirm_unpaid_alone(&self.pool, job.confirm).await,
+            Err(job) => leave_held_alone(&self.pool, job.write).await,
         }
     }
+}
+
+/// One decided write in a statement of its own.
+async fn leave_held_alone(
+    pool: &PgPool,
+    write: LeaveHeld,
+) -> Result<Option<Reservation>, StoreError> {
+    let mut conn = pool.acquire().await?;
+    Ok(executor::leave_held(&mut conn, &[&write])
+        .await?
+        .remove(&write.id))
 }
 
 /// Logs a batch that failed as a whole (its calls are then run alone).
@@ -298,13 +310,21 @@ fn batch_task_gone<T>(_: oneshot::error::RecvError) -> Result<T, StoreError> {
     Err(StoreError::Database(sqlx::Error::WorkerCrashed))
 }
 
+/// One Reserve through [`create::create`], a batch of one.
+async fn create_alone(pool: &PgPool, row: NewRow<'_>) -> Result<Created, StoreError> {
+    create::create(pool, &[row])
+        .await?
+        .pop()
+        .ok_or_else(|| StoreError::Corrupt("no answer for a Reserve".into()))
+}
+
 /// Runs queued Reserves: distinct (owner, holder)s in one transaction; should that fail, each alone,
 /// so one call's error is its own.
 async fn run_creates(pool: PgPool, jobs: Vec<CreateJob>) {
     let (mut batch, repeats) = distinct_by(jobs, |j| j.new.limit_key());
     let shared = if batch.len() > 1 {
         let rows: Vec<NewRow<'_>> = batch.iter().map(CreateJob::row).collect();
-        create::create_batch(&pool, &rows)
+        create::create(&pool, &rows)
             .await
             .map_err(batch_failed)
             .ok()
@@ -314,7 +334,7 @@ async fn run_creates(pool: PgPool, jobs: Vec<CreateJob>) {
     if shared.is_none() && batch.len() > 1 {
         for job in std::mem::take(&mut batch) {
             rerun(&pool, job, |pool, job| async move {
-                let answer = create::create_alone(&pool, job.row()).await;
+                let answer = create_alone(&pool, job.row()).await;
                 let _ = job.reply.send(answer);
             });
         }
@@ -323,7 +343,7 @@ async fn run_creates(pool: PgPool, jobs: Vec<CreateJob>) {
     for job in batch.into_iter().chain(repeats) {
         let answer = match shared.as_mut().and_then(Iterator::next) {
             Some(created) => Ok(created),
-            None => create::create_alone(&pool, job.row()).await,
+            None => create_alone(&pool, job.row()).await,
         };
         let _ = job.reply.send(answer);
     }
@@ -453,37 +473,36 @@ async fn run_phases(pool: PgPool, jobs: Vec<PhaseJob>) {
     }
 }
 
-/// Runs queued unlocked Confirms: distinct reservations in one statement; should that fail,
-/// each alone. A second Confirm of a reservation in the batch runs after it, alone (and
+/// Runs queued decided writes: distinct reservations in one statement; should that fail,
+/// each alone. A second write for a reservation of the batch runs after it, alone (and
 /// misses: the batch moved the version it was judged on).
-async fn run_confirms(pool: PgPool, jobs: Vec<ConfirmJob>) {
-    let (mut batch, repeats) = distinct_by(jobs, |j| j.confirm.id);
+async fn run_writes(pool: PgPool, jobs: Vec<WriteJob>) {
+    let (mut batch, repeats) = distinct_by(jobs, |j| j.write.id);
     let mut shared = if batch.len() > 1 {
-        let confirms: Vec<UnpaidConfirm> = batch.iter().map(|j| j.confirm).collect();
-        confirms::confirm_unpaid_many(&pool, &confirms)
-            .await
-            .map_err(batch_failed)
-            .ok()
+        let writes: Vec<&LeaveHeld> = batch.iter().map(|j| &j.write).collect();
+        let moved = async {
+            let mut conn = pool.acquire().await?;
+            executor::leave_held(&mut conn, &writes).await
+        };
+        moved.await.map_err(batch_failed).ok()
     } else {
         None
     };
     if shared.is_none() && batch.len() > 1 {
         for job in std::mem::take(&mut batch) {
             rerun(&pool, job, |pool, job| async move {
-                let answer = confirms::confirm_unpaid_alone(&pool, job.confirm).await;
-                let _ = job.reply.send(answer);
+                let _ = job.reply.send(leave_held_alone(&pool, job.write).await);
             });
         }
     }
     for job in batch {
         let answer = match shared.as_mut() {
-            Some(done) => Ok(done.remove(&job.confirm.id)),
-            None => confirms::confirm_unpaid_alone(&pool, job.confirm).await,
+            Some(done) => Ok(done.remove(&job.write.id)),
+            None => leave_held_alone(&pool, job.write).await,
         };
         let _ = job.reply.send(answer);
     }
     for job in repeats {
-        let answer = confirms::confirm_unpaid_alone(&pool, job.confirm).await;
-        let _ = job.reply.send(answer);
+        let _ = job.reply.send(leave_held_alone(&pool, job.write).await);
     }
 }

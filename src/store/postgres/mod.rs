@@ -3,15 +3,15 @@
 //! Decisions read `clock_timestamp()`, so every replica agrees on what "expired" means. Rows
 //! are locked with `FOR UPDATE` (sweeps skip locked ones), Reserves serialise per holder on an
 //! advisory lock. Hot paths: concurrent `create`/`record_held`/`record_rejected`/`record_phase`
-//! calls are group-committed (`group_commit.rs`), a Confirm or Cancel first tries the unlocked,
-//! version-guarded UPDATE (`unlocked.rs`; concurrent Confirms without a payment share one),
-//! and writes answer with their after-image in the same statement.
+//! calls are group-committed (`group_commit.rs`), a Confirm or Cancel is first judged on a row
+//! read without a lock and written by the one version-guarded UPDATE of `executor.rs`
+//! (concurrent ones share it), and writes answer with their after-image in the same statement.
 //!
 //! - `rows.rs`: the column lists, the row type, `load`.
 //! - `list.rs`: a statement per List shape (index-backed, keyset) and the stamps a watch polls.
 //! - `create.rs`: Reserves (advisory locks, the batched insert, admission's counts).
-//! - `unlocked.rs`: the unlocked Confirm/Cancel and the images it decides on.
-//! - `confirms.rs`: the Confirm statements it runs, alone or many at once.
+//! - `executor.rs`: the one statement of a decided Confirm/Cancel (`store/decide.rs`'s
+//!   description), alone or many at once, and the unlocked decision that runs it.
 //! - `decide.rs`: the statements of the shared locked decision, retake and outcome flows.
 //! - `payments.rs`: the statements of payment bindings and further payments.
 //! - `answers.rs` / `group_commit.rs`: recording fan-out answers, many per statement.
@@ -24,15 +24,14 @@ mod rows;
 
 mod admin;
 mod answers;
-mod confirms;
 mod create;
 mod decide;
+mod executor;
 mod group_commit;
 mod list;
 mod payments;
 mod recovery;
 mod retention;
-mod unlocked;
 mod waiting;
 
 use std::sync::Arc;
@@ -48,8 +47,8 @@ use uuid::Uuid;
 
 pub use self::list::statement as list_statement;
 
+use self::executor::RecentlyHeld;
 use self::group_commit::GroupCommit;
-use self::unlocked::RecentlyHeld;
 use super::{
     BranchReport, Claimed, Created, Decided, PhaseRecorded, RefundAnswer, Stamp, Store, StoreError,
     Waiting, WorkLease, extra, outcome, retake,
@@ -66,7 +65,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/coor
 #[derive(Clone)]
 pub struct PgStore {
     pool: PgPool,
-    /// `create`, `record_held`, `record_rejected`, `record_phase` and unlocked Confirm calls,
+    /// `create`, `record_held`, `record_rejected`, `record_phase` and decided writes,
     /// group-committed.
     group_commit: Arc<GroupCommit>,
     /// What this process last recorded `HELD`, for its Confirm/Cancel to skip a read.
@@ -153,7 +152,7 @@ impl Store for PgStore {
         decision: &Decision,
         lease: WorkLease,
     ) -> Result<Decided, StoreError> {
-        let unlocked = unlocked::decide_unlocked(
+        let unlocked = executor::decide_unlocked(
             &self.group_commit,
             &self.recently_held,
             id,

@@ -13,6 +13,7 @@ use uuid::Uuid;
 use super::rows::{self, micros};
 use crate::domain::policy::Backoff;
 use crate::domain::{Payment, Reservation, State};
+use crate::store::decide::LeaveHeld;
 use crate::store::sql::{Applied, ReservationSql};
 use crate::store::{BranchReport, RefundAnswer, StoreError, WorkLease};
 
@@ -61,50 +62,38 @@ impl ReservationSql for Sqlite {
         .await?)
     }
 
-    async fn confirm_held(
+    async fn leave_held(
         conn: &mut SqliteConnection,
-        id: Uuid,
-        _lease: WorkLease,
+        write: &LeaveHeld,
     ) -> Result<Applied, StoreError> {
-        let confirmed = one_row(
+        let payment = write.payment.as_ref();
+        let left = one_row(
             sqlx::query(concat!(
-                "UPDATE reservations SET state = 'CONFIRMING', version = version + 1, \
-                 updated_at = ",
+                "UPDATE reservations SET state = ?3, version = version + 1, \
+                 release_outcome = CASE WHEN ?3 = 'CONFIRMING' THEN release_outcome ELSE ?4 END, \
+                 cancel_reason = CASE WHEN ?3 = 'CONFIRMING' THEN cancel_reason ELSE ?5 END, \
+                 payment_participant = coalesce(payment_participant, ?6), \
+                 payment_ref = coalesce(payment_ref, ?7), \
+                 payment_amount_minor = coalesce(payment_amount_minor, ?8), \
+                 payment_currency = coalesce(payment_currency, ?9), updated_at = ",
                 sqlite_now_us!(),
-                " WHERE id = ?1 AND state = 'HELD' AND ",
+                " WHERE id = ?1 AND (?2 IS NULL OR version = ?2) AND state = 'HELD' AND ",
                 sqlite_now_us!(),
                 " < expires_at"
             ))
-            .bind(id)
+            .bind(write.id)
+            .bind(write.guard.version())
+            .bind(write.to.as_str())
+            .bind(write.release_outcome.map(State::as_str))
+            .bind(write.cancel_reason.as_deref())
+            .bind(payment.map(|p| p.participant.as_str()))
+            .bind(payment.map(|p| p.payment_ref.as_str()))
+            .bind(payment.map(|p| p.amount_minor))
+            .bind(payment.map(|p| p.currency.as_str()))
             .execute(&mut *conn)
             .await?,
         );
-        Ok(unleased_if(confirmed))
-    }
-
-    async fn release_held(
-        conn: &mut SqliteConnection,
-        id: Uuid,
-        to: State,
-        release_outcome: Option<State>,
-        reason: Option<&str>,
-        _lease: WorkLease,
-    ) -> Result<Applied, StoreError> {
-        let released = one_row(
-            sqlx::query(concat!(
-                "UPDATE reservations SET state = ?2, release_outcome = ?3, cancel_reason = ?4, \
-                 version = version + 1, updated_at = ",
-                sqlite_now_us!(),
-                " WHERE id = ?1 AND state = 'HELD'"
-            ))
-            .bind(id)
-            .bind(to.as_str())
-            .bind(release_outcome.map(State::as_str))
-            .bind(reason)
-            .execute(&mut *conn)
-            .await?,
-        );
-        Ok(unleased_if(released))
+        Ok(unleased_if(left))
     }
 
     async fn honor_late(conn: &mut SqliteConnection, id: Uuid) -> Result<bool, StoreError> {
