@@ -64,12 +64,6 @@ const ALLOWED: &[(&str, &str, &str)] = &[
     ),
     ("bench/mod.rs", "run", "TO SPLIT"),
     ("cli/admin.rs", "run", "TO SPLIT"),
-    ("coordinator/drive.rs", "drive_confirm", "TO SPLIT"),
-    ("coordinator/place.rs", "place_in_order", "TO SPLIT"),
-    ("domain/lifecycle.rs", "judge", "TO SPLIT"),
-    ("domain/validate.rs", "reserve", "TO SPLIT"),
-    ("types.rs", "from_proto", "TO SPLIT"),
-    ("builder.rs", "start", "TO SPLIT"),
 ];
 
 /// A function whose body is longer than the limit.
