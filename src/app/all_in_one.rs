@@ -210,7 +210,7 @@ async fn open_databases(
 ) -> Result<(AnyStore, ParticipantDbs, String), AppError> {
     let backend = DatabaseKind::of_url(database_url)?;
     Ok(match (backend, test_clock) {
-        (_, Some(clock)) => open_on_test_clock(database_url, &coordinator, clock).await?,
+        (_, Some(clock)) => open_on_test_clock(database_url, coordinator, clock).await?,
         (DatabaseKind::Postgres, None) => {
             let pool = db::connect_postgres(database_url, coordinator.db_pool_size)
                 .await

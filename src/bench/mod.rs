@@ -322,9 +322,9 @@ async fn reserve_confirm_rows(ctx: RunCtx<'_>, scenario: Scenario, rows: &mut Ve
     for workload in [Workload::Noop, Workload::Real] {
         let name = format!("{prefix}-{}", workload.name());
         let r = with_deployment(
-            &args,
-            &transport,
-            &run_id,
+            args,
+            transport,
+            run_id,
             &name,
             false,
             Retention::off(),
@@ -358,7 +358,7 @@ async fn holds_rows(
         let ticker = scenarios::spawn_progress(name.clone(), progress.clone(), Some(args.duration));
         let result = scenarios::holds(
             &args.database_url,
-            &transport,
+            transport,
             args.redis_url.as_deref(),
             kind,
             args.clients,
