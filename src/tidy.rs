@@ -1,5 +1,11 @@
 //! The house rules of `ARCHITECTURE.md`, checked on every `cargo test`: which module may use
-//! which (the layers point one way), and how long a source file may grow. Test-only.
+//! which (the layers point one way), how long a source file and a function may grow
+//! (`fn_length.rs`), and that a public item is used outside its crate (`unused_pub.rs`).
+//! Test-only.
+
+mod fn_length;
+mod unused_pub;
+mod workspace;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

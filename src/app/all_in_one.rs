@@ -116,14 +116,12 @@ pub async fn serve_all_in_one(
     coordinator: crate::config::CoordinatorArgs,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AppError> {
-    use crate::participants::{self, ParticipantSettings};
     // Test mode on loopback only: refused before anything is opened or bound.
     coordinator
         .test_mode
         .check(coordinator.listen, coordinator.http.http_listen)
         .map_err(AppError::Config)?;
     let test_clock = coordinator.test_mode.test_mode.then(TestClock::new);
-    let backend = DatabaseKind::of_url(database_url)?;
     let tls = server_tls(&coordinator.tls)?;
     let participant_transport = all_in_one_transport(&coordinator, tls.as_ref())?;
     // Every port of the all-in-one listens on the coordinator's IP.
@@ -134,107 +132,25 @@ pub async fn serve_all_in_one(
         ));
     }
     let connections = connection_limits(&coordinator.connections)?;
-    start_metrics(
-        coordinator.metrics_listen,
-        tls.as_ref(),
-        &access.auth,
-        connections,
-    )
-    .await?;
-    let (store, pdbs, described): (AnyStore, ParticipantDbs, String) = match (backend, &test_clock)
-    {
-        (_, Some(clock)) => open_on_test_clock(database_url, &coordinator, clock).await?,
-        (DatabaseKind::Postgres, None) => {
-            let pool = db::connect_postgres(database_url, coordinator.db_pool_size)
-                .await
-                .map_err(StoreError::from)?;
-            let db = database_url.split('@').next_back().unwrap_or(database_url);
-            (
-                PgStore::from_pool(pool.clone()).into(),
-                shared(pool.into()),
-                db.to_owned(),
-            )
-        }
-        (DatabaseKind::Sqlite, None) => {
-            let store = SqliteStore::connect(database_url, coordinator.db_pool_size).await?;
-            // Each migrated by its participant as it starts: the only one on its file.
-            let files = participant_files(database_url, async |url| {
-                let pool = db::open_sqlite(&url, coordinator.db_pool_size).await;
-                Ok(pool.map_err(StoreError::from)?.into())
-            })
-            .await?;
-            (store.into(), files, described_sqlite(database_url, ""))
-        }
-    };
+    let auth = &access.auth;
+    start_metrics(coordinator.metrics_listen, tls.as_ref(), auth, connections).await?;
+    let (store, pdbs, described) =
+        open_databases(database_url, &coordinator, test_clock.as_ref()).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
 
-    let retention = coordinator
-        .retention
-        .participant_keep()
-        .map_err(AppError::Config)?;
-    // stock-redis keeps its durable record in PostgreSQL: only there.
-    let postgres = pdbs.iter().find_map(|(_, db)| match db {
-        ParticipantDb::Postgres(pool) => Some(pool.clone()),
-        ParticipantDb::Sqlite(_) => None,
-    });
     let mut participants = Vec::new();
     let mut tasks = tokio::task::JoinSet::new();
-    for (kind, pool) in pdbs {
-        let listener =
-            bind_participant(kind, &coordinator, tls.as_ref(), &mut participants).await?;
-        let stop = stopped(stop_rx.clone());
-        let settings = ParticipantSettings {
-            auth: access.auth.clone(),
-            retention,
-            clock: test_clock
-                .as_ref()
-                .map(|c| c.participants().clone())
-                .unwrap_or_default(),
-            ..ParticipantSettings::new(kind)
-        };
-        tasks.spawn(async move {
-            participants::serve(settings, pool, listener, stop)
-                .await
-                .map_err(|source| AppError::Participant {
-                    kind: kind.name(),
-                    source,
-                })
-        });
-    }
-    let redis_pg = match (postgres, coordinator.redis_url.clone()) {
-        (Some(pool), Some(url)) => Some((pool, url)),
-        (None, Some(_)) => {
-            tracing::warn!("stock-redis is not started: it needs a postgres:// database");
-            None
-        }
-        _ => None,
+    let started = StartParticipants {
+        coordinator: &coordinator,
+        tls: tls.as_ref(),
+        auth: &access.auth,
+        test_clock: test_clock.as_ref(),
+        stop_rx: stop_rx.clone(),
     };
-    if let Some((pool, redis_url)) = redis_pg {
-        use crate::participants::stock_redis;
-        let kind = Kind::StockRedis;
-        let listener =
-            bind_participant(kind, &coordinator, tls.as_ref(), &mut participants).await?;
-        let stop = stopped(stop_rx.clone());
-        let mut redis_settings = stock_redis::StockRedisSettings::new(redis_url);
-        redis_settings.retention = coordinator.redis_retention;
-        redis_settings.key_prefix = coordinator.redis_prefix.clone();
-        redis_settings.redis_ca = coordinator.redis_ca.clone();
-        redis_settings.auth = access.auth.clone();
-        if let Some(clock) = &test_clock {
-            redis_settings.clock = clock.participants().clone();
-        }
-        tasks.spawn(async move {
-            stock_redis::serve(redis_settings, pool, listener, stop)
-                .await
-                .map_err(|source| AppError::Participant {
-                    kind: kind.name(),
-                    source,
-                })
-        });
-    }
+    started
+        .reference(pdbs, &mut participants, &mut tasks)
+        .await?;
+    let coordinator_stop = started.stopped();
     register_given(&coordinator, &mut participants)?;
     let settings = CoordinatorSettings {
         participants,
@@ -266,19 +182,158 @@ pub async fn serve_all_in_one(
         listener,
         http,
         test_clock,
-        stopped(stop_rx.clone()),
+        coordinator_stop,
     );
     tokio::spawn(async move {
         shutdown.await;
         let _ = stop_tx.send(true);
     });
     let result = coordinator_task.await;
+    join_participants(tasks).await;
+    result
+}
+
+/// Waits for the participants to stop, each one's failure logged.
+async fn join_participants(mut tasks: ParticipantTasks) {
     while let Some(joined) = tasks.join_next().await {
         if let Ok(Err(e)) = joined {
             tracing::error!("{e}");
         }
     }
-    result
+}
+
+/// The coordinator's store, each participant's database, and how the banner names them.
+async fn open_databases(
+    database_url: &str,
+    coordinator: &CoordinatorArgs,
+    test_clock: Option<&TestClock>,
+) -> Result<(AnyStore, ParticipantDbs, String), AppError> {
+    let backend = DatabaseKind::of_url(database_url)?;
+    Ok(match (backend, test_clock) {
+        (_, Some(clock)) => open_on_test_clock(database_url, coordinator, clock).await?,
+        (DatabaseKind::Postgres, None) => {
+            let pool = db::connect_postgres(database_url, coordinator.db_pool_size)
+                .await
+                .map_err(StoreError::from)?;
+            let db = database_url.split('@').next_back().unwrap_or(database_url);
+            (
+                PgStore::from_pool(pool.clone()).into(),
+                shared(pool.into()),
+                db.to_owned(),
+            )
+        }
+        (DatabaseKind::Sqlite, None) => {
+            let store = SqliteStore::connect(database_url, coordinator.db_pool_size).await?;
+            // Each migrated by its participant as it starts: the only one on its file.
+            let files = participant_files(database_url, async |url| {
+                let pool = db::open_sqlite(&url, coordinator.db_pool_size).await;
+                Ok(pool.map_err(StoreError::from)?.into())
+            })
+            .await?;
+            (store.into(), files, described_sqlite(database_url, ""))
+        }
+    })
+}
+
+/// What every all-in-one participant is started with.
+struct StartParticipants<'a> {
+    coordinator: &'a CoordinatorArgs,
+    tls: Option<&'a ServerTls>,
+    auth: &'a crate::auth::Authenticator,
+    test_clock: Option<&'a TestClock>,
+    stop_rx: tokio::sync::watch::Receiver<bool>,
+}
+
+/// A participant's task: its error names its kind.
+type ParticipantTasks = tokio::task::JoinSet<Result<(), AppError>>;
+
+impl StartParticipants<'_> {
+    fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    }
+
+    /// Binds and serves each reference participant on its database, then `stock-redis` where
+    /// it can run, each registered in `registry`.
+    async fn reference(
+        &self,
+        pdbs: ParticipantDbs,
+        registry: &mut Vec<ParticipantEndpoint>,
+        tasks: &mut ParticipantTasks,
+    ) -> Result<(), AppError> {
+        use crate::participants::{self, ParticipantSettings};
+        let retention = self
+            .coordinator
+            .retention
+            .participant_keep()
+            .map_err(AppError::Config)?;
+        // stock-redis keeps its durable record in PostgreSQL: only there.
+        let postgres = pdbs.iter().find_map(|(_, db)| match db {
+            ParticipantDb::Postgres(pool) => Some(pool.clone()),
+            ParticipantDb::Sqlite(_) => None,
+        });
+        for (kind, pool) in pdbs {
+            let listener = bind_participant(kind, self.coordinator, self.tls, registry).await?;
+            let stop = self.stopped();
+            let settings = ParticipantSettings {
+                auth: self.auth.clone(),
+                retention,
+                clock: self
+                    .test_clock
+                    .map(|c| c.participants().clone())
+                    .unwrap_or_default(),
+                ..ParticipantSettings::new(kind)
+            };
+            tasks.spawn(async move {
+                participants::serve(settings, pool, listener, stop)
+                    .await
+                    .map_err(|source| AppError::Participant {
+                        kind: kind.name(),
+                        source,
+                    })
+            });
+        }
+        match (postgres, self.coordinator.redis_url.clone()) {
+            (Some(pool), Some(url)) => self.stock_redis(pool, url, registry, tasks).await,
+            (None, Some(_)) => {
+                tracing::warn!("stock-redis is not started: it needs a postgres:// database");
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    async fn stock_redis(
+        &self,
+        pool: sqlx::PgPool,
+        redis_url: String,
+        registry: &mut Vec<ParticipantEndpoint>,
+        tasks: &mut ParticipantTasks,
+    ) -> Result<(), AppError> {
+        use crate::participants::stock_redis;
+        let kind = Kind::StockRedis;
+        let listener = bind_participant(kind, self.coordinator, self.tls, registry).await?;
+        let stop = self.stopped();
+        let mut redis_settings = stock_redis::StockRedisSettings::new(redis_url);
+        redis_settings.retention = self.coordinator.redis_retention;
+        redis_settings.key_prefix = self.coordinator.redis_prefix.clone();
+        redis_settings.redis_ca = self.coordinator.redis_ca.clone();
+        redis_settings.auth = self.auth.clone();
+        if let Some(clock) = self.test_clock {
+            redis_settings.clock = clock.participants().clone();
+        }
+        tasks.spawn(async move {
+            stock_redis::serve(redis_settings, pool, listener, stop)
+                .await
+                .map_err(|source| AppError::Participant {
+                    kind: kind.name(),
+                    source,
+                })
+        });
+        Ok(())
+    }
 }
 
 /// Each all-in-one participant with its database.

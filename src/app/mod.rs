@@ -367,6 +367,44 @@ pub async fn serve_coordinator_with_http(
     .await
 }
 
+/// The coordinator `settings` describe, on `store` (migrated first), and its registry: the
+/// console's view of participants' health.
+async fn start_coordinator(
+    settings: &CoordinatorSettings,
+    store: AnyStore,
+) -> Result<(Coordinator, Registry), AppError> {
+    store.migrate().await?;
+    let mut policy = settings.policy.clone();
+    if let AnyStore::Sqlite(_) = store {
+        // One writer: a purge batch holds the write lock Reserves wait for, so it stays small.
+        policy.retention.batch = policy.retention.batch.min(SQLITE_RETENTION_BATCH);
+    }
+    crate::telemetry::ops::coordinator_started();
+    let registry = Registry::new(
+        &settings.participants,
+        settings.participant_transport.tls.as_ref(),
+        settings.access.participant_key.as_deref(),
+    )?;
+    let health = registry.clone();
+    let tokens = match settings.access.tokens.clone() {
+        Some(tokens) => tokens,
+        None => crate::domain::TokenKeys::ephemeral()
+            .map_err(|e| AppError::Config(format!("hold token keys: {e}")))?,
+    };
+    let coordinator = Coordinator::new(
+        store.into_dyn(),
+        registry,
+        settings.limits.clone(),
+        policy,
+        tokens,
+    );
+    // Work waiting on a participant removed from the configuration: said at start.
+    if let Err(e) = coordinator.report_unregistered_backlog().await {
+        tracing::warn!(error = %e, "counting work waiting on unregistered participants failed");
+    }
+    Ok((coordinator, health))
+}
+
 /// [`serve_coordinator_with_http`], plus `tcc.v1.Testing` over `test_clock` when given (test
 /// mode: served and listed by reflection only then).
 pub(super) async fn serve_coordinator_on(
@@ -378,31 +416,9 @@ pub(super) async fn serve_coordinator_on(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), AppError> {
     check_participant_transport(&settings, listener.tls().is_some())?;
-    store.migrate().await?;
-    let mut policy = settings.policy;
-    if let AnyStore::Sqlite(_) = store {
-        // One writer: a purge batch holds the write lock Reserves wait for, so it stays small.
-        policy.retention.batch = policy.retention.batch.min(SQLITE_RETENTION_BATCH);
-    }
-    crate::telemetry::ops::coordinator_started();
-    let registry = Registry::new(
-        &settings.participants,
-        settings.participant_transport.tls.as_ref(),
-        settings.access.participant_key.as_deref(),
-    )?;
-    // The console's view of participants' health, and its access to the gRPC services.
-    let health = registry.clone();
+    let (coordinator, health) = start_coordinator(&settings, store).await?;
+    // The console's access to the gRPC services.
     let http_access = (settings.server, settings.access.auth.clone());
-    let tokens = match settings.access.tokens.clone() {
-        Some(tokens) => tokens,
-        None => crate::domain::TokenKeys::ephemeral()
-            .map_err(|e| AppError::Config(format!("hold token keys: {e}")))?,
-    };
-    let coordinator = Coordinator::new(store.into_dyn(), registry, settings.limits, policy, tokens);
-    // Work waiting on a participant removed from the configuration: said at start (#15 item 4).
-    if let Err(e) = coordinator.report_unregistered_backlog().await {
-        tracing::warn!(error = %e, "counting work waiting on unregistered participants failed");
-    }
     let (stop_recovery, stop) = tokio::sync::watch::channel(false);
     let retention = tokio::spawn(coordinator.clone().run_retention(stop.clone()));
     let recovery = tokio::spawn(coordinator.clone().run_recovery(stop));

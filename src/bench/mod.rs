@@ -250,100 +250,17 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
 
     for scenario in selected {
         match scenario {
-            Scenario::Ceiling => {
-                for (conns, one_row) in [(1, false), (args.clients, false), (args.clients, true)] {
-                    let name = if one_row {
-                        format!("{ceiling_many}-one-row")
-                    } else {
-                        format!("ceiling-{conns}")
-                    };
-                    let before = xacts(&args.database_url).await;
-                    let progress = Arc::new(Progress::default());
-                    let ticker = scenarios::spawn_progress(
-                        name.clone(),
-                        progress.clone(),
-                        Some(args.duration),
-                    );
-                    let result = scenarios::ceiling(
-                        &args.database_url,
-                        conns,
-                        args.duration,
-                        progress,
-                        one_row,
-                    )
-                    .await;
-                    ticker.abort();
-                    let after = xacts(&args.database_url).await;
-                    rows.push(row(name, conns, result, None, delta(before, after)));
-                }
-            }
+            Scenario::Ceiling => ceiling_rows(&args, &ceiling_many, &mut rows).await,
             Scenario::Latency | Scenario::Throughput => {
-                let (prefix, clients, baseline) = if scenario == Scenario::Latency {
-                    ("latency", 1, "ceiling-1".to_owned())
-                } else {
-                    ("throughput", args.clients, ceiling_many.clone())
+                let ctx = RunCtx {
+                    args: &args,
+                    transport: &transport,
+                    run_id: &run_id,
+                    ceiling_many: &ceiling_many,
                 };
-                for workload in [Workload::Noop, Workload::Real] {
-                    let name = format!("{prefix}-{}", workload.name());
-                    let r = with_deployment(
-                        &args,
-                        &transport,
-                        &run_id,
-                        &name,
-                        false,
-                        Retention::off(),
-                        |ctx, progress| async move {
-                            scenarios::reserve_confirm_loop(
-                                ctx,
-                                workload,
-                                clients,
-                                args.duration,
-                                progress,
-                            )
-                            .await
-                        },
-                    )
-                    .await;
-                    rows.push(row(name, clients, r.0, Some(baseline.clone()), r.1));
-                }
+                reserve_confirm_rows(ctx, scenario, &mut rows).await;
             }
-            Scenario::Holds => {
-                let mut kinds = vec![crate::participants::Kind::Stock];
-                if args.redis_url.is_some() {
-                    kinds.push(crate::participants::Kind::StockRedis);
-                } else {
-                    eprintln!("bench: holds-stock-redis skipped (no --redis-url)");
-                }
-                for kind in kinds {
-                    let name = format!("holds-{}", kind.name());
-                    let before = xacts(&args.database_url).await;
-                    let progress = Arc::new(Progress::default());
-                    let ticker = scenarios::spawn_progress(
-                        name.clone(),
-                        progress.clone(),
-                        Some(args.duration),
-                    );
-                    let result = scenarios::holds(
-                        &args.database_url,
-                        &transport,
-                        args.redis_url.as_deref(),
-                        kind,
-                        args.clients,
-                        args.duration,
-                        progress,
-                    )
-                    .await;
-                    ticker.abort();
-                    let after = xacts(&args.database_url).await;
-                    rows.push(row(
-                        name,
-                        args.clients,
-                        result,
-                        Some(ceiling_many.clone()),
-                        delta(before, after),
-                    ));
-                }
-            }
+            Scenario::Holds => holds_rows(&args, &transport, &ceiling_many, &mut rows).await,
             Scenario::Retention => {
                 if args.target.is_some() {
                     eprintln!("bench: retention skipped (in-process deployment only)");
@@ -358,12 +275,117 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
         }
     }
 
-    print_table(&rows, &transport);
+    finish(&args, &transport, rows)
+}
+
+/// `ceiling-1`, `ceiling-N` and `ceiling-N-one-row`: the database alone.
+async fn ceiling_rows(args: &BenchArgs, ceiling_many: &str, rows: &mut Vec<Row>) {
+    for (conns, one_row) in [(1, false), (args.clients, false), (args.clients, true)] {
+        let name = if one_row {
+            format!("{ceiling_many}-one-row")
+        } else {
+            format!("ceiling-{conns}")
+        };
+        let before = xacts(&args.database_url).await;
+        let progress = Arc::new(Progress::default());
+        let ticker = scenarios::spawn_progress(name.clone(), progress.clone(), Some(args.duration));
+        let result =
+            scenarios::ceiling(&args.database_url, conns, args.duration, progress, one_row).await;
+        ticker.abort();
+        let after = xacts(&args.database_url).await;
+        rows.push(row(name, conns, result, None, delta(before, after)));
+    }
+}
+
+/// What every scenario's rows are measured with.
+#[derive(Clone, Copy)]
+struct RunCtx<'a> {
+    args: &'a BenchArgs,
+    transport: &'a Transport,
+    run_id: &'a str,
+    ceiling_many: &'a str,
+}
+
+/// `latency-*` (one client) or `throughput-*` (`--clients`), per workload.
+async fn reserve_confirm_rows(ctx: RunCtx<'_>, scenario: Scenario, rows: &mut Vec<Row>) {
+    let RunCtx {
+        args,
+        transport,
+        run_id,
+        ceiling_many,
+    } = ctx;
+    let (prefix, clients, baseline) = if scenario == Scenario::Latency {
+        ("latency", 1, "ceiling-1".to_owned())
+    } else {
+        ("throughput", args.clients, ceiling_many.to_owned())
+    };
+    for workload in [Workload::Noop, Workload::Real] {
+        let name = format!("{prefix}-{}", workload.name());
+        let r = with_deployment(
+            args,
+            transport,
+            run_id,
+            &name,
+            false,
+            Retention::off(),
+            |ctx, progress| async move {
+                scenarios::reserve_confirm_loop(ctx, workload, clients, args.duration, progress)
+                    .await
+            },
+        )
+        .await;
+        rows.push(row(name, clients, r.0, Some(baseline.clone()), r.1));
+    }
+}
+
+/// `holds-stock` and, with `--redis-url`, `holds-stock-redis`.
+async fn holds_rows(
+    args: &BenchArgs,
+    transport: &Transport,
+    ceiling_many: &str,
+    rows: &mut Vec<Row>,
+) {
+    let mut kinds = vec![crate::participants::Kind::Stock];
+    if args.redis_url.is_some() {
+        kinds.push(crate::participants::Kind::StockRedis);
+    } else {
+        eprintln!("bench: holds-stock-redis skipped (no --redis-url)");
+    }
+    for kind in kinds {
+        let name = format!("holds-{}", kind.name());
+        let before = xacts(&args.database_url).await;
+        let progress = Arc::new(Progress::default());
+        let ticker = scenarios::spawn_progress(name.clone(), progress.clone(), Some(args.duration));
+        let result = scenarios::holds(
+            &args.database_url,
+            transport,
+            args.redis_url.as_deref(),
+            kind,
+            args.clients,
+            args.duration,
+            progress,
+        )
+        .await;
+        ticker.abort();
+        let after = xacts(&args.database_url).await;
+        rows.push(row(
+            name,
+            args.clients,
+            result,
+            Some(ceiling_many.to_owned()),
+            delta(before, after),
+        ));
+    }
+}
+
+/// Prints the table (and writes the JSON); a row that failed fails the run.
+fn finish(args: &BenchArgs, transport: &Transport, rows: Vec<Row>) -> Result<(), BenchError> {
+    print_table(&rows, transport);
     if let Some(line) = retention_ratio(&rows) {
         println!("{line}");
     }
     if let Some(path) = &args.json {
-        let doc = to_json(&args, &transport, &rows);
+        let doc = to_json(args, transport, &rows);
         let text = serde_json::to_string_pretty(&doc)
             .map_err(|e| BenchError::Output(format!("encoding JSON: {e}")))?;
         std::fs::write(path, text)

@@ -106,54 +106,35 @@ pub async fn run(command: AdminCommand) -> Result<(), CliError> {
             page_token,
             ..
         } => {
-            let page = admin
-                .list_stuck(proto::ListStuckRequest {
-                    states: states.into_iter().map(|s| s as i32).collect(),
-                    participant: participant.unwrap_or_default(),
-                    older_than: older_than.map(duration),
-                    page_size,
-                    page_token,
-                })
-                .await
-                .map_err(refused)?
-                .into_inner();
+            let request = proto::ListStuckRequest {
+                states: states.into_iter().map(|s| s as i32).collect(),
+                participant: participant.unwrap_or_default(),
+                older_than: older_than.map(duration),
+                page_size,
+                page_token,
+            };
+            let page = admin.list_stuck(request).await.map_err(refused)?;
+            let page = page.into_inner();
             print_page(&target, &page.reservations, &page.next_page_token);
         }
         AdminCommand::Retry {
             id, participant, ..
         } => {
-            let what = match (id, participant) {
-                (Some(id), _) => proto::retry_request::Target::ReservationId(id),
-                (None, Some(p)) => proto::retry_request::Target::Participant(p),
-                (None, None) => {
-                    return Err(CliError::Usage(
-                        "give a reservation id or --participant".into(),
-                    ));
-                }
-            };
+            let what = retry_target(id, participant)?;
             let answer = admin
                 .retry(proto::RetryRequest { target: Some(what) })
                 .await
                 .map_err(refused)?
                 .into_inner();
-            if target.json {
-                let list: Vec<_> = answer.reservations.iter().map(json::reservation).collect();
-                let v = serde_json::json!({ "driven": answer.driven, "reservations": list });
-                out(&format!("{v}\n"));
-            } else {
-                out(&format!("driven: {}\n", answer.driven));
-                out(&render::reservations(&answer.reservations, Utc::now()));
-            }
+            print_retried(&target, &answer);
         }
         AdminCommand::ForceCancel { id, reason, .. } => {
-            let r = admin
-                .force_cancel(proto::ForceCancelRequest {
-                    reservation_id: id,
-                    reason,
-                })
-                .await
-                .map_err(refused)?
-                .into_inner();
+            let request = proto::ForceCancelRequest {
+                reservation_id: id,
+                reason,
+            };
+            let r = admin.force_cancel(request).await.map_err(refused)?;
+            let r = r.into_inner();
             print_reservation(&target, &r);
         }
         AdminCommand::Resolve {
@@ -179,31 +160,58 @@ pub async fn run(command: AdminCommand) -> Result<(), CliError> {
             page_token,
             ..
         } => {
-            let page = admin
-                .list_audit(proto::ListAuditRequest {
-                    reservation_id: id.unwrap_or_default(),
-                    page_size,
-                    page_token,
-                })
-                .await
-                .map_err(refused)?
-                .into_inner();
-            if target.json {
-                let entries: Vec<_> = page.entries.iter().map(json::audit_entry).collect();
-                let v = serde_json::json!({
-                    "entries": entries,
-                    "next_page_token": page.next_page_token,
-                });
-                out(&format!("{v}\n"));
-            } else {
-                out(&render::audit(&page.entries));
-                if !page.next_page_token.is_empty() {
-                    eprintln!("more: --page-token {}", page.next_page_token);
-                }
-            }
+            let request = proto::ListAuditRequest {
+                reservation_id: id.unwrap_or_default(),
+                page_size,
+                page_token,
+            };
+            let page = admin.list_audit(request).await.map_err(refused)?;
+            let page = page.into_inner();
+            print_audit(&target, &page);
         }
     }
     Ok(())
+}
+
+/// What `admin retry` drives: one reservation, or the work waiting on one participant.
+fn retry_target(
+    id: Option<String>,
+    participant: Option<String>,
+) -> Result<proto::retry_request::Target, CliError> {
+    match (id, participant) {
+        (Some(id), _) => Ok(proto::retry_request::Target::ReservationId(id)),
+        (None, Some(p)) => Ok(proto::retry_request::Target::Participant(p)),
+        (None, None) => Err(CliError::Usage(
+            "give a reservation id or --participant".into(),
+        )),
+    }
+}
+
+fn print_retried(target: &Target, answer: &proto::RetryResponse) {
+    if target.json {
+        let list: Vec<_> = answer.reservations.iter().map(json::reservation).collect();
+        let v = serde_json::json!({ "driven": answer.driven, "reservations": list });
+        out(&format!("{v}\n"));
+    } else {
+        out(&format!("driven: {}\n", answer.driven));
+        out(&render::reservations(&answer.reservations, Utc::now()));
+    }
+}
+
+fn print_audit(target: &Target, page: &proto::ListAuditResponse) {
+    if target.json {
+        let entries: Vec<_> = page.entries.iter().map(json::audit_entry).collect();
+        let v = serde_json::json!({
+            "entries": entries,
+            "next_page_token": page.next_page_token,
+        });
+        out(&format!("{v}\n"));
+    } else {
+        out(&render::audit(&page.entries));
+        if !page.next_page_token.is_empty() {
+            eprintln!("more: --page-token {}", page.next_page_token);
+        }
+    }
 }
 
 fn duration(d: Duration) -> prost_types::Duration {

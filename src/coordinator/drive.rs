@@ -31,51 +31,7 @@ impl Coordinator {
             .into_iter()
             .filter(|b| !matches!(b.state, BranchState::Confirmed | BranchState::HoldLost))
             .collect();
-        let calls = pending.iter().map(|b| async {
-            let result = match self.registry.require(&b.participant) {
-                Ok(p) => match faults::call("coord.confirm.before") {
-                    Some(e) => Err(e),
-                    None => p
-                        .confirm(r.id, b.branch_id)
-                        .await
-                        .and_then(|o| faults::call("coord.confirm.after").map_or(Ok(o), Err)),
-                },
-                Err(e) => Err(e),
-            };
-            match result {
-                Ok(BranchOutcome::Confirmed) => BranchReport {
-                    branch_id: b.branch_id,
-                    state: BranchState::Confirmed,
-                    error: None,
-                },
-                Ok(BranchOutcome::HoldLost) => {
-                    // The participant may have taken the units back (`sold_out`).
-                    self.sold_out
-                        .released(&b.participant, b.holds.iter().map(|h| h.resource.as_str()));
-                    BranchReport {
-                        branch_id: b.branch_id,
-                        state: BranchState::HoldLost,
-                        error: None,
-                    }
-                }
-                // The participant released it (Confirm after Cancel): the hold is gone.
-                Ok(BranchOutcome::Cancelled) => {
-                    self.sold_out
-                        .released(&b.participant, b.holds.iter().map(|h| h.resource.as_str()));
-                    tracing::error!(reservation_id = %r.id, participant = %b.participant, "participant had released a hold being confirmed");
-                    BranchReport {
-                        branch_id: b.branch_id,
-                        state: BranchState::HoldLost,
-                        error: Some("participant had released the hold".into()),
-                    }
-                }
-                Err(e) => BranchReport {
-                    branch_id: b.branch_id,
-                    state: b.state,
-                    error: Some(e.message),
-                },
-            }
-        });
+        let calls = pending.iter().map(|b| self.confirm_branch(&r, b));
         let reports = join_all(calls).await;
         let settled = reports
             .iter()
@@ -109,6 +65,45 @@ impl Coordinator {
             }
         }
         self.drive_refund(phase.reservation).await
+    }
+
+    /// Confirms one participant's branch of `r` and says how it stands now.
+    async fn confirm_branch(&self, r: &Reservation, b: &ParticipantBranch) -> BranchReport {
+        let result = match self.registry.require(&b.participant) {
+            Ok(p) => match faults::call("coord.confirm.before") {
+                Some(e) => Err(e),
+                None => p
+                    .confirm(r.id, b.branch_id)
+                    .await
+                    .and_then(|o| faults::call("coord.confirm.after").map_or(Ok(o), Err)),
+            },
+            Err(e) => Err(e),
+        };
+        let report = |state, error| BranchReport {
+            branch_id: b.branch_id,
+            state,
+            error,
+        };
+        match result {
+            Ok(BranchOutcome::Confirmed) => report(BranchState::Confirmed, None),
+            Ok(BranchOutcome::HoldLost) => {
+                // The participant may have taken the units back (`sold_out`).
+                self.sold_out
+                    .released(&b.participant, b.holds.iter().map(|h| h.resource.as_str()));
+                report(BranchState::HoldLost, None)
+            }
+            // The participant released it (Confirm after Cancel): the hold is gone.
+            Ok(BranchOutcome::Cancelled) => {
+                self.sold_out
+                    .released(&b.participant, b.holds.iter().map(|h| h.resource.as_str()));
+                tracing::error!(reservation_id = %r.id, participant = %b.participant, "participant had released a hold being confirmed");
+                report(
+                    BranchState::HoldLost,
+                    Some("participant had released the hold".into()),
+                )
+            }
+            Err(e) => report(b.state, Some(e.message)),
+        }
     }
 
     /// Tells every participant that may hold something to release it, in parallel, and

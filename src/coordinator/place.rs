@@ -13,7 +13,8 @@ use super::{Coordinator, Error, entered, faults};
 use crate::domain::policy::LimitScope;
 use crate::domain::validate::{self, FieldError, RecordAs, ReserveInput};
 use crate::domain::{
-    Actor, BranchState, HoldToken, NewReservation, Rejection, Reservation, State, TryOutcome,
+    Actor, BranchState, HoldToken, NewReservation, ParticipantBranch, Rejection, Reservation,
+    State, TryOutcome,
 };
 use crate::registry::CallError;
 use crate::store::{BranchReport, Created};
@@ -206,110 +207,9 @@ impl Coordinator {
             // stops. Checked before each Try and after the last (a release may follow).
             self.keep_lease(r.id, &mut leased_at, &group.participant)
                 .await?;
-            let first_resource = group
-                .holds
-                .first()
-                .map(|h| h.resource.clone())
-                .unwrap_or_default();
             let epoch = self.sold_out.epoch(&group.participant);
-            let outcome = match self.registry.require(&group.participant) {
-                Ok(p) => match faults::call("coord.try.before") {
-                    Some(e) => Err(e),
-                    None => p
-                        .try_hold(r.id, group.branch_id, &r.holder, &group.holds, r.expires_at)
-                        .await
-                        .and_then(|o| faults::call("coord.try.after").map_or(Ok(o), Err)),
-                },
-                // The rejection already names the participant; this wording predates `require`
-                // and is what clients see in `rejection.reason`.
-                Err(e) => Err(CallError {
-                    message: "participant is no longer registered".into(),
-                    ..e
-                }),
-            };
-            let (report, failure) = match outcome {
-                Ok(TryOutcome::Held) => (
-                    BranchReport {
-                        branch_id: group.branch_id,
-                        state: BranchState::Held,
-                        error: None,
-                    },
-                    None,
-                ),
-                Ok(TryOutcome::Rejected { reason }) => (
-                    {
-                        // A refusal of one hold is remembered: the same hold is refused
-                        // without a write until a unit comes back (`sold_out`).
-                        if let [only] = group.holds.as_slice() {
-                            self.sold_out.refused(only, epoch);
-                        }
-                        BranchReport {
-                            branch_id: group.branch_id,
-                            state: BranchState::Rejected,
-                            error: None,
-                        }
-                    },
-                    Some(PlacementFailure {
-                        rejection: Rejection {
-                            participant: group.participant.clone(),
-                            resource: first_resource,
-                            reason,
-                        },
-                        unavailable: None,
-                        invalid: None,
-                    }),
-                ),
-                Ok(TryOutcome::Invalid { field, problem }) => (
-                    // Nothing applied: like a rejection, it needs no release.
-                    BranchReport {
-                        branch_id: group.branch_id,
-                        state: BranchState::Rejected,
-                        error: None,
-                    },
-                    Some(PlacementFailure {
-                        rejection: Rejection {
-                            participant: group.participant.clone(),
-                            resource: first_resource,
-                            reason: match &field {
-                                Some(f) => format!("invalid request: {f} {problem}"),
-                                None => format!("invalid request: {problem}"),
-                            },
-                        },
-                        unavailable: None,
-                        invalid: Some(InvalidHold {
-                            field,
-                            problem,
-                            participant: group.participant.clone(),
-                            first,
-                        }),
-                    }),
-                ),
-                Err(e) => {
-                    // Outcome unknown (or refused outright): stays PENDING with one attempt,
-                    // so the release cancels it too.
-                    tracing::warn!(reservation_id = %r.id, participant = %group.participant, error = %e, "try failed");
-                    (
-                        BranchReport {
-                            branch_id: group.branch_id,
-                            state: BranchState::Pending,
-                            error: Some(e.message.clone()),
-                        },
-                        Some(PlacementFailure {
-                            rejection: Rejection {
-                                participant: group.participant.clone(),
-                                resource: first_resource,
-                                reason: if e.refused {
-                                    e.message.clone()
-                                } else {
-                                    format!("participant unavailable: {}", e.message)
-                                },
-                            },
-                            unavailable: (!e.refused).then_some(e.message),
-                            invalid: None,
-                        }),
-                    )
-                }
-            };
+            let outcome = self.try_group(r, group).await;
+            let (report, failure) = self.judge_try(r, group, outcome, epoch, first);
             if groups
                 .last()
                 .is_some_and(|g| g.branch_id == group.branch_id)
@@ -331,6 +231,104 @@ impl Coordinator {
             reports,
             failure: None,
         })
+    }
+
+    /// One participant's Try of its holds in `r`, through the failpoints around it.
+    async fn try_group(
+        &self,
+        r: &Reservation,
+        group: &ParticipantBranch,
+    ) -> Result<TryOutcome, CallError> {
+        match self.registry.require(&group.participant) {
+            Ok(p) => match faults::call("coord.try.before") {
+                Some(e) => Err(e),
+                None => p
+                    .try_hold(r.id, group.branch_id, &r.holder, &group.holds, r.expires_at)
+                    .await
+                    .and_then(|o| faults::call("coord.try.after").map_or(Ok(o), Err)),
+            },
+            // The rejection already names the participant; this wording is what clients see
+            // in `rejection.reason`.
+            Err(e) => Err(CallError {
+                message: "participant is no longer registered".into(),
+                ..e
+            }),
+        }
+    }
+
+    /// What one Try's outcome makes of its branch, and why placement stops, if it does.
+    fn judge_try(
+        &self,
+        r: &Reservation,
+        group: &ParticipantBranch,
+        outcome: Result<TryOutcome, CallError>,
+        epoch: u64,
+        first: usize,
+    ) -> (BranchReport, Option<PlacementFailure>) {
+        let report = |state, error| BranchReport {
+            branch_id: group.branch_id,
+            state,
+            error,
+        };
+        let rejection = |reason| Rejection {
+            participant: group.participant.clone(),
+            resource: group
+                .holds
+                .first()
+                .map(|h| h.resource.clone())
+                .unwrap_or_default(),
+            reason,
+        };
+        match outcome {
+            Ok(TryOutcome::Held) => (report(BranchState::Held, None), None),
+            Ok(TryOutcome::Rejected { reason }) => {
+                // A refusal of one hold is remembered: the same hold is refused without a
+                // write until a unit comes back (`sold_out`).
+                if let [only] = group.holds.as_slice() {
+                    self.sold_out.refused(only, epoch);
+                }
+                let failure = PlacementFailure {
+                    rejection: rejection(reason),
+                    unavailable: None,
+                    invalid: None,
+                };
+                (report(BranchState::Rejected, None), Some(failure))
+            }
+            // Nothing applied: like a rejection, it needs no release.
+            Ok(TryOutcome::Invalid { field, problem }) => {
+                let reason = match &field {
+                    Some(f) => format!("invalid request: {f} {problem}"),
+                    None => format!("invalid request: {problem}"),
+                };
+                let failure = PlacementFailure {
+                    rejection: rejection(reason),
+                    unavailable: None,
+                    invalid: Some(InvalidHold {
+                        field,
+                        problem,
+                        participant: group.participant.clone(),
+                        first,
+                    }),
+                };
+                (report(BranchState::Rejected, None), Some(failure))
+            }
+            Err(e) => {
+                // Outcome unknown (or refused outright): stays PENDING with one attempt, so
+                // the release cancels it too.
+                tracing::warn!(reservation_id = %r.id, participant = %group.participant, error = %e, "try failed");
+                let reason = if e.refused {
+                    e.message.clone()
+                } else {
+                    format!("participant unavailable: {}", e.message)
+                };
+                let failure = PlacementFailure {
+                    rejection: rejection(reason),
+                    unavailable: (!e.refused).then(|| e.message.clone()),
+                    invalid: None,
+                };
+                (report(BranchState::Pending, Some(e.message)), Some(failure))
+            }
+        }
     }
 
     /// Renews the placer's lease on `id` once half of it has passed since `leased_at`; a

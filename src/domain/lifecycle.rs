@@ -173,51 +173,80 @@ pub fn decide(s: &Snapshot, decision: &Decision) -> Verdict {
 }
 
 fn judge(s: &Snapshot, decision: &Decision) -> Verdict {
-    let released_by_expiry = s.state == State::Expired
-        || (s.state == State::Cancelling && s.release_outcome == Some(State::Expired));
-    match (s.state, decision) {
+    match decision {
         // A repeat of an applied extension, whatever happened since: as it is.
-        (_, Decision::Extend { .. }) if s.repeats_last_extend => Verdict::AlreadyDone,
-        (State::Trying, _) => Verdict::Refuse(Refusal::NotHeld),
-        (
-            State::Held,
-            Decision::Confirm {
-                payment: Some(_),
-                late_policy,
-                ..
-            },
-        ) if s.expired => match late_policy {
+        Decision::Extend { .. } if s.repeats_last_extend => Verdict::AlreadyDone,
+        _ if s.state == State::Trying => Verdict::Refuse(Refusal::NotHeld),
+        Decision::Confirm {
+            payment,
+            late_policy,
+            ..
+        } => match payment {
+            Some(_) => judge_paid_confirm(s, *late_policy),
+            None => judge_unpaid_confirm(s),
+        },
+        Decision::Cancel { .. } => judge_cancel(s),
+        Decision::Extend {
+            by,
+            max_extensions,
+            max_ttl,
+            ..
+        } => judge_extend(s, *by, *max_extensions, *max_ttl),
+    }
+}
+
+/// Whether the reservation was (or is being) released because its hold expired.
+fn released_by_expiry(s: &Snapshot) -> bool {
+    s.state == State::Expired
+        || (s.state == State::Cancelling && s.release_outcome == Some(State::Expired))
+}
+
+/// The refusal of a closed reservation: expired, or closed otherwise.
+fn closed(s: &Snapshot) -> Refusal {
+    if released_by_expiry(s) {
+        Refusal::HoldExpired
+    } else {
+        Refusal::Closed
+    }
+}
+
+/// A Confirm without a payment.
+fn judge_unpaid_confirm(s: &Snapshot) -> Verdict {
+    match s.state {
+        State::Held if s.expired => Verdict::Expire,
+        State::Held => Verdict::Transition {
+            to: State::Confirming,
+            release_outcome: None,
+        },
+        State::Confirming | State::Confirmed => Verdict::AlreadyDone,
+        _ => Verdict::Refuse(closed(s)),
+    }
+}
+
+/// A Confirm with a payment.
+fn judge_paid_confirm(s: &Snapshot, late_policy: LatePaymentPolicy) -> Verdict {
+    match s.state {
+        State::Held if s.expired => match late_policy {
             LatePaymentPolicy::HonorIfAvailable => Verdict::HonorLate,
             LatePaymentPolicy::Refund => Verdict::Refund {
                 expire: true,
                 answer: Refusal::HoldExpired,
             },
         },
-        (State::Held, _) if s.expired => Verdict::Expire,
-
-        (State::Held, Decision::Confirm { .. }) => Verdict::Transition {
+        State::Held => Verdict::Transition {
             to: State::Confirming,
             release_outcome: None,
         },
         // A payment other than the one it was confirmed with (or without): refunded, never
         // dropped.
-        (
-            State::Confirming | State::Confirmed,
-            Decision::Confirm {
-                payment: Some(_), ..
-            },
-        ) if !s.same_payment => Verdict::RefundExtra {
+        State::Confirming | State::Confirmed if !s.same_payment => Verdict::RefundExtra {
             answer: Refusal::Closed,
         },
-        (State::Confirming | State::Confirmed, Decision::Confirm { .. }) => Verdict::AlreadyDone,
-        (_, Decision::Confirm { payment: None, .. }) if released_by_expiry => {
-            Verdict::Refuse(Refusal::HoldExpired)
-        }
-        (_, Decision::Confirm { payment: None, .. }) => Verdict::Refuse(Refusal::Closed),
-        // From here on a payment came with the Confirm. A late payment being honoured: wait
-        // - and another payment than that one is recorded and refunded all the same (it is
-        // not applied whatever the retake's outcome), so no client needs to call again.
-        (State::Expired, Decision::Confirm { .. }) if s.has_payment && !s.has_refund => {
+        State::Confirming | State::Confirmed => Verdict::AlreadyDone,
+        // A late payment being honoured: wait - and another payment than that one is
+        // recorded and refunded all the same (it is not applied whatever the retake's
+        // outcome), so no client needs to call again.
+        State::Expired if s.has_payment && !s.has_refund => {
             if s.same_payment {
                 Verdict::Refuse(Refusal::InProgress)
             } else {
@@ -228,65 +257,50 @@ fn judge(s: &Snapshot, decision: &Decision) -> Verdict {
         }
         // One refund per reservation's payment, ever: a repeat answers the refund that exists;
         // a different payment is refunded on its own.
-        (_, Decision::Confirm { .. }) if s.has_payment && !s.same_payment => Verdict::RefundExtra {
-            answer: if released_by_expiry {
-                Refusal::HoldExpired
-            } else {
-                Refusal::Closed
-            },
-        },
-        (_, Decision::Confirm { .. }) if s.has_refund => Verdict::Refuse(if released_by_expiry {
-            Refusal::HoldExpired
-        } else {
-            Refusal::Closed
-        }),
-        (
-            State::Expired,
-            Decision::Confirm {
-                late_policy: LatePaymentPolicy::HonorIfAvailable,
-                ..
-            },
-        ) => Verdict::Retake,
+        _ if s.has_payment && !s.same_payment => Verdict::RefundExtra { answer: closed(s) },
+        _ if s.has_refund => Verdict::Refuse(closed(s)),
+        State::Expired if late_policy == LatePaymentPolicy::HonorIfAvailable => Verdict::Retake,
         // Released by expiry (or being released): refund rather than race the release.
-        (_, Decision::Confirm { .. }) if released_by_expiry => Verdict::Refund {
+        _ => Verdict::Refund {
             expire: false,
-            answer: Refusal::HoldExpired,
+            answer: closed(s),
         },
-        (_, Decision::Confirm { .. }) => Verdict::Refund {
-            expire: false,
-            answer: Refusal::Closed,
-        },
+    }
+}
 
-        (State::Held, Decision::Cancel { .. }) => Verdict::Transition {
+fn judge_cancel(s: &Snapshot) -> Verdict {
+    match s.state {
+        State::Held if s.expired => Verdict::Expire,
+        State::Held => Verdict::Transition {
             to: State::Cancelling,
             release_outcome: Some(State::Cancelled),
         },
         // Released already (or being released): the holder's wish is met.
-        (
-            State::Cancelling | State::Cancelled | State::Expired | State::Rejected,
-            Decision::Cancel { .. },
-        ) => Verdict::AlreadyDone,
-        (_, Decision::Cancel { .. }) => Verdict::Refuse(Refusal::Closed),
+        State::Cancelling | State::Cancelled | State::Expired | State::Rejected => {
+            Verdict::AlreadyDone
+        }
+        _ => Verdict::Refuse(Refusal::Closed),
+    }
+}
 
-        (
-            State::Held,
-            Decision::Extend {
-                by,
-                max_extensions,
-                max_ttl,
-                ..
-            },
-        ) => {
+fn judge_extend(
+    s: &Snapshot,
+    by: Option<Duration>,
+    max_extensions: i32,
+    max_ttl: Duration,
+) -> Verdict {
+    match s.state {
+        State::Held if s.expired => Verdict::Expire,
+        State::Held => {
             let by = by.unwrap_or(s.ttl);
             let total = (s.expires_at - s.created_at).to_std().unwrap_or_default() + by;
-            if s.extensions_used >= *max_extensions || total > *max_ttl {
+            if s.extensions_used >= max_extensions || total > max_ttl {
                 Verdict::Refuse(Refusal::ExtensionLimit)
             } else {
                 Verdict::Extend { by }
             }
         }
-        (_, Decision::Extend { .. }) if released_by_expiry => Verdict::Refuse(Refusal::HoldExpired),
-        (_, Decision::Extend { .. }) => Verdict::Refuse(Refusal::Closed),
+        _ => Verdict::Refuse(closed(s)),
     }
 }
 

@@ -278,30 +278,22 @@ pub struct RecordAs {
     pub token: super::TokenCheck,
 }
 
-/// Validates a Reserve request and puts its holds in canonical order.
-pub fn reserve(
-    input: ReserveInput,
-    limits: &Limits,
-    record: RecordAs,
-) -> Result<NewReservation, FieldError> {
-    identifier("request_id", &input.request_id, limits.max_id_bytes)?;
-    identifier("holder", &input.holder, limits.max_id_bytes)?;
-    let ttl = ttl("ttl", input.ttl.unwrap_or(limits.default_ttl), limits)?;
-
-    if input.holds.is_empty() {
+/// The holds of a Reserve: 1..=`max_holds` of them, each valid, none repeated.
+fn holds(holds: &[super::Hold], limits: &Limits) -> Result<(), FieldError> {
+    if holds.is_empty() {
         return Err(FieldError::new("holds", "must contain at least 1 hold"));
     }
-    if input.holds.len() > limits.max_holds {
+    if holds.len() > limits.max_holds {
         return Err(FieldError::new(
             "holds",
             format!(
                 "must contain at most {} holds (got {})",
                 limits.max_holds,
-                input.holds.len()
+                holds.len()
             ),
         ));
     }
-    for (i, h) in input.holds.iter().enumerate() {
+    for (i, h) in holds.iter().enumerate() {
         identifier(
             &format!("holds[{i}].participant"),
             &h.participant,
@@ -331,7 +323,7 @@ pub fn reserve(
     }
     // A resource listed twice would be held twice by one branch: ambiguous, so refused.
     let mut seen: HashMap<(&str, &str, Option<super::Interval>), usize> = HashMap::new();
-    for (i, h) in input.holds.iter().enumerate() {
+    for (i, h) in holds.iter().enumerate() {
         if let Some(first) = seen.insert(h.canonical_key(), i) {
             return Err(FieldError::new(
                 format!("holds[{i}]"),
@@ -339,6 +331,20 @@ pub fn reserve(
             ));
         }
     }
+    Ok(())
+}
+
+/// Validates a Reserve request and puts its holds in canonical order.
+pub fn reserve(
+    input: ReserveInput,
+    limits: &Limits,
+    record: RecordAs,
+) -> Result<NewReservation, FieldError> {
+    identifier("request_id", &input.request_id, limits.max_id_bytes)?;
+    identifier("holder", &input.holder, limits.max_id_bytes)?;
+    let ttl = ttl("ttl", input.ttl.unwrap_or(limits.default_ttl), limits)?;
+
+    holds(&input.holds, limits)?;
 
     if input.labels.len() > limits.max_labels {
         return Err(FieldError::new(

@@ -312,53 +312,9 @@ impl Reservation {
         let branches = r
             .branches
             .into_iter()
-            .map(|b| {
-                use proto::branch::State as P;
-                let state = match b.state() {
-                    P::Unspecified => return Err(bad()),
-                    P::Pending => BranchState::Pending,
-                    P::Held => BranchState::Held,
-                    P::Rejected => BranchState::Rejected,
-                    P::Confirmed => BranchState::Confirmed,
-                    P::Cancelled => BranchState::Cancelled,
-                    P::HoldLost => BranchState::HoldLost,
-                };
-                let during = match b.during {
-                    Some(d) => Some(time(d.start)?..time(d.end)?),
-                    None => None,
-                };
-                Ok(Branch {
-                    hold: Hold {
-                        participant: b.participant,
-                        resource: b.resource,
-                        quantity: b.quantity,
-                        during,
-                    },
-                    state,
-                    attempts: u32::try_from(b.attempts).unwrap_or(0),
-                    last_error: Some(b.last_error).filter(|e| !e.is_empty()),
-                })
-            })
+            .map(Branch::from_proto)
             .collect::<Result<Vec<_>, Error>>()?;
-        let refund = match r.refund {
-            Some(x) => {
-                use proto::refund::State as P;
-                let state = match x.state() {
-                    P::Unspecified => return Err(bad()),
-                    P::Pending => RefundState::Pending,
-                    P::Refunded => RefundState::Refunded,
-                    P::Failed => RefundState::Failed,
-                };
-                Some(Refund {
-                    refund_id: x.refund_id,
-                    state,
-                    amount_minor: x.amount_minor,
-                    currency: x.currency,
-                    failure_reason: Some(x.failure_reason).filter(|e| !e.is_empty()),
-                })
-            }
-            None => None,
-        };
+        let refund = r.refund.map(Refund::from_proto).transpose()?;
         let audit = r
             .audit
             .into_iter()
@@ -389,6 +345,55 @@ impl Reservation {
             late_payment_honored: r.late_payment_honored,
             labels: r.labels.into_iter().collect(),
             audit,
+        })
+    }
+}
+
+impl Branch {
+    fn from_proto(b: proto::Branch) -> Result<Branch, Error> {
+        use proto::branch::State as P;
+        let state = match b.state() {
+            P::Unspecified => return Err(Error::malformed("reservation")),
+            P::Pending => BranchState::Pending,
+            P::Held => BranchState::Held,
+            P::Rejected => BranchState::Rejected,
+            P::Confirmed => BranchState::Confirmed,
+            P::Cancelled => BranchState::Cancelled,
+            P::HoldLost => BranchState::HoldLost,
+        };
+        let during = match b.during {
+            Some(d) => Some(time(d.start)?..time(d.end)?),
+            None => None,
+        };
+        Ok(Branch {
+            hold: Hold {
+                participant: b.participant,
+                resource: b.resource,
+                quantity: b.quantity,
+                during,
+            },
+            state,
+            attempts: u32::try_from(b.attempts).unwrap_or(0),
+            last_error: Some(b.last_error).filter(|e| !e.is_empty()),
+        })
+    }
+}
+
+impl Refund {
+    fn from_proto(x: proto::Refund) -> Result<Refund, Error> {
+        use proto::refund::State as P;
+        let state = match x.state() {
+            P::Unspecified => return Err(Error::malformed("reservation")),
+            P::Pending => RefundState::Pending,
+            P::Refunded => RefundState::Refunded,
+            P::Failed => RefundState::Failed,
+        };
+        Ok(Refund {
+            refund_id: x.refund_id,
+            state,
+            amount_minor: x.amount_minor,
+            currency: x.currency,
+            failure_reason: Some(x.failure_reason).filter(|e| !e.is_empty()),
         })
     }
 }

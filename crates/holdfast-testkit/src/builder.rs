@@ -164,17 +164,7 @@ impl HarnessBuilder {
     /// Starts the participants, the relays in front of them and the coordinator; returns once
     /// every one accepts calls.
     pub async fn start(self) -> Result<Harness, TestkitError> {
-        let names = self
-            .participants
-            .iter()
-            .map(|k| k.name().to_owned())
-            .chain(self.fakes.iter().map(|(n, _)| n.clone()));
-        let mut seen = std::collections::HashSet::new();
-        for name in names {
-            if !seen.insert(name.clone()) {
-                return Err(TestkitError::DuplicateParticipant(name));
-            }
-        }
+        self.unique_names()?;
         let mutual = self.tls == CoordinatorTls::Mutual;
         let access = Access::new(&self.principals, mutual)?;
         let clients: Vec<&str> = access::everyone(&self.principals)?
@@ -189,46 +179,9 @@ impl HarnessBuilder {
         let data = Data::open(self.postgres.as_deref(), &self.participants).await?;
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         let mut tasks = JoinSet::new();
-        let mut participants = Vec::new();
-        for (kind, db) in &data.participants {
-            let listener = bind_loopback().await?;
-            let url = local_url(&listener)?;
-            let settings = ParticipantSettings {
-                orphan_grace: self.orphan_grace,
-                ..ParticipantSettings::new(*kind)
-            };
-            let (db, mut stopped) = (db.clone(), stop_rx.clone());
-            let (name, clock) = (kind.name(), data.clock.clone());
-            tasks.spawn(async move {
-                let until = async move {
-                    let _ = stopped.wait_for(|s| *s).await;
-                };
-                let served =
-                    holdfast::app::serve_test_participant(settings, db, listener, &clock, until);
-                if let Err(e) = served.await {
-                    eprintln!("holdfast-testkit: participant {name} stopped: {e}");
-                }
-            });
-            let relay = Relay::start(&url).await;
-            participants.push(Participant {
-                name: name.to_owned(),
-                direct_url: url,
-                relay,
-                fake: None,
-            });
-        }
+        let mut participants = self.start_participants(&data, &stop_rx, &mut tasks).await?;
         let log = CallLog::default();
-        for (name, script) in &self.fakes {
-            let fake = spawn_fake(name, log.clone()).await;
-            fake.script(script);
-            let relay = Relay::start(&fake.url).await;
-            participants.push(Participant {
-                name: name.clone(),
-                direct_url: fake.url.clone(),
-                relay,
-                fake: Some(fake),
-            });
-        }
+        self.start_fakes(&log, &mut participants).await;
         let settings = CoordinatorSettings {
             participants: participants
                 .iter()
@@ -287,6 +240,75 @@ impl HarnessBuilder {
             harness.put_resources(participant, &resources).await?;
         }
         Ok(harness)
+    }
+
+    /// Every participant's name is its own.
+    fn unique_names(&self) -> Result<(), TestkitError> {
+        let names = self
+            .participants
+            .iter()
+            .map(|k| k.name().to_owned())
+            .chain(self.fakes.iter().map(|(n, _)| n.clone()));
+        let mut seen = std::collections::HashSet::new();
+        for name in names {
+            if !seen.insert(name.clone()) {
+                return Err(TestkitError::DuplicateParticipant(name));
+            }
+        }
+        Ok(())
+    }
+
+    /// Serves each reference participant on a loopback port of its own, behind a relay.
+    async fn start_participants(
+        &self,
+        data: &Data,
+        stop_rx: &tokio::sync::watch::Receiver<bool>,
+        tasks: &mut JoinSet<()>,
+    ) -> Result<Vec<Participant>, TestkitError> {
+        let mut participants = Vec::new();
+        for (kind, db) in &data.participants {
+            let listener = bind_loopback().await?;
+            let url = local_url(&listener)?;
+            let settings = ParticipantSettings {
+                orphan_grace: self.orphan_grace,
+                ..ParticipantSettings::new(*kind)
+            };
+            let (db, mut stopped) = (db.clone(), stop_rx.clone());
+            let (name, clock) = (kind.name(), data.clock.clone());
+            tasks.spawn(async move {
+                let until = async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                };
+                let served =
+                    holdfast::app::serve_test_participant(settings, db, listener, &clock, until);
+                if let Err(e) = served.await {
+                    eprintln!("holdfast-testkit: participant {name} stopped: {e}");
+                }
+            });
+            let relay = Relay::start(&url).await;
+            participants.push(Participant {
+                name: name.to_owned(),
+                direct_url: url,
+                relay,
+                fake: None,
+            });
+        }
+        Ok(participants)
+    }
+
+    /// Serves each scripted fake, behind a relay, its calls in `log`.
+    async fn start_fakes(&self, log: &CallLog, participants: &mut Vec<Participant>) {
+        for (name, script) in &self.fakes {
+            let fake = spawn_fake(name, log.clone()).await;
+            fake.script(script);
+            let relay = Relay::start(&fake.url).await;
+            participants.push(Participant {
+                name: name.clone(),
+                direct_url: fake.url.clone(),
+                relay,
+                fake: Some(fake),
+            });
+        }
     }
 }
 
