@@ -8,8 +8,8 @@ use tokio::net::TcpListener;
 
 use super::data_dir::{self, lock_data_dir};
 use super::{
-    AppError, CoordinatorSettings, bind_http, connection_limits, coordinator_access, listen_addrs,
-    serve_coordinator_on, server_tls, start_metrics,
+    AppError, CoordinatorSettings, bind_http, connection_limits, coordinator_access, http_sidecar,
+    listen_addrs, serve_coordinator_on, server_tls, start_metrics,
 };
 use crate::config::CoordinatorArgs;
 use crate::db::{self, DatabaseKind};
@@ -264,7 +264,7 @@ pub async fn serve_all_in_one(
         settings,
         store,
         listener,
-        http,
+        http_sidecar(http),
         test_clock,
         stopped(stop_rx.clone()),
     );
@@ -278,7 +278,7 @@ pub async fn serve_all_in_one(
             tracing::error!("{e}");
         }
     }
-    result
+    Ok(result?)
 }
 
 /// Each all-in-one participant with its database.

@@ -1,5 +1,5 @@
 //! The reference participants (seats, stock, rooms, payments, noop), each built on the
-//! participant SDK ([`crate::participant`]) and each also serving `tcc.v1.ResourceAdmin`;
+//! participant SDK ([`holdfast_participant`]) and each also serving `tcc.v1.ResourceAdmin`;
 //! plus [`serve`], the runner the CLI uses for `holdfast participant <kind>`.
 //!
 //! All of them share one schema per backend (PostgreSQL: `migrations/participants/`,
@@ -10,13 +10,25 @@
 //! `payments/service.rs` adds `tcc.v1.Payments`. `stock-redis` (Redis + PostgreSQL only) is a
 //! folder of its own shape, see [`stock_redis`].
 
+// The serving layer's `sqlite_now_us!` macro, in scope for every module below.
+#[macro_use]
+extern crate holdfast_serve;
+
 pub mod admin;
+pub mod data_dir;
 pub mod noop;
 pub mod payments;
 pub mod rooms;
 pub mod seats;
 pub mod stock;
 pub mod stock_redis;
+pub mod testing;
+
+// The layers below under the paths the code has always used (the coordinator crate's metrics
+// and test clock; the serving layer; the SDK; the generated tcc.v1 code).
+use holdfast_coordinator::{proto, telemetry};
+use holdfast_participant as participant;
+use holdfast_serve::{auth, db, server, tls};
 
 use std::future::Future;
 use std::sync::LazyLock;

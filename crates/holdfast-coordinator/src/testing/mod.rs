@@ -12,11 +12,13 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use holdfast::testing::{TestClock, open_participant_db, open_store};
+//! use holdfast_coordinator::testing::{TestClock, open_store};
+//! use holdfast_participants::testing::open_participant_db;
 //! let clock = TestClock::new();
 //! let store = open_store("sqlite:///tmp/t/holdfast.db", 4, &clock).await?;
 //! let participants = open_participant_db("sqlite:///tmp/t/participants.db", 4, &clock).await?;
-//! // serve them: holdfast::app::serve_test_coordinator / serve_test_participant
+//! // serve them: holdfast_coordinator::serving::serve_test_coordinator and
+//! // holdfast_participants::testing::serve_test_participant
 //! let offset = clock.advance(std::time::Duration::from_secs(11 * 60)).await?;
 //! # Ok(()) }
 //! ```
@@ -27,6 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use sqlx::migrate::Migrator;
 use tokio::sync::Mutex;
 
 use database::ClockDatabase;
@@ -34,7 +37,6 @@ pub use database::{SCHEMA, SEARCH_PATH};
 
 use crate::coordinator::Coordinator;
 use crate::participant::ParticipantClock;
-use crate::participants::{self, ParticipantDb};
 use crate::store::{AnyStore, PgStore, SqliteStore, StoreError};
 
 /// The most one move may advance the clock (`AdvanceClock.by`).
@@ -105,8 +107,8 @@ impl TestClock {
     }
 
     /// The participants' side of the clock: put it in
-    /// [`crate::participants::ParticipantSettings::clock`] (as
-    /// [`crate::app::serve_test_participant`] does) so `--max-hold` follows the clock and the
+    /// `holdfast_participants::ParticipantSettings::clock` (as
+    /// `holdfast_participants::testing::serve_test_participant` does) so `--max-hold` follows the clock and the
     /// participant's orphan reclaim runs after each move.
     pub fn participants(&self) -> &ParticipantClock {
         &self.inner.participants
@@ -223,7 +225,7 @@ pub enum AdvanceError {
 
 /// Opens the coordinator's store on `url` (`sqlite://...` in a temporary folder, or
 /// `postgres://...`, created if missing) with `clock`'s movable clock, migrated, and
-/// registered with `clock`. Serve it with [`crate::app::serve_test_coordinator`]; reopen it
+/// registered with `clock`. Serve it with [`crate::serving::serve_test_coordinator`]; reopen it
 /// the same way after a restart (the clock keeps its offset).
 pub async fn open_store(
     url: &str,
@@ -249,27 +251,35 @@ pub async fn open_store(
     Ok(store)
 }
 
-/// Opens a reference participants' database on `url` (SQLite or PostgreSQL, created if
-/// missing) with `clock`'s movable clock, the participants' schema applied, and registered
-/// with `clock`. Serve participants on it with [`crate::app::serve_test_participant`]. One
-/// pool may serve several kinds (each scopes its rows by name), as in the all-in-one.
-pub async fn open_participant_db(
+/// A database opened by [`open_migrated`]: a pool of either kind.
+#[derive(Clone, Debug)]
+pub enum ClockPool {
+    Postgres(sqlx::PgPool),
+    Sqlite(sqlx::SqlitePool),
+}
+
+/// Opens a database on `url` (SQLite or PostgreSQL, created if missing) with `clock`'s movable
+/// clock, `postgres` or `sqlite` applied as its kind asks, and registered with `clock`: the
+/// reference participants' databases (`holdfast_participants::testing::open_participant_db`).
+pub async fn open_migrated(
     url: &str,
     max_connections: u32,
     clock: &TestClock,
-) -> Result<ParticipantDb, TestingError> {
+    postgres: &Migrator,
+    sqlite: &Migrator,
+) -> Result<ClockPool, TestingError> {
     Ok(match crate::db::DatabaseKind::of_url(url)? {
         crate::db::DatabaseKind::Postgres => {
             let (pool, database) = database::open_postgres(url, max_connections).await?;
-            participants::MIGRATOR.run(&pool).await?;
+            postgres.run(&pool).await?;
             clock.register(database).await?;
-            pool.into()
+            ClockPool::Postgres(pool)
         }
         crate::db::DatabaseKind::Sqlite => {
             let (pool, database) = database::open_sqlite(url, max_connections).await?;
-            participants::SQLITE_MIGRATOR.run(&pool).await?;
+            sqlite.run(&pool).await?;
             clock.register(database).await?;
-            pool.into()
+            ClockPool::Sqlite(pool)
         }
     })
 }

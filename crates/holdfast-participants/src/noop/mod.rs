@@ -12,7 +12,7 @@ mod postgres;
 mod sqlite;
 
 use crate::participant::BranchCounts;
-use crate::participants::admin::ResourceCounts;
+use crate::admin::ResourceCounts;
 
 /// The noop participant: no business data at all.
 #[derive(Clone, Debug)]

@@ -7,7 +7,7 @@ use super::{Noop, noop_counts};
 use crate::participant::{
     BranchCtx, ConfirmOutcome, Resource, ResourceError, TryAnswer, branch_counts,
 };
-use crate::participants::admin::{Inventory, ResourceCounts};
+use crate::admin::{Inventory, ResourceCounts};
 
 #[async_trait]
 impl Resource for Noop {

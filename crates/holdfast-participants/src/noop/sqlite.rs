@@ -5,7 +5,7 @@ use sqlx::{Sqlite, SqliteConnection};
 
 use super::{Noop, noop_counts};
 use crate::participant::{Backend, BranchCtx, ConfirmOutcome, Resource, ResourceError, TryAnswer};
-use crate::participants::admin::{Inventory, ResourceCounts};
+use crate::admin::{Inventory, ResourceCounts};
 
 #[async_trait]
 impl Resource<Sqlite> for Noop {

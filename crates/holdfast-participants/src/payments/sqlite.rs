@@ -11,7 +11,7 @@ use super::{Payments, PaymentsSql, validate_items};
 use crate::participant::{
     Backend, BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer,
 };
-use crate::participants::admin::{Inventory, ResourceCounts};
+use crate::admin::{Inventory, ResourceCounts};
 use crate::proto::{ChargeRequest, PaymentRecord, Refund, RefundRequest, refund};
 
 #[async_trait]

@@ -7,7 +7,7 @@ use sqlx::{PgConnection, Row};
 
 use super::{Rooms, room_ids, validate_items};
 use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer};
-use crate::participants::admin::{Inventory, ResourceCounts};
+use crate::admin::{Inventory, ResourceCounts};
 
 /// Locks the rooms in resource order, the order every writer uses.
 async fn lock_rooms(conn: &mut PgConnection, rooms: &[String]) -> Result<(), ResourceError> {

@@ -9,7 +9,7 @@ mod postgres;
 mod sqlite;
 
 use crate::participant::{Item, ResourceError};
-use crate::participants::admin::ResourceCounts;
+use crate::admin::ResourceCounts;
 
 /// The seats participant's business logic and inventory.
 #[derive(Clone, Copy, Debug, Default)]

@@ -15,7 +15,7 @@ use crate::participant::{
     BarrierPhase, BranchCtx, ConfirmOutcome, HeldBarrierMove, HeldBarrierRow, Item, Resource,
     ResourceError, TryAnswer,
 };
-use crate::participants::admin::{Inventory, ResourceCounts};
+use crate::admin::{Inventory, ResourceCounts};
 
 /// A first Try of one seat in one statement: the guarded UPDATE claims the seat (and its row
 /// lock), the barrier row follows from its one row, and the statement's commit releases the

@@ -6,7 +6,7 @@ use sqlx::{Row, Sqlite, SqliteConnection};
 
 use super::{Seats, validate_items};
 use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer};
-use crate::participants::admin::{Inventory, ResourceCounts};
+use crate::admin::{Inventory, ResourceCounts};
 
 #[async_trait]
 impl Resource<Sqlite> for Seats {

@@ -19,7 +19,7 @@ use crate::participant::{
     BarrierPhase, BranchCtx, ConfirmOutcome, HeldBarrierMove, HeldBarrierRow, Item, Resource,
     ResourceError, TryAnswer,
 };
-use crate::participants::admin::{Inventory, ResourceCounts};
+use crate::admin::{Inventory, ResourceCounts};
 
 async fn lock_item(conn: &mut PgConnection, resource: &str) -> Result<(), ResourceError> {
     sqlx::query("SELECT 1 FROM stock_item WHERE resource = $1 FOR UPDATE")

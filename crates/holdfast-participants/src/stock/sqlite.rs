@@ -8,7 +8,7 @@ use sqlx::{Sqlite, SqliteConnection};
 
 use super::{Stock, validate_items};
 use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer};
-use crate::participants::admin::{Inventory, ResourceCounts};
+use crate::admin::{Inventory, ResourceCounts};
 
 #[async_trait]
 impl Resource<Sqlite> for Stock {

@@ -20,7 +20,7 @@ impl StockRedis {
             branch,
             self.inner.max_hold,
             self.inner.clock.now(),
-            crate::participants::stock::validate_items,
+            crate::stock::validate_items,
         )
     }
 

@@ -4,7 +4,7 @@
 use super::durable;
 use super::scripts::PUT;
 use super::{StockRedis, StockRedisError};
-use crate::participants::admin::{ResourceCounts, checked_specs, non_negative};
+use crate::admin::{ResourceCounts, checked_specs, non_negative};
 
 /// The ready marker and an item's capacity, available, held and confirmed counters.
 type CountsReply = (
