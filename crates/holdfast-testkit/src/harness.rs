@@ -12,7 +12,7 @@ use std::time::Duration;
 use holdfast_coordinator::serving::CoordinatorSettings;
 use holdfast_serve::auth::Bearer;
 use holdfast_participants::Kind;
-use holdfast_proto;
+use holdfast_proto as proto;
 use holdfast_client::{Client, Payment};
 use tokio::task::JoinSet;
 use tonic::service::interceptor::InterceptedService;

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use holdfast_proto;
+use holdfast_proto as proto;
 use holdfast_proto::branch::State as Wire;
 use tonic::{Request, Response, Status};
 
