@@ -12,13 +12,13 @@ use std::path::{Path, PathBuf};
 /// `watched` and `participant` are `holdfast-serve` and `holdfast-participant` re-exported, and
 /// the binary's `api`, `coordinator`, `domain`, `proto`, `registry`, `store`, `telemetry`,
 /// `testing` and `participants` are the crates below re-exported: the rules still name them.
-const LAYERS: &[(&str, &[(&str, &[&str])])] = &[
-    ("crates/holdfast-coordinator", COORDINATOR),
-    ("", BINARY),
-];
+const LAYERS: &[(&str, Rules)] = &[("crates/holdfast-coordinator", COORDINATOR), ("", BINARY)];
+
+/// Each module of a crate, and what it may use of that crate besides itself.
+type Rules = &'static [(&'static str, &'static [&'static str])];
 
 /// The coordinator crate's modules.
-const COORDINATOR: &[(&str, &[&str])] = &[
+const COORDINATOR: Rules = &[
     ("domain", &[]),
     ("proto", &[]),
     ("telemetry", &["auth", "conn", "domain", "tls"]),
@@ -40,7 +40,7 @@ const COORDINATOR: &[(&str, &[&str])] = &[
 ];
 
 /// The binary crate's modules.
-const BINARY: &[(&str, &[&str])] = &[
+const BINARY: Rules = &[
     ("cli", &["auth", "config", "json", "proto", "tls"]),
     ("json", &["proto"]),
     (
@@ -136,10 +136,12 @@ fn module_of(rel: &str) -> &str {
 /// SQLite clock macro it defines.
 fn uses(text: &str) -> BTreeSet<String> {
     let mut found = names_after(text, "crate::");
-    if text
-        .lines()
-        .any(|line| line.split("//").next().unwrap_or("").contains("sqlite_now_us!"))
-    {
+    if text.lines().any(|line| {
+        line.split("//")
+            .next()
+            .unwrap_or("")
+            .contains("sqlite_now_us!")
+    }) {
         found.insert("db".to_owned());
     }
     found
@@ -155,7 +157,10 @@ fn leading_names(path: &str) -> Vec<String> {
             .collect()
     };
     let Some(group) = path.strip_prefix('{') else {
-        return vec![name(path)].into_iter().filter(|n| !n.is_empty()).collect();
+        return vec![name(path)]
+            .into_iter()
+            .filter(|n| !n.is_empty())
+            .collect();
     };
     let (mut depth, mut names, mut start) = (1, Vec::new(), Some(0));
     for (i, c) in group.char_indices() {
@@ -199,7 +204,11 @@ fn modules_use_only_the_layers_below_them() {
     let mut broken = Vec::new();
     for (dir, rules) in LAYERS {
         let allowed: BTreeMap<&str, &[&str]> = rules.iter().copied().collect();
-        let at = if dir.is_empty() { String::new() } else { format!("{dir}/") };
+        let at = if dir.is_empty() {
+            String::new()
+        } else {
+            format!("{dir}/")
+        };
         for (rel, text) in crate_src(dir) {
             let module = module_of(&rel);
             if rel == "tidy.rs" {
@@ -260,8 +269,11 @@ fn the_rules_read_code_not_comments() {
     );
     assert_eq!(group, ["store", "x"].map(String::from).into());
     assert!(
-        names_after("use holdfast_coordinator::store::Store;", "holdfast_coordinator::")
-            .contains("store")
+        names_after(
+            "use holdfast_coordinator::store::Store;",
+            "holdfast_coordinator::"
+        )
+        .contains("store")
     );
     assert_eq!(module_of("store/postgres/mod.rs"), "store");
     assert_eq!(module_of("app.rs"), "app");

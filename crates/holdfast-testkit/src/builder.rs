@@ -4,12 +4,12 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use holdfast_coordinator::serving::{CoordinatorAccess, CoordinatorSettings};
-use holdfast_serve::auth::Role;
 use holdfast_coordinator::coordinator::Policy;
 use holdfast_coordinator::domain::validate::Limits;
-use holdfast_participants::{Kind, ParticipantSettings};
 use holdfast_coordinator::registry::ParticipantEndpoint;
+use holdfast_coordinator::serving::{CoordinatorAccess, CoordinatorSettings};
+use holdfast_participants::{Kind, ParticipantSettings};
+use holdfast_serve::auth::Role;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
@@ -203,8 +203,9 @@ impl HarnessBuilder {
                 let until = async move {
                     let _ = stopped.wait_for(|s| *s).await;
                 };
-                let served =
-                    holdfast_participants::testing::serve_test_participant(settings, db, listener, &clock, until);
+                let served = holdfast_participants::testing::serve_test_participant(
+                    settings, db, listener, &clock, until,
+                );
                 if let Err(e) = served.await {
                     eprintln!("holdfast-testkit: participant {name} stopped: {e}");
                 }

@@ -58,13 +58,14 @@ impl CoordinatorProcess {
             // clock shared across restarts would keep the killed runtime's pool. It starts at
             // the offset the database keeps, so the clock never moves back across a restart.
             let clock = holdfast_coordinator::testing::TestClock::new();
-            let store = match holdfast_coordinator::testing::open_store(&url, POOL_SIZE, &clock).await {
-                Ok(store) => store,
-                Err(e) => {
-                    let _ = ready_tx.send(Err(e.into()));
-                    return;
-                }
-            };
+            let store =
+                match holdfast_coordinator::testing::open_store(&url, POOL_SIZE, &clock).await {
+                    Ok(store) => store,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e.into()));
+                        return;
+                    }
+                };
             let listener = match tokio::net::TcpListener::from_std(listener) {
                 Ok(listener) => listener,
                 Err(source) => {
@@ -170,8 +171,8 @@ async fn bind(addr: SocketAddr) -> Result<std::net::TcpListener, TestkitError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use holdfast_coordinator::serving::CoordinatorAccess;
     use holdfast_coordinator::registry::ParticipantEndpoint;
+    use holdfast_coordinator::serving::CoordinatorAccess;
 
     /// A coordinator that refuses its configuration at start (here: TLS served, a participant
     /// called in plaintext, not allowed) is reported with its reason, not as a coordinator that
@@ -199,7 +200,8 @@ mod tests {
             .await
             .unwrap();
         let url = format!("https://{addr}");
-        let endpoint = tonic::transport::Endpoint::new(holdfast_serve::tls::endpoint_url(&url)).unwrap();
+        let endpoint =
+            tonic::transport::Endpoint::new(holdfast_serve::tls::endpoint_url(&url)).unwrap();
         let channel = certificates.client.connect_lazy(endpoint, &url).unwrap();
         match process.serving(channel).await {
             Err(TestkitError::CoordinatorStopped(why)) => {

@@ -1,9 +1,9 @@
 //! Where a harness keeps its data: a temporary SQLite folder laid out as the all-in-one's, or a
 //! PostgreSQL database; and the participants' side of the movable clock.
 
-use holdfast_participants::{Kind, ParticipantDb};
 use holdfast_coordinator::testing::TestClock;
 use holdfast_participants::testing::open_participant_db;
+use holdfast_participants::{Kind, ParticipantDb};
 
 use crate::TestkitError;
 

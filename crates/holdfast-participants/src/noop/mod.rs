@@ -11,8 +11,8 @@
 mod postgres;
 mod sqlite;
 
-use crate::participant::BranchCounts;
 use crate::admin::ResourceCounts;
+use crate::participant::BranchCounts;
 
 /// The noop participant: no business data at all.
 #[derive(Clone, Debug)]

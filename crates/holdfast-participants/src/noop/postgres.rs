@@ -4,10 +4,10 @@ use async_trait::async_trait;
 use sqlx::PgConnection;
 
 use super::{Noop, noop_counts};
+use crate::admin::{Inventory, ResourceCounts};
 use crate::participant::{
     BranchCtx, ConfirmOutcome, Resource, ResourceError, TryAnswer, branch_counts,
 };
-use crate::admin::{Inventory, ResourceCounts};
 
 #[async_trait]
 impl Resource for Noop {

@@ -4,8 +4,8 @@ use async_trait::async_trait;
 use sqlx::{Sqlite, SqliteConnection};
 
 use super::{Noop, noop_counts};
-use crate::participant::{Backend, BranchCtx, ConfirmOutcome, Resource, ResourceError, TryAnswer};
 use crate::admin::{Inventory, ResourceCounts};
+use crate::participant::{Backend, BranchCtx, ConfirmOutcome, Resource, ResourceError, TryAnswer};
 
 #[async_trait]
 impl Resource<Sqlite> for Noop {

@@ -8,8 +8,8 @@ use sqlx::{PgConnection, Pool, Postgres, Row};
 
 use super::service::{charge_refused, check_refund_currency, refund_fits, same_refund};
 use super::{Payments, PaymentsSql, validate_items};
-use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer};
 use crate::admin::{Inventory, ResourceCounts};
+use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer};
 use crate::proto::{ChargeRequest, PaymentRecord, Refund, RefundRequest, refund};
 
 async fn lock_account(conn: &mut PgConnection, account: &str) -> Result<(), ResourceError> {

@@ -8,10 +8,10 @@ use sqlx::{Pool, Row, Sqlite, SqliteConnection};
 
 use super::service::{charge_refused, check_refund_currency, refund_fits, same_refund};
 use super::{Payments, PaymentsSql, validate_items};
+use crate::admin::{Inventory, ResourceCounts};
 use crate::participant::{
     Backend, BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer,
 };
-use crate::admin::{Inventory, ResourceCounts};
 use crate::proto::{ChargeRequest, PaymentRecord, Refund, RefundRequest, refund};
 
 #[async_trait]

@@ -6,8 +6,8 @@ use async_trait::async_trait;
 use sqlx::{PgConnection, Row};
 
 use super::{Rooms, room_ids, validate_items};
-use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer};
 use crate::admin::{Inventory, ResourceCounts};
+use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer};
 
 /// Locks the rooms in resource order, the order every writer uses.
 async fn lock_rooms(conn: &mut PgConnection, rooms: &[String]) -> Result<(), ResourceError> {

@@ -8,8 +8,8 @@
 mod postgres;
 mod sqlite;
 
-use crate::participant::{Item, ResourceError};
 use crate::admin::ResourceCounts;
+use crate::participant::{Item, ResourceError};
 
 /// The seats participant's business logic and inventory.
 #[derive(Clone, Copy, Debug, Default)]

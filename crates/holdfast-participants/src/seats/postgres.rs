@@ -11,11 +11,11 @@ use async_trait::async_trait;
 use sqlx::{PgConnection, Row};
 
 use super::{Seats, seat_counts, validate_items};
+use crate::admin::{Inventory, ResourceCounts};
 use crate::participant::{
     BarrierPhase, BranchCtx, ConfirmOutcome, HeldBarrierMove, HeldBarrierRow, Item, Resource,
     ResourceError, TryAnswer,
 };
-use crate::admin::{Inventory, ResourceCounts};
 
 /// A first Try of one seat in one statement: the guarded UPDATE claims the seat (and its row
 /// lock), the barrier row follows from its one row, and the statement's commit releases the

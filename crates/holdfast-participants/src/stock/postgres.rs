@@ -15,11 +15,11 @@ use async_trait::async_trait;
 use sqlx::{PgConnection, Row};
 
 use super::{Stock, allocate, refusal, validate_items};
+use crate::admin::{Inventory, ResourceCounts};
 use crate::participant::{
     BarrierPhase, BranchCtx, ConfirmOutcome, HeldBarrierMove, HeldBarrierRow, Item, Resource,
     ResourceError, TryAnswer,
 };
-use crate::admin::{Inventory, ResourceCounts};
 
 async fn lock_item(conn: &mut PgConnection, resource: &str) -> Result<(), ResourceError> {
     sqlx::query("SELECT 1 FROM stock_item WHERE resource = $1 FOR UPDATE")

@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use sqlx::{Sqlite, SqliteConnection};
 
 use super::{Stock, validate_items};
-use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer};
 use crate::admin::{Inventory, ResourceCounts};
+use crate::participant::{BranchCtx, ConfirmOutcome, Item, Resource, ResourceError, TryAnswer};
 
 #[async_trait]
 impl Resource<Sqlite> for Stock {
