@@ -1,33 +1,31 @@
-//! holdfast: a Try-Confirm/Cancel coordinator for time-limited reservations.
+//! holdfast: a Try-Confirm/Cancel coordinator for time-limited reservations; this crate is the
+//! `holdfast` binary's library: the wiring of each role (`app`), its configuration, the HTTP
+//! listener, the CLI, `holdfast bench` and `holdfast participant-check`.
 //!
-//! See `ARCHITECTURE.md` for the map of this crate.
+//! See `ARCHITECTURE.md` for the map of the workspace.
 
-// The serving layer's `sqlite_now_us!` macro, in scope for every module below.
-#[macro_use]
-extern crate holdfast_serve;
-
-// The serving layer (every port, every database pool) and the participant SDK are crates of
-// their own (`crates/holdfast-serve`, `crates/holdfast-participant`), so a participant team
-// depends on them without the coordinator; here under the paths the code has always used.
+// The layers below (crates of their own, see the workspace's Cargo.toml), here under the paths
+// the code has always used: the serving layer, the participant SDK, the coordinator and the
+// reference participants.
+pub use holdfast_coordinator::{api, coordinator, domain, proto, registry, store, telemetry};
 pub use holdfast_participant as participant;
+pub use holdfast_participants as participants;
 pub use holdfast_serve::{auth, conn, db, server, tls, watched};
 
-pub mod api;
 pub mod app;
 pub mod bench;
 pub mod cli;
 pub mod config;
-pub mod coordinator;
-pub mod domain;
 pub mod http;
 pub mod json;
 pub mod participant_check;
-pub mod participants;
-pub mod proto;
-pub mod registry;
-pub mod store;
-pub mod telemetry;
-pub mod testing;
+
+/// Test mode (`holdfast --test-mode`, the testkit): the coordinator crate's movable clock and
+/// the reference participants' databases opened with it.
+pub mod testing {
+    pub use holdfast_coordinator::testing::*;
+    pub use holdfast_participants::testing::{open_participant_db, serve_test_participant};
+}
 
 #[cfg(test)]
 mod tidy;

@@ -8,8 +8,8 @@ use tokio::net::TcpListener;
 
 use super::data_dir::{self, lock_data_dir};
 use super::{
-    AppError, CoordinatorSettings, bind_http, connection_limits, coordinator_access, listen_addrs,
-    serve_coordinator_on, server_tls, start_metrics,
+    AppError, CoordinatorSettings, bind_http, connection_limits, coordinator_access, http_sidecar,
+    listen_addrs, serve_coordinator_on, server_tls, start_metrics,
 };
 use crate::config::CoordinatorArgs;
 use crate::db::{self, DatabaseKind};
@@ -180,7 +180,7 @@ pub async fn serve_all_in_one(
         settings,
         store,
         listener,
-        http,
+        http_sidecar(http),
         test_clock,
         coordinator_stop,
     );
@@ -190,7 +190,7 @@ pub async fn serve_all_in_one(
     });
     let result = coordinator_task.await;
     join_participants(tasks).await;
-    result
+    Ok(result?)
 }
 
 /// Waits for the participants to stop, each one's failure logged.

@@ -16,10 +16,8 @@ use sqlx::{ConnectOptions, Connection};
 use super::AppError;
 use crate::db::{self, DatabaseKind};
 use crate::participants::Kind;
+pub use crate::participants::data_dir::{PARTICIPANTS_DIR, participant_url};
 use crate::store::StoreError;
-
-/// The folder under the data folder that holds a SQLite file per participant.
-pub const PARTICIPANTS_DIR: &str = "participants";
 
 /// The file all participants shared before they had a file each; [`split_shared_participants_file`]
 /// renames it to [`SPLIT_FROM`] once it is carried over.
@@ -63,16 +61,6 @@ pub fn lock_data_dir(database_url: &str) -> Result<Option<std::fs::File>, AppErr
             path.display()
         ))),
     }
-}
-
-/// The URL of `kind`'s SQLite file in the data folder of `database_url`
-/// (`./data/participants/seats.db`).
-pub fn participant_url(database_url: &str, kind: Kind) -> Result<String, AppError> {
-    let dir = db::sqlite_dir(database_url).map_err(StoreError::from)?;
-    let file = dir
-        .join(PARTICIPANTS_DIR)
-        .join(format!("{}.db", kind.name()));
-    Ok(format!("sqlite://{}", file.display()))
 }
 
 /// Where the copies are made before they become [`PARTICIPANTS_DIR`].

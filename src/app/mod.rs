@@ -5,25 +5,29 @@ use std::future::Future;
 
 use tokio::net::TcpListener;
 
-use crate::api::CoordinatorApi;
 use crate::config::{CoordinatorArgs, ParticipantArgs, default_participant_port};
-use crate::coordinator::{Coordinator, Policy};
 use crate::db::{self, DatabaseKind};
-use crate::domain::validate::Limits;
 use crate::http::HttpListener;
-use crate::registry::{ParticipantEndpoint, Registry, RegistryError};
+use crate::registry::RegistryError;
 use crate::server::ServeError;
 use crate::store::{AnyStore, StoreError};
 use crate::tls::Listener;
 use crate::tls::{ClientTls, ParticipantTransport, ServerTls, TlsError};
+use holdfast_coordinator::serving::{
+    ServingError, Sidecar, Wired, check_participant_transport, serve_coordinator_on,
+};
 
 mod all_in_one;
 pub mod data_dir;
-mod test_mode;
 
 pub use all_in_one::{ALL_IN_ONE_KINDS, run_all_in_one, serve_all_in_one};
 pub use data_dir::lock_data_dir;
-pub use test_mode::{serve_test_coordinator, serve_test_participant};
+// The coordinator's wiring is the coordinator crate's; the test participants' the
+// participants crate's. Here under the paths the roles and the tests use.
+pub use holdfast_coordinator::serving::{
+    CoordinatorAccess, CoordinatorSettings, serve_coordinator, serve_test_coordinator,
+};
+pub use holdfast_participants::testing::serve_test_participant;
 
 /// Why a role could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -47,29 +51,8 @@ pub enum AppError {
     Listen(#[from] std::io::Error),
     #[error("TLS: {0}")]
     Tls(#[from] TlsError),
-}
-
-/// Who may call the coordinator, what it presents to participants, and how it derives hold
-/// tokens.
-#[derive(Clone, Debug, Default)]
-pub struct CoordinatorAccess {
-    pub auth: crate::auth::Authenticator,
-    /// The API key presented to participants (`--participant-api-key-file`).
-    pub participant_key: Option<String>,
-    /// `None`: a key of this process only.
-    pub tokens: Option<crate::domain::TokenKeys>,
-}
-
-/// Everything the coordinator role needs, already parsed.
-#[derive(Clone, Debug)]
-pub struct CoordinatorSettings {
-    pub participants: Vec<ParticipantEndpoint>,
-    pub limits: Limits,
-    pub policy: Policy,
-    pub server: crate::server::ServerLimits,
-    /// TLS towards `https://` participants, and whether a TLS coordinator may call `http://`.
-    pub participant_transport: ParticipantTransport,
-    pub access: CoordinatorAccess,
+    #[error(transparent)]
+    Serving(#[from] ServingError),
 }
 
 /// Runs the coordinator role as configured by `args` until `shutdown`: creates its database
@@ -207,23 +190,6 @@ fn participant_transport(args: &CoordinatorArgs) -> Result<ParticipantTransport,
     })
 }
 
-/// A coordinator serving TLS refuses `http://` participants unless allowed.
-fn check_participant_transport(
-    settings: &CoordinatorSettings,
-    serving_tls: bool,
-) -> Result<(), AppError> {
-    settings
-        .participant_transport
-        .check(
-            serving_tls,
-            settings
-                .participants
-                .iter()
-                .map(|p| (p.name.as_str(), p.url.as_str())),
-        )
-        .map_err(AppError::Config)
-}
-
 /// Creates the coordinator's database if needed and applies its migrations (`holdfast migrate`).
 pub async fn migrate(database_url: &str) -> Result<(), AppError> {
     db::ensure_database(database_url).await?;
@@ -305,9 +271,6 @@ pub async fn serve_participant(
     })
 }
 
-/// Reservations per retention batch on SQLite (PostgreSQL takes `retention::MAX_BATCH`).
-const SQLITE_RETENTION_BATCH: u32 = 200;
-
 /// Serves /metrics in the background when an address is configured, over TLS with `tls`,
 /// its connections under `limits`.
 pub async fn start_metrics(
@@ -334,18 +297,6 @@ pub async fn start_metrics(
     Ok(())
 }
 
-/// Migrates the store (either backend: a `PgStore`, a `SqliteStore` or an [`AnyStore`]), then
-/// serves the coordinator on `listener` (a `TcpListener`, or a [`Listener`] with TLS) until
-/// `shutdown`; no HTTP listener (what tests that start many coordinators want).
-pub async fn serve_coordinator(
-    settings: CoordinatorSettings,
-    store: impl Into<AnyStore>,
-    listener: impl Into<Listener>,
-    shutdown: impl Future<Output = ()> + Send,
-) -> Result<(), AppError> {
-    serve_coordinator_with_http(settings, store, listener, None, shutdown).await
-}
-
 /// [`serve_coordinator`], plus the HTTP listener (console, JSON API, `/metrics`, probes) on
 /// `http` when given: its JSON API calls these same gRPC services in-process, behind the same
 /// auth layer.
@@ -360,145 +311,41 @@ pub async fn serve_coordinator_with_http(
         settings,
         store.into(),
         listener.into(),
-        http,
+        http_sidecar(http),
         None,
         shutdown,
     )
-    .await
-}
-
-/// The coordinator `settings` describe, on `store` (migrated first), and its registry: the
-/// console's view of participants' health.
-async fn start_coordinator(
-    settings: &CoordinatorSettings,
-    store: AnyStore,
-) -> Result<(Coordinator, Registry), AppError> {
-    store.migrate().await?;
-    let mut policy = settings.policy.clone();
-    if let AnyStore::Sqlite(_) = store {
-        // One writer: a purge batch holds the write lock Reserves wait for, so it stays small.
-        policy.retention.batch = policy.retention.batch.min(SQLITE_RETENTION_BATCH);
-    }
-    crate::telemetry::ops::coordinator_started();
-    let registry = Registry::new(
-        &settings.participants,
-        settings.participant_transport.tls.as_ref(),
-        settings.access.participant_key.as_deref(),
-    )?;
-    let health = registry.clone();
-    let tokens = match settings.access.tokens.clone() {
-        Some(tokens) => tokens,
-        None => crate::domain::TokenKeys::ephemeral()
-            .map_err(|e| AppError::Config(format!("hold token keys: {e}")))?,
-    };
-    let coordinator = Coordinator::new(
-        store.into_dyn(),
-        registry,
-        settings.limits.clone(),
-        policy,
-        tokens,
-    );
-    // Work waiting on a participant removed from the configuration: said at start.
-    if let Err(e) = coordinator.report_unregistered_backlog().await {
-        tracing::warn!(error = %e, "counting work waiting on unregistered participants failed");
-    }
-    Ok((coordinator, health))
-}
-
-/// [`serve_coordinator_with_http`], plus `tcc.v1.Testing` over `test_clock` when given (test
-/// mode: served and listed by reflection only then).
-pub(super) async fn serve_coordinator_on(
-    settings: CoordinatorSettings,
-    store: AnyStore,
-    listener: Listener,
-    http: Option<HttpListener>,
-    test_clock: Option<crate::testing::TestClock>,
-    shutdown: impl Future<Output = ()> + Send,
-) -> Result<(), AppError> {
-    check_participant_transport(&settings, listener.tls().is_some())?;
-    let (coordinator, health) = start_coordinator(&settings, store).await?;
-    // The console's access to the gRPC services.
-    let http_access = (settings.server, settings.access.auth.clone());
-    let (stop_recovery, stop) = tokio::sync::watch::channel(false);
-    let retention = tokio::spawn(coordinator.clone().run_retention(stop.clone()));
-    let recovery = tokio::spawn(coordinator.clone().run_recovery(stop));
-    // At shutdown, open Watch streams end at once (UNAVAILABLE): the graceful shutdown waits
-    // for calls in flight, and a stream could otherwise run until its hold's max_ttl.
-    let watches = coordinator.clone();
-    let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
-    let shutdown = async move {
-        shutdown.await;
-        watches.close_watches();
-        let _ = stopping.send(true);
-    };
-    let admin = crate::api::admin::AdminApi::new(coordinator.clone());
-    let api = CoordinatorApi::new(coordinator.clone());
-    let mut routes =
-        tonic::service::Routes::new(api.into_server()).add_service(admin.into_server());
-    let mut services = vec!["tcc.v1.Coordinator", "tcc.v1.Admin"];
-    if let Some(clock) = test_clock {
-        let testing = crate::api::testing::TestingApi::new(coordinator.clone(), clock);
-        routes = routes.add_service(testing.into_server());
-        services.push("tcc.v1.Testing");
-    }
-    let http = match http {
-        Some(http) => Some(start_http(
-            http,
-            &http_access,
-            routes.clone(),
-            coordinator,
-            health,
-            stopping_rx,
-        )?),
-        None => None,
-    };
-    tracing::info!(addr = %listener.local_addr()?, tls = listener.tls().is_some(), auth = settings.access.auth.is_on(), "coordinator serving");
-    let served = crate::server::serve_with(
-        settings.server,
-        &settings.access.auth,
-        listener,
-        routes,
-        &services,
-        shutdown,
-    )
-    .await;
-    // In-flight calls are done; work left unfinished stays leased until its lease ends, then
-    // any instance recovers it.
-    let _ = stop_recovery.send(true);
-    let _ = recovery.await;
-    let _ = retention.await;
-    if let Some(mut http) = http {
-        // Its Watch streams ended with the coordinator's; a client that keeps a request open
-        // longer is cut.
-        if tokio::time::timeout(std::time::Duration::from_secs(10), &mut http)
-            .await
-            .is_err()
-        {
-            http.abort();
-        }
-    }
-    served?;
+    .await?;
     Ok(())
+}
+
+/// The HTTP listener on `http` as the coordinator's [`Sidecar`], when there is one.
+pub(super) fn http_sidecar(http: Option<HttpListener>) -> Option<Sidecar> {
+    http.map(|http| -> Sidecar { Box::new(move |wired| start_http(http, wired)) })
 }
 
 /// Starts the HTTP listener in the background, its JSON API over `routes` in-process (the
 /// same auth layer and limits as the gRPC port), until `stopping` turns true.
 fn start_http(
     listener: HttpListener,
-    (limits, auth): &(crate::server::ServerLimits, crate::auth::Authenticator),
-    routes: tonic::service::Routes,
-    coordinator: Coordinator,
-    registry: Registry,
-    stopping: tokio::sync::watch::Receiver<bool>,
-) -> Result<tokio::task::JoinHandle<()>, AppError> {
+    wired: Wired,
+) -> Result<tokio::task::JoinHandle<()>, ServingError> {
+    let Wired {
+        routes,
+        coordinator,
+        registry,
+        limits,
+        auth,
+        stopping,
+    } = wired;
     let addr = listener.listener.local_addr()?;
     tracing::info!(%addr, tls = listener.listener.tls().is_some(), "console and JSON API on HTTP");
     // Install the metrics recorder: /metrics is served here too.
     crate::telemetry::metrics_handle();
     let ready_stopping = stopping.clone();
     let service = crate::http::HttpService {
-        grpc: crate::server::in_process(*limits, auth, routes),
-        auth: auth.clone(),
+        grpc: crate::server::in_process(limits, &auth, routes),
+        auth,
         ready: std::sync::Arc::new(move || {
             let coordinator = coordinator.clone();
             let stopping = *ready_stopping.borrow();

@@ -17,16 +17,6 @@ const ALLOWED: &[(&str, &str, &str)] = &[
         "the one error-mapping match: one arm per domain error, read as a table",
     ),
     (
-        "config.rs",
-        "apply_config_file",
-        "owned by a parallel change",
-    ),
-    (
-        "store/decide.rs",
-        "decide_in_lock",
-        "owned by a parallel change",
-    ),
-    (
         "store/postgres/answers.rs",
         "record_phases",
         "owned by a parallel change",
@@ -37,18 +27,8 @@ const ALLOWED: &[(&str, &str, &str)] = &[
         "owned by a parallel change",
     ),
     (
-        "store/postgres/unlocked.rs",
-        "decide_unlocked",
-        "owned by a parallel change",
-    ),
-    (
         "store/record.rs",
         "into_domain",
-        "owned by a parallel change",
-    ),
-    (
-        "service/try_phase.rs",
-        "try_branch",
         "owned by a parallel change",
     ),
     (

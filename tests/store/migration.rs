@@ -14,7 +14,7 @@ async fn the_refund_failed_rebuild_keeps_every_row_and_reference() {
         .create_if_missing(true)
         .foreign_keys(true);
     let pool = SqlitePool::connect_with(options).await.unwrap();
-    let migrator = sqlx::migrate!("migrations/coordinator-sqlite");
+    let migrator = sqlx::migrate!("crates/holdfast-coordinator/migrations/coordinator-sqlite");
     migrator.run_to(4, &pool).await.unwrap();
     let (a, b) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
     for (id, request_id) in [(a, "r-a"), (b, "r-b")] {

@@ -2,7 +2,7 @@
 //! API key; the principals file the coordinator reads holds only the keys' SHA-256, in a
 //! temporary folder removed with the harness. The harness calls as a principal of its own.
 
-use holdfast::auth::{Authenticator, Role, keys};
+use holdfast_serve::auth::{Authenticator, Role, keys};
 
 use crate::TestkitError;
 

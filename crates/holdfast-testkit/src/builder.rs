@@ -4,12 +4,12 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use holdfast::app::{CoordinatorAccess, CoordinatorSettings};
-use holdfast::auth::Role;
-use holdfast::coordinator::Policy;
-use holdfast::domain::validate::Limits;
-use holdfast::participants::{Kind, ParticipantSettings};
-use holdfast::registry::ParticipantEndpoint;
+use holdfast_coordinator::coordinator::Policy;
+use holdfast_coordinator::domain::validate::Limits;
+use holdfast_coordinator::registry::ParticipantEndpoint;
+use holdfast_coordinator::serving::{CoordinatorAccess, CoordinatorSettings};
+use holdfast_participants::{Kind, ParticipantSettings};
+use holdfast_serve::auth::Role;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
@@ -55,7 +55,7 @@ impl Harness {
             resources: Vec::new(),
             postgres: None,
             participant_timeout: Duration::from_secs(1),
-            orphan_grace: holdfast::participant::DEFAULT_ORPHAN_GRACE,
+            orphan_grace: holdfast_coordinator::participant::DEFAULT_ORPHAN_GRACE,
             policy: Policy::default(),
             limits: Limits::default(),
             principals: Vec::new(),
@@ -193,11 +193,11 @@ impl HarnessBuilder {
                 .collect(),
             limits: self.limits,
             policy: self.policy,
-            server: holdfast::server::ServerLimits::default(),
+            server: holdfast_serve::server::ServerLimits::default(),
             // The participants are this process's, on loopback behind the relays.
-            participant_transport: holdfast::tls::ParticipantTransport {
+            participant_transport: holdfast_serve::tls::ParticipantTransport {
                 allow_plaintext: true,
-                ..holdfast::tls::ParticipantTransport::default()
+                ..holdfast_serve::tls::ParticipantTransport::default()
             },
             access: CoordinatorAccess {
                 auth: access
@@ -279,8 +279,9 @@ impl HarnessBuilder {
                 let until = async move {
                     let _ = stopped.wait_for(|s| *s).await;
                 };
-                let served =
-                    holdfast::app::serve_test_participant(settings, db, listener, &clock, until);
+                let served = holdfast_participants::testing::serve_test_participant(
+                    settings, db, listener, &clock, until,
+                );
                 if let Err(e) = served.await {
                     eprintln!("holdfast-testkit: participant {name} stopped: {e}");
                 }

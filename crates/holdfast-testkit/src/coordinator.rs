@@ -5,8 +5,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use holdfast::app::CoordinatorSettings;
-use holdfast::tls::{Listener, ServerTls};
+use holdfast_coordinator::serving::CoordinatorSettings;
+use holdfast_serve::tls::{Listener, ServerTls};
 use tokio::sync::{oneshot, watch};
 use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
@@ -57,14 +57,15 @@ impl CoordinatorProcess {
             // A clock of this coordinator's own, registered with a pool of this runtime: a
             // clock shared across restarts would keep the killed runtime's pool. It starts at
             // the offset the database keeps, so the clock never moves back across a restart.
-            let clock = holdfast::testing::TestClock::new();
-            let store = match holdfast::testing::open_store(&url, POOL_SIZE, &clock).await {
-                Ok(store) => store,
-                Err(e) => {
-                    let _ = ready_tx.send(Err(e.into()));
-                    return;
-                }
-            };
+            let clock = holdfast_coordinator::testing::TestClock::new();
+            let store =
+                match holdfast_coordinator::testing::open_store(&url, POOL_SIZE, &clock).await {
+                    Ok(store) => store,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e.into()));
+                        return;
+                    }
+                };
             let listener = match tokio::net::TcpListener::from_std(listener) {
                 Ok(listener) => listener,
                 Err(source) => {
@@ -73,7 +74,7 @@ impl CoordinatorProcess {
                 }
             };
             let _ = ready_tx.send(Ok(()));
-            let served = holdfast::app::serve_test_coordinator(
+            let served = holdfast_coordinator::serving::serve_test_coordinator(
                 settings,
                 store,
                 Listener::new(listener, tls),
@@ -170,8 +171,8 @@ async fn bind(addr: SocketAddr) -> Result<std::net::TcpListener, TestkitError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use holdfast::app::CoordinatorAccess;
-    use holdfast::registry::ParticipantEndpoint;
+    use holdfast_coordinator::registry::ParticipantEndpoint;
+    use holdfast_coordinator::serving::CoordinatorAccess;
 
     /// A coordinator that refuses its configuration at start (here: TLS served, a participant
     /// called in plaintext, not allowed) is reported with its reason, not as a coordinator that
@@ -199,7 +200,8 @@ mod tests {
             .await
             .unwrap();
         let url = format!("https://{addr}");
-        let endpoint = tonic::transport::Endpoint::new(holdfast::tls::endpoint_url(&url)).unwrap();
+        let endpoint =
+            tonic::transport::Endpoint::new(holdfast_serve::tls::endpoint_url(&url)).unwrap();
         let channel = certificates.client.connect_lazy(endpoint, &url).unwrap();
         match process.serving(channel).await {
             Err(TestkitError::CoordinatorStopped(why)) => {

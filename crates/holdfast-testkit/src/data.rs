@@ -1,8 +1,9 @@
 //! Where a harness keeps its data: a temporary SQLite folder laid out as the all-in-one's, or a
 //! PostgreSQL database; and the participants' side of the movable clock.
 
-use holdfast::participants::{Kind, ParticipantDb};
-use holdfast::testing::{TestClock, open_participant_db};
+use holdfast_coordinator::testing::TestClock;
+use holdfast_participants::testing::open_participant_db;
+use holdfast_participants::{Kind, ParticipantDb};
 
 use crate::TestkitError;
 
@@ -42,7 +43,8 @@ impl Data {
         let mut participants = Vec::with_capacity(kinds.len());
         for &kind in kinds {
             // The all-in-one's layout: `participants/<name>.db` beside `holdfast.db`.
-            let file = holdfast::app::data_dir::participant_url(&coordinator_url, kind)?;
+            let file = holdfast_participants::data_dir::participant_url(&coordinator_url, kind)
+                .map_err(holdfast_coordinator::testing::TestingError::from)?;
             let db = open_participant_db(&file, PARTICIPANT_POOL_SIZE, &clock).await?;
             participants.push((kind, db));
         }

@@ -11,9 +11,9 @@ pub enum TestkitError {
         source: std::io::Error,
     },
     #[error("database: {0}")]
-    Database(#[from] holdfast::testing::TestingError),
+    Database(#[from] holdfast_coordinator::testing::TestingError),
     #[error("the coordinator: {0}")]
-    Coordinator(#[from] holdfast::app::AppError),
+    Coordinator(#[from] holdfast_coordinator::serving::ServingError),
     #[error("no participant named {0:?} in this harness")]
     UnknownParticipant(String),
     #[error("participant {0:?} is a reference participant, not a fake")]

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use holdfast::proto;
+use holdfast_proto as proto;
 use tokio::net::TcpListener;
 
 /// How long a stalled call waits: longer than any participant timeout a test sets, so the

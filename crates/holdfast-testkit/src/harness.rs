@@ -9,11 +9,11 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use holdfast::app::CoordinatorSettings;
-use holdfast::auth::Bearer;
-use holdfast::participants::Kind;
-use holdfast::proto;
 use holdfast_client::{Client, Payment};
+use holdfast_coordinator::serving::CoordinatorSettings;
+use holdfast_participants::Kind;
+use holdfast_proto as proto;
+use holdfast_serve::auth::Bearer;
 use tokio::task::JoinSet;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
@@ -418,12 +418,11 @@ pub(crate) async fn client_with_key(
 /// plaintext (the participants').
 async fn connect(url: &str, tls: Option<&Certificates>) -> Result<Channel, TestkitError> {
     if let Some(certificates) = tls {
-        let endpoint = tonic::transport::Endpoint::new(holdfast::tls::endpoint_url(url)).map_err(
-            |source| TestkitError::Connect {
+        let endpoint = tonic::transport::Endpoint::new(holdfast_serve::tls::endpoint_url(url))
+            .map_err(|source| TestkitError::Connect {
                 url: url.to_owned(),
                 source,
-            },
-        )?;
+            })?;
         return certificates
             .client
             .connect_lazy(endpoint, url)

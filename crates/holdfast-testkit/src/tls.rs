@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use holdfast::tls::{ClientTls, ClientTlsFiles, ServerTls, ServerTlsFiles};
+use holdfast_serve::tls::{ClientTls, ClientTlsFiles, ServerTls, ServerTlsFiles};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
@@ -94,7 +94,7 @@ impl Certificates {
             )?,
             client_ca: clients.map(|_| ca_file.clone()),
         };
-        let loaded = |e: holdfast::tls::TlsError| TestkitError::Tls(e.to_string());
+        let loaded = |e: holdfast_serve::tls::TlsError| TestkitError::Tls(e.to_string());
         let server = ServerTls::load(&files).map_err(loaded)?;
         let own = identities.first().map(|(_, identity)| identity);
         let client = ClientTls::load(&ClientTlsFiles {

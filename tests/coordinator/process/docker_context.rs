@@ -226,8 +226,8 @@ fn the_dockerfile_build_context_resolves_the_workspace() {
         serde_json::from_slice(&out.stdout).expect("cargo metadata's JSON");
     let members = metadata["workspace_members"].as_array().map_or(0, Vec::len);
     assert_eq!(
-        members, 6,
-        "the workspace's six crates: {}",
+        members, 8,
+        "the workspace's eight crates: {}",
         metadata["workspace_members"]
     );
 }

@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use holdfast::proto;
-use holdfast::proto::branch::State as Wire;
+use holdfast_proto as proto;
+use holdfast_proto::branch::State as Wire;
 use tonic::{Request, Response, Status};
 
 use super::{Answer, Behaviour, Call, CallLog, FakeBranch, FakeState, STALL, take_one};

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use holdfast::auth::Bearer;
-use holdfast::proto;
+use holdfast_proto as proto;
+use holdfast_serve::auth::Bearer;
 use holdfast_testkit::client::{Client, Reason, State};
 use holdfast_testkit::{Harness, Kind, Role, TestkitError};
 use tonic::Code;
