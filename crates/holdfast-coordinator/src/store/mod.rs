@@ -1,7 +1,8 @@
 //! Durable storage of reservations: one trait, [`Store`], implemented for PostgreSQL
 //! ([`PgStore`]) and SQLite ([`SqliteStore`]); [`connect_store`] picks one by URL scheme.
 //!
-//! The only module that issues SQL for the coordinator. Every state change is a conditional
+//! The only module of this crate that issues SQL (`testing/database.rs`, the test clock's own
+//! row, aside). Every state change is a conditional
 //! UPDATE whose row count decides the outcome: inside a transaction holding the row lock
 //! (PostgreSQL: `FOR UPDATE`; SQLite: the database write lock taken by `BEGIN IMMEDIATE`), or,
 //! for PostgreSQL's common Confirm/Cancel, guarded by the row's `version` as it was read.
@@ -9,7 +10,8 @@
 //! The logic is written once; only the SQL is per database:
 //! - `sql.rs`: `ReservationSql`, the primitive statements the shared logic runs (one
 //!   impl per database, in `postgres/decide.rs` and `sqlite/decide.rs`).
-//! - `decide.rs`: the locked decision flow (token, verdict, the write, the lease).
+//! - `decide.rs`: the decision flow (token, verdict, the lease) and the one description of a
+//!   write out of `HELD` (`decide::LeaveHeld`: guarded by the row lock or the version read).
 //! - `retake.rs`: a late payment re-placing released holds (begin, finish, fail).
 //! - `outcome.rs`: a refund attempt of the reservation's payment, and when a stopped
 //!   placement is final at once (`placed_nothing`; `record_rejected` itself
@@ -19,9 +21,9 @@
 //! - `record.rs`: a stored row, either backend's, into a [`Reservation`].
 //! - `postgres/`, `sqlite/`: each backend's store, its row reads (`rows.rs`), Reserves
 //!   (`create.rs`), recording fan-out answers (`answers.rs`; PostgreSQL group-commits them,
-//!   `group_commit.rs`), recovery claims and leases (`recovery.rs`), and PostgreSQL's unlocked
-//!   Confirm/Cancel (`unlocked.rs`), retention's purge of finished reservations
-//!   (`retention.rs`).
+//!   `group_commit.rs`), recovery claims and leases (`recovery.rs`), retention's purge of
+//!   finished reservations (`retention.rs`); PostgreSQL's executor of write descriptions, the
+//!   unlocked Confirm/Cancel included (`postgres/executor.rs`).
 
 /// Why a `FAILED` reservation's payment is refunded: a lost hold voids the sale. A macro so
 /// PostgreSQL's group-committed statement carries it as a literal, as SQLite's code does.
