@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use holdfast::domain::LatePaymentPolicy;
+use holdfast::domain::PresentedToken;
 use holdfast::domain::policy::{Backoff, HoldLimits};
 use holdfast::domain::{
     BranchState, Decision, Hold, Interval, ListQuery, NewReservation, Payment, Reservation, State,
@@ -88,7 +89,7 @@ pub(crate) fn new_res(holder: &str, request_id: &str, ttl: Duration) -> NewReser
     NewReservation {
         id,
         owner: String::new(),
-        token: TokenCheck::of(&token_of(id), None),
+        token: TokenCheck::of(token_of(id).expose(), None),
         request_id: request_id.to_owned(),
         holder: holder.to_owned(),
         ttl,
@@ -120,8 +121,13 @@ pub(crate) fn new_res(holder: &str, request_id: &str, ttl: Duration) -> NewReser
 }
 
 /// The hold token of the reservation `new_res` made with `id`.
-fn token_of(id: Uuid) -> String {
-    format!("token-of-{id}")
+fn token_of(id: Uuid) -> PresentedToken {
+    presented(&format!("token-of-{id}"))
+}
+
+/// A token as a caller would present it.
+pub(crate) fn presented(token: &str) -> PresentedToken {
+    PresentedToken::parse(token).expect("a well-formed token")
 }
 
 /// A new reservation (must be new) and its token.
@@ -131,7 +137,7 @@ async fn create_with(
     request_id: &str,
     ttl: Duration,
     lease: WorkLease,
-) -> (Reservation, String) {
+) -> (Reservation, PresentedToken) {
     match store
         .create(&new_res(holder, request_id, ttl), lease, NO_LIMITS)
         .await
@@ -150,7 +156,7 @@ pub(crate) async fn create(
     holder: &str,
     request_id: &str,
     ttl: Duration,
-) -> (Reservation, String) {
+) -> (Reservation, PresentedToken) {
     create_with(store, holder, request_id, ttl, lease()).await
 }
 
@@ -175,7 +181,7 @@ pub(crate) async fn held(
     holder: &str,
     request_id: &str,
     ttl: Duration,
-) -> (Reservation, String) {
+) -> (Reservation, PresentedToken) {
     let (r, token) = create(store, holder, request_id, ttl).await;
     let r = store
         .record_held(r.id, &reports(&r, BranchState::Held, None))
@@ -237,7 +243,7 @@ fn extend_keyed(by: Duration, request_id: Option<&str>) -> Decision {
 pub(crate) async fn decide(
     store: &S,
     id: Uuid,
-    token: &str,
+    token: &PresentedToken,
     d: &Decision,
 ) -> (Verdict, Reservation, bool) {
     match store.decide(id, None, token, d, lease()).await.unwrap() {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use crate::domain::PresentedToken;
 use crate::domain::validate::{self, FieldError, ReserveInput};
 use crate::domain::{
     BranchState, Hold, HoldToken, Interval, ListQuery, Payment, PaymentRecord, PaymentState,
@@ -138,6 +139,18 @@ pub fn list_query(req: proto::ListReservationsRequest) -> Result<ListQuery, Fiel
             .transpose()?,
         labels: req.labels.into_iter().collect(),
     })
+}
+
+/// A request's `reservation_id`: required, and a UUID. Parsed here once; past `api/` an id is
+/// a [`Uuid`].
+pub fn reservation_id(value: &str) -> Result<Uuid, FieldError> {
+    validate::reservation_id(value)
+}
+
+/// A request's `hold_token`, its shape checked; past `api/` it is a [`PresentedToken`], which
+/// never shows the secret in `Debug`.
+pub fn hold_token(value: String) -> Result<PresentedToken, FieldError> {
+    PresentedToken::parse(value)
 }
 
 /// The page token of a list cursor: `<created_at micros>.<id>`.

@@ -18,8 +18,11 @@ use futures_util::future::join_all;
 
 use super::{Coordinator, Error};
 use crate::domain::validate::{self, FieldError};
-use crate::domain::{Actor, BranchOutcome, BranchState, Decision, Reservation, Verdict};
+use crate::domain::{
+    Actor, BranchOutcome, BranchState, Decision, PresentedToken, Reservation, Verdict,
+};
 use crate::registry::ExtendOutcome;
+use uuid::Uuid;
 
 /// How many deadlines one Extend tells at most: the deadline to tell changes only when another
 /// Extend of the reservation was recorded meanwhile (or a participant answered that it no
@@ -41,13 +44,11 @@ impl Coordinator {
     pub async fn extend(
         &self,
         actor: &Actor,
-        id: &str,
-        token: &str,
+        id: Uuid,
+        token: &PresentedToken,
         ttl: Option<Duration>,
         request_id: &str,
     ) -> Result<Reservation, Error> {
-        let id = validate::reservation_id(id)?;
-        validate::hold_token(token)?;
         let by = match ttl {
             Some(t) => Some(validate::ttl("ttl", t, &self.limits)?),
             None => None,

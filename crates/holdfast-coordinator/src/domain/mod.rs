@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 pub use lifecycle::{Decision, Verdict};
 pub use payments::{PaymentRecord, PaymentState};
-pub use token::{HoldToken, TokenCheck, TokenKeys};
+pub use token::{HoldToken, PresentedToken, TokenCheck, TokenKeys};
 
 /// A reservation's global state (SPEC section 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -13,6 +13,7 @@ use uuid::Uuid;
 use super::sql::{Applied, PaymentSql, ReservationSql};
 use super::{Decided, StoreError, WorkLease};
 use crate::db::WriteTransaction;
+use crate::domain::PresentedToken;
 use crate::domain::lifecycle::{self, Refusal, Snapshot};
 use crate::domain::{Decision, Payment, Reservation, State, Verdict};
 
@@ -68,7 +69,7 @@ pub(crate) async fn decide_locked<DB: PaymentSql>(
     pool: &DB::Pool,
     id: Uuid,
     scope: Option<&str>,
-    presented_token: &str,
+    presented_token: &PresentedToken,
     decision: &Decision,
     lease: WorkLease,
 ) -> Result<Decided, StoreError> {
@@ -82,7 +83,7 @@ async fn decide_in_lock<DB: PaymentSql>(
     pool: &DB::Pool,
     id: Uuid,
     scope: Option<&str>,
-    presented_token: &str,
+    presented_token: &PresentedToken,
     decision: &Decision,
     lease: WorkLease,
 ) -> Result<Decided, StoreError> {
@@ -94,7 +95,7 @@ async fn decide_in_lock<DB: PaymentSql>(
             return Ok(Decided::NotFound);
         }
     };
-    if !current.token.verifies(presented_token) {
+    if !current.token.verifies(presented_token.expose()) {
         tx.rollback().await?;
         return Ok(Decided::TokenMismatch);
     }
@@ -307,7 +308,7 @@ pub(crate) fn judge_unlocked(
     current: &Reservation,
     from_image: bool,
     scope: Option<&str>,
-    presented_token: &str,
+    presented_token: &PresentedToken,
     decision: &Decision,
     lease: WorkLease,
 ) -> Unlocked {
@@ -317,7 +318,7 @@ pub(crate) fn judge_unlocked(
     if !current.visible_to(scope) {
         return Unlocked::Answered(Decided::NotFound);
     }
-    if !current.token.verifies(presented_token) {
+    if !current.token.verifies(presented_token.expose()) {
         return Unlocked::Answered(Decided::TokenMismatch);
     }
     let verdict = lifecycle::decide(&snapshot_of(current, decision), decision);

@@ -51,6 +51,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use crate::db::DatabaseKind;
+use crate::domain::PresentedToken;
 use crate::domain::admin::{AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery};
 use crate::domain::lifecycle::Refusal;
 use crate::domain::policy::{Backoff, HoldLimits, LimitScope};
@@ -246,7 +247,7 @@ pub trait Store: Send + Sync + 'static {
         &self,
         id: Uuid,
         scope: Option<&str>,
-        presented_token: &str,
+        presented_token: &PresentedToken,
         decision: &Decision,
         lease: WorkLease,
     ) -> Result<Decided, StoreError>;

@@ -39,6 +39,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::sql::PaymentSql;
+use crate::domain::PresentedToken;
 use crate::domain::admin::{AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery};
 use crate::store::admin::{AdminDecided, Woken};
 use sqlx::Postgres;
@@ -148,7 +149,7 @@ impl Store for PgStore {
         &self,
         id: Uuid,
         scope: Option<&str>,
-        presented_token: &str,
+        presented_token: &PresentedToken,
         decision: &Decision,
         lease: WorkLease,
     ) -> Result<Decided, StoreError> {

@@ -65,6 +65,7 @@ pub use rows::list_statement;
 
 use async_trait::async_trait;
 
+use crate::domain::PresentedToken;
 use crate::domain::admin::{AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery};
 use crate::store::admin::{AdminDecided, Woken};
 use sqlx::Sqlite;
@@ -189,7 +190,7 @@ impl Store for SqliteStore {
         &self,
         id: Uuid,
         scope: Option<&str>,
-        presented_token: &str,
+        presented_token: &PresentedToken,
         decision: &Decision,
         lease: WorkLease,
     ) -> Result<Decided, StoreError> {
