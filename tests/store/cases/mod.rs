@@ -27,6 +27,7 @@ use chrono::{DateTime, Utc};
 use holdfast::domain::LatePaymentPolicy;
 use holdfast::domain::PresentedToken;
 use holdfast::domain::policy::{Backoff, HoldLimits};
+use holdfast::domain::validate::RequestId;
 use holdfast::domain::{
     BranchState, Decision, Hold, Interval, ListQuery, NewReservation, Payment, Reservation, State,
     TokenCheck, Verdict,
@@ -233,7 +234,7 @@ fn extend_keyed(by: Duration, request_id: Option<&str>) -> Decision {
         by: Some(by),
         max_extensions: 1,
         max_ttl: Duration::from_secs(3600),
-        request_id: request_id.map(str::to_owned),
+        request_id: request_id.map(|r| RequestId::parse(r, 128).expect("a well-formed request id")),
         // The participants hold long enough already (the coordinator tells them first).
         told_until: Some(chrono::DateTime::<chrono::Utc>::MAX_UTC),
     }

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::domain::PresentedToken;
-use crate::domain::validate::{self, FieldError, ReserveInput};
+use crate::domain::validate::{self, FieldError, RequestId, ReserveInput};
 use crate::domain::{
     BranchState, Hold, HoldToken, Interval, ListQuery, Payment, PaymentRecord, PaymentState,
     Refund, RefundState, Reservation, State,
@@ -151,6 +151,15 @@ pub fn reservation_id(value: &str) -> Result<Uuid, FieldError> {
 /// never shows the secret in `Debug`.
 pub fn hold_token(value: String) -> Result<PresentedToken, FieldError> {
     PresentedToken::parse(value)
+}
+
+/// An Extend's optional `request_id`: empty is none; otherwise at most `max` bytes, no control
+/// characters.
+pub fn extend_request_id(value: &str, max: usize) -> Result<Option<RequestId>, FieldError> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    RequestId::parse(value, max).map(Some)
 }
 
 /// The page token of a list cursor: `<created_at micros>.<id>`.

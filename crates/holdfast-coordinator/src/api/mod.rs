@@ -141,9 +141,12 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
                 .map_err(Error::from)?;
             let id = convert::reservation_id(&req.reservation_id).map_err(Error::from)?;
             let token = convert::hold_token(req.hold_token).map_err(Error::from)?;
+            let max = self.coordinator.limits().max_id_bytes;
+            let request_id =
+                convert::extend_request_id(&req.request_id, max).map_err(Error::from)?;
             let r = self
                 .coordinator
-                .extend(&actor, id, &token, ttl, &req.request_id)
+                .extend(&actor, id, &token, ttl, request_id)
                 .await?;
             Ok(Response::new(convert::reservation(r, Token::Omit)))
         })

@@ -17,7 +17,7 @@ use chrono::{DateTime, Utc};
 use futures_util::future::join_all;
 
 use super::{Coordinator, Error};
-use crate::domain::validate::{self, FieldError};
+use crate::domain::validate::{self, FieldError, RequestId};
 use crate::domain::{
     Actor, BranchOutcome, BranchState, Decision, PresentedToken, Reservation, Verdict,
 };
@@ -47,17 +47,11 @@ impl Coordinator {
         id: Uuid,
         token: &PresentedToken,
         ttl: Option<Duration>,
-        request_id: &str,
+        request_id: Option<RequestId>,
     ) -> Result<Reservation, Error> {
         let by = match ttl {
             Some(t) => Some(validate::ttl("ttl", t, &self.limits)?),
             None => None,
-        };
-        let request_id = if request_id.is_empty() {
-            None
-        } else {
-            validate::identifier("request_id", request_id, self.limits.max_id_bytes)?;
-            Some(request_id.to_owned())
         };
         // Without a ttl the reservation's original one applies (judged under the row lock).
         let mut decision = Decision::Extend {

@@ -111,6 +111,11 @@ impl Coordinator {
         }
     }
 
+    /// The input limits requests are checked against (the API parses ids with them).
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
     /// Reads one reservation; another principal's does not exist for a client.
     pub async fn get(&self, actor: &Actor, id: Uuid) -> Result<Reservation, Error> {
         let r = self.read(id).await?;

@@ -132,6 +132,24 @@ pub fn identifier(field: &str, value: &str, max: usize) -> Result<(), FieldError
     Ok(())
 }
 
+/// A client's idempotency key (`request_id`), checked once where it enters: non-empty, at most
+/// the configured bytes, no control characters.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RequestId(String);
+
+impl RequestId {
+    /// Parses a `request_id` field of at most `max` bytes.
+    pub fn parse(value: &str, max: usize) -> Result<RequestId, FieldError> {
+        identifier("request_id", value, max)?;
+        Ok(RequestId(value.to_owned()))
+    }
+
+    /// The key as stored (and bound in SQL).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// Parses a reservation id: required, and a UUID.
 pub fn reservation_id(value: &str) -> Result<Uuid, FieldError> {
     if value.is_empty() {
