@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::{
     LONG, NO_LIMITS, S, SHORT, cancel, create, decide, get, held, lapse, lease, limits, new_res,
-    query,
+    query, request_id_of,
 };
 
 pub async fn create_records_trying(store: S) {
@@ -165,14 +165,34 @@ pub async fn concurrent_creates_respect_the_limit(store: S) {
 /// The sold-out fast path's read: (owner, holder, request_id) recorded or not, all three
 /// parts counting.
 pub async fn request_recorded_reads_the_idempotency_key(store: S) {
-    assert!(!store.request_recorded("", "alice", "req-1").await.unwrap());
-    create(&store, "alice", "req-1", LONG).await;
-    assert!(store.request_recorded("", "alice", "req-1").await.unwrap());
-    assert!(!store.request_recorded("", "alice", "req-2").await.unwrap());
-    assert!(!store.request_recorded("", "bob", "req-1").await.unwrap());
     assert!(
         !store
-            .request_recorded("someone", "alice", "req-1")
+            .request_recorded("", "alice", &request_id_of("req-1"))
+            .await
+            .unwrap()
+    );
+    create(&store, "alice", "req-1", LONG).await;
+    assert!(
+        store
+            .request_recorded("", "alice", &request_id_of("req-1"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .request_recorded("", "alice", &request_id_of("req-2"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .request_recorded("", "bob", &request_id_of("req-1"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .request_recorded("someone", "alice", &request_id_of("req-1"))
             .await
             .unwrap()
     );

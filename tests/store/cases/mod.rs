@@ -91,7 +91,7 @@ pub(crate) fn new_res(holder: &str, request_id: &str, ttl: Duration) -> NewReser
         id,
         owner: String::new(),
         token: TokenCheck::of(token_of(id).expose(), None),
-        request_id: request_id.to_owned(),
+        request_id: request_id_of(request_id),
         holder: holder.to_owned(),
         ttl,
         holds: vec![
@@ -124,6 +124,11 @@ pub(crate) fn new_res(holder: &str, request_id: &str, ttl: Duration) -> NewReser
 /// The hold token of the reservation `new_res` made with `id`.
 fn token_of(id: Uuid) -> PresentedToken {
     presented(&format!("token-of-{id}"))
+}
+
+/// A request id as a caller would send it.
+pub(crate) fn request_id_of(request_id: &str) -> RequestId {
+    RequestId::parse(request_id, 128).expect("a well-formed request id")
 }
 
 /// A token as a caller would present it.
@@ -234,7 +239,7 @@ fn extend_keyed(by: Duration, request_id: Option<&str>) -> Decision {
         by: Some(by),
         max_extensions: 1,
         max_ttl: Duration::from_secs(3600),
-        request_id: request_id.map(|r| RequestId::parse(r, 128).expect("a well-formed request id")),
+        request_id: request_id.map(request_id_of),
         // The participants hold long enough already (the coordinator tells them first).
         told_until: Some(chrono::DateTime::<chrono::Utc>::MAX_UTC),
     }

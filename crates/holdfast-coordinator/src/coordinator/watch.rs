@@ -15,6 +15,7 @@ use uuid::Uuid;
 use super::watchers::{WatchConnection, Watchers};
 use super::{Coordinator, Error};
 use crate::domain::PresentedToken;
+use crate::domain::RequestId;
 use crate::domain::admin::{AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery};
 use crate::domain::policy::{Backoff, HoldLimits};
 use crate::domain::{
@@ -151,7 +152,7 @@ impl Store for Publishing {
         &self,
         owner: &str,
         holder: &str,
-        request_id: &str,
+        request_id: &RequestId,
     ) -> Result<bool, StoreError> {
         self.inner.request_recorded(owner, holder, request_id).await
     }

@@ -148,6 +148,17 @@ impl RequestId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The key as text, for a reservation or an error that names it.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 /// Parses a reservation id: required, and a UUID.
@@ -358,7 +369,7 @@ pub fn reserve(
     limits: &Limits,
     record: RecordAs,
 ) -> Result<NewReservation, FieldError> {
-    identifier("request_id", &input.request_id, limits.max_id_bytes)?;
+    let request_id = RequestId::parse(&input.request_id, limits.max_id_bytes)?;
     identifier("holder", &input.holder, limits.max_id_bytes)?;
     let ttl = ttl("ttl", input.ttl.unwrap_or(limits.default_ttl), limits)?;
 
@@ -385,7 +396,7 @@ pub fn reserve(
         id: record.id,
         owner: record.owner,
         token: record.token,
-        request_id: input.request_id,
+        request_id,
         holder: input.holder,
         ttl,
         holds,

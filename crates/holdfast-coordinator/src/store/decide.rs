@@ -177,10 +177,12 @@ async fn apply_verdict<DB: PaymentSql>(
             }
         }
         Verdict::Extend { by } => {
-            written(DB::extend_held(tx, id, *by, decision.extend_request_id()).await?)
+            Applied::unleased(DB::extend_held(tx, id, *by, decision.extend_request_id()).await?)
         }
         Verdict::Expire | Verdict::HonorLate => {
-            return Ok(written(apply_lapsed::<DB>(tx, id, verdict, payment).await?));
+            return Ok(Applied::unleased(
+                apply_lapsed::<DB>(tx, id, verdict, payment).await?,
+            ));
         }
         Verdict::Refund { expire, .. } => {
             if *expire {
@@ -192,14 +194,14 @@ async fn apply_verdict<DB: PaymentSql>(
             } else {
                 format!("the reservation is {}", judged.current.state)
             };
-            return Ok(written(DB::record_refund(tx, id, &reason).await?));
+            return Ok(Applied::unleased(DB::record_refund(tx, id, &reason).await?));
         }
         Verdict::Retake => {
             let marked = DB::mark_retake(tx, id).await?;
             if marked {
                 record_payment::<DB>(tx, id, payment).await?;
             }
-            return Ok(written(marked));
+            return Ok(Applied::unleased(marked));
         }
         Verdict::AlreadyDone
         | Verdict::Refuse(_)
@@ -213,7 +215,9 @@ async fn apply_verdict<DB: PaymentSql>(
     // The row is locked and HELD: the guarded write missed because the hold lapsed since the
     // read.
     *verdict = lifecycle::decide(&lapsed(judged.snapshot), decision);
-    Ok(written(apply_lapsed::<DB>(tx, id, verdict, payment).await?))
+    Ok(Applied::unleased(
+        apply_lapsed::<DB>(tx, id, verdict, payment).await?,
+    ))
 }
 
 /// What keeps a row as it was judged until its write lands.
@@ -406,15 +410,6 @@ fn lapsed(snapshot: Snapshot) -> Snapshot {
     Snapshot {
         expired: true,
         ..snapshot
-    }
-}
-
-/// A conditional write's answer, with no lease taken by it.
-fn written(done: bool) -> Applied {
-    if done {
-        Applied::Written { leased: false }
-    } else {
-        Applied::Missed
     }
 }
 

@@ -52,6 +52,7 @@ use uuid::Uuid;
 
 use crate::db::DatabaseKind;
 use crate::domain::PresentedToken;
+use crate::domain::RequestId;
 use crate::domain::admin::{AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery};
 use crate::domain::lifecycle::Refusal;
 use crate::domain::policy::{Backoff, HoldLimits, LimitScope};
@@ -229,7 +230,7 @@ pub trait Store: Send + Sync + 'static {
         &self,
         owner: &str,
         holder: &str,
-        request_id: &str,
+        request_id: &RequestId,
     ) -> Result<bool, StoreError>;
 
     /// Lists reservations newest first.

@@ -28,6 +28,17 @@ pub(crate) enum Applied {
     Written { leased: bool },
 }
 
+impl Applied {
+    /// A conditional UPDATE's answer (whether its row was as required), no lease taken by it.
+    pub(crate) fn unleased(written: bool) -> Applied {
+        if written {
+            Applied::Written { leased: false }
+        } else {
+            Applied::Missed
+        }
+    }
+}
+
 /// A database the coordinator keeps its reservations in: PostgreSQL ([`sqlx::Postgres`]) or
 /// SQLite ([`sqlx::Sqlite`]). Every "now" is the database clock's, read inside the statement
 /// that decides. Conditional writes answer whether they applied (their row count).

@@ -40,6 +40,7 @@ use async_trait::async_trait;
 
 use super::sql::PaymentSql;
 use crate::domain::PresentedToken;
+use crate::domain::RequestId;
 use crate::domain::admin::{AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery};
 use crate::store::admin::{AdminDecided, Woken};
 use sqlx::Postgres;
@@ -128,7 +129,7 @@ impl Store for PgStore {
         &self,
         owner: &str,
         holder: &str,
-        request_id: &str,
+        request_id: &RequestId,
     ) -> Result<bool, StoreError> {
         Ok(sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM reservations \
@@ -136,7 +137,7 @@ impl Store for PgStore {
         )
         .bind(owner)
         .bind(holder)
-        .bind(request_id)
+        .bind(request_id.as_str())
         .fetch_one(&self.pool)
         .await?)
     }

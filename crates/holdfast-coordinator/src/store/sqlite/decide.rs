@@ -94,7 +94,7 @@ impl ReservationSql for Sqlite {
             .execute(&mut *conn)
             .await?,
         );
-        Ok(unleased_if(left))
+        Ok(Applied::unleased(left))
     }
 
     async fn honor_late(conn: &mut SqliteConnection, id: Uuid) -> Result<bool, StoreError> {
@@ -348,14 +348,5 @@ impl ReservationSql for Sqlite {
         .execute(&mut *conn)
         .await?;
         Ok(())
-    }
-}
-
-/// A decision's UPDATE on SQLite, which leaves the lease to the flow's `take_lease`.
-fn unleased_if(written: bool) -> Applied {
-    if written {
-        Applied::Written { leased: false }
-    } else {
-        Applied::Missed
     }
 }

@@ -66,6 +66,7 @@ pub use rows::list_statement;
 use async_trait::async_trait;
 
 use crate::domain::PresentedToken;
+use crate::domain::RequestId;
 use crate::domain::admin::{AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery};
 use crate::store::admin::{AdminDecided, Woken};
 use sqlx::Sqlite;
@@ -169,7 +170,7 @@ impl Store for SqliteStore {
         &self,
         owner: &str,
         holder: &str,
-        request_id: &str,
+        request_id: &RequestId,
     ) -> Result<bool, StoreError> {
         Ok(sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM reservations \
@@ -177,7 +178,7 @@ impl Store for SqliteStore {
         )
         .bind(owner)
         .bind(holder)
-        .bind(request_id)
+        .bind(request_id.as_str())
         .fetch_one(&self.pool)
         .await?)
     }
