@@ -237,6 +237,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_presented_token_is_checked_once_and_never_shown() {
+        let t = PresentedToken::parse("s3cret-token").unwrap();
+        assert!(!format!("{t:?}").contains("s3cret"));
+        assert_eq!(t.expose(), "s3cret-token");
+        assert_eq!(PresentedToken::parse("").unwrap_err().field, "hold_token");
+        let long = PresentedToken::parse("t".repeat(257)).unwrap_err();
+        assert_eq!(long.field, "hold_token");
+    }
+
+    #[test]
     fn tokens_are_long_distinct_and_redacted() {
         let a = HoldToken::generate().unwrap();
         let b = HoldToken::generate().unwrap();
