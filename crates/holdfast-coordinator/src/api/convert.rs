@@ -143,19 +143,19 @@ pub fn list_query(req: proto::ListReservationsRequest) -> Result<ListQuery, Fiel
 
 /// A request's `reservation_id`: required, and a UUID. Parsed here once; past `api/` an id is
 /// a [`Uuid`].
-pub fn reservation_id(value: &str) -> Result<Uuid, FieldError> {
+pub(crate) fn reservation_id(value: &str) -> Result<Uuid, FieldError> {
     validate::reservation_id(value)
 }
 
 /// A request's `hold_token`, its shape checked; past `api/` it is a [`PresentedToken`], which
 /// never shows the secret in `Debug`.
-pub fn hold_token(value: String) -> Result<PresentedToken, FieldError> {
+pub(crate) fn hold_token(value: String) -> Result<PresentedToken, FieldError> {
     PresentedToken::parse(value)
 }
 
 /// An Extend's optional `request_id`: empty is none; otherwise at most `max` bytes, no control
 /// characters.
-pub fn extend_request_id(value: &str, max: usize) -> Result<Option<RequestId>, FieldError> {
+pub(crate) fn extend_request_id(value: &str, max: usize) -> Result<Option<RequestId>, FieldError> {
     if value.is_empty() {
         return Ok(None);
     }

@@ -112,7 +112,7 @@ impl Coordinator {
     }
 
     /// The input limits requests are checked against (the API parses ids with them).
-    pub fn limits(&self) -> &Limits {
+    pub(crate) fn limits(&self) -> &Limits {
         &self.limits
     }
 

@@ -150,7 +150,7 @@ impl RequestId {
     }
 
     /// The key as text, for a reservation or an error that names it.
-    pub fn into_string(self) -> String {
+    pub(crate) fn into_string(self) -> String {
         self.0
     }
 }

@@ -336,7 +336,7 @@ impl SecondPhase {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum AnsweredTo {
     Call,
-    Probe,
+    HealthProbe,
 }
 
 impl ParticipantHandle {
@@ -350,7 +350,7 @@ impl ParticipantHandle {
     /// back only once until a real call succeeds: announcing it at every probe would retry its
     /// backlog every probe interval, defeating the backoff.
     fn note<T>(&self, result: &Result<T, CallError>, to: AnsweredTo) {
-        let by_probe = to == AnsweredTo::Probe;
+        let by_probe = to == AnsweredTo::HealthProbe;
         tracing::Span::current().record(
             "outcome",
             match result {
@@ -400,7 +400,7 @@ impl ParticipantHandle {
             Ok(_) => Err(CallError::protocol("not serving".into())),
             Err(s) => Err(CallError::from_status(&s)),
         };
-        self.note(&result, AnsweredTo::Probe);
+        self.note(&result, AnsweredTo::HealthProbe);
         result.is_ok()
     }
 
