@@ -169,14 +169,14 @@ async fn sqlite_plaintext_tokens_of_an_earlier_version_become_digests_and_still_
     };
     assert!(matches!(
         store
-            .decide(id, None, "not-it", &cancel, lease)
+            .decide(id, None, &presented("not-it"), &cancel, lease)
             .await
             .unwrap(),
         Decided::TokenMismatch
     ));
     assert!(matches!(
         store
-            .decide(id, None, LEGACY_TOKEN, &cancel, lease)
+            .decide(id, None, &presented(LEGACY_TOKEN), &cancel, lease)
             .await
             .unwrap(),
         Decided::Judged { .. }
@@ -242,4 +242,9 @@ async fn replicas_sharing_the_token_key_answer_a_repeat_with_the_same_token(pool
         .into_inner();
     assert_eq!(at_other.id, first.id);
     assert!(at_other.hold_token.is_empty());
+}
+
+/// A hold token as a caller presents it.
+fn presented(token: &str) -> holdfast::domain::PresentedToken {
+    holdfast::domain::PresentedToken::parse(token).expect("a well-formed token")
 }

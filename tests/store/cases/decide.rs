@@ -5,13 +5,13 @@
 use std::time::Duration;
 
 use holdfast::domain::lifecycle::Refusal;
-use holdfast::domain::{BranchState, HoldToken, State, Verdict};
+use holdfast::domain::{BranchState, HoldToken, PresentedToken, State, Verdict};
 use holdfast::store::Decided;
 use uuid::Uuid;
 
 use super::{
     FAST, LONG, S, SHORT, cancel, confirm, create, decide, extend, extend_keyed, get, held, lapse,
-    lease, query, reports,
+    lease, presented, query, reports,
 };
 
 pub async fn decide_confirm(store: S) {
@@ -108,13 +108,10 @@ pub async fn decide_token_mismatch_not_found_not_held(store: S) {
         .record_held(r.id, &reports(&r, BranchState::Held, None))
         .await
         .unwrap();
-    let wrong = HoldToken::generate().unwrap();
+    let wrong: PresentedToken = HoldToken::generate().unwrap().into();
     for d in [confirm(), cancel(), extend(LONG)] {
         assert!(matches!(
-            store
-                .decide(r.id, None, wrong.expose(), &d, lease())
-                .await
-                .unwrap(),
+            store.decide(r.id, None, &wrong, &d, lease()).await.unwrap(),
             Decided::TokenMismatch
         ));
     }
@@ -222,7 +219,7 @@ pub async fn decide_sees_changes_since_placement(store: S) {
     // A wrong token is refused before anything is applied, cached image or not.
     let (r2, _) = held(&store, "alice", "req-2", LONG).await;
     match store
-        .decide(r2.id, None, "not-the-token", &cancel(), lease())
+        .decide(r2.id, None, &presented("not-the-token"), &cancel(), lease())
         .await
         .unwrap()
     {

@@ -25,7 +25,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use holdfast::domain::LatePaymentPolicy;
+use holdfast::domain::PresentedToken;
 use holdfast::domain::policy::{Backoff, HoldLimits};
+use holdfast::domain::validate::RequestId;
 use holdfast::domain::{
     BranchState, Decision, Hold, Interval, ListQuery, NewReservation, Payment, Reservation, State,
     TokenCheck, Verdict,
@@ -88,8 +90,8 @@ pub(crate) fn new_res(holder: &str, request_id: &str, ttl: Duration) -> NewReser
     NewReservation {
         id,
         owner: String::new(),
-        token: TokenCheck::of(&token_of(id), None),
-        request_id: request_id.to_owned(),
+        token: TokenCheck::of(token_of(id).expose(), None),
+        request_id: request_id_of(request_id),
         holder: holder.to_owned(),
         ttl,
         holds: vec![
@@ -120,8 +122,18 @@ pub(crate) fn new_res(holder: &str, request_id: &str, ttl: Duration) -> NewReser
 }
 
 /// The hold token of the reservation `new_res` made with `id`.
-fn token_of(id: Uuid) -> String {
-    format!("token-of-{id}")
+fn token_of(id: Uuid) -> PresentedToken {
+    presented(&format!("token-of-{id}"))
+}
+
+/// A request id as a caller would send it.
+pub(crate) fn request_id_of(request_id: &str) -> RequestId {
+    RequestId::parse(request_id, 128).expect("a well-formed request id")
+}
+
+/// A token as a caller would present it.
+pub(crate) fn presented(token: &str) -> PresentedToken {
+    PresentedToken::parse(token).expect("a well-formed token")
 }
 
 /// A new reservation (must be new) and its token.
@@ -131,7 +143,7 @@ async fn create_with(
     request_id: &str,
     ttl: Duration,
     lease: WorkLease,
-) -> (Reservation, String) {
+) -> (Reservation, PresentedToken) {
     match store
         .create(&new_res(holder, request_id, ttl), lease, NO_LIMITS)
         .await
@@ -150,7 +162,7 @@ pub(crate) async fn create(
     holder: &str,
     request_id: &str,
     ttl: Duration,
-) -> (Reservation, String) {
+) -> (Reservation, PresentedToken) {
     create_with(store, holder, request_id, ttl, lease()).await
 }
 
@@ -175,7 +187,7 @@ pub(crate) async fn held(
     holder: &str,
     request_id: &str,
     ttl: Duration,
-) -> (Reservation, String) {
+) -> (Reservation, PresentedToken) {
     let (r, token) = create(store, holder, request_id, ttl).await;
     let r = store
         .record_held(r.id, &reports(&r, BranchState::Held, None))
@@ -227,7 +239,7 @@ fn extend_keyed(by: Duration, request_id: Option<&str>) -> Decision {
         by: Some(by),
         max_extensions: 1,
         max_ttl: Duration::from_secs(3600),
-        request_id: request_id.map(str::to_owned),
+        request_id: request_id.map(request_id_of),
         // The participants hold long enough already (the coordinator tells them first).
         told_until: Some(chrono::DateTime::<chrono::Utc>::MAX_UTC),
     }
@@ -237,7 +249,7 @@ fn extend_keyed(by: Duration, request_id: Option<&str>) -> Decision {
 pub(crate) async fn decide(
     store: &S,
     id: Uuid,
-    token: &str,
+    token: &PresentedToken,
     d: &Decision,
 ) -> (Verdict, Reservation, bool) {
     match store.decide(id, None, token, d, lease()).await.unwrap() {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use holdfast::domain::LatePaymentPolicy;
 use holdfast::domain::lifecycle::Refusal;
-use holdfast::domain::{BranchState, RefundState, Reservation, State, Verdict};
+use holdfast::domain::{BranchState, PresentedToken, RefundState, Reservation, State, Verdict};
 use holdfast::store::{BranchReport, Decided, RefundAnswer, WorkLease};
 use uuid::Uuid;
 
@@ -16,7 +16,7 @@ use super::{
 };
 
 /// A cancelled reservation (released and done).
-async fn cancelled(store: &S) -> (Reservation, String) {
+async fn cancelled(store: &S) -> (Reservation, PresentedToken) {
     let (r, token) = held(store, "alice", "req-1", LONG).await;
     decide(store, r.id, &token, &cancel()).await;
     let phase = store
@@ -198,7 +198,7 @@ pub async fn late_payment_honoured_in_place(store: S) {
 }
 
 /// A reservation released by expiry (reaped, every branch cancelled): `EXPIRED`.
-async fn expired_and_released(store: &S) -> (Reservation, String) {
+async fn expired_and_released(store: &S) -> (Reservation, PresentedToken) {
     let (r, token) = held(store, "alice", "late", SHORT).await;
     lapse().await;
     let claimed = store.claim_due(lease(), 10).await.unwrap();

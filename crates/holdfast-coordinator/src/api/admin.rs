@@ -142,9 +142,10 @@ impl proto::admin_server::Admin for AdminApi {
         observed("ForceCancel", async move {
             let actor = actor(&request)?;
             let req = request.get_ref();
+            let id = convert::reservation_id(&req.reservation_id).map_err(Error::from)?;
             let r = self
                 .coordinator
-                .force_cancel(&actor, &req.reservation_id, &req.reason)
+                .force_cancel(&actor, id, &req.reason)
                 .await?;
             Ok(Response::new(convert::reservation(r, Token::Omit)))
         })
@@ -160,9 +161,10 @@ impl proto::admin_server::Admin for AdminApi {
             let req = request.get_ref();
             let outcome = convert::state_filter(req.outcome)
                 .map_err(|e| Error::from(FieldError::new("outcome", e.problem)))?;
+            let id = convert::reservation_id(&req.reservation_id).map_err(Error::from)?;
             let r = self
                 .coordinator
-                .resolve(&actor, &req.reservation_id, outcome, &req.reason)
+                .resolve(&actor, id, outcome, &req.reason)
                 .await?;
             Ok(Response::new(convert::reservation(r, Token::Omit)))
         })

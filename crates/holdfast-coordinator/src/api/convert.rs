@@ -8,7 +8,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::domain::validate::{self, FieldError, ReserveInput};
+use crate::domain::PresentedToken;
+use crate::domain::validate::{self, FieldError, RequestId, ReserveInput};
 use crate::domain::{
     BranchState, Hold, HoldToken, Interval, ListQuery, Payment, PaymentRecord, PaymentState,
     Refund, RefundState, Reservation, State,
@@ -138,6 +139,27 @@ pub fn list_query(req: proto::ListReservationsRequest) -> Result<ListQuery, Fiel
             .transpose()?,
         labels: req.labels.into_iter().collect(),
     })
+}
+
+/// A request's `reservation_id`: required, and a UUID. Parsed here once; past `api/` an id is
+/// a [`Uuid`].
+pub(crate) fn reservation_id(value: &str) -> Result<Uuid, FieldError> {
+    validate::reservation_id(value)
+}
+
+/// A request's `hold_token`, its shape checked; past `api/` it is a [`PresentedToken`], which
+/// never shows the secret in `Debug`.
+pub(crate) fn hold_token(value: String) -> Result<PresentedToken, FieldError> {
+    PresentedToken::parse(value)
+}
+
+/// An Extend's optional `request_id`: empty is none; otherwise at most `max` bytes, no control
+/// characters.
+pub(crate) fn extend_request_id(value: &str, max: usize) -> Result<Option<RequestId>, FieldError> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    RequestId::parse(value, max).map(Some)
 }
 
 /// The page token of a list cursor: `<created_at micros>.<id>`.

@@ -94,14 +94,12 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
         observed("Confirm", async move {
             let actor = actor(&request)?;
             let req = request.into_inner();
+            let id = convert::reservation_id(&req.reservation_id).map_err(Error::from)?;
+            let token = convert::hold_token(req.hold_token).map_err(Error::from)?;
+            let payment = req.payment.map(convert::payment);
             let r = self
                 .coordinator
-                .confirm(
-                    &actor,
-                    &req.reservation_id,
-                    &req.hold_token,
-                    req.payment.map(convert::payment),
-                )
+                .confirm(&actor, id, &token, payment)
                 .await?;
             let r = self.coordinator.with_payments_one(r).await?;
             Ok(Response::new(convert::reservation(r, Token::Omit)))
@@ -116,9 +114,11 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
         observed("Cancel", async move {
             let actor = actor(&request)?;
             let req = request.into_inner();
+            let id = convert::reservation_id(&req.reservation_id).map_err(Error::from)?;
+            let token = convert::hold_token(req.hold_token).map_err(Error::from)?;
             let r = self
                 .coordinator
-                .cancel(&actor, &req.reservation_id, &req.hold_token, &req.reason)
+                .cancel(&actor, id, &token, &req.reason)
                 .await?;
             let r = self.coordinator.with_payments_one(r).await?;
             Ok(Response::new(convert::reservation(r, Token::Omit)))
@@ -139,15 +139,14 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
                 .map(|d| convert::from_duration("ttl", d))
                 .transpose()
                 .map_err(Error::from)?;
+            let id = convert::reservation_id(&req.reservation_id).map_err(Error::from)?;
+            let token = convert::hold_token(req.hold_token).map_err(Error::from)?;
+            let max = self.coordinator.limits().max_id_bytes;
+            let request_id =
+                convert::extend_request_id(&req.request_id, max).map_err(Error::from)?;
             let r = self
                 .coordinator
-                .extend(
-                    &actor,
-                    &req.reservation_id,
-                    &req.hold_token,
-                    ttl,
-                    &req.request_id,
-                )
+                .extend(&actor, id, &token, ttl, request_id)
                 .await?;
             Ok(Response::new(convert::reservation(r, Token::Omit)))
         })
@@ -160,10 +159,9 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
     ) -> Result<Response<proto::Reservation>, Status> {
         observed("GetReservation", async move {
             let actor = actor(&request)?;
-            let r = self
-                .coordinator
-                .get(&actor, &request.get_ref().reservation_id)
-                .await?;
+            let id =
+                convert::reservation_id(&request.get_ref().reservation_id).map_err(Error::from)?;
+            let r = self.coordinator.get(&actor, id).await?;
             let r = self.coordinator.with_audit_one(r).await?;
             let r = self.coordinator.with_payments_one(r).await?;
             Ok(Response::new(convert::reservation(r, Token::Omit)))
@@ -212,10 +210,10 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
                 local: request.local_addr(),
                 remote,
             });
-        let changes = self
-            .coordinator
-            .watch(&actor, &request.get_ref().reservation_id, connection)
-            .await?;
+        // An empty id is "not a UUID" here (Get says "is required"): Watch always answered so.
+        let id = crate::domain::validate::uuid("reservation_id", &request.get_ref().reservation_id)
+            .map_err(Error::from)?;
+        let changes = self.coordinator.watch(&actor, id, connection).await?;
         // Each change with the reservation's audit entries and payments (a read per change
         // sent, and one more for its further payments once it left HELD).
         let coordinator = self.coordinator.clone();

@@ -93,10 +93,9 @@ impl proto::testing_server::Testing for TestingApi {
     ) -> Result<Response<proto::Reservation>, Status> {
         observed("ExpireNow", async move {
             let actor = actor(&request)?;
-            let r = self
-                .coordinator
-                .expire_now(&actor, &request.get_ref().reservation_id)
-                .await?;
+            let id =
+                convert::reservation_id(&request.get_ref().reservation_id).map_err(Error::from)?;
+            let r = self.coordinator.expire_now(&actor, id).await?;
             Ok(Response::new(convert::reservation(r, Token::Omit)))
         })
         .await

@@ -66,10 +66,9 @@ impl Coordinator {
     pub async fn force_cancel(
         &self,
         actor: &Actor,
-        id: &str,
+        id: Uuid,
         reason: &str,
     ) -> Result<Reservation, Error> {
-        let id = validate::reservation_id(id)?;
         admin::admin_reason(reason)?;
         let note = note(actor, AdminAction::ForceCancel, reason, None);
         let (r, leased) = match self.store.force_cancel(id, &note, self.lease()).await? {
@@ -104,11 +103,10 @@ impl Coordinator {
     pub async fn resolve(
         &self,
         actor: &Actor,
-        id: &str,
+        id: Uuid,
         outcome: Option<State>,
         reason: &str,
     ) -> Result<Reservation, Error> {
-        let id = validate::reservation_id(id)?;
         let action = admin::resolve_outcome(outcome)?;
         admin::admin_reason(reason)?;
         let to = match action {

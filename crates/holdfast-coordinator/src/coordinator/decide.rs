@@ -8,7 +8,9 @@ use super::payments_read::decided_from_held;
 use super::{Coordinator, Error, entered, faults, refund_recorded};
 use crate::domain::lifecycle::Refusal;
 use crate::domain::validate;
-use crate::domain::{Actor, Decision, Payment, RefundState, Reservation, State, Verdict};
+use crate::domain::{
+    Actor, Decision, Payment, PresentedToken, RefundState, Reservation, State, Verdict,
+};
 use crate::store::Decided;
 
 impl Coordinator {
@@ -19,15 +21,13 @@ impl Coordinator {
     pub async fn confirm(
         &self,
         actor: &Actor,
-        id: &str,
-        token: &str,
+        id: Uuid,
+        token: &PresentedToken,
         payment: Option<Payment>,
     ) -> Result<Reservation, Error> {
         if let Some(p) = &payment {
             validate::payment(p, &self.limits, |name| self.registry.get(name).is_some())?;
         }
-        let id = validate::reservation_id(id)?;
-        validate::hold_token(token)?;
         let mut decision = Decision::Confirm {
             payment,
             late_policy: self.policy.late_payment,
@@ -80,12 +80,10 @@ impl Coordinator {
     pub async fn cancel(
         &self,
         actor: &Actor,
-        id: &str,
-        token: &str,
+        id: Uuid,
+        token: &PresentedToken,
         reason: &str,
     ) -> Result<Reservation, Error> {
-        let id = validate::reservation_id(id)?;
-        validate::hold_token(token)?;
         validate::reason("reason", reason, &self.limits)?;
         let decision = Decision::Cancel {
             reason: (!reason.is_empty()).then(|| reason.to_owned()),
@@ -105,7 +103,7 @@ impl Coordinator {
         &self,
         actor: &Actor,
         id: Uuid,
-        token: &str,
+        token: &PresentedToken,
         decision: &Decision,
     ) -> Result<(Verdict, Reservation), Error> {
         faults::store("coord.decide.before")?;

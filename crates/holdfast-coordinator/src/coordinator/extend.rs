@@ -17,9 +17,12 @@ use chrono::{DateTime, Utc};
 use futures_util::future::join_all;
 
 use super::{Coordinator, Error};
-use crate::domain::validate::{self, FieldError};
-use crate::domain::{Actor, BranchOutcome, BranchState, Decision, Reservation, Verdict};
+use crate::domain::validate::{self, FieldError, RequestId};
+use crate::domain::{
+    Actor, BranchOutcome, BranchState, Decision, PresentedToken, Reservation, Verdict,
+};
 use crate::registry::ExtendOutcome;
+use uuid::Uuid;
 
 /// How many deadlines one Extend tells at most: the deadline to tell changes only when another
 /// Extend of the reservation was recorded meanwhile (or a participant answered that it no
@@ -41,22 +44,14 @@ impl Coordinator {
     pub async fn extend(
         &self,
         actor: &Actor,
-        id: &str,
-        token: &str,
+        id: Uuid,
+        token: &PresentedToken,
         ttl: Option<Duration>,
-        request_id: &str,
+        request_id: Option<RequestId>,
     ) -> Result<Reservation, Error> {
-        let id = validate::reservation_id(id)?;
-        validate::hold_token(token)?;
         let by = match ttl {
             Some(t) => Some(validate::ttl("ttl", t, &self.limits)?),
             None => None,
-        };
-        let request_id = if request_id.is_empty() {
-            None
-        } else {
-            validate::identifier("request_id", request_id, self.limits.max_id_bytes)?;
-            Some(request_id.to_owned())
         };
         // Without a ttl the reservation's original one applies (judged under the row lock).
         let mut decision = Decision::Extend {

@@ -111,9 +111,13 @@ impl Coordinator {
         }
     }
 
+    /// The input limits requests are checked against (the API parses ids with them).
+    pub(crate) fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
     /// Reads one reservation; another principal's does not exist for a client.
-    pub async fn get(&self, actor: &Actor, id: &str) -> Result<Reservation, Error> {
-        let id = validate::reservation_id(id)?;
+    pub async fn get(&self, actor: &Actor, id: Uuid) -> Result<Reservation, Error> {
         let r = self.read(id).await?;
         if actor.sees(&r) {
             Ok(r)

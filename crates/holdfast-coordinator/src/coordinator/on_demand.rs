@@ -8,8 +8,8 @@ use std::future::Future;
 use futures_util::future::join_all;
 
 use super::{Coordinator, Error};
-use crate::domain::validate;
 use crate::domain::{Actor, Reservation, State};
+use uuid::Uuid;
 
 /// Most claims one pass makes (each up to `Policy::sweep_batch`): bounds a pass whose drives
 /// keep failing.
@@ -69,8 +69,7 @@ impl Coordinator {
     /// the reaper would (a `TRYING` one whose placer is still at work is released once its
     /// placement ends). Answers the reservation as it stands afterwards. Another state is
     /// [`Error::NotExpirable`], nothing changed.
-    pub async fn expire_now(&self, actor: &Actor, id: &str) -> Result<Reservation, Error> {
-        let id = validate::reservation_id(id)?;
+    pub async fn expire_now(&self, actor: &Actor, id: Uuid) -> Result<Reservation, Error> {
         let r = self.read(id).await?;
         if !actor.sees(&r) {
             return Err(Error::NotFound(id));

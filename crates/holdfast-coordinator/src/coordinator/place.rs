@@ -181,7 +181,7 @@ impl Coordinator {
             }
             Created::Existing(existing) => Err(Error::RequestIdReused {
                 holder: new.holder,
-                request_id: new.request_id,
+                request_id: new.request_id.into_string(),
                 existing: existing.id,
             }),
             Created::New(created) => {

@@ -14,9 +14,10 @@ use uuid::Uuid;
 
 use super::watchers::{WatchConnection, Watchers};
 use super::{Coordinator, Error};
+use crate::domain::PresentedToken;
+use crate::domain::RequestId;
 use crate::domain::admin::{AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery};
 use crate::domain::policy::{Backoff, HoldLimits};
-use crate::domain::validate;
 use crate::domain::{
     Actor, Decision, ExtraPayment, ListQuery, NewReservation, Rejection, Reservation, State,
 };
@@ -38,11 +39,9 @@ impl Coordinator {
     pub async fn watch(
         &self,
         actor: &Actor,
-        id: &str,
+        id: Uuid,
         connection: Option<WatchConnection>,
     ) -> Result<impl Stream<Item = Result<Reservation, Error>> + Send + 'static, Error> {
-        // An empty id is "not a UUID" here (Get says "is required"): Watch always answered so.
-        let id = validate::uuid("reservation_id", id)?;
         let slot = self.watchers.admit(&actor.principal, connection)?;
         // Subscribe before the first read, so no change falls between the two.
         let mut changes = self.watchers.subscribe(id, &self.store);
@@ -153,7 +152,7 @@ impl Store for Publishing {
         &self,
         owner: &str,
         holder: &str,
-        request_id: &str,
+        request_id: &RequestId,
     ) -> Result<bool, StoreError> {
         self.inner.request_recorded(owner, holder, request_id).await
     }
@@ -166,7 +165,7 @@ impl Store for Publishing {
         &self,
         id: Uuid,
         scope: Option<&str>,
-        presented_token: &str,
+        presented_token: &PresentedToken,
         decision: &Decision,
         lease: WorkLease,
     ) -> Result<Decided, StoreError> {

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use super::validate::RequestId;
 use super::{LatePaymentPolicy, Payment, State};
 
 /// What a holder asks for.
@@ -30,7 +31,7 @@ pub enum Decision {
         max_ttl: Duration,
         /// The caller's key for this extension: a repeat of the last applied one answers the
         /// reservation as it is instead of extending again.
-        request_id: Option<String>,
+        request_id: Option<RequestId>,
         /// The deadline every participant has confirmed it now holds the branches to
         /// (`Participant/Extend`); `None` before they were told. An extension is recorded only
         /// when this reaches its new `expires_at`; otherwise the verdict is
@@ -41,9 +42,9 @@ pub enum Decision {
 
 impl Decision {
     /// The idempotency key of an Extend, if it has one.
-    pub fn extend_request_id(&self) -> Option<&str> {
+    pub fn extend_request_id(&self) -> Option<&RequestId> {
         match self {
-            Decision::Extend { request_id, .. } => request_id.as_deref(),
+            Decision::Extend { request_id, .. } => request_id.as_ref(),
             _ => None,
         }
     }

@@ -17,7 +17,8 @@ use uuid::Uuid;
 
 pub use lifecycle::{Decision, Verdict};
 pub use payments::{PaymentRecord, PaymentState};
-pub use token::{HoldToken, TokenCheck, TokenKeys};
+pub use token::{HoldToken, PresentedToken, TokenCheck, TokenKeys};
+pub use validate::RequestId;
 
 /// A reservation's global state (SPEC section 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -318,7 +319,7 @@ pub struct NewReservation {
     /// The principal making the request; with `holder` and `request_id` the idempotency key.
     pub owner: String,
     pub token: TokenCheck,
-    pub request_id: String,
+    pub request_id: RequestId,
     pub holder: String,
     pub ttl: Duration,
     pub holds: Vec<Hold>,
@@ -333,7 +334,7 @@ impl NewReservation {
 
     /// Whether an existing reservation was created from the same request body (for idempotency).
     pub fn same_body_as(&self, r: &Reservation) -> bool {
-        self.request_id == r.request_id
+        self.request_id.as_str() == r.request_id
             && self.holder == r.holder
             && self.ttl == r.ttl
             && self.labels == r.labels

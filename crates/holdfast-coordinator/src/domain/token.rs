@@ -14,6 +14,8 @@ use ring::hmac;
 use subtle::ConstantTimeEq;
 use uuid::Uuid;
 
+use super::validate::FieldError;
+
 /// What makes a derived token specific to holdfast's hold tokens (domain separation).
 const DERIVATION_CONTEXT: &[u8] = b"holdfast hold token v1\0";
 
@@ -43,6 +45,38 @@ impl HoldToken {
 impl fmt::Debug for HoldToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("HoldToken(<redacted>)")
+    }
+}
+
+/// A hold token as a caller presented it: its shape checked once at the edge
+/// ([`PresentedToken::parse`]), its value compared by the store in constant time. `Debug` never
+/// shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PresentedToken(String);
+
+impl PresentedToken {
+    /// A presented token: required, at most 256 bytes (the error names `hold_token`).
+    pub fn parse(value: impl Into<String>) -> Result<PresentedToken, FieldError> {
+        let value = value.into();
+        super::validate::hold_token(&value)?;
+        Ok(PresentedToken(value))
+    }
+
+    /// The secret itself, for the constant-time comparison only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<HoldToken> for PresentedToken {
+    fn from(token: HoldToken) -> PresentedToken {
+        PresentedToken(token.0)
+    }
+}
+
+impl fmt::Debug for PresentedToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PresentedToken(<redacted>)")
     }
 }
 
@@ -201,6 +235,16 @@ pub use holdfast_serve::digest::{from_hex, hex, sha256};
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_presented_token_is_checked_once_and_never_shown() {
+        let t = PresentedToken::parse("s3cret-token").unwrap();
+        assert!(!format!("{t:?}").contains("s3cret"));
+        assert_eq!(t.expose(), "s3cret-token");
+        assert_eq!(PresentedToken::parse("").unwrap_err().field, "hold_token");
+        let long = PresentedToken::parse("t".repeat(257)).unwrap_err();
+        assert_eq!(long.field, "hold_token");
+    }
 
     #[test]
     fn tokens_are_long_distinct_and_redacted() {

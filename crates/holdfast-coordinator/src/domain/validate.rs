@@ -132,6 +132,35 @@ pub fn identifier(field: &str, value: &str, max: usize) -> Result<(), FieldError
     Ok(())
 }
 
+/// A client's idempotency key (`request_id`), checked once where it enters: non-empty, at most
+/// the configured bytes, no control characters.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RequestId(String);
+
+impl RequestId {
+    /// Parses a `request_id` field of at most `max` bytes.
+    pub fn parse(value: &str, max: usize) -> Result<RequestId, FieldError> {
+        identifier("request_id", value, max)?;
+        Ok(RequestId(value.to_owned()))
+    }
+
+    /// The key as stored (and bound in SQL).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The key as text, for a reservation or an error that names it.
+    pub(crate) fn into_string(self) -> String {
+        self.0
+    }
+}
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// Parses a reservation id: required, and a UUID.
 pub fn reservation_id(value: &str) -> Result<Uuid, FieldError> {
     if value.is_empty() {
@@ -340,7 +369,7 @@ pub fn reserve(
     limits: &Limits,
     record: RecordAs,
 ) -> Result<NewReservation, FieldError> {
-    identifier("request_id", &input.request_id, limits.max_id_bytes)?;
+    let request_id = RequestId::parse(&input.request_id, limits.max_id_bytes)?;
     identifier("holder", &input.holder, limits.max_id_bytes)?;
     let ttl = ttl("ttl", input.ttl.unwrap_or(limits.default_ttl), limits)?;
 
@@ -367,7 +396,7 @@ pub fn reserve(
         id: record.id,
         owner: record.owner,
         token: record.token,
-        request_id: input.request_id,
+        request_id,
         holder: input.holder,
         ttl,
         holds,

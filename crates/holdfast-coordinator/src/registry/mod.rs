@@ -332,17 +332,25 @@ impl SecondPhase {
     }
 }
 
+/// What a participant's answer (or failure) was to: a real call, or a health probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AnsweredTo {
+    Call,
+    HealthProbe,
+}
+
 impl ParticipantHandle {
     /// Remembers whether the participant answered; a first answer after failures is announced.
     fn observe<T>(&self, result: &Result<T, CallError>) {
-        self.note(result, false);
+        self.note(result, AnsweredTo::Call);
     }
 
-    /// [`Self::observe`] for a real call (`by_probe` false) or a health probe. A probe that
-    /// answers while the calls keep failing (health served, calls refused by a sick
-    /// participant) announces it back only once until a real call succeeds: announcing it at
-    /// every probe would retry its backlog every probe interval, defeating the backoff.
-    fn note<T>(&self, result: &Result<T, CallError>, by_probe: bool) {
+    /// [`Self::observe`] for a real call or a health probe. A probe that answers while the
+    /// calls keep failing (health served, calls refused by a sick participant) announces it
+    /// back only once until a real call succeeds: announcing it at every probe would retry its
+    /// backlog every probe interval, defeating the backoff.
+    fn note<T>(&self, result: &Result<T, CallError>, to: AnsweredTo) {
+        let by_probe = to == AnsweredTo::HealthProbe;
         tracing::Span::current().record(
             "outcome",
             match result {
@@ -392,7 +400,7 @@ impl ParticipantHandle {
             Ok(_) => Err(CallError::protocol("not serving".into())),
             Err(s) => Err(CallError::from_status(&s)),
         };
-        self.note(&result, true);
+        self.note(&result, AnsweredTo::HealthProbe);
         result.is_ok()
     }
 

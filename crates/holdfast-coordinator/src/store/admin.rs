@@ -99,17 +99,19 @@ pub(crate) async fn force_cancel<DB: AdminSql>(
                     match write {
                         Some(write) => match DB::leave_held(&mut tx, &write).await? {
                             // Lapsed since the read: expired, as a Cancel would be.
-                            Applied::Missed => written(DB::expire_hold(&mut tx, id).await?),
+                            Applied::Missed => {
+                                Applied::unleased(DB::expire_hold(&mut tx, id).await?)
+                            }
                             applied => applied,
                         },
                         None => Applied::Missed,
                     }
                 }
-                Verdict::Expire => written(DB::expire_hold(&mut tx, id).await?),
+                Verdict::Expire => Applied::unleased(DB::expire_hold(&mut tx, id).await?),
                 _ => Applied::Missed,
             }
         }
-        State::Trying => written(DB::release_trying(&mut tx, id, &note.reason).await?),
+        State::Trying => Applied::unleased(DB::release_trying(&mut tx, id, &note.reason).await?),
         _ => Applied::Missed,
     };
     let Applied::Written { leased } = applied else {
@@ -184,13 +186,4 @@ pub(crate) async fn retry<DB: AdminSql>(
     DB::insert_audit(&mut tx, reservation, note).await?;
     tx.commit().await?;
     Ok(Some(woken))
-}
-
-/// A conditional write's answer, with no lease taken by it.
-fn written(done: bool) -> Applied {
-    if done {
-        Applied::Written { leased: false }
-    } else {
-        Applied::Missed
-    }
 }

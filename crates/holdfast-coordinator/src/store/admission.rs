@@ -39,7 +39,7 @@ pub(crate) async fn admission<DB: AdmissionSql>(
     limits: HoldLimits,
 ) -> Result<Option<Created>, StoreError> {
     let (existing, live_for_holder) =
-        DB::find_request(conn, &new.owner, &new.holder, &new.request_id).await?;
+        DB::find_request(conn, &new.owner, &new.holder, new.request_id.as_str()).await?;
     if let Some(existing) = existing {
         let found = DB::load_existing(conn, existing).await?;
         // This very Reserve's row (its id is fresh per call): an earlier attempt of the same

@@ -13,6 +13,7 @@ use uuid::Uuid;
 use super::sql::{Applied, PaymentSql, ReservationSql};
 use super::{Decided, StoreError, WorkLease};
 use crate::db::WriteTransaction;
+use crate::domain::PresentedToken;
 use crate::domain::lifecycle::{self, Refusal, Snapshot};
 use crate::domain::{Decision, Payment, Reservation, State, Verdict};
 
@@ -68,7 +69,7 @@ pub(crate) async fn decide_locked<DB: PaymentSql>(
     pool: &DB::Pool,
     id: Uuid,
     scope: Option<&str>,
-    presented_token: &str,
+    presented_token: &PresentedToken,
     decision: &Decision,
     lease: WorkLease,
 ) -> Result<Decided, StoreError> {
@@ -82,7 +83,7 @@ async fn decide_in_lock<DB: PaymentSql>(
     pool: &DB::Pool,
     id: Uuid,
     scope: Option<&str>,
-    presented_token: &str,
+    presented_token: &PresentedToken,
     decision: &Decision,
     lease: WorkLease,
 ) -> Result<Decided, StoreError> {
@@ -94,7 +95,7 @@ async fn decide_in_lock<DB: PaymentSql>(
             return Ok(Decided::NotFound);
         }
     };
-    if !current.token.verifies(presented_token) {
+    if !current.token.verifies(presented_token.expose()) {
         tx.rollback().await?;
         return Ok(Decided::TokenMismatch);
     }
@@ -176,10 +177,12 @@ async fn apply_verdict<DB: PaymentSql>(
             }
         }
         Verdict::Extend { by } => {
-            written(DB::extend_held(tx, id, *by, decision.extend_request_id()).await?)
+            Applied::unleased(DB::extend_held(tx, id, *by, decision.extend_request_id()).await?)
         }
         Verdict::Expire | Verdict::HonorLate => {
-            return Ok(written(apply_lapsed::<DB>(tx, id, verdict, payment).await?));
+            return Ok(Applied::unleased(
+                apply_lapsed::<DB>(tx, id, verdict, payment).await?,
+            ));
         }
         Verdict::Refund { expire, .. } => {
             if *expire {
@@ -191,14 +194,14 @@ async fn apply_verdict<DB: PaymentSql>(
             } else {
                 format!("the reservation is {}", judged.current.state)
             };
-            return Ok(written(DB::record_refund(tx, id, &reason).await?));
+            return Ok(Applied::unleased(DB::record_refund(tx, id, &reason).await?));
         }
         Verdict::Retake => {
             let marked = DB::mark_retake(tx, id).await?;
             if marked {
                 record_payment::<DB>(tx, id, payment).await?;
             }
-            return Ok(written(marked));
+            return Ok(Applied::unleased(marked));
         }
         Verdict::AlreadyDone
         | Verdict::Refuse(_)
@@ -212,7 +215,9 @@ async fn apply_verdict<DB: PaymentSql>(
     // The row is locked and HELD: the guarded write missed because the hold lapsed since the
     // read.
     *verdict = lifecycle::decide(&lapsed(judged.snapshot), decision);
-    Ok(written(apply_lapsed::<DB>(tx, id, verdict, payment).await?))
+    Ok(Applied::unleased(
+        apply_lapsed::<DB>(tx, id, verdict, payment).await?,
+    ))
 }
 
 /// What keeps a row as it was judged until its write lands.
@@ -307,7 +312,7 @@ pub(crate) fn judge_unlocked(
     current: &Reservation,
     from_image: bool,
     scope: Option<&str>,
-    presented_token: &str,
+    presented_token: &PresentedToken,
     decision: &Decision,
     lease: WorkLease,
 ) -> Unlocked {
@@ -317,7 +322,7 @@ pub(crate) fn judge_unlocked(
     if !current.visible_to(scope) {
         return Unlocked::Answered(Decided::NotFound);
     }
-    if !current.token.verifies(presented_token) {
+    if !current.token.verifies(presented_token.expose()) {
         return Unlocked::Answered(Decided::TokenMismatch);
     }
     let verdict = lifecycle::decide(&snapshot_of(current, decision), decision);
@@ -405,15 +410,6 @@ fn lapsed(snapshot: Snapshot) -> Snapshot {
     Snapshot {
         expired: true,
         ..snapshot
-    }
-}
-
-/// A conditional write's answer, with no lease taken by it.
-fn written(done: bool) -> Applied {
-    if done {
-        Applied::Written { leased: false }
-    } else {
-        Applied::Missed
     }
 }
 

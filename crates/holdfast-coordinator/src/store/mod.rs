@@ -53,6 +53,8 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use crate::db::DatabaseKind;
+use crate::domain::PresentedToken;
+use crate::domain::RequestId;
 use crate::domain::admin::{AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery};
 use crate::domain::lifecycle::Refusal;
 use crate::domain::policy::{Backoff, HoldLimits, LimitScope};
@@ -230,7 +232,7 @@ pub trait Store: Send + Sync + 'static {
         &self,
         owner: &str,
         holder: &str,
-        request_id: &str,
+        request_id: &RequestId,
     ) -> Result<bool, StoreError>;
 
     /// Lists reservations newest first.
@@ -248,7 +250,7 @@ pub trait Store: Send + Sync + 'static {
         &self,
         id: Uuid,
         scope: Option<&str>,
-        presented_token: &str,
+        presented_token: &PresentedToken,
         decision: &Decision,
         lease: WorkLease,
     ) -> Result<Decided, StoreError>;

@@ -15,6 +15,7 @@ use uuid::Uuid;
 use super::decide::LeaveHeld;
 use super::{BranchReport, RefundAnswer, StoreError, WorkLease};
 use crate::domain::policy::Backoff;
+use crate::domain::validate::RequestId;
 use crate::domain::{ExtraPayment, Payment, Reservation};
 
 /// What a decision's conditional UPDATE did.
@@ -25,6 +26,17 @@ pub(crate) enum Applied {
     /// Written. `leased`: the same statement leased the reservation to the decider (PostgreSQL
     /// does, saving a statement); otherwise the decision flow takes the lease afterwards.
     Written { leased: bool },
+}
+
+impl Applied {
+    /// A conditional UPDATE's answer (whether its row was as required), no lease taken by it.
+    pub(crate) fn unleased(written: bool) -> Applied {
+        if written {
+            Applied::Written { leased: false }
+        } else {
+            Applied::Missed
+        }
+    }
 }
 
 /// A database the coordinator keeps its reservations in: PostgreSQL ([`sqlx::Postgres`]) or
@@ -72,7 +84,7 @@ pub(crate) trait ReservationSql: Send + Sync + 'static {
     async fn repeats_last_extend(
         conn: &mut Self::Connection,
         id: Uuid,
-        request_id: &str,
+        request_id: &RequestId,
     ) -> Result<bool, StoreError>;
 
     /// Runs a decided move out of `HELD` ([`LeaveHeld`], described by `decide.rs`): this
@@ -115,7 +127,7 @@ pub(crate) trait ReservationSql: Send + Sync + 'static {
         conn: &mut Self::Connection,
         id: Uuid,
         by: Duration,
-        request_id: Option<&str>,
+        request_id: Option<&RequestId>,
     ) -> Result<bool, StoreError>;
 
     /// Leases a reservation to `lease.owner` (it is about to drive it), unless another instance

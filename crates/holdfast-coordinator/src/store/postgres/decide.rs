@@ -13,6 +13,7 @@ use uuid::Uuid;
 use super::executor;
 use super::rows::{self, millis};
 use crate::domain::policy::Backoff;
+use crate::domain::validate::RequestId;
 use crate::domain::{Payment, Reservation};
 use crate::store::decide::LeaveHeld;
 use crate::store::sql::{Applied, ReservationSql};
@@ -56,13 +57,13 @@ impl ReservationSql for Postgres {
     async fn repeats_last_extend(
         conn: &mut PgConnection,
         id: Uuid,
-        request_id: &str,
+        request_id: &RequestId,
     ) -> Result<bool, StoreError> {
         Ok(sqlx::query_scalar(
             "SELECT coalesce(last_extend_request_id = $2, false) FROM reservations WHERE id = $1",
         )
         .bind(id)
-        .bind(request_id)
+        .bind(request_id.as_str())
         .fetch_one(&mut *conn)
         .await?)
     }
@@ -158,7 +159,7 @@ impl ReservationSql for Postgres {
         conn: &mut PgConnection,
         id: Uuid,
         by: Duration,
-        request_id: Option<&str>,
+        request_id: Option<&RequestId>,
     ) -> Result<bool, StoreError> {
         Ok(one_row(
             sqlx::query(
@@ -169,7 +170,7 @@ impl ReservationSql for Postgres {
             )
             .bind(id)
             .bind(millis(by))
-            .bind(request_id)
+            .bind(request_id.map(RequestId::as_str))
             .execute(&mut *conn)
             .await?,
         ))

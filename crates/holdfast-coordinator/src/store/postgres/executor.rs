@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 use super::group_commit::GroupCommit;
 use super::rows::{self, ReservationRow, millis};
+use crate::domain::PresentedToken;
 use crate::domain::{Decision, Reservation, State, Verdict};
 use crate::store::decide::{self, LeaveHeld, Unlocked, payment_conflict};
 use crate::store::{Decided, StoreError, WorkLease};
@@ -215,7 +216,7 @@ pub(super) async fn decide_unlocked(
     recently_held: &RecentlyHeld,
     id: Uuid,
     scope: Option<&str>,
-    presented_token: &str,
+    presented_token: &PresentedToken,
     decision: &Decision,
     lease: WorkLease,
 ) -> Result<Option<Decided>, StoreError> {

@@ -39,6 +39,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::sql::PaymentSql;
+use crate::domain::PresentedToken;
+use crate::domain::RequestId;
 use crate::domain::admin::{AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery};
 use crate::store::admin::{AdminDecided, Woken};
 use sqlx::Postgres;
@@ -127,7 +129,7 @@ impl Store for PgStore {
         &self,
         owner: &str,
         holder: &str,
-        request_id: &str,
+        request_id: &RequestId,
     ) -> Result<bool, StoreError> {
         Ok(sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM reservations \
@@ -135,7 +137,7 @@ impl Store for PgStore {
         )
         .bind(owner)
         .bind(holder)
-        .bind(request_id)
+        .bind(request_id.as_str())
         .fetch_one(&self.pool)
         .await?)
     }
@@ -148,7 +150,7 @@ impl Store for PgStore {
         &self,
         id: Uuid,
         scope: Option<&str>,
-        presented_token: &str,
+        presented_token: &PresentedToken,
         decision: &Decision,
         lease: WorkLease,
     ) -> Result<Decided, StoreError> {

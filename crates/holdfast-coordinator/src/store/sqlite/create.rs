@@ -83,7 +83,7 @@ pub(super) async fn create(
          ON CONFLICT (owner, holder, request_id) DO NOTHING"
     ))
     .bind(id)
-    .bind(&new.request_id)
+    .bind(new.request_id.as_str())
     .bind(&new.holder)
     .bind(new.token.digest.as_slice())
     .bind(ttl_ms)

@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use super::rows::{self, micros};
 use crate::domain::policy::Backoff;
+use crate::domain::validate::RequestId;
 use crate::domain::{Payment, Reservation, State};
 use crate::store::decide::LeaveHeld;
 use crate::store::sql::{Applied, ReservationSql};
@@ -51,13 +52,13 @@ impl ReservationSql for Sqlite {
     async fn repeats_last_extend(
         conn: &mut SqliteConnection,
         id: Uuid,
-        request_id: &str,
+        request_id: &RequestId,
     ) -> Result<bool, StoreError> {
         Ok(sqlx::query_scalar(
             "SELECT coalesce(last_extend_request_id = ?2, 0) FROM reservations WHERE id = ?1",
         )
         .bind(id)
-        .bind(request_id)
+        .bind(request_id.as_str())
         .fetch_one(&mut *conn)
         .await?)
     }
@@ -93,7 +94,7 @@ impl ReservationSql for Sqlite {
             .execute(&mut *conn)
             .await?,
         );
-        Ok(unleased_if(left))
+        Ok(Applied::unleased(left))
     }
 
     async fn honor_late(conn: &mut SqliteConnection, id: Uuid) -> Result<bool, StoreError> {
@@ -184,7 +185,7 @@ impl ReservationSql for Sqlite {
         conn: &mut SqliteConnection,
         id: Uuid,
         by: Duration,
-        request_id: Option<&str>,
+        request_id: Option<&RequestId>,
     ) -> Result<bool, StoreError> {
         Ok(one_row(
             sqlx::query(concat!(
@@ -198,7 +199,7 @@ impl ReservationSql for Sqlite {
             ))
             .bind(id)
             .bind(micros(by))
-            .bind(request_id)
+            .bind(request_id.map(RequestId::as_str))
             .execute(&mut *conn)
             .await?,
         ))
@@ -347,14 +348,5 @@ impl ReservationSql for Sqlite {
         .execute(&mut *conn)
         .await?;
         Ok(())
-    }
-}
-
-/// A decision's UPDATE on SQLite, which leaves the lease to the flow's `take_lease`.
-fn unleased_if(written: bool) -> Applied {
-    if written {
-        Applied::Written { leased: false }
-    } else {
-        Applied::Missed
     }
 }

@@ -65,6 +65,8 @@ pub use rows::list_statement;
 
 use async_trait::async_trait;
 
+use crate::domain::PresentedToken;
+use crate::domain::RequestId;
 use crate::domain::admin::{AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery};
 use crate::store::admin::{AdminDecided, Woken};
 use sqlx::Sqlite;
@@ -168,7 +170,7 @@ impl Store for SqliteStore {
         &self,
         owner: &str,
         holder: &str,
-        request_id: &str,
+        request_id: &RequestId,
     ) -> Result<bool, StoreError> {
         Ok(sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM reservations \
@@ -176,7 +178,7 @@ impl Store for SqliteStore {
         )
         .bind(owner)
         .bind(holder)
-        .bind(request_id)
+        .bind(request_id.as_str())
         .fetch_one(&self.pool)
         .await?)
     }
@@ -189,7 +191,7 @@ impl Store for SqliteStore {
         &self,
         id: Uuid,
         scope: Option<&str>,
-        presented_token: &str,
+        presented_token: &PresentedToken,
         decision: &Decision,
         lease: WorkLease,
     ) -> Result<Decided, StoreError> {
