@@ -17,21 +17,6 @@ const ALLOWED: &[(&str, &str, &str)] = &[
         "the one error-mapping match: one arm per domain error, read as a table",
     ),
     (
-        "store/postgres/answers.rs",
-        "record_phases",
-        "owned by a parallel change",
-    ),
-    (
-        "store/postgres/create.rs",
-        "insert_rows",
-        "owned by a parallel change",
-    ),
-    (
-        "store/record.rs",
-        "into_domain",
-        "owned by a parallel change",
-    ),
-    (
         "bench/deploy.rs",
         "start",
         "a benchmark scenario written as one script; to split next",
