@@ -42,7 +42,7 @@ pub struct Endpoints {
 
 /// A running in-process deployment; [`Deployment::stop`] shuts it down and closes its pools,
 /// so its backends exit and flush their statistics.
-pub struct Deployment {
+pub(crate) struct Deployment {
     pub endpoints: Endpoints,
     transport: Transport,
     stop: watch::Sender<bool>,
@@ -51,11 +51,11 @@ pub struct Deployment {
 }
 
 /// The names the in-process deployment registers.
-pub const NOOP_NAMES: [&str; 2] = ["noop-a", "noop-b"];
+pub(crate) const NOOP_NAMES: [&str; 2] = ["noop-a", "noop-b"];
 
 /// Drops and recreates the benchmark database. Refuses names without "bench" in them: this
 /// deletes everything in it.
-pub async fn reset_database(url: &str) -> Result<(), String> {
+pub(crate) async fn reset_database(url: &str) -> Result<(), String> {
     let name = url
         .rsplit('/')
         .next()
@@ -264,7 +264,7 @@ async fn within_probe_time(
 
 /// Settings of a bench `stock-redis` participant on `redis_url`, under a key prefix of its
 /// own (`hf:bench:<uuid>:`), so runs never share keys; [`delete_redis_keys`] removes them.
-pub fn stock_redis_settings(redis_url: &str) -> StockRedisSettings {
+pub(crate) fn stock_redis_settings(redis_url: &str) -> StockRedisSettings {
     let mut settings = StockRedisSettings::new(redis_url);
     settings.key_prefix = format!("hf:bench:{}:", uuid::Uuid::new_v4().simple());
     settings

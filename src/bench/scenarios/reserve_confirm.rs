@@ -141,7 +141,7 @@ impl Holds {
 
 /// `clients` clients, each doing Reserve+Confirm of 2 holds one after the other (a distinct
 /// holder per reservation, so the per-holder hold limit never applies) for `duration`.
-pub async fn reserve_confirm_loop(
+pub(crate) async fn reserve_confirm_loop(
     ctx: Arc<Ctx>,
     workload: Workload,
     clients: usize,
