@@ -24,14 +24,14 @@ use std::time::Duration;
 
 use crate::coordinator::Policy;
 use crate::registry::ParticipantEndpoint;
-pub use file::{FileExtras, apply_config_file};
-pub use parse::{mask_password, parse_duration, parse_optional_addr};
+pub use file::apply_config_file;
+pub(crate) use parse::{mask_password, parse_duration, parse_optional_addr};
 
 /// The embedded default of the all-in-one (and the coordinator role): SQLite under `./data`.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://./data/holdfast.db";
 
 /// Parses `NAME=URL`.
-pub fn parse_participant(s: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_participant(s: &str) -> Result<(String, String), String> {
     let (name, url) = s
         .split_once('=')
         .ok_or_else(|| format!("{s:?} is not NAME=URL (e.g. seats=http://127.0.0.1:50061)"))?;
@@ -121,7 +121,7 @@ pub struct ParticipantArgs {
 }
 
 /// The all-in-one port of each reference participant kind (SPEC section 5).
-pub fn default_participant_port(kind: crate::participants::Kind) -> u16 {
+pub(crate) fn default_participant_port(kind: crate::participants::Kind) -> u16 {
     use crate::participants::Kind;
     match kind {
         Kind::Seats => 50061,

@@ -90,7 +90,7 @@ pub fn reservations(list: &[proto::Reservation], next_page_token: &str) -> Value
 }
 
 /// The gRPC code's name, as in the proto (`INVALID_ARGUMENT`).
-pub fn code_name(code: tonic::Code) -> &'static str {
+pub(crate) fn code_name(code: tonic::Code) -> &'static str {
     match code {
         tonic::Code::Ok => "OK",
         tonic::Code::Cancelled => "CANCELLED",
@@ -159,7 +159,7 @@ pub fn time(t: Option<&prost_types::Timestamp>) -> Value {
 }
 
 /// A protobuf timestamp as a chrono one, if it is a valid instant.
-pub fn utc(t: &prost_types::Timestamp) -> Option<DateTime<Utc>> {
+pub(crate) fn utc(t: &prost_types::Timestamp) -> Option<DateTime<Utc>> {
     let nanos = u32::try_from(t.nanos).ok()?;
     DateTime::from_timestamp(t.seconds, nanos)
 }

@@ -36,7 +36,7 @@ pub async fn run_all_in_one(
 }
 
 /// Every reference participant kind, in port order.
-pub const ALL_IN_ONE_KINDS: [Kind; 5] = [
+pub(crate) const ALL_IN_ONE_KINDS: [Kind; 5] = [
     Kind::Seats,
     Kind::Stock,
     Kind::Rooms,
@@ -111,7 +111,7 @@ fn register_given(
 /// for the process's lifetime. On a `postgres://` URL everything shares that
 /// database (each schema in its own migrations table); `stock-redis` runs only there, and only
 /// with a Redis URL.
-pub async fn serve_all_in_one(
+pub(crate) async fn serve_all_in_one(
     database_url: &str,
     coordinator: crate::config::CoordinatorArgs,
     shutdown: impl Future<Output = ()> + Send + 'static,

@@ -21,17 +21,17 @@ use crate::store::StoreError;
 
 /// The file all participants shared before they had a file each; [`split_shared_participants_file`]
 /// renames it to [`SPLIT_FROM`] once it is carried over.
-pub const SHARED_PARTICIPANTS_FILE: &str = "participants.db";
+pub(crate) const SHARED_PARTICIPANTS_FILE: &str = "participants.db";
 
 /// What the shared file is renamed to once split: kept, not deleted, so nothing an operator
 /// had is lost; it is read again by nothing.
-pub const SPLIT_FROM: &str = "participants.db.split";
+pub(crate) const SPLIT_FROM: &str = "participants.db.split";
 
 /// One writer per folder: for a `sqlite:` URL, takes an exclusive lock on `holdfast.lock`
 /// beside the database file (creating the folder), held as long as the returned file lives.
 /// A second process on the same folder fails at once, naming the folder and the lock.
 /// PostgreSQL URLs need no lock (`Ok(None)`).
-pub fn lock_data_dir(database_url: &str) -> Result<Option<std::fs::File>, AppError> {
+pub(crate) fn lock_data_dir(database_url: &str) -> Result<Option<std::fs::File>, AppError> {
     if DatabaseKind::of_url(database_url)? != DatabaseKind::Sqlite {
         return Ok(None);
     }
@@ -77,7 +77,7 @@ const STAGING_DIR: &str = "participants.splitting";
 /// `participants/` is a split that only lacks its last rename. A folder with both
 /// `participants.db` and `participants/` (an older binary run after a newer one) is refused:
 /// which one holds the data is for the operator to say, not for a start to overwrite.
-pub async fn split_shared_participants_file(
+pub(crate) async fn split_shared_participants_file(
     database_url: &str,
     kinds: &[Kind],
 ) -> Result<bool, AppError> {

@@ -20,8 +20,7 @@ use holdfast_coordinator::serving::{
 mod all_in_one;
 pub mod data_dir;
 
-pub use all_in_one::{ALL_IN_ONE_KINDS, run_all_in_one, serve_all_in_one};
-pub use data_dir::lock_data_dir;
+pub use all_in_one::run_all_in_one;
 // The coordinator's wiring is the coordinator crate's; the test participants' the
 // participants crate's. Here under the paths the roles and the tests use.
 pub use holdfast_coordinator::serving::{
@@ -273,7 +272,7 @@ pub async fn serve_participant(
 
 /// Serves /metrics in the background when an address is configured, over TLS with `tls`,
 /// its connections under `limits`.
-pub async fn start_metrics(
+pub(crate) async fn start_metrics(
     addr: Option<std::net::SocketAddr>,
     tls: Option<&ServerTls>,
     auth: &crate::auth::Authenticator,

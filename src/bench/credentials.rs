@@ -14,11 +14,11 @@ use super::BenchArgs;
 use crate::auth::{Authenticator, Bearer, Role, keys};
 
 /// A channel whose every call carries the bench's credential for that service.
-pub type BenchChannel = InterceptedService<Channel, Bearer>;
+pub(crate) type BenchChannel = InterceptedService<Channel, Bearer>;
 
 /// The credentials of one run. Cheap to clone; the default is no authentication.
 #[derive(Clone, Debug, Default)]
-pub struct Credentials {
+pub(crate) struct Credentials {
     /// What every in-process server checks.
     pub(crate) servers: Authenticator,
     /// What the in-process coordinator presents to its participants.
@@ -31,7 +31,7 @@ pub struct Credentials {
 
 impl Credentials {
     /// The credentials `args` ask for (in-process: `--auth`; with `--target`: `--api-key`).
-    pub fn from_args(args: &BenchArgs) -> Result<Credentials, String> {
+    pub(crate) fn from_args(args: &BenchArgs) -> Result<Credentials, String> {
         match (&args.target, args.auth, &args.api_key) {
             (None, false, None) | (Some(_), false, None) => Ok(Credentials::default()),
             (None, true, None) => Credentials::in_process(),

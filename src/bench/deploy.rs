@@ -22,6 +22,7 @@ use crate::proto::coordinator_client::CoordinatorClient;
 use crate::proto::resource_admin_client::ResourceAdminClient;
 use crate::registry::ParticipantEndpoint;
 use crate::store::PgStore;
+use crate::tls::Listener;
 
 /// Where the benchmark's clients connect, and which participants they name.
 #[derive(Clone, Debug)]
@@ -41,7 +42,7 @@ pub struct Endpoints {
 
 /// A running in-process deployment; [`Deployment::stop`] shuts it down and closes its pools,
 /// so its backends exit and flush their statistics.
-pub struct Deployment {
+pub(crate) struct Deployment {
     pub endpoints: Endpoints,
     transport: Transport,
     stop: watch::Sender<bool>,
@@ -50,11 +51,11 @@ pub struct Deployment {
 }
 
 /// The names the in-process deployment registers.
-pub const NOOP_NAMES: [&str; 2] = ["noop-a", "noop-b"];
+pub(crate) const NOOP_NAMES: [&str; 2] = ["noop-a", "noop-b"];
 
 /// Drops and recreates the benchmark database. Refuses names without "bench" in them: this
 /// deletes everything in it.
-pub async fn reset_database(url: &str) -> Result<(), String> {
+pub(crate) async fn reset_database(url: &str) -> Result<(), String> {
     let name = url
         .rsplit('/')
         .next()
@@ -124,99 +125,20 @@ impl Deployment {
         let cpool = connect(coordinator_pool).await?;
         let ppool = connect(participant_pool).await?;
         let (stop, stop_rx) = watch::channel(false);
-        let stopped = |mut rx: watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|s| *s).await;
+        let mut starting = Starting {
+            transport,
+            ppool: ppool.clone(),
+            stop_rx,
+            tasks: JoinSet::new(),
+            registered: Vec::new(),
         };
-        let mut tasks = JoinSet::new();
-        let mut registered = Vec::new();
-        let timeout = Duration::from_secs(5);
-
-        for name in NOOP_NAMES {
-            let (listener, url) = transport.bind().await?;
-            registered.push(ParticipantEndpoint {
-                name: name.to_owned(),
-                url,
-                timeout,
-            });
-            // `participants::serve` names a noop participant "noop"; two distinct names need
-            // the SDK directly (the same thing `serve` does, minus the reclaimer).
-            let service = ParticipantService::new(name, Noop::new(name), ppool.clone());
-            let admin = AdminService::new(service.resource_arc(), ppool.clone());
-            let routes = Routes::new(service.into_server())
-                .add_service(crate::proto::resource_admin_server::ResourceAdminServer::new(admin));
-            let shutdown = stopped(stop_rx.clone());
-            let auth = transport.credentials.servers.clone();
-            tasks.spawn(async move {
-                crate::server::serve(
-                    listener,
-                    &auth,
-                    routes,
-                    &["tcc.v1.Participant", "tcc.v1.ResourceAdmin"],
-                    shutdown,
-                )
-                .await
-                .map_err(|e| format!("participant {name}: {e}"))
-            });
-        }
-        let mut admin_urls = Vec::new();
-        for kind in [Kind::Seats, Kind::Stock] {
-            let (listener, url) = transport.bind().await?;
-            registered.push(ParticipantEndpoint {
-                name: kind.name().to_owned(),
-                url: url.clone(),
-                timeout,
-            });
-            admin_urls.push((kind.name().to_owned(), url));
-            let (pool, shutdown) = (ppool.clone(), stopped(stop_rx.clone()));
-            let settings = ParticipantSettings {
-                auth: transport.credentials.servers.clone(),
-                ..ParticipantSettings::new(kind)
-            };
-            tasks.spawn(async move {
-                participants::serve(settings, pool, listener, shutdown)
-                    .await
-                    .map_err(|e| format!("participant {}: {e}", kind.name()))
-            });
-        }
-        let mut stock_redis_admin = None;
-        if let Some(mut settings) = stock_redis {
-            settings.auth = transport.credentials.servers.clone();
-            let (listener, url) = transport.bind().await?;
-            registered.push(ParticipantEndpoint {
-                name: stock_redis::NAME.to_owned(),
-                url: url.clone(),
-                timeout,
-            });
-            stock_redis_admin = Some((stock_redis::NAME.to_owned(), url));
-            let (pool, shutdown) = (ppool.clone(), stopped(stop_rx.clone()));
-            tasks.spawn(async move {
-                stock_redis::serve(settings, pool, listener, shutdown)
-                    .await
-                    .map_err(|e| format!("participant {}: {e}", stock_redis::NAME))
-            });
-        }
-        let (listener, coordinator_url) = transport.bind().await?;
-        let settings = CoordinatorSettings {
-            participants: registered,
-            limits: Limits::default(),
-            policy: Policy {
-                retention,
-                ..Policy::default()
-            },
-            server: crate::server::ServerLimits::default(),
-            participant_transport: transport.participant_transport(),
-            access: app::CoordinatorAccess {
-                auth: transport.credentials.servers.clone(),
-                participant_key: transport.credentials.coordinator_key.clone(),
-                tokens: None,
-            },
+        starting.noop_participants().await?;
+        let mut admin_urls = starting.reference_participants().await?;
+        let stock_redis_admin = match stock_redis {
+            Some(settings) => Some(starting.stock_redis(settings).await?),
+            None => None,
         };
-        let (store, shutdown) = (PgStore::from_pool(cpool.clone()), stopped(stop_rx.clone()));
-        tasks.spawn(async move {
-            app::serve_coordinator(settings, store, listener, shutdown)
-                .await
-                .map_err(|e| format!("coordinator: {e}"))
-        });
+        let coordinator_url = starting.coordinator(cpool.clone(), retention).await?;
         let mut stock = admin_urls.pop();
         let mut seats = admin_urls.pop();
         let deployment = Deployment {
@@ -229,7 +151,7 @@ impl Deployment {
                 stock_redis: stock_redis_admin,
             },
             stop,
-            tasks,
+            tasks: starting.tasks,
             pools: vec![cpool, ppool],
         };
         deployment.wait_ready().await
@@ -342,7 +264,7 @@ async fn within_probe_time(
 
 /// Settings of a bench `stock-redis` participant on `redis_url`, under a key prefix of its
 /// own (`hf:bench:<uuid>:`), so runs never share keys; [`delete_redis_keys`] removes them.
-pub fn stock_redis_settings(redis_url: &str) -> StockRedisSettings {
+pub(crate) fn stock_redis_settings(redis_url: &str) -> StockRedisSettings {
     let mut settings = StockRedisSettings::new(redis_url);
     settings.key_prefix = format!("hf:bench:{}:", uuid::Uuid::new_v4().simple());
     settings
@@ -388,5 +310,133 @@ pub async fn delete_redis_keys(redis_url: &str, prefix: &str) -> Result<u64, Str
             return Ok(deleted);
         }
         cursor = next;
+    }
+}
+
+/// An in-process deployment being started: each step binds a port, registers what it serves
+/// there and spawns its server, stopped by `stop_rx`.
+struct Starting<'a> {
+    transport: &'a Transport,
+    ppool: PgPool,
+    stop_rx: watch::Receiver<bool>,
+    tasks: JoinSet<Result<(), String>>,
+    registered: Vec<ParticipantEndpoint>,
+}
+
+/// How long the coordinator waits for an in-process participant's answer.
+const PARTICIPANT_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Starting<'_> {
+    /// Resolves once the deployment is told to stop.
+    fn stopped(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    }
+
+    /// Binds a port for the participant `name` and registers it; its URL.
+    async fn register(&mut self, name: &str) -> Result<(Listener, String), String> {
+        let (listener, url) = self.transport.bind().await?;
+        self.registered.push(ParticipantEndpoint {
+            name: name.to_owned(),
+            url: url.clone(),
+            timeout: PARTICIPANT_TIMEOUT,
+        });
+        Ok((listener, url))
+    }
+
+    /// The noop participants of [`NOOP_NAMES`].
+    async fn noop_participants(&mut self) -> Result<(), String> {
+        for name in NOOP_NAMES {
+            let (listener, _) = self.register(name).await?;
+            // `participants::serve` names a noop participant "noop"; two distinct names need
+            // the SDK directly (the same thing `serve` does, minus the reclaimer).
+            let service = ParticipantService::new(name, Noop::new(name), self.ppool.clone());
+            let admin = AdminService::new(service.resource_arc(), self.ppool.clone());
+            let routes = Routes::new(service.into_server())
+                .add_service(crate::proto::resource_admin_server::ResourceAdminServer::new(admin));
+            let shutdown = self.stopped();
+            let auth = self.transport.credentials.servers.clone();
+            self.tasks.spawn(async move {
+                crate::server::serve(
+                    listener,
+                    &auth,
+                    routes,
+                    &["tcc.v1.Participant", "tcc.v1.ResourceAdmin"],
+                    shutdown,
+                )
+                .await
+                .map_err(|e| format!("participant {name}: {e}"))
+            });
+        }
+        Ok(())
+    }
+
+    /// The seats and stock participants; their names and ResourceAdmin URLs, in that order.
+    async fn reference_participants(&mut self) -> Result<Vec<(String, String)>, String> {
+        let mut admin_urls = Vec::new();
+        for kind in [Kind::Seats, Kind::Stock] {
+            let (listener, url) = self.register(kind.name()).await?;
+            admin_urls.push((kind.name().to_owned(), url));
+            let (pool, shutdown) = (self.ppool.clone(), self.stopped());
+            let settings = ParticipantSettings {
+                auth: self.transport.credentials.servers.clone(),
+                ..ParticipantSettings::new(kind)
+            };
+            self.tasks.spawn(async move {
+                participants::serve(settings, pool, listener, shutdown)
+                    .await
+                    .map_err(|e| format!("participant {}: {e}", kind.name()))
+            });
+        }
+        Ok(admin_urls)
+    }
+
+    /// The stock-redis participant; its name and ResourceAdmin URL.
+    async fn stock_redis(
+        &mut self,
+        mut settings: StockRedisSettings,
+    ) -> Result<(String, String), String> {
+        settings.auth = self.transport.credentials.servers.clone();
+        let (listener, url) = self.register(stock_redis::NAME).await?;
+        let (pool, shutdown) = (self.ppool.clone(), self.stopped());
+        self.tasks.spawn(async move {
+            stock_redis::serve(settings, pool, listener, shutdown)
+                .await
+                .map_err(|e| format!("participant {}: {e}", stock_redis::NAME))
+        });
+        Ok((stock_redis::NAME.to_owned(), url))
+    }
+
+    /// The coordinator, every participant registered so far known to it; its URL.
+    async fn coordinator(
+        &mut self,
+        cpool: PgPool,
+        retention: crate::coordinator::Retention,
+    ) -> Result<String, String> {
+        let (listener, coordinator_url) = self.transport.bind().await?;
+        let settings = CoordinatorSettings {
+            participants: std::mem::take(&mut self.registered),
+            limits: Limits::default(),
+            policy: Policy {
+                retention,
+                ..Policy::default()
+            },
+            server: crate::server::ServerLimits::default(),
+            participant_transport: self.transport.participant_transport(),
+            access: app::CoordinatorAccess {
+                auth: self.transport.credentials.servers.clone(),
+                participant_key: self.transport.credentials.coordinator_key.clone(),
+                tokens: None,
+            },
+        };
+        let (store, shutdown) = (PgStore::from_pool(cpool), self.stopped());
+        self.tasks.spawn(async move {
+            app::serve_coordinator(settings, store, listener, shutdown)
+                .await
+                .map_err(|e| format!("coordinator: {e}"))
+        });
+        Ok(coordinator_url)
     }
 }

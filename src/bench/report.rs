@@ -146,6 +146,19 @@ pub(super) fn print_table(rows: &[Row], transport: &Transport) {
         "x ceiling",
         "commits/op"
     );
+    print_rows(rows);
+    print_notes(rows);
+    println!(
+        "  rate/s: completed Reserve+Confirm per second (flash: Reserve answers per second); \
+         x ceiling: rate / commit rate of the ceiling row at the same concurrency, one row per \
+         connection (latency: ceiling-1); commits/op: pg_stat_database.xact_commit delta, less the bench's own \
+         provisioning transactions, / operations (includes the coordinator's background sweeps \
+         and stock-redis's reconciler reads)"
+    );
+}
+
+/// One line per scenario of [`print_table`]: its counts, rate, latency and ratios.
+fn print_rows(rows: &[Row]) {
     for r in rows {
         if let Some(f) = &r.failure {
             println!("{:<18} FAILED: {f}", r.name);
@@ -171,6 +184,11 @@ pub(super) fn print_table(rows: &[Row], transport: &Transport) {
             c
         );
     }
+}
+
+/// The lines below [`print_table`]'s rows: each scenario's errors, notes, flash outcome and
+/// one-row baseline ratio.
+fn print_notes(rows: &[Row]) {
     for r in rows {
         let Some(m) = &r.measured else { continue };
         for (kind, n) in &m.recorder.errors {
@@ -200,13 +218,6 @@ pub(super) fn print_table(rows: &[Row], transport: &Transport) {
             );
         }
     }
-    println!(
-        "  rate/s: completed Reserve+Confirm per second (flash: Reserve answers per second); \
-         x ceiling: rate / commit rate of the ceiling row at the same concurrency, one row per \
-         connection (latency: ceiling-1); commits/op: pg_stat_database.xact_commit delta, less the bench's own \
-         provisioning transactions, / operations (includes the coordinator's background sweeps \
-         and stock-redis's reconciler reads)"
-    );
 }
 
 pub(super) fn to_json(args: &BenchArgs, transport: &Transport, rows: &[Row]) -> serde_json::Value {

@@ -38,7 +38,7 @@ impl Recorder {
     }
 
     /// Adds another worker's observations.
-    pub fn merge(&mut self, other: Recorder) {
+    pub(crate) fn merge(&mut self, other: Recorder) {
         self.ok_micros.extend(other.ok_micros);
         self.rejected_micros.extend(other.rejected_micros);
         for (k, n) in other.errors {
@@ -57,7 +57,7 @@ impl Recorder {
     }
 
     /// Failed operations.
-    pub fn error_count(&self) -> u64 {
+    pub(crate) fn error_count(&self) -> u64 {
         self.errors.values().sum()
     }
 }
@@ -69,7 +69,7 @@ pub fn micros(took: Duration) -> u64 {
 
 /// Latency percentiles in milliseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Percentiles {
+pub(crate) struct Percentiles {
     pub p50: f64,
     pub p90: f64,
     pub p99: f64,
@@ -77,7 +77,7 @@ pub struct Percentiles {
 }
 
 /// Nearest-rank percentile `p` (0..=100) of sorted samples; 0 when there are none.
-pub fn percentile(sorted: &[u64], p: f64) -> u64 {
+pub(crate) fn percentile(sorted: &[u64], p: f64) -> u64 {
     if sorted.is_empty() {
         return 0;
     }
@@ -86,7 +86,7 @@ pub fn percentile(sorted: &[u64], p: f64) -> u64 {
 }
 
 /// p50/p90/p99/max of microsecond samples, in milliseconds.
-pub fn percentiles(samples: &[u64]) -> Percentiles {
+pub(crate) fn percentiles(samples: &[u64]) -> Percentiles {
     let mut sorted = samples.to_vec();
     sorted.sort_unstable();
     let ms = |us: u64| us as f64 / 1000.0;

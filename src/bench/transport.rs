@@ -40,7 +40,7 @@ impl Transport {
     /// and `https://` ones are verified against `--tls-ca` (else the system roots). Loads the
     /// files (re-read when they change, like every holdfast server's), so call it inside the
     /// Tokio runtime. In-process, one TLS handshake on loopback checks the certificate first.
-    pub async fn from_args(args: &BenchArgs) -> Result<Transport, String> {
+    pub(crate) async fn from_args(args: &BenchArgs) -> Result<Transport, String> {
         let credentials = Credentials::from_args(args)?;
         let transport = match &args.target {
             None => Transport::in_process(args).await,
@@ -136,12 +136,12 @@ impl Transport {
     }
 
     /// Whether the coordinator is reached over TLS (in-process: every hop is).
-    pub fn is_tls(&self) -> bool {
+    pub(crate) fn is_tls(&self) -> bool {
         self.tls
     }
 
     /// Whether client certificates are presented (and, in-process, required).
-    pub fn client_auth(&self) -> bool {
+    pub(crate) fn client_auth(&self) -> bool {
         self.client_auth
     }
 
@@ -151,7 +151,7 @@ impl Transport {
     }
 
     /// The authentication line of the summary, for runs with keys only.
-    pub fn describe_auth(&self) -> Option<String> {
+    pub(crate) fn describe_auth(&self) -> Option<String> {
         self.auth()
             .then(|| "authentication on (API keys on every call)".to_owned())
     }
@@ -234,7 +234,11 @@ impl Transport {
 
     /// `n` lazily connected channels straight to a participant at `url`, presenting what the
     /// coordinator presents.
-    pub fn participant_channels(&self, url: &str, n: usize) -> Result<Vec<BenchChannel>, String> {
+    pub(crate) fn participant_channels(
+        &self,
+        url: &str,
+        n: usize,
+    ) -> Result<Vec<BenchChannel>, String> {
         (0..n.max(1))
             .map(|_| {
                 Ok(BenchChannel::new(

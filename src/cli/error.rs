@@ -64,7 +64,7 @@ impl CliError {
     }
 
     /// The error as JSON, for `--json`: the SPEC's `{"code","reason","message","metadata"}`.
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         match self {
             CliError::Refused(status) => crate::json::error(status),
             CliError::Usage(message) => serde_json::json!({

@@ -16,7 +16,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use chrono::{DateTime, Utc};
-pub use error::CliError;
+pub(crate) use error::CliError;
 pub use target::Target;
 
 use crate::proto::{self, reservation::State};

@@ -193,7 +193,7 @@ pub fn audit(entries: &[proto::AuditEntry]) -> String {
 }
 
 /// The one-line status `watch` redraws.
-pub fn watch_line(r: &proto::Reservation, now: DateTime<Utc>) -> String {
+pub(crate) fn watch_line(r: &proto::Reservation, now: DateTime<Utc>) -> String {
     format!(
         "{}  {}  expires in {}  branches {}",
         r.id,
@@ -218,7 +218,7 @@ fn age(r: &proto::Reservation, now: DateTime<Utc>) -> String {
 }
 
 /// Time left for a reservation that can still lapse; `-` once its outcome is decided.
-pub fn expires_in(r: &proto::Reservation, now: DateTime<Utc>) -> String {
+pub(crate) fn expires_in(r: &proto::Reservation, now: DateTime<Utc>) -> String {
     if !matches!(r.state(), State::Trying | State::Held) {
         return "-".to_owned();
     }

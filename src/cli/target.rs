@@ -14,10 +14,10 @@ use crate::proto::coordinator_client::CoordinatorClient;
 use crate::tls::{ClientTlsFiles, endpoint_url, lazy_client_channel};
 
 /// The default coordinator: the all-in-one's.
-pub const DEFAULT_COORDINATOR: &str = "http://127.0.0.1:50051";
+pub(crate) const DEFAULT_COORDINATOR: &str = "http://127.0.0.1:50051";
 
 /// A channel whose every call carries the CLI's API key, if any.
-pub type CliChannel = InterceptedService<Channel, Bearer>;
+pub(crate) type CliChannel = InterceptedService<Channel, Bearer>;
 
 /// The flags every CLI command takes.
 #[derive(clap::Args, Clone, Debug)]
@@ -52,7 +52,7 @@ impl Target {
     }
 
     /// The same for streams, which last as long as they must.
-    pub fn stream_channel(&self) -> Result<CliChannel, CliError> {
+    pub(crate) fn stream_channel(&self) -> Result<CliChannel, CliError> {
         self.channel_with(None)
     }
 

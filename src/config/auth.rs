@@ -101,7 +101,7 @@ impl CoordinatorSecretArgs {
     /// database (created on first start, owner-only); else, with `--ephemeral-token-secret`, a
     /// key of this process only (a repeat Reserve after a restart, or at another replica, then
     /// answers without its token); else refused, naming both flags.
-    pub fn token_keys(&self, sqlite_dir: Option<&Path>) -> Result<TokenKeys, String> {
+    pub(crate) fn token_keys(&self, sqlite_dir: Option<&Path>) -> Result<TokenKeys, String> {
         if let Some(path) = &self.token_secret_file {
             return read_token_keys("--token-secret-file", path);
         }

@@ -41,7 +41,7 @@ pub struct HttpArgs {
 
 impl HttpArgs {
     /// The callers allowed beyond the listener's own origin, checked.
-    pub fn allowed_callers(&self) -> Result<crate::http::AllowedCallers, String> {
+    pub(crate) fn allowed_callers(&self) -> Result<crate::http::AllowedCallers, String> {
         crate::http::AllowedCallers::parse(&self.http_allowed_hosts, &self.http_allowed_origins)
     }
 

@@ -25,7 +25,7 @@ impl CoordinatorArgs {
     }
 
     /// The server's overload limits.
-    pub fn server_limits(&self) -> crate::server::ServerLimits {
+    pub(crate) fn server_limits(&self) -> crate::server::ServerLimits {
         crate::server::ServerLimits {
             max_concurrent_requests: self.max_concurrent_requests,
             request_timeout: self.request_timeout,

@@ -11,7 +11,7 @@ use super::{parse_duration, parse_optional_addr};
 /// lives at most the server's request cap (30 s) after it arrives, and a connection that stops
 /// answering is dropped by HTTP/2 keepalive within 40 s, so ten minutes leaves a wide margin
 /// (ARCHITECTURE.md, invariants).
-pub const MIN_PARTICIPANT_RETENTION: Duration = Duration::from_secs(600);
+pub(crate) const MIN_PARTICIPANT_RETENTION: Duration = Duration::from_secs(600);
 
 /// `--retention`.
 #[derive(clap::Args, Clone, Debug)]
@@ -29,7 +29,7 @@ pub struct RetentionArgs {
 pub struct Retention(pub Option<Duration>);
 
 /// Parses `off` or a duration with unit d, h, m, s or ms (`30d`).
-pub fn parse_retention(s: &str) -> Result<Retention, String> {
+pub(crate) fn parse_retention(s: &str) -> Result<Retention, String> {
     let s = s.trim();
     if s.eq_ignore_ascii_case("off") {
         return Ok(Retention(None));
@@ -57,7 +57,7 @@ impl RetentionArgs {
 
     /// The retention of a role that runs participants (a participant, the all-in-one):
     /// at least [`MIN_PARTICIPANT_RETENTION`].
-    pub fn participant_keep(&self) -> Result<Option<Duration>, String> {
+    pub(crate) fn participant_keep(&self) -> Result<Option<Duration>, String> {
         match self.retention.0 {
             Some(keep) if keep < MIN_PARTICIPANT_RETENTION => Err(format!(
                 "--retention must be at least {}m where participants run (a late Try must still \

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 /// `url` with every password replaced by `***`: the user part's (`user:pw@`) and the query's
 /// `password=` and `sslpassword=` parameters (libpq reads both from the query).
-pub fn mask_password(url: &str) -> String {
+pub(crate) fn mask_password(url: &str) -> String {
     let (before_fragment, fragment) = match url.find('#') {
         Some(at) => url.split_at(at),
         None => (url, ""),
@@ -58,7 +58,7 @@ fn mask_query_passwords(query: &str) -> String {
 }
 
 /// Parses durations such as `250ms`, `5s`, `10m`, `1h`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s
         .find(|c: char| !c.is_ascii_digit())
@@ -85,7 +85,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 /// Parses a listen address, or `off`.
-pub fn parse_optional_addr(s: &str) -> Result<Option<SocketAddr>, String> {
+pub(crate) fn parse_optional_addr(s: &str) -> Result<Option<SocketAddr>, String> {
     if s.eq_ignore_ascii_case("off") {
         return Ok(None);
     }

@@ -97,7 +97,7 @@ impl ParticipantTlsArgs {
     }
 
     /// Whether any TLS client setting was given.
-    pub fn any_given(&self) -> bool {
+    pub(crate) fn any_given(&self) -> bool {
         self.participant_ca.is_some()
             || self.participant_client_cert.is_some()
             || self.participant_client_key.is_some()

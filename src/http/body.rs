@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use super::error::{invalid, too_large};
 
 /// Largest request body accepted: the gRPC API's request size limit (SPEC 3.2).
-pub const MAX_BODY: usize = 1024 * 1024;
+pub(crate) const MAX_BODY: usize = 1024 * 1024;
 
 /// The JSON body of a request as `T`; an empty body is `{}` (every field absent, so the gRPC
 /// service names what is missing).
@@ -84,7 +84,10 @@ pub fn one<'a>(params: &'a HashMap<String, Vec<String>>, name: &str) -> Option<&
 }
 
 /// An int32 query parameter (`page_size`), 0 when absent.
-pub fn int32(params: &HashMap<String, Vec<String>>, name: &str) -> Result<i32, tonic::Status> {
+pub(crate) fn int32(
+    params: &HashMap<String, Vec<String>>,
+    name: &str,
+) -> Result<i32, tonic::Status> {
     match one(params, name) {
         None | Some("") => Ok(0),
         Some(v) => v

@@ -18,7 +18,7 @@ use crate::auth::VerifiedClientCertificates;
 /// client certificate chain its handshake verified), and its handle for counting its open
 /// requests (`crate::conn`).
 #[derive(Clone, Debug, Default)]
-pub struct HttpPeer {
+pub(crate) struct HttpPeer {
     pub certificates: Option<VerifiedClientCertificates>,
     pub connection: Option<TcpConnectInfo>,
     pub active: Option<crate::conn::Active>,
@@ -26,7 +26,7 @@ pub struct HttpPeer {
 
 /// A caller's credentials, taken from each JSON API request, and the connection it came on.
 #[derive(Clone, Debug)]
-pub struct Credentials {
+pub(crate) struct Credentials {
     authorization: Option<HeaderValue>,
     certificates: Option<VerifiedClientCertificates>,
     connection: Option<TcpConnectInfo>,

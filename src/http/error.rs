@@ -15,11 +15,11 @@ use tonic_types::StatusExt;
 
 /// The ErrorInfo reason of a body over the size limit (answered 413, not 429: the request,
 /// not the server, is too big).
-pub const BODY_TOO_LARGE: &str = "BODY_TOO_LARGE";
+pub(crate) const BODY_TOO_LARGE: &str = "BODY_TOO_LARGE";
 
 /// An error answer: a status, rendered by [`respond`].
 #[derive(Debug)]
-pub struct ApiError(pub tonic::Status);
+pub(crate) struct ApiError(pub tonic::Status);
 
 impl From<tonic::Status> for ApiError {
     fn from(status: tonic::Status) -> ApiError {
@@ -34,7 +34,7 @@ impl IntoResponse for ApiError {
 }
 
 /// The HTTP status of a gRPC code (the standard mapping), and of [`BODY_TOO_LARGE`].
-pub fn http_status(code: Code, reason: Option<&str>) -> StatusCode {
+pub(crate) fn http_status(code: Code, reason: Option<&str>) -> StatusCode {
     if reason == Some(BODY_TOO_LARGE) {
         return StatusCode::PAYLOAD_TOO_LARGE;
     }
@@ -59,7 +59,7 @@ pub fn http_status(code: Code, reason: Option<&str>) -> StatusCode {
 
 /// The HTTP answer of `status`: [`crate::json::error`] with its [`http_status`] (and `WWW-Authenticate:
 /// Bearer` on 401).
-pub fn respond(status: &tonic::Status) -> Response {
+pub(crate) fn respond(status: &tonic::Status) -> Response {
     let body = crate::json::error(status);
     let code = http_status(status.code(), body["reason"].as_str());
     let mut response = (
@@ -103,7 +103,7 @@ pub fn invalid(field: &str, problem: impl std::fmt::Display) -> tonic::Status {
 }
 
 /// A body over the size limit.
-pub fn too_large(limit: usize) -> tonic::Status {
+pub(crate) fn too_large(limit: usize) -> tonic::Status {
     let details = tonic_types::ErrorDetails::with_error_info(
         BODY_TOO_LARGE,
         "tcc.v1",

@@ -39,7 +39,7 @@ use crate::server::InProcess;
 use crate::tls::{Listener, ServerTls};
 
 use credentials::{Credentials, HttpPeer};
-pub use error::{ApiError, http_status};
+pub(crate) use error::ApiError;
 pub use guard::AllowedCallers;
 
 /// The HTTP listener's socket (plaintext or TLS) and the callers it allows beyond its own
@@ -66,7 +66,7 @@ impl From<tokio::net::TcpListener> for HttpListener {
 }
 
 /// A check run on request (readiness, participants' health), supplied by the wiring.
-pub type Probe<T> = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = T> + Send>> + Send + Sync>;
+pub(crate) type Probe<T> = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = T> + Send>> + Send + Sync>;
 
 /// What the HTTP side serves from: the in-process gRPC path and the checks only the wiring
 /// can make.

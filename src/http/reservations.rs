@@ -38,7 +38,7 @@ pub fn ok(value: serde_json::Value) -> Response {
 }
 
 /// `{id}` or `{id}:{verb}`.
-pub fn split_target(target: &str) -> (&str, Option<&str>) {
+pub(crate) fn split_target(target: &str) -> (&str, Option<&str>) {
     match target.split_once(':') {
         Some((id, verb)) => (id, Some(verb)),
         None => (target, None),
@@ -240,7 +240,7 @@ async fn act(
 }
 
 /// A path that names no action.
-pub fn unknown_verb(target: &str, method: &str, verbs: &[&str]) -> ApiError {
+pub(crate) fn unknown_verb(target: &str, method: &str, verbs: &[&str]) -> ApiError {
     ApiError(tonic::Status::not_found(format!(
         "no {method} action {target:?}: use {{id}}:{}",
         verbs.join(", {id}:")

@@ -152,7 +152,7 @@ impl Report {
     }
 
     /// The report as one JSON object.
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         json!({
             "participant": self.participant,
             "resource": self.resource,

@@ -116,7 +116,7 @@ async fn dispatch(name: &str, c: &mut Ctx<'_>) -> Step {
 }
 
 /// Runs every case against `subject`, in order.
-pub async fn run_all(subject: &Subject) -> Report {
+pub(crate) async fn run_all(subject: &Subject) -> Report {
     let mut rows = Vec::new();
     for case in CASES {
         rows.push(run_case(subject, case).await);

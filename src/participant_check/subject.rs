@@ -169,7 +169,7 @@ impl Subject {
 
     /// The resource case number `n` (from 1) runs on: a fresh one of `--capacity` when the
     /// participant creates resources, else `--resource`.
-    pub async fn resource_for_case(&self) -> Result<(String, usize), Status> {
+    pub(crate) async fn resource_for_case(&self) -> Result<(String, usize), Status> {
         let n = self.cases_started.fetch_add(1, Ordering::Relaxed) + 1;
         match self.args.capacity {
             Some(capacity) if self.creates_resources => {
@@ -268,7 +268,7 @@ impl Subject {
 }
 
 /// Whether a status is the transport's (no answer) rather than the participant's.
-pub fn is_transport(s: &Status) -> bool {
+pub(crate) fn is_transport(s: &Status) -> bool {
     // A per-call timeout of the channel comes back as CANCELLED.
     matches!(
         s.code(),
@@ -277,7 +277,7 @@ pub fn is_transport(s: &Status) -> bool {
 }
 
 /// `CODE: message`, for the report.
-pub fn describe_status(s: &Status) -> String {
+pub(crate) fn describe_status(s: &Status) -> String {
     let message = s.message();
     let code = code_name(s.code());
     if message.is_empty() {
@@ -288,7 +288,7 @@ pub fn describe_status(s: &Status) -> String {
 }
 
 /// A status code as the SPEC names it: `INVALID_ARGUMENT`.
-pub fn code_name(code: Code) -> String {
+pub(crate) fn code_name(code: Code) -> String {
     screaming(&format!("{code:?}"))
 }
 
@@ -318,7 +318,7 @@ pub fn from_now(d: chrono::Duration) -> prost_types::Timestamp {
 }
 
 /// How long a case may take in all: several calls' deadlines, never unbounded.
-pub fn case_deadline(call: Duration) -> Duration {
+pub(crate) fn case_deadline(call: Duration) -> Duration {
     (call * 8).max(Duration::from_secs(60))
 }
 

@@ -13,7 +13,7 @@ use crate::auth::Bearer;
 use crate::tls::{ClientTlsFiles, endpoint_url, lazy_client_channel};
 
 /// A channel whose every call carries the `--api-key`, if any.
-pub type CheckChannel = InterceptedService<Channel, Bearer>;
+pub(crate) type CheckChannel = InterceptedService<Channel, Bearer>;
 
 /// Where the participant is and how to talk to it.
 #[derive(clap::Args, Clone, Debug)]

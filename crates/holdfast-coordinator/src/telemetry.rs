@@ -81,22 +81,22 @@ pub use holdfast_serve::propagation;
 pub mod ops;
 
 pub mod names {
-    pub const RESERVATIONS: &str = "holdfast_reservations_total";
-    pub const HOLD_TO_CONFIRM: &str = "holdfast_hold_to_confirm_ratio";
-    pub const EXPIRED_HOLDS: &str = "holdfast_expired_holds_total";
-    pub const REFUNDS: &str = "holdfast_refunds_total";
-    pub const BRANCH_CALL_SECONDS: &str = "holdfast_branch_call_seconds";
-    pub const RECOVERY_BACKLOG: &str = "holdfast_recovery_backlog";
-    pub const UNREGISTERED_BACKLOG: &str = "holdfast_unregistered_participant_backlog";
-    pub const RPC_REQUESTS: &str = "holdfast_rpc_requests_total";
-    pub const RPC_SECONDS: &str = "holdfast_rpc_seconds";
-    pub const FAILED: &str = "holdfast_failed_reservations_total";
+    pub(crate) const RESERVATIONS: &str = "holdfast_reservations_total";
+    pub(crate) const HOLD_TO_CONFIRM: &str = "holdfast_hold_to_confirm_ratio";
+    pub(crate) const EXPIRED_HOLDS: &str = "holdfast_expired_holds_total";
+    pub(crate) const REFUNDS: &str = "holdfast_refunds_total";
+    pub(crate) const BRANCH_CALL_SECONDS: &str = "holdfast_branch_call_seconds";
+    pub(crate) const RECOVERY_BACKLOG: &str = "holdfast_recovery_backlog";
+    pub(crate) const UNREGISTERED_BACKLOG: &str = "holdfast_unregistered_participant_backlog";
+    pub(crate) const RPC_REQUESTS: &str = "holdfast_rpc_requests_total";
+    pub(crate) const RPC_SECONDS: &str = "holdfast_rpc_seconds";
+    pub(crate) const FAILED: &str = "holdfast_failed_reservations_total";
     pub const AUTH_FAILURES: &str = holdfast_serve::auth::AUTH_FAILURES;
     pub const TLS_RELOAD_FAILURES: &str = holdfast_serve::tls::TLS_RELOAD_FAILURES;
-    pub const WATCH_POLLS: &str = "holdfast_watch_polls_total";
-    pub const WATCHED: &str = "holdfast_watched_reservations";
-    pub const ADMIN_ACTIONS: &str = "holdfast_admin_actions_total";
-    pub const SOLD_OUT_REFUSALS: &str = "holdfast_sold_out_refusals_total";
+    pub(crate) const WATCH_POLLS: &str = "holdfast_watch_polls_total";
+    pub(crate) const WATCHED: &str = "holdfast_watched_reservations";
+    pub(crate) const ADMIN_ACTIONS: &str = "holdfast_admin_actions_total";
+    pub(crate) const SOLD_OUT_REFUSALS: &str = "holdfast_sold_out_refusals_total";
 }
 
 /// The process's metrics recorder, installed on first use.
@@ -124,13 +124,13 @@ static HELD: AtomicU64 = AtomicU64::new(0);
 static CONFIRMED: AtomicU64 = AtomicU64::new(0);
 
 /// A Reserve refused by the sold-out fast path, recording nothing.
-pub fn sold_out_refused(participant: &str) {
+pub(crate) fn sold_out_refused(participant: &str) {
     metrics::counter!(names::SOLD_OUT_REFUSALS, "participant" => participant.to_owned())
         .increment(1);
 }
 
 /// A reservation entered `state` (counted once per transition, by the instance that made it).
-pub fn reservation_entered(state: crate::domain::State) {
+pub(crate) fn reservation_entered(state: crate::domain::State) {
     use crate::domain::State;
     metrics::counter!(names::RESERVATIONS, "state" => state.as_str()).increment(1);
     match state {
@@ -151,12 +151,12 @@ pub fn reservation_entered(state: crate::domain::State) {
 }
 
 /// A hold lapsed and its release was decided (once per reservation).
-pub fn hold_expired() {
+pub(crate) fn hold_expired() {
     metrics::counter!(names::EXPIRED_HOLDS).increment(1);
 }
 
 /// An operator's action (`tcc.v1.Admin`) was taken and audited.
-pub fn admin_action(action: &'static str) {
+pub(crate) fn admin_action(action: &'static str) {
     metrics::counter!(names::ADMIN_ACTIONS, "action" => action).increment(1);
 }
 
@@ -166,7 +166,7 @@ pub fn refund(state: crate::domain::RefundState) {
 }
 
 /// One participant call took `elapsed`.
-pub fn branch_call(participant: &str, phase: &'static str, elapsed: Duration) {
+pub(crate) fn branch_call(participant: &str, phase: &'static str, elapsed: Duration) {
     metrics::histogram!(names::BRANCH_CALL_SECONDS, "participant" => participant.to_owned(), "phase" => phase)
         .record(elapsed.as_secs_f64());
 }
@@ -180,19 +180,19 @@ pub fn rpc(method: &'static str, code: tonic::Code, elapsed: Duration) {
 
 /// The shared poller of WatchReservation read the versions of `watched` reservations (one
 /// statement for all of them).
-pub fn watch_poll(watched: usize) {
+pub(crate) fn watch_poll(watched: usize) {
     metrics::counter!(names::WATCH_POLLS).increment(1);
     metrics::gauge!(names::WATCHED).set(watched as f64);
 }
 
 /// Reservations waiting to be driven to their outcome.
-pub fn recovery_backlog(n: i64) {
+pub(crate) fn recovery_backlog(n: i64) {
     metrics::gauge!(names::RECOVERY_BACKLOG).set(n as f64);
 }
 
 /// How many unfinished reservations wait on `participant`, which is not registered (counted
 /// at start).
-pub fn unregistered_backlog(participant: &str, n: i64) {
+pub(crate) fn unregistered_backlog(participant: &str, n: i64) {
     metrics::gauge!(names::UNREGISTERED_BACKLOG, "participant" => participant.to_owned())
         .set(n as f64);
 }

@@ -17,7 +17,7 @@ pub fn enable() {
 }
 
 /// Whether [`enable`] was called: traces are exported.
-pub fn enabled() -> bool {
+pub(crate) fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
@@ -48,7 +48,7 @@ impl Injector for Metadata<'_> {
 
 /// The span of one served RPC, a child of the caller's trace when it sent one. Its
 /// `trace_id` field puts the trace id on every log line inside it.
-pub fn server_span(request: &http::Request<()>) -> tracing::Span {
+pub(crate) fn server_span(request: &http::Request<()>) -> tracing::Span {
     let path = request.uri().path();
     let span = tracing::info_span!(
         "rpc",

@@ -21,7 +21,7 @@ use arc_swap::ArcSwap;
 /// How often watched files are checked for changes. Renewals happen days before expiry and a
 /// revoked key should stop working promptly, so a few seconds; each check reads a few small
 /// files.
-pub const CHECK_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(5);
 
 /// A watched file that cannot be used, naming the setting and the path.
 #[derive(Debug, thiserror::Error)]
@@ -125,7 +125,7 @@ impl<T: Send + Sync + 'static> Watched<T> {
 
     /// [`Watched::load`], incrementing the counter `refusals_counter` (a metric name) for
     /// each change refused.
-    pub fn load_counting<E>(
+    pub(crate) fn load_counting<E>(
         what: &'static str,
         refusals_counter: Option<&'static str>,
         sources: Vec<Source>,

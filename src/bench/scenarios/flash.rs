@@ -10,10 +10,13 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 
 use super::{Ctx, Measured, Progress, describe, hold, is_capacity_refusal, put};
+use crate::bench::credentials::BenchChannel;
 use crate::bench::stats::{Outcome, Percentiles, Recorder, micros, percentiles};
+use crate::participants::Kind;
 use crate::proto::coordinator_client::CoordinatorClient;
+use crate::proto::resource_admin_client::ResourceAdminClient;
 use crate::proto::{
-    CancelRequest, ConfirmRequest, GetResourceRequest, ReserveRequest, ResourceSpec,
+    CancelRequest, ConfirmRequest, GetResourceRequest, ReserveRequest, ResourceSpec, ResourceStatus,
 };
 
 /// `clients` clients, at most `concurrency` at once, each a distinct holder doing Reserve of
@@ -24,24 +27,15 @@ use crate::proto::{
 #[allow(clippy::too_many_arguments)]
 pub async fn flash(
     ctx: Arc<Ctx>,
-    kind: crate::participants::Kind,
+    kind: Kind,
     clients: usize,
     concurrency: usize,
     units: i64,
     churn: bool,
     progress: Arc<Progress>,
 ) -> Result<Measured, String> {
-    use crate::participants::Kind;
     let item = format!("{}-flash", ctx.run_id);
-    let (stock_name, stock_admin) = match kind {
-        Kind::Stock => ctx.endpoints.stock.clone(),
-        Kind::StockRedis => ctx
-            .endpoints
-            .stock_redis
-            .clone()
-            .ok_or("no stock-redis participant in this deployment")?,
-        other => return Err(format!("flash runs on stock or stock-redis, not {other:?}")),
-    };
+    let (stock_name, stock_admin) = sale_participant(&ctx, kind)?;
     let mut stock = ctx.transport.admin_client(&stock_admin)?;
     put(
         &mut stock,
@@ -55,68 +49,16 @@ pub async fn flash(
     let channels = ctx
         .transport
         .channels(&ctx.endpoints.coordinator, concurrency.min(32))?;
-    let confirmed = crate::proto::reservation::State::Confirmed as i32;
-    let cancelled = crate::proto::reservation::State::Cancelled as i32;
     let start = Instant::now();
     let results: Vec<(usize, Outcome, Duration, bool)> = futures_util::stream::iter(0..clients)
         .map(|i| {
-            let mut client = CoordinatorClient::new(channels[i % channels.len()].clone());
+            let client = CoordinatorClient::new(channels[i % channels.len()].clone());
             let holder = format!("{}-flash-{i}", ctx.run_id);
             let holds = vec![hold(&stock_name, &item)];
             let progress = progress.clone();
             async move {
-                let t = Instant::now();
-                let reserved = client
-                    .reserve(ReserveRequest {
-                        request_id: "bench".into(),
-                        holder,
-                        ttl: None,
-                        holds,
-                        labels: Default::default(),
-                    })
-                    .await;
-                let took = t.elapsed();
                 let gives_back = churn && i % 2 == 0;
-                let outcome = match reserved {
-                    Err(s) if is_capacity_refusal(&s) => Outcome::Rejected,
-                    Err(s) => Outcome::Error(describe("Reserve", &s)),
-                    Ok(r) if gives_back => {
-                        let r = r.into_inner();
-                        match client
-                            .cancel(CancelRequest {
-                                reservation_id: r.id,
-                                hold_token: r.hold_token,
-                                reason: "bench: flash-churn gives the unit back".into(),
-                            })
-                            .await
-                        {
-                            Ok(c) if c.get_ref().state == cancelled => Outcome::Ok,
-                            Ok(c) => Outcome::Error(format!(
-                                "Cancel: answered state {} (not CANCELLED)",
-                                c.get_ref().state
-                            )),
-                            Err(s) => Outcome::Error(describe("Cancel", &s)),
-                        }
-                    }
-                    Ok(r) => {
-                        let r = r.into_inner();
-                        match client
-                            .confirm(ConfirmRequest {
-                                reservation_id: r.id,
-                                hold_token: r.hold_token,
-                                payment: None,
-                            })
-                            .await
-                        {
-                            Ok(c) if c.get_ref().state == confirmed => Outcome::Ok,
-                            Ok(c) => Outcome::Error(format!(
-                                "Confirm: answered state {} (not CONFIRMED)",
-                                c.get_ref().state
-                            )),
-                            Err(s) => Outcome::Error(describe("Confirm", &s)),
-                        }
-                    }
-                };
+                let (outcome, took) = buy(client, holder, holds, gives_back).await;
                 progress.count(&outcome);
                 let bought = outcome == Outcome::Ok && !gives_back;
                 (i, outcome, took, bought)
@@ -126,6 +68,59 @@ pub async fn flash(
         .collect()
         .await;
     let elapsed = start.elapsed();
+    let (recorder, bought, wave) = tally(results, concurrency, clients);
+    let (counts, reads) = settled_counts(&mut stock, &item).await?;
+    let mut notes = vec![wave.describe()];
+    notes.extend(sale_notes(&counts, units, bought));
+    Ok(Measured {
+        extra: serde_json::json!({
+            "participant": stock_name,
+            "item": item,
+            "units": units,
+            "clients": clients,
+            "concurrency": concurrency,
+            "winners": recorder.ok(),
+            "bought": bought,
+            "left_held": counts.held,
+            "losers": recorder.rejected(),
+            "participant_counts": {
+                "capacity": counts.capacity,
+                "available": counts.available,
+                "held": counts.held,
+                "confirmed": counts.confirmed,
+            },
+            "oversell": (counts.confirmed + counts.held - units).max(0),
+            "opening_wave": wave.json(),
+        }),
+        recorder,
+        elapsed,
+        notes,
+        // The PutResources of the item and, on `stock`, each GetResource (an autocommit
+        // read; stock-redis reads its counts from Redis).
+        setup_xacts: if kind == Kind::Stock { 1 + reads } else { 1 },
+    })
+}
+
+/// The stock participant `kind` of the deployment: its registered name and ResourceAdmin URL.
+fn sale_participant(ctx: &Ctx, kind: Kind) -> Result<(String, String), String> {
+    Ok(match kind {
+        Kind::Stock => ctx.endpoints.stock.clone(),
+        Kind::StockRedis => ctx
+            .endpoints
+            .stock_redis
+            .clone()
+            .ok_or("no stock-redis participant in this deployment")?,
+        other => return Err(format!("flash runs on stock or stock-redis, not {other:?}")),
+    })
+}
+
+/// The sale's clients' answers as recorded (Reserve latency, an error's aside), how many
+/// bought a unit, and the opening wave.
+fn tally(
+    results: Vec<(usize, Outcome, Duration, bool)>,
+    concurrency: usize,
+    clients: usize,
+) -> (Recorder, i64, OpeningWave) {
     let mut recorder = Recorder::default();
     let mut bought = 0i64;
     let mut by_start = Vec::with_capacity(results.len());
@@ -138,27 +133,102 @@ pub async fn flash(
         recorder.record(outcome, took);
     }
     let wave = OpeningWave::of(&by_start, concurrency, clients);
+    (recorder, bought, wave)
+}
+
+/// One client's turn at the sale: Reserve, then Confirm if it won (or Cancel, when it
+/// `gives_back`); the outcome and the Reserve's latency.
+async fn buy(
+    mut client: CoordinatorClient<BenchChannel>,
+    holder: String,
+    holds: Vec<crate::proto::Hold>,
+    gives_back: bool,
+) -> (Outcome, Duration) {
+    let confirmed = crate::proto::reservation::State::Confirmed as i32;
+    let cancelled = crate::proto::reservation::State::Cancelled as i32;
+    let t = Instant::now();
+    let reserved = client
+        .reserve(ReserveRequest {
+            request_id: "bench".into(),
+            holder,
+            ttl: None,
+            holds,
+            labels: Default::default(),
+        })
+        .await;
+    let took = t.elapsed();
+    let outcome = match reserved {
+        Err(s) if is_capacity_refusal(&s) => Outcome::Rejected,
+        Err(s) => Outcome::Error(describe("Reserve", &s)),
+        Ok(r) if gives_back => {
+            let r = r.into_inner();
+            match client
+                .cancel(CancelRequest {
+                    reservation_id: r.id,
+                    hold_token: r.hold_token,
+                    reason: "bench: flash-churn gives the unit back".into(),
+                })
+                .await
+            {
+                Ok(c) if c.get_ref().state == cancelled => Outcome::Ok,
+                Ok(c) => Outcome::Error(format!(
+                    "Cancel: answered state {} (not CANCELLED)",
+                    c.get_ref().state
+                )),
+                Err(s) => Outcome::Error(describe("Cancel", &s)),
+            }
+        }
+        Ok(r) => {
+            let r = r.into_inner();
+            match client
+                .confirm(ConfirmRequest {
+                    reservation_id: r.id,
+                    hold_token: r.hold_token,
+                    payment: None,
+                })
+                .await
+            {
+                Ok(c) if c.get_ref().state == confirmed => Outcome::Ok,
+                Ok(c) => Outcome::Error(format!(
+                    "Confirm: answered state {} (not CONFIRMED)",
+                    c.get_ref().state
+                )),
+                Err(s) => Outcome::Error(describe("Confirm", &s)),
+            }
+        }
+    };
+    (outcome, took)
+}
+
+/// The item's counts once nothing is held (or 15 s on), and how many reads that took.
+async fn settled_counts(
+    stock: &mut ResourceAdminClient<BenchChannel>,
+    item: &str,
+) -> Result<(ResourceStatus, i64), String> {
     // A Confirm left CONFIRMING (a participant call timed out) is finished by recovery: give
     // it up to 15 s, so the counts below are final rather than in flight.
     let settle_until = Instant::now() + Duration::from_secs(15);
     let mut reads = 0;
-    let counts = loop {
+    loop {
         reads += 1;
         let counts = stock
             .get_resource(GetResourceRequest {
-                resource: item.clone(),
+                resource: item.to_owned(),
             })
             .await
             .map_err(|s| describe("GetResource", &s))?
             .into_inner();
         if counts.held == 0 || Instant::now() > settle_until {
-            break counts;
+            return Ok((counts, reads));
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
-    };
-    let sold = counts.confirmed + counts.held;
-    let oversell = (sold - units).max(0);
-    let mut notes = vec![wave.describe()];
+    }
+}
+
+/// What the participant's settled counts say is wrong with a sale of `units` units in which
+/// `bought` clients bought one.
+fn sale_notes(counts: &ResourceStatus, units: i64, bought: i64) -> Vec<String> {
+    let mut notes = Vec::new();
     if counts.confirmed != bought {
         notes.push(format!(
             "participant counts {} confirmed but {bought} clients bought",
@@ -167,7 +237,6 @@ pub async fn flash(
     }
     // Conservation: a unit is confirmed, held or available, and after the sale none is held
     // (every loser's Try released, every canceller's unit back).
-    let left_held = counts.held;
     if counts.held != 0 || counts.confirmed + counts.available != units {
         notes.push(format!(
             "conservation broken: {} held, {} confirmed + {} available != {units} units",
@@ -180,33 +249,7 @@ pub async fn flash(
             counts.capacity, counts.available
         ));
     }
-    Ok(Measured {
-        extra: serde_json::json!({
-            "participant": stock_name,
-            "item": item,
-            "units": units,
-            "clients": clients,
-            "concurrency": concurrency,
-            "winners": recorder.ok(),
-            "bought": bought,
-            "left_held": left_held,
-            "losers": recorder.rejected(),
-            "participant_counts": {
-                "capacity": counts.capacity,
-                "available": counts.available,
-                "held": counts.held,
-                "confirmed": counts.confirmed,
-            },
-            "oversell": oversell,
-            "opening_wave": wave.json(),
-        }),
-        recorder,
-        elapsed,
-        notes,
-        // The PutResources of the item and, on `stock`, each GetResource (an autocommit
-        // read; stock-redis reads its counts from Redis).
-        setup_xacts: if kind == Kind::Stock { 1 + reads } else { 1 },
-    })
+    notes
 }
 
 /// Where the sale's latency comes from: the Reserves started in its opening wave (the first

@@ -15,7 +15,7 @@ pub mod retention;
 pub use ceiling::ceiling;
 pub use flash::flash;
 pub use holds::holds;
-pub use reserve_confirm::reserve_confirm_loop;
+pub(crate) use reserve_confirm::reserve_confirm_loop;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,7 +32,7 @@ use crate::proto::{Hold, PutResourcesRequest, ResourceSpec};
 
 /// Which participants the 2 holds of a Reserve+Confirm go to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Workload {
+pub(crate) enum Workload {
     /// One hold on each of two noop participants (or two resources on one, with `--target`
     /// and a single noop name): the coordinator's own cost.
     Noop,
@@ -84,7 +84,7 @@ impl Progress {
 }
 
 /// Prints a progress line on stderr every second until the returned handle is aborted.
-pub fn spawn_progress(
+pub(crate) fn spawn_progress(
     name: String,
     progress: Arc<Progress>,
     planned: Option<Duration>,

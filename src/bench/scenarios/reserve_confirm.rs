@@ -141,7 +141,7 @@ impl Holds {
 
 /// `clients` clients, each doing Reserve+Confirm of 2 holds one after the other (a distinct
 /// holder per reservation, so the per-holder hold limit never applies) for `duration`.
-pub async fn reserve_confirm_loop(
+pub(crate) async fn reserve_confirm_loop(
     ctx: Arc<Ctx>,
     workload: Workload,
     clients: usize,
@@ -161,47 +161,10 @@ pub async fn reserve_confirm_loop(
     }
     let start = Instant::now();
     let deadline = start + duration;
-    let workers = all_holds.into_iter().enumerate().map(|(c, mut holds)| {
-        let mut client = CoordinatorClient::new(channels[c % channels.len()].clone());
-        let (progress, run_id) = (progress.clone(), ctx.run_id.clone());
-        tokio::spawn(async move {
-            let mut rec = Recorder::default();
-            let mut i = 0u64;
-            while Instant::now() < deadline {
-                let outcome = match holds.next().await {
-                    Ok(h) => {
-                        let holder = format!("{run_id}-{}-{c}-{i}", workload.name());
-                        let t = Instant::now();
-                        let outcome = match reserve_confirm(&mut client, holder, h).await {
-                            Outcome::Rejected => {
-                                Outcome::Error("Reserve: INSUFFICIENT_CAPACITY (unexpected)".into())
-                            }
-                            other => other,
-                        };
-                        progress.count(&outcome);
-                        rec.record(outcome.clone(), t.elapsed());
-                        outcome
-                    }
-                    Err(e) => {
-                        let outcome = Outcome::Error(format!("provisioning: {e}"));
-                        progress.count(&outcome);
-                        rec.record(outcome.clone(), Duration::ZERO);
-                        outcome
-                    }
-                };
-                if matches!(outcome, Outcome::Error(_)) {
-                    // Keep reporting, but do not spin on a broken deployment.
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-                i += 1;
-            }
-            let answered = Answered {
-                sku: holds.sku.clone(),
-                ok: rec.ok(),
-                errors: rec.error_count(),
-            };
-            (rec, holds.top_ups, answered)
-        })
+    let workers = all_holds.into_iter().enumerate().map(|(c, holds)| {
+        let client = CoordinatorClient::new(channels[c % channels.len()].clone());
+        let name = format!("{}-{}-{c}", ctx.run_id, workload.name());
+        tokio::spawn(client_loop(client, holds, name, deadline, progress.clone()))
     });
     let handles: Vec<_> = workers.collect();
     let mut recorder = Recorder::default();
@@ -253,6 +216,53 @@ pub async fn reserve_confirm_loop(
             Workload::Real => (3 * clients as u64 + top_ups) as i64,
         },
     })
+}
+
+/// One client: Reserve+Confirm of its next holds until `deadline`, each reservation a
+/// distinct holder `{name}-{i}`; what it recorded, its seat top-ups and what it was answered.
+async fn client_loop(
+    mut client: CoordinatorClient<BenchChannel>,
+    mut holds: Holds,
+    name: String,
+    deadline: Instant,
+    progress: Arc<Progress>,
+) -> (Recorder, u64, Answered) {
+    let mut rec = Recorder::default();
+    let mut i = 0u64;
+    while Instant::now() < deadline {
+        let outcome = match holds.next().await {
+            Ok(h) => {
+                let holder = format!("{name}-{i}");
+                let t = Instant::now();
+                let outcome = match reserve_confirm(&mut client, holder, h).await {
+                    Outcome::Rejected => {
+                        Outcome::Error("Reserve: INSUFFICIENT_CAPACITY (unexpected)".into())
+                    }
+                    other => other,
+                };
+                progress.count(&outcome);
+                rec.record(outcome.clone(), t.elapsed());
+                outcome
+            }
+            Err(e) => {
+                let outcome = Outcome::Error(format!("provisioning: {e}"));
+                progress.count(&outcome);
+                rec.record(outcome.clone(), Duration::ZERO);
+                outcome
+            }
+        };
+        if matches!(outcome, Outcome::Error(_)) {
+            // Keep reporting, but do not spin on a broken deployment.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        i += 1;
+    }
+    let answered = Answered {
+        sku: holds.sku.clone(),
+        ok: rec.ok(),
+        errors: rec.error_count(),
+    };
+    (rec, holds.top_ups, answered)
 }
 
 /// What one client was answered, and the stock item its holds took.

@@ -21,7 +21,7 @@ const SEED_CHUNK: u64 = 100_000;
 
 /// Writes `rows` CONFIRMED reservations finished 40 days ago (their `updated_at` spread over
 /// one day), two CONFIRMED branches each, then ANALYZE. Answers how long it took.
-pub async fn seed_finished(database_url: &str, rows: u64) -> Result<Duration, String> {
+pub(crate) async fn seed_finished(database_url: &str, rows: u64) -> Result<Duration, String> {
     use sqlx::{ConnectOptions, Connection};
     let started = Instant::now();
     let mut conn = crate::db::postgres_options(database_url)
@@ -70,7 +70,7 @@ pub async fn seed_finished(database_url: &str, rows: u64) -> Result<Duration, St
 }
 
 /// Reservations the coordinator's retention deleted so far in this process.
-pub fn purged_so_far() -> u64 {
+pub(crate) fn purged_so_far() -> u64 {
     crate::telemetry::metrics_handle()
         .render()
         .lines()
@@ -85,7 +85,7 @@ pub fn purged_so_far() -> u64 {
 
 /// Follows the purge until `stop`: answers (deleted by the end, seconds from `start` until
 /// `target` were deleted, if they were).
-pub fn purge_watch(
+pub(crate) fn purge_watch(
     target: u64,
     start: Instant,
     stop: Arc<AtomicBool>,
@@ -108,7 +108,7 @@ pub fn purge_watch(
 
 /// `clients` clients for `duration`, each timing a Reserve of 2 noop holds, then confirming
 /// it (untimed), so live holds do not pile up.
-pub async fn reserve_loop(
+pub(crate) async fn reserve_loop(
     ctx: Arc<Ctx>,
     clients: usize,
     duration: Duration,

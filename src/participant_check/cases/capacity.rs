@@ -38,7 +38,7 @@ fn holds_that_fit(c: &Ctx<'_>) -> Step<i64> {
 /// Twice as many concurrent Trys as fit (at least 4 more), on several connections, started
 /// together: at most `fit` are HELD and the counts never exceed the capacity; all released
 /// after.
-pub async fn concurrent_trys(c: &mut Ctx<'_>) -> Step {
+pub(crate) async fn concurrent_trys(c: &mut Ctx<'_>) -> Step {
     let fit = holds_that_fit(c)?;
     let contenders = usize::try_from((fit * 2).max(fit + 4)).unwrap_or(8);
     let mut clients = Vec::new();
@@ -104,7 +104,7 @@ pub async fn concurrent_trys(c: &mut Ctx<'_>) -> Step {
 
 /// The resource filled by `fit` Trys; one more is REJECTED and changes nothing; after the
 /// fill is released, a repeat of the rejected Try still answers REJECTED.
-pub async fn past_capacity(c: &mut Ctx<'_>) -> Step {
+pub(crate) async fn past_capacity(c: &mut Ctx<'_>) -> Step {
     let fit = holds_that_fit(c)?;
     let q = c.quantity();
     let mut fill = Vec::new();

@@ -10,7 +10,7 @@ use crate::proto::try_response::Outcome;
 
 /// Cancel of a branch never tried answers CANCELLED; its late Try (and a repeat) REJECTED;
 /// nothing is held.
-pub async fn cancel_before_try(c: &mut Ctx<'_>) -> Step {
+pub(crate) async fn cancel_before_try(c: &mut Ctx<'_>) -> Step {
     let b = c.branch();
     let got = c.cancel(&b).await;
     c.expect_state("Cancel", got, State::Cancelled)?;
@@ -24,7 +24,7 @@ pub async fn cancel_before_try(c: &mut Ctx<'_>) -> Step {
 }
 
 /// Try, Cancel, then Confirm: answered CANCELLED, nothing confirmed.
-pub async fn confirm_after_cancel(c: &mut Ctx<'_>) -> Step {
+pub(crate) async fn confirm_after_cancel(c: &mut Ctx<'_>) -> Step {
     let b = c.branch();
     c.expect_try("Try", &b, Outcome::Held).await?;
     let got = c.cancel(&b).await;
@@ -35,7 +35,7 @@ pub async fn confirm_after_cancel(c: &mut Ctx<'_>) -> Step {
 }
 
 /// Try, Confirm, then Cancel: answered CONFIRMED, the units stay confirmed.
-pub async fn cancel_after_confirm(c: &mut Ctx<'_>) -> Step {
+pub(crate) async fn cancel_after_confirm(c: &mut Ctx<'_>) -> Step {
     let q = c.quantity();
     let b = c.branch();
     c.expect_try("Try", &b, Outcome::Held).await?;
@@ -48,7 +48,7 @@ pub async fn cancel_after_confirm(c: &mut Ctx<'_>) -> Step {
 
 /// Confirm and Extend of branches the participant never saw answer HOLD_LOST (a repeat the
 /// same); nothing is held.
-pub async fn unknown_branch(c: &mut Ctx<'_>) -> Step {
+pub(crate) async fn unknown_branch(c: &mut Ctx<'_>) -> Step {
     let b = c.branch();
     let got = c.confirm(&b).await;
     c.expect_state("Confirm", got, State::HoldLost)?;

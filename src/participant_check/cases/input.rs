@@ -22,7 +22,7 @@ const TOO_FAR_DAYS: i64 = 3650;
 
 /// A Try expiring 5 s ago: REJECTED or INVALID_ARGUMENT with nothing held, or HELD and then
 /// confirmable (the hold is kept until `expires_at + orphan_grace`).
-pub async fn expires_at_past(c: &mut Ctx<'_>) -> Step {
+pub(crate) async fn expires_at_past(c: &mut Ctx<'_>) -> Step {
     let q = c.quantity();
     let mut b = c.branch();
     b.expires_at = Some(from_now(chrono::Duration::seconds(-EXPIRED_BY_SECONDS)));
@@ -54,7 +54,7 @@ pub async fn expires_at_past(c: &mut Ctx<'_>) -> Step {
 }
 
 /// A Try expiring in ten years: INVALID_ARGUMENT naming `expires_at`, nothing held.
-pub async fn expires_at_too_far(c: &mut Ctx<'_>) -> Step {
+pub(crate) async fn expires_at_too_far(c: &mut Ctx<'_>) -> Step {
     let mut b = c.branch();
     b.expires_at = Some(from_now(chrono::Duration::days(TOO_FAR_DAYS)));
     expect_invalid(c, "Try", &b, "expires_at").await?;
@@ -106,7 +106,7 @@ async fn expect_invalid(c: &mut Ctx<'_>, step: &str, r: &TryRequest, field: &str
 
 /// Bytes that are no protobuf, to Try and to Confirm: each an error status (not OK, not a
 /// dropped call); then a Cancel of a fresh branch still answers CANCELLED.
-pub async fn garbage_bytes(c: &mut Ctx<'_>) -> Step {
+pub(crate) async fn garbage_bytes(c: &mut Ctx<'_>) -> Step {
     let channel = match c.subject.args.target.channel() {
         Ok(ch) => ch,
         Err(e) => return c.wrong(format!("a connection: {e}")),

@@ -8,7 +8,7 @@ use crate::proto::branch::State;
 use crate::proto::try_response::Outcome;
 
 /// Try HELD, Confirm CONFIRMED; the units move from held to confirmed.
-pub async fn try_confirm(c: &mut Ctx<'_>) -> Step {
+pub(crate) async fn try_confirm(c: &mut Ctx<'_>) -> Step {
     let q = c.quantity();
     let b = c.branch();
     c.expect_try("Try", &b, Outcome::Held).await?;
@@ -19,7 +19,7 @@ pub async fn try_confirm(c: &mut Ctx<'_>) -> Step {
 }
 
 /// Try HELD, Cancel CANCELLED; nothing held after.
-pub async fn try_cancel(c: &mut Ctx<'_>) -> Step {
+pub(crate) async fn try_cancel(c: &mut Ctx<'_>) -> Step {
     let q = c.quantity();
     let b = c.branch();
     c.expect_try("Try", &b, Outcome::Held).await?;
@@ -30,7 +30,7 @@ pub async fn try_cancel(c: &mut Ctx<'_>) -> Step {
 }
 
 /// Try twice holds once; Cancel twice answers CANCELLED twice and releases once.
-pub async fn repeat_try_cancel(c: &mut Ctx<'_>) -> Step {
+pub(crate) async fn repeat_try_cancel(c: &mut Ctx<'_>) -> Step {
     let q = c.quantity();
     let b = c.branch();
     c.expect_try("Try", &b, Outcome::Held).await?;
@@ -44,7 +44,7 @@ pub async fn repeat_try_cancel(c: &mut Ctx<'_>) -> Step {
 }
 
 /// Confirm twice answers CONFIRMED twice and confirms once.
-pub async fn repeat_confirm(c: &mut Ctx<'_>) -> Step {
+pub(crate) async fn repeat_confirm(c: &mut Ctx<'_>) -> Step {
     let q = c.quantity();
     let b = c.branch();
     c.expect_try("Try", &b, Outcome::Held).await?;

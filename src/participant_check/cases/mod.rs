@@ -24,7 +24,7 @@ use crate::proto::{
 };
 
 /// The holder every Try of the checker names.
-pub const HOLDER: &str = "holdfast-participant-check";
+pub(crate) const HOLDER: &str = "holdfast-participant-check";
 
 /// How a case ended early.
 #[derive(Debug)]
@@ -36,7 +36,7 @@ pub enum Stop {
 }
 
 /// A step's result: go on, or stop the case.
-pub type Step<T = ()> = Result<T, Stop>;
+pub(crate) type Step<T = ()> = Result<T, Stop>;
 
 /// One case's run: the resource it uses, what it saw so far, the counts it started from.
 pub struct Ctx<'a> {
@@ -139,7 +139,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// `step` (a Try of `r`) must answer `want`.
-    pub async fn expect_try(
+    pub(crate) async fn expect_try(
         &mut self,
         step: &str,
         r: &TryRequest,
@@ -156,7 +156,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// `step` (a Confirm, Cancel or Extend answer) must be `want`.
-    pub fn expect_state(
+    pub(crate) fn expect_state(
         &mut self,
         step: &str,
         got: Result<BranchResponse, Status>,
@@ -173,7 +173,7 @@ impl<'a> Ctx<'a> {
 
     /// The resource's counts must have moved by `held` and `confirmed` units since the case
     /// began (not checked when the participant's counts cannot be read per resource).
-    pub async fn expect_counts(&mut self, step: &str, held: i64, confirmed: i64) -> Step {
+    pub(crate) async fn expect_counts(&mut self, step: &str, held: i64, confirmed: i64) -> Step {
         let Some(base) = self.base else {
             return Ok(());
         };
@@ -214,7 +214,7 @@ pub fn branch_request(r: &TryRequest) -> BranchRequest {
 }
 
 /// A Try's answer for the report: `HELD`, `REJECTED ("sold out")`, `INVALID_ARGUMENT: ...`.
-pub fn describe_try(got: &Result<TryResponse, Status>) -> String {
+pub(crate) fn describe_try(got: &Result<TryResponse, Status>) -> String {
     match got {
         Ok(t) => match try_response::Outcome::try_from(t.outcome) {
             Ok(try_response::Outcome::Rejected) if !t.reason.is_empty() => {
@@ -228,7 +228,7 @@ pub fn describe_try(got: &Result<TryResponse, Status>) -> String {
 }
 
 /// A Confirm/Cancel/Extend answer for the report: the state's name, or the error.
-pub fn describe_branch(got: &Result<BranchResponse, Status>) -> String {
+pub(crate) fn describe_branch(got: &Result<BranchResponse, Status>) -> String {
     match got {
         Ok(b) => match branch::State::try_from(b.state) {
             Ok(s) => s.as_str_name().to_owned(),

@@ -102,7 +102,7 @@ impl ListShape {
 }
 
 /// The cursor of a first page: after every reservation (9999-12-31, the largest id).
-pub fn first_cursor() -> (DateTime<Utc>, Uuid) {
+pub(crate) fn first_cursor() -> (DateTime<Utc>, Uuid) {
     let end = Utc
         .with_ymd_and_hms(9999, 12, 31, 23, 59, 59)
         .single()

@@ -494,7 +494,7 @@ impl AnyStore {
     }
 
     /// The store behind the one interface the coordinator uses.
-    pub fn into_dyn(self) -> Arc<dyn Store> {
+    pub(crate) fn into_dyn(self) -> Arc<dyn Store> {
         match self {
             AnyStore::Postgres(s) => Arc::new(s),
             AnyStore::Sqlite(s) => Arc::new(s),

@@ -97,47 +97,24 @@ impl StoredReservation {
             .as_deref()
             .map(parse_state)
             .transpose()?;
-        let rejection = match (
+        let rejection = rejection_of(
             self.rejection_participant,
             self.rejection_resource,
             self.rejection_reason,
-        ) {
-            (Some(participant), Some(resource), reason) => Some(Rejection {
-                participant,
-                resource,
-                reason: reason.unwrap_or_default(),
-            }),
-            _ => None,
-        };
-        let payment = match (
+        );
+        let payment = payment_of(
             self.payment_participant,
             self.payment_ref,
             self.payment_amount_minor,
             self.payment_currency,
-        ) {
-            (Some(participant), Some(payment_ref), Some(amount_minor), Some(currency)) => {
-                Some(Payment {
-                    participant,
-                    payment_ref,
-                    amount_minor,
-                    currency,
-                })
-            }
-            _ => None,
-        };
-        let refund = match (self.refund_id, self.refund_state.as_deref(), &payment) {
-            (Some(refund_id), Some(state), Some(p)) => Some(Refund {
-                refund_id,
-                state: RefundState::parse(state).ok_or_else(|| {
-                    StoreError::Corrupt(format!("unknown refund state {state:?}"))
-                })?,
-                amount_minor: p.amount_minor,
-                currency: p.currency.clone(),
-                reason: self.refund_reason.unwrap_or_default(),
-                failure: self.refund_failure,
-            }),
-            _ => None,
-        };
+        );
+        let refund = refund_of(
+            self.refund_id,
+            self.refund_state.as_deref(),
+            payment.as_ref(),
+            self.refund_reason,
+            self.refund_failure,
+        )?;
         let token = self
             .token_digest
             .as_deref()
@@ -177,4 +154,62 @@ impl StoredReservation {
             further_payments: None,
         })
     }
+}
+
+/// The rejection a row records: a participant and resource, the reason possibly empty.
+fn rejection_of(
+    participant: Option<String>,
+    resource: Option<String>,
+    reason: Option<String>,
+) -> Option<Rejection> {
+    match (participant, resource, reason) {
+        (Some(participant), Some(resource), reason) => Some(Rejection {
+            participant,
+            resource,
+            reason: reason.unwrap_or_default(),
+        }),
+        _ => None,
+    }
+}
+
+/// The payment a row records: all four columns, or none.
+fn payment_of(
+    participant: Option<String>,
+    payment_ref: Option<String>,
+    amount_minor: Option<i64>,
+    currency: Option<String>,
+) -> Option<Payment> {
+    match (participant, payment_ref, amount_minor, currency) {
+        (Some(participant), Some(payment_ref), Some(amount_minor), Some(currency)) => {
+            Some(Payment {
+                participant,
+                payment_ref,
+                amount_minor,
+                currency,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The refund a row records, of its payment's amount; only with a payment.
+fn refund_of(
+    refund_id: Option<Uuid>,
+    state: Option<&str>,
+    payment: Option<&Payment>,
+    reason: Option<String>,
+    failure: Option<String>,
+) -> Result<Option<Refund>, StoreError> {
+    let (Some(refund_id), Some(state), Some(p)) = (refund_id, state, payment) else {
+        return Ok(None);
+    };
+    Ok(Some(Refund {
+        refund_id,
+        state: RefundState::parse(state)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown refund state {state:?}")))?,
+        amount_minor: p.amount_minor,
+        currency: p.currency.clone(),
+        reason: reason.unwrap_or_default(),
+        failure,
+    }))
 }

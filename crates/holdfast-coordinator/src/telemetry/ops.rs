@@ -13,8 +13,8 @@ use super::names;
 pub mod ops_names {
     // The participants' own are the SDK's (`holdfast-participant`), named there once.
     pub use holdfast_participant::telemetry::names::*;
-    pub const REDIS_REBUILDS: &str = "holdfast_stock_redis_rebuilds_total";
-    pub const REDIS_DRIFT: &str = "holdfast_stock_redis_drift_total";
+    pub(crate) const REDIS_REBUILDS: &str = "holdfast_stock_redis_rebuilds_total";
+    pub(crate) const REDIS_DRIFT: &str = "holdfast_stock_redis_drift_total";
     pub const OLDEST_WORK_AGE: &str = "holdfast_oldest_work_age_seconds";
 }
 
@@ -49,7 +49,7 @@ pub fn stock_redis_started() {
 }
 
 /// The coordinator's series that alerts read, at zero.
-pub fn coordinator_started() {
+pub(crate) fn coordinator_started() {
     use crate::domain::State;
     super::metrics_handle();
     for state in [

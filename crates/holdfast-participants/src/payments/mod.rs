@@ -19,7 +19,7 @@ mod sqlite;
 
 use crate::participant::{Item, ResourceError};
 
-pub use service::{PaymentsService, PaymentsSql};
+pub(crate) use service::{PaymentsService, PaymentsSql};
 
 /// The payments participant's business logic and inventory (accounts).
 #[derive(Clone, Copy, Debug, Default)]

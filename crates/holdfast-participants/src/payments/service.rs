@@ -17,7 +17,7 @@ use crate::proto::{
 /// The `tcc.v1.Payments` service of the reference payments participant, on database `DB`
 /// (PostgreSQL by default, or SQLite): checks requests once, then runs its backend's
 /// [`PaymentsSql`].
-pub struct PaymentsService<DB: PaymentsSql = Postgres> {
+pub(crate) struct PaymentsService<DB: PaymentsSql = Postgres> {
     pool: Pool<DB>,
 }
 
@@ -54,7 +54,7 @@ impl<DB: PaymentsSql> PaymentsService<DB> {
 
 /// The `tcc.v1.Payments` SQL of one backend (requests are already checked).
 #[async_trait]
-pub trait PaymentsSql: Backend {
+pub(crate) trait PaymentsSql: Backend {
     /// Captures `amount_minor` from the account outside any reservation, recorded as
     /// `payment_ref`: NotFound for an unknown account, FailedPrecondition when funds are short.
     async fn charge(

@@ -222,7 +222,7 @@ impl StockRedis {
 
     /// Spawns the background reconciler: a pass every `every`, and at once when a request
     /// met a missing data set. Failures are logged and retried.
-    pub fn spawn_reconciler(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+    pub(crate) fn spawn_reconciler(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
         tokio::spawn(async move {
             loop {

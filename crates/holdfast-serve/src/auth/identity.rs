@@ -6,7 +6,7 @@ use rustls_pki_types::CertificateDer;
 
 /// The DNS SANs and CNs of the leaf certificate (the first of the chain). An unparsable
 /// certificate proves nothing.
-pub fn of_chain(chain: &[CertificateDer<'_>]) -> Vec<String> {
+pub(crate) fn of_chain(chain: &[CertificateDer<'_>]) -> Vec<String> {
     let Some(leaf) = chain.first() else {
         return Vec::new();
     };

@@ -248,7 +248,7 @@ impl Authenticator {
 
     /// Whether a server admitting callers this way may listen on `addr`: without keys only on
     /// loopback, unless [`Authenticator::InsecureNoAuth`] says otherwise (SPEC 7.2, 7.4).
-    pub fn may_listen_on(&self, addr: std::net::SocketAddr) -> Result<(), String> {
+    pub(crate) fn may_listen_on(&self, addr: std::net::SocketAddr) -> Result<(), String> {
         match self {
             Authenticator::Off if !addr.ip().is_loopback() => Err(format!(
                 "refusing to listen on {addr} without authentication: give an authenticator with keys (Authenticator::from_file), listen on a loopback address, or use Authenticator::InsecureNoAuth to let anyone who reaches the port do anything"

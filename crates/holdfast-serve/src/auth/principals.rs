@@ -104,7 +104,7 @@ impl Principals {
     }
 
     /// The principal a verified client certificate with these identities (DNS SANs, CN) is.
-    pub fn by_identity<'a>(
+    pub(crate) fn by_identity<'a>(
         &self,
         identities: impl IntoIterator<Item = &'a str>,
     ) -> Option<&Caller> {
@@ -116,11 +116,6 @@ impl Principals {
                 .any(|id| id.eq_ignore_ascii_case(wanted))
                 .then_some(&p.caller)
         })
-    }
-
-    /// Whether any principal is identified by a client certificate.
-    pub fn has_tls_identities(&self) -> bool {
-        self.principals.iter().any(|p| p.tls_identity.is_some())
     }
 }
 

@@ -40,9 +40,9 @@ pub struct ConnectionLimits {
 }
 
 /// `--header-timeout`'s default.
-pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// `--idle-timeout`'s default.
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// `--max-connections`' default.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 

@@ -97,7 +97,7 @@ pub async fn open_postgres(url: &str, max_connections: u32) -> Result<PgPool, sq
 /// next ANALYZE (with 1.1 the index wins from a few pages on; a plan made on a one-page table
 /// still scans it); and `create`'s batch was planned afresh on almost every call. Set per
 /// session (other clients of the server keep its setting), unless the URL's `options` names it.
-pub const RANDOM_PAGE_COST: &str = "1.1";
+pub(crate) const RANDOM_PAGE_COST: &str = "1.1";
 
 /// `options` with holdfast's planner costs ([`RANDOM_PAGE_COST`]) for each session.
 pub fn with_planner_costs(options: PgConnectOptions) -> PgConnectOptions {

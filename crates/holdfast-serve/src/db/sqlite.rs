@@ -20,7 +20,7 @@ pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How every SQLite write transaction begins: the database write lock is taken at once and
 /// held until commit, so no other writer runs between a read and its conditional UPDATE.
-pub const SQLITE_BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
+pub(crate) const SQLITE_BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
 
 /// The SQLite pools' writers ([`sqlite_write`]), one per pool opened. The key is the pool's
 /// connect options (the same `Arc` for the pool's whole life); a `Weak` so a dropped pool's
@@ -93,7 +93,7 @@ pub async fn open_sqlite(url: &str, max_connections: u32) -> Result<SqlitePool, 
 /// How much of a SQLite WAL file is kept once a checkpoint lets the log start over
 /// (`journal_size_limit`). Without it the file stays at its high-water mark: a burst of writes
 /// left the all-in-one's `participants.db-wal` at 360 MB for good (BENCHMARKS.md).
-pub const SQLITE_WAL_KEEP_BYTES: i64 = 64 * 1024 * 1024;
+pub(crate) const SQLITE_WAL_KEEP_BYTES: i64 = 64 * 1024 * 1024;
 
 /// The folder a SQLite database file lives in (`./data` for `sqlite://./data/holdfast.db`).
 pub fn sqlite_dir(url: &str) -> Result<std::path::PathBuf, sqlx::Error> {

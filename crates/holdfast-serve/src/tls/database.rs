@@ -18,7 +18,7 @@ use crate::watched::Source;
 
 /// Where the roots a database server is verified against come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DatabaseRoots {
+pub(crate) enum DatabaseRoots {
     /// The certificates of this file alone (its setting, e.g. `sslrootcert`).
     File(Source),
     /// The system's trust store (or `SSL_CERT_FILE`/`SSL_CERT_DIR`).
@@ -27,7 +27,7 @@ pub enum DatabaseRoots {
 
 /// How a client verifies a database server, and what it presents.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DatabaseTrust {
+pub(crate) struct DatabaseTrust {
     pub roots: DatabaseRoots,
     /// Whether the certificate must also name the host (`verify-full`); otherwise only its
     /// chain is checked (`verify-ca`).
@@ -41,7 +41,7 @@ pub struct DatabaseTrust {
 impl DatabaseTrust {
     /// A client config built from the files as they are now (read on each call, so a renewed
     /// root or client certificate is used by the next connection).
-    pub fn client_config(&self) -> Result<Arc<ClientConfig>, TlsError> {
+    pub(crate) fn client_config(&self) -> Result<Arc<ClientConfig>, TlsError> {
         let provider = super::crypto_provider();
         let roots = match &self.roots {
             DatabaseRoots::File(source) => material::roots(source, &source.read()?)?,
@@ -72,7 +72,7 @@ impl DatabaseTrust {
     }
 
     /// The roots, as the user named them (`sslrootcert=/path`, or the system store).
-    pub fn describe_roots(&self) -> String {
+    pub(crate) fn describe_roots(&self) -> String {
         match &self.roots {
             DatabaseRoots::File(source) => format!("{}={}", source.flag, source.path.display()),
             DatabaseRoots::System => "the system's trusted CAs (no sslrootcert given)".to_owned(),

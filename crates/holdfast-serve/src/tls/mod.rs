@@ -26,8 +26,8 @@ use rustls_pki_types::CertificateDer;
 use crate::watched::{Source, Watched};
 use material::Trust;
 
-pub use crate::watched::CHECK_EVERY;
-pub use database::{DatabaseRoots, DatabaseTrust};
+pub(crate) use crate::watched::CHECK_EVERY;
+pub(crate) use database::{DatabaseRoots, DatabaseTrust};
 pub use listener::Listener;
 
 /// Counts certificate files that changed but were refused (expired, not yet valid, a key that
@@ -163,7 +163,7 @@ impl ServerTls {
     }
 
     /// The end-entity certificate served now.
-    pub fn certificate(&self) -> CertificateDer<'static> {
+    pub(crate) fn certificate(&self) -> CertificateDer<'static> {
         self.served.current().certificate.clone()
     }
 

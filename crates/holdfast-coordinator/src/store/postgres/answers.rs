@@ -213,29 +213,67 @@ pub(super) async fn record_phases(
     pool: &PgPool,
     writes: &[&PhaseWrite],
 ) -> Result<HashMap<Uuid, Reservation>, StoreError> {
-    let n = writes.len();
-    let mut write_ids = Vec::with_capacity(n);
-    let (mut ids, mut froms, mut finishes, mut refund_ids, mut bases, mut caps) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    for write in writes {
-        write_ids.push(write.write_id);
-        ids.push(write.id);
-        froms.push(write.from.as_str());
-        finishes.push(write.finish.map(State::as_str));
-        refund_ids.push(Uuid::new_v4());
-        bases.push(millis(write.backoff.base) as f64);
-        caps.push(millis(write.backoff.cap) as f64);
-    }
+    let c = PhaseColumns::of(writes);
     let (owners, branch_ids, states, errors) =
         reports_of(writes.iter().map(|w| (w.id, w.reports.as_slice())));
-    let rows = sqlx::query_as::<_, ReservationRow>(concat!(
-        "WITH cur AS ( \
+    let rows = sqlx::query_as::<_, ReservationRow>(RECORD_PHASES)
+        .bind(&c.ids)
+        .bind(&c.froms)
+        .bind(&c.finishes)
+        .bind(&c.refund_ids)
+        .bind(&c.bases)
+        .bind(&c.caps)
+        .bind(&owners)
+        .bind(&branch_ids)
+        .bind(&states)
+        .bind(&errors)
+        .bind(&c.write_ids)
+        .fetch_all(pool)
+        .await?;
+    by_id(rows)
+}
+
+/// Several `record_phase` calls' own arguments as parallel arrays, for `UNNEST`.
+struct PhaseColumns<'a> {
+    write_ids: Vec<Uuid>,
+    ids: Vec<Uuid>,
+    froms: Vec<&'a str>,
+    finishes: Vec<Option<&'static str>>,
+    refund_ids: Vec<Uuid>,
+    bases: Vec<f64>,
+    caps: Vec<f64>,
+}
+
+impl<'a> PhaseColumns<'a> {
+    fn of(writes: &[&'a PhaseWrite]) -> Self {
+        let n = writes.len();
+        let mut c = PhaseColumns {
+            write_ids: Vec::with_capacity(n),
+            ids: Vec::with_capacity(n),
+            froms: Vec::with_capacity(n),
+            finishes: Vec::with_capacity(n),
+            refund_ids: Vec::with_capacity(n),
+            bases: Vec::with_capacity(n),
+            caps: Vec::with_capacity(n),
+        };
+        for write in writes {
+            c.write_ids.push(write.write_id);
+            c.ids.push(write.id);
+            c.froms.push(write.from.as_str());
+            c.finishes.push(write.finish.map(State::as_str));
+            c.refund_ids.push(Uuid::new_v4());
+            c.bases.push(millis(write.backoff.base) as f64);
+            c.caps.push(millis(write.backoff.cap) as f64);
+        }
+        c
+    }
+}
+
+/// `record_phases`' one statement: lock the rows still in their `from` state (and not already
+/// written by this very call), record the branches' answers, then finish the reservation or
+/// schedule its retry with backoff; a lost hold whose payment was taken owes a refund.
+const RECORD_PHASES: &str = concat!(
+    "WITH cur AS ( \
             SELECT r.id AS cur_id, (r.payment_ref IS NOT NULL AND r.refund_id IS NULL) AS owes, \
                    i.finish, i.new_refund_id, i.base_ms, i.cap_ms, i.write_id \
             FROM reservations r \
@@ -271,29 +309,14 @@ pub(super) async fn record_phases(
                                 ELSE reservations.refund_state END, \
             refund_reason = CASE WHEN cur.finish = 'FAILED' AND cur.owes \
                                  THEN '",
-        lost_hold_refund_reason!(),
-        "' ELSE reservations.refund_reason END \
+    lost_hold_refund_reason!(),
+    "' ELSE reservations.refund_reason END \
          FROM cur WHERE reservations.id = cur.cur_id \
          RETURNING ",
-        reservation_columns!(),
-        ") ",
-        select_written!()
-    ))
-    .bind(&ids)
-    .bind(&froms)
-    .bind(&finishes)
-    .bind(&refund_ids)
-    .bind(&bases)
-    .bind(&caps)
-    .bind(&owners)
-    .bind(&branch_ids)
-    .bind(&states)
-    .bind(&errors)
-    .bind(&write_ids)
-    .fetch_all(pool)
-    .await?;
-    by_id(rows)
-}
+    reservation_columns!(),
+    ") ",
+    select_written!()
+);
 
 /// A `record_phase` answer: the reservation as recorded, or as it is now - either another
 /// driver moved it on, or this very write was applied by a batch whose commit acknowledgement

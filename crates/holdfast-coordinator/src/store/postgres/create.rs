@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use sqlx::Postgres;
 use sqlx::postgres::{PgConnection, PgPool};
 use uuid::Uuid;
@@ -149,65 +150,131 @@ async fn insert_rows(
     tx: &mut PgConnection,
     rows: &[NewRow<'_>],
 ) -> Result<HashMap<Uuid, Reservation>, StoreError> {
-    let n = rows.len();
-    let holders: Vec<&str> = rows.iter().map(|r| r.new.holder.as_str()).collect();
-    let principals: Vec<&str> = rows.iter().map(|r| r.new.owner.as_str()).collect();
-    let key_ids: Vec<Option<&str>> = rows.iter().map(|r| r.new.token.key_id.as_deref()).collect();
-    let mut ids = Vec::with_capacity(n);
-    let (mut request_ids, mut tokens, mut ttls, mut labels, mut owners, mut leases, mut caps) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    let (mut b_res, mut b_pos, mut b_ids, mut b_parts, mut b_resources, mut b_qtys) = (
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-    );
-    let (mut b_starts, mut b_ends) = (Vec::new(), Vec::new());
-    for job in rows {
-        let id = job.new.id;
-        ids.push(id);
-        request_ids.push(job.new.request_id.as_str());
-        tokens.push(job.new.token.digest.as_slice());
-        ttls.push(i64::try_from(job.new.ttl.as_millis()).unwrap_or(i64::MAX));
-        labels.push(
-            serde_json::to_string(&job.new.labels)
-                .map_err(|e| StoreError::Corrupt(format!("labels: {e}")))?,
-        );
-        owners.push(job.lease.owner);
-        leases.push(millis(job.lease.duration));
-        caps.push(i64::from(job.limits.per_holder));
-        // One participant-level branch id per participant, shared by its holds.
-        let mut branch_ids: HashMap<&str, Uuid> = HashMap::new();
-        for (i, h) in job.new.holds.iter().enumerate() {
-            b_res.push(id);
-            b_pos.push(i32::try_from(i).unwrap_or(i32::MAX));
-            b_ids.push(
-                *branch_ids
-                    .entry(&h.participant)
-                    .or_insert_with(Uuid::new_v4),
-            );
-            b_parts.push(h.participant.as_str());
-            b_resources.push(h.resource.as_str());
-            b_qtys.push(h.quantity);
-            b_starts.push(h.during.map(|d| d.start));
-            b_ends.push(h.during.map(|d| d.end));
-        }
+    let r = ReserveColumns::of(rows)?;
+    let b = BranchColumns::of(rows);
+    let written = sqlx::query_as::<_, ReservationRow>(INSERT_ROWS)
+        .bind(&r.ids)
+        .bind(&r.request_ids)
+        .bind(&r.holders)
+        .bind(&r.tokens)
+        .bind(&r.ttls)
+        .bind(&r.labels)
+        .bind(&r.owners)
+        .bind(&r.leases)
+        .bind(&r.caps)
+        .bind(&b.reservations)
+        .bind(&b.positions)
+        .bind(&b.ids)
+        .bind(&b.participants)
+        .bind(&b.resources)
+        .bind(&b.quantities)
+        .bind(&b.starts)
+        .bind(&b.ends)
+        .bind(&r.principals)
+        .bind(&r.key_ids)
+        .fetch_all(&mut *tx)
+        .await?;
+    let mut inserted: HashMap<Uuid, Reservation> = HashMap::with_capacity(written.len());
+    for row in written {
+        let r = row.into_domain()?;
+        inserted.insert(r.id, r);
     }
-    // Each row's admission is checked by this statement's snapshot, taken after every holder
-    // lock was granted. A taken request id is the unique key's conflict alone: a lookup of it
-    // here as well was planned, on a young table, as a walk of every row of the owner
-    // (`tests/store` `plans::a_reserves_record_walks_no_owner_index_on_a_young_table`).
-    let written = sqlx::query_as::<_, ReservationRow>(concat!(
-        "WITH i AS ( \
+    Ok(inserted)
+}
+
+/// The reservations of [`insert_rows`] as parallel arrays, for `UNNEST`.
+struct ReserveColumns<'a> {
+    ids: Vec<Uuid>,
+    request_ids: Vec<&'a str>,
+    holders: Vec<&'a str>,
+    tokens: Vec<&'a [u8]>,
+    ttls: Vec<i64>,
+    labels: Vec<String>,
+    owners: Vec<Uuid>,
+    leases: Vec<i64>,
+    caps: Vec<i64>,
+    principals: Vec<&'a str>,
+    key_ids: Vec<Option<&'a str>>,
+}
+
+impl<'a> ReserveColumns<'a> {
+    fn of(rows: &[NewRow<'a>]) -> Result<Self, StoreError> {
+        let n = rows.len();
+        let mut c = ReserveColumns {
+            ids: Vec::with_capacity(n),
+            request_ids: Vec::with_capacity(n),
+            holders: rows.iter().map(|r| r.new.holder.as_str()).collect(),
+            tokens: Vec::with_capacity(n),
+            ttls: Vec::with_capacity(n),
+            labels: Vec::with_capacity(n),
+            owners: Vec::with_capacity(n),
+            leases: Vec::with_capacity(n),
+            caps: Vec::with_capacity(n),
+            principals: rows.iter().map(|r| r.new.owner.as_str()).collect(),
+            key_ids: rows.iter().map(|r| r.new.token.key_id.as_deref()).collect(),
+        };
+        for job in rows {
+            c.ids.push(job.new.id);
+            c.request_ids.push(job.new.request_id.as_str());
+            c.tokens.push(job.new.token.digest.as_slice());
+            c.ttls
+                .push(i64::try_from(job.new.ttl.as_millis()).unwrap_or(i64::MAX));
+            c.labels.push(
+                serde_json::to_string(&job.new.labels)
+                    .map_err(|e| StoreError::Corrupt(format!("labels: {e}")))?,
+            );
+            c.owners.push(job.lease.owner);
+            c.leases.push(millis(job.lease.duration));
+            c.caps.push(i64::from(job.limits.per_holder));
+        }
+        Ok(c)
+    }
+}
+
+/// The branches of [`insert_rows`]' reservations as parallel arrays, for `UNNEST`.
+#[derive(Default)]
+struct BranchColumns<'a> {
+    reservations: Vec<Uuid>,
+    positions: Vec<i32>,
+    ids: Vec<Uuid>,
+    participants: Vec<&'a str>,
+    resources: Vec<&'a str>,
+    quantities: Vec<i64>,
+    starts: Vec<Option<DateTime<Utc>>>,
+    ends: Vec<Option<DateTime<Utc>>>,
+}
+
+impl<'a> BranchColumns<'a> {
+    fn of(rows: &[NewRow<'a>]) -> Self {
+        let mut c = BranchColumns::default();
+        for job in rows {
+            // One participant-level branch id per participant, shared by its holds.
+            let mut branch_ids: HashMap<&str, Uuid> = HashMap::new();
+            for (i, h) in job.new.holds.iter().enumerate() {
+                c.reservations.push(job.new.id);
+                c.positions.push(i32::try_from(i).unwrap_or(i32::MAX));
+                c.ids.push(
+                    *branch_ids
+                        .entry(&h.participant)
+                        .or_insert_with(Uuid::new_v4),
+                );
+                c.participants.push(h.participant.as_str());
+                c.resources.push(h.resource.as_str());
+                c.quantities.push(h.quantity);
+                c.starts.push(h.during.map(|d| d.start));
+                c.ends.push(h.during.map(|d| d.end));
+            }
+        }
+        c
+    }
+}
+
+// Each row's admission is checked by this statement's snapshot, taken after every holder
+// lock was granted. A taken request id is the unique key's conflict alone: a lookup of it
+// here as well was planned, on a young table, as a walk of every row of the owner
+// (`tests/store` `plans::a_reserves_record_walks_no_owner_index_on_a_young_table`).
+const INSERT_ROWS: &str = concat!(
+    "WITH i AS ( \
             SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], \
                                  $6::text[], $7::uuid[], $8::bigint[], $9::bigint[], \
                                  $18::text[], $19::text[]) \
@@ -228,8 +295,8 @@ async fn insert_rows(
                      AND (r.state = 'TRYING' OR r.expires_at > clock_timestamp())) < i.cap \
             ON CONFLICT (owner, holder, request_id) DO NOTHING \
             RETURNING ",
-        reservation_columns!(),
-        "), ins AS ( \
+    reservation_columns!(),
+    "), ins AS ( \
             INSERT INTO branches (reservation_id, position, branch_id, participant, resource, \
                                   quantity, during_start, during_end, state) \
             SELECT u.reservation_id, u.position, u.branch_id, u.participant, u.resource, \
@@ -251,32 +318,4 @@ async fn insert_rows(
                    array_agg(attempts ORDER BY position) AS b_attempts, \
                    array_agg(last_error ORDER BY position) AS b_errors \
             FROM ins WHERE ins.reservation_id = w.id) b"
-    ))
-    .bind(&ids)
-    .bind(&request_ids)
-    .bind(&holders)
-    .bind(&tokens)
-    .bind(&ttls)
-    .bind(&labels)
-    .bind(&owners)
-    .bind(&leases)
-    .bind(&caps)
-    .bind(&b_res)
-    .bind(&b_pos)
-    .bind(&b_ids)
-    .bind(&b_parts)
-    .bind(&b_resources)
-    .bind(&b_qtys)
-    .bind(&b_starts)
-    .bind(&b_ends)
-    .bind(&principals)
-    .bind(&key_ids)
-    .fetch_all(&mut *tx)
-    .await?;
-    let mut inserted: HashMap<Uuid, Reservation> = HashMap::with_capacity(written.len());
-    for row in written {
-        let r = row.into_domain()?;
-        inserted.insert(r.id, r);
-    }
-    Ok(inserted)
-}
+);
