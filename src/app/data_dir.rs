@@ -4,7 +4,7 @@
 //! SQLite has one writer per file. With every participant in one file, a Reserve+Confirm of
 //! seats and stock queued four write transactions on that file's writer beside the
 //! coordinator's four on its own; a file each lets the participants write in parallel
-//! (BENCHMARKS.md, "A SQLite file per participant"). A folder an earlier holdfast made has the
+//! (`docs/benchmarks/2026-12-03-s16-sqlite-file-per-participant.md`). A folder an earlier holdfast made has the
 //! participants in one `participants.db`: [`split_shared_participants_file`] carries it over
 //! once, before any participant serves.
 

@@ -221,7 +221,7 @@ pub trait Backend: sqlx::Database {
     /// resource whose shortcuts hold them in batches ([`crate::Shortcuts::tries_in_batches`])
     /// one transaction. PostgreSQL: yes, one round trip and one commit for the batch. SQLite:
     /// no; each call's statement is a member of its one writer's group commit, which shares the
-    /// fsync (BENCHMARKS.md).
+    /// fsync.
     const BATCHES_BARRIER_ONLY: bool = false;
 
     /// Many first Tries of a barrier-only resource (phase and answer `Held`) in one

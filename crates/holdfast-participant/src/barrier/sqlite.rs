@@ -59,7 +59,7 @@ impl Backend for Sqlite {
 
     async fn acquire_write(pool: &Pool<Self>) -> Result<Self::WriteConnection, sqlx::Error> {
         // A member of the writer's group commit, not an autocommit statement of its own: a
-        // barrier-only participant's calls then share fsyncs (BENCHMARKS.md).
+        // barrier-only participant's calls then share fsyncs.
         holdfast_serve::db::begin_sqlite_write(pool).await
     }
 

@@ -71,9 +71,8 @@ fn seat_ids(branch: &BranchCtx) -> Vec<String> {
 }
 
 /// Locks the branch's seats in resource order, the order every writer uses. One seat needs no
-/// order: the UPDATE that follows takes its lock. (This statement, with its array's length
-/// known, was planned afresh on every call: a round trip and ~0.1 ms of planning saved for
-/// the common one-seat branch.)
+/// order: the UPDATE that follows takes its lock, so the common one-seat branch skips this
+/// statement (a round trip, and a plan made afresh on every call).
 async fn lock_seats(conn: &mut PgConnection, seats: &[String]) -> Result<(), ResourceError> {
     if seats.len() < 2 {
         return Ok(());

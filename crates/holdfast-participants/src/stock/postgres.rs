@@ -3,7 +3,7 @@
 //! held only inside PostgreSQL, up to that statement's commit; Cancel locks each item
 //! before its winning hold transition returns the units. Confirm moves only its hold row: the
 //! units stay out, so it never queues for the item's lock behind the item's Tries (a flash
-//! sale's winners used to take turns with its losers there). The item row keeps `available`
+//! sale's winners do not take turns with its losers for it). The item row keeps `available`
 //! and `capacity`; held and confirmed units are the hold rows' sums. A held branch's Confirm
 //! (and a one-item branch's Cancel) is one statement with its barrier move ([`CONFIRM_IN_ONE`],
 //! [`CANCEL_IN_ONE`]).

@@ -17,9 +17,7 @@ use sqlx::Connection;
 /// Plus the test clock's offset (table `holdfast_clock_offset`, migration `0090` of both SQLite
 /// schemas; zero unless the test clock (the server crate's `testing`) moved it). The whole reading is one uncorrelated
 /// scalar subquery on that one-row table, which SQLite evaluates once per statement (`Once`)
-/// and keeps: measured against the bare expression, a one-row UPDATE or INSERT costs the same
-/// (within 0.5 us), a statement that only reads the clock ~4 us more, a comparison per row
-/// over 10k rows ~15% more - next to a commit's fsync, nothing.
+/// and keeps: beside a commit's fsync its cost is nothing.
 #[macro_export]
 macro_rules! sqlite_now_us {
     () => {

@@ -92,10 +92,11 @@ pub async fn open_postgres(url: &str, max_connections: u32) -> Result<PgPool, sq
 /// statement holdfast runs finds a few rows by key, and its working set is in memory, where a
 /// random read costs about what a sequential one does: PostgreSQL's documentation suggests
 /// 1.1 for such storage. With the default, a statement that looks up rows by a parameter
-/// array (the group-committed writes) got a generic plan scanning the whole table while the
-/// table was small, kept on that connection however large the table grew, until autovacuum's
-/// next ANALYZE (with 1.1 the index wins from a few pages on; a plan made on a one-page table
-/// still scans it); and `create`'s batch was planned afresh on almost every call. Set per
+/// array (the group-committed writes) gets a generic plan scanning the whole table while the
+/// table is small, and keeps it on that connection however large the table grows, until
+/// autovacuum's next ANALYZE (with 1.1 the index wins from a few pages on; a plan made on a
+/// one-page table still scans it), and a batch's generic plan loses to a custom one on almost
+/// every call. Set per
 /// session (other clients of the server keep its setting), unless the URL's `options` names it.
 pub(crate) const RANDOM_PAGE_COST: &str = "1.1";
 

@@ -91,8 +91,8 @@ pub async fn open_sqlite(url: &str, max_connections: u32) -> Result<SqlitePool, 
 }
 
 /// How much of a SQLite WAL file is kept once a checkpoint lets the log start over
-/// (`journal_size_limit`). Without it the file stays at its high-water mark: a burst of writes
-/// left the all-in-one's `participants.db-wal` at 360 MB for good (BENCHMARKS.md).
+/// (`journal_size_limit`). Without it the file stays at its high-water mark after a burst of
+/// writes, for good.
 pub(crate) const SQLITE_WAL_KEEP_BYTES: i64 = 64 * 1024 * 1024;
 
 /// The folder a SQLite database file lives in (`./data` for `sqlite://./data/holdfast.db`).

@@ -87,8 +87,8 @@ fn by_id(rows: Vec<ReservationRow>) -> Result<HashMap<Uuid, Reservation>, StoreE
 /// The rows are found by id, never by state: `state || ''` keeps `state = 'TRYING'` from
 /// matching an index. Every reservation passes through `TRYING`, so until VACUUM the state
 /// indexes hold a dead `TRYING` entry for each one, which a bitmap scan visits, every one,
-/// every call. A generic plan took that path (the statistics show almost no live `TRYING`
-/// rows): 3.7 ms against 0.05 ms by the primary key on 11k reservations (BENCHMARKS.md).
+/// every call. A generic plan takes that path when the statistics show almost no live
+/// `TRYING` rows (`tests/store` `plans.rs` checks the statement finds its rows by id).
 pub(super) async fn record_held_batch(
     pool: &PgPool,
     jobs: &[(Uuid, &[BranchReport])],

@@ -35,8 +35,8 @@ use crate::store::{BranchReport, Created, PhaseRecorded, StoreError, WorkLease};
 
 /// Most writes of one kind in one statement. A batch costs about one round trip and one
 /// commit whatever its size, and only one batch of a kind is in the database at a time, so
-/// the cap decides how many rounds a burst waits: a flash sale's opening wave of 256 Reserves
-/// took four rounds at 64 and is one now (BENCHMARKS.md, "The flash sale's opening wave").
+/// the cap decides how many rounds a burst waits: 256 lets a flash sale's opening wave (the
+/// bench's 256 in flight) go in one round.
 const MAX_BATCH: usize = 256;
 
 /// A queued `create`.
