@@ -9,8 +9,8 @@ use uuid::Uuid;
 
 use super::sql::ReservationSql;
 use super::{Created, StoreError};
-use crate::domain::NewReservation;
 use crate::domain::policy::{HoldLimits, LimitScope};
+use crate::domain::{NewReservation, RequestId};
 
 /// The statements admission counts with. "Live" is `TRYING`, or `HELD` and unexpired by the
 /// database clock.
@@ -22,7 +22,7 @@ pub(crate) trait AdmissionSql: ReservationSql {
         conn: &mut Self::Connection,
         owner: &str,
         holder: &str,
-        request_id: &str,
+        request_id: &RequestId,
     ) -> Result<(Option<Uuid>, i64), StoreError>;
 
     /// How many live reservations there are in all.
@@ -39,7 +39,7 @@ pub(crate) async fn admission<DB: AdmissionSql>(
     limits: HoldLimits,
 ) -> Result<Option<Created>, StoreError> {
     let (existing, live_for_holder) =
-        DB::find_request(conn, &new.owner, &new.holder, new.request_id.as_str()).await?;
+        DB::find_request(conn, &new.owner, &new.holder, &new.request_id).await?;
     if let Some(existing) = existing {
         let found = DB::load_existing(conn, existing).await?;
         // This very Reserve's row (its id is fresh per call): an earlier attempt of the same

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::rows::{ReservationRow, millis};
 use crate::domain::policy::HoldLimits;
-use crate::domain::{NewReservation, Reservation};
+use crate::domain::{NewReservation, RequestId, Reservation};
 use crate::store::admission::{AdmissionSql, admission};
 use crate::store::{Created, StoreError, WorkLease};
 
@@ -35,7 +35,7 @@ impl AdmissionSql for Postgres {
         conn: &mut PgConnection,
         owner: &str,
         holder: &str,
-        request_id: &str,
+        request_id: &RequestId,
     ) -> Result<(Option<Uuid>, i64), StoreError> {
         Ok(sqlx::query_as(
             "SELECT (SELECT id FROM reservations WHERE owner = $3 AND holder = $1 AND request_id = $2), \
@@ -44,7 +44,7 @@ impl AdmissionSql for Postgres {
                        AND (state = 'TRYING' OR expires_at > clock_timestamp()))",
         )
         .bind(holder)
-        .bind(request_id)
+        .bind(request_id.as_str())
         .bind(owner)
         .fetch_one(&mut *conn)
         .await?)

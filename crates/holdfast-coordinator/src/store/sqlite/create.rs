@@ -11,8 +11,8 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::rows::{micros, micros_of};
-use crate::domain::NewReservation;
 use crate::domain::policy::HoldLimits;
+use crate::domain::{NewReservation, RequestId};
 use crate::store::admission::{AdmissionSql, admission};
 use crate::store::sql::ReservationSql;
 use crate::store::{Created, StoreError, WorkLease};
@@ -23,7 +23,7 @@ impl AdmissionSql for Sqlite {
         conn: &mut SqliteConnection,
         owner: &str,
         holder: &str,
-        request_id: &str,
+        request_id: &RequestId,
     ) -> Result<(Option<Uuid>, i64), StoreError> {
         Ok(sqlx::query_as(concat!(
             "SELECT (SELECT id FROM reservations WHERE owner = ?3 AND holder = ?1 AND request_id = ?2), \
@@ -34,7 +34,7 @@ impl AdmissionSql for Sqlite {
             "))"
         ))
         .bind(holder)
-        .bind(request_id)
+        .bind(request_id.as_str())
         .bind(owner)
         .fetch_one(&mut *conn)
         .await?)
