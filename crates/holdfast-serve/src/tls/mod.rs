@@ -9,6 +9,8 @@
 //! never plaintext. With TLS off, none of this runs: the servers take `crate::conn`'s plain path.
 
 mod connector;
+// The trust of a PostgreSQL server's certificate (`db/pg_tls.rs`), built with that driver only.
+#[cfg(feature = "postgres")]
 mod database;
 pub(crate) mod incoming;
 mod listener;
@@ -27,6 +29,7 @@ use crate::watched::{Source, Watched};
 use material::Trust;
 
 pub(crate) use crate::watched::CHECK_EVERY;
+#[cfg(feature = "postgres")]
 pub(crate) use database::{DatabaseRoots, DatabaseTrust};
 pub use listener::Listener;
 
