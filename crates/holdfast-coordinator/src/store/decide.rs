@@ -10,7 +10,7 @@
 
 use uuid::Uuid;
 
-use super::sql::{Applied, PaymentSql, ReservationSql};
+use super::sql::{Applied, Guard, LeaveHeld, PaymentSql, ReservationSql};
 use super::{Decided, StoreError, WorkLease};
 use crate::db::WriteTransaction;
 use crate::domain::PresentedToken;
@@ -218,43 +218,6 @@ async fn apply_verdict<DB: PaymentSql>(
     Ok(Applied::unleased(
         apply_lapsed::<DB>(tx, id, verdict, payment).await?,
     ))
-}
-
-/// What keeps a row as it was judged until its write lands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Guard {
-    /// The row is locked by the transaction the write runs in.
-    RowLock,
-    /// The row was read without a lock: the write lands only on this version, the one judged.
-    Version(i64),
-}
-
-impl Guard {
-    /// The version the write must find, if it is guarded by one.
-    pub(crate) fn version(self) -> Option<i64> {
-        match self {
-            Guard::RowLock => None,
-            Guard::Version(v) => Some(v),
-        }
-    }
-}
-
-/// A decided move out of `HELD` (a Confirm's or a Cancel's [`Verdict::Transition`]): the
-/// write description a database's executor runs as one UPDATE. The row must be `HELD`, as
-/// `guard` keeps it, and unexpired by the database clock at the UPDATE; it moves to `to`, takes the
-/// decider's `lease` (a database whose UPDATE cannot take it leaves it to the flow) and the
-/// Confirm's `payment` unless one is recorded (and unless another reservation recorded that
-/// payment as a further one); a Cancel's `release_outcome` and `cancel_reason` are set.
-/// Anything else makes it miss, and nothing changes.
-#[derive(Clone, Debug)]
-pub(crate) struct LeaveHeld {
-    pub id: Uuid,
-    pub guard: Guard,
-    pub to: State,
-    pub release_outcome: Option<State>,
-    pub cancel_reason: Option<String>,
-    pub payment: Option<Payment>,
-    pub lease: WorkLease,
 }
 
 /// The write `verdict` asks for when it moves `current` out of `HELD` by `decision`; `None`

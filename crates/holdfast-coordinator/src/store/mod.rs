@@ -11,7 +11,7 @@
 //! - `sql.rs`: `ReservationSql`, the primitive statements the shared logic runs (one
 //!   impl per database, in `postgres/decide.rs` and `sqlite/decide.rs`).
 //! - `decide.rs`: the decision flow (token, verdict, the lease) and the one description of a
-//!   write out of `HELD` (`decide::LeaveHeld`: guarded by the row lock or the version read).
+//!   write out of `HELD` (`sql::LeaveHeld`, guarded by the row lock or the version read).
 //! - `retake.rs`: a late payment re-placing released holds (begin, finish, fail).
 //! - `outcome.rs`: a refund attempt of the reservation's payment, and when a stopped
 //!   placement is final at once (`placed_nothing`; `record_rejected` itself

@@ -12,11 +12,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use super::decide::LeaveHeld;
 use super::{BranchReport, RefundAnswer, StoreError, WorkLease};
 use crate::domain::policy::Backoff;
 use crate::domain::validate::RequestId;
-use crate::domain::{ExtraPayment, Payment, Reservation};
+use crate::domain::{ExtraPayment, Payment, Reservation, State};
 
 /// What a decision's conditional UPDATE did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +41,43 @@ impl Applied {
 /// A database the coordinator keeps its reservations in: PostgreSQL ([`sqlx::Postgres`]) or
 /// SQLite ([`sqlx::Sqlite`]). Every "now" is the database clock's, read inside the statement
 /// that decides. Conditional writes answer whether they applied (their row count).
+/// What keeps a row as it was judged until its write lands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Guard {
+    /// The row is locked by the transaction the write runs in.
+    RowLock,
+    /// The row was read without a lock: the write lands only on this version, the one judged.
+    Version(i64),
+}
+
+impl Guard {
+    /// The version the write must find, if it is guarded by one.
+    pub(crate) fn version(self) -> Option<i64> {
+        match self {
+            Guard::RowLock => None,
+            Guard::Version(v) => Some(v),
+        }
+    }
+}
+
+/// A decided move out of `HELD` (a Confirm's or a Cancel's [`Verdict::Transition`]): the
+/// write description a database's executor runs as one UPDATE. The row must be `HELD`, as
+/// `guard` keeps it, and unexpired by the database clock at the UPDATE; it moves to `to`, takes the
+/// decider's `lease` (a database whose UPDATE cannot take it leaves it to the flow) and the
+/// Confirm's `payment` unless one is recorded (and unless another reservation recorded that
+/// payment as a further one); a Cancel's `release_outcome` and `cancel_reason` are set.
+/// Anything else makes it miss, and nothing changes.
+#[derive(Clone, Debug)]
+pub(crate) struct LeaveHeld {
+    pub id: Uuid,
+    pub guard: Guard,
+    pub to: State,
+    pub release_outcome: Option<State>,
+    pub cancel_reason: Option<String>,
+    pub payment: Option<Payment>,
+    pub lease: WorkLease,
+}
+
 #[async_trait]
 pub(crate) trait ReservationSql: Send + Sync + 'static {
     /// Where write transactions begin: the database's pool.

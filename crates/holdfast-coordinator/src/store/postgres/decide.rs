@@ -15,7 +15,7 @@ use super::rows::{self, millis};
 use crate::domain::policy::Backoff;
 use crate::domain::validate::RequestId;
 use crate::domain::{Payment, Reservation};
-use crate::store::decide::LeaveHeld;
+use crate::store::sql::LeaveHeld;
 use crate::store::sql::{Applied, ReservationSql};
 use crate::store::{BranchReport, RefundAnswer, StoreError, WorkLease};
 

@@ -30,7 +30,7 @@ use super::executor;
 use crate::db::batch::{Batcher, distinct_by};
 use crate::domain::policy::{Backoff, HoldLimits};
 use crate::domain::{NewReservation, Rejection, Reservation, State};
-use crate::store::decide::LeaveHeld;
+use crate::store::sql::LeaveHeld;
 use crate::store::{BranchReport, Created, PhaseRecorded, StoreError, WorkLease};
 
 /// Most writes of one kind in one statement. A batch costs about one round trip and one

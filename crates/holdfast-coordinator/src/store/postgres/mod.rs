@@ -33,6 +33,7 @@ mod payments;
 mod recovery;
 mod retention;
 mod waiting;
+mod without_lock;
 
 use std::sync::Arc;
 
@@ -49,8 +50,8 @@ use uuid::Uuid;
 
 pub use self::list::statement as list_statement;
 
-use self::executor::RecentlyHeld;
 use self::group_commit::GroupCommit;
+use self::without_lock::RecentlyHeld;
 use super::{
     BranchReport, Claimed, Created, Decided, PhaseRecorded, RefundAnswer, Stamp, Store, StoreError,
     Waiting, WorkLease, extra, outcome, retake,
@@ -154,7 +155,7 @@ impl Store for PgStore {
         decision: &Decision,
         lease: WorkLease,
     ) -> Result<Decided, StoreError> {
-        let unlocked = executor::decide_unlocked(
+        let unlocked = without_lock::decide_unlocked(
             &self.group_commit,
             &self.recently_held,
             id,
