@@ -155,12 +155,44 @@ conformance!(
         refused_further_refund_is_parked,
     ],
     list: [list_pages_and_filters, every_shape_answers_as_a_full_read_filtered],
+    events: [
+        lifecycle_appends_events_in_order,
+        readers_see_only_their_owner_s_events,
+        sinks_keep_a_cursor_a_lease_and_a_pause,
+        retention_never_passes_an_active_sink,
+    ],
     writes: [
         writes_answer_with_the_stored_reservation,
         concurrent_writes_are_each_recorded,
         concurrent_rejections_are_each_recorded,
     ],
 );
+
+/// PostgreSQL only: the sequencer numbers events in commit order across transactions held open
+/// and replicas (SQLite's one writer numbers them at insert).
+mod events_postgres {
+    #[sqlx::test(migrations = false)]
+    async fn a_transaction_held_open_is_read_once_when_it_commits(
+        pool: sqlx::postgres::PgPoolOptions,
+        connect: sqlx::postgres::PgConnectOptions,
+    ) {
+        crate::parallel::on_multi_thread(pool, connect, |pool| async move {
+            crate::cases::events::a_transaction_held_open_is_read_once_when_it_commits(pool).await;
+        })
+        .await;
+    }
+
+    #[sqlx::test(migrations = false)]
+    async fn two_replicas_writing_and_numbering_lose_nothing(
+        pool: sqlx::postgres::PgPoolOptions,
+        connect: sqlx::postgres::PgConnectOptions,
+    ) {
+        crate::parallel::on_multi_thread(pool, connect, |pool| async move {
+            crate::cases::events::two_replicas_writing_and_numbering_lose_nothing(pool).await;
+        })
+        .await;
+    }
+}
 
 /// PostgreSQL only: its group commit after a lost commit acknowledgement or a failed batch,
 /// and concurrent Confirms sharing a statement (SQLite's group commit is its writer's).

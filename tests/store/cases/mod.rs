@@ -8,6 +8,7 @@ pub mod backoff;
 pub mod bindings;
 pub mod create;
 pub mod decide;
+pub mod events;
 pub mod failed_batch;
 pub mod list;
 pub mod list_filters;

@@ -131,6 +131,10 @@ impl Publishing {
 
 #[async_trait]
 impl Store for Publishing {
+    fn event_log(&self) -> &dyn crate::store::events::EventLog {
+        self.inner.event_log()
+    }
+
     async fn create(
         &self,
         new: &NewReservation,

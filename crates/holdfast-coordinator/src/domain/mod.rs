@@ -2,6 +2,7 @@
 //! rules. Pure types and logic; no I/O, no prost, no SQL.
 
 pub mod admin;
+pub mod event;
 pub mod lifecycle;
 pub mod payments;
 pub mod policy;
@@ -15,6 +16,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+pub use event::{Event, EventType};
 pub use lifecycle::{Decision, Verdict};
 pub use payments::{PaymentRecord, PaymentState};
 pub use token::{HoldToken, PresentedToken, TokenCheck, TokenKeys};

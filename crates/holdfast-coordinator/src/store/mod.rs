@@ -36,6 +36,7 @@ macro_rules! lost_hold_refund_reason {
 pub mod admin;
 mod admission;
 pub(crate) mod decide;
+pub mod events;
 mod extra;
 pub mod fault;
 pub mod list;
@@ -211,6 +212,9 @@ impl RefundAnswer {
 /// The coordinator's storage.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
+    /// The event log this store appends to (SPEC 10): the same database.
+    fn event_log(&self) -> &dyn events::EventLog;
+
     /// Records a new reservation in `TRYING` with `expires_at = now + ttl` (database clock),
     /// or finds the existing one with the same (owner, holder, request_id).
     /// The new reservation is leased to `lease.owner` while its holds are placed. The hold

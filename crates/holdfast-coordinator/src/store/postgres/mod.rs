@@ -26,6 +26,7 @@ mod admin;
 mod answers;
 mod create;
 mod decide;
+mod events;
 mod executor;
 mod group_commit;
 mod list;
@@ -108,6 +109,10 @@ impl PgStore {
 
 #[async_trait]
 impl Store for PgStore {
+    fn event_log(&self) -> &dyn super::events::EventLog {
+        self
+    }
+
     async fn create(
         &self,
         new: &NewReservation,

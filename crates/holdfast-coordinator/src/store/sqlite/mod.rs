@@ -55,6 +55,7 @@ mod admin;
 mod answers;
 mod create;
 mod decide;
+mod events;
 mod payments;
 mod recovery;
 mod retention;
@@ -149,6 +150,10 @@ async fn digest_legacy_tokens(pool: &SqlitePool) -> Result<(), StoreError> {
 
 #[async_trait]
 impl Store for SqliteStore {
+    fn event_log(&self) -> &dyn super::events::EventLog {
+        self
+    }
+
     async fn create(
         &self,
         new: &NewReservation,

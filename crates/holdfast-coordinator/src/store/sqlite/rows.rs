@@ -87,7 +87,7 @@ struct BranchRow {
 }
 
 /// Stored microseconds since the epoch -> a time.
-fn time_of(us: i64) -> Result<DateTime<Utc>, StoreError> {
+pub(super) fn time_of(us: i64) -> Result<DateTime<Utc>, StoreError> {
     DateTime::from_timestamp_micros(us)
         .ok_or_else(|| StoreError::Corrupt(format!("timestamp {us} out of range")))
 }
@@ -337,7 +337,8 @@ pub(super) async fn with_branches(
     }
     rows.into_iter()
         .map(|r| {
-            let bs = branches.remove(&r.id).unwrap_or_default();
+            // An id may repeat (events of one reservation): each gets the branches.
+            let bs = branches.get(&r.id).cloned().unwrap_or_default();
             r.into_domain(bs)
         })
         .collect()

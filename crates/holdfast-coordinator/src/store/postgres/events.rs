@@ -1,0 +1,285 @@
+//! The event log on PostgreSQL ([`crate::store::events`]): reading numbered events with their
+//! reservation's branches, the sequencer, and the sinks' cursors and leases. Triggers append
+//! the events (migration `0012_events.sql`).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::postgres::PgPool;
+use uuid::Uuid;
+
+use super::PgStore;
+use super::rows::{ReservationRow, millis};
+use crate::domain::{Event, EventType};
+use crate::store::events::{EventLog, EventPage, SinkState};
+use crate::store::{StoreError, WorkLease};
+
+/// An event row: its own columns and the reservation's as the change left them, named as
+/// [`ReservationRow`] reads them, with the branches of that generation.
+#[derive(sqlx::FromRow)]
+struct EventRow {
+    sequence: i64,
+    event_id: Uuid,
+    event_type: String,
+    occurred_at: DateTime<Utc>,
+    from_queue: bool,
+    #[sqlx(flatten)]
+    reservation: ReservationRow,
+}
+
+impl EventRow {
+    fn into_domain(self) -> Result<Event, StoreError> {
+        let event_type = EventType::parse(&self.event_type).ok_or_else(|| {
+            StoreError::Corrupt(format!(
+                "event {}: unknown type {:?}",
+                self.sequence, self.event_type
+            ))
+        })?;
+        let reservation = self.reservation.into_domain()?;
+        Ok(Event {
+            sequence: self.sequence,
+            event_id: self.event_id,
+            event_type,
+            occurred_at: self.occurred_at,
+            owner: reservation.owner.clone(),
+            reservation,
+            from_queue: self.from_queue,
+        })
+    }
+}
+
+/// The sink columns [`SinkState`] is read from.
+type SinkRow = (String, i64, Option<DateTime<Utc>>, bool, Option<String>);
+
+fn sink_state((name, delivered_through, failing_since, paused, last_error): SinkRow) -> SinkState {
+    SinkState {
+        name,
+        delivered_through,
+        failing_since,
+        paused,
+        last_error,
+    }
+}
+
+/// The events after `$1` (owner `$2` unless NULL), at most `$3`. The digest column is 32 zero
+/// bytes: an event never carries a reservation's token check.
+const EVENTS_AFTER: &str = "SELECT e.sequence, e.event_id, e.type AS event_type, e.occurred_at, \
+        e.from_queue, e.reservation_id AS id, e.request_id, e.holder, e.state, \
+        e.release_outcome, e.owner, decode(repeat('00', 32), 'hex') AS token_digest, \
+        NULL::text AS token_key_id, e.ttl_ms, e.created_at, e.expires_at, e.extensions_used, \
+        e.labels, e.rejection_participant, e.rejection_resource, e.rejection_reason, \
+        e.late_payment_honored, e.version, e.payment_participant, e.payment_ref, \
+        e.payment_amount_minor, e.payment_currency, e.refund_id, e.refund_state, \
+        e.refund_reason, e.refund_failure, e.generation, false AS lapsed, b.* \
+     FROM events e CROSS JOIN LATERAL ( \
+        SELECT array_agg(branch_id ORDER BY position) AS b_branch_ids, \
+               array_agg(participant ORDER BY position) AS b_participants, \
+               array_agg(resource ORDER BY position) AS b_resources, \
+               array_agg(quantity ORDER BY position) AS b_quantities, \
+               array_agg(during_start ORDER BY position) AS b_starts, \
+               array_agg(during_end ORDER BY position) AS b_ends, \
+               array_agg(state ORDER BY position) AS b_states, \
+               array_agg(attempts ORDER BY position) AS b_attempts, \
+               array_agg(last_error ORDER BY position) AS b_errors \
+        FROM branches \
+        WHERE branches.reservation_id = e.reservation_id \
+          AND branches.generation = e.generation) b \
+     WHERE e.sequence > $1 AND ($2::text IS NULL OR e.owner = $2) \
+     ORDER BY e.sequence LIMIT $3";
+
+/// The sequencer's numbering: the oldest unnumbered committed events (insert order) get the
+/// numbers after `$1`, at most `$2` of them; answers the last number given (NULL: none).
+const NUMBER_PENDING: &str = "WITH pending AS ( \
+        SELECT id, $1::bigint + row_number() OVER (ORDER BY id) AS seq FROM ( \
+            SELECT id FROM events WHERE sequence IS NULL ORDER BY id LIMIT $2) oldest), \
+     numbered AS ( \
+        UPDATE events e SET sequence = p.seq FROM pending p WHERE e.id = p.id \
+        RETURNING e.sequence) \
+     SELECT max(sequence) FROM numbered";
+
+/// [`EventLog::sequence_events`]: one transaction holding the sequencer's row lock (another
+/// replica's sequencer at work: nothing to do). The numbering statement starts after the lock
+/// is taken, so its snapshot holds every number handed out before.
+async fn sequence_events(pool: &PgPool, limit: u32) -> Result<u32, StoreError> {
+    let mut tx = pool.begin().await?;
+    let last: Option<i64> =
+        sqlx::query_scalar("SELECT last FROM event_sequencer WHERE id FOR UPDATE SKIP LOCKED")
+            .fetch_optional(&mut *tx)
+            .await?;
+    let Some(last) = last else {
+        return Ok(0);
+    };
+    let through: Option<i64> = sqlx::query_scalar(NUMBER_PENDING)
+        .bind(last)
+        .bind(i64::from(limit))
+        .fetch_one(&mut *tx)
+        .await?;
+    let Some(through) = through else {
+        return Ok(0);
+    };
+    debug_assert!(through > last, "the sequencer went back");
+    sqlx::query("UPDATE event_sequencer SET last = $1 WHERE id")
+        .bind(through)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(u32::try_from(through - last).unwrap_or(u32::MAX))
+}
+
+/// The columns [`SinkRow`] reads (a macro: queries are `&'static str`).
+macro_rules! sink_columns {
+    () => {
+        "name, delivered_through, failing_since, paused, last_error"
+    };
+}
+
+#[async_trait]
+impl EventLog for PgStore {
+    async fn events_after(&self, page: &EventPage<'_>) -> Result<Vec<Event>, StoreError> {
+        sqlx::query_as::<_, EventRow>(EVENTS_AFTER)
+            .bind(page.after)
+            .bind(page.owner)
+            .bind(i64::from(page.limit))
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .map(EventRow::into_domain)
+            .collect()
+    }
+
+    async fn latest_sequence(&self) -> Result<i64, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT last FROM event_sequencer WHERE id")
+                .fetch_optional(&self.pool)
+                .await?
+                .unwrap_or(0),
+        )
+    }
+
+    async fn sequence_events(&self, limit: u32) -> Result<u32, StoreError> {
+        sequence_events(&self.pool, limit).await
+    }
+
+    async fn lease_sink(
+        &self,
+        name: &str,
+        lease: WorkLease,
+    ) -> Result<Option<SinkState>, StoreError> {
+        let row: Option<SinkRow> = sqlx::query_as(concat!(
+            "INSERT INTO event_sinks AS s (name, lease_owner, lease_until) \
+             VALUES ($1, $2, clock_timestamp() + $3 * interval '1 millisecond') \
+             ON CONFLICT (name) DO UPDATE SET lease_owner = EXCLUDED.lease_owner, \
+                 lease_until = EXCLUDED.lease_until \
+             WHERE s.lease_owner IS NULL OR s.lease_owner = $2 \
+                OR s.lease_until < clock_timestamp() \
+             RETURNING ",
+            sink_columns!()
+        ))
+        .bind(name)
+        .bind(lease.owner)
+        .bind(millis(lease.duration))
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(sink_state))
+    }
+
+    async fn record_delivered(
+        &self,
+        name: &str,
+        lease_owner: Uuid,
+        through: i64,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE event_sinks SET delivered_through = greatest(delivered_through, $3), \
+                 failing_since = NULL, last_error = NULL \
+             WHERE name = $1 AND lease_owner = $2",
+        )
+        .bind(name)
+        .bind(lease_owner)
+        .bind(through)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn record_sink_failure(
+        &self,
+        name: &str,
+        lease_owner: Uuid,
+        error: &str,
+        give_up: Duration,
+    ) -> Result<Option<SinkState>, StoreError> {
+        let row: Option<SinkRow> = sqlx::query_as(concat!(
+            "UPDATE event_sinks SET failing_since = coalesce(failing_since, clock_timestamp()), \
+                 last_error = $3, \
+                 paused = paused OR coalesce(failing_since, clock_timestamp()) \
+                     <= clock_timestamp() - $4 * interval '1 millisecond' \
+             WHERE name = $1 AND lease_owner = $2 \
+             RETURNING ",
+            sink_columns!()
+        ))
+        .bind(name)
+        .bind(lease_owner)
+        .bind(error)
+        .bind(millis(give_up))
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(sink_state))
+    }
+
+    async fn resume_sink(&self, name: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE event_sinks SET paused = false, failing_since = NULL, last_error = NULL \
+             WHERE name = $1",
+        )
+        .bind(name)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn sinks(&self) -> Result<Vec<SinkState>, StoreError> {
+        let rows: Vec<SinkRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            sink_columns!(),
+            " FROM event_sinks ORDER BY name"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(sink_state).collect())
+    }
+
+    async fn sink_lag(&self, name: &str) -> Result<Duration, StoreError> {
+        let seconds: f64 = sqlx::query_scalar(
+            "SELECT coalesce(extract(epoch FROM clock_timestamp() - least( \
+                 (SELECT occurred_at FROM events \
+                  WHERE sequence > coalesce((SELECT delivered_through FROM event_sinks \
+                                             WHERE name = $1), 0) \
+                  ORDER BY sequence LIMIT 1), \
+                 (SELECT occurred_at FROM events WHERE sequence IS NULL ORDER BY id LIMIT 1))) \
+                 ::float8, 0)",
+        )
+        .bind(name)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(Duration::try_from_secs_f64(seconds.max(0.0)).unwrap_or_default())
+    }
+
+    async fn purge_events(&self, keep: Duration, limit: u32) -> Result<u64, StoreError> {
+        let done = sqlx::query(
+            "DELETE FROM events WHERE id IN ( \
+                SELECT id FROM events \
+                WHERE sequence <= (SELECT coalesce(min(delivered_through), 9223372036854775807) \
+                                   FROM event_sinks WHERE NOT paused \
+                                     AND lease_until > clock_timestamp() - $1 * interval '1 millisecond') \
+                  AND occurred_at < clock_timestamp() - $1 * interval '1 millisecond' \
+                ORDER BY sequence LIMIT $2)",
+        )
+        .bind(millis(keep))
+        .bind(i64::from(limit))
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+}
