@@ -35,6 +35,7 @@ async fn the_coordinator_deletes_finished_reservations_past_retention(pool: PgPo
         batch: 10,
         every: Duration::from_millis(20),
         pause: Duration::from_millis(1),
+        ..Retention::default()
     };
     let mut app = spawn_app(pool, s).await;
     let before = deleted_reservations();

@@ -18,6 +18,7 @@ pub use holdfast_serve::{auth, conn, db, server, tls, watched};
 pub mod api;
 pub mod coordinator;
 pub mod domain;
+pub mod events;
 pub mod proto;
 pub mod registry;
 pub mod serving;

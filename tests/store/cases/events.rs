@@ -18,7 +18,13 @@ use super::{FAST, LONG, S, cancel, confirm, decide, held, lease, reports};
 
 /// Numbers what is committed (PostgreSQL's sequencer; nothing to do on SQLite).
 async fn number(store: &dyn Store) {
-    while store.event_log().sequence_events(1000).await.unwrap() > 0 {}
+    while !store
+        .event_log()
+        .sequence_events(1000)
+        .await
+        .unwrap()
+        .is_empty()
+    {}
 }
 
 /// Every numbered event after `after` (all owners).

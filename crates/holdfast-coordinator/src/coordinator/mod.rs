@@ -76,6 +76,10 @@ pub struct Coordinator {
     /// Taken by each sweep of the recovery loop and by an on-demand pass
     /// ([`Coordinator::sweep_now`]) for its whole length, so the two never claim side by side.
     sweeps: Arc<tokio::sync::Mutex<()>>,
+    /// The event log as readers and sinks see it (SPEC 10).
+    events: crate::events::EventFeed,
+    /// What [`Coordinator::run_events`] moves the feed's latest sequence with.
+    events_latest: Arc<tokio::sync::watch::Sender<i64>>,
 }
 
 impl Coordinator {
@@ -88,6 +92,7 @@ impl Coordinator {
     ) -> Coordinator {
         let watchers = Arc::new(watchers::Watchers::new(policy.watch));
         let sold_out = Arc::new(sold_out::SoldOutHints::new(policy.sold_out_hint));
+        let (events, events_latest) = crate::events::EventFeed::new(store.clone());
         Coordinator {
             instance: Uuid::new_v4(),
             store: Arc::new(watch::Publishing {
@@ -101,7 +106,20 @@ impl Coordinator {
             watchers,
             sold_out,
             sweeps: Arc::default(),
+            events,
+            events_latest: Arc::new(events_latest),
         }
+    }
+
+    /// The event log (SPEC 10): pages after a sequence, the latest sequence, the sinks' state.
+    pub fn events(&self) -> &crate::events::EventFeed {
+        &self.events
+    }
+
+    /// Numbers committed events and follows the latest sequence until `stop` turns true
+    /// (one loop per process; replicas on one PostgreSQL take turns).
+    pub async fn run_events(self, stop: tokio::sync::watch::Receiver<bool>) {
+        crate::events::run_sequencer(self.store.clone(), self.events_latest.clone(), stop).await;
     }
 
     fn lease(&self) -> WorkLease {

@@ -16,6 +16,9 @@ use crate::store::Purged;
 pub struct Retention {
     /// How long a finished reservation is kept; `None` keeps everything (`--retention off`).
     pub keep: Option<Duration>,
+    /// How long events are kept (`--events-retention`; never before every active sink has
+    /// delivered them).
+    pub events_keep: Duration,
     /// Reservations per transaction (at most 1,000; SQLite's single writer takes fewer).
     pub batch: u32,
     /// How often the purge looks for work when the last pass found less than a batch.
@@ -42,6 +45,7 @@ impl Default for Retention {
     fn default() -> Self {
         Retention {
             keep: Some(Duration::from_secs(30 * 24 * 3600)),
+            events_keep: Duration::from_secs(7 * 24 * 3600),
             batch: MAX_BATCH,
             every: Duration::from_secs(30),
             pause: Duration::from_millis(10),
@@ -64,36 +68,61 @@ impl Coordinator {
         Ok(purged)
     }
 
-    /// Runs retention until `stop` turns true (returns at once with `keep: None`).
-    pub async fn run_retention(self, mut stop: watch::Receiver<bool>) {
-        let retention = self.policy.retention;
-        let Some(keep) = retention.keep else {
-            return;
-        };
-        loop {
-            if *stop.borrow() {
-                return;
-            }
-            let started = std::time::Instant::now();
-            let wait = match self.purge_finished(keep, retention.batch).await {
-                Ok(p) if p.reservations >= u64::from(retention.batch.clamp(1, MAX_BATCH)) => {
-                    // A backlog: rest at least as long as the batch took, so the purge keeps
-                    // at most half of one connection (and of the WAL) busy while Reserves run.
-                    retention.pause.max(started.elapsed())
-                }
+    /// One retention batch of events older than `keep` that every active sink has delivered
+    /// (SPEC 10), counted in `holdfast_retention_deleted_total{table="events"}`.
+    pub async fn purge_events(&self, keep: Duration, batch: u32) -> Result<u64, Error> {
+        let purged = self
+            .store
+            .event_log()
+            .purge_events(keep, batch.clamp(1, MAX_BATCH))
+            .await?;
+        crate::telemetry::ops::retention_deleted("events", purged);
+        Ok(purged)
+    }
+
+    /// One pass over both logs; `true` when either deleted a full batch (a backlog).
+    async fn purge_pass(&self, retention: &Retention) -> bool {
+        let full = u64::from(retention.batch.clamp(1, MAX_BATCH));
+        let mut backlog = false;
+        if let Some(keep) = retention.keep {
+            match self.purge_finished(keep, retention.batch).await {
                 Ok(p) => {
+                    backlog |= p.reservations >= full;
                     if p.reservations > 0 {
                         tracing::info!(
                             reservations = p.reservations,
                             "retention deleted finished reservations"
                         );
                     }
-                    retention.every
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "retention purge failed; retrying later");
-                    retention.every
-                }
+                Err(e) => tracing::warn!(error = %e, "retention purge failed; retrying later"),
+            }
+        }
+        match self
+            .purge_events(retention.events_keep, retention.batch)
+            .await
+        {
+            Ok(n) => backlog |= n >= full,
+            Err(e) => tracing::warn!(error = %e, "event retention failed; retrying later"),
+        }
+        backlog
+    }
+
+    /// Runs retention (finished reservations, when kept for a limited time, and events) until
+    /// `stop` turns true.
+    pub async fn run_retention(self, mut stop: watch::Receiver<bool>) {
+        let retention = self.policy.retention;
+        loop {
+            if *stop.borrow() {
+                return;
+            }
+            let started = std::time::Instant::now();
+            // A backlog: rest at least as long as the batch took, so the purge keeps at most
+            // half of one connection (and of the WAL) busy while Reserves run.
+            let wait = if self.purge_pass(&retention).await {
+                retention.pause.max(started.elapsed())
+            } else {
+                retention.every
             };
             tokio::select! {
                 changed = stop.changed() => {

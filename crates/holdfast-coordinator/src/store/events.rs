@@ -19,7 +19,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{StoreError, WorkLease};
-use crate::domain::Event;
+use crate::domain::{Event, EventType};
 
 /// A sink's durable state ([`EventLog::lease_sink`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,9 +55,10 @@ pub trait EventLog: Send + Sync + 'static {
     async fn latest_sequence(&self) -> Result<i64, StoreError>;
 
     /// PostgreSQL: numbers up to `limit` committed, unnumbered events in one transaction and
-    /// answers how many (0 also when another replica's sequencer is at work). SQLite: 0 (its
-    /// events are numbered at insert).
-    async fn sequence_events(&self, limit: u32) -> Result<u32, StoreError>;
+    /// answers their types (none also when another replica's sequencer is at work). SQLite,
+    /// whose events are numbered at insert: the types of up to `limit` events numbered since
+    /// this store's previous call (none at the first).
+    async fn sequence_events(&self, limit: u32) -> Result<Vec<EventType>, StoreError>;
 
     /// Takes or renews `name`'s delivery lease for `lease.owner` (creating the sink's row on
     /// first use) and answers its state; `None` while another owner's lease runs.

@@ -16,6 +16,7 @@ pub mod ops_names {
     pub(crate) const REDIS_REBUILDS: &str = "holdfast_stock_redis_rebuilds_total";
     pub(crate) const REDIS_DRIFT: &str = "holdfast_stock_redis_drift_total";
     pub const OLDEST_WORK_AGE: &str = "holdfast_oldest_work_age_seconds";
+    pub const EVENTS_APPENDED: &str = "holdfast_events_appended_total";
 }
 
 use ops_names::*;
@@ -24,6 +25,11 @@ use ops_names::*;
 pub use holdfast_participant::telemetry::{
     barrier_outcome, orphan_reclaimed, participant_call, participant_started, retention_deleted,
 };
+
+/// An event became readable (numbered by this process's sequencer), by type (SPEC 10).
+pub(crate) fn event_appended(event_type: &'static str) {
+    metrics::counter!(EVENTS_APPENDED, "type" => event_type).increment(1);
+}
 
 /// stock-redis rebuilt its Redis data set from the durable record.
 pub fn redis_rebuilt() {

@@ -89,42 +89,60 @@ const EVENTS_AFTER: &str = "SELECT e.sequence, e.event_id, e.type AS event_type,
      ORDER BY e.sequence LIMIT $3";
 
 /// The sequencer's numbering: the oldest unnumbered committed events (insert order) get the
-/// numbers after `$1`, at most `$2` of them; answers the last number given (NULL: none).
+/// numbers after `$1`, at most `$2` of them; answers each numbered event's number and type.
 const NUMBER_PENDING: &str = "WITH pending AS ( \
         SELECT id, $1::bigint + row_number() OVER (ORDER BY id) AS seq FROM ( \
-            SELECT id FROM events WHERE sequence IS NULL ORDER BY id LIMIT $2) oldest), \
-     numbered AS ( \
-        UPDATE events e SET sequence = p.seq FROM pending p WHERE e.id = p.id \
-        RETURNING e.sequence) \
-     SELECT max(sequence) FROM numbered";
+            SELECT id FROM events WHERE sequence IS NULL ORDER BY id LIMIT $2) oldest) \
+     UPDATE events e SET sequence = p.seq FROM pending p WHERE e.id = p.id \
+     RETURNING e.sequence, e.type";
 
-/// [`EventLog::sequence_events`]: one transaction holding the sequencer's row lock (another
-/// replica's sequencer at work: nothing to do). The numbering statement starts after the lock
-/// is taken, so its snapshot holds every number handed out before.
-async fn sequence_events(pool: &PgPool, limit: u32) -> Result<u32, StoreError> {
+/// [`EventLog::sequence_events`]: when something waits (one read of a partial index, no
+/// transaction), one transaction holding the sequencer's row lock (another replica's sequencer
+/// at work: nothing to do). The numbering statement starts after the lock is taken, so its
+/// snapshot holds every number handed out before.
+async fn sequence_events(pool: &PgPool, limit: u32) -> Result<Vec<EventType>, StoreError> {
+    let waiting: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM events WHERE sequence IS NULL)")
+            .fetch_one(pool)
+            .await?;
+    if !waiting {
+        return Ok(Vec::new());
+    }
     let mut tx = pool.begin().await?;
     let last: Option<i64> =
         sqlx::query_scalar("SELECT last FROM event_sequencer WHERE id FOR UPDATE SKIP LOCKED")
             .fetch_optional(&mut *tx)
             .await?;
     let Some(last) = last else {
-        return Ok(0);
+        return Ok(Vec::new());
     };
-    let through: Option<i64> = sqlx::query_scalar(NUMBER_PENDING)
+    let numbered: Vec<(i64, String)> = sqlx::query_as(NUMBER_PENDING)
         .bind(last)
         .bind(i64::from(limit))
-        .fetch_one(&mut *tx)
+        .fetch_all(&mut *tx)
         .await?;
-    let Some(through) = through else {
-        return Ok(0);
+    let Some(through) = numbered.iter().map(|(sequence, _)| *sequence).max() else {
+        return Ok(Vec::new());
     };
-    debug_assert!(through > last, "the sequencer went back");
+    if through != last + numbered.len() as i64 {
+        return Err(StoreError::Corrupt(format!(
+            "the sequencer numbered {} events after {last} but reached {through}",
+            numbered.len()
+        )));
+    }
     sqlx::query("UPDATE event_sequencer SET last = $1 WHERE id")
         .bind(through)
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
-    Ok(u32::try_from(through - last).unwrap_or(u32::MAX))
+    numbered
+        .into_iter()
+        .map(|(sequence, name)| {
+            EventType::parse(&name).ok_or_else(|| {
+                StoreError::Corrupt(format!("event {sequence}: unknown type {name:?}"))
+            })
+        })
+        .collect()
 }
 
 /// The columns [`SinkRow`] reads (a macro: queries are `&'static str`).
@@ -157,7 +175,7 @@ impl EventLog for PgStore {
         )
     }
 
-    async fn sequence_events(&self, limit: u32) -> Result<u32, StoreError> {
+    async fn sequence_events(&self, limit: u32) -> Result<Vec<EventType>, StoreError> {
         sequence_events(&self.pool, limit).await
     }
 

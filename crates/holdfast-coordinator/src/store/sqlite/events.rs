@@ -144,8 +144,31 @@ impl EventLog for SqliteStore {
         )
     }
 
-    async fn sequence_events(&self, _limit: u32) -> Result<u32, StoreError> {
-        Ok(0)
+    async fn sequence_events(&self, limit: u32) -> Result<Vec<EventType>, StoreError> {
+        use std::sync::atomic::Ordering;
+        let seen = self.events_seen.load(Ordering::Acquire);
+        if seen < 0 {
+            let latest = self.latest_sequence().await?;
+            self.events_seen.store(latest, Ordering::Release);
+            return Ok(Vec::new());
+        }
+        let rows: Vec<(i64, String)> = sqlx::query_as(
+            "SELECT sequence, type FROM events WHERE sequence > ?1 ORDER BY sequence LIMIT ?2",
+        )
+        .bind(seen)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        if let Some((last, _)) = rows.last() {
+            self.events_seen.store(*last, Ordering::Release);
+        }
+        rows.into_iter()
+            .map(|(sequence, name)| {
+                EventType::parse(&name).ok_or_else(|| {
+                    StoreError::Corrupt(format!("event {sequence}: unknown type {name:?}"))
+                })
+            })
+            .collect()
     }
 
     async fn lease_sink(
