@@ -42,6 +42,20 @@ pub fn reservation(r: &proto::Reservation) -> Value {
     })
 }
 
+/// An event (SPEC 10): what NATS and webhooks carry, what `/v1/events` answers. The sequence
+/// is a JSON number (it stays below 2^53 for any realistic log).
+pub fn event(e: &proto::Event) -> Value {
+    json!({
+        "sequence": e.sequence,
+        "event_id": e.event_id,
+        "type": e.r#type().as_str_name(),
+        "occurred_at": time(e.occurred_at.as_ref()),
+        "reservation": e.reservation.as_ref().map(reservation),
+        "owner": e.owner,
+        "from_queue": e.from_queue,
+    })
+}
+
 /// A payment recorded for a reservation.
 fn payment_record(p: &proto::reservation::PaymentRecord) -> Value {
     json!({

@@ -29,8 +29,12 @@ const COORDINATOR: Rules = &[
     ("proto", &[]),
     ("telemetry", &["auth", "conn", "domain", "tls"]),
     ("store", &["db", "domain"]),
+    ("events", &["domain", "store", "telemetry"]),
     ("registry", &["domain", "proto", "telemetry", "tls"]),
-    ("coordinator", &["domain", "registry", "store", "telemetry"]),
+    (
+        "coordinator",
+        &["domain", "events", "registry", "store", "telemetry"],
+    ),
     (
         "api",
         &[

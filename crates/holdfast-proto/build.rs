@@ -15,6 +15,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "admin.proto",
         "common.proto",
         "coordinator.proto",
+        "events.proto",
         "participant.proto",
         "payments.proto",
         "resource_admin.proto",

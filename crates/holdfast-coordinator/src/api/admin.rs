@@ -171,6 +171,36 @@ impl proto::admin_server::Admin for AdminApi {
         .await
     }
 
+    async fn list_sinks(
+        &self,
+        request: Request<proto::ListSinksRequest>,
+    ) -> Result<Response<proto::ListSinksResponse>, Status> {
+        observed("ListSinks", async move {
+            actor(&request)?;
+            let sinks = self.coordinator.list_sinks().await?;
+            Ok(Response::new(proto::ListSinksResponse {
+                sinks: sinks.into_iter().map(convert::sink).collect(),
+            }))
+        })
+        .await
+    }
+
+    async fn resume_webhook(
+        &self,
+        request: Request<proto::ResumeWebhookRequest>,
+    ) -> Result<Response<proto::ResumeWebhookResponse>, Status> {
+        observed("ResumeWebhook", async move {
+            let actor = actor(&request)?;
+            let name = &request.get_ref().name;
+            let sink = self.coordinator.resume_webhook(name).await?;
+            tracing::info!(principal = %actor.principal, webhook = %name, "webhook resumed");
+            Ok(Response::new(proto::ResumeWebhookResponse {
+                sink: Some(convert::sink(sink)),
+            }))
+        })
+        .await
+    }
+
     async fn list_audit(
         &self,
         request: Request<proto::ListAuditRequest>,

@@ -304,6 +304,49 @@ pub fn payment(p: proto::Payment) -> Payment {
     }
 }
 
+/// An event type on the wire (the enum values are SPEC 10's names).
+pub fn event_type(t: crate::domain::EventType) -> proto::event::Type {
+    proto::event::Type::from_str_name(t.as_str()).unwrap_or(proto::event::Type::Unspecified)
+}
+
+/// An event on the wire: the reservation as the change left it, never its token.
+pub fn event(e: crate::domain::Event) -> proto::Event {
+    proto::Event {
+        sequence: e.sequence,
+        event_id: e.event_id.to_string(),
+        r#type: event_type(e.event_type).into(),
+        occurred_at: Some(timestamp(e.occurred_at)),
+        reservation: Some(reservation(e.reservation, Token::Omit)),
+        owner: e.owner,
+        from_queue: e.from_queue,
+    }
+}
+
+/// A stream's sign of life: the latest sequence handed out.
+pub fn heartbeat(latest: i64) -> proto::Event {
+    proto::Event {
+        sequence: latest,
+        r#type: proto::event::Type::Heartbeat.into(),
+        ..Default::default()
+    }
+}
+
+/// An event sink's state (Admin ListSinks).
+pub fn sink(report: crate::coordinator::admin::SinkReport) -> proto::Sink {
+    let lag = report.lag;
+    proto::Sink {
+        name: report.state.name,
+        delivered_through: report.state.delivered_through,
+        lag: Some(prost_types::Duration {
+            seconds: i64::try_from(lag.as_secs()).unwrap_or(i64::MAX),
+            nanos: i32::try_from(lag.subsec_nanos()).unwrap_or(0),
+        }),
+        failing_since: report.state.failing_since.map(timestamp),
+        paused: report.state.paused,
+        last_error: report.state.last_error.unwrap_or_default(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -114,6 +114,13 @@ impl From<Error> for Status {
             Error::NotFound(_) => {
                 status(Code::NotFound, "RESERVATION_NOT_FOUND", message, &[], &err)
             }
+            Error::UnknownWebhook(name) => status(
+                Code::NotFound,
+                "UNKNOWN_WEBHOOK",
+                message,
+                &[("field", "name".to_owned()), ("webhook", name.clone())],
+                &err,
+            ),
             Error::UnknownParticipant { field, name } => status(
                 Code::NotFound,
                 "UNKNOWN_PARTICIPANT",

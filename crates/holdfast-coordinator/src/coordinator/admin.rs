@@ -12,7 +12,7 @@ use super::{Coordinator, Error, Page, entered, refund_recorded};
 use crate::domain::admin::{
     self, AdminAction, AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery,
 };
-use crate::domain::validate;
+use crate::domain::validate::{self, FieldError};
 use crate::domain::{Actor, Reservation, State};
 use crate::store::AdminDecided;
 
@@ -242,6 +242,35 @@ impl Coordinator {
         Ok(AuditPage { entries, next })
     }
 
+    /// Every event sink's state and lag (SPEC 10), by name.
+    pub async fn list_sinks(&self) -> Result<Vec<SinkReport>, Error> {
+        let log = self.events.log();
+        let mut reports = Vec::new();
+        for state in log.sinks().await? {
+            let lag = log.sink_lag(&state.name).await?;
+            reports.push(SinkReport { state, lag });
+        }
+        Ok(reports)
+    }
+
+    /// Resumes the webhook `name` (`--webhook NAME=URL`) after a pause; delivery restarts where
+    /// it stopped.
+    pub async fn resume_webhook(&self, name: &str) -> Result<SinkReport, Error> {
+        if name.is_empty() || name.len() > 128 {
+            return Err(FieldError::new("name", "must be 1..128 bytes").into());
+        }
+        let sink = webhook_sink_name(name);
+        let log = self.events.log();
+        if !log.resume_sink(&sink).await? {
+            return Err(Error::UnknownWebhook(name.to_owned()));
+        }
+        let reports = self.list_sinks().await?;
+        reports
+            .into_iter()
+            .find(|r| r.state.name == sink)
+            .ok_or_else(|| Error::UnknownWebhook(name.to_owned()))
+    }
+
     /// A page size asked for (0: the default), within the limit.
     pub(super) fn page_size(&self, asked: u32) -> u32 {
         if asked == 0 {
@@ -265,4 +294,17 @@ fn note(
         reason: reason.to_owned(),
         participant,
     }
+}
+
+/// An event sink's delivery state and how far behind it is ([`Coordinator::list_sinks`]).
+#[derive(Clone, Debug)]
+pub struct SinkReport {
+    pub state: crate::store::events::SinkState,
+    /// Age of the oldest event it has not delivered (zero when caught up).
+    pub lag: std::time::Duration,
+}
+
+/// The sink name a webhook's cursor is kept under.
+pub fn webhook_sink_name(webhook: &str) -> String {
+    format!("webhook:{webhook}")
 }

@@ -46,6 +46,9 @@ pub enum Error {
     #[error("reservation {0} not found")]
     NotFound(Uuid),
 
+    #[error("name: no webhook named {0:?} is configured")]
+    UnknownWebhook(String),
+
     #[error("{field}: no participant named {name:?} is registered")]
     UnknownParticipant { field: String, name: String },
 
@@ -241,6 +244,7 @@ impl Error {
             Error::InvalidArgument(_)
             | Error::SoldOut(_)
             | Error::UnknownParticipant { .. }
+            | Error::UnknownWebhook(_)
             | Error::HoldLimit { .. }
             | Error::WatchLimit { .. }
             | Error::ShuttingDown

@@ -38,6 +38,8 @@ pub fn of(path: &str) -> Rule {
             Rule::Authenticated
         }
         ("tcc.v1.Coordinator", _) => Rule::Roles(CLIENTS),
+        // A client reads the events of its own reservations (the handler scopes them).
+        ("tcc.v1.Events", _) => Rule::Roles(CLIENTS),
         // The operator's control plane (SPEC 8.1): admins only, said rather than defaulted.
         ("tcc.v1.Admin", _) => Rule::Roles(ADMINS),
         // Test mode's clock (SPEC 9): moving it expires everyone's holds.
@@ -75,6 +77,9 @@ mod tests {
             ("/tcc.v1.Admin/ForceCancel", &[Admin]),
             ("/tcc.v1.Admin/Resolve", &[Admin]),
             ("/tcc.v1.Admin/ListAudit", &[Admin]),
+            ("/tcc.v1.Admin/ResumeWebhook", &[Admin]),
+            ("/tcc.v1.Events/Subscribe", &[Client, Admin]),
+            ("/tcc.v1.Events/GetLatestSequence", &[Client, Admin]),
             ("/tcc.v1.Admin/ForceCancel", &[Admin]),
             ("/tcc.v1.Testing/AdvanceClock", &[Admin]),
             ("/tcc.v1.Testing/ExpireNow", &[Admin]),
