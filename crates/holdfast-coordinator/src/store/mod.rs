@@ -134,12 +134,13 @@ pub enum Decided {
     },
 }
 
-/// A reservation claimed by a sweep.
+/// A reservation claimed by a sweep: leased to the sweeping instance, its state as it was.
 #[derive(Clone, Copy, Debug)]
 pub struct Claimed {
     pub id: Uuid,
-    /// The claim itself expired it (`HELD -> CANCELLING`, ending `EXPIRED`).
-    pub expired: bool,
+    /// It was claimed as a lapsed hold (`HELD` past `expires_at` by the database clock): its
+    /// driver expires it ([`Store::expire_lapsed_hold`]) before driving the release.
+    pub lapsed_hold: bool,
 }
 
 /// What `record_phase` did: the coordinator's record of a Confirm or Cancel fan-out (not to be
@@ -287,10 +288,19 @@ pub trait Store: Send + Sync + 'static {
         backoff: Backoff,
     ) -> Result<PhaseRecorded, StoreError>;
 
-    /// Claims up to `limit` reservations that need driving and whose lease is free: expired
-    /// `HELD` ones (moved to `CANCELLING` ending `EXPIRED` in the same statement), `TRYING` ones
-    /// abandoned by their placer, and `CONFIRMING`/`CANCELLING` ones whose retry is due.
+    /// Claims up to `limit` reservations that need driving and whose lease is free: lapsed
+    /// `HELD` ones ([`Claimed::lapsed_hold`]), `TRYING` ones abandoned by their placer,
+    /// `CONFIRMING`/`CANCELLING` ones whose retry is due, and those owing a refund. The claim
+    /// only leases them to `lease.owner`; it changes no state (a lapsed hold is expired by
+    /// [`Store::expire_lapsed_hold`]), and holds no row lock beyond its statement.
     async fn claim_due(&self, lease: WorkLease, limit: u32) -> Result<Vec<Claimed>, StoreError>;
+
+    /// `HELD -> CANCELLING` ending `EXPIRED`, in a write transaction of its own, if the
+    /// reservation is `HELD` and lapsed by the database clock: the statement a decision that
+    /// finds a lapsed hold runs (`expire_hold`), the one write of a hold's expiry. The lease is
+    /// left as it is (a sweep's driver keeps the one its claim took). True if this call expired
+    /// it; false if it was not a lapsed `HELD` reservation (a decision got there first).
+    async fn expire_lapsed_hold(&self, id: Uuid) -> Result<bool, StoreError>;
 
     /// Starts honouring a late payment on an `EXPIRED` reservation whose holds were all
     /// released: a new generation of branches (fresh branch ids, `PENDING`) and a new
