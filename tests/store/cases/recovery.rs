@@ -42,7 +42,10 @@ pub async fn claim_due_leases_lapsed_holds_as_they_are(store: S) {
     assert_eq!(leased.version, r.version);
     // Its driver expires it, once.
     assert!(store.expire_lapsed_hold(r.id).await.unwrap());
-    assert!(!store.expire_lapsed_hold(r.id).await.unwrap(), "expired already");
+    assert!(
+        !store.expire_lapsed_hold(r.id).await.unwrap(),
+        "expired already"
+    );
     let after = get(&store, r.id).await;
     assert_eq!(after.stored_state, State::Cancelling);
     assert_eq!(after.release_outcome, Some(State::Expired));
@@ -85,7 +88,11 @@ pub async fn a_decision_before_the_sweeps_expiry_wins(store: S) {
     let now = get(&store, cancelled.id).await;
     assert_eq!(
         (now.stored_state, now.release_outcome, now.version),
-        (State::Cancelling, Some(State::Expired), cancelled.version + 1)
+        (
+            State::Cancelling,
+            Some(State::Expired),
+            cancelled.version + 1
+        )
     );
     assert!(store.renew_lease(cancelled.id, sweep).await.unwrap());
 

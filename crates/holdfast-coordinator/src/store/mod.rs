@@ -10,8 +10,9 @@
 //! The logic is written once; only the SQL is per database:
 //! - `sql.rs`: `ReservationSql`, the primitive statements the shared logic runs (one
 //!   impl per database, in `postgres/decide.rs` and `sqlite/decide.rs`).
-//! - `decide.rs`: the decision flow (token, verdict, the lease) and the one description of a
-//!   write out of `HELD` (`sql::LeaveHeld`, guarded by the row lock or the version read).
+//! - `decide.rs`: the decision flow (token, verdict, the lease), the one description of a
+//!   write out of `HELD` (`sql::LeaveHeld`, guarded by the row lock or the version read), and
+//!   a swept lapsed hold's expiry by the decision's own statement (`expire_lapsed_hold`).
 //! - `retake.rs`: a late payment re-placing released holds (begin, finish, fail).
 //! - `outcome.rs`: a refund attempt of the reservation's payment, and when a stopped
 //!   placement is final at once (`placed_nothing`; `record_rejected` itself
@@ -369,7 +370,7 @@ pub trait Store: Send + Sync + 'static {
 
     /// Test mode (`tcc.v1.Testing/ExpireNow`): makes a reservation stored `TRYING` or `HELD`
     /// due now - its `expires_at` becomes the database's now, unless already earlier - so the
-    /// next claim (`claim_due`) releases it as an expired hold. True if it did; false if there
+    /// next sweep (`claim_due`, then its driver) releases it as an expired hold. True if it did; false if there
     /// is no such reservation or it is in another state (nothing changed).
     async fn make_due(&self, id: Uuid) -> Result<bool, StoreError>;
 
