@@ -44,18 +44,16 @@ impl Coordinator {
                 .claim_due(self.lease(), self.policy.sweep_batch)
                 .await?;
             pass.claimed += claimed.len();
-            for (c, result) in join_all(
+            for (c, (expired, result)) in join_all(
                 claimed
                     .iter()
                     .map(|c| async move { (c.id, self.drive_claim(*c).await) }),
             )
             .await
             {
-                match result {
-                    Ok(expired) => pass.expired += usize::from(expired),
-                    Err(e) => {
-                        tracing::warn!(reservation_id = %c, error = %e, "pass on demand: driving failed; recovery retries it")
-                    }
+                pass.expired += usize::from(expired);
+                if let Err(e) = result {
+                    tracing::warn!(reservation_id = %c, error = %e, "pass on demand: driving failed; recovery retries it");
                 }
             }
             if claimed.len() < self.policy.sweep_batch as usize {
@@ -66,11 +64,13 @@ impl Coordinator {
     }
 
     /// Drives one claimed reservation within the pass: a lapsed hold expired first, then
-    /// recovered. Answers whether this drive expired it.
-    async fn drive_claim(&self, claim: Claimed) -> Result<bool, Error> {
-        let expired = self.expire_claimed(claim).await?;
-        self.recover(claim.id).await?;
-        Ok(expired)
+    /// recovered. Answers whether this drive expired it (also when the drive then failed),
+    /// and how the drive went.
+    async fn drive_claim(&self, claim: Claimed) -> (bool, Result<(), Error>) {
+        match self.expire_claimed(claim).await {
+            Ok(expired) => (expired, self.recover(claim.id).await.map(drop)),
+            Err(e) => (false, Err(e)),
+        }
     }
 
     /// Makes one `TRYING` or `HELD` reservation due now and releases it within the call, as
