@@ -129,7 +129,8 @@ conformance!(
         record_phase_backoff_and_wrong_state,
     ],
     recovery: [
-        claim_due_expires_and_leases,
+        claim_due_leases_lapsed_holds_as_they_are,
+        a_decision_before_the_sweeps_expiry_wins,
         claim_due_takes_abandoned_trying,
         concurrent_claimers_never_share,
         backlog_and_wake,

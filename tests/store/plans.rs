@@ -421,7 +421,7 @@ async fn the_sweep_and_the_work_gauges_search_the_work_indexes(
     connect: sqlx::postgres::PgConnectOptions,
 ) {
     let (pool, store) = skewed_store(options, connect).await;
-    // A hold past its expiry is claimed (and released as EXPIRED) by the sweep.
+    // A hold past its expiry is claimed (leased as a lapsed hold) by the sweep.
     let (held, _) = crate::cases::held(&store, "alice", "req", crate::cases::LONG).await;
     sqlx::query("UPDATE reservations SET expires_at = now() - interval '1 s' WHERE id = $1")
         .bind(held.id)
@@ -431,7 +431,7 @@ async fn the_sweep_and_the_work_gauges_search_the_work_indexes(
     assert!(store.backlog().await.unwrap() >= 1);
     let claimed = store.claim_due(crate::cases::lease(), 64).await.unwrap();
     assert!(
-        claimed.iter().any(|c| c.id == held.id && c.expired),
+        claimed.iter().any(|c| c.id == held.id && c.lapsed_hold),
         "{claimed:?}"
     );
     store.oldest_work_age().await.unwrap();

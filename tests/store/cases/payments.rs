@@ -80,7 +80,7 @@ pub async fn refund_recorded_once(store: S) {
     lapse().await;
     let claimed = store.claim_due(lease(), 10).await.unwrap();
     assert_eq!(claimed.len(), 1);
-    assert_eq!((claimed[0].id, claimed[0].expired), (r.id, false));
+    assert_eq!((claimed[0].id, claimed[0].lapsed_hold), (r.id, false));
 }
 
 pub async fn refund_attempts(store: S) {
@@ -203,7 +203,8 @@ async fn expired_and_released(store: &S) -> (Reservation, PresentedToken) {
     lapse().await;
     let claimed = store.claim_due(lease(), 10).await.unwrap();
     assert_eq!(claimed.len(), 1);
-    assert!(claimed[0].expired);
+    assert!(claimed[0].lapsed_hold);
+    assert!(store.expire_lapsed_hold(r.id).await.unwrap());
     let phase = store
         .record_phase(
             r.id,

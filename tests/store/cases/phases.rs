@@ -254,5 +254,5 @@ pub async fn record_phase_backoff_and_wrong_state(store: S) {
     let claimed = store.claim_due(lease(), 10).await.unwrap();
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].id, r.id);
-    assert!(!claimed[0].expired);
+    assert!(!claimed[0].lapsed_hold);
 }

@@ -1,6 +1,6 @@
-//! The work a sweeping instance finds: `claim_due` (lapsed holds expired in the claim,
-//! abandoned TRYING rows, leases nobody else can take), the backlog and its wake-up when a
-//! participant answers again, and lease renewal by its owner only.
+//! The work a sweeping instance finds: `claim_due` (lapsed holds leased as they are and
+//! expired by their driver, abandoned TRYING rows, leases nobody else can take), the backlog
+//! and its wake-up when a participant answers again, and lease renewal by its owner only.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -15,10 +15,13 @@ use super::{
     held, lapse, lease, reports,
 };
 
-pub async fn claim_due_expires_and_leases(store: S) {
+/// The claim leases a lapsed hold as it is (`HELD`, its version unchanged); the expiry is one
+/// write of its own (`expire_lapsed_hold`, the statement a decision runs), applied once.
+pub async fn claim_due_leases_lapsed_holds_as_they_are(store: S) {
     let (r, token) = held(&store, "alice", "req-1", SHORT).await;
     held(&store, "alice", "req-2", LONG).await;
     assert!(store.claim_due(lease(), 10).await.unwrap().is_empty());
+    assert!(!store.expire_lapsed_hold(r.id).await.unwrap(), "not lapsed");
     lapse().await;
     let a = WorkLease {
         owner: Uuid::new_v4(),
@@ -30,12 +33,25 @@ pub async fn claim_due_expires_and_leases(store: S) {
     };
     let claimed = store.claim_due(a, 10).await.unwrap();
     assert_eq!(claimed.len(), 1);
-    assert_eq!((claimed[0].id, claimed[0].expired), (r.id, true));
-    // Expired in the claim itself.
+    assert_eq!((claimed[0].id, claimed[0].lapsed_hold), (r.id, true));
+    // The claim changed no state.
+    let leased = get(&store, r.id).await;
+    assert_eq!(leased.stored_state, State::Held);
+    assert_eq!(leased.state, State::Expired, "reads as lapsed");
+    assert_eq!(leased.release_outcome, None);
+    assert_eq!(leased.version, r.version);
+    // Its driver expires it, once.
+    assert!(store.expire_lapsed_hold(r.id).await.unwrap());
+    assert!(
+        !store.expire_lapsed_hold(r.id).await.unwrap(),
+        "expired already"
+    );
     let after = get(&store, r.id).await;
     assert_eq!(after.stored_state, State::Cancelling);
     assert_eq!(after.release_outcome, Some(State::Expired));
     assert_eq!(after.version, r.version + 1);
+    // The driver keeps its lease.
+    assert!(store.renew_lease(r.id, a).await.unwrap());
     // A Confirm racing the reaper sees the release.
     let (verdict, _, leased) = decide(&store, r.id, &token, &confirm()).await;
     assert_eq!(verdict, Verdict::Refuse(Refusal::HoldExpired));
@@ -46,10 +62,47 @@ pub async fn claim_due_expires_and_leases(store: S) {
     lapse().await;
     let taken = store.claim_due(b, 10).await.unwrap();
     assert_eq!(taken.len(), 1);
-    assert_eq!((taken[0].id, taken[0].expired), (r.id, false));
+    assert_eq!((taken[0].id, taken[0].lapsed_hold), (r.id, false));
     assert_eq!(get(&store, r.id).await.version, after.version);
     assert!(store.claim_due(a, 10).await.unwrap().is_empty());
     assert!(!store.renew_lease(r.id, a).await.unwrap(), "a lost it");
+}
+
+/// A decision on a claimed lapsed hold before its driver's expiry: a Cancel expires it
+/// itself (the sweep keeps the lease), a late payment is honoured; the driver's expiry then
+/// misses and changes nothing.
+pub async fn a_decision_before_the_sweeps_expiry_wins(store: S) {
+    let (cancelled, ctoken) = held(&store, "alice", "req-1", SHORT).await;
+    let (paid, ptoken) = held(&store, "bob", "req-2", SHORT).await;
+    lapse().await;
+    let sweep = lease();
+    let claimed = store.claim_due(sweep, 10).await.unwrap();
+    assert_eq!(claimed.len(), 2);
+    assert!(claimed.iter().all(|c| c.lapsed_hold));
+
+    let (verdict, after, leased) = decide(&store, cancelled.id, &ctoken, &cancel()).await;
+    assert_eq!(verdict, Verdict::Expire);
+    assert_eq!(after.stored_state, State::Cancelling);
+    assert!(!leased, "the sweep drives it");
+    assert!(!store.expire_lapsed_hold(cancelled.id).await.unwrap());
+    let now = get(&store, cancelled.id).await;
+    assert_eq!(
+        (now.stored_state, now.release_outcome, now.version),
+        (
+            State::Cancelling,
+            Some(State::Expired),
+            cancelled.version + 1
+        )
+    );
+    assert!(store.renew_lease(cancelled.id, sweep).await.unwrap());
+
+    let late = confirm_paid(holdfast::domain::LatePaymentPolicy::HonorIfAvailable);
+    let (verdict, _, _) = decide(&store, paid.id, &ptoken, &late).await;
+    assert_eq!(verdict, Verdict::HonorLate);
+    assert!(!store.expire_lapsed_hold(paid.id).await.unwrap());
+    let now = get(&store, paid.id).await;
+    assert_eq!(now.stored_state, State::Confirming);
+    assert_eq!(now.release_outcome, None);
 }
 
 pub async fn claim_due_takes_abandoned_trying(store: S) {
@@ -62,7 +115,7 @@ pub async fn claim_due_takes_abandoned_trying(store: S) {
     lapse().await;
     let claimed = store.claim_due(lease(), 10).await.unwrap();
     assert_eq!(claimed.len(), 1);
-    assert_eq!((claimed[0].id, claimed[0].expired), (r.id, false));
+    assert_eq!((claimed[0].id, claimed[0].lapsed_hold), (r.id, false));
     assert_eq!(get(&store, r.id).await.state, State::Trying);
 }
 
@@ -101,7 +154,7 @@ pub async fn concurrent_claimers_never_share(store: S) {
     );
     assert!(a_ids.is_disjoint(&b_ids), "claimed by both");
     assert_eq!(&a_ids | &b_ids, ids);
-    assert!(a.iter().chain(&b).all(|c| c.expired));
+    assert!(a.iter().chain(&b).all(|c| c.lapsed_hold));
 }
 
 pub async fn backlog_and_wake(store: S) {
@@ -255,7 +308,8 @@ pub async fn make_due_only_trying_or_held(store: S) {
     assert_eq!(due.version, h.version + 1);
     let claimed = store.claim_due(lease(), 10).await.unwrap();
     assert_eq!(claimed.len(), 1);
-    assert_eq!((claimed[0].id, claimed[0].expired), (h.id, true));
+    assert_eq!((claimed[0].id, claimed[0].lapsed_hold), (h.id, true));
+    assert!(store.expire_lapsed_hold(h.id).await.unwrap());
     assert!(
         !store.make_due(h.id).await.unwrap(),
         "CANCELLING is not due"

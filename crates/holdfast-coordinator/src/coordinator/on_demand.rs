@@ -8,7 +8,8 @@ use std::future::Future;
 use futures_util::future::join_all;
 
 use super::{Coordinator, Error};
-use crate::domain::{Actor, Reservation, State};
+use crate::domain::{Actor, Reservation};
+use crate::store::Claimed;
 use uuid::Uuid;
 
 /// Most claims one pass makes (each up to `Policy::sweep_batch`): bounds a pass whose drives
@@ -20,7 +21,8 @@ const MAX_CLAIMS_PER_PASS: usize = 100;
 pub struct SweepPass {
     /// Reservations it claimed and drove.
     pub claimed: usize,
-    /// Of those, holds the claim itself expired (`HELD` past `expires_at`).
+    /// Of those, lapsed holds (`HELD` past `expires_at`) this pass expired
+    /// ([`Coordinator::expire_claimed`]; not those a decision expired first).
     pub expired: usize,
 }
 
@@ -41,19 +43,15 @@ impl Coordinator {
                 .store
                 .claim_due(self.lease(), self.policy.sweep_batch)
                 .await?;
-            for _ in claimed.iter().filter(|c| c.expired) {
-                crate::telemetry::reservation_entered(State::Cancelling);
-                crate::telemetry::hold_expired();
-                pass.expired += 1;
-            }
             pass.claimed += claimed.len();
-            for (c, result) in join_all(
+            for (c, (expired, result)) in join_all(
                 claimed
                     .iter()
-                    .map(|c| async move { (c.id, self.recover(c.id).await) }),
+                    .map(|c| async move { (c.id, self.drive_claim(*c).await) }),
             )
             .await
             {
+                pass.expired += usize::from(expired);
                 if let Err(e) = result {
                     tracing::warn!(reservation_id = %c, error = %e, "pass on demand: driving failed; recovery retries it");
                 }
@@ -63,6 +61,16 @@ impl Coordinator {
             }
         }
         Ok((out, pass))
+    }
+
+    /// Drives one claimed reservation within the pass: a lapsed hold expired first, then
+    /// recovered. Answers whether this drive expired it (also when the drive then failed),
+    /// and how the drive went.
+    async fn drive_claim(&self, claim: Claimed) -> (bool, Result<(), Error>) {
+        match self.expire_claimed(claim).await {
+            Ok(expired) => (expired, self.recover(claim.id).await.map(drop)),
+            Err(e) => (false, Err(e)),
+        }
     }
 
     /// Makes one `TRYING` or `HELD` reservation due now and releases it within the call, as

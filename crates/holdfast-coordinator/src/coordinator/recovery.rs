@@ -23,7 +23,7 @@ use uuid::Uuid;
 
 use super::{Coordinator, Error, faults};
 use crate::domain::{BranchState, Reservation, State};
-use crate::store::BranchReport;
+use crate::store::{BranchReport, Claimed};
 
 /// How often participants that failed are probed for health.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
@@ -99,7 +99,7 @@ impl Coordinator {
         }
     }
 
-    /// Claims due work (expired holds, abandoned placements, retries), as much as `drives`
+    /// Claims due work (lapsed holds, abandoned placements, retries), as much as `drives`
     /// has room for, and starts driving each claimed reservation in a task of its own.
     /// Returns how many reservations it claimed.
     async fn sweep(&self, drives: &mut Drives) -> Result<usize, Error> {
@@ -119,19 +119,35 @@ impl Coordinator {
         faults::store("coord.claim_due.after")?;
         let n = claimed.len();
         for c in claimed {
-            if c.expired {
-                crate::telemetry::reservation_entered(State::Cancelling);
-                crate::telemetry::hold_expired();
-            }
-            drives.start(self, c.id);
+            drives.start(self, c);
         }
         Ok(n)
     }
 
-    /// Drives one claimed reservation once it has a turn at each of its participants; a
-    /// reservation that waited for its turn first renews its lease, and is left alone if
-    /// another instance took it over meanwhile.
-    async fn drive_claimed(&self, id: Uuid, limits: &ParticipantLimits) -> Result<(), Error> {
+    /// A claimed lapsed hold is expired by its driver, before the release is driven: `HELD ->
+    /// CANCELLING` ending `EXPIRED` by [`crate::store::Store::expire_lapsed_hold`], the one
+    /// write of an expiry (the claim only leased it, and the lease stays). Counted only when
+    /// this write expired it: a decision that got there first (a Cancel, a late payment
+    /// honoured or refunded) counted its own, and the drive then drives whatever state it
+    /// left. Answers whether this write expired it.
+    pub(super) async fn expire_claimed(&self, claim: Claimed) -> Result<bool, Error> {
+        if !claim.lapsed_hold {
+            return Ok(false);
+        }
+        let expired = self.store.expire_lapsed_hold(claim.id).await?;
+        if expired {
+            crate::telemetry::reservation_entered(State::Cancelling);
+            crate::telemetry::hold_expired();
+        }
+        Ok(expired)
+    }
+
+    /// Drives one claimed reservation (a lapsed hold expired first, [`Self::expire_claimed`])
+    /// once it has a turn at each of its participants; a reservation that waited for its turn
+    /// first renews its lease, and is left alone if another instance took it over meanwhile.
+    async fn drive_claimed(&self, claim: Claimed, limits: &ParticipantLimits) -> Result<(), Error> {
+        let id = claim.id;
+        self.expire_claimed(claim).await?;
         let r = self.read(id).await?;
         let (_turns, waited) = limits.acquire(participants_of(&r)).await;
         if waited && !self.store.renew_lease(id, self.lease()).await? {
@@ -238,9 +254,10 @@ impl Drives {
         }
     }
 
-    /// Starts driving claimed reservation `id` in a task of its own, unless it is being
+    /// Starts driving claimed reservation `claim` in a task of its own, unless it is being
     /// driven here already.
-    fn start(&mut self, coordinator: &Coordinator, id: Uuid) {
+    fn start(&mut self, coordinator: &Coordinator, claim: Claimed) {
+        let id = claim.id;
         let Ok(permit) = self.global.clone().try_acquire_owned() else {
             // Not reached: a sweep claims only as many as there are permits.
             tracing::warn!(reservation_id = %id, "no room to drive a claimed reservation; its lease will run out");
@@ -263,7 +280,7 @@ impl Drives {
         self.tasks.spawn(async move {
             let _permit = permit;
             let _guard = guard;
-            if let Err(e) = coordinator.drive_claimed(id, &limits).await {
+            if let Err(e) = coordinator.drive_claimed(claim, &limits).await {
                 tracing::warn!(reservation_id = %id, error = %e, "recovery attempt failed; will retry");
             }
         });

@@ -220,6 +220,11 @@ impl Store for Publishing {
         self.inner.claim_due(lease, limit).await
     }
 
+    async fn expire_lapsed_hold(&self, id: Uuid) -> Result<bool, StoreError> {
+        // Watchers see the new version through the poller, as with `make_due`.
+        self.inner.expire_lapsed_hold(id).await
+    }
+
     async fn begin_retake(&self, id: Uuid) -> Result<Reservation, StoreError> {
         self.out(self.inner.begin_retake(id).await)
     }

@@ -61,6 +61,22 @@ pub(crate) fn payment_conflict(e: &StoreError) -> bool {
     }
 }
 
+/// [`crate::store::Store::expire_lapsed_hold`]: [`ReservationSql::expire_hold`], the one
+/// statement of a lapsed hold's expiry, in a write transaction of its own.
+pub(crate) async fn expire_lapsed_hold<DB: ReservationSql>(
+    pool: &DB::Pool,
+    id: Uuid,
+) -> Result<bool, StoreError> {
+    let mut tx = DB::begin_write(pool).await?;
+    let expired = DB::expire_hold(&mut tx, id).await?;
+    if expired {
+        tx.commit().await?;
+    } else {
+        tx.rollback().await?;
+    }
+    Ok(expired)
+}
+
 /// [`crate::store::Store::decide`] under the row lock: read and lock the row, judge, apply the
 /// verdict with one conditional write (its row count decides), take the lease unless the
 /// write took it, answer the after-image. Nothing changes on a refusal or a repeat, nor when

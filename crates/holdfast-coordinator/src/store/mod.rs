@@ -10,8 +10,9 @@
 //! The logic is written once; only the SQL is per database:
 //! - `sql.rs`: `ReservationSql`, the primitive statements the shared logic runs (one
 //!   impl per database, in `postgres/decide.rs` and `sqlite/decide.rs`).
-//! - `decide.rs`: the decision flow (token, verdict, the lease) and the one description of a
-//!   write out of `HELD` (`sql::LeaveHeld`, guarded by the row lock or the version read).
+//! - `decide.rs`: the decision flow (token, verdict, the lease), the one description of a
+//!   write out of `HELD` (`sql::LeaveHeld`, guarded by the row lock or the version read), and
+//!   a swept lapsed hold's expiry by the decision's own statement (`expire_lapsed_hold`).
 //! - `retake.rs`: a late payment re-placing released holds (begin, finish, fail).
 //! - `outcome.rs`: a refund attempt of the reservation's payment, and when a stopped
 //!   placement is final at once (`placed_nothing`; `record_rejected` itself
@@ -135,12 +136,13 @@ pub enum Decided {
     },
 }
 
-/// A reservation claimed by a sweep.
+/// A reservation claimed by a sweep: leased to the sweeping instance, its state as it was.
 #[derive(Clone, Copy, Debug)]
 pub struct Claimed {
     pub id: Uuid,
-    /// The claim itself expired it (`HELD -> CANCELLING`, ending `EXPIRED`).
-    pub expired: bool,
+    /// It was claimed as a lapsed hold (`HELD` past `expires_at` by the database clock): its
+    /// driver expires it ([`Store::expire_lapsed_hold`]) before driving the release.
+    pub lapsed_hold: bool,
 }
 
 /// What `record_phase` did: the coordinator's record of a Confirm or Cancel fan-out (not to be
@@ -291,10 +293,19 @@ pub trait Store: Send + Sync + 'static {
         backoff: Backoff,
     ) -> Result<PhaseRecorded, StoreError>;
 
-    /// Claims up to `limit` reservations that need driving and whose lease is free: expired
-    /// `HELD` ones (moved to `CANCELLING` ending `EXPIRED` in the same statement), `TRYING` ones
-    /// abandoned by their placer, and `CONFIRMING`/`CANCELLING` ones whose retry is due.
+    /// Claims up to `limit` reservations that need driving and whose lease is free: lapsed
+    /// `HELD` ones ([`Claimed::lapsed_hold`]), `TRYING` ones abandoned by their placer,
+    /// `CONFIRMING`/`CANCELLING` ones whose retry is due, and those owing a refund. The claim
+    /// only leases them to `lease.owner`; it changes no state (a lapsed hold is expired by
+    /// [`Store::expire_lapsed_hold`]), and holds no row lock beyond its statement.
     async fn claim_due(&self, lease: WorkLease, limit: u32) -> Result<Vec<Claimed>, StoreError>;
+
+    /// `HELD -> CANCELLING` ending `EXPIRED`, in a write transaction of its own, if the
+    /// reservation is `HELD` and lapsed by the database clock: the statement a decision that
+    /// finds a lapsed hold runs (`expire_hold`), the one write of a hold's expiry. The lease is
+    /// left as it is (a sweep's driver keeps the one its claim took). True if this call expired
+    /// it; false if it was not a lapsed `HELD` reservation (a decision got there first).
+    async fn expire_lapsed_hold(&self, id: Uuid) -> Result<bool, StoreError>;
 
     /// Starts honouring a late payment on an `EXPIRED` reservation whose holds were all
     /// released: a new generation of branches (fresh branch ids, `PENDING`) and a new
@@ -363,7 +374,7 @@ pub trait Store: Send + Sync + 'static {
 
     /// Test mode (`tcc.v1.Testing/ExpireNow`): makes a reservation stored `TRYING` or `HELD`
     /// due now - its `expires_at` becomes the database's now, unless already earlier - so the
-    /// next claim (`claim_due`) releases it as an expired hold. True if it did; false if there
+    /// next sweep (`claim_due`, then its driver) releases it as an expired hold. True if it did; false if there
     /// is no such reservation or it is in another state (nothing changed).
     async fn make_due(&self, id: Uuid) -> Result<bool, StoreError>;
 

@@ -225,6 +225,10 @@ impl Store for PgStore {
         recovery::claim_due(&self.pool, lease, limit).await
     }
 
+    async fn expire_lapsed_hold(&self, id: Uuid) -> Result<bool, StoreError> {
+        super::decide::expire_lapsed_hold::<Postgres>(&self.pool, id).await
+    }
+
     async fn begin_retake(&self, id: Uuid) -> Result<Reservation, StoreError> {
         retake::begin_retake::<Postgres>(&self.pool, id).await
     }

@@ -1,7 +1,7 @@
 //! Recovery work on PostgreSQL: sweeps claim due reservations (further payments' refunds
-//! included) with leases (`FOR UPDATE SKIP LOCKED`, expiry decided in the claiming statement),
-//! drivers renew their leases, a participant that answers again has its backlog woken, and the
-//! backlog is counted.
+//! included) with leases (`FOR UPDATE SKIP LOCKED`; the claim changes no state, a lapsed
+//! hold's driver expires it), drivers renew their leases, a participant that answers again has
+//! its backlog woken, and the backlog is counted.
 
 use sqlx::postgres::PgPool;
 use uuid::Uuid;
@@ -15,18 +15,21 @@ pub(super) async fn claim_due(
     lease: WorkLease,
     limit: u32,
 ) -> Result<Vec<Claimed>, StoreError> {
-    // Expiry is decided here, by the database clock, in the same statement that claims the
-    // row: a Confirm racing it waits on the row lock and then sees CANCELLING.
+    // The claim only leases: it changes no state. A lapsed hold is claimed as it is, `HELD`,
+    // and expired by its driver (`Store::expire_lapsed_hold`, the one write of an expiry); a
+    // Confirm racing the sweep meanwhile is judged on the lapsed hold as any late one is. The
+    // row locks of `FOR UPDATE SKIP LOCKED` last this one autocommit statement.
     // Each arm of the OR can be searched in an index of its own (`reservations_open` by state
     // and, for holds, expiry; `reservations_payment_work`; the primary key for the further
     // payments' ids), so the sweep's cost follows the work due, not the table: an
     // `id IN (subquery)` arm, or a volatile clock on the holds' expiry, left PostgreSQL only
     // a scan of every row, four times a second (`tests/store`
-    // `plans::the_sweep_and_the_work_gauges_search_the_work_indexes`). Holds expire by the
+    // `plans::the_sweep_and_the_work_gauges_search_the_work_indexes`). Holds are due by the
     // statement's start time, a moment before its clock: never early.
     let rows: Vec<(Uuid, bool)> = sqlx::query_as(
         "WITH due AS ( \
-            SELECT id, state FROM reservations \
+            SELECT id, state = 'HELD' AND expires_at <= statement_timestamp() AS lapsed_hold \
+            FROM reservations \
             WHERE (lease_until IS NULL OR lease_until < clock_timestamp()) \
               AND ((state = 'HELD' AND expires_at <= statement_timestamp()) \
                 OR (state IN ('TRYING', 'CONFIRMING', 'CANCELLING') \
@@ -42,13 +45,9 @@ pub(super) async fn claim_due(
             FOR UPDATE SKIP LOCKED) \
          UPDATE reservations r SET \
             lease_owner = $1, \
-            lease_until = clock_timestamp() + $2 * interval '1 millisecond', \
-            state = CASE WHEN r.state = 'HELD' THEN 'CANCELLING' ELSE r.state END, \
-            release_outcome = CASE WHEN r.state = 'HELD' THEN 'EXPIRED' ELSE r.release_outcome END, \
-            version = CASE WHEN r.state = 'HELD' THEN r.version + 1 ELSE r.version END, \
-            updated_at = CASE WHEN r.state = 'HELD' THEN clock_timestamp() ELSE r.updated_at END \
+            lease_until = clock_timestamp() + $2 * interval '1 millisecond' \
          FROM due WHERE r.id = due.id \
-         RETURNING r.id, due.state = 'HELD'",
+         RETURNING r.id, due.lapsed_hold",
     )
     .bind(lease.owner)
     .bind(millis(lease.duration))
@@ -57,7 +56,7 @@ pub(super) async fn claim_due(
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(id, expired)| Claimed { id, expired })
+        .map(|(id, lapsed_hold)| Claimed { id, lapsed_hold })
         .collect())
 }
 

@@ -249,6 +249,10 @@ impl Store for SqliteStore {
         recovery::claim_due(&self.pool, lease, limit).await
     }
 
+    async fn expire_lapsed_hold(&self, id: Uuid) -> Result<bool, StoreError> {
+        super::decide::expire_lapsed_hold::<Sqlite>(&self.pool, id).await
+    }
+
     async fn begin_retake(&self, id: Uuid) -> Result<Reservation, StoreError> {
         retake::begin_retake::<Sqlite>(&self.pool, id).await
     }

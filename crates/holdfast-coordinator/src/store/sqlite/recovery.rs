@@ -1,7 +1,7 @@
 //! Recovery work on SQLite: sweeps claim due reservations (further payments' refunds included)
-//! with leases (under the write lock the pick and the claim are one atomic step; expiry is
-//! decided in the claiming UPDATE), drivers renew their leases, a participant that answers
-//! again has its backlog woken, and the backlog is counted.
+//! with leases (under the write lock the pick and the claim are one atomic step; the claim
+//! changes no state, a lapsed hold's driver expires it), drivers renew their leases, a
+//! participant that answers again has its backlog woken, and the backlog is counted.
 
 use sqlx::Sqlite;
 use sqlx::sqlite::SqlitePool;
@@ -62,7 +62,8 @@ pub(super) async fn claim_due(
 ) -> Result<Vec<Claimed>, StoreError> {
     // Under the write lock the pick and the claim are one atomic step: no other instance
     // can claim (or decide on) a row in between, which is what FOR UPDATE SKIP LOCKED gives
-    // PostgreSQL. Expiry is decided here, by the database clock, in the claiming UPDATE.
+    // PostgreSQL. The claim only leases: a lapsed hold is claimed as it is, `HELD`, and
+    // expired by its driver (`Store::expire_lapsed_hold`, the one write of an expiry).
     let mut tx = Sqlite::begin_write(pool).await?;
     let due: Vec<(Uuid, String)> = sqlx::query_as(CLAIM_DUE_PICK)
         .bind(i64::from(limit))
@@ -70,22 +71,12 @@ pub(super) async fn claim_due(
         .await?;
     let mut claimed = Vec::with_capacity(due.len());
     for (id, state) in due {
-        let expired = sqlx::query_scalar::<_, bool>(concat!(
-            "UPDATE reservations SET \
-                lease_owner = ?2, \
-                lease_until = ",
+        let lapsed_hold = sqlx::query_scalar::<_, bool>(concat!(
+            "UPDATE reservations SET lease_owner = ?2, lease_until = ",
             sqlite_now_us!(),
-            " + ?3, \
-                release_outcome = CASE WHEN state = 'HELD' THEN 'EXPIRED' ELSE release_outcome END, \
-                version = CASE WHEN state = 'HELD' THEN version + 1 ELSE version END, \
-                updated_at = CASE WHEN state = 'HELD' THEN ",
-            sqlite_now_us!(),
-            " ELSE updated_at END, \
-                state = CASE WHEN state = 'HELD' THEN 'CANCELLING' ELSE state END \
-             WHERE id = ?1 AND state = ?4 \
-               AND (state <> 'HELD' OR expires_at <= ",
-            sqlite_now_us!(),
-            ") RETURNING ?4 = 'HELD'"
+            " + ?3 WHERE id = ?1 AND state = ?4 \
+             RETURNING state = 'HELD' AND expires_at <= ",
+            sqlite_now_us!()
         ))
         .bind(id)
         .bind(lease.owner)
@@ -93,8 +84,8 @@ pub(super) async fn claim_due(
         .bind(&state)
         .fetch_optional(&mut *tx)
         .await?;
-        if let Some(expired) = expired {
-            claimed.push(Claimed { id, expired });
+        if let Some(lapsed_hold) = lapsed_hold {
+            claimed.push(Claimed { id, lapsed_hold });
         }
     }
     tx.commit().await?;
