@@ -19,6 +19,7 @@ pub mod config;
 pub mod http;
 pub mod json;
 pub mod participant_check;
+pub mod sinks;
 
 /// Test mode (`holdfast --test-mode`, the testkit): the coordinator crate's movable clock and
 /// the reference participants' databases opened with it.

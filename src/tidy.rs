@@ -54,6 +54,10 @@ const BINARY: Rules = &[
     ("cli", &["auth", "config", "json", "proto", "tls"]),
     ("json", &["proto"]),
     (
+        "sinks",
+        &["coordinator", "events", "json", "proto", "telemetry", "tls"],
+    ),
+    (
         "participant_check",
         &["auth", "config", "json", "proto", "tls"],
     ),
