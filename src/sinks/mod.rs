@@ -4,6 +4,8 @@
 //! for every sink, which only says how to hand over one event ([`Sink`]). A Kafka or RabbitMQ
 //! sink is one more implementation of the trait.
 
+pub mod nats;
+
 use std::future::Future;
 use std::pin::Pin;
 
