@@ -1,0 +1,1 @@
+//! Webhooks (SPEC 10): signed POSTs of each event to an operator's endpoint.
