@@ -11,6 +11,7 @@ mod file;
 pub mod http;
 mod lease;
 mod limits;
+pub mod nats;
 pub mod ops;
 mod parse;
 pub mod sinks;
@@ -281,6 +282,9 @@ pub struct CoordinatorArgs {
     pub sinks: sinks::SinkArgs,
 
     #[command(flatten)]
+    pub nats: nats::NatsArgs,
+
+    #[command(flatten)]
     pub test_mode: test_mode::TestModeArgs,
 
     #[command(flatten)]
@@ -321,6 +325,7 @@ impl CoordinatorArgs {
         self.retention.describe(&mut out);
         self.http.describe(&mut out);
         self.sinks.describe(&mut out);
+        self.nats.describe(&mut out);
         self.test_mode.describe(&mut out);
         out.push_str("\n[participants]\n");
         for ep in self.endpoints() {

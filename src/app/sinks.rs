@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::AppError;
 use crate::config::CoordinatorArgs;
 use crate::sinks::Sink;
+use crate::sinks::nats::NatsSink;
 use crate::sinks::webhook::Webhook;
 
 /// The sinks `args` configure, checked (files read, URLs parsed); none when none is given.
@@ -18,6 +19,12 @@ pub(super) async fn configured_sinks(
     for settings in args.sinks.webhooks().map_err(AppError::Config)? {
         let webhook = Webhook::new(settings).map_err(|e| AppError::Config(e.to_string()))?;
         sinks.push(Arc::new(webhook));
+    }
+    if let Some(settings) = args.nats.settings() {
+        let nats = NatsSink::connect(settings)
+            .await
+            .map_err(|e| AppError::Config(e.to_string()))?;
+        sinks.push(Arc::new(nats));
     }
     Ok(sinks)
 }

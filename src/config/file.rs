@@ -118,6 +118,12 @@ section! {
         webhook_secret_file: PathBuf,
         webhook_give_up: String,
         webhook_ca: PathBuf,
+        events_nats_url: String,
+        events_nats_ca: PathBuf,
+        events_nats_subject: String,
+        events_nats_stream: String,
+        events_nats_create_stream: bool,
+        events_format: String,
     }
     tables {
         participants: BTreeMap<String, Participant>,
