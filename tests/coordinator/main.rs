@@ -32,6 +32,7 @@ mod lifecycle;
 mod limits;
 mod list_filters;
 mod migrate;
+mod nats;
 mod overload;
 mod payment_binding;
 mod process;
