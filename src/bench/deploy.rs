@@ -3,6 +3,7 @@
 //! `stock-redis` participant when asked for) or an existing one named by `--target`. Every
 //! in-process hop speaks the run's [`Transport`]: plaintext, or TLS with the bench's flags.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -21,6 +22,7 @@ use crate::participants::{self, Kind, ParticipantSettings, noop::Noop};
 use crate::proto::coordinator_client::CoordinatorClient;
 use crate::proto::resource_admin_client::ResourceAdminClient;
 use crate::registry::ParticipantEndpoint;
+use crate::sinks::Sink;
 use crate::store::PgStore;
 use crate::tls::Listener;
 
@@ -107,8 +109,8 @@ impl Deployment {
     /// `seats`, `stock` (sharing one pool of `participant_pool`, as the all-in-one does) on
     /// the already migrated database at `url`, plus `stock-redis` (same pool) with
     /// `stock_redis` settings if given, every hop over `transport`, the coordinator's
-    /// retention as `retention` (off but for the `retention` scenario), and waits until they
-    /// answer.
+    /// retention as `retention` (off but for the `retention` scenario), delivering events to
+    /// `sinks` (none but for `--events-nats-url`), and waits until they answer.
     pub async fn start(
         url: &str,
         coordinator_pool: u32,
@@ -116,6 +118,7 @@ impl Deployment {
         stock_redis: Option<StockRedisSettings>,
         transport: &Transport,
         retention: crate::coordinator::Retention,
+        sinks: Vec<Arc<dyn Sink>>,
     ) -> Result<Deployment, String> {
         let connect = |n| async move {
             crate::db::connect_postgres(url, n)
@@ -138,7 +141,7 @@ impl Deployment {
             Some(settings) => Some(starting.stock_redis(settings).await?),
             None => None,
         };
-        let coordinator_url = starting.coordinator(cpool.clone(), retention).await?;
+        let coordinator_url = starting.coordinator(cpool.clone(), retention, sinks).await?;
         let mut stock = admin_urls.pop();
         let mut seats = admin_urls.pop();
         let deployment = Deployment {
@@ -409,11 +412,13 @@ impl Starting<'_> {
         Ok((stock_redis::NAME.to_owned(), url))
     }
 
-    /// The coordinator, every participant registered so far known to it; its URL.
+    /// The coordinator, every participant registered so far known to it, delivering events to
+    /// `sinks`; its URL.
     async fn coordinator(
         &mut self,
         cpool: PgPool,
         retention: crate::coordinator::Retention,
+        sinks: Vec<Arc<dyn Sink>>,
     ) -> Result<String, String> {
         let (listener, coordinator_url) = self.transport.bind().await?;
         let settings = CoordinatorSettings {
@@ -433,7 +438,8 @@ impl Starting<'_> {
         };
         let (store, shutdown) = (PgStore::from_pool(cpool), self.stopped());
         self.tasks.spawn(async move {
-            app::serve_coordinator(settings, store, listener, shutdown)
+            let beside = app::Beside { http: None, sinks };
+            app::serve_coordinator_beside(settings, store, listener, beside, shutdown)
                 .await
                 .map_err(|e| format!("coordinator: {e}"))
         });

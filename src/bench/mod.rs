@@ -5,6 +5,7 @@
 
 pub mod credentials;
 pub mod deploy;
+mod events;
 mod flash_rows;
 mod report;
 pub mod scenarios;
@@ -160,6 +161,13 @@ pub struct BenchArgs {
     #[arg(long)]
     pub auth: bool,
 
+    /// NATS server with JetStream (nats://HOST:4222): `throughput` also runs each workload with
+    /// the in-process coordinator delivering its events there (rows `throughput-*-nats`, on a
+    /// stream of the run's own, deleted afterwards), and reports the event lag and the rate
+    /// kept against the same workload without the sink.
+    #[arg(long, value_name = "URL")]
+    pub events_nats_url: Option<String>,
+
     /// With --target: the API key presented on every call (`authorization: Bearer`); it needs
     /// the client role at the coordinator and admin for ResourceAdmin.
     #[arg(long, env = "HOLDFAST_API_KEY", hide_env_values = true)]
@@ -235,6 +243,9 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
         eprintln!("bench: {line}");
     }
     let in_process = args.target.is_none();
+    if !in_process && args.events_nats_url.is_some() {
+        eprintln!("bench: --events-nats-url ignored with --target (the target delivers its own events)");
+    }
     if in_process {
         eprintln!("bench: resetting database {}", redact(&args.database_url));
         deploy::reset_database(&args.database_url)
@@ -319,8 +330,16 @@ async fn reserve_confirm_rows(ctx: RunCtx<'_>, scenario: Scenario, rows: &mut Ve
     } else {
         ("throughput", args.clients, ceiling_many.to_owned())
     };
-    for workload in [Workload::Noop, Workload::Real] {
+    // The sink runs in the in-process coordinator only.
+    let with_nats = scenario == Scenario::Throughput
+        && args.events_nats_url.is_some()
+        && args.target.is_none();
+    let names = [Workload::Noop, Workload::Real].into_iter().flat_map(|workload| {
         let name = format!("{prefix}-{}", workload.name());
+        let nats = with_nats.then(|| (workload, format!("{name}{}", events::SUFFIX)));
+        std::iter::once((workload, name)).chain(nats)
+    });
+    for (workload, name) in names {
         let r = with_deployment(
             args,
             transport,
@@ -382,6 +401,9 @@ async fn holds_rows(
 fn finish(args: &BenchArgs, transport: &Transport, rows: Vec<Row>) -> Result<(), BenchError> {
     print_table(&rows, transport);
     if let Some(line) = retention_ratio(&rows) {
+        println!("{line}");
+    }
+    for line in events_ratios(&rows) {
         println!("{line}");
     }
     if let Some(path) = &args.json {
@@ -478,6 +500,25 @@ fn retention_ratio(rows: &[Row]) -> Option<String> {
     (off > 0.0).then(|| format!("retention: Reserve p99 {purging:.2} ms while purging vs {off:.2} ms off = {:.2}x (bound: 2x)", purging / off))
 }
 
+/// "events: throughput-real-nats keeps x of throughput-real's rate" for each pair that ran.
+fn events_ratios(rows: &[Row]) -> Vec<String> {
+    let ok = |name: &str| rows.iter().find(|r| r.name == name && r.failure.is_none());
+    rows.iter()
+        .filter_map(|with| {
+            let without = ok(with.name.strip_suffix(events::SUFFIX)?)?;
+            let (rate, base) = (with.rate(), without.rate());
+            (with.failure.is_none() && base > 0.0).then(|| {
+                format!(
+                    "events: {} keeps {:.3} of {}'s rate with the NATS sink ({rate:.0} vs {base:.0} ops/s; bound: 0.9)",
+                    with.name,
+                    rate / base,
+                    without.name
+                )
+            })
+        })
+        .collect()
+}
+
 fn delta(before: Option<(i64, i64)>, after: Option<(i64, i64)>) -> Option<(i64, i64)> {
     let (b, a) = (before?, after?);
     Some((a.0 - b.0, a.1 - b.1))
@@ -501,6 +542,7 @@ where
     Fut: std::future::Future<Output = Result<Measured, String>>,
 {
     let mut redis_keys = None;
+    let mut events = None;
     let (endpoints, deployment) = match &args.target {
         Some(url) => (
             deploy::Endpoints {
@@ -525,16 +567,24 @@ where
             redis_keys = redis
                 .as_ref()
                 .map(|s| (s.redis_url.clone(), s.key_prefix.clone()));
-            match deploy::Deployment::start(
-                &args.database_url,
-                args.coordinator_pool,
-                args.participant_pool,
-                redis,
-                transport,
-                retention,
-            )
-            .await
-            {
+            let started = match events_run(args, run_id, name).await {
+                Ok(run) => {
+                    let sinks = run.iter().map(|(run, _)| run.sink()).collect();
+                    events = run;
+                    deploy::Deployment::start(
+                        &args.database_url,
+                        args.coordinator_pool,
+                        args.participant_pool,
+                        redis,
+                        transport,
+                        retention,
+                        sinks,
+                    )
+                    .await
+                }
+                Err(e) => Err(e),
+            };
+            match started {
                 Ok(d) => (d.endpoints.clone(), Some(d)),
                 Err(e) => {
                     delete_redis_keys(redis_keys).await;
@@ -564,13 +614,48 @@ where
     {
         extra.insert("redis_key_prefix".into(), prefix.clone().into());
     }
+    let events = match events {
+        Some((run, pool)) => {
+            if let Ok(m) = &mut result {
+                run.report(&pool, m).await;
+            }
+            pool.close().await;
+            Some(run)
+        }
+        None => None,
+    };
     let mut counted = None;
     if let Some(d) = deployment {
         d.stop().await;
         counted = delta(before, xacts(&args.database_url).await);
     }
+    if let Some(run) = events {
+        run.delete_stream().await;
+    }
     delete_redis_keys(redis_keys).await;
     (result, counted)
+}
+
+/// For a `-nats` row of an in-process run with `--events-nats-url`: the NATS sink its
+/// deployment delivers to, its cursor placed at the end of the log, and a connection to read
+/// the sink's progress with.
+async fn events_run(
+    args: &BenchArgs,
+    run_id: &str,
+    name: &str,
+) -> Result<Option<(events::EventsRun, sqlx::PgPool)>, String> {
+    let Some(url) = args.events_nats_url.as_deref() else {
+        return Ok(None);
+    };
+    if !name.ends_with(events::SUFFIX) {
+        return Ok(None);
+    }
+    let pool = crate::db::connect_postgres(&args.database_url, 1)
+        .await
+        .map_err(|e| format!("connecting to {}: {e}", redact(&args.database_url)))?;
+    events::start_at_log_end(&pool).await?;
+    let run = events::EventsRun::start(url, run_id, name).await?;
+    Ok(Some((run, pool)))
 }
 
 /// Deletes the keys of a bench stock-redis participant (`(redis_url, key prefix)`), if any.

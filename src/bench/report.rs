@@ -20,7 +20,7 @@ pub struct Row {
 }
 
 impl Row {
-    fn rate(&self) -> f64 {
+    pub(super) fn rate(&self) -> f64 {
         self.measured.as_ref().map_or(0.0, |m| {
             let done = if is_flash(&self.name) {
                 m.recorder.ok() + m.recorder.rejected()

@@ -218,3 +218,52 @@ fn the_bench_runs_with_authentication_on_every_server() {
         assert!(row["ok"].as_i64().expect("ok") > 0, "{row}");
     }
 }
+
+/// `holdfast bench throughput --events-nats-url`, short: each workload also runs with the
+/// in-process coordinator delivering its events to NATS (the shared server on 127.0.0.1:4222);
+/// those rows are clean, report how many events the sink delivered and their lag, the rate
+/// kept against the same workload without the sink is printed, and the run's streams are gone
+/// afterwards.
+#[test]
+fn bench_throughput_with_a_nats_sink_reports_the_event_lag() {
+    let (rows, output) = run_bench(&[
+        "throughput",
+        "--duration",
+        "1s",
+        "--clients",
+        "4",
+        "--events-nats-url",
+        "nats://127.0.0.1:4222",
+    ]);
+    let mut streams = Vec::new();
+    for name in ["throughput-noop-nats", "throughput-real-nats"] {
+        let r = rows
+            .iter()
+            .find(|r| r["scenario"] == name)
+            .unwrap_or_else(|| panic!("no {name} row; {output}"));
+        assert!(r["failure"].is_null(), "{r}");
+        assert_eq!(r["error_count"], 0, "{r}");
+        let events = &r["details"]["events_nats"];
+        assert!(events["delivered"].as_u64().is_some_and(|n| n > 0), "{r}");
+        assert!(events["lag_ms"]["p99"].as_f64().is_some(), "{r}");
+        assert!(output.contains(&format!("{name}: events: ")), "{output}");
+        let without = name.strip_suffix("-nats").unwrap();
+        assert!(
+            output.contains(&format!("events: {name} keeps ")) && output.contains(without),
+            "{output}"
+        );
+        assert!(output.contains("caught up"), "{output}");
+        streams.push(events["stream"].as_str().expect("stream").to_owned());
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = async_nats::connect("nats://127.0.0.1:4222").await.unwrap();
+        let jetstream = async_nats::jetstream::new(client);
+        for stream in streams {
+            assert!(jetstream.get_stream(&stream).await.is_err(), "{stream} left behind");
+        }
+    });
+}
