@@ -141,7 +141,9 @@ impl Deployment {
             Some(settings) => Some(starting.stock_redis(settings).await?),
             None => None,
         };
-        let coordinator_url = starting.coordinator(cpool.clone(), retention, sinks).await?;
+        let coordinator_url = starting
+            .coordinator(cpool.clone(), retention, sinks)
+            .await?;
         let mut stock = admin_urls.pop();
         let mut seats = admin_urls.pop();
         let deployment = Deployment {

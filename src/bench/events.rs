@@ -12,6 +12,7 @@ use sqlx::PgPool;
 
 use super::scenarios::Measured;
 use super::stats;
+use super::{BenchArgs, Row};
 use crate::proto;
 use crate::sinks::nats::{NATS_SINK_NAME, NatsSettings, NatsSink};
 use crate::sinks::{Delivered, Sink};
@@ -27,11 +28,29 @@ pub(super) const SUFFIX: &str = "-nats";
 pub(super) struct EventsRun {
     settings: NatsSettings,
     sink: Arc<LagRecorder>,
+    /// A connection to the bench database, to read the sink's progress with.
+    pool: PgPool,
 }
 
 impl EventsRun {
-    /// A sink publishing to `url`, on a stream and prefix named after the run and row.
-    pub(super) async fn start(url: &str, run_id: &str, row: &str) -> Result<EventsRun, String> {
+    /// For a `-nats` row of an in-process run with `--events-nats-url`: the NATS sink its
+    /// deployment delivers to (a stream and prefix named after the run and row), its cursor
+    /// placed at the end of the log.
+    pub(super) async fn for_row(
+        args: &BenchArgs,
+        run_id: &str,
+        row: &str,
+    ) -> Result<Option<EventsRun>, String> {
+        let Some(url) = args.events_nats_url.as_deref() else {
+            return Ok(None);
+        };
+        if !row.ends_with(SUFFIX) {
+            return Ok(None);
+        }
+        let pool = crate::db::connect_postgres(&args.database_url, 1)
+            .await
+            .map_err(|e| format!("connecting to the bench database: {e}"))?;
+        start_at_log_end(&pool).await?;
         let token: String = format!("{run_id}_{row}")
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
@@ -47,7 +66,11 @@ impl EventsRun {
             nats,
             lags: Mutex::new(Vec::new()),
         });
-        Ok(EventsRun { settings, sink })
+        Ok(Some(EventsRun {
+            settings,
+            sink,
+            pool,
+        }))
     }
 
     /// The sink, for the deployment's delivery loop.
@@ -55,11 +78,11 @@ impl EventsRun {
         self.sink.clone()
     }
 
-    /// Waits (at most [`DRAIN`]) until the sink delivered the whole log of `pool`'s database,
-    /// then adds the lag percentiles to `m`.
-    pub(super) async fn report(&self, pool: &PgPool, m: &mut Measured) {
+    /// Waits (at most [`DRAIN`]) until the sink delivered the whole log, then adds the lag
+    /// percentiles to `m`.
+    pub(super) async fn report(&self, m: &mut Measured) {
         let started = Instant::now();
-        let (drained, polls) = drain(pool).await;
+        let (drained, polls) = drain(&self.pool).await;
         // Two reads per poll, not the deployment's work.
         m.setup_xacts += 2 * polls;
         let lags: Vec<u64> = self.sink.lags.lock().map(|l| l.clone()).unwrap_or_default();
@@ -88,7 +111,8 @@ impl EventsRun {
     }
 
     /// Deletes the run's stream (once its deployment stopped publishing).
-    pub(super) async fn delete_stream(self) {
+    pub(super) async fn finish(self) {
+        self.pool.close().await;
         let deleted = async {
             let client = async_nats::connect(self.settings.url.as_str()).await.ok()?;
             async_nats::jetstream::new(client)
@@ -102,15 +126,37 @@ impl EventsRun {
             .flatten()
             .is_none()
         {
-            eprintln!("bench: could not delete NATS stream {}", self.settings.stream);
+            eprintln!(
+                "bench: could not delete NATS stream {}",
+                self.settings.stream
+            );
         }
     }
+}
+
+/// "events: throughput-real-nats keeps x of throughput-real's rate" for each pair that ran.
+pub(super) fn ratios(rows: &[Row]) -> Vec<String> {
+    let ok = |name: &str| rows.iter().find(|r| r.name == name && r.failure.is_none());
+    rows.iter()
+        .filter_map(|with| {
+            let without = ok(with.name.strip_suffix(SUFFIX)?)?;
+            let (rate, base) = (with.rate(), without.rate());
+            (with.failure.is_none() && base > 0.0).then(|| {
+                format!(
+                    "events: {} keeps {:.3} of {}'s rate with the NATS sink ({rate:.0} vs {base:.0} ops/s; bound: 0.9)",
+                    with.name,
+                    rate / base,
+                    without.name
+                )
+            })
+        })
+        .collect()
 }
 
 /// Places the NATS sink's cursor at the end of `pool`'s log, its lease free: the rows before
 /// this one wrote events no sink delivered, and an earlier `-nats` row's stopped deployment
 /// still holds the lease. The bench owns this database (it reset it).
-pub(super) async fn start_at_log_end(pool: &PgPool) -> Result<(), String> {
+async fn start_at_log_end(pool: &PgPool) -> Result<(), String> {
     sqlx::query(
         "INSERT INTO event_sinks (name, delivered_through) \
          VALUES ($1, (SELECT coalesce(max(sequence), 0) FROM events)) \
@@ -182,7 +228,9 @@ impl Sink for LagRecorder {
                 .filter_map(|t| {
                     let written = SystemTime::UNIX_EPOCH
                         + Duration::new(u64::try_from(t.seconds).ok()?, t.nanos.try_into().ok()?);
-                    Some(stats::micros(now.duration_since(written).unwrap_or_default()))
+                    Some(stats::micros(
+                        now.duration_since(written).unwrap_or_default(),
+                    ))
                 });
             if let Ok(mut recorded) = self.lags.lock() {
                 recorded.extend(lags);

@@ -8,6 +8,7 @@ pub mod deploy;
 mod events;
 mod flash_rows;
 mod report;
+mod retention_rows;
 pub mod scenarios;
 pub mod stats;
 mod transport;
@@ -244,7 +245,9 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
     }
     let in_process = args.target.is_none();
     if !in_process && args.events_nats_url.is_some() {
-        eprintln!("bench: --events-nats-url ignored with --target (the target delivers its own events)");
+        eprintln!(
+            "bench: --events-nats-url ignored with --target (the target delivers its own events)"
+        );
     }
     if in_process {
         eprintln!("bench: resetting database {}", redact(&args.database_url));
@@ -277,7 +280,7 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
                     eprintln!("bench: retention skipped (in-process deployment only)");
                     continue;
                 }
-                retention_scenario(&args, &transport, &run_id, &mut rows).await;
+                retention_rows::run(&args, &transport, &run_id, &mut rows).await;
             }
             Scenario::Flash | Scenario::FlashChurn => {
                 let churn = scenario == Scenario::FlashChurn;
@@ -331,14 +334,15 @@ async fn reserve_confirm_rows(ctx: RunCtx<'_>, scenario: Scenario, rows: &mut Ve
         ("throughput", args.clients, ceiling_many.to_owned())
     };
     // The sink runs in the in-process coordinator only.
-    let with_nats = scenario == Scenario::Throughput
-        && args.events_nats_url.is_some()
-        && args.target.is_none();
-    let names = [Workload::Noop, Workload::Real].into_iter().flat_map(|workload| {
-        let name = format!("{prefix}-{}", workload.name());
-        let nats = with_nats.then(|| (workload, format!("{name}{}", events::SUFFIX)));
-        std::iter::once((workload, name)).chain(nats)
-    });
+    let with_nats =
+        scenario == Scenario::Throughput && args.events_nats_url.is_some() && args.target.is_none();
+    let names = [Workload::Noop, Workload::Real]
+        .into_iter()
+        .flat_map(|workload| {
+            let name = format!("{prefix}-{}", workload.name());
+            let nats = with_nats.then(|| (workload, format!("{name}{}", events::SUFFIX)));
+            std::iter::once((workload, name)).chain(nats)
+        });
     for (workload, name) in names {
         let r = with_deployment(
             args,
@@ -400,10 +404,10 @@ async fn holds_rows(
 /// Prints the table (and writes the JSON); a row that failed fails the run.
 fn finish(args: &BenchArgs, transport: &Transport, rows: Vec<Row>) -> Result<(), BenchError> {
     print_table(&rows, transport);
-    if let Some(line) = retention_ratio(&rows) {
+    if let Some(line) = retention_rows::ratio(&rows) {
         println!("{line}");
     }
-    for line in events_ratios(&rows) {
+    for line in events::ratios(&rows) {
         println!("{line}");
     }
     if let Some(path) = &args.json {
@@ -426,106 +430,29 @@ fn finish(args: &BenchArgs, transport: &Transport, rows: Vec<Row>) -> Result<(),
     }
 }
 
-/// `retention`: seeds the finished rows, then measures Reserves with retention off and while
-/// the coordinator's own retention loop (every second, its usual batches and pauses) purges
-/// them, each on a fresh deployment of its own.
-async fn retention_scenario(
-    args: &BenchArgs,
-    transport: &Transport,
-    run_id: &str,
-    rows: &mut Vec<Row>,
-) {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let total = args.retention_rows;
-    match scenarios::retention::seed_finished(&args.database_url, total).await {
-        Ok(took) => eprintln!(
-            "bench: seeded {total} finished reservations in {:.1}s",
-            took.as_secs_f64()
-        ),
-        Err(e) => {
-            rows.push(row("retention-seed".into(), 0, Err(e), None, None));
-            return;
-        }
-    }
-    let clients = args.retention_clients.max(1);
-    let purging = Retention {
-        keep: Some(Duration::from_secs(30 * 24 * 3600)),
-        every: Duration::from_secs(1),
-        ..Retention::default()
-    };
-    for (name, retention) in [
-        ("retention-off", Retention::off()),
-        ("retention-purging", purging),
-    ] {
-        let stop = Arc::new(AtomicBool::new(false));
-        let watching = retention.keep.is_some();
-        let r = with_deployment(args, transport, run_id, name, false, retention, |ctx, progress| {
-            let stop = stop.clone();
-            async move {
-                let watch = watching.then(|| {
-                    scenarios::retention::purge_watch(total, std::time::Instant::now(), stop.clone())
-                });
-                let mut m =
-                    scenarios::retention::reserve_loop(ctx, clients, args.duration, progress).await?;
-                stop.store(true, Ordering::Relaxed);
-                if let Some(watch) = watch {
-                    let (purged, done_at) = watch.await.unwrap_or((0, None));
-                    m.notes.push(match done_at {
-                        Some(at) => format!(
-                            "purge of {total} finished reservations done {at:.1}s into the window ({purged} deleted in it)"
-                        ),
-                        None => format!(
-                            "{purged} of {total} finished reservations purged during the {:.0}s window (purge still running: the whole window saw it)",
-                            args.duration.as_secs_f64()
-                        ),
-                    });
-                    m.extra = serde_json::json!({ "purged_in_window": purged, "purge_done_at_s": done_at });
-                }
-                Ok(m)
-            }
-        })
-        .await;
-        rows.push(row(name.into(), clients, r.0, None, r.1));
-    }
-}
-
-/// "retention p99: purging / off = x" when both rows ran.
-fn retention_ratio(rows: &[Row]) -> Option<String> {
-    let p99 = |name: &str| {
-        rows.iter()
-            .find(|r| r.name == name && r.failure.is_none())
-            .map(|r| r.latency().p99)
-    };
-    let (off, purging) = (p99("retention-off")?, p99("retention-purging")?);
-    (off > 0.0).then(|| format!("retention: Reserve p99 {purging:.2} ms while purging vs {off:.2} ms off = {:.2}x (bound: 2x)", purging / off))
-}
-
-/// "events: throughput-real-nats keeps x of throughput-real's rate" for each pair that ran.
-fn events_ratios(rows: &[Row]) -> Vec<String> {
-    let ok = |name: &str| rows.iter().find(|r| r.name == name && r.failure.is_none());
-    rows.iter()
-        .filter_map(|with| {
-            let without = ok(with.name.strip_suffix(events::SUFFIX)?)?;
-            let (rate, base) = (with.rate(), without.rate());
-            (with.failure.is_none() && base > 0.0).then(|| {
-                format!(
-                    "events: {} keeps {:.3} of {}'s rate with the NATS sink ({rate:.0} vs {base:.0} ops/s; bound: 0.9)",
-                    with.name,
-                    rate / base,
-                    without.name
-                )
-            })
-        })
-        .collect()
-}
-
 fn delta(before: Option<(i64, i64)>, after: Option<(i64, i64)>) -> Option<(i64, i64)> {
     let (b, a) = (before?, after?);
     Some((a.0 - b.0, a.1 - b.1))
 }
 
+/// The endpoints of the deployment at `--target` `url`.
+fn target_endpoints(args: &BenchArgs, url: &str) -> deploy::Endpoints {
+    deploy::Endpoints {
+        coordinator: url.to_owned(),
+        noop: if args.noop.is_empty() {
+            vec!["noop".to_owned()]
+        } else {
+            args.noop.clone()
+        },
+        seats: ("seats".into(), args.seats_admin.clone()),
+        stock: ("stock".into(), args.stock_admin.clone()),
+        stock_redis: None,
+    }
+}
+
 /// Starts a deployment (in-process, over `transport`; with a `stock-redis` participant on
-/// `--redis-url` when `stock_redis`, its keys deleted afterwards) or uses the target, runs
+/// `--redis-url` when `stock_redis`, its keys deleted afterwards; with a NATS sink for a `-nats`
+/// row) or uses the target, runs
 /// `body` (its clients also over `transport`), stops the
 /// deployment and counts the database transactions it took.
 async fn with_deployment<F, Fut>(
@@ -544,20 +471,7 @@ where
     let mut redis_keys = None;
     let mut events = None;
     let (endpoints, deployment) = match &args.target {
-        Some(url) => (
-            deploy::Endpoints {
-                coordinator: url.clone(),
-                noop: if args.noop.is_empty() {
-                    vec!["noop".to_owned()]
-                } else {
-                    args.noop.clone()
-                },
-                seats: ("seats".into(), args.seats_admin.clone()),
-                stock: ("stock".into(), args.stock_admin.clone()),
-                stock_redis: None,
-            },
-            None,
-        ),
+        Some(url) => (target_endpoints(args, url), None),
         None => {
             let redis = match (stock_redis, &args.redis_url) {
                 (false, _) => None,
@@ -567,9 +481,9 @@ where
             redis_keys = redis
                 .as_ref()
                 .map(|s| (s.redis_url.clone(), s.key_prefix.clone()));
-            let started = match events_run(args, run_id, name).await {
+            let started = match events::EventsRun::for_row(args, run_id, name).await {
                 Ok(run) => {
-                    let sinks = run.iter().map(|(run, _)| run.sink()).collect();
+                    let sinks = run.iter().map(events::EventsRun::sink).collect();
                     events = run;
                     deploy::Deployment::start(
                         &args.database_url,
@@ -614,48 +528,19 @@ where
     {
         extra.insert("redis_key_prefix".into(), prefix.clone().into());
     }
-    let events = match events {
-        Some((run, pool)) => {
-            if let Ok(m) = &mut result {
-                run.report(&pool, m).await;
-            }
-            pool.close().await;
-            Some(run)
-        }
-        None => None,
-    };
+    if let (Ok(m), Some(run)) = (&mut result, &events) {
+        run.report(m).await;
+    }
     let mut counted = None;
     if let Some(d) = deployment {
         d.stop().await;
         counted = delta(before, xacts(&args.database_url).await);
     }
     if let Some(run) = events {
-        run.delete_stream().await;
+        run.finish().await;
     }
     delete_redis_keys(redis_keys).await;
     (result, counted)
-}
-
-/// For a `-nats` row of an in-process run with `--events-nats-url`: the NATS sink its
-/// deployment delivers to, its cursor placed at the end of the log, and a connection to read
-/// the sink's progress with.
-async fn events_run(
-    args: &BenchArgs,
-    run_id: &str,
-    name: &str,
-) -> Result<Option<(events::EventsRun, sqlx::PgPool)>, String> {
-    let Some(url) = args.events_nats_url.as_deref() else {
-        return Ok(None);
-    };
-    if !name.ends_with(events::SUFFIX) {
-        return Ok(None);
-    }
-    let pool = crate::db::connect_postgres(&args.database_url, 1)
-        .await
-        .map_err(|e| format!("connecting to {}: {e}", redact(&args.database_url)))?;
-    events::start_at_log_end(&pool).await?;
-    let run = events::EventsRun::start(url, run_id, name).await?;
-    Ok(Some((run, pool)))
 }
 
 /// Deletes the keys of a bench stock-redis participant (`(redis_url, key prefix)`), if any.

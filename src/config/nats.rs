@@ -23,11 +23,7 @@ pub struct NatsArgs {
 
     /// The subjects' prefix: events are published to
     /// `<prefix>.reservation.<type in lower case>` (`holdfast.reservation.reservation_held`).
-    #[arg(
-        long,
-        env = "HOLDFAST_EVENTS_NATS_SUBJECT",
-        default_value = "holdfast"
-    )]
+    #[arg(long, env = "HOLDFAST_EVENTS_NATS_SUBJECT", default_value = "holdfast")]
     pub events_nats_subject: String,
 
     /// The JetStream stream that takes `<prefix>.reservation.>`.
@@ -68,7 +64,10 @@ impl NatsArgs {
             None => out.push_str("# events_nats_url: not set (no NATS sink)\n"),
         }
         match &self.events_nats_ca {
-            Some(ca) => out.push_str(&format!("events_nats_ca = {:?}\n", ca.display().to_string())),
+            Some(ca) => out.push_str(&format!(
+                "events_nats_ca = {:?}\n",
+                ca.display().to_string()
+            )),
             None => out.push_str("# events_nats_ca: not set (the system roots)\n"),
         }
         out.push_str(&format!(
@@ -116,6 +115,9 @@ mod tests {
         assert_eq!(settings.format, EventFormat::Protobuf);
         let mut described = String::new();
         given.describe(&mut described);
-        assert!(described.contains("events_format = \"protobuf\""), "{described}");
+        assert!(
+            described.contains("events_format = \"protobuf\""),
+            "{described}"
+        );
     }
 }

@@ -19,7 +19,6 @@ use async_nats::jetstream::message::PublishMessage;
 use tokio::sync::OnceCell;
 
 use super::{Delivered, Sink, SinkError};
-use crate::domain::EventType;
 use crate::proto;
 
 /// The name of the NATS sink's cursor (Admin `ListSinks`).
@@ -97,23 +96,22 @@ impl NatsSettings {
         }
     }
 
-    /// The subject `event` is published to (`holdfast.reservation.reservation_held`).
+    /// The subject `event` is published to (`holdfast.reservation.reservation_held`): the
+    /// type's SPEC 10 name in lower case (the protobuf enum's names are those names).
     pub fn subject(&self, event: &proto::Event) -> String {
-        let name = event.r#type().as_str_name();
-        let suffix = EventType::parse(name)
-            .map(EventType::subject_suffix)
-            .unwrap_or_else(|| name.to_ascii_lowercase());
+        let suffix = event.r#type().as_str_name().to_ascii_lowercase();
         format!("{}.reservation.{suffix}", self.subject_prefix)
     }
 
     /// The subjects of the stream: every event subject under the prefix.
-    pub fn stream_subjects(&self) -> String {
+    fn stream_subjects(&self) -> String {
         format!("{}.reservation.>", self.subject_prefix)
     }
 
     /// Refuses settings that cannot work, naming the flag.
     fn check(&self) -> Result<(), NatsError> {
-        let bad = |reason: &str| NatsError::Config(format!("--events-nats-url {:?}: {reason}", self.url));
+        let bad =
+            |reason: &str| NatsError::Config(format!("--events-nats-url {:?}: {reason}", self.url));
         let mut tls = false;
         for server in self.url.split(',').map(str::trim) {
             match server.split_once("://") {
@@ -199,13 +197,14 @@ impl NatsSink {
         } else if settings.url.contains("tls://") {
             options = options.require_tls(true);
         }
-        let client = options
-            .connect(settings.url.as_str())
-            .await
-            .map_err(|e| NatsError::Connect {
-                url: settings.url.clone(),
-                reason: e.to_string(),
-            })?;
+        let client =
+            options
+                .connect(settings.url.as_str())
+                .await
+                .map_err(|e| NatsError::Connect {
+                    url: settings.url.clone(),
+                    reason: e.to_string(),
+                })?;
         let jetstream = jetstream::ContextBuilder::new()
             .timeout(settings.timeout)
             .build(client.clone());
@@ -306,7 +305,10 @@ impl NatsSink {
         let mut delivered = 0;
         for (ack, event) in pending.into_iter().zip(events) {
             if let Err(e) = ack.await {
-                return failed(delivered, self.publish_error(&self.settings.subject(event), &e));
+                return failed(
+                    delivered,
+                    self.publish_error(&self.settings.subject(event), &e),
+                );
             }
             delivered += 1;
         }
@@ -333,7 +335,9 @@ fn failed(delivered: usize, error: SinkError) -> Delivered {
 /// between the acknowledgements and the cursor write would leave it.
 #[cfg(feature = "failpoints")]
 fn acknowledged_but_lost(subject_prefix: &str) -> bool {
-    fail::eval("sinks.nats.acked", |arg| arg.as_deref() == Some(subject_prefix)) == Some(true)
+    fail::eval("sinks.nats.acked", |arg| {
+        arg.as_deref() == Some(subject_prefix)
+    }) == Some(true)
 }
 
 #[cfg(not(feature = "failpoints"))]
@@ -419,14 +423,26 @@ mod tests {
         assert!(with(|_| {}).is_ok());
         assert!(with(|s| s.url = "tls://a:4222,tls://b:4222".into()).is_ok());
         let refused = [
-            (with(|s| s.url = "http://127.0.0.1:4222".into()), "--events-nats-url"),
+            (
+                with(|s| s.url = "http://127.0.0.1:4222".into()),
+                "--events-nats-url",
+            ),
             (with(|s| s.ca = Some("ca.pem".into())), "--events-nats-ca"),
-            (with(|s| s.subject_prefix = "a.*".into()), "--events-nats-subject"),
-            (with(|s| s.subject_prefix = "a.".into()), "--events-nats-subject"),
+            (
+                with(|s| s.subject_prefix = "a.*".into()),
+                "--events-nats-subject",
+            ),
+            (
+                with(|s| s.subject_prefix = "a.".into()),
+                "--events-nats-subject",
+            ),
             (with(|s| s.stream = "A.B".into()), "--events-nats-stream"),
         ];
         for (answer, flag) in refused {
-            assert!(answer.as_ref().is_err_and(|e| e.contains(flag)), "{answer:?}");
+            assert!(
+                answer.as_ref().is_err_and(|e| e.contains(flag)),
+                "{answer:?}"
+            );
         }
     }
 

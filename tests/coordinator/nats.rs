@@ -17,14 +17,15 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use futures_util::StreamExt;
 use holdfast::app::{Beside, serve_coordinator_beside};
+use holdfast::domain::EventType;
 use holdfast::participants::Kind;
 use holdfast::proto;
 use holdfast::proto::admin_client::AdminClient;
 use holdfast::proto::coordinator_client::CoordinatorClient;
-use holdfast::sinks::Sink;
-use holdfast::sinks::nats::{EventFormat, NATS_SINK_NAME, NatsSettings, NatsSink};
-use holdfast::store::{PgStore, Store};
+use holdfast::sinks::nats::{EventFormat, NATS_SINK_NAME, NatsError, NatsSettings, NatsSink};
+use holdfast::sinks::{Sink, SinkError};
 use holdfast::store::events::EventPage;
+use holdfast::store::{PgStore, Store};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -209,7 +210,8 @@ async fn stock(pool: &PgPool) -> String {
 
 /// Reserve + Confirm, Reserve + Cancel (request ids prefixed by `run`); the cancelled id.
 async fn script(client: &mut CoordinatorClient<Channel>, run: &str) -> String {
-    let reserve = |suffix: &str| reserve_request(&format!("{run}-{suffix}"), vec![hold("stock", "sku-1")]);
+    let reserve =
+        |suffix: &str| reserve_request(&format!("{run}-{suffix}"), vec![hold("stock", "sku-1")]);
     let a = client.reserve(reserve("a")).await.unwrap().into_inner();
     client.confirm(Decide::on(&a).confirm()).await.unwrap();
     let b = client.reserve(reserve("b")).await.unwrap().into_inner();
@@ -235,9 +237,9 @@ async fn log_through(pool: &PgPool, id: &str, last: proto::event::Type) -> Vec<p
             .into_iter()
             .map(holdfast::api::convert::event)
             .collect();
-        let reached = events.iter().any(|e| {
-            e.r#type() == last && e.reservation.as_ref().is_some_and(|r| r.id == id)
-        });
+        let reached = events
+            .iter()
+            .any(|e| e.r#type() == last && e.reservation.as_ref().is_some_and(|r| r.id == id));
         if reached {
             return events;
         }
@@ -251,10 +253,16 @@ async fn wait_delivered_through(replica: &mut Replica, sequence: i64) {
     let deadline = Instant::now() + PATIENCE;
     loop {
         let sink = replica.nats_sink().await;
-        if sink.as_ref().is_some_and(|s| s.delivered_through >= sequence) {
+        if sink
+            .as_ref()
+            .is_some_and(|s| s.delivered_through >= sequence)
+        {
             return;
         }
-        assert!(Instant::now() < deadline, "not delivered through {sequence}: {sink:?}");
+        assert!(
+            Instant::now() < deadline,
+            "not delivered through {sequence}: {sink:?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -264,8 +272,14 @@ async fn wait_delivered_through(replica: &mut Replica, sequence: i64) {
 fn assert_messages_are(prefix: &str, messages: &[jetstream::Message], events: &[proto::Event]) {
     assert_eq!(messages.len(), events.len());
     for (message, event) in messages.iter().zip(events) {
-        let suffix = event.r#type().as_str_name().to_ascii_lowercase();
-        assert_eq!(message.subject.as_str(), format!("{prefix}.reservation.{suffix}"));
+        let name = event.r#type().as_str_name();
+        let suffix = EventType::parse(name)
+            .expect("a SPEC 10 type")
+            .subject_suffix();
+        assert_eq!(
+            message.subject.as_str(),
+            format!("{prefix}.reservation.{suffix}")
+        );
         let headers = message.headers.as_ref().expect("headers");
         let id = headers.get("Nats-Msg-Id").map(|v| v.as_str());
         assert_eq!(id, Some(event.event_id.as_str()), "{event:?}");
@@ -273,7 +287,14 @@ fn assert_messages_are(prefix: &str, messages: &[jetstream::Message], events: &[
         let want = holdfast::json::event(event);
         // The snapshot's branches are read with the event, so they may have moved on between
         // the publication and this read of the log: the event's own fields must match.
-        for field in ["sequence", "event_id", "type", "occurred_at", "owner", "from_queue"] {
+        for field in [
+            "sequence",
+            "event_id",
+            "type",
+            "occurred_at",
+            "owner",
+            "from_queue",
+        ] {
             assert_eq!(json[field], want[field], "{field} of {event:?}");
         }
         for field in ["id", "state", "request_id", "holder"] {
@@ -299,11 +320,21 @@ async fn every_event_of_a_run_arrives_once_in_sequence_order(pool: PgPool) {
     let latest = events.last().unwrap().sequence;
     wait_delivered_through(&mut replica, latest).await;
     let types: Vec<_> = events.iter().map(|e| e.r#type()).collect();
-    assert!(types.contains(&proto::event::Type::ReservationConfirmed), "{types:?}");
-    assert!(types.contains(&proto::event::Type::ReservationCancelled), "{types:?}");
+    assert!(
+        types.contains(&proto::event::Type::ReservationConfirmed),
+        "{types:?}"
+    );
+    assert!(
+        types.contains(&proto::event::Type::ReservationCancelled),
+        "{types:?}"
+    );
     let messages = nats.read(events.len()).await;
     assert_messages_are(&nats.prefix, &messages, &events);
-    assert_eq!(nats.count().await, events.len() as u64, "a duplicate in the stream");
+    assert_eq!(
+        nats.count().await,
+        events.len() as u64,
+        "a duplicate in the stream"
+    );
     replica.stop().await;
 }
 
@@ -322,7 +353,11 @@ async fn a_batch_published_twice_is_held_once(pool: PgPool) {
     let sink = NatsSink::connect(settings).await.unwrap();
     for round in 0..2 {
         let delivered = deliver_when_connected(&sink, &events).await;
-        assert_eq!(delivered.delivered, events.len(), "round {round}: {delivered:?}");
+        assert_eq!(
+            delivered.delivered,
+            events.len(),
+            "round {round}: {delivered:?}"
+        );
         assert!(delivered.error.is_none(), "round {round}: {delivered:?}");
     }
     assert_eq!(nats.count().await, events.len() as u64);
@@ -388,7 +423,11 @@ async fn events_acknowledged_before_a_stop_are_not_duplicated_after_the_restart(
     let mut second = Replica::start(&pool, &stock, vec![nats.sink().await]).await;
     let latest = events.last().unwrap().sequence;
     wait_delivered_through(&mut second, latest).await;
-    assert_eq!(nats.count().await, events.len() as u64, "a duplicate in the stream");
+    assert_eq!(
+        nats.count().await,
+        events.len() as u64,
+        "a duplicate in the stream"
+    );
     assert_messages_are(&nats.prefix, &nats.read(events.len()).await, &events);
     second.stop().await;
 }
@@ -424,8 +463,14 @@ impl PrivateNats {
             .spawn()
             .expect("nats-server on PATH");
         let deadline = Instant::now() + PATIENCE;
-        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-            assert!(Instant::now() < deadline, "nats-server did not listen on {port}");
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "nats-server did not listen on {port}"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         PrivateNats { child }
@@ -461,7 +506,11 @@ async fn a_backlog_built_while_nats_is_down_drains_when_it_returns(pool: PgPool)
     assert!(!behind.last_error.is_empty(), "{behind:?}");
     let server = PrivateNats::start(port, &dir.0).await;
     wait_delivered_through(&mut replica, latest).await;
-    assert_eq!(nats.count().await, events.len() as u64, "a duplicate in the stream");
+    assert_eq!(
+        nats.count().await,
+        events.len() as u64,
+        "a duplicate in the stream"
+    );
     assert_messages_are(&nats.prefix, &nats.read(events.len()).await, &events);
     replica.stop().await;
     drop(nats);
@@ -482,4 +531,38 @@ async fn wait_lagging(replica: &mut Replica, lag: Duration) -> proto::Sink {
         assert!(Instant::now() < deadline, "no lag shown: {sink:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Settings that cannot work stop the start, naming the flag: a CA file that is not there, a
+/// URL that is not NATS's. NATS being down does not (the sink connects in the background).
+#[tokio::test]
+async fn the_sink_refuses_settings_that_cannot_work_but_not_a_server_that_is_down() {
+    let mut missing_ca = NatsSettings::new("tls://127.0.0.1:4222");
+    missing_ca.ca = Some("/nonexistent/holdfast-nats-ca.pem".into());
+    let refused = NatsSink::connect(missing_ca).await.unwrap_err();
+    assert!(matches!(refused, NatsError::Ca { .. }), "{refused}");
+    assert!(
+        refused.to_string().contains("--events-nats-ca"),
+        "{refused}"
+    );
+    let http = NatsSink::connect(NatsSettings::new("http://127.0.0.1:4222")).await;
+    let refused = http.unwrap_err();
+    assert!(matches!(refused, NatsError::Config(_)), "{refused}");
+    assert!(
+        refused.to_string().contains("--events-nats-url"),
+        "{refused}"
+    );
+    let nobody = crate::common::closed_url()
+        .await
+        .replace("http://", "nats://");
+    let sink = NatsSink::connect(NatsSettings::new(nobody)).await.unwrap();
+    let event = proto::Event {
+        sequence: 1,
+        event_id: uuid::Uuid::new_v4().to_string(),
+        ..Default::default()
+    };
+    let delivered = sink.deliver(std::slice::from_ref(&event)).await;
+    assert_eq!(delivered.delivered, 0);
+    let error: SinkError = delivered.error.expect("why nothing was delivered");
+    assert!(error.0.contains("not connected"), "{error}");
 }

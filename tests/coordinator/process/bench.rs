@@ -263,7 +263,10 @@ fn bench_throughput_with_a_nats_sink_reports_the_event_lag() {
         let client = async_nats::connect("nats://127.0.0.1:4222").await.unwrap();
         let jetstream = async_nats::jetstream::new(client);
         for stream in streams {
-            assert!(jetstream.get_stream(&stream).await.is_err(), "{stream} left behind");
+            assert!(
+                jetstream.get_stream(&stream).await.is_err(),
+                "{stream} left behind"
+            );
         }
     });
 }
