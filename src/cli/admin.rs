@@ -1,5 +1,6 @@
 //! `holdfast admin ...`: the operator's actions over `tcc.v1.Admin` (SPEC 8.1) - find stuck
-//! work, push it, cancel or settle it with a reason, and read the audit log.
+//! work, push it, cancel or settle it with a reason, read the audit log, and see and resume
+//! the event sinks (SPEC 10).
 
 use std::time::Duration;
 
@@ -78,6 +79,19 @@ pub enum AdminCommand {
         #[command(flatten)]
         target: Target,
     },
+    /// The event sinks (NATS, webhooks): how far each has delivered, its lag, paused or not.
+    Sinks {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Resume a webhook paused after failing for --webhook-give-up: delivery restarts where it
+    /// stopped.
+    ResumeWebhook {
+        /// The webhook's name, as given to --webhook NAME=URL.
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
 }
 
 impl AdminCommand {
@@ -87,7 +101,9 @@ impl AdminCommand {
             | AdminCommand::Retry { target, .. }
             | AdminCommand::ForceCancel { target, .. }
             | AdminCommand::Resolve { target, .. }
-            | AdminCommand::Audit { target, .. } => target,
+            | AdminCommand::Audit { target, .. }
+            | AdminCommand::Sinks { target }
+            | AdminCommand::ResumeWebhook { target, .. } => target,
         }
     }
 }
@@ -169,8 +185,27 @@ pub async fn run(command: AdminCommand) -> Result<(), CliError> {
             let page = page.into_inner();
             print_audit(&target, &page);
         }
+        AdminCommand::Sinks { .. } => {
+            let answer = admin.list_sinks(proto::ListSinksRequest {}).await;
+            print_sinks(&target, &answer.map_err(refused)?.into_inner().sinks);
+        }
+        AdminCommand::ResumeWebhook { name, .. } => {
+            let request = proto::ResumeWebhookRequest { name };
+            let answer = admin.resume_webhook(request).await.map_err(refused)?;
+            let sink: Vec<proto::Sink> = answer.into_inner().sink.into_iter().collect();
+            print_sinks(&target, &sink);
+        }
     }
     Ok(())
+}
+
+fn print_sinks(target: &Target, sinks: &[proto::Sink]) {
+    if target.json {
+        let list: Vec<_> = sinks.iter().map(json::sink).collect();
+        out(&format!("{}\n", serde_json::json!({ "sinks": list })));
+    } else {
+        out(&render::sinks(sinks, Utc::now()));
+    }
 }
 
 /// What `admin retry` drives: one reservation, or the work waiting on one participant.

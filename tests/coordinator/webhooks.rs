@@ -20,9 +20,12 @@ use holdfast::proto::admin_client::AdminClient;
 use holdfast::proto::coordinator_client::CoordinatorClient;
 use holdfast::proto::event::Type;
 use holdfast::sinks::Sink;
-use holdfast::sinks::webhook::{Webhook, WebhookSecret, WebhookSettings};
+use holdfast::sinks::webhook::{Webhook, WebhookError, WebhookSecret, WebhookSettings};
 use holdfast::store::PgStore;
 use holdfast::store::events::{EventLog, EventPage};
+use holdfast::telemetry::ops::ops_names::{
+    EVENTS_DELIVERED, EVENTS_LAG, SINK_PAUSED, WEBHOOK_FAILURES,
+};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
@@ -186,6 +189,8 @@ fn webhook(name: &str, url: &str, types: Option<Vec<Type>>, give_up: Duration) -
 
 /// A coordinator delivering to `sinks`, with `stock` registered.
 struct Replica {
+    /// `http://127.0.0.1:PORT`
+    url: String,
     client: CoordinatorClient<Channel>,
     admin: AdminClient<Channel>,
     _stop: oneshot::Sender<()>,
@@ -209,7 +214,8 @@ async fn replica(pool: &PgPool, stock: &str, sinks: Vec<Arc<dyn Sink>>) -> Repli
     let url = format!("http://{addr}");
     Replica {
         client: CoordinatorClient::connect(url.clone()).await.unwrap(),
-        admin: AdminClient::connect(url).await.unwrap(),
+        admin: AdminClient::connect(url.clone()).await.unwrap(),
+        url,
         _stop: stop,
     }
 }
@@ -296,6 +302,15 @@ async fn every_event_arrives_once_in_order_signed(pool: PgPool) {
         })
         .await;
     assert_once_in_order(&receiver.taken(), &log);
+    until_sink(&mut replica.admin, "webhook:orders", |s| {
+        s.delivered_through >= last
+    })
+    .await;
+    let delivered = metric_line(EVENTS_DELIVERED, "sink=\"webhook:orders\"").unwrap();
+    assert!(
+        delivered.ends_with(&format!(" {}", log.len())),
+        "{delivered}"
+    );
     let types: Vec<String> = receiver
         .taken()
         .iter()
@@ -367,11 +382,33 @@ async fn until_sink(
     .unwrap_or_else(|_| panic!("{name} never got there"))
 }
 
-fn metric_line(name: &str, sink: &str) -> Option<String> {
+/// Runs the `holdfast` binary with `args` (none of the caller's environment); its stdout,
+/// asserting it succeeded.
+async fn cli(args: &[&str]) -> String {
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_holdfast"))
+        .args(args)
+        .env_clear()
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "holdfast {args:?}: {stdout}\n{stderr}"
+    );
+    stdout
+}
+
+/// The line of series `name` whose labels contain `label` (`sink="webhook:x"`).
+fn metric_line(name: &str, label: &str) -> Option<String> {
     holdfast::telemetry::metrics_handle()
         .render()
         .lines()
-        .find(|l| l.starts_with(name) && l.contains(&format!("sink=\"{sink}\"")))
+        .find(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
         .map(str::to_owned)
 }
 
@@ -388,17 +425,30 @@ async fn failing_past_the_give_up_period_pauses_until_resumed(pool: PgPool) {
     assert_eq!(sink.delivered_through, 0, "{sink:?}");
     assert!(sink.last_error.contains("500"), "{sink:?}");
     assert_eq!(
-        metric_line("holdfast_events_sink_paused", "webhook:paused").as_deref(),
+        metric_line(SINK_PAUSED, "sink=\"webhook:paused\"").as_deref(),
         Some("holdfast_events_sink_paused{sink=\"webhook:paused\"} 1")
     );
-    let failures = holdfast::telemetry::metrics_handle().render();
-    assert!(
-        failures
-            .lines()
-            .any(|l| l.starts_with("holdfast_webhook_failures_total{endpoint=\"paused\"}")),
-        "{failures}"
-    );
+    assert!(metric_line(WEBHOOK_FAILURES, "endpoint=\"paused\"").is_some());
+    assert!(metric_line(EVENTS_LAG, "sink=\"webhook:paused\"").is_some());
     assert!(receiver.taken().is_empty());
+    // The operator's view: `holdfast admin sinks`.
+    let listed = cli(&["admin", "sinks", "--json", "--coordinator", &replica.url]).await;
+    let listed = &serde_json::from_str::<serde_json::Value>(&listed).unwrap()["sinks"];
+    let shown = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "webhook:paused")
+        .unwrap_or_else(|| panic!("{listed}"));
+    assert_eq!(shown["paused"], true, "{shown}");
+    assert_eq!(shown["delivered_through"], 0, "{shown}");
+    let table = cli(&["admin", "sinks", "--coordinator", &replica.url]).await;
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("webhook:paused") && l.contains("PAUSED")),
+        "{table}"
+    );
     receiver.fail_next(0);
     let resumed = replica
         .admin
@@ -411,6 +461,24 @@ async fn failing_past_the_give_up_period_pauses_until_resumed(pool: PgPool) {
         .sink
         .unwrap();
     assert!(!resumed.paused, "{resumed:?}");
+    // Resuming a webhook nobody configured is refused by name.
+    let unknown = tokio::process::Command::new(env!("CARGO_BIN_EXE_holdfast"))
+        .args([
+            "admin",
+            "resume-webhook",
+            "nobody",
+            "--coordinator",
+            &replica.url,
+        ])
+        .env_clear()
+        .output()
+        .await
+        .unwrap();
+    assert!(!unknown.status.success());
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr).contains("nobody"),
+        "{unknown:?}"
+    );
     let last = log.last().unwrap().sequence;
     receiver
         .until("the run after the resume", |taken, _| {
@@ -488,4 +556,28 @@ async fn two_replicas_with_the_same_webhook_deliver_each_event_once(pool: PgPool
         .await;
     assert_once_in_order(&receiver.taken(), &log);
     assert_eq!(receiver.attempts(), log.len(), "no event was POSTed twice");
+}
+
+#[test]
+fn a_webhook_url_that_cannot_work_is_refused_naming_it() {
+    let settings = |url: &str| WebhookSettings {
+        name: "bad".into(),
+        url: url.into(),
+        types: None,
+        secret: WebhookSecret::new(SECRET.to_vec()).unwrap(),
+        give_up: Duration::from_secs(60),
+        ca: None,
+    };
+    for url in ["ftp://x/", "http://user:pw@x/", "https://"] {
+        let refused = Webhook::new(settings(url)).err().unwrap();
+        assert!(
+            matches!(&refused, WebhookError::Url { name, .. } if name == "bad"),
+            "{refused}"
+        );
+        assert!(
+            refused.to_string().starts_with("--webhook bad="),
+            "{refused}"
+        );
+    }
+    assert!(WebhookSecret::new(Vec::new()).is_err());
 }
