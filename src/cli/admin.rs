@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use chrono::Utc;
 
+use super::target::CliChannel;
 use super::{CliError, Target, json, out, parse_state, print_page, print_reservation, render};
+use crate::proto::admin_client::AdminClient;
 use crate::proto::{self, reservation::State};
 
 /// `holdfast admin` subcommands.
@@ -150,8 +152,7 @@ pub async fn run(command: AdminCommand) -> Result<(), CliError> {
                 reason,
             };
             let r = admin.force_cancel(request).await.map_err(refused)?;
-            let r = r.into_inner();
-            print_reservation(&target, &r);
+            print_reservation(&target, &r.into_inner());
         }
         AdminCommand::Resolve {
             id,
@@ -182,21 +183,31 @@ pub async fn run(command: AdminCommand) -> Result<(), CliError> {
                 page_token,
             };
             let page = admin.list_audit(request).await.map_err(refused)?;
-            let page = page.into_inner();
-            print_audit(&target, &page);
+            print_audit(&target, &page.into_inner());
         }
-        AdminCommand::Sinks { .. } => {
-            let answer = admin.list_sinks(proto::ListSinksRequest {}).await;
-            print_sinks(&target, &answer.map_err(refused)?.into_inner().sinks);
-        }
-        AdminCommand::ResumeWebhook { name, .. } => {
-            let request = proto::ResumeWebhookRequest { name };
-            let answer = admin.resume_webhook(request).await.map_err(refused)?;
-            let sink: Vec<proto::Sink> = answer.into_inner().sink.into_iter().collect();
-            print_sinks(&target, &sink);
+        sink @ (AdminCommand::Sinks { .. } | AdminCommand::ResumeWebhook { .. }) => {
+            print_sinks(&target, &sinks(sink, &mut admin).await.map_err(refused)?)
         }
     }
     Ok(())
+}
+
+/// `admin sinks` and `admin resume-webhook`: the sinks to print.
+async fn sinks(
+    command: AdminCommand,
+    admin: &mut AdminClient<CliChannel>,
+) -> Result<Vec<proto::Sink>, tonic::Status> {
+    Ok(match command {
+        AdminCommand::ResumeWebhook { name, .. } => {
+            let request = proto::ResumeWebhookRequest { name };
+            let answer = admin.resume_webhook(request).await?;
+            answer.into_inner().sink.into_iter().collect()
+        }
+        _ => {
+            let answer = admin.list_sinks(proto::ListSinksRequest {}).await?;
+            answer.into_inner().sinks
+        }
+    })
 }
 
 fn print_sinks(target: &Target, sinks: &[proto::Sink]) {
