@@ -215,8 +215,10 @@ fn webhook(name: &str, url: &str, types: Option<Vec<Type>>, give_up: Duration) -
 
 /// A coordinator delivering to `sinks`, with `stock` registered.
 struct Replica {
-    /// `http://127.0.0.1:PORT`
+    /// `http://127.0.0.1:PORT`: gRPC.
     url: String,
+    /// `http://127.0.0.1:PORT`: the console and JSON API.
+    http: String,
     client: CoordinatorClient<Channel>,
     admin: AdminClient<Channel>,
     _stop: oneshot::Sender<()>,
@@ -228,7 +230,16 @@ async fn replica(pool: &PgPool, stock: &str, sinks: Vec<Arc<dyn Sink>>) -> Repli
     let store = PgStore::from_pool(pool.clone());
     store.migrate().await.unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
-    let beside = Beside { http: None, sinks };
+    let http_tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let http = format!("http://{}", http_tcp.local_addr().unwrap());
+    let http_listener = holdfast::http::HttpListener {
+        listener: http_tcp.into(),
+        allowed: Default::default(),
+    };
+    let beside = Beside {
+        http: Some(http_listener),
+        sinks,
+    };
     let settings = settings(&[("stock", stock)]);
     tokio::spawn(async move {
         serve_coordinator_beside(settings, store, listener, beside, async {
@@ -242,6 +253,7 @@ async fn replica(pool: &PgPool, stock: &str, sinks: Vec<Arc<dyn Sink>>) -> Repli
         client: CoordinatorClient::connect(url.clone()).await.unwrap(),
         admin: AdminClient::connect(url.clone()).await.unwrap(),
         url,
+        http,
         _stop: stop,
     }
 }
@@ -475,6 +487,26 @@ async fn failing_past_the_give_up_period_pauses_until_resumed(pool: PgPool) {
             .any(|l| l.starts_with("webhook:paused") && l.contains("PAUSED")),
         "{table}"
     );
+    // The console's view: the JSON API.
+    let listed = crate::http::call(
+        "GET",
+        &format!("{}/v1/admin/sinks", replica.http),
+        None,
+        None,
+    )
+    .await
+    .ok();
+    let shown = listed["sinks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "webhook:paused")
+        .unwrap_or_else(|| panic!("{listed}"))
+        .clone();
+    assert_eq!(shown["paused"], true, "{shown}");
+    let unknown = format!("{}/v1/admin/webhooks/nobody:resume", replica.http);
+    let refused = crate::http::call("POST", &unknown, None, Some("{}")).await;
+    assert_eq!(refused.status, 404, "{refused:?}");
     receiver.fail_next(0);
     let resumed = replica
         .admin
