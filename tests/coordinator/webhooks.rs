@@ -192,7 +192,7 @@ fn verified(secret: &[u8], signature: &str, body: &[u8], tolerance_secs: u64) ->
 }
 
 fn hex(s: &str) -> Option<Vec<u8>> {
-    (s.len() % 2 == 0).then_some(())?;
+    s.len().is_multiple_of(2).then_some(())?;
     (0..s.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
