@@ -229,4 +229,48 @@ mod tests {
         assert_eq!(parse_period("7d"), Ok(Duration::from_secs(7 * 86_400)));
         assert!(parse_period("off").is_err());
     }
+
+    #[test]
+    fn webhooks_need_a_secret_that_is_not_empty_and_filters_a_webhook() {
+        let dir = std::env::temp_dir().join(format!("holdfast-sinks-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (empty, secret) = (dir.join("empty"), dir.join("secret"));
+        std::fs::write(&empty, " \n").unwrap();
+        std::fs::write(&secret, "s3cret\n").unwrap();
+        let mut args = SinkArgs {
+            events_retention: Duration::from_secs(7 * 86_400),
+            webhooks: vec![("orders".into(), "http://127.0.0.1:9/h".into())],
+            webhook_filters: vec![("orders".into(), vec![Type::ReservationExpired])],
+            webhook_secret_file: None,
+            webhook_give_up: Duration::from_secs(86_400),
+            webhook_ca: None,
+        };
+        assert!(
+            args.webhooks()
+                .unwrap_err()
+                .contains("--webhook-secret-file")
+        );
+        args.webhook_secret_file = Some(empty);
+        assert!(args.webhooks().unwrap_err().contains("empty"));
+        args.webhook_secret_file = Some(secret.clone());
+        let hooks = args.webhooks().unwrap();
+        assert_eq!(hooks[0].types, Some(vec![Type::ReservationExpired]));
+        let mut described = String::new();
+        args.describe(&mut described);
+        assert!(
+            described.contains("secret") && !described.contains("s3cret"),
+            "{described}"
+        );
+        args.webhook_filters = vec![("billing".into(), vec![Type::AdminAction])];
+        assert!(
+            args.webhooks()
+                .unwrap_err()
+                .contains("no --webhook billing")
+        );
+        args.webhooks
+            .push(("orders".into(), "http://127.0.0.1:9/other".into()));
+        args.webhook_filters.clear();
+        assert!(args.webhooks().unwrap_err().contains("given twice"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -176,6 +176,7 @@ impl Delivery {
             let page: Vec<proto::Event> =
                 page.into_iter().map(crate::api::convert::event).collect();
             let handed = self.hand_over(&page).await;
+            ops::events_delivered(self.name(), handed.delivered);
             if let Some(through) = handed.through {
                 match self
                     .log()
@@ -188,7 +189,6 @@ impl Delivery {
                 }
                 cursor = through;
                 failures = 0;
-                ops::events_delivered(self.name(), handed.delivered);
                 self.refresh_lag().await;
             }
             if let Some(error) = handed.error {

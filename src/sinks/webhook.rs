@@ -121,8 +121,10 @@ struct Target {
 
 /// A webhook sink ([`Sink`]): signed POSTs, one event each, in order.
 pub struct Webhook {
+    /// `webhook:<name>`: its cursor's name.
     sink_name: String,
-    name: String,
+    /// Its name (`--webhook NAME=URL`), the metric's `endpoint`.
+    endpoint: String,
     target: Target,
     types: Option<Vec<proto::event::Type>>,
     key: hmac::Key,
@@ -137,7 +139,7 @@ impl Webhook {
         crate::telemetry::ops::webhook_started(&settings.name);
         Ok(Webhook {
             sink_name: crate::coordinator::admin::webhook_sink_name(&settings.name),
-            name: settings.name,
+            endpoint: settings.name,
             target,
             types: settings.types,
             key: hmac::Key::new(hmac::HMAC_SHA256, &settings.secret.0),
@@ -213,7 +215,7 @@ impl Webhook {
 
 impl Sink for Webhook {
     fn name(&self) -> &str {
-        &self.sink_name
+        self.sink_name.as_str()
     }
 
     fn wants(&self, event: &proto::Event) -> bool {
@@ -238,7 +240,7 @@ impl Sink for Webhook {
                     break;
                 }
                 if let Err(e) = self.post(event).await {
-                    crate::telemetry::ops::webhook_failed(&self.name);
+                    crate::telemetry::ops::webhook_failed(&self.endpoint);
                     return Delivered {
                         delivered,
                         error: Some(SinkError(e)),
