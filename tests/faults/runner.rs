@@ -296,6 +296,7 @@ pub async fn verify(
     outcomes: &[Outcome],
 ) -> (Vec<(String, String)>, u64) {
     let mut violations = check::settled(stack, plan, reservations).await;
+    violations.extend(check::event_log(&stack.pool, reservations).await);
     violations.extend(money::check(&stack.pool, plan, reservations, outcomes).await);
     let ids: Vec<String> = reservations.iter().map(|r| r.id.clone()).collect();
     let refunds_before = money::refunds_at_payments(&stack.pool, &ids).await;

@@ -97,7 +97,8 @@ pub trait EventLog: Send + Sync + 'static {
     /// zero when it is caught up. Unnumbered events count from when they were written.
     async fn sink_lag(&self, name: &str) -> Result<Duration, StoreError>;
 
-    /// Retention: deletes up to `limit` numbered events older than `keep`, never one a sink
-    /// that is not paused and whose lease ran within `keep` has yet to deliver. Answers how many.
+    /// Retention: of the `limit` oldest numbered events, deletes those older than `keep`, never
+    /// one a sink that is not paused and whose lease ran within `keep` has yet to deliver
+    /// (times follow numbers, so no index on time is needed). Answers how many.
     async fn purge_events(&self, keep: Duration, limit: u32) -> Result<u64, StoreError>;
 }

@@ -287,12 +287,13 @@ impl EventLog for PgStore {
     async fn purge_events(&self, keep: Duration, limit: u32) -> Result<u64, StoreError> {
         let done = sqlx::query(
             "DELETE FROM events WHERE id IN ( \
-                SELECT id FROM events \
-                WHERE sequence <= (SELECT coalesce(min(delivered_through), 9223372036854775807) \
-                                   FROM event_sinks WHERE NOT paused \
-                                     AND lease_until > clock_timestamp() - $1 * interval '1 millisecond') \
-                  AND occurred_at < clock_timestamp() - $1 * interval '1 millisecond' \
-                ORDER BY sequence LIMIT $2)",
+                SELECT id FROM ( \
+                    SELECT id, occurred_at FROM events \
+                    WHERE sequence <= (SELECT coalesce(min(delivered_through), 9223372036854775807) \
+                                       FROM event_sinks WHERE NOT paused \
+                                         AND lease_until > clock_timestamp() - $1 * interval '1 millisecond') \
+                    ORDER BY sequence LIMIT $2) oldest \
+                WHERE occurred_at < clock_timestamp() - $1 * interval '1 millisecond')",
         )
         .bind(millis(keep))
         .bind(i64::from(limit))

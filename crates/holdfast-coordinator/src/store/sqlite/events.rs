@@ -274,13 +274,15 @@ impl EventLog for SqliteStore {
     async fn purge_events(&self, keep: Duration, limit: u32) -> Result<u64, StoreError> {
         let statement = sqlx::query(concat!(
             "DELETE FROM events WHERE sequence IN ( \
-                SELECT sequence FROM events \
-                WHERE sequence <= (SELECT coalesce(min(delivered_through), 9223372036854775807) \
-                                   FROM event_sinks WHERE NOT paused AND lease_until > ",
+                SELECT sequence FROM ( \
+                    SELECT sequence, occurred_at FROM events \
+                    WHERE sequence <= (SELECT coalesce(min(delivered_through), 9223372036854775807) \
+                                       FROM event_sinks WHERE NOT paused AND lease_until > ",
             sqlite_now_us!(),
-            " - ?1) AND occurred_at < ",
+            " - ?1) ORDER BY sequence LIMIT ?2) \
+                WHERE occurred_at < ",
             sqlite_now_us!(),
-            " - ?1 ORDER BY sequence LIMIT ?2)"
+            " - ?1)"
         ));
         write(
             &self.pool,
