@@ -80,6 +80,8 @@ pub struct Coordinator {
     events: crate::events::EventFeed,
     /// What [`Coordinator::run_events`] moves the feed's latest sequence with.
     events_latest: Arc<tokio::sync::watch::Sender<i64>>,
+    /// Notified after each write of this process, so its events are numbered at once.
+    written: Arc<tokio::sync::Notify>,
 }
 
 impl Coordinator {
@@ -93,11 +95,13 @@ impl Coordinator {
         let watchers = Arc::new(watchers::Watchers::new(policy.watch));
         let sold_out = Arc::new(sold_out::SoldOutHints::new(policy.sold_out_hint));
         let (events, events_latest) = crate::events::EventFeed::new(store.clone());
+        let written = Arc::new(tokio::sync::Notify::new());
         Coordinator {
             instance: Uuid::new_v4(),
             store: Arc::new(watch::Publishing {
                 inner: store,
                 watchers: watchers.clone(),
+                written: written.clone(),
             }),
             registry,
             limits,
@@ -108,6 +112,7 @@ impl Coordinator {
             sweeps: Arc::default(),
             events,
             events_latest: Arc::new(events_latest),
+            written,
         }
     }
 
@@ -119,7 +124,13 @@ impl Coordinator {
     /// Numbers committed events and follows the latest sequence until `stop` turns true
     /// (one loop per process; replicas on one PostgreSQL take turns).
     pub async fn run_events(self, stop: tokio::sync::watch::Receiver<bool>) {
-        crate::events::run_sequencer(self.store.clone(), self.events_latest.clone(), stop).await;
+        crate::events::run_sequencer(
+            self.store.clone(),
+            self.events_latest.clone(),
+            self.written.clone(),
+            stop,
+        )
+        .await;
     }
 
     fn lease(&self) -> WorkLease {

@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::SqliteStore;
 use super::rows::{ReservationRow, micros, time_of, with_branches};
 use crate::domain::{Event, EventType};
-use crate::store::events::{EventLog, EventPage, SinkState};
+use crate::store::events::{EventLog, EventPage, LogHead, SinkState};
 use crate::store::sql::ReservationSql;
 use crate::store::{StoreError, WorkLease};
 
@@ -142,6 +142,15 @@ impl EventLog for SqliteStore {
                 .await?
                 .unwrap_or(0),
         )
+    }
+
+    async fn head(&self) -> Result<LogHead, StoreError> {
+        let latest = self.latest_sequence().await?;
+        let seen = self.events_seen.load(std::sync::atomic::Ordering::Acquire);
+        Ok(LogHead {
+            latest,
+            waiting: latest > seen,
+        })
     }
 
     async fn sequence_events(&self, limit: u32) -> Result<Vec<EventType>, StoreError> {
