@@ -13,6 +13,7 @@ mod lease;
 mod limits;
 pub mod ops;
 mod parse;
+pub mod sinks;
 pub mod test_mode;
 pub mod tls;
 pub mod watch;
@@ -277,6 +278,9 @@ pub struct CoordinatorArgs {
     pub http: http::HttpArgs,
 
     #[command(flatten)]
+    pub sinks: sinks::SinkArgs,
+
+    #[command(flatten)]
     pub test_mode: test_mode::TestModeArgs,
 
     #[command(flatten)]
@@ -316,6 +320,7 @@ impl CoordinatorArgs {
         self.connections.describe(&mut out);
         self.retention.describe(&mut out);
         self.http.describe(&mut out);
+        self.sinks.describe(&mut out);
         self.test_mode.describe(&mut out);
         out.push_str("\n[participants]\n");
         for ep in self.endpoints() {
@@ -408,6 +413,7 @@ impl CoordinatorArgs {
             sold_out_hint: self.sold_out_hint,
             retention: crate::coordinator::Retention {
                 keep: self.retention.keep(),
+                events_keep: self.sinks.events_retention,
                 ..Default::default()
             },
             ..Policy::default()

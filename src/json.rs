@@ -56,6 +56,23 @@ pub fn event(e: &proto::Event) -> Value {
     })
 }
 
+/// An event sink's delivery state (Admin `ListSinks`); `lag_seconds` is the age of the oldest
+/// event it has not delivered (0 when caught up).
+pub fn sink(s: &proto::Sink) -> Value {
+    let lag = s
+        .lag
+        .as_ref()
+        .map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9);
+    json!({
+        "name": s.name,
+        "delivered_through": s.delivered_through,
+        "lag_seconds": lag,
+        "failing_since": time(s.failing_since.as_ref()),
+        "paused": s.paused,
+        "last_error": (!s.last_error.is_empty()).then_some(&s.last_error),
+    })
+}
+
 /// A payment recorded for a reservation.
 fn payment_record(p: &proto::reservation::PaymentRecord) -> Value {
     json!({

@@ -55,7 +55,16 @@ const BINARY: Rules = &[
     ("json", &["proto"]),
     (
         "sinks",
-        &["coordinator", "events", "json", "proto", "telemetry", "tls"],
+        &[
+            "api",
+            "coordinator",
+            "events",
+            "json",
+            "proto",
+            "store",
+            "telemetry",
+            "tls",
+        ],
     ),
     (
         "participant_check",

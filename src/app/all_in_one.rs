@@ -8,8 +8,8 @@ use tokio::net::TcpListener;
 
 use super::data_dir::{self, lock_data_dir};
 use super::{
-    AppError, CoordinatorSettings, bind_http, connection_limits, coordinator_access, http_sidecar,
-    listen_addrs, serve_coordinator_on, server_tls, start_metrics,
+    AppError, CoordinatorSettings, bind_http, connection_limits, coordinator_access, listen_addrs,
+    serve_coordinator_on, server_tls, sidecar, start_metrics,
 };
 use crate::config::CoordinatorArgs;
 use crate::db::{self, DatabaseKind};
@@ -167,6 +167,7 @@ pub(crate) async fn serve_all_in_one(
         ))
     })?;
     let http = bind_http(&coordinator, tls.as_ref()).await?;
+    let sinks = super::sinks::configured_sinks(&coordinator).await?;
     print_banner(
         &settings,
         coordinator.listen,
@@ -180,7 +181,7 @@ pub(crate) async fn serve_all_in_one(
         settings,
         store,
         listener,
-        http_sidecar(http),
+        sidecar(super::Beside { http, sinks }),
         test_clock,
         coordinator_stop,
     );

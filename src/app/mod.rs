@@ -2,6 +2,7 @@
 //! and server. `main.rs` and the tests both start servers through here.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
@@ -10,6 +11,7 @@ use crate::db::{self, DatabaseKind};
 use crate::http::HttpListener;
 use crate::registry::RegistryError;
 use crate::server::ServeError;
+use crate::sinks::Sink;
 use crate::store::{AnyStore, StoreError};
 use crate::tls::Listener;
 use crate::tls::{ClientTls, ParticipantTransport, ServerTls, TlsError};
@@ -19,6 +21,7 @@ use holdfast_coordinator::serving::{
 
 mod all_in_one;
 pub mod data_dir;
+mod sinks;
 
 pub use all_in_one::run_all_in_one;
 // The coordinator's wiring is the coordinator crate's; the test participants' the
@@ -84,11 +87,12 @@ pub async fn run_coordinator(
         connections,
     )
     .await?;
+    let sinks = sinks::configured_sinks(&args).await?;
     let store = AnyStore::connect(&args.database_url, args.db_pool_size).await?;
     let http = bind_http(&args, tls.as_ref()).await?;
     let listener =
         Listener::new(TcpListener::bind(args.listen).await?, tls).with_limits(connections);
-    serve_coordinator_with_http(settings, store, listener, http, shutdown).await
+    serve_coordinator_beside(settings, store, listener, Beside { http, sinks }, shutdown).await
 }
 
 /// The addresses the coordinator's servers listen on (gRPC, and HTTP and metrics unless
@@ -306,11 +310,35 @@ pub async fn serve_coordinator_with_http(
     http: Option<HttpListener>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), AppError> {
+    let beside = Beside {
+        http,
+        sinks: Vec::new(),
+    };
+    serve_coordinator_beside(settings, store, listener, beside, shutdown).await
+}
+
+/// What the binary runs beside the coordinator's gRPC port: the HTTP listener and the event
+/// sinks' delivery loops (SPEC 10).
+#[derive(Default)]
+pub struct Beside {
+    pub http: Option<HttpListener>,
+    pub sinks: Vec<Arc<dyn Sink>>,
+}
+
+/// [`serve_coordinator`], plus what `beside` gives: the HTTP listener and one delivery loop
+/// per event sink, stopped at shutdown.
+pub async fn serve_coordinator_beside(
+    settings: CoordinatorSettings,
+    store: impl Into<AnyStore>,
+    listener: impl Into<Listener>,
+    beside: Beside,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), AppError> {
     serve_coordinator_on(
         settings,
         store.into(),
         listener.into(),
-        http_sidecar(http),
+        sidecar(beside),
         None,
         shutdown,
     )
@@ -318,9 +346,38 @@ pub async fn serve_coordinator_with_http(
     Ok(())
 }
 
-/// The HTTP listener on `http` as the coordinator's [`Sidecar`], when there is one.
-pub(super) fn http_sidecar(http: Option<HttpListener>) -> Option<Sidecar> {
-    http.map(|http| -> Sidecar { Box::new(move |wired| start_http(http, wired)) })
+/// What runs beside the coordinator as its [`Sidecar`], when there is anything.
+pub(super) fn sidecar(beside: Beside) -> Option<Sidecar> {
+    let Beside { http, sinks } = beside;
+    if http.is_none() && sinks.is_empty() {
+        return None;
+    }
+    Some(Box::new(move |wired| {
+        let delivering =
+            crate::sinks::start(wired.coordinator.clone(), sinks, wired.stopping.clone());
+        let delivering = AbortOnDrop(delivering);
+        let http = match http {
+            Some(http) => Some(AbortOnDrop(start_http(http, wired)?)),
+            None => None,
+        };
+        Ok(tokio::spawn(async move {
+            if let Some(mut http) = http {
+                let _ = (&mut http.0).await;
+            }
+            let mut delivering = delivering;
+            let _ = (&mut delivering.0).await;
+        }))
+    }))
+}
+
+/// A task aborted when its handle is dropped (the sidecar's parts, when it is cut at
+/// shutdown).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Starts the HTTP listener in the background, its JSON API over `routes` in-process (the

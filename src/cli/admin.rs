@@ -1,11 +1,14 @@
 //! `holdfast admin ...`: the operator's actions over `tcc.v1.Admin` (SPEC 8.1) - find stuck
-//! work, push it, cancel or settle it with a reason, and read the audit log.
+//! work, push it, cancel or settle it with a reason, read the audit log, and see and resume
+//! the event sinks (SPEC 10).
 
 use std::time::Duration;
 
 use chrono::Utc;
 
+use super::target::CliChannel;
 use super::{CliError, Target, json, out, parse_state, print_page, print_reservation, render};
+use crate::proto::admin_client::AdminClient;
 use crate::proto::{self, reservation::State};
 
 /// `holdfast admin` subcommands.
@@ -78,6 +81,19 @@ pub enum AdminCommand {
         #[command(flatten)]
         target: Target,
     },
+    /// The event sinks (NATS, webhooks): how far each has delivered, its lag, paused or not.
+    Sinks {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Resume a webhook paused after failing for --webhook-give-up: delivery restarts where it
+    /// stopped.
+    ResumeWebhook {
+        /// The webhook's name, as given to --webhook NAME=URL.
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
 }
 
 impl AdminCommand {
@@ -87,7 +103,9 @@ impl AdminCommand {
             | AdminCommand::Retry { target, .. }
             | AdminCommand::ForceCancel { target, .. }
             | AdminCommand::Resolve { target, .. }
-            | AdminCommand::Audit { target, .. } => target,
+            | AdminCommand::Audit { target, .. }
+            | AdminCommand::Sinks { target }
+            | AdminCommand::ResumeWebhook { target, .. } => target,
         }
     }
 }
@@ -134,8 +152,7 @@ pub async fn run(command: AdminCommand) -> Result<(), CliError> {
                 reason,
             };
             let r = admin.force_cancel(request).await.map_err(refused)?;
-            let r = r.into_inner();
-            print_reservation(&target, &r);
+            print_reservation(&target, &r.into_inner());
         }
         AdminCommand::Resolve {
             id,
@@ -166,11 +183,40 @@ pub async fn run(command: AdminCommand) -> Result<(), CliError> {
                 page_token,
             };
             let page = admin.list_audit(request).await.map_err(refused)?;
-            let page = page.into_inner();
-            print_audit(&target, &page);
+            print_audit(&target, &page.into_inner());
+        }
+        sink @ (AdminCommand::Sinks { .. } | AdminCommand::ResumeWebhook { .. }) => {
+            print_sinks(&target, &sinks(sink, &mut admin).await.map_err(refused)?)
         }
     }
     Ok(())
+}
+
+/// `admin sinks` and `admin resume-webhook`: the sinks to print.
+async fn sinks(
+    command: AdminCommand,
+    admin: &mut AdminClient<CliChannel>,
+) -> Result<Vec<proto::Sink>, tonic::Status> {
+    Ok(match command {
+        AdminCommand::ResumeWebhook { name, .. } => {
+            let request = proto::ResumeWebhookRequest { name };
+            let answer = admin.resume_webhook(request).await?;
+            answer.into_inner().sink.into_iter().collect()
+        }
+        _ => {
+            let answer = admin.list_sinks(proto::ListSinksRequest {}).await?;
+            answer.into_inner().sinks
+        }
+    })
+}
+
+fn print_sinks(target: &Target, sinks: &[proto::Sink]) {
+    if target.json {
+        let list: Vec<_> = sinks.iter().map(json::sink).collect();
+        out(&format!("{}\n", serde_json::json!({ "sinks": list })));
+    } else {
+        out(&render::sinks(sinks, Utc::now()));
+    }
 }
 
 /// What `admin retry` drives: one reservation, or the work waiting on one participant.

@@ -192,6 +192,36 @@ pub fn audit(entries: &[proto::AuditEntry]) -> String {
     table(&["AT", "PRINCIPAL", "ACTION", "ON", "REASON"], &rows)
 }
 
+/// The event sinks table: how far each delivered, how far behind it is, and why it fails.
+pub(crate) fn sinks(sinks: &[proto::Sink], now: DateTime<Utc>) -> String {
+    let rows: Vec<Vec<String>> = sinks
+        .iter()
+        .map(|s| {
+            let lag = s.lag.as_ref().map_or(0, |d| d.seconds);
+            let state = if s.paused {
+                "PAUSED".to_owned()
+            } else {
+                match s.failing_since.as_ref().and_then(crate::json::utc) {
+                    Some(since) => format!("failing for {}", span(now - since)),
+                    None => "delivering".to_owned(),
+                }
+            };
+            vec![
+                s.name.clone(),
+                s.delivered_through.to_string(),
+                span(chrono::TimeDelta::seconds(lag)),
+                state,
+                if s.last_error.is_empty() {
+                    "-".to_owned()
+                } else {
+                    s.last_error.clone()
+                },
+            ]
+        })
+        .collect();
+    table(&["SINK", "DELIVERED", "LAG", "STATE", "LAST ERROR"], &rows)
+}
+
 /// The one-line status `watch` redraws.
 pub(crate) fn watch_line(r: &proto::Reservation, now: DateTime<Utc>) -> String {
     format!(

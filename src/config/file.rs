@@ -112,6 +112,12 @@ section! {
         header_timeout: String,
         idle_timeout: String,
         max_connections: usize,
+        events_retention: String,
+        webhooks: List,
+        webhook_filters: List,
+        webhook_secret_file: PathBuf,
+        webhook_give_up: String,
+        webhook_ca: PathBuf,
     }
     tables {
         participants: BTreeMap<String, Participant>,

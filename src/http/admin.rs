@@ -3,8 +3,10 @@
 //! `POST /v1/admin/retry` (`{"reservation_id"}` or `{"participant"}`),
 //! `POST /v1/admin/reservations/{id}:force-cancel` (`{"reason"}`),
 //! `POST /v1/admin/reservations/{id}:resolve` (`{"outcome","reason"}`),
-//! `GET /v1/admin/audit?reservation_id=&page_size=&page_token=`, and
-//! `GET /v1/admin/participants` (each registered participant's health).
+//! `GET /v1/admin/audit?reservation_id=&page_size=&page_token=`,
+//! `GET /v1/admin/participants` (each registered participant's health),
+//! `GET /v1/admin/sinks` (the event sinks, SPEC 10) and
+//! `POST /v1/admin/webhooks/{name}:resume` (a paused webhook).
 
 use axum::Router;
 use axum::extract::{Path, RawQuery, State};
@@ -27,6 +29,8 @@ pub fn routes() -> Router<Shared> {
         .route("/v1/admin/reservations/{target}", post(act))
         .route("/v1/admin/audit", get(audit))
         .route("/v1/admin/participants", get(participants))
+        .route("/v1/admin/sinks", get(sinks))
+        .route("/v1/admin/webhooks/{target}", post(resume_webhook))
 }
 
 /// The gRPC message of a stuck-work query string (`state` repeats).
@@ -213,5 +217,42 @@ async fn participants(
             "name": name,
             "serving": serving,
         })).collect::<Vec<_>>(),
+    })))
+}
+
+/// `GET /v1/admin/sinks`: every event sink's delivery state.
+async fn sinks(
+    State(service): State<Shared>,
+    credentials: Credentials,
+) -> Result<Response, ApiError> {
+    let answer = admin(&service.grpc)
+        .list_sinks(credentials.request(proto::ListSinksRequest {})?)
+        .await?
+        .into_inner();
+    Ok(ok(serde_json::json!({
+        "sinks": answer.sinks.iter().map(crate::json::sink).collect::<Vec<_>>(),
+    })))
+}
+
+/// `POST /v1/admin/webhooks/{name}:resume`: delivery to a paused webhook restarts where it
+/// stopped.
+async fn resume_webhook(
+    State(service): State<Shared>,
+    Path(target): Path<String>,
+    credentials: Credentials,
+) -> Result<Response, ApiError> {
+    let (name, verb) = split_target(&target);
+    if verb != Some("resume") {
+        return Err(unknown_verb(&target, "POST", &["resume"]));
+    }
+    let message = proto::ResumeWebhookRequest {
+        name: name.to_owned(),
+    };
+    let answer = admin(&service.grpc)
+        .resume_webhook(credentials.request(message)?)
+        .await?
+        .into_inner();
+    Ok(ok(serde_json::json!({
+        "sink": answer.sink.as_ref().map(crate::json::sink),
     })))
 }

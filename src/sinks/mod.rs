@@ -4,10 +4,16 @@
 //! for every sink, which only says how to hand over one event ([`Sink`]). A Kafka or RabbitMQ
 //! sink is one more implementation of the trait.
 
+pub(crate) mod deliver;
+pub mod webhook;
+
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 use crate::proto;
+
+pub use deliver::start;
 
 /// Why a sink could not deliver an event: retried with backoff, in order.
 #[derive(Debug, thiserror::Error)]
@@ -35,8 +41,16 @@ pub trait Sink: Send + Sync + 'static {
         true
     }
 
+    /// How long deliveries may fail without a success between before the sink is paused
+    /// (until an operator resumes it); `None`: never paused, retried for as long as it fails.
+    fn give_up(&self) -> Option<Duration> {
+        None
+    }
+
     /// Hands over `events` (in sequence order, all wanted), in order: a prefix of them is
-    /// taken. A sink may pipeline (NATS publishes the batch, then awaits the acknowledgements).
+    /// taken. A sink may also stop early without an error (a time budget): the loop comes back
+    /// with the rest. A sink may pipeline (NATS publishes the batch, then awaits the
+    /// acknowledgements).
     fn deliver<'a>(
         &'a self,
         events: &'a [proto::Event],

@@ -48,3 +48,4 @@ mod unknown_try;
 mod unregistered;
 mod validation;
 mod watch;
+mod webhooks;

@@ -450,6 +450,37 @@ async function participants() {
     el("tbody", {}, rows))));
 }
 
+async function sinks() {
+  main.replaceChildren(el("h1", { text: "Event sinks" }), el("p", { class: "muted", text: "Loading…" }));
+  const list = (await api("GET", "/v1/admin/sinks")).sinks;
+  const rows = list.map((s) => {
+    const webhook = s.name.startsWith("webhook:") ? s.name.slice("webhook:".length) : null;
+    const status = s.paused ? ["bad", "paused"] : s.failing_since ? ["s-PENDING", "failing"] : ["ok", "delivering"];
+    const action = el("td", {});
+    if (s.paused && webhook) {
+      const resume = el("button", { type: "button", text: "Resume" });
+      resume.addEventListener("click", async () => {
+        if (!window.confirm(`Resume webhook ${webhook}? Delivery restarts at the first event it has not taken.`)) return;
+        try {
+          await api("POST", `/v1/admin/webhooks/${encodeURIComponent(webhook)}:resume`, {});
+          flash(`Webhook ${webhook} resumed.`);
+          await sinks();
+        } catch (err) { flash("Resume refused: " + describe(err), true); }
+      });
+      action.append(resume);
+    }
+    return el("tr", { "data-sink": s.name }, el("td", { class: "mono", text: s.name }),
+      el("td", { text: String(s.delivered_through) }), el("td", { text: s.lag_seconds.toFixed(1) + " s" }),
+      el("td", {}, el("span", { class: "badge " + status[0], text: status[1] })),
+      el("td", { class: "err", text: s.last_error || "" }), action);
+  });
+  main.replaceChildren(el("h1", { text: "Event sinks" }),
+    el("p", { class: "muted", text: "NATS and webhooks: delivered through which sequence, how far behind, paused or not." }),
+    el("div", { class: "table-wrap" }, el("table", { id: "sinks" },
+      el("thead", {}, el("tr", {}, ["sink", "delivered through", "lag", "state", "last error", ""].map((h) => el("th", { text: h })))),
+      el("tbody", {}, rows))));
+}
+
 async function audit() {
   main.replaceChildren(el("h1", { text: "Audit" }), el("p", { class: "muted", text: "Loading…" }));
   const page = await api("GET", "/v1/admin/audit?page_size=100");
@@ -478,6 +509,7 @@ async function route() {
     else if (path === "/stuck") await stuck();
     else if (path === "/participants") await participants();
     else if (path === "/audit") await audit();
+    else if (path === "/sinks") await sinks();
     else main.replaceChildren(el("h1", { text: "Not found" }), el("p", { text: "No such page: " + path }));
   } catch (err) {
     if (!(err instanceof ApiError && err.status === 401)) {

@@ -2,9 +2,10 @@
 //! `holdfast_*` name in a PromQL expression of `deploy/grafana/holdfast.json` and
 //! `deploy/prometheus/alerts.yml` must be on the `/metrics` page of a live coordinator or of a
 //! live participant (the real binary, split roles: `stock` on SQLite, `stock-redis` on
-//! PostgreSQL and the local Redis, each with `--metrics-listen`), after a Reserve that is
-//! confirmed and one that is cancelled. The rules file passes `promtool check rules` when
-//! promtool is installed (`.ci/run` installs it), else a structural check.
+//! PostgreSQL and the local Redis, each with `--metrics-listen`; the coordinator with a
+//! webhook nothing answers), after a Reserve that is confirmed and one that is cancelled. The
+//! rules file passes `promtool check rules` when promtool is installed (`.ci/run` installs it),
+//! else a structural check.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -159,6 +160,8 @@ async fn dashboards_and_alerts_name_only_exported_metrics() {
         "HoldfastRefundsPending",
         "HoldfastExpiredHoldRate",
         "HoldfastParticipantErrors",
+        "HoldfastEventsLagging",
+        "HoldfastWebhookPaused",
     ] {
         assert!(
             rule_list.iter().any(|(a, _)| a == wanted),
@@ -187,6 +190,8 @@ async fn dashboards_and_alerts_name_only_exported_metrics() {
         std::env::var("HOLDFAST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
     let prefix = format!("hf-dash-{}:", uuid::Uuid::new_v4().simple());
     let url = |name: &str| format!("sqlite://{}", dir.path().join(name).display());
+    let secret = dir.path().join("webhook-secret").display().to_string();
+    std::fs::write(&secret, "dashboards-secret\n").expect("write the webhook secret");
     let mut processes = vec![
         spawn(
             &[
@@ -231,6 +236,11 @@ async fn dashboards_and_alerts_name_only_exported_metrics() {
                 &format!("stock-redis=http://{redis}"),
                 "--metrics-listen",
                 &m_coord,
+                // A webhook nothing answers: the sinks' series are exported too.
+                "--webhook",
+                "dashboards=http://127.0.0.1:9/holdfast",
+                "--webhook-secret-file",
+                &secret,
             ],
             &dir.path().join("coordinator.log"),
         ),

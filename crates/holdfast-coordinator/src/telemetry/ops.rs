@@ -17,6 +17,10 @@ pub mod ops_names {
     pub(crate) const REDIS_DRIFT: &str = "holdfast_stock_redis_drift_total";
     pub const OLDEST_WORK_AGE: &str = "holdfast_oldest_work_age_seconds";
     pub const EVENTS_APPENDED: &str = "holdfast_events_appended_total";
+    pub const EVENTS_DELIVERED: &str = "holdfast_events_delivered_total";
+    pub const EVENTS_LAG: &str = "holdfast_events_lag_seconds";
+    pub const SINK_PAUSED: &str = "holdfast_events_sink_paused";
+    pub const WEBHOOK_FAILURES: &str = "holdfast_webhook_failures_total";
 }
 
 use ops_names::*;
@@ -29,6 +33,40 @@ pub use holdfast_participant::telemetry::{
 /// An event became readable (numbered by this process's sequencer), by type (SPEC 10).
 pub(crate) fn event_appended(event_type: &'static str) {
     metrics::counter!(EVENTS_APPENDED, "type" => event_type).increment(1);
+}
+
+/// A sink's series, at zero (its delivery loop started).
+pub fn sink_started(sink: &str) {
+    super::metrics_handle();
+    metrics::counter!(EVENTS_DELIVERED, "sink" => sink.to_owned()).increment(0);
+    metrics::gauge!(EVENTS_LAG, "sink" => sink.to_owned()).set(0.0);
+    metrics::gauge!(SINK_PAUSED, "sink" => sink.to_owned()).set(0.0);
+}
+
+/// `n` events were taken for good by `sink`.
+pub fn events_delivered(sink: &str, n: usize) {
+    metrics::counter!(EVENTS_DELIVERED, "sink" => sink.to_owned()).increment(n as u64);
+}
+
+/// How long the oldest event `sink` has not delivered has waited.
+pub fn sink_lag(sink: &str, lag: Duration) {
+    metrics::gauge!(EVENTS_LAG, "sink" => sink.to_owned()).set(lag.as_secs_f64());
+}
+
+/// Whether `sink` is paused (a webhook that failed past its give-up period), as 1 or 0.
+pub fn sink_paused(sink: &str, paused: bool) {
+    metrics::gauge!(SINK_PAUSED, "sink" => sink.to_owned()).set(if paused { 1.0 } else { 0.0 });
+}
+
+/// A webhook's series, at zero.
+pub fn webhook_started(endpoint: &str) {
+    super::metrics_handle();
+    metrics::counter!(WEBHOOK_FAILURES, "endpoint" => endpoint.to_owned()).increment(0);
+}
+
+/// A POST to the webhook `endpoint` (its name) failed: not 2xx, a timeout, no connection.
+pub fn webhook_failed(endpoint: &str) {
+    metrics::counter!(WEBHOOK_FAILURES, "endpoint" => endpoint.to_owned()).increment(1);
 }
 
 /// stock-redis rebuilt its Redis data set from the durable record.
