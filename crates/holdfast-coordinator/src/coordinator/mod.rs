@@ -140,6 +140,12 @@ impl Coordinator {
         }
     }
 
+    /// How long this instance owns work it takes (`--lease`): reservations it drives, and the
+    /// event sinks it delivers.
+    pub fn lease_duration(&self) -> std::time::Duration {
+        self.policy.lease
+    }
+
     /// The input limits requests are checked against (the API parses ids with them).
     pub(crate) fn limits(&self) -> &Limits {
         &self.limits
