@@ -1,7 +1,7 @@
 //! `tcc.v1.Events` as JSON (SPEC 10): `GET /v1/events?after=N&...&wait=30s`, a long poll, and
 //! `GET /v1/events:stream?after=N&...`, server-sent events; both a Subscribe in-process, with
 //! the filter as query parameters (`type`, `holder`, `participant` and `label=K=V`, each
-//! repeatable).
+//! repeatable). `GET /v1/events:latest` is GetLatestSequence (`{"sequence": N}`).
 //!
 //! - The long poll answers at once when there are events after `after` (the backlog up to
 //!   [`MAX_ANSWER`]), else waits up to `wait` (default and at most 30 s) for the first, and
@@ -50,6 +50,7 @@ pub fn routes() -> Router<Shared> {
     Router::new()
         .route("/v1/events", get(poll))
         .route("/v1/events:stream", get(stream))
+        .route("/v1/events:latest", get(latest))
 }
 
 /// A query's Subscribe message and `wait`.
@@ -217,6 +218,22 @@ async fn wait_for_events(
         }
     }
     Ok(())
+}
+
+/// `GET /v1/events:latest`.
+async fn latest(
+    State(service): State<Shared>,
+    RawQuery(raw): RawQuery,
+    credentials: Credentials,
+) -> Result<Response, ApiError> {
+    const METHOD: &str = "/tcc.v1.Events/GetLatestSequence";
+    body::query(raw.as_deref(), &[], &[])
+        .map_err(|bad| service.refuse(&credentials, METHOD, bad))?;
+    let answer = events(&service.grpc)
+        .get_latest_sequence(credentials.request(proto::GetLatestSequenceRequest {})?)
+        .await?
+        .into_inner();
+    Ok(ok(serde_json::json!({ "sequence": answer.sequence })))
 }
 
 /// One server-sent event.

@@ -67,6 +67,8 @@ async fn the_long_poll_answers_at_once_waits_for_an_event_or_times_out_empty(poo
         (answer["next_after"].as_i64(), answer["latest"].as_i64()),
         (Some(last), Some(last))
     );
+    let latest = get(&app, "/v1/events:latest", None).await.ok();
+    assert_eq!(latest, serde_json::json!({ "sequence": last }));
     let held = &seen[seen.len() - 1];
     assert_eq!(held["reservation"]["state"], "HELD");
     assert!(held["event_id"].as_str().is_some_and(|id| id.len() == 36));
