@@ -1,7 +1,7 @@
 //! The `tcc.v1.Events` service (SPEC 10): thin handlers over the coordinator's event feed.
 //! Subscribe parses and checks its request here and scopes it to the caller (a client its own
-//! reservations' events, an admin all); the paging, filtering and heartbeats are
-//! `crate::events::subscription`.
+//! reservations' events, an admin all); the paging and heartbeats are `events/subscription.rs`
+//! (behind `coordinator/subscribe.rs`), the filter the domain's.
 
 use std::pin::Pin;
 
@@ -11,10 +11,9 @@ use tonic::{Request, Response, Status};
 
 use super::convert;
 use super::{actor, observed};
-use crate::coordinator::{Coordinator, Error};
-use crate::domain::EventType;
+use crate::coordinator::{Coordinator, Delivery, Error};
 use crate::domain::validate::FieldError;
-use crate::events::subscription::{Delivery, EventFilter};
+use crate::domain::{EventFilter, EventType};
 use crate::proto;
 
 /// Holders or participants a filter may name.

@@ -46,6 +46,7 @@ pub use error::Error;
 pub use place::Reserved;
 pub use policy::Policy;
 pub use retention::Retention;
+pub(crate) use subscribe::Delivery;
 pub use watchers::{WatchConnection, WatchLimits, WatchScope};
 
 use crate::domain::validate::{self, Limits};

@@ -7,8 +7,9 @@ use tokio::sync::mpsc;
 use tokio_stream::Stream;
 
 use super::{Coordinator, Error};
-use crate::domain::Actor;
-use crate::events::subscription::{self, Delivery, EventFilter, Subscription};
+use crate::domain::{Actor, EventFilter};
+pub(crate) use crate::events::subscription::Delivery;
+use crate::events::subscription::{self, Subscription};
 
 impl Coordinator {
     /// The events after `after` that `actor` may see and `filter` matches, oldest first, then

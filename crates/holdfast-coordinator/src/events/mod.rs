@@ -5,7 +5,7 @@
 //! they wake when there is more to read instead of each polling the database. One reader's
 //! paging, filtering and heartbeats are [`subscription`].
 
-pub mod subscription;
+pub(crate) mod subscription;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -10,55 +10,24 @@
 //! held all of them that this reader may see). Heartbeats carry that cursor, so a reader whose
 //! filter matches nothing still moves on, and may resume after a heartbeat's sequence.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::EventFeed;
-use crate::domain::{Event, EventType};
+use crate::domain::{Event, EventFilter};
 use crate::store::StoreError;
 
 /// Events read per page of the backlog.
 const PAGE: u32 = 500;
 
 /// Deliveries a subscription may have read that its reader has not yet taken.
-pub const BUFFER: usize = 64;
-
-/// What a reader wants: every given criterion must match; an empty one matches everything.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct EventFilter {
-    /// Reservations of any of these holders.
-    pub holders: Vec<String>,
-    /// Reservations carrying every one of these labels.
-    pub labels: BTreeMap<String, String>,
-    /// Any of these types.
-    pub types: Vec<EventType>,
-    /// Reservations holding at any of these participants.
-    pub participants: Vec<String>,
-}
-
-impl EventFilter {
-    /// Whether `event` is one the reader wants.
-    pub fn matches(&self, event: &Event) -> bool {
-        let r = &event.reservation;
-        (self.types.is_empty() || self.types.contains(&event.event_type))
-            && (self.holders.is_empty() || self.holders.contains(&r.holder))
-            && self
-                .labels
-                .iter()
-                .all(|(k, v)| r.labels.get(k).is_some_and(|have| have == v))
-            && (self.participants.is_empty()
-                || r.branches
-                    .iter()
-                    .any(|b| self.participants.contains(&b.hold.participant)))
-    }
-}
+pub(crate) const BUFFER: usize = 64;
 
 /// Where a subscription starts and what it may see.
 #[derive(Clone, Debug)]
-pub struct Subscription {
+pub(crate) struct Subscription {
     /// Events with a larger sequence (0: from the oldest kept).
     pub after: i64,
     /// Only this owner's reservations (`None`: everyone's).
@@ -70,7 +39,7 @@ pub struct Subscription {
 
 /// What a subscription sends.
 #[derive(Clone, Debug)]
-pub enum Delivery {
+pub(crate) enum Delivery {
     Event(Box<Event>),
     /// The stream is alive; every event up to this sequence was sent or did not match. The
     /// first is sent when the backlog is done.
@@ -128,7 +97,7 @@ impl<E> Reader<'_, E> {
 
 /// Runs `subscription` over `feed` into `tx` until the reader goes away (`tx` closed) or a
 /// read fails (its error the last item sent).
-pub async fn run<E: From<StoreError>>(
+pub(crate) async fn run<E: From<StoreError>>(
     feed: &EventFeed,
     subscription: Subscription,
     tx: &mpsc::Sender<Result<Delivery, E>>,
@@ -181,99 +150,5 @@ async fn wait<E>(
             _ = tokio::time::sleep_until(reader.heartbeat_due()) => reader.heartbeat().await?,
             _ = reader.tx.closed() => return Err(Gone),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::domain::{Branch, BranchState, Hold, Reservation, State, TokenCheck};
-
-    fn event(event_type: EventType, holder: &str, participant: &str) -> Event {
-        let now = chrono::Utc::now();
-        let reservation = Reservation {
-            id: uuid::Uuid::nil(),
-            request_id: "r".into(),
-            holder: holder.into(),
-            state: State::Held,
-            stored_state: State::Held,
-            release_outcome: None,
-            owner: String::new(),
-            token: TokenCheck {
-                digest: [0; 32],
-                key_id: None,
-            },
-            ttl: Duration::from_secs(60),
-            created_at: now,
-            expires_at: now,
-            extensions_used: 0,
-            labels: [("shop".to_owned(), "eu".to_owned())].into(),
-            branches: vec![branch(participant)],
-            rejection: None,
-            late_payment_honored: false,
-            version: 1,
-            payment: None,
-            refund: None,
-            generation: 0,
-            audit: Vec::new(),
-            further_payments: None,
-        };
-        Event {
-            sequence: 1,
-            event_id: uuid::Uuid::nil(),
-            event_type,
-            occurred_at: now,
-            reservation,
-            owner: String::new(),
-            from_queue: false,
-        }
-    }
-
-    fn branch(participant: &str) -> Branch {
-        Branch {
-            branch_id: uuid::Uuid::nil(),
-            hold: Hold {
-                participant: participant.into(),
-                resource: "A1".into(),
-                quantity: 1,
-                during: None,
-            },
-            state: BranchState::Held,
-            attempts: 0,
-            last_error: None,
-        }
-    }
-
-    #[test]
-    fn every_given_criterion_must_match() {
-        let held = event(EventType::Held, "alice", "seats");
-        assert!(EventFilter::default().matches(&held));
-        let by = |f: EventFilter| f.matches(&held);
-        assert!(by(EventFilter {
-            holders: vec!["bob".into(), "alice".into()],
-            types: vec![EventType::Held, EventType::Expired],
-            participants: vec!["rooms".into(), "seats".into()],
-            labels: [("shop".to_owned(), "eu".to_owned())].into(),
-        }));
-        assert!(!by(EventFilter {
-            holders: vec!["bob".into()],
-            ..Default::default()
-        }));
-        assert!(!by(EventFilter {
-            types: vec![EventType::Confirmed],
-            ..Default::default()
-        }));
-        assert!(!by(EventFilter {
-            participants: vec!["rooms".into()],
-            ..Default::default()
-        }));
-        assert!(!by(EventFilter {
-            labels: [
-                ("shop".to_owned(), "eu".to_owned()),
-                ("tier".to_owned(), "gold".to_owned())
-            ]
-            .into(),
-            ..Default::default()
-        }));
     }
 }
