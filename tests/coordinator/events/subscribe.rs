@@ -157,13 +157,16 @@ async fn resume_from_any_sequence_gives_exactly_the_rest_then_live_events(databa
     assert!(after[0].sequence > last);
 }
 
+/// Which events of the whole log a filter should pick.
+type Wanted = Box<dyn Fn(&proto::Event) -> bool>;
+
 async fn filters_pick_their_events_and_a_filtered_reader_still_moves_on(database: Database) {
     let (app, _fakes) = start(database, |_| {}).await;
     let script = scripted_run(&app).await;
     let all = whole_log(&app, &script).await;
     let last = all.last().unwrap().sequence;
     let reservation = |e: &proto::Event| e.reservation.clone().unwrap();
-    let cases: Vec<(proto::EventFilter, Box<dyn Fn(&proto::Event) -> bool>)> = vec![
+    let cases: Vec<(proto::EventFilter, Wanted)> = vec![
         (
             proto::EventFilter {
                 holders: vec!["alice".into(), "nobody".into()],
