@@ -14,7 +14,7 @@
 //! `recovery` (the reaper and recovery loop), `on_demand` (one reaper pass, or one
 //! reservation made due and released, within a call: test mode), `unregistered` (work waiting on a participant no
 //! longer registered, reported at start), `watch` (WatchReservation) and `watchers` (its hub:
-//! caps, the shared poller, shutdown). This module
+//! caps, the shared poller, shutdown), `subscribe` (Events/Subscribe). This module
 //! holds the [`Coordinator`] itself and its reads.
 
 pub mod admin;
@@ -32,6 +32,7 @@ pub mod policy;
 pub mod recovery;
 pub mod retention;
 pub mod sold_out;
+mod subscribe;
 mod unregistered;
 pub mod watch;
 pub mod watchers;
@@ -45,6 +46,7 @@ pub use error::Error;
 pub use place::Reserved;
 pub use policy::Policy;
 pub use retention::Retention;
+pub(crate) use subscribe::Delivery;
 pub use watchers::{WatchConnection, WatchLimits, WatchScope};
 
 use crate::domain::validate::{self, Limits};

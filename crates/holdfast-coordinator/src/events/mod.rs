@@ -2,7 +2,10 @@
 //! each process runs one loop, [`run_sequencer`], that numbers what committed (PostgreSQL;
 //! replicas take turns by a row lock), counts what became readable, and follows the latest
 //! sequence, which the [`EventFeed`] hands to readers (Subscribe, the JSON API) and sinks so
-//! they wake when there is more to read instead of each polling the database.
+//! they wake when there is more to read instead of each polling the database. One reader's
+//! paging, filtering and heartbeats are [`subscription`].
+
+pub(crate) mod subscription;
 
 use std::sync::Arc;
 use std::time::Duration;
