@@ -1,12 +1,13 @@
-//! The command line of a running coordinator (SPEC 8.2): `holdfast get|list|watch` and
-//! `holdfast admin stuck|retry|force-cancel|resolve|audit`, gRPC clients of
-//! `tcc.v1.Coordinator` and `tcc.v1.Admin` with the TLS and API-key flags ([`target`]).
+//! The command line of a running coordinator (SPEC 8.2): `holdfast get|list|watch`,
+//! `holdfast admin stuck|retry|force-cancel|resolve|audit` and `holdfast events tail|latest`
+//! ([`events`]), gRPC clients of `tcc.v1.Coordinator`, `tcc.v1.Admin` and `tcc.v1.Events` with the TLS and API-key flags ([`target`]).
 //! Human tables by default ([`render`]), `--json` for scripts ([`json`]); exit code 0 on
 //! success, else the error's reason on stderr and 1 (refused), 2 (usage) or 3 (unreachable)
 //! ([`error`]).
 
 pub mod admin;
 pub mod error;
+pub mod events;
 pub use crate::json;
 pub mod render;
 pub mod target;
@@ -44,6 +45,9 @@ pub enum Command {
     /// Operator actions (tcc.v1.Admin; the key needs the admin role).
     #[command(subcommand)]
     Admin(admin::AdminCommand),
+    /// The event feed (tcc.v1.Events): `tail` follows it, `latest` prints its latest sequence.
+    #[command(subcommand)]
+    Events(events::EventsCommand),
 }
 
 /// `holdfast list`.
@@ -83,6 +87,7 @@ impl Command {
             Command::Get { target, .. } | Command::Watch { target, .. } => target,
             Command::List(args) => &args.target,
             Command::Admin(command) => command.target(),
+            Command::Events(command) => command.target(),
         }
     }
 }
@@ -118,6 +123,7 @@ async fn execute(command: Command) -> Result<(), CliError> {
         Command::List(args) => list(args).await,
         Command::Watch { id, target } => watch::run(&target, id).await,
         Command::Admin(command) => admin::run(command).await,
+        Command::Events(command) => events::run(command).await,
     }
 }
 

@@ -4,6 +4,7 @@
 
 use crate::proto::admin_client::AdminClient;
 use crate::proto::coordinator_client::CoordinatorClient;
+use crate::proto::events_client::EventsClient;
 use crate::server::InProcess;
 
 /// `tcc.v1.Coordinator` in-process.
@@ -14,4 +15,9 @@ pub fn coordinator(grpc: &InProcess) -> CoordinatorClient<InProcess> {
 /// `tcc.v1.Admin` in-process.
 pub fn admin(grpc: &InProcess) -> AdminClient<InProcess> {
     AdminClient::new(grpc.clone())
+}
+
+/// `tcc.v1.Events` in-process.
+pub fn events(grpc: &InProcess) -> EventsClient<InProcess> {
+    EventsClient::new(grpc.clone())
 }

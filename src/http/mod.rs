@@ -1,6 +1,6 @@
 //! The HTTP listener of the coordinator and the all-in-one (SPEC 8.4, `--http-listen`): the
 //! web console at `/` ([`console`]), the JSON API under `/v1/` ([`reservations`], [`admin`],
-//! [`watch`]), `/metrics`, `/healthz` and `/readyz`; TLS with the gRPC port's certificate when
+//! [`watch`], [`events`]), `/metrics`, `/healthz` and `/readyz`; TLS with the gRPC port's certificate when
 //! one is configured.
 //!
 //! The JSON API has no rules of its own. Each endpoint calls the gRPC service in-process
@@ -16,6 +16,7 @@ mod body;
 mod console;
 mod credentials;
 mod error;
+mod events;
 mod grpc;
 mod guard;
 mod reservations;
@@ -112,6 +113,7 @@ fn router(service: HttpService, rules: guard::CallerRules) -> Router {
         .route("/metrics", get(metrics))
         .merge(reservations::routes())
         .merge(admin::routes())
+        .merge(events::routes())
         .fallback(not_found)
         .with_state(Arc::new(service))
         .layer(axum::middleware::from_fn_with_state(

@@ -5,11 +5,12 @@
 //! its give-up period is paused until an operator resumes it) and retried from the cursor with
 //! backoff; a caught-up sink waits for the feed to move instead of polling the database.
 //!
-//! Exactly once as far as the lease reaches: the holder renews its lease before every
-//! delivery and at least every [`RENEW_EVERY`], and a delivery call is bounded well inside
-//! [`LEASE`], so a second replica only delivers after the first stopped renewing. A process
-//! that dies between a delivery and its record hands the same events over again after the
-//! lease ran out (at least once; events carry their `event_id` for that).
+//! Exactly once as far as the lease reaches: the lease is the coordinator's work lease
+//! (`--lease`, which must outlast a delivery call), and the holder renews it before every
+//! delivery and at least six times per lease, so a second replica only delivers after the
+//! first stopped renewing. A process that dies between a delivery and its record hands the
+//! same events over again once its lease ran out (at least once; events carry their
+//! `event_id` for that).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,12 +25,9 @@ use crate::proto;
 use crate::store::{StoreError, WorkLease};
 use crate::telemetry::ops;
 
-/// How long a replica owns a sink's delivery after its last renewal.
-const LEASE: Duration = Duration::from_secs(30);
-
-/// How often the holder renews its lease, and every loop refreshes the lag gauge; also how
-/// often a replica without the lease, or a paused sink, looks again.
-const RENEW_EVERY: Duration = Duration::from_secs(5);
+/// The longest wait between renewals, lag refreshes, and looks at a lease another replica
+/// holds or a paused sink.
+const RENEW_AT_MOST_EVERY: Duration = Duration::from_secs(5);
 
 /// Events read per page.
 const PAGE: u32 = 500;
@@ -56,7 +54,10 @@ pub fn start(
     let owner = Uuid::new_v4();
     let mut loops = tokio::task::JoinSet::new();
     for sink in sinks {
+        let lease = coordinator.lease_duration();
         let delivery = Delivery {
+            lease,
+            renew_every: (lease / 6).clamp(Duration::from_millis(50), RENEW_AT_MOST_EVERY),
             follow: coordinator.events().follow(),
             coordinator: coordinator.clone(),
             sink,
@@ -76,6 +77,10 @@ struct Delivery {
     /// The feed's latest sequence: changes when there is more to read.
     follow: watch::Receiver<i64>,
     stopping: watch::Receiver<bool>,
+    /// How long the holder owns the sink's delivery after a renewal: the work lease.
+    lease: Duration,
+    /// How often the holder renews (six times a lease, at most [`RENEW_AT_MOST_EVERY`]).
+    renew_every: Duration,
 }
 
 /// Why the lease holder stopped delivering.
@@ -119,7 +124,7 @@ impl Delivery {
         while !self.stopping() {
             let lease = WorkLease {
                 owner: self.owner,
-                duration: LEASE,
+                duration: self.lease,
             };
             match self.log().lease_sink(self.name(), lease).await {
                 Ok(Some(state)) if !state.paused => {
@@ -142,7 +147,7 @@ impl Delivery {
                 }
             }
             self.refresh_lag().await;
-            self.wait(RENEW_EVERY).await;
+            self.wait(self.renew_every).await;
         }
         tracing::info!(sink = self.name(), "event sink stopped");
     }
@@ -155,7 +160,7 @@ impl Delivery {
             if self.stopping() {
                 return Leave::Stopping;
             }
-            if renewed.elapsed() >= RENEW_EVERY {
+            if renewed.elapsed() >= self.renew_every {
                 match self.renew().await {
                     Ok(through) => cursor = cursor.max(through),
                     Err(leave) => return leave,
@@ -266,10 +271,10 @@ impl Delivery {
             if left.is_zero() {
                 return Ok(());
             }
-            if !self.wait(left.min(RENEW_EVERY)).await {
+            if !self.wait(left.min(self.renew_every)).await {
                 return Err(Leave::Stopping);
             }
-            if renewed.elapsed() >= RENEW_EVERY {
+            if renewed.elapsed() >= self.renew_every {
                 self.renew().await?;
                 *renewed = Instant::now();
             }
@@ -280,7 +285,7 @@ impl Delivery {
     async fn renew(&self) -> Result<i64, Leave> {
         let lease = WorkLease {
             owner: self.owner,
-            duration: LEASE,
+            duration: self.lease,
         };
         match self.log().lease_sink(self.name(), lease).await {
             Ok(Some(state)) if state.paused => Err(Leave::Paused),
@@ -290,17 +295,17 @@ impl Delivery {
         }
     }
 
-    /// Until the feed moves, [`RENEW_EVERY`] passes, or stopping.
+    /// Until the feed moves, `renew_every` passes, or stopping.
     async fn await_more(&mut self) {
         let mut stop = self.stopping.clone();
         let sequencer_gone = tokio::select! {
             changed = self.follow.changed() => changed.is_err(),
-            _ = tokio::time::sleep(RENEW_EVERY) => false,
+            _ = tokio::time::sleep(self.renew_every) => false,
             _ = async { let _ = stop.wait_for(|stopping| *stopping).await; } => false,
         };
         if sequencer_gone {
             // Shutting down: look again later.
-            self.wait(RENEW_EVERY).await;
+            self.wait(self.renew_every).await;
         }
     }
 

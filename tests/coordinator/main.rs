@@ -20,6 +20,7 @@ mod connections;
 mod db_clock;
 mod end_to_end;
 mod error_classes;
+mod events;
 mod example;
 mod extend;
 mod extend_edge;

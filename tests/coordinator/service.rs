@@ -54,6 +54,7 @@ async fn reflection_lists_and_describes_the_services(pool: PgPool) {
     for expected in [
         "tcc.v1.Coordinator",
         "tcc.v1.Admin",
+        "tcc.v1.Events",
         "grpc.health.v1.Health",
         "grpc.reflection.v1.ServerReflection",
     ] {

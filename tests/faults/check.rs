@@ -184,3 +184,106 @@ pub async fn settled(
     }
     v
 }
+
+/// The event log against the reservations (SPEC 10), after quiescence: once every event is
+/// numbered, the numbers run without a hole or a repeat; each reservation's events start
+/// with its creation, their reservation versions never go back, each state event carries the
+/// state it names, nothing follows a terminal state but what SPEC 2 allows (a late payment
+/// re-placing an EXPIRED reservation, an operator settling a FAILED one), and the last state
+/// event is the reservation's state.
+pub async fn event_log(
+    pool: &PgPool,
+    reservations: &[proto::Reservation],
+) -> Vec<(String, String)> {
+    let mut v = Vec::new();
+    for _ in 0..200 {
+        let unnumbered: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM events WHERE sequence IS NULL")
+                .fetch_one(pool)
+                .await
+                .unwrap_or_else(|e| panic!("reading the event log: {e}"));
+        if unnumbered == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let rows: Vec<(Option<i64>, String, String, String, i64)> = sqlx::query_as(
+        "SELECT sequence, reservation_id::text, type, state, version FROM events \
+         ORDER BY sequence NULLS LAST",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap_or_else(|e| panic!("reading the event log: {e}"));
+    let mut previous: Option<i64> = None;
+    let mut by = HashMap::<String, Vec<(String, String, i64)>>::new();
+    for (sequence, id, event_type, state, version) in rows {
+        let Some(sequence) = sequence else {
+            v.push((id, format!("{event_type} never numbered")));
+            continue;
+        };
+        if let Some(p) = previous
+            && sequence != p + 1
+        {
+            v.push((id.clone(), format!("sequence {sequence} follows {p}")));
+        }
+        previous = Some(sequence);
+        by.entry(id).or_default().push((event_type, state, version));
+    }
+    for r in reservations {
+        let events = by.remove(&r.id).unwrap_or_default();
+        v.extend(
+            lifecycle_of(r, &events)
+                .into_iter()
+                .map(|p| (r.id.clone(), p)),
+        );
+    }
+    v
+}
+
+/// What is wrong with one reservation's events (type, snapshot state, version), in order.
+fn lifecycle_of(r: &proto::Reservation, events: &[(String, String, i64)]) -> Vec<String> {
+    let mut v = Vec::new();
+    if events.first().map(|e| e.0.as_str()) != Some("RESERVATION_TRYING") {
+        v.push(format!("events do not start with its creation: {events:?}"));
+    }
+    for pair in events.windows(2) {
+        if pair[1].2 < pair[0].2 {
+            v.push(format!("versions go back: {pair:?}"));
+        }
+    }
+    let states: Vec<&str> = events
+        .iter()
+        .filter_map(|(t, s, _)| {
+            let named = t.strip_prefix("RESERVATION_")?;
+            (named != "EXTENDED").then_some((named, s.as_str()))
+        })
+        .map(|(named, s)| {
+            if named != s {
+                v.push(format!("a {named} event carries state {s}"));
+            }
+            named
+        })
+        .collect();
+    for pair in states.windows(2) {
+        let allowed = match pair[0] {
+            "CONFIRMED" | "CANCELLED" | "REJECTED" => false,
+            "EXPIRED" => matches!(pair[1], "CONFIRMING" | "CANCELLING"),
+            "FAILED" => matches!(
+                pair[1],
+                "CONFIRMED" | "CANCELLED" | "CONFIRMING" | "CANCELLING"
+            ),
+            _ => true,
+        };
+        if !allowed {
+            v.push(format!("{} after terminal {}", pair[1], pair[0]));
+        }
+    }
+    let state = State::try_from(r.state).unwrap_or(State::Unspecified);
+    if states.last().copied() != Some(state.as_str_name()) {
+        v.push(format!(
+            "last state event {:?}, reservation {state:?}",
+            states.last()
+        ));
+    }
+    v
+}

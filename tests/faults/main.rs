@@ -23,6 +23,7 @@ mod plan;
 mod relay;
 mod replay;
 mod runner;
+mod sink;
 mod soak;
 mod stack;
 mod workload;
@@ -102,7 +103,8 @@ async fn failpoints_are_compiled_into_the_test_build(pool: PgPool) {
     let _healed = Healed;
     let stack = Stack::start(pool).await;
     stack.put("stock", &[("fp-item".to_owned(), 1)]).await;
-    let coordinator = Coordinator::start(&stack.pool, stack.settings(false)).await;
+    let coordinator =
+        Coordinator::start(&stack.pool, stack.settings(false), &stack.events.url).await;
     let mut c = client(coordinator.addr).await.expect("client");
     fail::cfg("coord.create.before", "return").expect("arm the failpoint");
     let request = proto::ReserveRequest {

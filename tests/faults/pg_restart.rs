@@ -274,7 +274,8 @@ pub async fn restart_under_load() {
 async fn run(cluster: Arc<Cluster>, pool: PgPool) {
     let stack = Stack::start(pool).await;
     stack.put("stock", &[(ITEM.to_owned(), CAPACITY)]).await;
-    let coordinator = Coordinator::start(&stack.pool, stack.settings(false)).await;
+    let coordinator =
+        Coordinator::start(&stack.pool, stack.settings(false), &stack.events.url).await;
     let stop = Arc::new(AtomicBool::new(false));
     let attempts: Arc<Mutex<Vec<Attempt>>> = Arc::new(Mutex::new(Vec::new()));
     let clients: Vec<_> = (0..6)

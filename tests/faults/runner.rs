@@ -130,7 +130,7 @@ pub async fn run_plan(stack: &Stack, plan: Plan, totals: &mut Totals) -> Ran {
         .await;
 
     let settings = stack.settings(plan.late_refund);
-    let coordinator = Coordinator::start(&stack.pool, settings.clone()).await;
+    let coordinator = Coordinator::start(&stack.pool, settings.clone(), &stack.events.url).await;
     let current: Current = Arc::new(Mutex::new(coordinator.addr));
     let mut coordinator = Some(coordinator);
     let history: History = Arc::new(Mutex::new(Vec::new()));
@@ -179,7 +179,8 @@ pub async fn run_plan(stack: &Stack, plan: Plan, totals: &mut Totals) -> Ran {
                     if let Some(mut old) = coordinator.take() {
                         old.kill();
                     }
-                    let started = Coordinator::start(&stack.pool, settings.clone()).await;
+                    let started =
+                        Coordinator::start(&stack.pool, settings.clone(), &stack.events.url).await;
                     *current.lock().unwrap_or_else(|e| e.into_inner()) = started.addr;
                     coordinator = Some(started);
                     "kill coordinator".to_owned()
@@ -296,6 +297,8 @@ pub async fn verify(
     outcomes: &[Outcome],
 ) -> (Vec<(String, String)>, u64) {
     let mut violations = check::settled(stack, plan, reservations).await;
+    violations.extend(check::event_log(&stack.pool, reservations).await);
+    violations.extend(stack.events.check(&stack.pool).await);
     violations.extend(money::check(&stack.pool, plan, reservations, outcomes).await);
     let ids: Vec<String> = reservations.iter().map(|r| r.id.clone()).collect();
     let refunds_before = money::refunds_at_payments(&stack.pool, &ids).await;

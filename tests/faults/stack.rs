@@ -171,6 +171,8 @@ pub struct Stack {
     /// `--token-secret-file` share it (an ephemeral key per process would answer a repeated
     /// Reserve after a kill without its token, by design).
     tokens: holdfast::domain::TokenKeys,
+    /// The webhook every coordinator of the stack delivers the event log to.
+    pub events: crate::sink::EventReceiver,
 }
 
 impl Stack {
@@ -198,6 +200,7 @@ impl Stack {
             payments: PaymentsClient::new(lazy(&payments_url)),
             redis_prefix,
             tokens: holdfast::domain::TokenKeys::ephemeral().expect("a token key"),
+            events: crate::sink::EventReceiver::start().await,
         }
     }
 
@@ -331,7 +334,13 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
-    pub async fn start(pool: &PgPool, settings: CoordinatorSettings) -> Coordinator {
+    /// Starts one on `pool`'s database, delivering its events to the webhook at `events_url`.
+    pub async fn start(
+        pool: &PgPool,
+        settings: CoordinatorSettings,
+        events_url: &str,
+    ) -> Coordinator {
+        let events_url = events_url.to_owned();
         let options = (*pool.connect_options())
             .clone()
             .application_name(COORDINATOR_APP);
@@ -365,10 +374,15 @@ impl Coordinator {
                         if let Some(tx) = ready_tx.take() {
                             let _ = tx.send(());
                         }
-                        app::serve_coordinator(
+                        let beside = app::Beside {
+                            http: None,
+                            sinks: vec![crate::sink::EventReceiver::sink(&events_url)],
+                        };
+                        app::serve_coordinator_beside(
                             settings.clone(),
                             store,
                             listener,
+                            beside,
                             std::future::pending(),
                         )
                         .await

@@ -132,7 +132,10 @@ impl ClientBuilder {
         }
         let channel = endpoint.connect_lazy();
         Ok(Client {
-            inner: CoordinatorClient::with_interceptor(channel, credential),
+            inner: CoordinatorClient::with_interceptor(channel.clone(), credential.clone()),
+            events: crate::proto::events_client::EventsClient::with_interceptor(
+                channel, credential,
+            ),
             retry: self.retry,
         })
     }

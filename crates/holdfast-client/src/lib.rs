@@ -20,18 +20,36 @@
 //!   unavailable (a repeat is idempotent on the coordinator), with jittered exponential backoff
 //!   that honours RetryInfo; nothing else is retried behind your back.
 //! - [`Client::watch`] is a [`futures_core::Stream`] of the reservation's states.
+//! - [`Client::events`] is a [`futures_core::Stream`] of every change the caller may see
+//!   (SPEC 10: its own reservations', an admin's all) after a sequence, live, resuming by
+//!   itself after the last sequence when the stream drops; [`Client::latest_sequence`] is
+//!   where the log is now.
+//!
+//! ```no_run
+//! # async fn demo(client: holdfast_client::Client) -> Result<(), holdfast_client::Error> {
+//! use holdfast_client::{EventFilter, EventType};
+//! let filter = EventFilter { types: vec![EventType::Expired], ..Default::default() };
+//! let mut expiries = client.events(0, filter);
+//! while let Some(event) = expiries.next().await {
+//!     let event = event?;
+//!     println!("{} expired (resume after {})", event.reservation.id, event.sequence);
+//! }
+//! # Ok(()) }
+//! ```
 //!
 //! Its dependency tree is the generated API, tonic and a few small crates: no database driver,
 //! no Redis, no OpenTelemetry SDK.
 
 mod connect;
 mod error;
+mod events;
 mod retry;
 mod types;
 mod watch;
 
 pub use connect::ClientBuilder;
 pub use error::{Error, Reason};
+pub use events::{Event, EventFilter, EventType, Events};
 pub use holdfast_proto as proto;
 pub use retry::RetryPolicy;
 pub use types::*;
@@ -52,6 +70,7 @@ type Inner = CoordinatorClient<InterceptedService<Channel, Credential>>;
 #[derive(Clone, Debug)]
 pub struct Client {
     inner: Inner,
+    events: proto::events_client::EventsClient<InterceptedService<Channel, Credential>>,
     retry: RetryPolicy,
 }
 
@@ -170,5 +189,24 @@ impl Client {
             .map_err(|s| Error::from_status(&s))?
             .into_inner();
         Ok(Watch::new(stream))
+    }
+
+    /// The events after sequence `after` (0: from the oldest kept) that `filter` matches and
+    /// this caller may see, oldest first, then live. Resumes by itself after the last
+    /// sequence when the stream drops; ends only after an error that is not an outage (its
+    /// last item).
+    pub fn events(&self, after: i64, filter: EventFilter) -> Events {
+        Events::new(self.events.clone(), after, &filter)
+    }
+
+    /// The latest sequence of the event log (0 when it is empty).
+    pub async fn latest_sequence(&self) -> Result<i64, Error> {
+        let answer = self
+            .events
+            .clone()
+            .get_latest_sequence(proto::GetLatestSequenceRequest {})
+            .await
+            .map_err(|s| Error::from_status(&s))?;
+        Ok(answer.into_inner().sequence)
     }
 }

@@ -460,7 +460,7 @@ fn timestamp(t: SystemTime) -> prost_types::Timestamp {
     prost_types::Timestamp::from(t)
 }
 
-fn time(t: Option<prost_types::Timestamp>) -> Result<SystemTime, Error> {
+pub(crate) fn time(t: Option<prost_types::Timestamp>) -> Result<SystemTime, Error> {
     let t = t.ok_or_else(|| Error::malformed("timestamp"))?;
     SystemTime::try_from(t).map_err(|_| Error::malformed("timestamp"))
 }

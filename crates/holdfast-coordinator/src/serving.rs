@@ -1,6 +1,6 @@
 //! Serving the coordinator: its store migrated, the registry, the [`Coordinator`] with its
 //! recovery and retention loops, and the gRPC services (`tcc.v1.Coordinator`, `tcc.v1.Admin`,
-//! and `tcc.v1.Testing` in test mode) on one port until shutdown. The binary's roles
+//! `tcc.v1.Events`, and `tcc.v1.Testing` in test mode) on one port until shutdown. The binary's roles
 //! (`holdfast coordinator`, the all-in-one) and the testkit start a coordinator through here;
 //! what a layer above serves beside it (the binary's HTTP listener) comes in as a [`Sidecar`].
 
@@ -214,16 +214,18 @@ pub async fn serve_coordinator_on(
 }
 
 /// The coordinator's gRPC services and their names (for reflection): `tcc.v1.Coordinator`,
-/// `tcc.v1.Admin`, and `tcc.v1.Testing` over `test_clock` when given.
+/// `tcc.v1.Admin`, `tcc.v1.Events`, and `tcc.v1.Testing` over `test_clock` when given.
 fn routes(
     coordinator: &Coordinator,
     test_clock: Option<TestClock>,
 ) -> (tonic::service::Routes, Vec<&'static str>) {
     let admin = crate::api::admin::AdminApi::new(coordinator.clone());
     let api = CoordinatorApi::new(coordinator.clone());
-    let mut routes =
-        tonic::service::Routes::new(api.into_server()).add_service(admin.into_server());
-    let mut services = vec!["tcc.v1.Coordinator", "tcc.v1.Admin"];
+    let events = crate::api::events::EventsApi::new(coordinator.clone());
+    let mut routes = tonic::service::Routes::new(api.into_server())
+        .add_service(admin.into_server())
+        .add_service(events.into_server());
+    let mut services = vec!["tcc.v1.Coordinator", "tcc.v1.Admin", "tcc.v1.Events"];
     if let Some(clock) = test_clock {
         let testing = crate::api::testing::TestingApi::new(coordinator.clone(), clock);
         routes = routes.add_service(testing.into_server());

@@ -25,6 +25,9 @@ use crate::fake::{CallLog, FakeParticipant};
 use crate::tls::Certificates;
 use crate::{Relay, TestkitError};
 
+/// How long [`Harness::events`] waits for the events it knows of.
+const EVENTS_WAIT: Duration = Duration::from_secs(30);
+
 /// One participant of the harness, behind its relay.
 pub(crate) struct Participant {
     pub(crate) name: String,
@@ -121,6 +124,40 @@ impl Harness {
     /// add a key: [`Harness::api_key`]).
     pub async fn channel(&self) -> Result<Channel, TestkitError> {
         connect(&self.url, self.certificates.as_ref()).await
+    }
+
+    /// Every event readable so far after sequence `after` (0: from the oldest kept), oldest
+    /// first, up to the log's latest sequence when called; as the harness's own principal, so
+    /// everyone's reservations (SPEC 10). To follow events still to come, use
+    /// [`Client::events`] on [`Harness::client`]: it resumes by itself across a
+    /// [`Harness::restart`].
+    pub async fn events(&self, after: i64) -> Result<Vec<holdfast_client::Event>, TestkitError> {
+        self.running()?;
+        let latest = self.client.latest_sequence().await?;
+        if latest <= after {
+            return Ok(Vec::new());
+        }
+        let mut events = self
+            .client
+            .events(after, holdfast_client::EventFilter::default());
+        let read = async move {
+            let mut out: Vec<holdfast_client::Event> = Vec::new();
+            while out.last().is_none_or(|e| e.sequence < latest) {
+                match events.next().await {
+                    Some(event) => out.push(event?),
+                    None => break,
+                }
+            }
+            Ok::<_, TestkitError>(out)
+        };
+        tokio::time::timeout(EVENTS_WAIT, read)
+            .await
+            .map_err(|_| TestkitError::Rpc {
+                call: "Events/Subscribe",
+                status: tonic::Status::deadline_exceeded(format!(
+                    "the events up to sequence {latest} did not arrive within {EVENTS_WAIT:?}"
+                )),
+            })?
     }
 
     /// Every call every fake of this harness received, in arrival order.

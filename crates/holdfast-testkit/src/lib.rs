@@ -29,7 +29,8 @@
 //!   principal ([`Harness::client_as`]); with [`HarnessBuilder::tls`], the coordinator on TLS
 //!   under a CA of the harness's own ([`Harness::tls_ca_pem`]), and with
 //!   [`HarnessBuilder::mutual_tls`] a client certificate per principal
-//!   ([`Harness::client_certificate`]).
+//!   ([`Harness::client_certificate`]); [`Harness::events`] is the event log so far (SPEC 10), and
+//!   the client's `events` stream follows it live.
 //! - [`FakeParticipant`]: a `tcc.v1.Participant` that plays a [`Script`] (reject, fail with
 //!   `UNAVAILABLE` n times, stall, answer after the coordinator gave up) and records every
 //!   call with its answer ([`CallLog`]).

@@ -170,6 +170,59 @@ function watch(id, onReservation, onStatus) {
   return () => { stopped = true; controller.abort(); };
 }
 
+// ---------- the event feed (server-sent events over fetch, resumed after the last id) ----------
+
+// Calls onEvent with each event after `after`, live; on a dropped stream (the coordinator
+// restarting or shutting down) subscribes again after the last id it read, waiting a little
+// longer each time. Heartbeats only move that id. Returns the function that stops it.
+function followEvents(after, onEvent, onStatus) {
+  const controller = new AbortController();
+  let stopped = false;
+  let last = after;
+  (async () => {
+    let wait = 500;
+    while (!stopped) {
+      try {
+        const res = await fetch(`/v1/events:stream?after=${last}`,
+          { headers: headers({ accept: "text/event-stream" }), signal: controller.signal });
+        if (res.status === 401) { askForKey("HTTP 401"); return; }
+        if (!res.ok) { onStatus("not live: HTTP " + res.status); return; }
+        onStatus("live");
+        wait = 500;
+        const reader = res.body.getReader();
+        const decoder = new TextDecoder();
+        let buffer = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buffer += decoder.decode(value, { stream: true });
+          let cut;
+          while ((cut = buffer.indexOf("\n\n")) >= 0) {
+            const block = buffer.slice(0, cut);
+            buffer = buffer.slice(cut + 2);
+            let id = null, name = "", data = "";
+            for (const line of block.split("\n")) {
+              if (line.startsWith("id: ")) id = Number(line.slice(4));
+              else if (line.startsWith("event: ")) name = line.slice(7);
+              else if (line.startsWith("data: ")) data += line.slice(6);
+            }
+            if (id !== null && id > last) last = id;
+            if (name === "error") onStatus("stream error: " + JSON.parse(data).message);
+            else if (name && name !== "HEARTBEAT") onEvent(JSON.parse(data));
+          }
+        }
+      } catch (e) {
+        if (stopped) return;
+      }
+      if (stopped) return;
+      onStatus("reconnecting…");
+      await new Promise((r) => setTimeout(r, wait));
+      wait = Math.min(wait * 2, 5000);
+    }
+  })();
+  return () => { stopped = true; controller.abort(); };
+}
+
 // ---------- views ----------
 
 async function overview() {
@@ -492,6 +545,34 @@ async function audit() {
       el("td", { text: a.reason })))))));
 }
 
+// The feed of every change (SPEC 10): the last EVENTS_BEFORE events before the page opened,
+// then live, newest on top, at most EVENTS_SHOWN rows.
+const EVENTS_BEFORE = 50;
+const EVENTS_SHOWN = 200;
+
+async function liveEvents() {
+  main.replaceChildren(el("h1", { text: "Live events" }), el("p", { class: "muted", text: "Loading…" }));
+  const latest = (await api("GET", "/v1/events:latest")).sequence;
+  const status = el("span", { id: "events-live", text: "connecting…" });
+  const body = el("tbody", { id: "events" });
+  main.replaceChildren(el("h1", { text: "Live events" }),
+    el("p", { class: "muted" }, "Every change of a reservation as it happens, newest first: ", status),
+    el("div", { class: "table-wrap" }, el("table", {},
+      el("thead", {}, el("tr", {}, ["sequence", "when", "type", "reservation", "holder", "state"].map((h) => el("th", { text: h })))),
+      body)));
+  cleanup.push(followEvents(Math.max(0, latest - EVENTS_BEFORE), (e) => {
+    const r = e.reservation || {};
+    body.prepend(el("tr", { class: "event", "data-sequence": String(e.sequence), "data-type": e.type, "data-reservation": r.id || "" },
+      el("td", { class: "mono", text: String(e.sequence) }),
+      el("td", { text: when(e.occurred_at) }),
+      el("td", { class: "mono", text: e.type }),
+      el("td", { class: "mono" }, r.id ? el("a", { href: "#/r/" + r.id, text: r.id.slice(0, 8) + "…" }) : "-"),
+      el("td", { text: r.holder || "" }),
+      el("td", {}, badge(r.state))));
+    while (body.children.length > EVENTS_SHOWN) body.lastChild.remove();
+  }, (text) => { status.textContent = text; }));
+}
+
 // ---------- routing ----------
 
 async function route() {
@@ -510,6 +591,7 @@ async function route() {
     else if (path === "/participants") await participants();
     else if (path === "/audit") await audit();
     else if (path === "/sinks") await sinks();
+    else if (path === "/events") await liveEvents();
     else main.replaceChildren(el("h1", { text: "Not found" }), el("p", { text: "No such page: " + path }));
   } catch (err) {
     if (!(err instanceof ApiError && err.status === 401)) {

@@ -1,7 +1,8 @@
-//! `holdfast get|list|watch` (SPEC 8.2) run as processes against a real coordinator: their
+//! `holdfast get|list|watch` (SPEC 8.2) and `holdfast events` (`events.rs`) run as processes against a real coordinator: their
 //! output parsed (tables and the `--json` schema), exit codes and error reasons, keys.
 
 mod admin;
+mod events;
 
 use std::process::Output;
 use std::time::Duration;

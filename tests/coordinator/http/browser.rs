@@ -4,7 +4,8 @@
 //! appears in its table; its page counts down and turns EXPIRED live when the hold lapses (the
 //! Watch stream); a ForceCancel through the button (reason, then confirmation) lands with its
 //! audit entry; no hold token is ever in the page. The screenshot is the README's
-//! (`docs/console.png`, rewritten with `HOLDFAST_UPDATE_SCREENSHOT=1`). Every wait is for a DOM change, with a deadline that fails with what
+//! (`docs/console.png`, rewritten with `HOLDFAST_UPDATE_SCREENSHOT=1`). The live events page shows
+//! the recent events, then each new one as it happens. Every wait is for a DOM change, with a deadline that fails with what
 //! the page showed last.
 
 use std::process::Stdio;
@@ -317,5 +318,77 @@ async fn the_console_in_a_real_browser(pool: PgPool) {
     );
     no_token(&page, &tokens).await;
 
+    page.close().await.unwrap();
+}
+
+/// The live events page's rows, newest first: (type, reservation id), and its live marker.
+const LOOK_EVENTS: &str = r#"
+const q = (s) => document.querySelector(s);
+return {
+  live: q('#events-live') ? q('#events-live').textContent : null,
+  events: Array.from(document.querySelectorAll('tr.event')).map((r) => [r.dataset.type, r.dataset.reservation]),
+  asks_key: !q('#key-panel').classList.contains('hidden'),
+};
+"#;
+
+/// Waits until `done` holds for the events page.
+async fn until_events(page: &Client, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let seen = page.execute(LOOK_EVENTS, vec![]).await.unwrap();
+        if done(&seen) {
+            return seen;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not within 15 s; the page last showed {seen:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[sqlx::test]
+async fn the_console_shows_the_live_event_feed(pool: PgPool) {
+    let fakes = spawn_fakes(&["seats"]).await;
+    let cast = Cast::new();
+    let app = spawn_http(
+        pool,
+        secured_settings(&cast, &[("seats", &fakes.get("seats").url)]),
+    )
+    .await;
+    let before = reserve(&app, &cast.shop.key, "ev-1", "A1", Duration::from_secs(600)).await;
+    let driver = start_driver().await;
+    let page = browser(&driver).await;
+    page.goto(&format!("{}/#/events", app.base)).await.unwrap();
+    until_events(&page, "the key panel", |p| p["asks_key"] == true).await;
+    page.find(Locator::Id("key-input"))
+        .await
+        .unwrap()
+        .send_keys(&cast.admin.key)
+        .await
+        .unwrap();
+    page.find(Locator::Css("#key-form button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    // The recent past first: the earlier reservation's events, newest on top.
+    let shown = until_events(&page, "the earlier events, live", |p| {
+        p["live"] == "live" && p["events"].as_array().is_some_and(|e| e.len() >= 2)
+    })
+    .await;
+    assert_eq!(
+        shown["events"][0],
+        json!(["RESERVATION_HELD", before.id]),
+        "{shown:#}"
+    );
+    // Then each change as it happens.
+    let after = reserve(&app, &cast.shop.key, "ev-2", "A2", Duration::from_secs(600)).await;
+    let shown = until_events(&page, "the new reservation's events", |p| {
+        p["events"][0] == json!(["RESERVATION_HELD", after.id])
+    })
+    .await;
+    assert_eq!(shown["events"][1], json!(["RESERVATION_TRYING", after.id]));
     page.close().await.unwrap();
 }

@@ -1,12 +1,13 @@
 //! The HTTP listener (SPEC 8.4) against a real coordinator (fresh Postgres database, in-test
 //! participants on loopback): the JSON API endpoint by endpoint (`api.rs`), its errors and
 //! refusals of bad input (`input.rs`), authentication (`auth.rs`), the Watch stream as
-//! server-sent events and the probes (`stream.rs`), and the console in headless Chromium over
+//! server-sent events and the probes (`stream.rs`), the event feed (`events.rs`), and the console in headless Chromium over
 //! WebDriver (`browser.rs`).
 
 mod api;
 mod auth;
 mod browser;
+mod events;
 mod input;
 mod origin;
 mod ready;

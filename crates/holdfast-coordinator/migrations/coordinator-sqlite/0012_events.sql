@@ -37,7 +37,6 @@ CREATE TABLE events (
     refund_failure        TEXT,
     generation            INTEGER NOT NULL
 ) STRICT;
-CREATE INDEX events_by_time ON events (occurred_at);
 
 -- Each sink's durable cursor and delivery lease (one replica delivers at a time).
 CREATE TABLE event_sinks (

@@ -9,7 +9,7 @@
 -- skips an event that committed late (`id` is the insert order, used only by the sequencer).
 CREATE TABLE events (
     id                    bigserial   PRIMARY KEY,
-    sequence              bigint      UNIQUE,
+    sequence              bigint,
     event_id              uuid        NOT NULL DEFAULT gen_random_uuid(),
     type                  text        NOT NULL,
     occurred_at           timestamptz NOT NULL,
@@ -40,8 +40,11 @@ CREATE TABLE events (
     refund_failure        text,
     generation            integer     NOT NULL
 );
+-- Few indexes, each written once per event: numbered events by number (partial: an insert does
+-- not touch it), unnumbered ones for the sequencer. Retention and lag walk `sequence` (times
+-- follow it), so no index on time.
+CREATE UNIQUE INDEX events_by_sequence ON events (sequence) WHERE sequence IS NOT NULL;
 CREATE INDEX events_unnumbered ON events (id) WHERE sequence IS NULL;
-CREATE INDEX events_by_time ON events (occurred_at);
 
 -- The last number handed out. Its row lock serialises sequencers; it never goes back, even
 -- when retention empties the log.

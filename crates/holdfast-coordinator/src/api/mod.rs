@@ -1,4 +1,5 @@
-//! The gRPC API: thin `tcc.v1.Coordinator` handlers that translate messages to domain calls
+//! The gRPC API: thin `tcc.v1.Coordinator` handlers (and `tcc.v1.Admin`, `tcc.v1.Events`,
+//! `tcc.v1.Testing` beside them) that translate messages to domain calls
 //! and domain results (or errors, via [`error`]) back to messages. Who is calling comes from
 //! the request's [`Caller`], which the server's auth layer put there (`crate::auth`): a
 //! request without one is refused, so a server built without the layer fails closed.
@@ -6,6 +7,7 @@
 pub mod admin;
 pub mod convert;
 pub mod error;
+pub(crate) mod events;
 pub mod testing;
 
 use std::pin::Pin;

@@ -14,7 +14,7 @@
 //! `recovery` (the reaper and recovery loop), `on_demand` (one reaper pass, or one
 //! reservation made due and released, within a call: test mode), `unregistered` (work waiting on a participant no
 //! longer registered, reported at start), `watch` (WatchReservation) and `watchers` (its hub:
-//! caps, the shared poller, shutdown). This module
+//! caps, the shared poller, shutdown), `subscribe` (Events/Subscribe). This module
 //! holds the [`Coordinator`] itself and its reads.
 
 pub mod admin;
@@ -32,6 +32,7 @@ pub mod policy;
 pub mod recovery;
 pub mod retention;
 pub mod sold_out;
+mod subscribe;
 mod unregistered;
 pub mod watch;
 pub mod watchers;
@@ -45,6 +46,7 @@ pub use error::Error;
 pub use place::Reserved;
 pub use policy::Policy;
 pub use retention::Retention;
+pub(crate) use subscribe::Delivery;
 pub use watchers::{WatchConnection, WatchLimits, WatchScope};
 
 use crate::domain::validate::{self, Limits};
@@ -80,6 +82,8 @@ pub struct Coordinator {
     events: crate::events::EventFeed,
     /// What [`Coordinator::run_events`] moves the feed's latest sequence with.
     events_latest: Arc<tokio::sync::watch::Sender<i64>>,
+    /// Notified after each write of this process, so its events are numbered at once.
+    written: Arc<tokio::sync::Notify>,
 }
 
 impl Coordinator {
@@ -93,11 +97,13 @@ impl Coordinator {
         let watchers = Arc::new(watchers::Watchers::new(policy.watch));
         let sold_out = Arc::new(sold_out::SoldOutHints::new(policy.sold_out_hint));
         let (events, events_latest) = crate::events::EventFeed::new(store.clone());
+        let written = Arc::new(tokio::sync::Notify::new());
         Coordinator {
             instance: Uuid::new_v4(),
             store: Arc::new(watch::Publishing {
                 inner: store,
                 watchers: watchers.clone(),
+                written: written.clone(),
             }),
             registry,
             limits,
@@ -108,6 +114,7 @@ impl Coordinator {
             sweeps: Arc::default(),
             events,
             events_latest: Arc::new(events_latest),
+            written,
         }
     }
 
@@ -119,7 +126,13 @@ impl Coordinator {
     /// Numbers committed events and follows the latest sequence until `stop` turns true
     /// (one loop per process; replicas on one PostgreSQL take turns).
     pub async fn run_events(self, stop: tokio::sync::watch::Receiver<bool>) {
-        crate::events::run_sequencer(self.store.clone(), self.events_latest.clone(), stop).await;
+        crate::events::run_sequencer(
+            self.store.clone(),
+            self.events_latest.clone(),
+            self.written.clone(),
+            stop,
+        )
+        .await;
     }
 
     fn lease(&self) -> WorkLease {
@@ -127,6 +140,12 @@ impl Coordinator {
             owner: self.instance,
             duration: self.policy.lease,
         }
+    }
+
+    /// How long this instance owns work it takes (`--lease`): reservations it drives, and the
+    /// event sinks it delivers.
+    pub fn lease_duration(&self) -> std::time::Duration {
+        self.policy.lease
     }
 
     /// The input limits requests are checked against (the API parses ids with them).

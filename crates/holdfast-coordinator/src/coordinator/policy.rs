@@ -39,6 +39,9 @@ pub struct Policy {
     /// How long a participant's refusal of a hold refuses the same hold again without a Try
     /// or a write (`sold_out`); zero turns the fast path off.
     pub sold_out_hint: Duration,
+    /// The longest time an event subscription (`tcc.v1.Events/Subscribe`) goes without a
+    /// heartbeat (SPEC 10: at most 15 s).
+    pub events_heartbeat: Duration,
 }
 
 /// Calls to one participant a leased step may make one after another before it renews its
@@ -79,6 +82,7 @@ impl Default for Policy {
             watch: super::WatchLimits::default(),
             retention: super::Retention::default(),
             sold_out_hint: Duration::from_secs(1),
+            events_heartbeat: Duration::from_secs(15),
         }
     }
 }

@@ -114,16 +114,19 @@ impl Coordinator {
     }
 }
 
-/// A store that publishes every reservation its writes return.
+/// A store that publishes every reservation its writes return, and tells the event loop that
+/// this process wrote.
 pub struct Publishing {
     pub inner: Arc<dyn Store>,
     pub watchers: Arc<Watchers>,
+    pub written: Arc<tokio::sync::Notify>,
 }
 
 impl Publishing {
     fn out(&self, r: Result<Reservation, StoreError>) -> Result<Reservation, StoreError> {
         if let Ok(r) = &r {
             self.watchers.publish(r);
+            self.written.notify_one();
         }
         r
     }
@@ -141,7 +144,9 @@ impl Store for Publishing {
         lease: WorkLease,
         limits: HoldLimits,
     ) -> Result<Created, StoreError> {
-        self.inner.create(new, lease, limits).await
+        let created = self.inner.create(new, lease, limits).await?;
+        self.written.notify_one();
+        Ok(created)
     }
 
     async fn get(&self, id: Uuid) -> Result<Option<Reservation>, StoreError> {
@@ -179,6 +184,7 @@ impl Store for Publishing {
             .await?;
         if let Decided::Judged { reservation, .. } = &decided {
             self.watchers.publish(reservation);
+            self.written.notify_one();
         }
         Ok(decided)
     }
@@ -213,6 +219,7 @@ impl Store for Publishing {
             .record_phase(id, from, reports, finish, backoff)
             .await?;
         self.watchers.publish(&phase.reservation);
+        self.written.notify_one();
         Ok(phase)
     }
 
@@ -222,7 +229,11 @@ impl Store for Publishing {
 
     async fn expire_lapsed_hold(&self, id: Uuid) -> Result<bool, StoreError> {
         // Watchers see the new version through the poller, as with `make_due`.
-        self.inner.expire_lapsed_hold(id).await
+        let expired = self.inner.expire_lapsed_hold(id).await?;
+        if expired {
+            self.written.notify_one();
+        }
+        Ok(expired)
     }
 
     async fn begin_retake(&self, id: Uuid) -> Result<Reservation, StoreError> {
@@ -321,6 +332,7 @@ impl Store for Publishing {
         let decided = self.inner.force_cancel(id, note, lease).await?;
         if let AdminDecided::Done { reservation, .. } = &decided {
             self.watchers.publish(reservation);
+            self.written.notify_one();
         }
         Ok(decided)
     }
@@ -335,6 +347,7 @@ impl Store for Publishing {
         let decided = self.inner.resolve(id, to, note, lease).await?;
         if let AdminDecided::Done { reservation, .. } = &decided {
             self.watchers.publish(reservation);
+            self.written.notify_one();
         }
         Ok(decided)
     }

@@ -2,6 +2,8 @@
 //! database appends one in the transaction of every change (the outbox, `store/events.rs`);
 //! readers and sinks resume after a [`Event::sequence`].
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
@@ -104,4 +106,130 @@ pub struct Event {
     pub owner: String,
     /// On a `RESERVATION_HELD`: a waitlist offer placed it.
     pub from_queue: bool,
+}
+
+/// What a reader wants: every given criterion must match; an empty one matches everything.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EventFilter {
+    /// Reservations of any of these holders.
+    pub holders: Vec<String>,
+    /// Reservations carrying every one of these labels.
+    pub labels: BTreeMap<String, String>,
+    /// Any of these types.
+    pub types: Vec<EventType>,
+    /// Reservations holding at any of these participants.
+    pub participants: Vec<String>,
+}
+
+impl EventFilter {
+    /// Whether `event` is one the reader wants.
+    pub fn matches(&self, event: &Event) -> bool {
+        let r = &event.reservation;
+        (self.types.is_empty() || self.types.contains(&event.event_type))
+            && (self.holders.is_empty() || self.holders.contains(&r.holder))
+            && self
+                .labels
+                .iter()
+                .all(|(k, v)| r.labels.get(k).is_some_and(|have| have == v))
+            && (self.participants.is_empty()
+                || r.branches
+                    .iter()
+                    .any(|b| self.participants.contains(&b.hold.participant)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::domain::{Branch, BranchState, Hold, State, TokenCheck};
+
+    fn event(event_type: EventType, holder: &str, participant: &str) -> Event {
+        let now = chrono::Utc::now();
+        let reservation = Reservation {
+            id: uuid::Uuid::nil(),
+            request_id: "r".into(),
+            holder: holder.into(),
+            state: State::Held,
+            stored_state: State::Held,
+            release_outcome: None,
+            owner: String::new(),
+            token: TokenCheck {
+                digest: [0; 32],
+                key_id: None,
+            },
+            ttl: Duration::from_secs(60),
+            created_at: now,
+            expires_at: now,
+            extensions_used: 0,
+            labels: [("shop".to_owned(), "eu".to_owned())].into(),
+            branches: vec![branch(participant)],
+            rejection: None,
+            late_payment_honored: false,
+            version: 1,
+            payment: None,
+            refund: None,
+            generation: 0,
+            audit: Vec::new(),
+            further_payments: None,
+        };
+        Event {
+            sequence: 1,
+            event_id: uuid::Uuid::nil(),
+            event_type,
+            occurred_at: now,
+            reservation,
+            owner: String::new(),
+            from_queue: false,
+        }
+    }
+
+    fn branch(participant: &str) -> Branch {
+        Branch {
+            branch_id: uuid::Uuid::nil(),
+            hold: Hold {
+                participant: participant.into(),
+                resource: "A1".into(),
+                quantity: 1,
+                during: None,
+            },
+            state: BranchState::Held,
+            attempts: 0,
+            last_error: None,
+        }
+    }
+
+    #[test]
+    fn every_given_criterion_must_match() {
+        let held = event(EventType::Held, "alice", "seats");
+        assert!(EventFilter::default().matches(&held));
+        let by = |f: EventFilter| f.matches(&held);
+        assert!(by(EventFilter {
+            holders: vec!["bob".into(), "alice".into()],
+            types: vec![EventType::Held, EventType::Expired],
+            participants: vec!["rooms".into(), "seats".into()],
+            labels: [("shop".to_owned(), "eu".to_owned())].into(),
+        }));
+        assert!(!by(EventFilter {
+            holders: vec!["bob".into()],
+            ..Default::default()
+        }));
+        assert!(!by(EventFilter {
+            types: vec![EventType::Confirmed],
+            ..Default::default()
+        }));
+        assert!(!by(EventFilter {
+            participants: vec!["rooms".into()],
+            ..Default::default()
+        }));
+        assert!(!by(EventFilter {
+            labels: [
+                ("shop".to_owned(), "eu".to_owned()),
+                ("tier".to_owned(), "gold".to_owned())
+            ]
+            .into(),
+            ..Default::default()
+        }));
+    }
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-pub use event::{Event, EventType};
+pub use event::{Event, EventFilter, EventType};
 pub use lifecycle::{Decision, Verdict};
 pub use payments::{PaymentRecord, PaymentState};
 pub use token::{HoldToken, PresentedToken, TokenCheck, TokenKeys};

@@ -2,12 +2,15 @@
 //! each process runs one loop, [`run_sequencer`], that numbers what committed (PostgreSQL;
 //! replicas take turns by a row lock), counts what became readable, and follows the latest
 //! sequence, which the [`EventFeed`] hands to readers (Subscribe, the JSON API) and sinks so
-//! they wake when there is more to read instead of each polling the database.
+//! they wake when there is more to read instead of each polling the database. One reader's
+//! paging, filtering and heartbeats are [`subscription`].
+
+pub(crate) mod subscription;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use crate::domain::Event;
 use crate::store::events::{EventLog, EventPage};
@@ -16,8 +19,9 @@ use crate::store::{Store, StoreError};
 /// Events numbered per sequencer transaction.
 const NUMBER_BATCH: u32 = 1000;
 
-/// How often the loop looks for new events when the last pass found none.
-const TICK: Duration = Duration::from_millis(20);
+/// How often the loop looks for events when this process wrote nothing meanwhile (what other
+/// replicas and background statements wrote is seen this late at most).
+const IDLE_TICK: Duration = Duration::from_millis(250);
 
 /// The largest page a reader may ask for.
 pub const MAX_PAGE: u32 = 1000;
@@ -79,10 +83,14 @@ impl EventFeed {
 }
 
 /// Until `stop`: numbers committed events, counts them by type
-/// (`holdfast_events_appended_total`), and publishes the latest sequence to the feed.
+/// (`holdfast_events_appended_total`), and publishes the latest sequence to the feed. It runs
+/// a pass when this process wrote (`written`, notified by the store's writes) and otherwise
+/// every [`IDLE_TICK`], for what other replicas and background statements wrote: idle, one
+/// cheap read per tick.
 pub(crate) async fn run_sequencer(
     store: Arc<dyn Store>,
     latest: Arc<watch::Sender<i64>>,
+    written: Arc<Notify>,
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
@@ -105,7 +113,8 @@ pub(crate) async fn run_sequencer(
                     return;
                 }
             }
-            _ = tokio::time::sleep(TICK) => {}
+            _ = written.notified() => {}
+            _ = tokio::time::sleep(IDLE_TICK) => {}
         }
     }
 }
@@ -113,11 +122,17 @@ pub(crate) async fn run_sequencer(
 /// One pass; `true` when a full batch was numbered (more may be waiting).
 async fn pass(store: &dyn Store, latest: &watch::Sender<i64>) -> Result<bool, StoreError> {
     let log = store.event_log();
-    let numbered = log.sequence_events(NUMBER_BATCH).await?;
-    for event_type in &numbered {
-        crate::telemetry::ops::event_appended(event_type.as_str());
+    let head = log.head().await?;
+    let mut now = head.latest;
+    let mut full = false;
+    if head.waiting {
+        let numbered = log.sequence_events(NUMBER_BATCH).await?;
+        for event_type in &numbered {
+            crate::telemetry::ops::event_appended(event_type.as_str());
+        }
+        full = numbered.len() >= NUMBER_BATCH as usize;
+        now = now.max(log.latest_sequence().await?);
     }
-    let now = log.latest_sequence().await?;
     latest.send_if_modified(|known| {
         let moved = now > *known;
         if moved {
@@ -125,5 +140,5 @@ async fn pass(store: &dyn Store, latest: &watch::Sender<i64>) -> Result<bool, St
         }
         moved
     });
-    Ok(numbered.len() >= NUMBER_BATCH as usize)
+    Ok(full)
 }

@@ -35,6 +35,15 @@ pub struct SinkState {
     pub last_error: Option<String>,
 }
 
+/// The head of the log ([`EventLog::head`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogHead {
+    /// The largest sequence handed out.
+    pub latest: i64,
+    /// Events wait to be numbered (PostgreSQL) or counted (SQLite).
+    pub waiting: bool,
+}
+
 /// Where a reader starts and what it may see.
 #[derive(Clone, Debug)]
 pub struct EventPage<'a> {
@@ -53,6 +62,10 @@ pub trait EventLog: Send + Sync + 'static {
 
     /// The largest sequence handed out (0 when the log is empty and always was).
     async fn latest_sequence(&self) -> Result<i64, StoreError>;
+
+    /// The latest sequence, and whether events wait for [`EventLog::sequence_events`]: one
+    /// cheap read, what the sequencer loop asks when nothing told it of a change.
+    async fn head(&self) -> Result<LogHead, StoreError>;
 
     /// PostgreSQL: numbers up to `limit` committed, unnumbered events in one transaction and
     /// answers their types (none also when another replica's sequencer is at work). SQLite,
@@ -97,7 +110,8 @@ pub trait EventLog: Send + Sync + 'static {
     /// zero when it is caught up. Unnumbered events count from when they were written.
     async fn sink_lag(&self, name: &str) -> Result<Duration, StoreError>;
 
-    /// Retention: deletes up to `limit` numbered events older than `keep`, never one a sink
-    /// that is not paused and whose lease ran within `keep` has yet to deliver. Answers how many.
+    /// Retention: of the `limit` oldest numbered events, deletes those older than `keep`, never
+    /// one a sink that is not paused and whose lease ran within `keep` has yet to deliver
+    /// (times follow numbers, so no index on time is needed). Answers how many.
     async fn purge_events(&self, keep: Duration, limit: u32) -> Result<u64, StoreError>;
 }

@@ -3,6 +3,7 @@
 
 mod auth;
 mod clock;
+mod events;
 mod fakes;
 mod files;
 mod network;

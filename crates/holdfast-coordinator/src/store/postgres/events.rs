@@ -12,7 +12,7 @@ use uuid::Uuid;
 use super::PgStore;
 use super::rows::{ReservationRow, millis};
 use crate::domain::{Event, EventType};
-use crate::store::events::{EventLog, EventPage, SinkState};
+use crate::store::events::{EventLog, EventPage, LogHead, SinkState};
 use crate::store::{StoreError, WorkLease};
 
 /// An event row: its own columns and the reservation's as the change left them, named as
@@ -96,18 +96,10 @@ const NUMBER_PENDING: &str = "WITH pending AS ( \
      UPDATE events e SET sequence = p.seq FROM pending p WHERE e.id = p.id \
      RETURNING e.sequence, e.type";
 
-/// [`EventLog::sequence_events`]: when something waits (one read of a partial index, no
-/// transaction), one transaction holding the sequencer's row lock (another replica's sequencer
-/// at work: nothing to do). The numbering statement starts after the lock is taken, so its
-/// snapshot holds every number handed out before.
+/// [`EventLog::sequence_events`]: one transaction holding the sequencer's row lock (another
+/// replica's sequencer at work: nothing to do). The numbering statement starts after the lock
+/// is taken, so its snapshot holds every number handed out before.
 async fn sequence_events(pool: &PgPool, limit: u32) -> Result<Vec<EventType>, StoreError> {
-    let waiting: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM events WHERE sequence IS NULL)")
-            .fetch_one(pool)
-            .await?;
-    if !waiting {
-        return Ok(Vec::new());
-    }
     let mut tx = pool.begin().await?;
     let last: Option<i64> =
         sqlx::query_scalar("SELECT last FROM event_sequencer WHERE id FOR UPDATE SKIP LOCKED")
@@ -173,6 +165,19 @@ impl EventLog for PgStore {
                 .await?
                 .unwrap_or(0),
         )
+    }
+
+    async fn head(&self) -> Result<LogHead, StoreError> {
+        let (latest, waiting): (Option<i64>, bool) = sqlx::query_as(
+            "SELECT (SELECT last FROM event_sequencer WHERE id), \
+                    EXISTS (SELECT 1 FROM events WHERE sequence IS NULL)",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(LogHead {
+            latest: latest.unwrap_or(0),
+            waiting,
+        })
     }
 
     async fn sequence_events(&self, limit: u32) -> Result<Vec<EventType>, StoreError> {
@@ -287,12 +292,13 @@ impl EventLog for PgStore {
     async fn purge_events(&self, keep: Duration, limit: u32) -> Result<u64, StoreError> {
         let done = sqlx::query(
             "DELETE FROM events WHERE id IN ( \
-                SELECT id FROM events \
-                WHERE sequence <= (SELECT coalesce(min(delivered_through), 9223372036854775807) \
-                                   FROM event_sinks WHERE NOT paused \
-                                     AND lease_until > clock_timestamp() - $1 * interval '1 millisecond') \
-                  AND occurred_at < clock_timestamp() - $1 * interval '1 millisecond' \
-                ORDER BY sequence LIMIT $2)",
+                SELECT id FROM ( \
+                    SELECT id, occurred_at FROM events \
+                    WHERE sequence <= (SELECT coalesce(min(delivered_through), 9223372036854775807) \
+                                       FROM event_sinks WHERE NOT paused \
+                                         AND lease_until > clock_timestamp() - $1 * interval '1 millisecond') \
+                    ORDER BY sequence LIMIT $2) oldest \
+                WHERE occurred_at < clock_timestamp() - $1 * interval '1 millisecond')",
         )
         .bind(millis(keep))
         .bind(i64::from(limit))

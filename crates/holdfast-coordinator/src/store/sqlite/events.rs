@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::SqliteStore;
 use super::rows::{ReservationRow, micros, time_of, with_branches};
 use crate::domain::{Event, EventType};
-use crate::store::events::{EventLog, EventPage, SinkState};
+use crate::store::events::{EventLog, EventPage, LogHead, SinkState};
 use crate::store::sql::ReservationSql;
 use crate::store::{StoreError, WorkLease};
 
@@ -142,6 +142,15 @@ impl EventLog for SqliteStore {
                 .await?
                 .unwrap_or(0),
         )
+    }
+
+    async fn head(&self) -> Result<LogHead, StoreError> {
+        let latest = self.latest_sequence().await?;
+        let seen = self.events_seen.load(std::sync::atomic::Ordering::Acquire);
+        Ok(LogHead {
+            latest,
+            waiting: latest > seen,
+        })
     }
 
     async fn sequence_events(&self, limit: u32) -> Result<Vec<EventType>, StoreError> {
@@ -274,13 +283,15 @@ impl EventLog for SqliteStore {
     async fn purge_events(&self, keep: Duration, limit: u32) -> Result<u64, StoreError> {
         let statement = sqlx::query(concat!(
             "DELETE FROM events WHERE sequence IN ( \
-                SELECT sequence FROM events \
-                WHERE sequence <= (SELECT coalesce(min(delivered_through), 9223372036854775807) \
-                                   FROM event_sinks WHERE NOT paused AND lease_until > ",
+                SELECT sequence FROM ( \
+                    SELECT sequence, occurred_at FROM events \
+                    WHERE sequence <= (SELECT coalesce(min(delivered_through), 9223372036854775807) \
+                                       FROM event_sinks WHERE NOT paused AND lease_until > ",
             sqlite_now_us!(),
-            " - ?1) AND occurred_at < ",
+            " - ?1) ORDER BY sequence LIMIT ?2) \
+                WHERE occurred_at < ",
             sqlite_now_us!(),
-            " - ?1 ORDER BY sequence LIMIT ?2)"
+            " - ?1)"
         ));
         write(
             &self.pool,
