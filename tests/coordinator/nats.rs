@@ -38,7 +38,10 @@ const NATS_URL: &str = "nats://127.0.0.1:4222";
 
 /// Upper bound of every wait here (a delivery retried after NATS returns waits out the loop's
 /// backoff, up to seconds).
-const PATIENCE: Duration = Duration::from_secs(90);
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// The coordinators' work lease, also their sink's: short, so a restart takes over soon.
+const LEASE: Duration = Duration::from_secs(6);
 
 /// A stream and subject prefix of this test's own; the stream is deleted on drop.
 struct TestStream {
@@ -161,7 +164,10 @@ impl Replica {
         store.migrate().await.unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
         let beside = Beside { http: None, sinks };
-        let settings = settings(&[("stock", stock)]);
+        let mut settings = settings(&[("stock", stock)]);
+        // The sink's lease is the work lease: a restarted coordinator takes the sink over
+        // once the stopped one's ran out.
+        settings.policy.lease = LEASE;
         let served = tokio::spawn(async move {
             serve_coordinator_beside(settings, store, listener, beside, async {
                 let _ = stopped.await;
