@@ -21,8 +21,8 @@ use holdfast::proto::coordinator_client::CoordinatorClient;
 use holdfast::proto::event::Type;
 use holdfast::sinks::Sink;
 use holdfast::sinks::webhook::{Webhook, WebhookError, WebhookSecret, WebhookSettings};
-use holdfast::store::PgStore;
 use holdfast::store::events::{EventLog, EventPage};
+use holdfast::store::{AnyStore, PgStore, SqliteStore};
 use holdfast::telemetry::ops::ops_names::{
     EVENTS_DELIVERED, EVENTS_LAG, SINK_PAUSED, WEBHOOK_FAILURES,
 };
@@ -225,9 +225,13 @@ struct Replica {
 }
 
 async fn replica(pool: &PgPool, stock: &str, sinks: Vec<Arc<dyn Sink>>) -> Replica {
+    replica_on(PgStore::from_pool(pool.clone()).into(), stock, sinks).await
+}
+
+/// A coordinator on `store` (either database) delivering to `sinks`, with `stock` registered.
+async fn replica_on(store: AnyStore, stock: &str, sinks: Vec<Arc<dyn Sink>>) -> Replica {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let store = PgStore::from_pool(pool.clone());
     store.migrate().await.unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
     let http_tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -289,8 +293,7 @@ async fn script(client: &mut CoordinatorClient<Channel>, run: &str) -> String {
 }
 
 /// Every numbered event in the log, once `id`'s CANCELLED is among them.
-async fn log_through_cancel_of(pool: &PgPool, id: &str) -> Vec<holdfast::domain::Event> {
-    let store = PgStore::from_pool(pool.clone());
+async fn log_through_cancel_of(store: &impl EventLog, id: &str) -> Vec<holdfast::domain::Event> {
     tokio::time::timeout(PATIENCE, async {
         loop {
             let page = EventPage {
@@ -327,12 +330,29 @@ fn assert_once_in_order(taken: &[Received], log: &[holdfast::domain::Event]) {
 
 #[sqlx::test(migrations = false)]
 async fn every_event_arrives_once_in_order_signed(pool: PgPool) {
+    let store = PgStore::from_pool(pool.clone());
+    every_event_arrives_once(&pool, store.clone().into(), &store, "orders").await;
+}
+
+/// The same with the coordinator's log on SQLite (the stock participant stays on PostgreSQL).
+#[sqlx::test(migrations = false)]
+async fn every_event_arrives_once_in_order_signed_on_sqlite(pool: PgPool) {
+    let path = std::env::temp_dir().join(format!("holdfast-webhooks-{}.db", uuid::Uuid::new_v4()));
+    let store = SqliteStore::connect(&format!("sqlite://{}", path.display()), 8)
+        .await
+        .unwrap();
+    every_event_arrives_once(&pool, store.clone().into(), &store, "orders-sqlite").await;
+    let _ = std::fs::remove_file(&path);
+}
+
+/// A scripted run on `store` reaches the webhook `name`: every event once, in order, signed.
+async fn every_event_arrives_once(pool: &PgPool, store: AnyStore, log: &impl EventLog, name: &str) {
     let receiver = Receiver::start().await;
-    let stock = stock(&pool).await;
-    let hook = webhook("orders", &receiver.url, None, Duration::from_secs(3600));
-    let mut replica = replica(&pool, &stock, vec![hook]).await;
+    let stock = stock(pool).await;
+    let hook = webhook(name, &receiver.url, None, Duration::from_secs(3600));
+    let mut replica = replica_on(store, &stock, vec![hook]).await;
     let cancelled = script(&mut replica.client, "once").await;
-    let log = log_through_cancel_of(&pool, &cancelled).await;
+    let log = log_through_cancel_of(log, &cancelled).await;
     let last = log.last().unwrap().sequence;
     receiver
         .until("the whole run", |taken, _| {
@@ -340,11 +360,9 @@ async fn every_event_arrives_once_in_order_signed(pool: PgPool) {
         })
         .await;
     assert_once_in_order(&receiver.taken(), &log);
-    until_sink(&mut replica.admin, "webhook:orders", |s| {
-        s.delivered_through >= last
-    })
-    .await;
-    let delivered = metric_line(EVENTS_DELIVERED, "sink=\"webhook:orders\"").unwrap();
+    let sink = format!("webhook:{name}");
+    until_sink(&mut replica.admin, &sink, |s| s.delivered_through >= last).await;
+    let delivered = metric_line(EVENTS_DELIVERED, &format!("sink=\"{sink}\"")).unwrap();
     assert!(
         delivered.ends_with(&format!(" {}", log.len())),
         "{delivered}"
@@ -371,7 +389,7 @@ async fn a_failing_receiver_gets_the_events_again_in_order_until_it_takes_them(p
     let hook = webhook("retried", &receiver.url, None, Duration::from_secs(3600));
     let mut replica = replica(&pool, &stock, vec![hook]).await;
     let cancelled = script(&mut replica.client, "retry").await;
-    let log = log_through_cancel_of(&pool, &cancelled).await;
+    let log = log_through_cancel_of(&PgStore::from_pool(pool.clone()), &cancelled).await;
     let last = log.last().unwrap().sequence;
     receiver
         .until("the whole run after the failures", |taken, _| {
@@ -458,7 +476,7 @@ async fn failing_past_the_give_up_period_pauses_until_resumed(pool: PgPool) {
     let hook = webhook("paused", &receiver.url, None, Duration::from_secs(1));
     let mut replica = replica(&pool, &stock, vec![hook]).await;
     let cancelled = script(&mut replica.client, "pause").await;
-    let log = log_through_cancel_of(&pool, &cancelled).await;
+    let log = log_through_cancel_of(&PgStore::from_pool(pool.clone()), &cancelled).await;
     let sink = until_sink(&mut replica.admin, "webhook:paused", |s| s.paused).await;
     assert_eq!(sink.delivered_through, 0, "{sink:?}");
     assert!(sink.last_error.contains("500"), "{sink:?}");
@@ -558,7 +576,7 @@ async fn a_filter_sends_only_its_types_and_the_cursor_moves_past_the_rest(pool: 
     let hook = webhook("filtered", &receiver.url, types, Duration::from_secs(3600));
     let mut replica = replica(&pool, &stock, vec![hook]).await;
     let cancelled = script(&mut replica.client, "filter").await;
-    let log = log_through_cancel_of(&pool, &cancelled).await;
+    let log = log_through_cancel_of(&PgStore::from_pool(pool.clone()), &cancelled).await;
     let last = log.last().unwrap().sequence;
     let wanted: Vec<_> = log
         .iter()
@@ -603,7 +621,7 @@ async fn two_replicas_with_the_same_webhook_deliver_each_event_once(pool: PgPool
     .await;
     script(&mut first.client, "one").await;
     let cancelled = script(&mut second.client, "two").await;
-    let mut log = log_through_cancel_of(&pool, &cancelled).await;
+    let mut log = log_through_cancel_of(&PgStore::from_pool(pool.clone()), &cancelled).await;
     // The first run's events are all numbered before the second run's cancellation.
     log.sort_by_key(|e| e.sequence);
     let last = log.last().unwrap().sequence;
