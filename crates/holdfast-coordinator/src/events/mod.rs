@@ -127,11 +127,11 @@ async fn pass(store: &dyn Store, latest: &watch::Sender<i64>) -> Result<bool, St
     let mut full = false;
     if head.waiting {
         let numbered = log.sequence_events(NUMBER_BATCH).await?;
-        for event_type in &numbered {
+        for (sequence, event_type) in &numbered {
             crate::telemetry::ops::event_appended(event_type.as_str());
+            now = now.max(*sequence);
         }
         full = numbered.len() >= NUMBER_BATCH as usize;
-        now = now.max(log.latest_sequence().await?);
     }
     latest.send_if_modified(|known| {
         let moved = now > *known;

@@ -21,6 +21,12 @@ use uuid::Uuid;
 use super::{StoreError, WorkLease};
 use crate::domain::{Event, EventType};
 
+/// The type of stored event `sequence`, named `name` in the database.
+pub(crate) fn stored_type(sequence: i64, name: &str) -> Result<EventType, StoreError> {
+    EventType::parse(name)
+        .ok_or_else(|| StoreError::Corrupt(format!("event {sequence}: unknown type {name:?}")))
+}
+
 /// A sink's durable state ([`EventLog::lease_sink`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SinkState {
@@ -68,10 +74,10 @@ pub trait EventLog: Send + Sync + 'static {
     async fn head(&self) -> Result<LogHead, StoreError>;
 
     /// PostgreSQL: numbers up to `limit` committed, unnumbered events in one transaction and
-    /// answers their types (none also when another replica's sequencer is at work). SQLite,
-    /// whose events are numbered at insert: the types of up to `limit` events numbered since
-    /// this store's previous call (none at the first).
-    async fn sequence_events(&self, limit: u32) -> Result<Vec<EventType>, StoreError>;
+    /// answers their numbers and types (none also when another replica's sequencer is at
+    /// work). SQLite, whose events are numbered at insert: those of up to `limit` events
+    /// numbered since this store's previous call (none at the first).
+    async fn sequence_events(&self, limit: u32) -> Result<Vec<(i64, EventType)>, StoreError>;
 
     /// Takes or renews `name`'s delivery lease for `lease.owner` (creating the sink's row on
     /// first use) and answers its state; `None` while another owner's lease runs.

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use super::PgStore;
 use super::rows::{ReservationRow, millis};
 use crate::domain::{Event, EventType};
-use crate::store::events::{EventLog, EventPage, LogHead, SinkState};
+use crate::store::events::{EventLog, EventPage, LogHead, SinkState, stored_type};
 use crate::store::{StoreError, WorkLease};
 
 /// An event row: its own columns and the reservation's as the change left them, named as
@@ -30,12 +30,7 @@ struct EventRow {
 
 impl EventRow {
     fn into_domain(self) -> Result<Event, StoreError> {
-        let event_type = EventType::parse(&self.event_type).ok_or_else(|| {
-            StoreError::Corrupt(format!(
-                "event {}: unknown type {:?}",
-                self.sequence, self.event_type
-            ))
-        })?;
+        let event_type = stored_type(self.sequence, &self.event_type)?;
         let reservation = self.reservation.into_domain()?;
         Ok(Event {
             sequence: self.sequence,
@@ -99,7 +94,7 @@ const NUMBER_PENDING: &str = "WITH pending AS ( \
 /// [`EventLog::sequence_events`]: one transaction holding the sequencer's row lock (another
 /// replica's sequencer at work: nothing to do). The numbering statement starts after the lock
 /// is taken, so its snapshot holds every number handed out before.
-async fn sequence_events(pool: &PgPool, limit: u32) -> Result<Vec<EventType>, StoreError> {
+async fn sequence_events(pool: &PgPool, limit: u32) -> Result<Vec<(i64, EventType)>, StoreError> {
     let mut tx = pool.begin().await?;
     let last: Option<i64> =
         sqlx::query_scalar("SELECT last FROM event_sequencer WHERE id FOR UPDATE SKIP LOCKED")
@@ -129,11 +124,7 @@ async fn sequence_events(pool: &PgPool, limit: u32) -> Result<Vec<EventType>, St
     tx.commit().await?;
     numbered
         .into_iter()
-        .map(|(sequence, name)| {
-            EventType::parse(&name).ok_or_else(|| {
-                StoreError::Corrupt(format!("event {sequence}: unknown type {name:?}"))
-            })
-        })
+        .map(|(sequence, name)| Ok((sequence, stored_type(sequence, &name)?)))
         .collect()
 }
 
@@ -180,7 +171,7 @@ impl EventLog for PgStore {
         })
     }
 
-    async fn sequence_events(&self, limit: u32) -> Result<Vec<EventType>, StoreError> {
+    async fn sequence_events(&self, limit: u32) -> Result<Vec<(i64, EventType)>, StoreError> {
         sequence_events(&self.pool, limit).await
     }
 

@@ -11,9 +11,10 @@ use sqlx::sqlite::SqlitePool;
 use uuid::Uuid;
 
 use super::SqliteStore;
+use super::recovery::write_one;
 use super::rows::{ReservationRow, micros, time_of, with_branches};
 use crate::domain::{Event, EventType};
-use crate::store::events::{EventLog, EventPage, LogHead, SinkState};
+use crate::store::events::{EventLog, EventPage, LogHead, SinkState, stored_type};
 use crate::store::sql::ReservationSql;
 use crate::store::{StoreError, WorkLease};
 
@@ -74,17 +75,6 @@ async fn write_sink<'q>(
     row.map(sink_state).transpose()
 }
 
-/// Runs one statement in a write transaction of its own; answers the rows it changed.
-async fn write<'q>(
-    pool: &SqlitePool,
-    statement: sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments>,
-) -> Result<u64, StoreError> {
-    let mut tx = Sqlite::begin_write(pool).await?;
-    let changed = statement.execute(&mut *tx).await?.rows_affected();
-    tx.commit().await?;
-    Ok(changed)
-}
-
 async fn events_after(pool: &SqlitePool, page: &EventPage<'_>) -> Result<Vec<Event>, StoreError> {
     let mut conn = pool.acquire().await?;
     let rows: Vec<EventRow> = sqlx::query_as(EVENTS_AFTER)
@@ -111,9 +101,7 @@ async fn events_after(pool: &SqlitePool, page: &EventPage<'_>) -> Result<Vec<Eve
         .zip(reservations)
         .map(
             |((sequence, event_id, event_type, occurred_at, from_queue), reservation)| {
-                let event_type = EventType::parse(&event_type).ok_or_else(|| {
-                    StoreError::Corrupt(format!("event {sequence}: unknown type {event_type:?}"))
-                })?;
+                let event_type = stored_type(sequence, &event_type)?;
                 Ok(Event {
                     sequence,
                     event_id,
@@ -153,7 +141,7 @@ impl EventLog for SqliteStore {
         })
     }
 
-    async fn sequence_events(&self, limit: u32) -> Result<Vec<EventType>, StoreError> {
+    async fn sequence_events(&self, limit: u32) -> Result<Vec<(i64, EventType)>, StoreError> {
         use std::sync::atomic::Ordering;
         let seen = self.events_seen.load(Ordering::Acquire);
         if seen < 0 {
@@ -172,11 +160,7 @@ impl EventLog for SqliteStore {
             self.events_seen.store(*last, Ordering::Release);
         }
         rows.into_iter()
-            .map(|(sequence, name)| {
-                EventType::parse(&name).ok_or_else(|| {
-                    StoreError::Corrupt(format!("event {sequence}: unknown type {name:?}"))
-                })
-            })
+            .map(|(sequence, name)| Ok((sequence, stored_type(sequence, &name)?)))
             .collect()
     }
 
@@ -217,7 +201,7 @@ impl EventLog for SqliteStore {
              WHERE name = ?1 AND lease_owner = ?2",
         );
         let statement = statement.bind(name).bind(lease_owner).bind(through);
-        Ok(write(&self.pool, statement).await? == 1)
+        Ok(write_one(&self.pool, statement).await? == 1)
     }
 
     async fn record_sink_failure(
@@ -250,7 +234,7 @@ impl EventLog for SqliteStore {
             "UPDATE event_sinks SET paused = 0, failing_since = NULL, last_error = NULL \
              WHERE name = ?1",
         );
-        Ok(write(&self.pool, statement.bind(name)).await? == 1)
+        Ok(write_one(&self.pool, statement.bind(name)).await? == 1)
     }
 
     async fn sinks(&self) -> Result<Vec<SinkState>, StoreError> {
@@ -293,7 +277,7 @@ impl EventLog for SqliteStore {
             sqlite_now_us!(),
             " - ?1)"
         ));
-        write(
+        write_one(
             &self.pool,
             statement.bind(micros(keep)).bind(i64::from(limit)),
         )

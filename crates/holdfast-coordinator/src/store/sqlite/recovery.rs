@@ -94,7 +94,7 @@ pub(super) async fn claim_due(
 
 /// Runs `statement` (its binds added) as a write transaction of its own, which shares its
 /// group's COMMIT; answers how many rows it changed.
-async fn write_one<'q>(
+pub(super) async fn write_one<'q>(
     pool: &SqlitePool,
     statement: sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments>,
 ) -> Result<u64, StoreError> {
