@@ -298,12 +298,12 @@ impl Delivery {
     /// Until the feed moves, `renew_every` passes, or stopping.
     async fn await_more(&mut self) {
         let mut stop = self.stopping.clone();
-        let sequencer_gone = tokio::select! {
+        let feed_gone = tokio::select! {
             changed = self.follow.changed() => changed.is_err(),
             _ = tokio::time::sleep(self.renew_every) => false,
             _ = async { let _ = stop.wait_for(|stopping| *stopping).await; } => false,
         };
-        if sequencer_gone {
+        if feed_gone {
             // Shutting down: look again later.
             self.wait(self.renew_every).await;
         }

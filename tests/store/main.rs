@@ -169,8 +169,8 @@ conformance!(
     ],
 );
 
-/// PostgreSQL only: the sequencer numbers events in commit order across transactions held open
-/// and replicas (SQLite's one writer numbers them at insert).
+/// PostgreSQL only: readers never pass a transaction held open, and replicas writing at once
+/// lose nothing (SQLite's one writer numbers events at insert, in commit order).
 mod events_postgres {
     #[sqlx::test(migrations = false)]
     async fn a_transaction_held_open_is_read_once_when_it_commits(
@@ -184,12 +184,12 @@ mod events_postgres {
     }
 
     #[sqlx::test(migrations = false)]
-    async fn two_replicas_writing_and_numbering_lose_nothing(
+    async fn two_replicas_writing_lose_nothing(
         pool: sqlx::postgres::PgPoolOptions,
         connect: sqlx::postgres::PgConnectOptions,
     ) {
         crate::parallel::on_multi_thread(pool, connect, |pool| async move {
-            crate::cases::events::two_replicas_writing_and_numbering_lose_nothing(pool).await;
+            crate::cases::events::two_replicas_writing_lose_nothing(pool).await;
         })
         .await;
     }

@@ -123,10 +123,10 @@ impl Coordinator {
         &self.events
     }
 
-    /// Numbers committed events and follows the latest sequence until `stop` turns true
-    /// (one loop per process; replicas on one PostgreSQL take turns).
+    /// Follows the event log's latest sequence (and counts what is appended) until `stop`
+    /// turns true; one loop per process.
     pub async fn run_events(self, stop: tokio::sync::watch::Receiver<bool>) {
-        crate::events::run_sequencer(
+        crate::events::run_follower(
             self.store.clone(),
             self.events_latest.clone(),
             self.written.clone(),

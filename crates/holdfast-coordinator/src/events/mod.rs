@@ -1,9 +1,8 @@
-//! Events (SPEC 10) in the coordinator: the database appends them (`store/events.rs`); here
-//! each process runs one loop, [`run_sequencer`], that numbers what committed (PostgreSQL;
-//! replicas take turns by a row lock), counts what became readable, and follows the latest
-//! sequence, which the [`EventFeed`] hands to readers (Subscribe, the JSON API) and sinks so
-//! they wake when there is more to read instead of each polling the database. One reader's
-//! paging, filtering and heartbeats are [`subscription`].
+//! Events (SPEC 10) in the coordinator: the database appends and numbers them
+//! (`store/events.rs`); here each process runs one loop, [`run_follower`], that counts what
+//! became readable and follows the latest sequence, which the [`EventFeed`] hands to readers
+//! (Subscribe, the JSON API) and sinks so they wake when there is more to read instead of each
+//! polling the database. One reader's paging, filtering and heartbeats are [`subscription`].
 
 pub(crate) mod subscription;
 
@@ -16,8 +15,12 @@ use crate::domain::Event;
 use crate::store::events::{EventLog, EventPage};
 use crate::store::{Store, StoreError};
 
-/// Events numbered per sequencer transaction.
-const NUMBER_BATCH: u32 = 1000;
+/// Events the follower reads per pass.
+const FOLLOW_BATCH: u32 = 1000;
+
+/// The shortest time between two passes while this process writes: under load the writes of
+/// this long are read in one pass (one query) and readers wake once for them.
+const PASS_INTERVAL: Duration = Duration::from_millis(20);
 
 /// How often the loop looks for events when this process wrote nothing meanwhile (what other
 /// replicas and background statements wrote is seen this late at most).
@@ -43,7 +46,7 @@ impl std::fmt::Debug for EventFeed {
 }
 
 impl EventFeed {
-    /// A feed over `store`'s log and the sender its [`run_sequencer`] moves.
+    /// A feed over `store`'s log and the sender its [`run_follower`] moves.
     pub(crate) fn new(store: Arc<dyn Store>) -> (EventFeed, watch::Sender<i64>) {
         let (sender, latest) = watch::channel(0);
         (EventFeed { store, latest }, sender)
@@ -82,25 +85,27 @@ impl EventFeed {
     }
 }
 
-/// Until `stop`: numbers committed events, counts them by type
-/// (`holdfast_events_appended_total`), and publishes the latest sequence to the feed. It runs
-/// a pass when this process wrote (`written`, notified by the store's writes) and otherwise
-/// every [`IDLE_TICK`], for what other replicas and background statements wrote: idle, one
-/// cheap read per tick.
-pub(crate) async fn run_sequencer(
+/// Until `stop`: counts the events that became readable by type
+/// (`holdfast_events_appended_total`) and publishes the latest sequence to the feed. It runs a
+/// pass when this process wrote (`written`, notified by the store's writes; at most one per
+/// [`PASS_INTERVAL`]) and otherwise every [`IDLE_TICK`], for what other replicas and
+/// background statements wrote: idle, one cheap read per tick.
+pub(crate) async fn run_follower(
     store: Arc<dyn Store>,
     latest: Arc<watch::Sender<i64>>,
     written: Arc<Notify>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let mut known = None;
     loop {
         if *stop.borrow() {
             return;
         }
-        let busy = match pass(&*store, &latest).await {
+        let started = tokio::time::Instant::now();
+        let busy = match pass(&*store, &latest, &mut known).await {
             Ok(busy) => busy,
             Err(e) => {
-                tracing::warn!(error = %e, "numbering events failed; retrying");
+                tracing::warn!(error = %e, "following the event log failed; retrying");
                 false
             }
         };
@@ -112,27 +117,35 @@ pub(crate) async fn run_sequencer(
                 if changed.is_err() {
                     return;
                 }
+                continue;
             }
             _ = written.notified() => {}
             _ = tokio::time::sleep(IDLE_TICK) => {}
         }
+        tokio::time::sleep_until(started + PASS_INTERVAL).await;
     }
 }
 
-/// One pass; `true` when a full batch was numbered (more may be waiting).
-async fn pass(store: &dyn Store, latest: &watch::Sender<i64>) -> Result<bool, StoreError> {
+/// One pass from `known` (the first only learns the latest sequence: what was appended before
+/// this process started is not counted again); `true` when a full batch was read.
+async fn pass(
+    store: &dyn Store,
+    latest: &watch::Sender<i64>,
+    known: &mut Option<i64>,
+) -> Result<bool, StoreError> {
     let log = store.event_log();
-    let head = log.head().await?;
-    let mut now = head.latest;
-    let mut full = false;
-    if head.waiting {
-        let numbered = log.sequence_events(NUMBER_BATCH).await?;
-        for (sequence, event_type) in &numbered {
-            crate::telemetry::ops::event_appended(event_type.as_str());
-            now = now.max(*sequence);
+    let (now, full) = match *known {
+        None => (log.latest_sequence().await?, false),
+        Some(after) => {
+            let appended = log.appended_after(after, FOLLOW_BATCH).await?;
+            for (_, event_type) in &appended {
+                crate::telemetry::ops::event_appended(event_type.as_str());
+            }
+            let now = appended.last().map_or(after, |(sequence, _)| *sequence);
+            (now, appended.len() >= FOLLOW_BATCH as usize)
         }
-        full = numbered.len() >= NUMBER_BATCH as usize;
-    }
+    };
+    *known = Some(now);
     latest.send_if_modified(|known| {
         let moved = now > *known;
         if moved {

@@ -5,12 +5,14 @@
 //!
 //! Sequence numbers. SQLite has one writer, so a number taken at insert (`AUTOINCREMENT`)
 //! is already commit order. PostgreSQL commits concurrent transactions in any order, so a
-//! number taken at insert could become visible after a larger one a reader has passed. There
-//! an event is inserted unnumbered, and the **sequencer** ([`EventLog::sequence_events`])
-//! numbers committed events in transactions of its own, one at a time (the row lock on
-//! `event_sequencer`): every number it hands out is larger than any committed before, and a
-//! reader's snapshot holds a prefix of the numbers. A transaction held open while others
-//! commit only gets its number when it commits; nobody reads past it in the meantime.
+//! number from a counter taken at insert could become visible after a larger one a reader has
+//! passed. There an event's number is its transaction's id (high bits) and its ordinal in that
+//! transaction (low 20 bits), taken at insert, and readers read only below the **horizon**,
+//! the oldest transaction id still running (shifted alike): every transaction below it has
+//! ended, and every event of one still running lies above it. A transaction held open while
+//! others commit holds the horizon (and so every reader) back until it ends; nobody reads past
+//! it in the meantime. Numbers are sparse: no reader may count on `n + 1`
+//! (`0013_event_sequence_by_transaction.sql`).
 
 use std::time::Duration;
 
@@ -41,15 +43,6 @@ pub struct SinkState {
     pub last_error: Option<String>,
 }
 
-/// The head of the log ([`EventLog::head`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LogHead {
-    /// The largest sequence handed out.
-    pub latest: i64,
-    /// Events wait to be numbered (PostgreSQL) or counted (SQLite).
-    pub waiting: bool,
-}
-
 /// Where a reader starts and what it may see.
 #[derive(Clone, Debug)]
 pub struct EventPage<'a> {
@@ -63,21 +56,20 @@ pub struct EventPage<'a> {
 /// The store's part of the event log.
 #[async_trait]
 pub trait EventLog: Send + Sync + 'static {
-    /// Numbered events after `page.after`, in sequence order, at most `page.limit`.
+    /// Readable events after `page.after`, in sequence order, at most `page.limit`.
     async fn events_after(&self, page: &EventPage<'_>) -> Result<Vec<Event>, StoreError>;
 
-    /// The largest sequence handed out (0 when the log is empty and always was).
+    /// The largest readable sequence: 0 while the log is empty (PostgreSQL) or always was
+    /// (SQLite, whose numbers never go back even when retention empties the log).
     async fn latest_sequence(&self) -> Result<i64, StoreError>;
 
-    /// The latest sequence, and whether events wait for [`EventLog::sequence_events`]: one
-    /// cheap read, what the sequencer loop asks when nothing told it of a change.
-    async fn head(&self) -> Result<LogHead, StoreError>;
-
-    /// PostgreSQL: numbers up to `limit` committed, unnumbered events in one transaction and
-    /// answers their numbers and types (none also when another replica's sequencer is at
-    /// work). SQLite, whose events are numbered at insert: those of up to `limit` events
-    /// numbered since this store's previous call (none at the first).
-    async fn sequence_events(&self, limit: u32) -> Result<Vec<(i64, EventType)>, StoreError>;
+    /// The sequence and type of up to `limit` readable events after `after`, in order: what
+    /// the feed's follower counts and announces, without reading whole events.
+    async fn appended_after(
+        &self,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<(i64, EventType)>, StoreError>;
 
     /// Takes or renews `name`'s delivery lease for `lease.owner` (creating the sink's row on
     /// first use) and answers its state; `None` while another owner's lease runs.
@@ -113,10 +105,11 @@ pub trait EventLog: Send + Sync + 'static {
     async fn sinks(&self) -> Result<Vec<SinkState>, StoreError>;
 
     /// How long the oldest event `name` has not delivered has been waiting (database clock);
-    /// zero when it is caught up. Unnumbered events count from when they were written.
+    /// zero when it is caught up. Events committed above the horizon count from when they were
+    /// written.
     async fn sink_lag(&self, name: &str) -> Result<Duration, StoreError>;
 
-    /// Retention: of the `limit` oldest numbered events, deletes those older than `keep`, never
+    /// Retention: of the `limit` oldest events, deletes those older than `keep`, never
     /// one a sink that is not paused and whose lease ran within `keep` has yet to deliver
     /// (times follow numbers, so no index on time is needed). Answers how many.
     async fn purge_events(&self, keep: Duration, limit: u32) -> Result<u64, StoreError>;

@@ -30,7 +30,8 @@ pub use holdfast_participant::telemetry::{
     barrier_outcome, orphan_reclaimed, participant_call, participant_started, retention_deleted,
 };
 
-/// An event became readable (numbered by this process's sequencer), by type (SPEC 10).
+/// An event became readable, by type (SPEC 10); each process following the log counts every
+/// event, so replicas' series are not to be summed.
 pub(crate) fn event_appended(event_type: &'static str) {
     metrics::counter!(EVENTS_APPENDED, "type" => event_type).increment(1);
 }

@@ -1,18 +1,17 @@
-//! The event log on PostgreSQL ([`crate::store::events`]): reading numbered events with their
-//! reservation's branches, the sequencer, and the sinks' cursors and leases. Triggers append
-//! the events (migration `0012_events.sql`).
+//! The event log on PostgreSQL ([`crate::store::events`]): reading events below the horizon
+//! with their reservation's branches, and the sinks' cursors and leases. Triggers append and
+//! number the events (migrations `0012_events.sql`, `0013_event_sequence_by_transaction.sql`).
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::postgres::PgPool;
 use uuid::Uuid;
 
 use super::PgStore;
 use super::rows::{ReservationRow, millis};
 use crate::domain::{Event, EventType};
-use crate::store::events::{EventLog, EventPage, LogHead, SinkState, stored_type};
+use crate::store::events::{EventLog, EventPage, SinkState, stored_type};
 use crate::store::{StoreError, WorkLease};
 
 /// An event row: its own columns and the reservation's as the change left them, named as
@@ -57,7 +56,8 @@ fn sink_state((name, delivered_through, failing_since, paused, last_error): Sink
     }
 }
 
-/// The events after `$1` (owner `$2` unless NULL), at most `$3`. The digest column is 32 zero
+/// The readable events (below the horizon, `0013_event_sequence_by_transaction.sql`) after
+/// `$1` (owner `$2` unless NULL), at most `$3`. The digest column is 32 zero
 /// bytes: an event never carries a reservation's token check.
 const EVENTS_AFTER: &str = "SELECT e.sequence, e.event_id, e.type AS event_type, e.occurred_at, \
         e.from_queue, e.reservation_id AS id, e.request_id, e.holder, e.state, \
@@ -80,53 +80,9 @@ const EVENTS_AFTER: &str = "SELECT e.sequence, e.event_id, e.type AS event_type,
         FROM branches \
         WHERE branches.reservation_id = e.reservation_id \
           AND branches.generation = e.generation) b \
-     WHERE e.sequence > $1 AND ($2::text IS NULL OR e.owner = $2) \
+     WHERE e.sequence > $1 AND e.sequence < holdfast_event_horizon() \
+       AND ($2::text IS NULL OR e.owner = $2) \
      ORDER BY e.sequence LIMIT $3";
-
-/// The sequencer's numbering: the oldest unnumbered committed events (insert order) get the
-/// numbers after `$1`, at most `$2` of them; answers each numbered event's number and type.
-const NUMBER_PENDING: &str = "WITH pending AS ( \
-        SELECT id, $1::bigint + row_number() OVER (ORDER BY id) AS seq FROM ( \
-            SELECT id FROM events WHERE sequence IS NULL ORDER BY id LIMIT $2) oldest) \
-     UPDATE events e SET sequence = p.seq FROM pending p WHERE e.id = p.id \
-     RETURNING e.sequence, e.type";
-
-/// [`EventLog::sequence_events`]: one transaction holding the sequencer's row lock (another
-/// replica's sequencer at work: nothing to do). The numbering statement starts after the lock
-/// is taken, so its snapshot holds every number handed out before.
-async fn sequence_events(pool: &PgPool, limit: u32) -> Result<Vec<(i64, EventType)>, StoreError> {
-    let mut tx = pool.begin().await?;
-    let last: Option<i64> =
-        sqlx::query_scalar("SELECT last FROM event_sequencer WHERE id FOR UPDATE SKIP LOCKED")
-            .fetch_optional(&mut *tx)
-            .await?;
-    let Some(last) = last else {
-        return Ok(Vec::new());
-    };
-    let numbered: Vec<(i64, String)> = sqlx::query_as(NUMBER_PENDING)
-        .bind(last)
-        .bind(i64::from(limit))
-        .fetch_all(&mut *tx)
-        .await?;
-    let Some(through) = numbered.iter().map(|(sequence, _)| *sequence).max() else {
-        return Ok(Vec::new());
-    };
-    if through != last + numbered.len() as i64 {
-        return Err(StoreError::Corrupt(format!(
-            "the sequencer numbered {} events after {last} but reached {through}",
-            numbered.len()
-        )));
-    }
-    sqlx::query("UPDATE event_sequencer SET last = $1 WHERE id")
-        .bind(through)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    numbered
-        .into_iter()
-        .map(|(sequence, name)| Ok((sequence, stored_type(sequence, &name)?)))
-        .collect()
-}
 
 /// The columns [`SinkRow`] reads (a macro: queries are `&'static str`).
 macro_rules! sink_columns {
@@ -150,29 +106,31 @@ impl EventLog for PgStore {
     }
 
     async fn latest_sequence(&self) -> Result<i64, StoreError> {
-        Ok(
-            sqlx::query_scalar("SELECT last FROM event_sequencer WHERE id")
-                .fetch_optional(&self.pool)
-                .await?
-                .unwrap_or(0),
-        )
-    }
-
-    async fn head(&self) -> Result<LogHead, StoreError> {
-        let (latest, waiting): (Option<i64>, bool) = sqlx::query_as(
-            "SELECT (SELECT last FROM event_sequencer WHERE id), \
-                    EXISTS (SELECT 1 FROM events WHERE sequence IS NULL)",
+        Ok(sqlx::query_scalar(
+            "SELECT coalesce(max(sequence), 0) FROM events \
+             WHERE sequence < holdfast_event_horizon()",
         )
         .fetch_one(&self.pool)
-        .await?;
-        Ok(LogHead {
-            latest: latest.unwrap_or(0),
-            waiting,
-        })
+        .await?)
     }
 
-    async fn sequence_events(&self, limit: u32) -> Result<Vec<(i64, EventType)>, StoreError> {
-        sequence_events(&self.pool, limit).await
+    async fn appended_after(
+        &self,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<(i64, EventType)>, StoreError> {
+        let rows: Vec<(i64, String)> = sqlx::query_as(
+            "SELECT sequence, type FROM events \
+             WHERE sequence > $1 AND sequence < holdfast_event_horizon() \
+             ORDER BY sequence LIMIT $2",
+        )
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|(sequence, name)| Ok((sequence, stored_type(sequence, &name)?)))
+            .collect()
     }
 
     async fn lease_sink(
@@ -266,13 +224,11 @@ impl EventLog for PgStore {
 
     async fn sink_lag(&self, name: &str) -> Result<Duration, StoreError> {
         let seconds: f64 = sqlx::query_scalar(
-            "SELECT coalesce(extract(epoch FROM clock_timestamp() - least( \
+            "SELECT coalesce(extract(epoch FROM clock_timestamp() - \
                  (SELECT occurred_at FROM events \
                   WHERE sequence > coalesce((SELECT delivered_through FROM event_sinks \
                                              WHERE name = $1), 0) \
-                  ORDER BY sequence LIMIT 1), \
-                 (SELECT occurred_at FROM events WHERE sequence IS NULL ORDER BY id LIMIT 1))) \
-                 ::float8, 0)",
+                  ORDER BY sequence LIMIT 1))::float8, 0)",
         )
         .bind(name)
         .fetch_one(&self.pool)
@@ -282,9 +238,9 @@ impl EventLog for PgStore {
 
     async fn purge_events(&self, keep: Duration, limit: u32) -> Result<u64, StoreError> {
         let done = sqlx::query(
-            "DELETE FROM events WHERE id IN ( \
-                SELECT id FROM ( \
-                    SELECT id, occurred_at FROM events \
+            "DELETE FROM events WHERE sequence IN ( \
+                SELECT sequence FROM ( \
+                    SELECT sequence, occurred_at FROM events \
                     WHERE sequence <= (SELECT coalesce(min(delivered_through), 9223372036854775807) \
                                        FROM event_sinks WHERE NOT paused \
                                          AND lease_until > clock_timestamp() - $1 * interval '1 millisecond') \

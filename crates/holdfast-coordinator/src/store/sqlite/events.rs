@@ -14,7 +14,7 @@ use super::SqliteStore;
 use super::recovery::write_one;
 use super::rows::{ReservationRow, micros, time_of, with_branches};
 use crate::domain::{Event, EventType};
-use crate::store::events::{EventLog, EventPage, LogHead, SinkState, stored_type};
+use crate::store::events::{EventLog, EventPage, SinkState, stored_type};
 use crate::store::sql::ReservationSql;
 use crate::store::{StoreError, WorkLease};
 
@@ -132,33 +132,18 @@ impl EventLog for SqliteStore {
         )
     }
 
-    async fn head(&self) -> Result<LogHead, StoreError> {
-        let latest = self.latest_sequence().await?;
-        let seen = self.events_seen.load(std::sync::atomic::Ordering::Acquire);
-        Ok(LogHead {
-            latest,
-            waiting: latest > seen,
-        })
-    }
-
-    async fn sequence_events(&self, limit: u32) -> Result<Vec<(i64, EventType)>, StoreError> {
-        use std::sync::atomic::Ordering;
-        let seen = self.events_seen.load(Ordering::Acquire);
-        if seen < 0 {
-            let latest = self.latest_sequence().await?;
-            self.events_seen.store(latest, Ordering::Release);
-            return Ok(Vec::new());
-        }
+    async fn appended_after(
+        &self,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<(i64, EventType)>, StoreError> {
         let rows: Vec<(i64, String)> = sqlx::query_as(
             "SELECT sequence, type FROM events WHERE sequence > ?1 ORDER BY sequence LIMIT ?2",
         )
-        .bind(seen)
+        .bind(after)
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
-        if let Some((last, _)) = rows.last() {
-            self.events_seen.store(*last, Ordering::Release);
-        }
         rows.into_iter()
             .map(|(sequence, name)| Ok((sequence, stored_type(sequence, &name)?)))
             .collect()

@@ -91,8 +91,6 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/coor
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     pool: SqlitePool,
-    /// The last event `sequence_events` answered (-1: none asked yet).
-    events_seen: std::sync::Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl SqliteStore {
@@ -101,16 +99,12 @@ impl SqliteStore {
     pub async fn connect(url: &str, max_connections: u32) -> Result<SqliteStore, StoreError> {
         Ok(SqliteStore {
             pool: crate::db::open_sqlite(url, max_connections).await?,
-            events_seen: std::sync::Arc::new((-1).into()),
         })
     }
 
     /// Wraps an existing pool (its connections must have foreign keys on).
     pub fn from_pool(pool: SqlitePool) -> SqliteStore {
-        SqliteStore {
-            pool,
-            events_seen: std::sync::Arc::new((-1).into()),
-        }
+        SqliteStore { pool }
     }
 
     /// Applies pending migrations.
