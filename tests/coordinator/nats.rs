@@ -1,5 +1,6 @@
 //! The NATS JetStream sink (SPEC 10) against the real nats-server: a coordinator (fresh Postgres
-//! database) with the real stock participant runs Reserve, Confirm, Cancel and an expiry, and
+//! database, or a SQLite file) with the real stock participant runs Reserve, Confirm, Cancel
+//! and an expiry, and
 //! a JetStream consumer reads every event of the log once, in sequence order, on
 //! `<prefix>.reservation.<type>` with `Nats-Msg-Id` = its `event_id`. A coordinator that stops
 //! between JetStream's acknowledgements and its cursor write (failpoint `sinks.nats.acked`)
@@ -24,8 +25,8 @@ use holdfast::proto::admin_client::AdminClient;
 use holdfast::proto::coordinator_client::CoordinatorClient;
 use holdfast::sinks::nats::{EventFormat, NATS_SINK_NAME, NatsError, NatsSettings, NatsSink};
 use holdfast::sinks::{Sink, SinkError};
-use holdfast::store::events::EventPage;
-use holdfast::store::{PgStore, Store};
+use holdfast::store::events::{EventLog, EventPage};
+use holdfast::store::{AnyStore, PgStore, SqliteStore, Store};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -158,9 +159,13 @@ struct Replica {
 
 impl Replica {
     async fn start(pool: &PgPool, stock: &str, sinks: Vec<Arc<dyn Sink>>) -> Replica {
+        Replica::start_on(PgStore::from_pool(pool.clone()).into(), stock, sinks).await
+    }
+
+    /// A coordinator on `store` (either database).
+    async fn start_on(store: AnyStore, stock: &str, sinks: Vec<Arc<dyn Sink>>) -> Replica {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let store = PgStore::from_pool(pool.clone());
         store.migrate().await.unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
         let beside = Beside { http: None, sinks };
@@ -225,9 +230,17 @@ async fn script(client: &mut CoordinatorClient<Channel>, run: &str) -> String {
     b.id
 }
 
-/// Every numbered event of the log, once one of `id` has type `last`.
+/// Every readable event of `pool`'s log, once one of `id` has type `last`.
 async fn log_through(pool: &PgPool, id: &str, last: proto::event::Type) -> Vec<proto::Event> {
-    let store = PgStore::from_pool(pool.clone());
+    log_of_through(PgStore::from_pool(pool.clone()).event_log(), id, last).await
+}
+
+/// Every readable event of `log`, once one of `id` has type `last`.
+async fn log_of_through(
+    log: &dyn EventLog,
+    id: &str,
+    last: proto::event::Type,
+) -> Vec<proto::Event> {
     let deadline = Instant::now() + PATIENCE;
     loop {
         let page = EventPage {
@@ -235,8 +248,7 @@ async fn log_through(pool: &PgPool, id: &str, last: proto::event::Type) -> Vec<p
             owner: None,
             limit: 1000,
         };
-        let events: Vec<proto::Event> = store
-            .event_log()
+        let events: Vec<proto::Event> = log
             .events_after(&page)
             .await
             .unwrap()
@@ -315,14 +327,35 @@ fn assert_messages_are(prefix: &str, messages: &[jetstream::Message], events: &[
 /// stream is created by the sink.
 #[sqlx::test(migrations = false)]
 async fn every_event_of_a_run_arrives_once_in_sequence_order(pool: PgPool) {
+    let store = PgStore::from_pool(pool.clone());
+    every_event_arrives_once(&pool, store.clone().into(), store.event_log()).await;
+}
+
+/// The same with the coordinator's log on SQLite (the stock participant stays on PostgreSQL).
+#[sqlx::test(migrations = false)]
+async fn every_event_of_a_run_on_sqlite_arrives_once_in_sequence_order(pool: PgPool) {
+    let path = std::env::temp_dir().join(format!("holdfast-nats-{}.db", uuid::Uuid::new_v4()));
+    let store = SqliteStore::connect(&format!("sqlite://{}", path.display()), 8)
+        .await
+        .unwrap();
+    every_event_arrives_once(&pool, store.clone().into(), store.event_log()).await;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
+
+/// A scripted run on `store` (Reserve, Confirm, Reserve, Cancel, a hold left to expire): every
+/// event arrives once, in sequence order, on its subject, with `Nats-Msg-Id` = its
+/// `event_id`; the stream is created by the sink.
+async fn every_event_arrives_once(pool: &PgPool, store: AnyStore, log: &dyn EventLog) {
     let nats = TestStream::on(NATS_URL).await;
-    let stock = stock(&pool).await;
-    let mut replica = Replica::start(&pool, &stock, vec![nats.sink().await]).await;
+    let stock = stock(pool).await;
+    let mut replica = Replica::start_on(store, &stock, vec![nats.sink().await]).await;
     script(&mut replica.client, "run").await;
     let mut lapsing = reserve_request("run-c", vec![hold("stock", "sku-1")]);
     lapsing.ttl = Some(crate::common::proto_duration(Duration::from_secs(1)));
     let c = replica.client.reserve(lapsing).await.unwrap().into_inner();
-    let events = log_through(&pool, &c.id, proto::event::Type::ReservationExpired).await;
+    let events = log_of_through(log, &c.id, proto::event::Type::ReservationExpired).await;
     let latest = events.last().unwrap().sequence;
     wait_delivered_through(&mut replica, latest).await;
     let types: Vec<_> = events.iter().map(|e| e.r#type()).collect();
@@ -460,9 +493,19 @@ struct PrivateNats {
 
 impl PrivateNats {
     async fn start(port: u16, dir: &std::path::Path) -> PrivateNats {
+        PrivateNats::start_with(port, dir, &[]).await
+    }
+
+    /// [`PrivateNats::start`] with more command-line arguments (TLS).
+    async fn start_with(
+        port: u16,
+        dir: &std::path::Path,
+        more: &[&std::ffi::OsStr],
+    ) -> PrivateNats {
         let child = tokio::process::Command::new("nats-server")
             .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
             .arg(dir)
+            .args(more)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
@@ -518,6 +561,72 @@ async fn a_backlog_built_while_nats_is_down_drains_when_it_returns(pool: PgPool)
         "a duplicate in the stream"
     );
     assert_messages_are(&nats.prefix, &nats.read(events.len()).await, &events);
+    replica.stop().await;
+    drop(nats);
+    server.stop().await;
+}
+
+/// `tls://` (SPEC 10): a private nats-server with a certificate of the test's CA. The sink
+/// given that CA (`--events-nats-ca`) delivers a scripted run, every event once; a sink
+/// trusting only the system roots delivers nothing and says why.
+#[sqlx::test(migrations = false)]
+async fn a_tls_server_is_trusted_through_the_given_ca_only(pool: PgPool) {
+    use crate::tls::pki::{Ca, Files};
+    let ca = Ca::new("nats-test-ca");
+    let files = Files::new();
+    let (cert, key) = files.leaf("nats", &ca.issue("nats"));
+    let ca_file = files.ca("ca", &ca);
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let dir = StoreDir::new();
+    let tls_args = [
+        "--tls".as_ref(),
+        "--tlscert".as_ref(),
+        cert.as_os_str(),
+        "--tlskey".as_ref(),
+        key.as_os_str(),
+    ];
+    let server = PrivateNats::start_with(port, &dir.0, &tls_args).await;
+    let url = format!("tls://127.0.0.1:{port}");
+
+    let mut untrusting = NatsSettings::new(url.clone());
+    untrusting.timeout = Duration::from_secs(2);
+    untrusting.create_stream = true;
+    let sink = NatsSink::connect(untrusting).await.unwrap();
+    let event = proto::Event {
+        sequence: 1,
+        event_id: uuid::Uuid::new_v4().to_string(),
+        ..Default::default()
+    };
+    let refused = sink.deliver(std::slice::from_ref(&event)).await;
+    assert_eq!(refused.delivered, 0, "delivered to an untrusted server");
+    assert!(refused.error.is_some());
+
+    let client = async_nats::ConnectOptions::new()
+        .add_root_certificates(ca_file.clone())
+        .require_tls(true)
+        .connect(url.as_str())
+        .await
+        .unwrap();
+    let unique = uuid::Uuid::new_v4().simple().to_string();
+    let nats = TestStream {
+        url: url.clone(),
+        prefix: format!("test_{unique}"),
+        name: format!("TEST_{unique}"),
+        jetstream: jetstream::new(client),
+    };
+    let mut settings = nats.settings();
+    settings.ca = Some(ca_file);
+    let sink: Arc<dyn Sink> = Arc::new(NatsSink::connect(settings).await.unwrap());
+    let stock = stock(&pool).await;
+    let mut replica = Replica::start(&pool, &stock, vec![sink]).await;
+    let cancelled = script(&mut replica.client, "tls").await;
+    let events = log_through(&pool, &cancelled, proto::event::Type::ReservationCancelled).await;
+    wait_delivered_through(&mut replica, events.last().unwrap().sequence).await;
+    assert_messages_are(&nats.prefix, &nats.read(events.len()).await, &events);
+    assert_eq!(nats.count().await, events.len() as u64);
     replica.stop().await;
     drop(nats);
     server.stop().await;

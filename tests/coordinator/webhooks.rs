@@ -292,7 +292,7 @@ async fn script(client: &mut CoordinatorClient<Channel>, run: &str) -> String {
     b.id
 }
 
-/// Every numbered event in the log, once `id`'s CANCELLED is among them.
+/// Every readable event in the log, once `id`'s CANCELLED is among them.
 async fn log_through_cancel_of(store: &impl EventLog, id: &str) -> Vec<holdfast::domain::Event> {
     tokio::time::timeout(PATIENCE, async {
         loop {
@@ -309,7 +309,7 @@ async fn log_through_cancel_of(store: &impl EventLog, id: &str) -> Vec<holdfast:
             if cancelled {
                 return events;
             }
-            // The sequencer numbers what committed every ~20 ms.
+            // The log is read again until the run is readable.
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     })

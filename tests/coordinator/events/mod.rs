@@ -1,8 +1,10 @@
 //! `tcc.v1.Events` (SPEC 10) over gRPC against a real coordinator and in-test participants:
 //! resume from any sequence, live after the backlog, filters, heartbeats, GetLatestSequence
 //! and bad input on both databases (`subscribe.rs`); owner scoping with API keys and the end
-//! of a stream at shutdown (`scope.rs`).
+//! of a stream at shutdown (`scope.rs`); two replicas and a transaction held open
+//! (`replicas.rs`).
 
+mod replicas;
 mod scope;
 mod subscribe;
 
