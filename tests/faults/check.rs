@@ -196,7 +196,7 @@ pub async fn event_log(
     reservations: &[proto::Reservation],
 ) -> Vec<(String, String)> {
     let mut v = Vec::new();
-    let mut unreadable = 0;
+    let mut unreadable: i64 = 0;
     for _ in 0..200 {
         unreadable = sqlx::query_scalar(
             "SELECT count(*) FROM events WHERE sequence >= holdfast_event_horizon()",
