@@ -1,4 +1,4 @@
-//! The coordinator's bounds on `WatchReservation` streams (#15 item 12, SPEC 7.4): how many may
+//! The coordinator's bounds on `WatchReservation` and `Events/Subscribe` streams (SPEC 7.4, 10): how many may
 //! be open per process, per client connection and per principal, over gRPC and SSE alike
 //! (beyond, `RESOURCE_EXHAUSTED` reason `WATCH_LIMIT_EXCEEDED`), and how often one shared read
 //! looks for changes made elsewhere.
@@ -11,11 +11,12 @@ use crate::coordinator::WatchLimits;
 /// Bounds on WatchReservation streams.
 #[derive(clap::Args, Clone, Debug)]
 pub struct WatchArgs {
-    /// WatchReservation streams open at once in this process; beyond, RESOURCE_EXHAUSTED.
+    /// Streams (WatchReservation and Events Subscribe) open at once in this process; beyond,
+    /// RESOURCE_EXHAUSTED.
     #[arg(long, env = "HOLDFAST_MAX_WATCHES", default_value_t = 1024)]
     pub max_watches: usize,
 
-    /// WatchReservation streams open at once on one client connection.
+    /// Streams (WatchReservation and Events Subscribe) open at once on one client connection.
     #[arg(
         long,
         env = "HOLDFAST_MAX_WATCHES_PER_CONNECTION",
@@ -23,7 +24,7 @@ pub struct WatchArgs {
     )]
     pub max_watches_per_connection: usize,
 
-    /// WatchReservation streams (gRPC and SSE) open at once by one principal (with
+    /// Streams (WatchReservation and Events Subscribe; gRPC and SSE) open at once by one principal (with
     /// authentication off, every caller is the one anonymous principal).
     #[arg(
         long,

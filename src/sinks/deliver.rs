@@ -149,6 +149,10 @@ impl Delivery {
             self.refresh_lag().await;
             self.wait(self.renew_every).await;
         }
+        // Another replica may deliver at once (what this one delivered is recorded).
+        if let Err(e) = self.log().release_sink(self.name(), self.owner).await {
+            tracing::warn!(sink = self.name(), error = %e, "giving the event sink's lease up failed; it runs out by itself");
+        }
         tracing::info!(sink = self.name(), "event sink stopped");
     }
 

@@ -458,7 +458,14 @@ async fn events_acknowledged_before_a_stop_are_not_duplicated_after_the_restart(
     assert!(sink.last_error.contains("failpoint"), "{sink:?}");
     first.stop().await;
     drop(lost);
-    // The restarted coordinator takes the sink once the stopped one's lease ran out.
+    // The stopped coordinator gave its lease up: the restarted one takes the sink at once.
+    let holder: Option<uuid::Uuid> =
+        sqlx::query_scalar("SELECT lease_owner FROM event_sinks WHERE name = $1")
+            .bind(NATS_SINK_NAME)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(holder, None, "a stopped coordinator still holds the sink");
     let mut second = Replica::start(&pool, &stock, vec![nats.sink().await]).await;
     let latest = events.last().unwrap().sequence;
     wait_delivered_through(&mut second, latest).await;

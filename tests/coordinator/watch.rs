@@ -125,6 +125,63 @@ async fn watches_beyond_the_caps_are_refused_and_a_closed_stream_frees_its_slot(
     };
 }
 
+/// Events/Subscribe streams take slots under the same caps: with room for two streams per
+/// connection, a Watch and a Subscribe fill one connection and a second Subscribe is refused
+/// naming the cap; once the Watch is closed, the Subscribe is admitted.
+#[sqlx::test(migrations = false)]
+async fn subscriptions_share_the_stream_caps_with_watches(pool: PgPool) {
+    use holdfast::proto::events_client::EventsClient;
+    let fakes = spawn_fakes(&["seats"]).await;
+    let s = with_watch(
+        settings(&[("seats", &fakes.get("seats").url)]),
+        WatchLimits {
+            per_process: 100,
+            per_connection: 2,
+            per_principal: 256,
+            poll: Duration::from_millis(250),
+        },
+    );
+    let app = spawn_app(pool, s).await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", app.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = CoordinatorClient::new(channel.clone());
+    let mut events = EventsClient::new(channel);
+    let rs = reserve_n(&mut client, 1).await;
+    let subscribe = |events: &mut EventsClient<Channel>| {
+        let mut events = events.clone();
+        async move {
+            events
+                .subscribe(proto::SubscribeRequest::default())
+                .await
+                .map(tonic::Response::into_inner)
+        }
+    };
+    let watched = watch(&mut client, &rs[0]).await.unwrap();
+    let _first = subscribe(&mut events).await.unwrap();
+    let err = subscribe(&mut events).await.unwrap_err();
+    assert_watch_limit(&err, "connection");
+    assert!(err.message().contains("Events/Subscribe"), "{err:?}");
+
+    drop(watched);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let _second = loop {
+        match subscribe(&mut events).await {
+            Ok(stream) => break stream,
+            Err(e) => {
+                assert_watch_limit(&e, "connection");
+                assert!(
+                    Instant::now() < deadline,
+                    "the closed watch's slot never came back"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+}
+
 /// Transactions committed in this test's database so far (PostgreSQL's statistics: each
 /// backend reports at most once a second).
 async fn commits(pool: &PgPool) -> i64 {

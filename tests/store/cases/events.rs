@@ -197,6 +197,11 @@ pub async fn sinks_keep_a_cursor_a_lease_and_a_pause(store: S) {
     assert!(paused.paused);
     assert!(log.resume_sink("nats").await.unwrap());
     assert!(!log.resume_sink("no-such-sink").await.unwrap());
+    // A stopping holder gives the lease up; only the holder can.
+    assert!(!log.release_sink("nats", second.owner).await.unwrap());
+    assert!(log.release_sink("nats", first.owner).await.unwrap());
+    let taken = log.lease_sink("nats", second).await.unwrap().unwrap();
+    assert_eq!(taken.delivered_through, 5, "the cursor outlives the lease");
     let listed = log.sinks().await.unwrap();
     assert_eq!(listed.len(), 1);
     assert!(!listed[0].paused && listed[0].failing_since.is_none());

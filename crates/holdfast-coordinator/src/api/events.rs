@@ -102,10 +102,11 @@ impl proto::events_server::Events for EventsApi {
         request: Request<proto::SubscribeRequest>,
     ) -> Result<Response<EventStream>, Status> {
         let actor = actor(&request)?;
+        let connection = super::connection_of(&request);
         let (after, filter) = subscription(request.into_inner()).map_err(Error::from)?;
         let deliveries = self
             .coordinator
-            .subscribe_events(&actor, after, filter)
+            .subscribe_events(&actor, connection, after, filter)?
             .map(|delivery| match delivery {
                 Ok(Delivery::Event(e)) => Ok(convert::event(*e)),
                 Ok(Delivery::Heartbeat(at)) => Ok(convert::heartbeat(at)),

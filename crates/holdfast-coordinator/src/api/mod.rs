@@ -204,14 +204,7 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
         request: Request<proto::WatchReservationRequest>,
     ) -> Result<Response<WatchStream>, Status> {
         let actor = actor(&request)?;
-        // The client's connection, for the per-connection cap (tonic's connect info: TCP and
-        // TLS alike; for the JSON API's streams, the HTTP connection's, carried in-process).
-        let connection = request
-            .remote_addr()
-            .map(|remote| crate::coordinator::WatchConnection {
-                local: request.local_addr(),
-                remote,
-            });
+        let connection = connection_of(&request);
         // An empty id is "not a UUID" here (Get says "is required"): Watch always answered so.
         let id = crate::domain::validate::uuid("reservation_id", &request.get_ref().reservation_id)
             .map_err(Error::from)?;
@@ -229,4 +222,17 @@ impl proto::coordinator_server::Coordinator for CoordinatorApi {
         });
         Ok(Response::new(Box::pin(changes)))
     }
+}
+
+/// The client's connection, for the per-connection stream cap (tonic's connect info: TCP and
+/// TLS alike; for the JSON API's streams, the HTTP connection's, carried in-process).
+pub(crate) fn connection_of<T>(
+    request: &Request<T>,
+) -> Option<crate::coordinator::WatchConnection> {
+    request
+        .remote_addr()
+        .map(|remote| crate::coordinator::WatchConnection {
+            local: request.local_addr(),
+            remote,
+        })
 }

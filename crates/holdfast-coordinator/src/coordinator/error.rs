@@ -175,9 +175,9 @@ pub enum Error {
     },
 
     #[error("{}", match scope {
-        WatchScope::Process => format!("this coordinator already serves {limit} WatchReservation streams (--max-watches); retry later or on another replica"),
-        WatchScope::Connection => format!("this connection already has {limit} open WatchReservation streams (--max-watches-per-connection); close one first"),
-        WatchScope::Principal => format!("this principal already has {limit} open WatchReservation streams (--max-watches-per-principal); close one first"),
+        WatchScope::Process => format!("this coordinator already serves {limit} streams (WatchReservation and Events/Subscribe, --max-watches); retry later or on another replica"),
+        WatchScope::Connection => format!("this connection already has {limit} open streams (WatchReservation and Events/Subscribe, --max-watches-per-connection); close one first"),
+        WatchScope::Principal => format!("this principal already has {limit} open streams (WatchReservation and Events/Subscribe, --max-watches-per-principal); close one first"),
     })]
     WatchLimit { limit: usize, scope: WatchScope },
 

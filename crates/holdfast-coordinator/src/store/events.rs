@@ -101,6 +101,11 @@ pub trait EventLog: Send + Sync + 'static {
     /// Resumes a paused sink (its failure cleared). `false`: no such sink.
     async fn resume_sink(&self, name: &str) -> Result<bool, StoreError>;
 
+    /// Gives `name`'s lease up if `lease_owner` holds it (a replica stopping), so another
+    /// replica takes the sink over at once instead of when the lease runs out. `false`: it
+    /// did not hold it.
+    async fn release_sink(&self, name: &str, lease_owner: Uuid) -> Result<bool, StoreError>;
+
     /// Every sink's state, by name.
     async fn sinks(&self) -> Result<Vec<SinkState>, StoreError>;
 

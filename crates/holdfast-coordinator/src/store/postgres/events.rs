@@ -211,6 +211,18 @@ impl EventLog for PgStore {
         Ok(done.rows_affected() == 1)
     }
 
+    async fn release_sink(&self, name: &str, lease_owner: Uuid) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE event_sinks SET lease_owner = NULL, lease_until = NULL \
+             WHERE name = $1 AND lease_owner = $2",
+        )
+        .bind(name)
+        .bind(lease_owner)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     async fn sinks(&self) -> Result<Vec<SinkState>, StoreError> {
         let rows: Vec<SinkRow> = sqlx::query_as(concat!(
             "SELECT ",

@@ -222,6 +222,14 @@ impl EventLog for SqliteStore {
         Ok(write_one(&self.pool, statement.bind(name)).await? == 1)
     }
 
+    async fn release_sink(&self, name: &str, lease_owner: Uuid) -> Result<bool, StoreError> {
+        let statement = sqlx::query(
+            "UPDATE event_sinks SET lease_owner = NULL, lease_until = NULL \
+             WHERE name = ?1 AND lease_owner = ?2",
+        );
+        Ok(write_one(&self.pool, statement.bind(name).bind(lease_owner)).await? == 1)
+    }
+
     async fn sinks(&self) -> Result<Vec<SinkState>, StoreError> {
         let rows: Vec<SinkRow> = sqlx::query_as(concat!(
             "SELECT ",
