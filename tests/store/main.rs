@@ -184,6 +184,18 @@ mod events_postgres {
     }
 
     #[sqlx::test(migrations = false)]
+    async fn another_database_s_open_transaction_holds_no_reader_back(
+        pool: sqlx::postgres::PgPoolOptions,
+        connect: sqlx::postgres::PgConnectOptions,
+    ) {
+        crate::parallel::on_multi_thread(pool, connect, |pool| async move {
+            crate::cases::events::another_database_s_open_transaction_holds_no_reader_back(pool)
+                .await;
+        })
+        .await;
+    }
+
+    #[sqlx::test(migrations = false)]
     async fn two_replicas_writing_lose_nothing(
         pool: sqlx::postgres::PgPoolOptions,
         connect: sqlx::postgres::PgConnectOptions,

@@ -320,3 +320,36 @@ pub async fn two_replicas_writing_lose_nothing(pool: PgPool) {
         assert_eq!(types_of(&seen, id), [Trying, Held, Cancelling]);
     }
 }
+
+/// PostgreSQL: transaction ids are the server's, but a transaction left open in another
+/// database never appends here, so it holds no reader of this log back: what commits here
+/// after it is readable at once.
+pub async fn another_database_s_open_transaction_holds_no_reader_back(pool: PgPool) {
+    use sqlx::Connection;
+    let store: S = crate::postgres(pool.clone()).await;
+    let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
+    let mut elsewhere = sqlx::PgConnection::connect(&url).await.unwrap();
+    let mut open = elsewhere.begin().await.unwrap();
+    let foreign: String = sqlx::query_scalar("SELECT pg_current_xact_id()::text")
+        .fetch_one(&mut *open)
+        .await
+        .unwrap();
+    let (h, _) = held(&store, "alice", "after-foreign", LONG).await;
+    let ours: String = sqlx::query_scalar(
+        "SELECT min(sequence >> 20)::text FROM events WHERE reservation_id = $1",
+    )
+    .bind(h.id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(
+        ours.parse::<i64>().unwrap() > foreign.parse::<i64>().unwrap(),
+        "this database's transaction started after the other's"
+    );
+    let readable = read_now(&*store, 0).await;
+    assert_eq!(
+        types_of(&readable, h.id),
+        [EventType::Trying, EventType::Held]
+    );
+    open.rollback().await.unwrap();
+}

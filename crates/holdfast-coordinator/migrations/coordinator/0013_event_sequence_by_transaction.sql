@@ -2,9 +2,10 @@
 -- by a sequencer's update; that second write per event cost a quarter of the throughput).
 --
 -- sequence = (transaction id << 20) | (the event's ordinal in its transaction, from 1). A reader
--- reads only events below the horizon `pg_snapshot_xmin(pg_current_snapshot()) << 20`: every
--- transaction with a smaller id has ended, so no event can still appear below it, and every
--- event of a transaction still running (or not yet started) is above it. Readers therefore
+-- reads only events below the horizon (`holdfast_event_horizon()`, the oldest transaction of
+-- this database still running, shifted alike): every transaction of this database with a
+-- smaller id has ended, so no event can still appear below it, and every event of a
+-- transaction still running (or not yet started) is above it. Readers therefore
 -- never skip an event that commits late; they wait for it (store/events.rs). Numbers are
 -- sparse, strictly increasing in the order readers receive them, and never handed out twice.
 
@@ -47,9 +48,21 @@ BEGIN
 END
 $$;
 
--- The first sequence a reader may not read yet: below it, every transaction has ended.
+-- The first sequence a reader may not read yet: the oldest transaction of this database still
+-- running when the reader's snapshot was taken (or the snapshot's xmax, past which every
+-- transaction counts as running). Transaction ids are the server's: one running in another
+-- database never appends here, so it does not hold readers back - when it is known to be
+-- another database's (`pg_stat_get_activity`; a role that may not see other roles' sessions
+-- sees no database for them, and waits for them as for its own).
 CREATE FUNCTION holdfast_event_horizon() RETURNS bigint LANGUAGE sql STABLE AS $$
-    SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint << 20
+    SELECT coalesce(
+        (SELECT min(running) FROM pg_snapshot_xip(pg_current_snapshot()) AS running
+         WHERE NOT EXISTS (
+             SELECT 1 FROM pg_stat_get_activity(NULL) AS elsewhere
+             WHERE elsewhere.backend_xid = xid(running)
+               AND elsewhere.datid IS DISTINCT FROM
+                   (SELECT oid FROM pg_database WHERE datname = current_database()))),
+        pg_snapshot_xmax(pg_current_snapshot()))::text::bigint << 20
 $$;
 
 CREATE OR REPLACE FUNCTION holdfast_append_event(r reservations, event_type text) RETURNS void

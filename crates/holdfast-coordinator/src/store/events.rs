@@ -8,7 +8,8 @@
 //! number from a counter taken at insert could become visible after a larger one a reader has
 //! passed. There an event's number is its transaction's id (high bits) and its ordinal in that
 //! transaction (low 20 bits), taken at insert, and readers read only below the **horizon**,
-//! the oldest transaction id still running (shifted alike): every transaction below it has
+//! the oldest transaction of this database still running (shifted alike; ids are the
+//! server's, and another database's transactions never append here): every transaction below it has
 //! ended, and every event of one still running lies above it. A transaction held open while
 //! others commit holds the horizon (and so every reader) back until it ends; nobody reads past
 //! it in the meantime. Numbers are sparse: no reader may count on `n + 1`
