@@ -2,12 +2,14 @@
 //! it - a database of its own per test, loopback addresses of the test's own, health and
 //! `/metrics` probes, `ResourceAdmin` clients for the all-in-one's participants, and one-shot
 //! runs of a subcommand. The tests are by topic: `banner` (what the all-in-one says at start,
-//! checked against what answers), `crash` (SIGKILL and restart), `config`
-//! (settings precedence, bad configuration), `bench` (`holdfast bench` end to end), `shutdown`
-//! (SIGTERM with a Watch open), `dashboards` (deploy/'s PromQL against live /metrics), `split` (the coordinator and participant roles as processes of
-//! their own: SIGKILLs and terminated database connections mid-flight), `stock_redis` (the
-//! all-in-one's stock-redis under its own key prefix, on the test clock), `upgrade` (a data
-//! folder an earlier holdfast made).
+//! checked against what answers), `crash` (SIGKILL and restart), `config` (settings
+//! precedence, bad configuration), `failed_start` (a start refused before writing leaves no
+//! data folder), `bench` (`holdfast bench` end to end), `shutdown` (SIGTERM with a Watch
+//! open), `dashboards` (deploy/'s PromQL against live /metrics), `help` (every `--help` page
+//! in plain text), `metrics` (what /metrics and the log say before anything happened), `split`
+//! (the coordinator and participant roles as processes of their own: SIGKILLs and terminated
+//! database connections mid-flight), `stock_redis` (the all-in-one's stock-redis under its own
+//! key prefix, on the test clock), `upgrade` (a data folder an earlier holdfast made).
 
 mod banner;
 pub(crate) mod bench;
@@ -17,6 +19,7 @@ mod dashboards;
 mod deploy;
 mod docker_context;
 mod given_participants;
+mod metrics;
 mod shutdown;
 mod split;
 mod stock_redis;
