@@ -19,6 +19,7 @@ mod dashboards;
 mod deploy;
 mod docker_context;
 mod given_participants;
+mod help;
 mod metrics;
 mod shutdown;
 mod split;
