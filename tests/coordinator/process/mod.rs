@@ -18,6 +18,7 @@ mod crash;
 mod dashboards;
 mod deploy;
 mod docker_context;
+mod failed_start;
 mod given_participants;
 mod help;
 mod metrics;
