@@ -343,6 +343,25 @@ pub(crate) async fn scrape(addr: SocketAddr) -> String {
     response
 }
 
+/// GET `path` of the HTTP listener at `addr` (the JSON API, plain HTTP/1.1, no key): the body
+/// of a 200 answer, as JSON.
+pub(crate) async fn get_json(addr: SocketAddr, path: &str) -> serde_json::Value {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect to the HTTP listener");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert!(
+        response.starts_with("HTTP/1.1 200"),
+        "GET {path}: {response}"
+    );
+    let (_, body) = response.split_once("\r\n\r\n").expect("a head and a body");
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
+}
+
 /// Runs `holdfast <args>` to completion with only `env` from the HOLDFAST_* family set.
 pub(crate) fn run_holdfast(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     holdfast_command()
