@@ -226,6 +226,17 @@ fn metadata(context: &Path) -> std::process::Output {
 }
 
 #[test]
+fn the_root_dockerignore_has_the_dockerfiles_rules() {
+    // A builder that does not read deploy/Dockerfile.dockerignore (the legacy one, podman)
+    // reads the context's .dockerignore: the same rules, or it sends target/ and more.
+    let root = std::fs::read_to_string(repository().join(".dockerignore")).expect(".dockerignore");
+    assert_eq!(
+        ignore_patterns(&root),
+        ignore_patterns(&deploy_file("Dockerfile.dockerignore"))
+    );
+}
+
+#[test]
 fn the_dockerfile_build_context_resolves_the_workspace() {
     let context = rebuilt_context();
     let out = metadata(&context);
