@@ -8,6 +8,7 @@
 pub mod auth;
 pub mod connections;
 mod file;
+mod help;
 pub mod http;
 mod lease;
 mod limits;
@@ -27,7 +28,10 @@ use std::time::Duration;
 use crate::coordinator::Policy;
 use crate::registry::ParticipantEndpoint;
 pub use file::apply_config_file;
-pub(crate) use parse::{mask_password, parse_duration, parse_optional_addr};
+pub use help::plain_help;
+pub(crate) use parse::{
+    format_duration, format_period, mask_password, parse_duration, parse_optional_addr,
+};
 
 /// The embedded default of the all-in-one (and the coordinator role): SQLite under `./data`.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://./data/holdfast.db";
@@ -330,10 +334,10 @@ impl CoordinatorArgs {
         out.push_str("\n[participants]\n");
         for ep in self.endpoints() {
             out.push_str(&format!(
-                "{} = {{ url = \"{}\", timeout = \"{}ms\" }}\n",
+                "{} = {{ url = \"{}\", timeout = \"{}\" }}\n",
                 ep.name,
                 mask_password(&ep.url),
-                ep.timeout.as_millis()
+                format_duration(ep.timeout)
             ));
         }
         out
@@ -341,7 +345,7 @@ impl CoordinatorArgs {
 
     /// The settings of this struct's own fields (not the flattened groups'), as TOML lines.
     fn describe_own(&self) -> String {
-        let ms = |d: Duration| format!("\"{}ms\"", d.as_millis());
+        let ms = |d: Duration| format!("\"{}\"", format_duration(d));
         let quoted = |s: &str| format!("{s:?}");
         let policy = match self.late_payment_policy {
             crate::domain::LatePaymentPolicy::HonorIfAvailable => "honor-if-available",

@@ -32,8 +32,9 @@ enum Command {
     Participant(ParticipantArgs),
     /// Run benchmark scenarios (ceiling, latency, throughput, flash, holds); see BENCHMARKS.md.
     Bench(holdfast::bench::BenchArgs),
-    /// Check any tcc.v1.Participant (any language) against SPEC 3.3 from outside: repeats,
-    /// disorder, capacity, deadlines, bad input. A table (or --json); exit 1 on a failure.
+    /// Check any tcc.v1.Participant (any language) from outside against the participant's
+    /// rules: repeats, disorder, capacity, deadlines, bad input. A table (or --json); exit 1
+    /// on a failure.
     ParticipantCheck(holdfast::participant_check::CheckArgs),
     /// Make credentials: an API key and its principals-file entry, or a token secret.
     #[command(subcommand)]
@@ -143,7 +144,8 @@ async fn main() -> ExitCode {
     // One rustls crypto provider (ring) for the whole process, before any library builds TLS.
     holdfast::tls::crypto_provider();
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let (command, extras) = match holdfast::config::apply_config_file(Cli::command(), &argv) {
+    let cli_command = holdfast::config::plain_help(Cli::command());
+    let (command, extras) = match holdfast::config::apply_config_file(cli_command, &argv) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("holdfast: {e}");

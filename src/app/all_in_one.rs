@@ -30,9 +30,19 @@ pub async fn run_all_in_one(
     args.test_mode
         .check(args.listen, args.http.http_listen)
         .map_err(AppError::Config)?;
+    check_given(&args)?;
+    // A start that fails before writing anything takes back the folder it made.
+    let made = data_dir::missing_folder(&url)?;
     // One writer per data folder, taken before anything binds a port.
-    let _lock = lock_data_dir(&url)?;
-    serve_all_in_one(&url, args, shutdown).await
+    let lock = lock_data_dir(&url)?;
+    let served = serve_all_in_one(&url, args, shutdown).await;
+    if served.is_err()
+        && let Some(dir) = made
+    {
+        drop(lock);
+        data_dir::remove_if_unwritten(&dir);
+    }
+    served
 }
 
 /// Every reference participant kind, in port order.
@@ -71,32 +81,40 @@ async fn bind_participant(
     Ok(Listener::new(listener, tls.cloned()).with_limits(limits))
 }
 
-/// Registers the participants the operator gave (`--participant NAME=URL`,
-/// `HOLDFAST_PARTICIPANTS`, the TOML file) beside the built-in ones (SPEC 13), in `registry`;
-/// a name of a built-in one is refused, whether or not it runs here.
+/// Checks the participants the operator gave (`--participant NAME=URL`,
+/// `HOLDFAST_PARTICIPANTS`, the TOML file): a name of a built-in one is refused, whether or
+/// not it runs here, and so is a name given twice.
+fn check_given(coordinator: &CoordinatorArgs) -> Result<(), AppError> {
+    use clap::ValueEnum;
+    let given = coordinator.endpoints();
+    for (i, p) in given.iter().enumerate() {
+        let built_in = Kind::value_variants()
+            .iter()
+            .any(|kind| kind.name() == p.name);
+        if built_in {
+            return Err(AppError::Config(format!(
+                "--participant {}={}: the all-in-one runs a participant named {:?} itself; give yours another name",
+                p.name, p.url, p.name
+            )));
+        }
+        if given[..i].iter().any(|earlier| earlier.name == p.name) {
+            return Err(AppError::Config(format!(
+                "--participant {}: given twice",
+                p.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Registers the participants the operator gave beside the built-in ones (SPEC 13), in
+/// `registry`, once [`check_given`] passed them.
 fn register_given(
     coordinator: &CoordinatorArgs,
     registry: &mut Vec<ParticipantEndpoint>,
 ) -> Result<(), AppError> {
-    use clap::ValueEnum;
-    for given in coordinator.endpoints() {
-        let built_in = Kind::value_variants()
-            .iter()
-            .any(|kind| kind.name() == given.name);
-        if built_in {
-            return Err(AppError::Config(format!(
-                "--participant {}={}: the all-in-one runs a participant named {:?} itself; give yours another name",
-                given.name, given.url, given.name
-            )));
-        }
-        if registry.iter().any(|p| p.name == given.name) {
-            return Err(AppError::Config(format!(
-                "--participant {}: given twice",
-                given.name
-            )));
-        }
-        registry.push(given);
-    }
+    check_given(coordinator)?;
+    registry.extend(coordinator.endpoints());
     Ok(())
 }
 
@@ -134,6 +152,15 @@ pub(crate) async fn serve_all_in_one(
     let connections = connection_limits(&coordinator.connections)?;
     let auth = &access.auth;
     start_metrics(coordinator.metrics_listen, tls.as_ref(), auth, connections).await?;
+    // The coordinator's ports before any database is opened: a port taken fails the start
+    // before anything is written.
+    let listener = TcpListener::bind(coordinator.listen).await.map_err(|e| {
+        AppError::Config(format!(
+            "coordinator cannot listen on {}: {e} (--listen)",
+            coordinator.listen
+        ))
+    })?;
+    let http = bind_http(&coordinator, tls.as_ref()).await?;
     let (store, pdbs, described) =
         open_databases(database_url, &coordinator, test_clock.as_ref()).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -160,13 +187,6 @@ pub(crate) async fn serve_all_in_one(
         participant_transport,
         access,
     };
-    let listener = TcpListener::bind(coordinator.listen).await.map_err(|e| {
-        AppError::Config(format!(
-            "coordinator cannot listen on {}: {e}",
-            coordinator.listen
-        ))
-    })?;
-    let http = bind_http(&coordinator, tls.as_ref()).await?;
     let sinks = super::sinks::configured_sinks(&coordinator).await?;
     print_banner(
         &settings,
@@ -453,7 +473,7 @@ fn token_secret_where(args: &CoordinatorArgs, database_url: &str) -> String {
     match sqlite_dir {
         Some(dir) => format!(
             "hold tokens: derived with the key in {}: a copy of that folder can make every token; keep the key elsewhere with --token-secret-file",
-            dir.join("token-secret.toml").display()
+            dir.join(crate::config::auth::TOKEN_SECRET_FILE).display()
         ),
         None => "hold tokens: derived with a key of this process only (--ephemeral-token-secret)"
             .to_owned(),

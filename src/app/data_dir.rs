@@ -8,7 +8,7 @@
 //! participants in one `participants.db`: [`split_shared_participants_file`] carries it over
 //! once, before any participant serves.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode};
 use sqlx::{ConnectOptions, Connection};
@@ -27,6 +27,9 @@ pub(crate) const SHARED_PARTICIPANTS_FILE: &str = "participants.db";
 /// had is lost; it is read again by nothing.
 pub(crate) const SPLIT_FROM: &str = "participants.db.split";
 
+/// The one-writer lock's file in the data folder.
+const LOCK_FILE: &str = "holdfast.lock";
+
 /// One writer per folder: for a `sqlite:` URL, takes an exclusive lock on `holdfast.lock`
 /// beside the database file (creating the folder), held as long as the returned file lives.
 /// A second process on the same folder fails at once, naming the folder and the lock.
@@ -42,7 +45,7 @@ pub(crate) fn lock_data_dir(database_url: &str) -> Result<Option<std::fs::File>,
             dir.display()
         ))
     })?;
-    let path = dir.join("holdfast.lock");
+    let path = dir.join(LOCK_FILE);
     let file = std::fs::File::options()
         .create(true)
         .truncate(false)
@@ -60,6 +63,37 @@ pub(crate) fn lock_data_dir(database_url: &str) -> Result<Option<std::fs::File>,
             "cannot lock {}: {e}",
             path.display()
         ))),
+    }
+}
+
+/// The data folder of a `sqlite:` URL when it does not exist yet (this start will make it);
+/// `None` for one that exists and for PostgreSQL.
+pub(crate) fn missing_folder(database_url: &str) -> Result<Option<PathBuf>, AppError> {
+    if DatabaseKind::of_url(database_url)? != DatabaseKind::Sqlite {
+        return Ok(None);
+    }
+    let dir = db::sqlite_dir(database_url).map_err(StoreError::from)?;
+    Ok((!dir.exists()).then_some(dir))
+}
+
+/// Removes `dir`, a data folder this start made, if nothing but the lock and the fresh token
+/// secret was written in it (a start that failed before opening a database: no token was
+/// ever derived from that secret); otherwise leaves it as it is. Call after the lock is
+/// released.
+pub(crate) fn remove_if_unwritten(dir: &Path) {
+    let made_at_start = [LOCK_FILE, crate::config::auth::TOKEN_SECRET_FILE];
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let names: Vec<_> = entries.flatten().map(|e| e.file_name()).collect();
+    if names.iter().any(|n| !made_at_start.iter().any(|m| n == m)) {
+        return;
+    }
+    for name in made_at_start {
+        let _ = std::fs::remove_file(dir.join(name));
+    }
+    if let Err(e) = std::fs::remove_dir(dir) {
+        tracing::debug!("leaving the data folder {}: {e}", dir.display());
     }
 }
 

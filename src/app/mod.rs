@@ -58,8 +58,24 @@ pub enum AppError {
 }
 
 /// Runs the coordinator role as configured by `args` until `shutdown`: creates its database
-/// if needed, starts the metrics listener, migrates and serves.
+/// if needed, starts the metrics listener, migrates and serves. A start that fails before
+/// writing anything takes back the SQLite data folder it made.
 pub async fn run_coordinator(
+    args: CoordinatorArgs,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), AppError> {
+    let made = data_dir::missing_folder(&args.database_url)?;
+    let served = start_coordinator(args, shutdown).await;
+    if served.is_err()
+        && let Some(dir) = made
+    {
+        data_dir::remove_if_unwritten(&dir);
+    }
+    served
+}
+
+/// [`run_coordinator`] but for the folder.
+async fn start_coordinator(
     args: CoordinatorArgs,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), AppError> {
@@ -87,11 +103,18 @@ pub async fn run_coordinator(
         connections,
     )
     .await?;
+    // Every port before the store is opened (a SQLite file and its folder made): a port taken
+    // fails the start before anything is written.
+    let http = bind_http(&args, tls.as_ref()).await?;
+    let tcp = TcpListener::bind(args.listen).await.map_err(|e| {
+        AppError::Config(format!(
+            "coordinator cannot listen on {}: {e} (--listen)",
+            args.listen
+        ))
+    })?;
+    let listener = Listener::new(tcp, tls).with_limits(connections);
     let sinks = sinks::configured_sinks(&args).await?;
     let store = AnyStore::connect(&args.database_url, args.db_pool_size).await?;
-    let http = bind_http(&args, tls.as_ref()).await?;
-    let listener =
-        Listener::new(TcpListener::bind(args.listen).await?, tls).with_limits(connections);
     serve_coordinator_beside(settings, store, listener, Beside { http, sinks }, shutdown).await
 }
 
@@ -115,7 +138,9 @@ pub(super) async fn bind_http(
     let allowed = args.http.allowed_callers().map_err(AppError::Config)?;
     let limits = connection_limits(&args.connections)?;
     let tcp = TcpListener::bind(addr).await.map_err(|e| {
-        AppError::Config(format!("HTTP cannot listen on {addr}: {e} (--http-listen)"))
+        AppError::Config(format!(
+            "HTTP cannot listen on {addr}: {e}; give --http-listen another address (or off)"
+        ))
     })?;
     Ok(Some(HttpListener {
         listener: Listener::new(tcp, tls.cloned()).with_limits(limits),

@@ -27,23 +27,23 @@ use scenarios::{Ctx, Measured, Progress, Workload};
 /// A named scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
 pub enum Scenario {
-    /// The database's raw commit rate at 1 and at `--clients` connections.
+    /// The database's raw commit rate at 1 and at --clients connections.
     Ceiling,
     /// One client, sequential Reserve+Confirm of 2 holds (noop, then seats + stock).
     Latency,
-    /// `--clients` clients, Reserve+Confirm of 2 holds on 2 participants (noop, then seats + stock).
+    /// --clients clients, Reserve+Confirm of 2 holds on 2 participants (noop, then seats + stock).
     Throughput,
-    /// `--flash-clients` clients racing for `--flash-units` units of one stock item through
-    /// the coordinator: on `stock`, and on `stock-redis` when `--redis-url` is set.
+    /// --flash-clients clients racing for --flash-units units of one stock item through
+    /// the coordinator: on stock, and on stock-redis when --redis-url is set.
     Flash,
-    /// The flash sale on `stock` where every other winner cancels, so units come back while
+    /// The flash sale on stock where every other winner cancels, so units come back while
     /// losers are refused; fails unless every unit ends confirmed or available, none held.
     FlashChurn,
-    /// A stock participant alone: `--clients` clients sending Try (1 unit each) straight to
-    /// it, for `--duration`: `stock` on Postgres, and `stock-redis` when `--redis-url` is set.
+    /// A stock participant alone: --clients clients sending Try (1 unit each) straight to
+    /// it, for --duration: stock on Postgres, and stock-redis when --redis-url is set.
     Holds,
-    /// Reserve latency (`--retention-clients` clients, `--duration`) with retention off, then
-    /// while the coordinator purges `--retention-rows` finished reservations seeded 40 days
+    /// Reserve latency (--retention-clients clients, --duration) with retention off, then
+    /// while the coordinator purges --retention-rows finished reservations seeded 40 days
     /// old. In-process only; run only when named (it seeds a million rows by default).
     Retention,
 }

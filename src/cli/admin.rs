@@ -42,6 +42,9 @@ pub enum AdminCommand {
         /// Every reservation with unfinished work at this participant.
         #[arg(long)]
         participant: Option<String>,
+        /// Why (recorded in the audit log; without it the entry says what was retried).
+        #[arg(long, default_value = "")]
+        reason: String,
         #[command(flatten)]
         target: Target,
     },
@@ -136,14 +139,13 @@ pub async fn run(command: AdminCommand) -> Result<(), CliError> {
             print_page(&target, &page.reservations, &page.next_page_token);
         }
         AdminCommand::Retry {
-            id, participant, ..
+            id,
+            participant,
+            reason,
+            ..
         } => {
-            let what = retry_target(id, participant)?;
-            let answer = admin
-                .retry(proto::RetryRequest { target: Some(what) })
-                .await
-                .map_err(refused)?
-                .into_inner();
+            let request = retry_request(id, participant, reason)?;
+            let answer = admin.retry(request).await.map_err(refused)?.into_inner();
             print_retried(&target, &answer);
         }
         AdminCommand::ForceCancel { id, reason, .. } => {
@@ -219,18 +221,26 @@ fn print_sinks(target: &Target, sinks: &[proto::Sink]) {
     }
 }
 
-/// What `admin retry` drives: one reservation, or the work waiting on one participant.
-fn retry_target(
+/// What `admin retry` drives (one reservation, or the work waiting on one participant) and
+/// why.
+fn retry_request(
     id: Option<String>,
     participant: Option<String>,
-) -> Result<proto::retry_request::Target, CliError> {
-    match (id, participant) {
-        (Some(id), _) => Ok(proto::retry_request::Target::ReservationId(id)),
-        (None, Some(p)) => Ok(proto::retry_request::Target::Participant(p)),
-        (None, None) => Err(CliError::Usage(
-            "give a reservation id or --participant".into(),
-        )),
-    }
+    reason: String,
+) -> Result<proto::RetryRequest, CliError> {
+    let target = match (id, participant) {
+        (Some(id), _) => proto::retry_request::Target::ReservationId(id),
+        (None, Some(p)) => proto::retry_request::Target::Participant(p),
+        (None, None) => {
+            return Err(CliError::Usage(
+                "give a reservation id or --participant".into(),
+            ));
+        }
+    };
+    Ok(proto::RetryRequest {
+        target: Some(target),
+        reason,
+    })
 }
 
 fn print_retried(target: &Target, answer: &proto::RetryResponse) {

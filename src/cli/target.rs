@@ -60,6 +60,7 @@ impl Target {
         let bearer = Bearer::optional(self.api_key.as_deref())
             .map_err(|e| CliError::Usage(format!("--api-key: {e}")))?;
         let url = &self.coordinator;
+        check_scheme(url)?;
         let mut endpoint = Endpoint::from_shared(endpoint_url(url))
             .map_err(|e| CliError::Usage(format!("--coordinator {url:?}: {e}")))?
             .connect_timeout(self.timeout.min(Duration::from_secs(10)))
@@ -86,6 +87,18 @@ impl Target {
     pub fn admin(&self) -> Result<AdminClient<CliChannel>, CliError> {
         Ok(AdminClient::new(self.channel()?))
     }
+}
+
+/// `--coordinator` must say how to talk to it: without `http://` or `https://` the channel
+/// would only fail at the first call, as an opaque transport error.
+fn check_scheme(url: &str) -> Result<(), CliError> {
+    let lower = url.to_ascii_lowercase();
+    if lower.starts_with("http://") || lower.starts_with("https://") {
+        return Ok(());
+    }
+    Err(CliError::Usage(format!(
+        "--coordinator {url:?}: give the scheme, http://{url} (or https:// for TLS)"
+    )))
 }
 
 /// The TLS layer names the coordinator's own flags; say the CLI's.

@@ -106,7 +106,7 @@ impl CoordinatorSecretArgs {
             return read_token_keys("--token-secret-file", path);
         }
         if let Some(dir) = sqlite_dir {
-            let path = dir.join("token-secret.toml");
+            let path = dir.join(TOKEN_SECRET_FILE);
             if !path.exists() {
                 create_secret_file(&path)?;
             }
@@ -138,6 +138,9 @@ impl CoordinatorSecretArgs {
         }
     }
 }
+
+/// The token secret the embedded SQLite default keeps in its data folder (made on first start).
+pub(crate) const TOKEN_SECRET_FILE: &str = "token-secret.toml";
 
 /// Why a coordinator on PostgreSQL without a token secret file does not start: replicas (and
 /// this one after a restart) must derive the same tokens, or a repeated Reserve loses its token.

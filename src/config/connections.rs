@@ -46,12 +46,12 @@ impl ConnectionArgs {
     /// The settings as TOML lines for `--print-config`.
     pub fn describe(&self, out: &mut String) {
         out.push_str(&format!(
-            "header_timeout = \"{}ms\"\n",
-            self.header_timeout.as_millis()
+            "header_timeout = \"{}\"\n",
+            super::format_duration(self.header_timeout)
         ));
         out.push_str(&format!(
-            "idle_timeout = \"{}ms\"\n",
-            self.idle_timeout.as_millis()
+            "idle_timeout = \"{}\"\n",
+            super::format_duration(self.idle_timeout)
         ));
         out.push_str(&format!("max_connections = {}\n", self.max_connections));
     }

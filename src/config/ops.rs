@@ -72,7 +72,7 @@ impl RetentionArgs {
     pub fn describe(&self, out: &mut String) {
         match self.retention.0 {
             None => out.push_str("retention = \"off\"\n"),
-            Some(d) => out.push_str(&format!("retention = \"{}s\"\n", d.as_secs())),
+            Some(d) => out.push_str(&format!("retention = \"{}\"\n", super::format_period(d))),
         }
     }
 }

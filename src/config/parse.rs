@@ -84,6 +84,32 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{s:?} is too long a duration"))
 }
 
+/// `d` as `--print-config` shows it, in the largest unit it is a whole number of, as it would
+/// be written (`10m`, `90s`, `250ms`, `0s`): [`parse_duration`] reads it back.
+pub(crate) fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if !ms.is_multiple_of(1000) {
+        return format!("{ms}ms");
+    }
+    let s = d.as_secs();
+    match s {
+        0 => "0s".to_owned(),
+        s if s.is_multiple_of(3600) => format!("{}h", s / 3600),
+        s if s.is_multiple_of(60) => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+/// [`format_duration`] with days (`30d`), for the settings whose parser reads them
+/// (`--retention`, `--events-retention`, `--webhook-give-up`).
+pub(crate) fn format_period(d: Duration) -> String {
+    let s = d.as_secs();
+    if s > 0 && s.is_multiple_of(86_400) && d.subsec_nanos() == 0 {
+        return format!("{}d", s / 86_400);
+    }
+    format_duration(d)
+}
+
 /// Parses a listen address, or `off`.
 pub(crate) fn parse_optional_addr(s: &str) -> Result<Option<SocketAddr>, String> {
     if s.eq_ignore_ascii_case("off") {
@@ -97,6 +123,24 @@ pub(crate) fn parse_optional_addr(s: &str) -> Result<Option<SocketAddr>, String>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_print_as_they_are_written_and_read_back() {
+        for (d, shown) in [
+            (Duration::from_secs(600), "10m"),
+            (Duration::from_secs(90), "90s"),
+            (Duration::from_millis(250), "250ms"),
+            (Duration::from_millis(1500), "1500ms"),
+            (Duration::from_secs(3600), "1h"),
+            (Duration::from_secs(7200 + 60), "121m"),
+            (Duration::ZERO, "0s"),
+        ] {
+            assert_eq!(format_duration(d), shown);
+            assert_eq!(parse_duration(shown), Ok(d), "{shown}");
+        }
+        assert_eq!(format_period(Duration::from_secs(30 * 86_400)), "30d");
+        assert_eq!(format_period(Duration::from_secs(86_400 + 3600)), "25h");
+    }
 
     #[test]
     fn passwords_are_masked_in_the_user_part_and_in_the_query() {

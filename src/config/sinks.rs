@@ -22,7 +22,7 @@ pub struct SinkArgs {
     #[arg(long = "webhook", env = "HOLDFAST_WEBHOOK", value_delimiter = ',', value_parser = parse_webhook)]
     pub webhooks: Vec<(String, String)>,
 
-    /// Only these event types go to webhook NAME, as NAME=TYPE,TYPE (the names of SPEC 10,
+    /// Only these event types go to webhook NAME, as NAME=TYPE,TYPE (the event types' names,
     /// such as RESERVATION_EXPIRED); the others are passed over. Repeatable; the env var
     /// separates webhooks with `;`.
     #[arg(long = "webhook-filter", env = "HOLDFAST_WEBHOOK_FILTER", value_delimiter = ';', value_parser = parse_filter)]
@@ -169,8 +169,8 @@ impl SinkArgs {
     /// secret file's path, never its content).
     pub fn describe(&self, out: &mut String) {
         out.push_str(&format!(
-            "events_retention = \"{}s\"\n",
-            self.events_retention.as_secs()
+            "events_retention = \"{}\"\n",
+            super::format_period(self.events_retention)
         ));
         let hooks: Vec<String> = self
             .webhooks
@@ -194,8 +194,8 @@ impl SinkArgs {
             ));
         }
         out.push_str(&format!(
-            "webhook_give_up = \"{}s\"\n",
-            self.webhook_give_up.as_secs()
+            "webhook_give_up = \"{}\"\n",
+            super::format_period(self.webhook_give_up)
         ));
         if let Some(path) = &self.webhook_ca {
             out.push_str(&format!("webhook_ca = {:?}\n", path.display().to_string()));

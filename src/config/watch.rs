@@ -65,8 +65,8 @@ impl WatchArgs {
             self.max_watches_per_principal
         ));
         out.push_str(&format!(
-            "watch_poll_interval = \"{}ms\"\n",
-            self.watch_poll_interval.as_millis()
+            "watch_poll_interval = \"{}\"\n",
+            super::format_duration(self.watch_poll_interval)
         ));
     }
 }

@@ -1,6 +1,6 @@
 //! `tcc.v1.Admin` as JSON, for the console's operator views and actions:
 //! `GET /v1/admin/stuck?state=&participant=&older_than=&page_size=&page_token=`,
-//! `POST /v1/admin/retry` (`{"reservation_id"}` or `{"participant"}`),
+//! `POST /v1/admin/retry` (`{"reservation_id"}` or `{"participant"}`, optionally `"reason"`),
 //! `POST /v1/admin/reservations/{id}:force-cancel` (`{"reason"}`),
 //! `POST /v1/admin/reservations/{id}:resolve` (`{"outcome","reason"}`),
 //! `GET /v1/admin/audit?reservation_id=&page_size=&page_token=`,
@@ -86,6 +86,8 @@ struct RetryBody {
     reservation_id: Option<String>,
     #[serde(default)]
     participant: Option<String>,
+    #[serde(default)]
+    reason: String,
 }
 
 async fn retry(
@@ -94,20 +96,25 @@ async fn retry(
     body: axum::body::Body,
 ) -> Result<Response, ApiError> {
     use proto::retry_request::Target;
-    let target = body::json(body)
+    let (target, reason) = body::json(body)
         .await
-        .and_then(|b: RetryBody| match (b.reservation_id, b.participant) {
-            (Some(_), Some(_)) => Err(invalid(
-                "participant",
-                "give reservation_id or participant, not both",
-            )),
-            (Some(id), None) => Ok(Some(Target::ReservationId(id))),
-            (None, Some(p)) => Ok(Some(Target::Participant(p))),
-            (None, None) => Ok(None),
+        .and_then(|b: RetryBody| {
+            let target = match (b.reservation_id, b.participant) {
+                (Some(_), Some(_)) => {
+                    return Err(invalid(
+                        "participant",
+                        "give reservation_id or participant, not both",
+                    ));
+                }
+                (Some(id), None) => Some(Target::ReservationId(id)),
+                (None, Some(p)) => Some(Target::Participant(p)),
+                (None, None) => None,
+            };
+            Ok((target, b.reason))
         })
         .map_err(|bad| service.refuse(&credentials, "/tcc.v1.Admin/Retry", bad))?;
     let answer = admin(&service.grpc)
-        .retry(credentials.request(proto::RetryRequest { target })?)
+        .retry(credentials.request(proto::RetryRequest { target, reason })?)
         .await?
         .into_inner();
     Ok(ok(serde_json::json!({

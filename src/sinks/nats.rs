@@ -32,10 +32,10 @@ const DUPLICATE_WINDOW: Duration = Duration::from_secs(10 * 60);
 /// How the event is encoded in a message (`--events-format`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum EventFormat {
-    /// The JSON API's shape of the event, compact (`application/json`).
+    /// The JSON API's shape of the event, compact (application/json).
     #[default]
     Json,
-    /// `tcc.v1.Event` in the protobuf encoding (`application/protobuf`).
+    /// tcc.v1.Event in the protobuf encoding (application/protobuf).
     Protobuf,
 }
 

@@ -275,3 +275,26 @@ async fn units_added_out_of_sight_are_offered_within_the_bound_on(pool: PgPool) 
     stack.wait_counts(Stock, "more", (2, 0, 0)).await;
     stack.stop().await;
 }
+
+crate::parallel::parallel_test!(a_resource_that_does_not_exist_never_reads_as_sold_out => a_resource_that_does_not_exist_never_reads_as_sold_out_on);
+async fn a_resource_that_does_not_exist_never_reads_as_sold_out_on(pool: PgPool) {
+    // A typo in a resource name: the participant's reason reaches the caller, the first time
+    // (recorded, REJECTED) and from the fast path after it (nothing recorded).
+    let stack = stack_with_hint(pool, Duration::from_secs(3600)).await;
+    stack.put(Stock, &[("sku-1", 3)]).await;
+    let mut client = stack.client();
+    let typo = |holder: &str| reserve("buy", holder, None, vec![hold(Stock, "sku-l", 1)]);
+    for (holder, kind) in [("ann", Refusal::Recorded), ("bob", Refusal::Unrecorded)] {
+        let err = client
+            .reserve(typo(holder))
+            .await
+            .expect_err("no such item");
+        assert_eq!(refusal(&stack, &err, "sku-l").await, kind);
+        assert!(
+            err.message().contains("item sku-l does not exist"),
+            "{holder}: {err:?}"
+        );
+        assert!(!err.message().contains("sold out"), "{holder}: {err:?}");
+    }
+    stack.stop().await;
+}

@@ -138,3 +138,18 @@ async fn a_room_hold_needs_a_slot(pool: PgPool) {
     );
     p.stop().await;
 }
+
+#[sqlx::test(migrations = false)]
+async fn a_room_that_does_not_exist_is_named_in_the_rejection(pool: PgPool) {
+    // A typo must not read as a taken slot: the reason names the room that does not exist.
+    let mut p = spawn_participant(Kind::Rooms, pool.clone()).await;
+    p.put("blue", 1).await;
+    let typo = try_request(vec![
+        hold("bleu", 1, slot(future_at(600), future_at(660))),
+        hold("blue", 1, slot(future_at(600), future_at(660))),
+    ]);
+    let answer = p.try_(typo).await;
+    assert_eq!(outcome(&answer), Outcome::Rejected);
+    assert_eq!(answer.reason, "room bleu does not exist");
+    p.stop().await;
+}

@@ -1,4 +1,5 @@
-//! Telemetry: logging (`tracing` to stderr, filtered by `RUST_LOG`, default `info`), traces
+//! Telemetry: logging (`tracing` to stderr, filtered by `RUST_LOG`, default `info`, coloured
+//! only when stderr is a terminal), traces
 //! (OTLP over gRPC when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, W3C trace context carried in gRPC
 //! metadata), and Prometheus metrics (the SPEC names, recorded through the `metrics` facade,
 //! served as text on `/metrics`, over TLS when the process has a certificate).
@@ -21,7 +22,10 @@ pub fn init() {
     use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx::postgres::notice=warn"));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only on a terminal: a log file or a collector's pipe gets plain text.
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let _ = tracing_subscriber::registry()
         .with(filter)
         .with(fmt)
@@ -80,6 +84,9 @@ pub use holdfast_serve::propagation;
 /// Operator metrics: retention, participants (`telemetry/ops.rs`).
 pub mod ops;
 
+/// Every family's `# HELP`, the build's version, the process-wide counters at 0.
+mod help;
+
 pub mod names {
     pub(crate) const RESERVATIONS: &str = "holdfast_reservations_total";
     pub(crate) const HOLD_TO_CONFIRM: &str = "holdfast_hold_to_confirm_ratio";
@@ -115,6 +122,8 @@ pub fn metrics_handle() -> &'static PrometheusHandle {
         // renders what it records itself, which is nothing; say so once.
         if metrics::set_global_recorder(recorder).is_err() {
             tracing::warn!("a metrics recorder was already installed; /metrics stays empty");
+        } else {
+            help::describe_all();
         }
         handle
     })

@@ -53,12 +53,12 @@ pub enum Kind {
     Stock,
     /// Time slots of rooms, no overlap of active holds.
     Rooms,
-    /// Account balances: authorise, capture, void; plus `tcc.v1.Payments`.
+    /// Account balances: authorise, capture, void; plus tcc.v1.Payments.
     Payments,
     /// Holds anything; writes only its barrier.
     Noop,
     /// A Redis fast gate for interchangeable units with a durable Postgres record; needs a
-    /// Redis URL ([`stock_redis`]).
+    /// Redis URL.
     StockRedis,
 }
 

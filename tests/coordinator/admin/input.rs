@@ -31,7 +31,8 @@ async fn only_admins_reach_the_admin_service(pool: PgPool) {
         refusal(
             &a.retry(keyed(
                 proto::RetryRequest {
-                    target: Some(Target::ReservationId(id.clone()))
+                    target: Some(Target::ReservationId(id.clone())),
+                    ..Default::default()
                 },
                 &key
             ))
@@ -137,14 +138,25 @@ async fn bad_input_names_the_field_and_changes_nothing(pool: PgPool) {
     }
     let e = ops
         .admin
-        .retry(ops.as_admin(proto::RetryRequest { target: None }))
+        .retry(ops.as_admin(proto::RetryRequest::default()))
         .await
         .unwrap_err();
     assert_eq!(field(&e), invalid("target"));
+    // A reason, when given, is held to the rules of every admin reason.
+    let e = ops
+        .admin
+        .retry(ops.as_admin(proto::RetryRequest {
+            target: Some(Target::Participant("stock".into())),
+            reason: "x".repeat(257),
+        }))
+        .await
+        .unwrap_err();
+    assert_eq!(field(&e), invalid("reason"));
     let e = ops
         .admin
         .retry(ops.as_admin(proto::RetryRequest {
             target: Some(Target::Participant("nobody".into())),
+            ..Default::default()
         }))
         .await
         .unwrap_err();

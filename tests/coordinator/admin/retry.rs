@@ -69,6 +69,7 @@ async fn retry_by_participant_drives_its_backlog_within_the_call(pool: PgPool) {
         .admin
         .retry(ops.as_admin(proto::RetryRequest {
             target: Some(Target::Participant("stock".into())),
+            ..Default::default()
         }))
         .await
         .unwrap()
@@ -97,6 +98,11 @@ async fn retry_by_participant_drives_its_backlog_within_the_call(pool: PgPool) {
         ),
         ("retry", "stock", "", "ops")
     );
+    // Given no reason, the entry says what was retried.
+    assert_eq!(
+        e.reason,
+        "retry requested: backoff cleared, every reservation with unfinished work at stock driven now (no reason given)"
+    );
 }
 
 #[sqlx::test(migrations = false)]
@@ -107,6 +113,7 @@ async fn retry_of_one_reservation_drives_it_within_the_call(pool: PgPool) {
         .admin
         .retry(ops.as_admin(proto::RetryRequest {
             target: Some(Target::ReservationId(c.id.clone())),
+            reason: "stock is back after its restart".into(),
         }))
         .await
         .unwrap()
@@ -116,12 +123,14 @@ async fn retry_of_one_reservation_drives_it_within_the_call(pool: PgPool) {
     assert_eq!(state(r), State::Confirmed);
     assert_eq!(r.audit.len(), 1);
     assert_eq!(r.audit[0].action, "retry");
+    assert_eq!(r.audit[0].reason, "stock is back after its restart");
 
     // Nothing left to do: answered as it is, nothing driven, still audited.
     let again = ops
         .admin
         .retry(ops.as_admin(proto::RetryRequest {
             target: Some(Target::ReservationId(c.id.clone())),
+            ..Default::default()
         }))
         .await
         .unwrap()

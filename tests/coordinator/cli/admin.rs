@@ -114,7 +114,15 @@ async fn an_operator_pushes_cancels_and_settles_work_with_reasons(pool: PgPool) 
         .behaviour
         .fail_confirms
         .store(0, Ordering::SeqCst);
-    let o = run(&[&["admin", "retry", &r.id, "--json"][..], &ops].concat()).await;
+    let retry = [
+        "admin",
+        "retry",
+        &r.id,
+        "--reason",
+        "stock is back",
+        "--json",
+    ];
+    let o = run(&[&retry[..], &ops].concat()).await;
     assert!(o.status.success(), "{}", stderr(&o));
     let v = json(&o);
     assert_eq!(v["driven"], 1, "{v}");
@@ -184,6 +192,7 @@ async fn an_operator_pushes_cancels_and_settles_work_with_reasons(pool: PgPool) 
         ["resolve_cancelled", "retry", "force_cancel"],
         "{v}"
     );
+    assert_eq!(entries[1]["reason"], "stock is back", "{v}");
     for e in entries {
         assert_eq!(
             keys(e),

@@ -193,6 +193,15 @@ async fn an_unreachable_coordinator_and_bad_flags_have_exit_codes_of_their_own()
     let o = run(&["list", "--coordinator", "not a url"]).await;
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--coordinator"), "{}", stderr(&o));
+    // An address without its scheme is a usage error naming the scheme, not a transport error.
+    let bare = closed.trim_start_matches("http://");
+    let o = run(&["list", "--coordinator", bare]).await;
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let said = stderr(&o);
+    assert!(
+        said.contains("--coordinator") && said.contains(&format!("http://{bare}")),
+        "{said}"
+    );
 }
 
 #[sqlx::test]

@@ -220,11 +220,17 @@ async fn the_admin_endpoints_over_json(pool: PgPool) {
         &app,
         "/v1/admin/retry",
         None,
-        &json!({"participant": "seats"}),
+        &json!({"participant": "seats", "reason": "seats is back"}),
     )
     .await
     .ok();
     assert!(retried["driven"].is_number(), "{retried}");
+    let audit = get(&app, "/v1/admin/audit", None).await.ok();
+    let retry = audit["entries"]
+        .as_array()
+        .and_then(|e| e.iter().find(|e| e["action"] == "retry"))
+        .unwrap_or_else(|| panic!("no retry audited: {audit}"));
+    assert_eq!(retry["reason"], "seats is back", "{audit}");
     let both = post(
         &app,
         "/v1/admin/retry",

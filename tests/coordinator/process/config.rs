@@ -48,19 +48,19 @@ stock = { url = "http://127.0.0.1:50062", timeout = "1s" }
     );
     let printed = String::from_utf8_lossy(&out.stdout);
     for line in [
-        "default_ttl = \"420000ms\"",       // flag beats everything
-        "max_ttl = \"7200000ms\"",          // env beats the file
-        "max_extensions = 4",               // file beats the default
-        "participant_timeout = \"3000ms\"", // file
-        "max_active_holds_per_holder = 5",  // default
-        "seats = { url = \"http://127.0.0.1:50061\", timeout = \"3000ms\" }",
-        "stock = { url = \"http://127.0.0.1:50062\", timeout = \"1000ms\" }",
+        "default_ttl = \"7m\"",            // flag beats everything
+        "max_ttl = \"2h\"",                // env beats the file
+        "max_extensions = 4",              // file beats the default
+        "participant_timeout = \"3s\"",    // file
+        "max_active_holds_per_holder = 5", // default
+        "seats = { url = \"http://127.0.0.1:50061\", timeout = \"3s\" }",
+        "stock = { url = \"http://127.0.0.1:50062\", timeout = \"1s\" }",
         "database_url = \"postgres://app:***@db:5432/holdfast\"", // never print a password
         "redis_url = \"redis://:***@cache:6379/0\"",              // file, masked too
-        "redis_retention = \"172800000ms\"",                      // file
+        "redis_retention = \"48h\"",                              // file
         "redis_prefix = \"hf:shop-a:\"",                          // file
-        "header_timeout = \"3000ms\"",                            // flag
-        "idle_timeout = \"120000ms\"",                            // file
+        "header_timeout = \"3s\"",                                // flag
+        "idle_timeout = \"2m\"",                                  // file
         "max_connections = 500",                                  // env
         "max_watches_per_principal = 256",                        // default
     ] {
@@ -84,9 +84,7 @@ stock = { url = "http://127.0.0.1:50062", timeout = "1s" }
         "{printed}"
     );
     assert!(
-        printed
-            .lines()
-            .any(|l| l == "redis_retention = \"604800000ms\""),
+        printed.lines().any(|l| l == "redis_retention = \"168h\""),
         "default 7 days: {printed}"
     );
     // Unset, it is named as such (a comment: the printed settings stay valid TOML).
@@ -153,7 +151,7 @@ http_allowed_hosts = ["file.example", "file2.example"]
             &from_file,
             [
                 "redis_prefix = \"file:\"",
-                "sold_out_hint = \"3000ms\"",
+                "sold_out_hint = \"3s\"",
                 "max_watches = 7",
                 "allow_plaintext_participants = true",
                 "http_allowed_hosts = [\"file.example\", \"file2.example\"]",
@@ -163,7 +161,7 @@ http_allowed_hosts = ["file.example", "file2.example"]
             &from_env,
             [
                 "redis_prefix = \"env:\"",
-                "sold_out_hint = \"2000ms\"",
+                "sold_out_hint = \"2s\"",
                 "max_watches = 8",
                 "allow_plaintext_participants = false",
                 "http_allowed_hosts = [\"env.example\"]",
@@ -173,7 +171,7 @@ http_allowed_hosts = ["file.example", "file2.example"]
             &from_flags,
             [
                 "redis_prefix = \"flag:\"",
-                "sold_out_hint = \"1000ms\"",
+                "sold_out_hint = \"1s\"",
                 "max_watches = 9",
                 "allow_plaintext_participants = true",
                 "http_allowed_hosts = [\"flag.example\"]",

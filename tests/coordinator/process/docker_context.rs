@@ -4,7 +4,8 @@
 //! patterns anchored at the context's root, `*` within a path segment, `**` across them, a
 //! pattern excluding a folder excludes what is in it), and cargo works there, locked and
 //! offline: the workspace resolves (every crate the manifests name, every declared target,
-//! the lockfile), and, in the `--ignored` run `.ci/run` makes, `holdfast` compiles.
+//! the lockfile; and fails to without `COPY crates`), every file the code embeds at compile
+//! time is there, and, in the `--ignored` run `.ci/run` makes, `holdfast` compiles.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -121,18 +122,25 @@ fn copy_into_context(source: &Path, relative: &str, dest: &Path, patterns: &[Str
     }
 }
 
+/// A file of `deploy/`.
+fn deploy_file(name: &str) -> String {
+    let path = repository().join("deploy").join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
 /// The builder's working folder as the Dockerfile's `COPY` lines leave it, in a fresh folder.
 fn rebuilt_context() -> PathBuf {
-    let read = |name: &str| {
-        let path = repository().join("deploy").join(name);
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-    };
-    let patterns = ignore_patterns(&read("Dockerfile.dockerignore"));
+    context_of(&deploy_file("Dockerfile"))
+}
+
+/// The builder's working folder as `dockerfile`'s `COPY` lines leave it, in a fresh folder.
+fn context_of(dockerfile: &str) -> PathBuf {
+    let patterns = ignore_patterns(&deploy_file("Dockerfile.dockerignore"));
     let workdir = std::env::temp_dir().join(format!(
         "holdfast-docker-context-{}",
         uuid::Uuid::new_v4().simple()
     ));
-    for (sources, dest) in builder_copies(&read("Dockerfile")) {
+    for (sources, dest) in builder_copies(dockerfile) {
         let dest = dest.trim_start_matches("./");
         for source in sources {
             let relative = source.trim_start_matches("./").trim_end_matches('/');
@@ -203,23 +211,35 @@ fn the_dockerignore_rules_are_buildkits() {
     }
 }
 
+/// `cargo metadata` of the workspace in `context`, for the host's platform only (the others'
+/// packages need not be downloaded to resolve).
+fn metadata(context: &Path) -> std::process::Output {
+    let host = host_triple();
+    let args = [
+        "metadata",
+        "--format-version",
+        "1",
+        "--filter-platform",
+        &host,
+    ];
+    cargo(context, &context.join("target"), &args)
+}
+
+#[test]
+fn the_root_dockerignore_has_the_dockerfiles_rules() {
+    // A builder that does not read deploy/Dockerfile.dockerignore (the legacy one, podman)
+    // reads the context's .dockerignore: the same rules, or it sends target/ and more.
+    let root = std::fs::read_to_string(repository().join(".dockerignore")).expect(".dockerignore");
+    assert_eq!(
+        ignore_patterns(&root),
+        ignore_patterns(&deploy_file("Dockerfile.dockerignore"))
+    );
+}
+
 #[test]
 fn the_dockerfile_build_context_resolves_the_workspace() {
     let context = rebuilt_context();
-    let target = context.join("target");
-    // The host's platform only: the others' packages need not be downloaded to resolve.
-    let host = host_triple();
-    let out = cargo(
-        &context,
-        &target,
-        &[
-            "metadata",
-            "--format-version",
-            "1",
-            "--filter-platform",
-            &host,
-        ],
-    );
+    let out = metadata(&context);
     let _ = std::fs::remove_dir_all(&context);
     assert_success("cargo metadata", &out);
     let metadata: serde_json::Value =
@@ -230,6 +250,100 @@ fn the_dockerfile_build_context_resolves_the_workspace() {
         "the workspace's eight crates: {}",
         metadata["workspace_members"]
     );
+}
+
+#[test]
+fn a_dockerfile_that_leaves_a_crate_out_is_caught() {
+    // The COPY lines are read, not assumed: without `COPY crates ./crates` (the mistake this
+    // test was written for) the workspace does not resolve.
+    let dockerfile = deploy_file("Dockerfile");
+    let without: String = dockerfile
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("COPY crates"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_ne!(
+        without, dockerfile,
+        "the Dockerfile copies crates/ on a line of its own"
+    );
+    let context = context_of(&without);
+    let out = metadata(&context);
+    let _ = std::fs::remove_dir_all(&context);
+    assert!(!out.status.success(), "resolved without crates/");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("crates/holdfast-"), "{said}");
+}
+
+/// The paths a source file embeds at compile time, as written: `include_str!`,
+/// `include_bytes!` (relative to the file) and `sqlx::migrate!` (relative to its crate).
+fn embedded(source: &str) -> Vec<(&'static str, String)> {
+    let mut found = Vec::new();
+    for (mac, relative_to) in [
+        ("include_str!(\"", "file"),
+        ("include_bytes!(\"", "file"),
+        ("migrate!(\"", "crate"),
+    ] {
+        let mut rest = source;
+        while let Some(at) = rest.find(mac) {
+            rest = &rest[at + mac.len()..];
+            if let Some(end) = rest.find('"') {
+                found.push((relative_to, rest[..end].to_owned()));
+            }
+        }
+    }
+    found
+}
+
+/// Every `.rs` file under `dir` (no `target/`).
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read a folder").flatten() {
+        let path = entry.path();
+        if path.is_dir() && entry.file_name() != "target" {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn the_dockerfile_build_context_holds_every_file_the_code_embeds() {
+    // What compiling needs beyond the manifests, checked in seconds: the console's assets,
+    // the Lua scripts, every migrations folder (a `.dockerignore` rule or a missing COPY
+    // would only show in the --ignored compile below), and protoc's input.
+    let context = rebuilt_context();
+    let mut files = Vec::new();
+    rust_files(&context, &mut files);
+    let (mut checked, mut missing) = (0, Vec::new());
+    for file in &files {
+        let source = std::fs::read_to_string(file).expect("a source file");
+        for (relative_to, path) in embedded(&source) {
+            let base = match relative_to {
+                "file" => file.parent().expect("a folder").to_path_buf(),
+                _ => file
+                    .ancestors()
+                    .find(|d| d.join("Cargo.toml").is_file())
+                    .expect("the file's crate")
+                    .to_path_buf(),
+            };
+            checked += 1;
+            if !base.join(&path).exists() {
+                missing.push(format!("{}: {path}", file.display()));
+            }
+        }
+    }
+    let protos = context.join("proto/tcc/v1");
+    let has_protos = protos.is_dir();
+    let _ = std::fs::remove_dir_all(&context);
+    assert!(
+        has_protos,
+        "proto/tcc/v1 (holdfast-proto's build.rs) not in the context"
+    );
+    assert!(
+        missing.is_empty(),
+        "embedded but not in the context: {missing:#?}"
+    );
+    assert!(checked >= 15, "only {checked} embedded paths found");
 }
 
 /// Minutes on two cores: run by `.ci/run` after the suite (`-- --ignored`).

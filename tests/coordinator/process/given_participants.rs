@@ -6,7 +6,7 @@
 use holdfast::proto::coordinator_client::CoordinatorClient;
 use holdfast::proto::reservation::State;
 
-use super::{Holdfast, embedded_command, listen_addr, serving};
+use super::{Holdfast, embedded_command, get_json, listen_addr, serving};
 use crate::common::{hold, reserve_request, spawn_fakes, state_of};
 
 #[tokio::test]
@@ -42,6 +42,19 @@ async fn the_all_in_one_registers_a_participant_it_is_given() {
         .into_inner();
     assert_eq!(state_of(&held), State::Held, "{held:?}");
     assert_eq!(fakes.log.count("car-park", "Try"), 1);
+    // The operator's listing has it beside the built-in ones.
+    let http = std::net::SocketAddr::new(listen.ip(), 8080);
+    let listed = get_json(http, "/v1/admin/participants").await;
+    let names: Vec<&str> = listed["participants"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no participants in {listed}"))
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"car-park") && names.contains(&"seats"),
+        "{listed}"
+    );
     drop(process);
 
     // A name of a built-in participant is refused at start, naming the flag.
@@ -54,5 +67,23 @@ async fn the_all_in_one_registers_a_participant_it_is_given() {
         err.contains("--participant seats=") && err.contains("give yours another name"),
         "{err}"
     );
+    // The same through HOLDFAST_PARTICIPANTS and the config file.
+    let file = dir.join("holdfast.toml");
+    std::fs::write(&file, format!("[participants]\nrooms = \"{url}\"\n")).expect("the file");
+    for (var, value, name) in [
+        ("HOLDFAST_PARTICIPANTS", format!("noop={url}"), "noop"),
+        ("HOLDFAST_CONFIG", file.display().to_string(), "rooms"),
+    ] {
+        let out = embedded_command(&dir, listen)
+            .env(var, value)
+            .output()
+            .expect("run holdfast");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{var}: started with a second {name}");
+        assert!(
+            err.contains(&format!("--participant {name}=")),
+            "{var}: {err}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

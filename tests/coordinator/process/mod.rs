@@ -2,12 +2,14 @@
 //! it - a database of its own per test, loopback addresses of the test's own, health and
 //! `/metrics` probes, `ResourceAdmin` clients for the all-in-one's participants, and one-shot
 //! runs of a subcommand. The tests are by topic: `banner` (what the all-in-one says at start,
-//! checked against what answers), `crash` (SIGKILL and restart), `config`
-//! (settings precedence, bad configuration), `bench` (`holdfast bench` end to end), `shutdown`
-//! (SIGTERM with a Watch open), `dashboards` (deploy/'s PromQL against live /metrics), `split` (the coordinator and participant roles as processes of
-//! their own: SIGKILLs and terminated database connections mid-flight), `stock_redis` (the
-//! all-in-one's stock-redis under its own key prefix, on the test clock), `upgrade` (a data
-//! folder an earlier holdfast made).
+//! checked against what answers), `crash` (SIGKILL and restart), `config` (settings
+//! precedence, bad configuration), `failed_start` (a start refused before writing leaves no
+//! data folder), `bench` (`holdfast bench` end to end), `shutdown` (SIGTERM with a Watch
+//! open), `dashboards` (deploy/'s PromQL against live /metrics), `help` (every `--help` page
+//! in plain text), `metrics` (what /metrics and the log say before anything happened), `split`
+//! (the coordinator and participant roles as processes of their own: SIGKILLs and terminated
+//! database connections mid-flight), `stock_redis` (the all-in-one's stock-redis under its own
+//! key prefix, on the test clock), `upgrade` (a data folder an earlier holdfast made).
 
 mod banner;
 pub(crate) mod bench;
@@ -16,7 +18,10 @@ mod crash;
 mod dashboards;
 mod deploy;
 mod docker_context;
+mod failed_start;
 mod given_participants;
+mod help;
+mod metrics;
 mod shutdown;
 mod split;
 mod stock_redis;
@@ -336,6 +341,25 @@ pub(crate) async fn scrape(addr: SocketAddr) -> String {
     stream.read_to_string(&mut response).await.unwrap();
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     response
+}
+
+/// GET `path` of the HTTP listener at `addr` (the JSON API, plain HTTP/1.1, no key): the body
+/// of a 200 answer, as JSON.
+pub(crate) async fn get_json(addr: SocketAddr, path: &str) -> serde_json::Value {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect to the HTTP listener");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert!(
+        response.starts_with("HTTP/1.1 200"),
+        "GET {path}: {response}"
+    );
+    let (_, body) = response.split_once("\r\n\r\n").expect("a head and a body");
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
 }
 
 /// Runs `holdfast <args>` to completion with only `env` from the HOLDFAST_* family set.

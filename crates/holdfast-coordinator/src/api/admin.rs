@@ -122,7 +122,11 @@ impl proto::admin_server::Admin for AdminApi {
                 Some(Target::Participant(p)) => (None, Some(p.as_str())),
                 None => (None, None),
             };
-            let retried = self.coordinator.retry(&actor, id, participant).await?;
+            let reason = &request.get_ref().reason;
+            let retried = self
+                .coordinator
+                .retry(&actor, id, participant, reason)
+                .await?;
             Ok(Response::new(proto::RetryResponse {
                 driven: i32::try_from(retried.driven).unwrap_or(i32::MAX),
                 reservations: retried

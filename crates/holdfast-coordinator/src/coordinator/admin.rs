@@ -144,6 +144,7 @@ impl Coordinator {
         actor: &Actor,
         reservation_id: Option<&str>,
         participant: Option<&str>,
+        reason: &str,
     ) -> Result<Retried, Error> {
         let target = match (reservation_id, participant) {
             (Some(id), None) => RetryTarget::Reservation(validate::reservation_id(id)?),
@@ -169,7 +170,8 @@ impl Coordinator {
             RetryTarget::Participant(p) => Some(p.clone()),
             RetryTarget::Reservation(_) => None,
         };
-        let note = note(actor, AdminAction::Retry, "", named);
+        let reason = retry_reason(reason, &target)?;
+        let note = note(actor, AdminAction::Retry, &reason, named);
         let Some(woken) = self.store.retry(&target, &note, self.lease()).await? else {
             let RetryTarget::Reservation(id) = target else {
                 return Err(Error::Internal(
@@ -282,6 +284,23 @@ impl Coordinator {
 }
 
 /// The audit entry an action by `actor` records.
+/// What a Retry's audit entry says: the operator's reason, checked as every admin reason is,
+/// or, without one, what was retried.
+fn retry_reason(given: &str, target: &RetryTarget) -> Result<String, Error> {
+    if !given.is_empty() {
+        admin::admin_reason(given)?;
+        return Ok(given.to_owned());
+    }
+    Ok(match target {
+        RetryTarget::Reservation(_) => {
+            "retry requested: backoff cleared, the reservation's unfinished work driven now (no reason given)".to_owned()
+        }
+        RetryTarget::Participant(p) => format!(
+            "retry requested: backoff cleared, every reservation with unfinished work at {p} driven now (no reason given)"
+        ),
+    })
+}
+
 fn note(
     actor: &Actor,
     action: AdminAction,

@@ -68,9 +68,10 @@ pub enum Error {
     },
 
     #[error(
-        "{participant} cannot hold {quantity_note}{resource}: sold out (refused {age_ms} ms ago, no unit released since); nothing was recorded, try again later",
+        "{participant} cannot hold {quantity_note}{resource}: {reason} (refused {age_ms} ms ago, no unit released since); nothing was recorded, try again later",
         participant = .0.participant,
         resource = .0.resource,
+        reason = .0.reason,
         quantity_note = if .0.quantity > 1 { format!("{} or more of ", .0.quantity) } else { String::new() },
         age_ms = .0.age.as_millis()
     )]

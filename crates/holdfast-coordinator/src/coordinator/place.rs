@@ -285,7 +285,7 @@ impl Coordinator {
                 // A refusal of one hold is remembered: the same hold is refused without a
                 // write until a unit comes back (`sold_out`).
                 if let [only] = group.holds.as_slice() {
-                    self.sold_out.refused(only, epoch);
+                    self.sold_out.refused(only, &reason, epoch);
                 }
                 let failure = PlacementFailure {
                     rejection: rejection(reason),

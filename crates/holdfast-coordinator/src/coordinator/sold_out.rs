@@ -29,19 +29,26 @@ use crate::domain::{Hold, Interval};
 /// remembered.
 const MAX_HINTS: usize = 4096;
 
-/// A hold the fast path refuses: what a participant refused, and how long ago.
+/// The longest refusal reason a hint keeps (a participant's reason is free text).
+const MAX_REASON: usize = 256;
+
+/// A hold the fast path refuses: what a participant refused, why, and how long ago.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SoldOutHit {
     pub participant: String,
     pub resource: String,
     /// The smallest quantity refused.
     pub quantity: i64,
+    /// The participant's own reason, as it gave it the last time ("item sku-9 does not
+    /// exist" stays that: a typo never reads as sold out).
+    pub reason: String,
     pub age: Duration,
 }
 
 #[derive(Debug)]
 struct Hint {
     quantity: i64,
+    reason: String,
     seen: Instant,
 }
 
@@ -81,9 +88,10 @@ impl SoldOutHints {
         self.lock().get(participant).map_or(0, |p| p.epoch)
     }
 
-    /// A participant refused a Try whose only hold is `hold`; remembered unless a release at
-    /// that participant began since `epoch` was taken (its units may be the ones refused).
-    pub fn refused(&self, hold: &Hold, epoch: u64) {
+    /// A participant refused a Try whose only hold is `hold`, saying `reason`; remembered
+    /// unless a release at that participant began since `epoch` was taken (its units may be
+    /// the ones refused).
+    pub fn refused(&self, hold: &Hold, reason: &str, epoch: u64) {
         if self.lifetime.is_zero() {
             return;
         }
@@ -104,10 +112,12 @@ impl SoldOutHints {
         }
         let at = all.entry(hold.participant.clone()).or_default();
         let key = (hold.resource.clone(), hold.during);
+        let reason = bounded(reason);
         match at.hints.get_mut(&key) {
             // A smaller refused quantity covers more requests; a fresher one lasts longer.
             Some(h) if now.duration_since(h.seen) < self.lifetime => {
                 h.quantity = h.quantity.min(hold.quantity);
+                h.reason = reason;
                 h.seen = now;
             }
             _ => {
@@ -115,6 +125,7 @@ impl SoldOutHints {
                     key,
                     Hint {
                         quantity: hold.quantity,
+                        reason,
                         seen: now,
                     },
                 );
@@ -173,12 +184,22 @@ impl SoldOutHints {
                     participant: hold.participant.clone(),
                     resource: hold.resource.clone(),
                     quantity: hint.quantity,
+                    reason: hint.reason.clone(),
                     age,
                 });
             }
         }
         None
     }
+}
+
+/// `reason` cut to at most [`MAX_REASON`] bytes, on a character boundary.
+fn bounded(reason: &str) -> String {
+    let mut end = reason.len().min(MAX_REASON);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    reason[..end].to_owned()
 }
 
 #[cfg(test)]
@@ -198,7 +219,7 @@ mod tests {
     fn a_refusal_covers_larger_quantities_until_a_release() {
         let hints = SoldOutHints::new(Duration::from_secs(60));
         let e = hints.epoch("stock");
-        hints.refused(&hold("sku", 2), e);
+        hints.refused(&hold("sku", 2), "sold out", e);
         assert_eq!(hints.check(&[hold("sku", 1)]), None);
         assert_eq!(hints.check(&[hold("other", 5)]), None);
         let hit = hints.check(&[hold("other", 1), hold("sku", 3)]).unwrap();
@@ -212,10 +233,10 @@ mod tests {
         let hints = SoldOutHints::new(Duration::from_secs(60));
         let e = hints.epoch("stock");
         hints.released("stock", ["elsewhere"]);
-        hints.refused(&hold("sku", 1), e);
+        hints.refused(&hold("sku", 1), "sold out", e);
         assert_eq!(hints.check(&[hold("sku", 1)]), None);
         let e = hints.epoch("stock");
-        hints.refused(&hold("sku", 1), e);
+        hints.refused(&hold("sku", 1), "sold out", e);
         assert!(hints.check(&[hold("sku", 1)]).is_some());
         hints.released_all("stock");
         assert_eq!(hints.check(&[hold("sku", 1)]), None);
@@ -224,11 +245,11 @@ mod tests {
     #[test]
     fn hints_lapse_and_a_zero_lifetime_turns_them_off() {
         let hints = SoldOutHints::new(Duration::from_millis(1));
-        hints.refused(&hold("sku", 1), hints.epoch("stock"));
+        hints.refused(&hold("sku", 1), "sold out", hints.epoch("stock"));
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(hints.check(&[hold("sku", 1)]), None);
         let off = SoldOutHints::new(Duration::ZERO);
-        off.refused(&hold("sku", 1), off.epoch("stock"));
+        off.refused(&hold("sku", 1), "sold out", off.epoch("stock"));
         assert_eq!(off.check(&[hold("sku", 1)]), None);
     }
 
@@ -236,7 +257,7 @@ mod tests {
     fn memory_is_bounded() {
         let hints = SoldOutHints::new(Duration::from_secs(60));
         for i in 0..MAX_HINTS + 10 {
-            hints.refused(&hold(&format!("r{i}"), 1), 0);
+            hints.refused(&hold(&format!("r{i}"), 1), "sold out", 0);
         }
         assert!(hints.check(&[hold("r0", 1)]).is_some());
         assert_eq!(

@@ -96,6 +96,7 @@ pub fn stock_redis_started() {
 /// The coordinator's series that alerts read, at zero.
 pub(crate) fn coordinator_started() {
     use crate::domain::State;
+    use crate::domain::admin::AdminAction;
     super::metrics_handle();
     for state in [
         State::Held,
@@ -115,6 +116,15 @@ pub(crate) fn coordinator_started() {
     metrics::gauge!(names::RECOVERY_BACKLOG).increment(0.0);
     metrics::gauge!(names::HOLD_TO_CONFIRM).increment(0.0);
     metrics::gauge!(OLDEST_WORK_AGE).increment(0.0);
+    metrics::counter!(names::WATCH_POLLS).increment(0);
+    for action in [
+        AdminAction::ForceCancel,
+        AdminAction::ResolveConfirmed,
+        AdminAction::ResolveCancelled,
+        AdminAction::Retry,
+    ] {
+        metrics::counter!(names::ADMIN_ACTIONS, "action" => action.as_str()).increment(0);
+    }
     for table in ["reservations", "branches", "extra_payments"] {
         metrics::counter!(RETENTION_DELETED, "table" => table).increment(0);
     }

@@ -32,13 +32,16 @@ impl Resource for Rooms {
         branch: &BranchCtx,
     ) -> Result<TryAnswer, ResourceError> {
         let rooms = room_ids(branch);
-        let found =
-            sqlx::query("SELECT 1 FROM room WHERE resource = ANY($1) ORDER BY resource FOR UPDATE")
-                .bind(&rooms)
-                .fetch_all(&mut *conn)
-                .await?;
-        if found.len() != rooms.len() {
-            return Ok(TryAnswer::Rejected("unknown room".to_owned()));
+        let found: Vec<String> = sqlx::query_scalar(
+            "SELECT resource FROM room WHERE resource = ANY($1) ORDER BY resource FOR UPDATE",
+        )
+        .bind(&rooms)
+        .fetch_all(&mut *conn)
+        .await?;
+        if let Some(missing) = rooms.iter().find(|r| !found.contains(r)) {
+            return Ok(TryAnswer::Rejected(format!(
+                "room {missing} does not exist"
+            )));
         }
         for item in &branch.items {
             let Some(slot) = item.during else {

@@ -29,7 +29,7 @@ impl Resource<Sqlite> for Rooms {
                 .fetch_optional(&mut *conn)
                 .await?;
             if found.is_none() {
-                return Ok(TryAnswer::Rejected("unknown room".to_owned()));
+                return Ok(TryAnswer::Rejected(format!("room {room} does not exist")));
             }
         }
         for item in &branch.items {
