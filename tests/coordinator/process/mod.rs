@@ -7,7 +7,8 @@
 //! (SIGTERM with a Watch open), `dashboards` (deploy/'s PromQL against live /metrics), `split` (the coordinator and participant roles as processes of
 //! their own: SIGKILLs and terminated database connections mid-flight), `stock_redis` (the
 //! all-in-one's stock-redis under its own key prefix, on the test clock), `upgrade` (a data
-//! folder an earlier holdfast made).
+//! folder an earlier holdfast made), `other_languages` (the Python and TypeScript order services'
+//! saga tests against `--test-mode`; ignored, run by `.ci/run`).
 
 mod banner;
 pub(crate) mod bench;
@@ -17,6 +18,7 @@ mod dashboards;
 mod deploy;
 mod docker_context;
 mod given_participants;
+mod other_languages;
 mod shutdown;
 mod split;
 mod stock_redis;
