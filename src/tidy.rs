@@ -1,9 +1,10 @@
 //! The house rules of `ARCHITECTURE.md`, checked on every `cargo test`: which module may use
 //! which (the layers point one way), how long a source file and a function may grow
-//! (`fn_length.rs`), and that a public item is used outside its crate (`unused_pub.rs`).
-//! Test-only.
+//! (`fn_length.rs`), that a public item is used outside its crate (`unused_pub.rs`), and that
+//! the published crates' READMEs quote their examples as they are (`readmes.rs`). Test-only.
 
 mod fn_length;
+mod readmes;
 mod unused_pub;
 mod workspace;
 

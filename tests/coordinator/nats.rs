@@ -8,6 +8,8 @@
 //! nats-server stopped while reservations go on: the sink's lag grows (Admin `ListSinks`), and
 //! once the server is back on the same port and store the backlog drains, nothing lost.
 //!
+//! The sink's tests run with the coordinator's log on PostgreSQL and on SQLite.
+//!
 //! Each test has a stream and a subject prefix of its own on the shared server
 //! (127.0.0.1:4222, `.ci/run` starts it), deleted when the test ends.
 
@@ -43,6 +45,48 @@ const PATIENCE: Duration = Duration::from_secs(120);
 
 /// The coordinators' work lease, also their sink's: short, so a restart takes over soon.
 const LEASE: Duration = Duration::from_secs(6);
+
+/// The coordinator's database in a test: the test's PostgreSQL database, or a SQLite file
+/// (removed on drop). The stock participant stays on PostgreSQL either way.
+enum Db {
+    Postgres(PgPool),
+    Sqlite(std::path::PathBuf),
+}
+
+impl Db {
+    fn sqlite() -> Db {
+        Db::Sqlite(std::env::temp_dir().join(format!("holdfast-nats-{}.db", uuid::Uuid::new_v4())))
+    }
+
+    /// A store on it (each call a pool of its own, as each replica has).
+    async fn store(&self) -> AnyStore {
+        match self {
+            Db::Postgres(pool) => PgStore::from_pool(pool.clone()).into(),
+            Db::Sqlite(path) => SqliteStore::connect(&format!("sqlite://{}", path.display()), 8)
+                .await
+                .unwrap()
+                .into(),
+        }
+    }
+
+    /// Its log, read as the coordinator reads it.
+    async fn log(&self) -> Box<dyn EventLog> {
+        match self.store().await {
+            AnyStore::Postgres(s) => Box::new(s),
+            AnyStore::Sqlite(s) => Box::new(s),
+        }
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if let Db::Sqlite(path) = self {
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+            }
+        }
+    }
+}
 
 /// A stream and subject prefix of this test's own; the stream is deleted on drop.
 struct TestStream {
@@ -334,14 +378,8 @@ async fn every_event_of_a_run_arrives_once_in_sequence_order(pool: PgPool) {
 /// The same with the coordinator's log on SQLite (the stock participant stays on PostgreSQL).
 #[sqlx::test(migrations = false)]
 async fn every_event_of_a_run_on_sqlite_arrives_once_in_sequence_order(pool: PgPool) {
-    let path = std::env::temp_dir().join(format!("holdfast-nats-{}.db", uuid::Uuid::new_v4()));
-    let store = SqliteStore::connect(&format!("sqlite://{}", path.display()), 8)
-        .await
-        .unwrap();
-    every_event_arrives_once(&pool, store.clone().into(), store.event_log()).await;
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-    }
+    let db = Db::sqlite();
+    every_event_arrives_once(&pool, db.store().await, &*db.log().await).await;
 }
 
 /// A scripted run on `store` (Reserve, Confirm, Reserve, Cancel, a hold left to expire): every
@@ -443,30 +481,45 @@ impl Drop for AckedButLost {
 }
 
 /// A coordinator that stops after JetStream acknowledged its events and before it wrote its
-/// cursor re-publishes them after its restart; a consumer sees each once, none missing.
+/// cursor re-publishes them after its restart; a consumer sees each once, none missing. Its
+/// lease given up at the stop, the restarted one takes the sink at once.
 #[sqlx::test(migrations = false)]
 async fn events_acknowledged_before_a_stop_are_not_duplicated_after_the_restart(pool: PgPool) {
+    acknowledged_then_stopped(&pool, Db::Postgres(pool.clone())).await;
+}
+
+/// The same with the coordinator's log on SQLite.
+#[sqlx::test(migrations = false)]
+async fn on_sqlite_events_acknowledged_before_a_stop_are_not_duplicated_after_the_restart(
+    pool: PgPool,
+) {
+    acknowledged_then_stopped(&pool, Db::sqlite()).await;
+}
+
+async fn acknowledged_then_stopped(pool: &PgPool, db: Db) {
     let nats = TestStream::on(NATS_URL).await;
-    let stock = stock(&pool).await;
+    let stock = stock(pool).await;
     let lost = AckedButLost::arm(&nats.prefix);
-    let mut first = Replica::start(&pool, &stock, vec![nats.sink().await]).await;
+    let mut first = Replica::start_on(db.store().await, &stock, vec![nats.sink().await]).await;
     let cancelled = script(&mut first.client, "crash").await;
-    let events = log_through(&pool, &cancelled, proto::event::Type::ReservationCancelled).await;
+    let log = db.log().await;
+    let events =
+        log_of_through(&*log, &cancelled, proto::event::Type::ReservationCancelled).await;
     nats.wait_count(events.len() as u64).await;
     let sink = first.nats_sink().await.expect("the sink's row");
     assert_eq!(sink.delivered_through, 0, "{sink:?}");
     assert!(sink.last_error.contains("failpoint"), "{sink:?}");
     first.stop().await;
     drop(lost);
-    // The stopped coordinator gave its lease up: the restarted one takes the sink at once.
-    let holder: Option<uuid::Uuid> =
-        sqlx::query_scalar("SELECT lease_owner FROM event_sinks WHERE name = $1")
-            .bind(NATS_SINK_NAME)
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-    assert_eq!(holder, None, "a stopped coordinator still holds the sink");
-    let mut second = Replica::start(&pool, &stock, vec![nats.sink().await]).await;
+    // The stopped coordinator gave its lease up: anyone may take the sink at once (this
+    // lease runs out as it is taken, so the restarted coordinator takes it next).
+    let now = holdfast::store::WorkLease {
+        owner: uuid::Uuid::new_v4(),
+        duration: Duration::ZERO,
+    };
+    let taken = log.lease_sink(NATS_SINK_NAME, now).await.unwrap();
+    assert!(taken.is_some(), "a stopped coordinator still holds the sink");
+    let mut second = Replica::start_on(db.store().await, &stock, vec![nats.sink().await]).await;
     let latest = events.last().unwrap().sequence;
     wait_delivered_through(&mut second, latest).await;
     assert_eq!(
@@ -541,6 +594,16 @@ impl PrivateNats {
 /// on the same port and store, the backlog drains, every event once and in order.
 #[sqlx::test(migrations = false)]
 async fn a_backlog_built_while_nats_is_down_drains_when_it_returns(pool: PgPool) {
+    backlog_drains(&pool, Db::Postgres(pool.clone())).await;
+}
+
+/// The same with the coordinator's log on SQLite.
+#[sqlx::test(migrations = false)]
+async fn on_sqlite_a_backlog_built_while_nats_is_down_drains_when_it_returns(pool: PgPool) {
+    backlog_drains(&pool, Db::sqlite()).await;
+}
+
+async fn backlog_drains(pool: &PgPool, db: Db) {
     let port = {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         probe.local_addr().unwrap().port()
@@ -548,14 +611,15 @@ async fn a_backlog_built_while_nats_is_down_drains_when_it_returns(pool: PgPool)
     let dir = StoreDir::new();
     let server = PrivateNats::start(port, &dir.0).await;
     let nats = TestStream::on(&format!("nats://127.0.0.1:{port}")).await;
-    let stock = stock(&pool).await;
-    let mut replica = Replica::start(&pool, &stock, vec![nats.sink().await]).await;
+    let stock = stock(pool).await;
+    let mut replica = Replica::start_on(db.store().await, &stock, vec![nats.sink().await]).await;
+    let log = db.log().await;
     let before = script(&mut replica.client, "before").await;
-    let events = log_through(&pool, &before, proto::event::Type::ReservationCancelled).await;
+    let events = log_of_through(&*log, &before, proto::event::Type::ReservationCancelled).await;
     wait_delivered_through(&mut replica, events.last().unwrap().sequence).await;
     server.stop().await;
     let during = script(&mut replica.client, "during").await;
-    let events = log_through(&pool, &during, proto::event::Type::ReservationCancelled).await;
+    let events = log_of_through(&*log, &during, proto::event::Type::ReservationCancelled).await;
     let latest = events.last().unwrap().sequence;
     let behind = wait_lagging(&mut replica, Duration::from_secs(1)).await;
     assert!(behind.delivered_through < latest, "{behind:?}");

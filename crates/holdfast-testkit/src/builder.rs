@@ -8,9 +8,9 @@ use holdfast_coordinator::coordinator::Policy;
 use holdfast_coordinator::domain::validate::Limits;
 use holdfast_coordinator::registry::ParticipantEndpoint;
 use holdfast_coordinator::serving::{CoordinatorAccess, CoordinatorSettings};
-use holdfast_participants::{Kind, ParticipantSettings};
+#[cfg(feature = "reference-participants")]
+use holdfast_participants::Kind;
 use holdfast_serve::auth::Role;
-use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
 use crate::access::{self, Access, HARNESS_PRINCIPAL};
@@ -23,11 +23,13 @@ use crate::{Relay, TestkitError};
 
 /// What the harness starts; see [`Harness::builder`].
 pub struct HarnessBuilder {
+    #[cfg(feature = "reference-participants")]
     participants: Vec<Kind>,
     fakes: Vec<(String, Script)>,
     resources: Vec<(String, Vec<(String, i64)>)>,
     postgres: Option<String>,
     participant_timeout: Duration,
+    #[cfg(feature = "reference-participants")]
     orphan_grace: Duration,
     policy: Policy,
     limits: Limits,
@@ -50,11 +52,13 @@ impl Harness {
     /// the coordinator's default policy and limits, authentication off.
     pub fn builder() -> HarnessBuilder {
         HarnessBuilder {
+            #[cfg(feature = "reference-participants")]
             participants: Vec::new(),
             fakes: Vec::new(),
             resources: Vec::new(),
             postgres: None,
             participant_timeout: Duration::from_secs(1),
+            #[cfg(feature = "reference-participants")]
             orphan_grace: holdfast_coordinator::participant::DEFAULT_ORPHAN_GRACE,
             policy: Policy::default(),
             limits: Limits::default(),
@@ -66,7 +70,8 @@ impl Harness {
 
 impl HarnessBuilder {
     /// Reference participants to run, each registered under its kind's name (`seats`,
-    /// `stock`, `rooms`, `payments`, `noop`).
+    /// `stock`, `rooms`, `payments`, `noop`). Feature `reference-participants`.
+    #[cfg(feature = "reference-participants")]
     pub fn participants(mut self, kinds: impl IntoIterator<Item = Kind>) -> Self {
         self.participants.extend(kinds);
         self
@@ -105,7 +110,8 @@ impl HarnessBuilder {
     }
 
     /// How long after `expires_at` a reference participant reclaims a hold nobody released
-    /// (default one hour; see [`Harness::advance`]).
+    /// (default one hour; see [`Harness::advance`]). Feature `reference-participants`.
+    #[cfg(feature = "reference-participants")]
     pub fn orphan_grace(mut self, grace: Duration) -> Self {
         self.orphan_grace = grace;
         self
@@ -176,10 +182,10 @@ impl HarnessBuilder {
             CoordinatorTls::Server => Some(Certificates::new(None)?),
             CoordinatorTls::Mutual => Some(Certificates::new(Some(&clients))?),
         };
-        let data = Data::open(self.postgres.as_deref(), &self.participants).await?;
+        let data = Data::open(self.postgres.as_deref())?;
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         let mut tasks = JoinSet::new();
-        let mut participants = self.start_participants(&data, &stop_rx, &mut tasks).await?;
+        let mut participants = self.start_reference(&data, &stop_rx, &mut tasks).await?;
         let log = CallLog::default();
         self.start_fakes(&log, &mut participants).await;
         let settings = CoordinatorSettings {
@@ -244,11 +250,11 @@ impl HarnessBuilder {
 
     /// Every participant's name is its own.
     fn unique_names(&self) -> Result<(), TestkitError> {
-        let names = self
-            .participants
-            .iter()
-            .map(|k| k.name().to_owned())
-            .chain(self.fakes.iter().map(|(n, _)| n.clone()));
+        #[cfg(feature = "reference-participants")]
+        let reference = self.participants.iter().map(|k| k.name().to_owned());
+        #[cfg(not(feature = "reference-participants"))]
+        let reference = std::iter::empty::<String>();
+        let names = reference.chain(self.fakes.iter().map(|(n, _)| n.clone()));
         let mut seen = std::collections::HashSet::new();
         for name in names {
             if !seen.insert(name.clone()) {
@@ -258,43 +264,27 @@ impl HarnessBuilder {
         Ok(())
     }
 
-    /// Serves each reference participant on a loopback port of its own, behind a relay.
-    async fn start_participants(
+    /// Serves the reference participants (feature `reference-participants`), each behind a
+    /// relay, until `stop_rx` says stop.
+    #[cfg(feature = "reference-participants")]
+    async fn start_reference(
         &self,
         data: &Data,
         stop_rx: &tokio::sync::watch::Receiver<bool>,
         tasks: &mut JoinSet<()>,
     ) -> Result<Vec<Participant>, TestkitError> {
-        let mut participants = Vec::new();
-        for (kind, db) in &data.participants {
-            let listener = bind_loopback().await?;
-            let url = local_url(&listener)?;
-            let settings = ParticipantSettings {
-                orphan_grace: self.orphan_grace,
-                ..ParticipantSettings::new(*kind)
-            };
-            let (db, mut stopped) = (db.clone(), stop_rx.clone());
-            let (name, clock) = (kind.name(), data.clock.clone());
-            tasks.spawn(async move {
-                let until = async move {
-                    let _ = stopped.wait_for(|s| *s).await;
-                };
-                let served = holdfast_participants::testing::serve_test_participant(
-                    settings, db, listener, &clock, until,
-                );
-                if let Err(e) = served.await {
-                    eprintln!("holdfast-testkit: participant {name} stopped: {e}");
-                }
-            });
-            let relay = Relay::start(&url).await;
-            participants.push(Participant {
-                name: name.to_owned(),
-                direct_url: url,
-                relay,
-                fake: None,
-            });
-        }
-        Ok(participants)
+        crate::reference::start(&self.participants, self.orphan_grace, data, stop_rx, tasks).await
+    }
+
+    /// Without the feature there are none.
+    #[cfg(not(feature = "reference-participants"))]
+    async fn start_reference(
+        &self,
+        _: &Data,
+        _: &tokio::sync::watch::Receiver<bool>,
+        _: &mut JoinSet<()>,
+    ) -> Result<Vec<Participant>, TestkitError> {
+        Ok(Vec::new())
     }
 
     /// Serves each scripted fake, behind a relay, its calls in `log`.
@@ -311,21 +301,4 @@ impl HarnessBuilder {
             });
         }
     }
-}
-
-async fn bind_loopback() -> Result<TcpListener, TestkitError> {
-    let addr = SocketAddr::from(([127, 0, 0, 1], 0));
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| TestkitError::Listen { addr, source })
-}
-
-fn local_url(listener: &TcpListener) -> Result<String, TestkitError> {
-    let addr = listener
-        .local_addr()
-        .map_err(|source| TestkitError::Listen {
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-            source,
-        })?;
-    Ok(format!("http://{addr}"))
 }

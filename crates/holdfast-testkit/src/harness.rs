@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use holdfast_client::{Client, Payment};
 use holdfast_coordinator::serving::CoordinatorSettings;
-use holdfast_participants::Kind;
 use holdfast_proto as proto;
 use holdfast_serve::auth::Bearer;
 use tokio::task::JoinSet;
@@ -24,6 +23,10 @@ use crate::data::Data;
 use crate::fake::{CallLog, FakeParticipant};
 use crate::tls::Certificates;
 use crate::{Relay, TestkitError};
+
+/// The name [`Harness::charge`] and [`Harness::payment`] call: the reference `payments`
+/// participant's.
+const PAYMENTS: &str = "payments";
 
 /// How long [`Harness::events`] waits for the events it knows of.
 const EVENTS_WAIT: Duration = Duration::from_secs(30);
@@ -258,7 +261,7 @@ impl Harness {
     async fn payments(
         &self,
     ) -> Result<proto::payments_client::PaymentsClient<Channel>, TestkitError> {
-        let url = self.participant_url(Kind::Payments.name())?;
+        let url = self.participant_url(PAYMENTS)?;
         Ok(proto::payments_client::PaymentsClient::new(
             connect(url, None).await?,
         ))
@@ -288,7 +291,7 @@ impl Harness {
             .map_err(TestkitError::rpc("Payments/Charge"))?
             .into_inner();
         Ok(Payment {
-            participant: Kind::Payments.name().to_owned(),
+            participant: PAYMENTS.to_owned(),
             payment_ref: charged.payment_ref,
             amount_minor,
             currency: currency.to_owned(),

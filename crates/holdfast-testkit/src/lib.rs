@@ -42,6 +42,8 @@ mod data;
 mod error;
 pub mod fake;
 mod harness;
+#[cfg(feature = "reference-participants")]
+mod reference;
 mod relay;
 mod tls;
 
@@ -50,6 +52,7 @@ pub use error::TestkitError;
 pub use fake::{Answer, Call, CallLog, FakeParticipant, Script};
 pub use harness::{Advanced, Harness};
 pub use holdfast_client as client;
+#[cfg(feature = "reference-participants")]
 pub use holdfast_participants::Kind;
 pub use holdfast_serve::auth::Role;
 pub use relay::Relay;

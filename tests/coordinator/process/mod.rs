@@ -9,7 +9,9 @@
 //! in plain text), `metrics` (what /metrics and the log say before anything happened), `split`
 //! (the coordinator and participant roles as processes of their own: SIGKILLs and terminated
 //! database connections mid-flight), `stock_redis` (the all-in-one's stock-redis under its own
-//! key prefix, on the test clock), `upgrade` (a data folder an earlier holdfast made).
+//! key prefix, on the test clock), `upgrade` (a data folder an earlier holdfast made),
+//! `other_languages` (the Python and TypeScript order services' saga tests against
+//! `--test-mode`; ignored, run by `.ci/run`).
 
 mod banner;
 pub(crate) mod bench;
@@ -22,6 +24,7 @@ mod failed_start;
 mod given_participants;
 mod help;
 mod metrics;
+mod other_languages;
 mod shutdown;
 mod split;
 mod stock_redis;

@@ -3,6 +3,7 @@
 
 mod auth;
 mod clock;
+mod dependencies;
 mod events;
 mod fakes;
 mod files;
