@@ -5,7 +5,9 @@
 //! `POST /v1/admin/reservations/{id}:resolve` (`{"outcome","reason"}`),
 //! `GET /v1/admin/audit?reservation_id=&page_size=&page_token=`,
 //! `GET /v1/admin/participants` (each registered participant's health),
-//! `GET /v1/admin/sinks` (the event sinks, SPEC 10) and
+//! `GET /v1/admin/sinks` (the event sinks, SPEC 10),
+//! `GET /v1/admin/counts` (reservations by state, counted in the database),
+//! `GET /v1/admin/inventory?resource=PARTICIPANT/RESOURCE` (repeated; stock levels) and
 //! `POST /v1/admin/webhooks/{name}:resume` (a paused webhook).
 
 use axum::Router;
@@ -30,6 +32,8 @@ pub fn routes() -> Router<Shared> {
         .route("/v1/admin/audit", get(audit))
         .route("/v1/admin/participants", get(participants))
         .route("/v1/admin/sinks", get(sinks))
+        .route("/v1/admin/counts", get(counts))
+        .route("/v1/admin/inventory", get(inventory))
         .route("/v1/admin/webhooks/{target}", post(resume_webhook))
 }
 
@@ -231,6 +235,52 @@ async fn sinks(
         .into_inner();
     Ok(ok(serde_json::json!({
         "sinks": answer.sinks.iter().map(crate::json::sink).collect::<Vec<_>>(),
+    })))
+}
+
+/// `GET /v1/admin/counts`: reservations by state, live and over the last hour per minute.
+async fn counts(
+    State(service): State<Shared>,
+    credentials: Credentials,
+) -> Result<Response, ApiError> {
+    let answer = admin(&service.grpc)
+        .count_reservations(credentials.request(proto::CountReservationsRequest {})?)
+        .await?
+        .into_inner();
+    Ok(ok(crate::json::state_counts(&answer)))
+}
+
+/// The gRPC message of an inventory query string: `resource` repeats, each
+/// `PARTICIPANT/RESOURCE` (the resource may hold further slashes).
+fn inventory_message(raw: Option<&str>) -> Result<proto::GetInventoryRequest, tonic::Status> {
+    let params = body::query(raw, &["resource"], &["resource"])?;
+    let mut resources = Vec::new();
+    for item in params.get("resource").into_iter().flatten() {
+        let (participant, resource) = item
+            .split_once('/')
+            .ok_or_else(|| invalid("resource", format!("{item:?} is not PARTICIPANT/RESOURCE")))?;
+        resources.push(proto::ResourceRef {
+            participant: participant.to_owned(),
+            resource: resource.to_owned(),
+        });
+    }
+    Ok(proto::GetInventoryRequest { resources })
+}
+
+/// `GET /v1/admin/inventory?resource=seats/A1&resource=...`: each resource's stock levels.
+async fn inventory(
+    State(service): State<Shared>,
+    RawQuery(raw): RawQuery,
+    credentials: Credentials,
+) -> Result<Response, ApiError> {
+    let message = inventory_message(raw.as_deref())
+        .map_err(|bad| service.refuse(&credentials, "/tcc.v1.Admin/GetInventory", bad))?;
+    let answer = admin(&service.grpc)
+        .get_inventory(credentials.request(message)?)
+        .await?
+        .into_inner();
+    Ok(ok(serde_json::json!({
+        "lines": answer.lines.iter().map(crate::json::inventory_line).collect::<Vec<_>>(),
     })))
 }
 

@@ -9,6 +9,8 @@ mod auth;
 mod browser;
 mod events;
 mod input;
+mod inventory;
+mod lookup;
 mod origin;
 mod ready;
 mod stream;

@@ -185,6 +185,38 @@ impl proto::admin_server::Admin for AdminApi {
         .await
     }
 
+    async fn count_reservations(
+        &self,
+        request: Request<proto::CountReservationsRequest>,
+    ) -> Result<Response<proto::CountReservationsResponse>, Status> {
+        observed("CountReservations", async move {
+            actor(&request)?;
+            let counts = self.coordinator.count_by_state().await?;
+            Ok(Response::new(convert::state_counts(counts)))
+        })
+        .await
+    }
+
+    async fn get_inventory(
+        &self,
+        request: Request<proto::GetInventoryRequest>,
+    ) -> Result<Response<proto::GetInventoryResponse>, Status> {
+        observed("GetInventory", async move {
+            actor(&request)?;
+            let items = request
+                .into_inner()
+                .resources
+                .into_iter()
+                .map(|r| (r.participant, r.resource))
+                .collect();
+            let lines = self.coordinator.inventory(items).await?;
+            Ok(Response::new(proto::GetInventoryResponse {
+                lines: lines.into_iter().map(convert::inventory_line).collect(),
+            }))
+        })
+        .await
+    }
+
     async fn resume_webhook(
         &self,
         request: Request<proto::ResumeWebhookRequest>,

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::{Coordinator, Error, Page, entered, refund_recorded};
 use crate::domain::admin::{
-    self, AdminAction, AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery,
+    self, AdminAction, AuditEntry, AuditNote, AuditQuery, RetryTarget, StateCounts, StuckQuery,
 };
 use crate::domain::validate::{self, FieldError};
 use crate::domain::{Actor, Reservation, State};
@@ -226,6 +226,11 @@ impl Coordinator {
             reservations: self.with_audit(reservations).await?,
             next,
         })
+    }
+
+    /// Reservations by state from the database: the live ones, the last hour's per minute.
+    pub async fn count_by_state(&self) -> Result<StateCounts, Error> {
+        Ok(self.store.count_by_state().await?)
     }
 
     /// The audit log (one reservation's or all), newest first.

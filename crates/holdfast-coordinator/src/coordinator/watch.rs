@@ -16,7 +16,9 @@ use super::watchers::{WatchConnection, Watchers};
 use super::{Coordinator, Error};
 use crate::domain::PresentedToken;
 use crate::domain::RequestId;
-use crate::domain::admin::{AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery};
+use crate::domain::admin::{
+    AuditEntry, AuditNote, AuditQuery, RetryTarget, StateCounts, StuckQuery,
+};
 use crate::domain::policy::{Backoff, HoldLimits};
 use crate::domain::{
     Actor, Decision, ExtraPayment, ListQuery, NewReservation, Rejection, Reservation, State,
@@ -363,6 +365,10 @@ impl Store for Publishing {
 
     async fn list_stuck(&self, query: &StuckQuery) -> Result<Vec<Reservation>, StoreError> {
         self.inner.list_stuck(query).await
+    }
+
+    async fn count_by_state(&self) -> Result<StateCounts, StoreError> {
+        self.inner.count_by_state().await
     }
 
     async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {

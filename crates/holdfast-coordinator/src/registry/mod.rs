@@ -1,6 +1,7 @@
 //! The participant registry: name -> endpoint, one long-lived HTTP/2 channel per participant,
-//! and the three TCC calls translated to domain outcomes (plus Extend, `extend.rs`, and a
-//! payment service's GetPayment and Refund, `payments.rs`).
+//! and the three TCC calls translated to domain outcomes (plus Extend, `extend.rs`, a
+//! payment service's GetPayment and Refund, `payments.rs`, and a resource's stock levels,
+//! `inventory.rs`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,6 +19,7 @@ use crate::proto;
 use crate::proto::participant_client::ParticipantClient;
 
 mod extend;
+mod inventory;
 mod payments;
 
 pub use extend::ExtendOutcome;
@@ -129,6 +131,8 @@ pub struct ParticipantHandle {
     client: ParticipantClient<Channel>,
     /// The same channel, for participants that also take payments (refunds).
     payments: crate::proto::payments_client::PaymentsClient<Channel>,
+    /// The same channel, for its stock levels (`tcc.v1.ResourceAdmin/GetResource`).
+    resources: crate::proto::resource_admin_client::ResourceAdminClient<Channel>,
     health: tonic_health::pb::health_client::HealthClient<Channel>,
     /// `Bearer <key>`: the coordinator's own credential (`--participant-api-key-file`).
     credential: Option<tonic::metadata::AsciiMetadataValue>,
@@ -205,6 +209,9 @@ impl Registry {
                 timeout: ep.timeout,
                 client: ParticipantClient::new(channel.clone()),
                 payments: crate::proto::payments_client::PaymentsClient::new(channel.clone()),
+                resources: crate::proto::resource_admin_client::ResourceAdminClient::new(
+                    channel.clone(),
+                ),
                 health: tonic_health::pb::health_client::HealthClient::new(channel),
                 credential: credential.clone(),
                 failing: Arc::new(AtomicBool::new(false)),
