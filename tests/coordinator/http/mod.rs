@@ -7,6 +7,7 @@
 mod api;
 mod auth;
 mod browser;
+mod browser_find;
 mod events;
 mod input;
 mod inventory;
