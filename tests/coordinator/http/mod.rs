@@ -13,6 +13,7 @@ mod input;
 mod inventory;
 mod lookup;
 mod origin;
+mod payments;
 mod ready;
 mod stream;
 
