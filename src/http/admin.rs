@@ -4,7 +4,8 @@
 //! `POST /v1/admin/reservations/{id}:force-cancel` (`{"reason"}`),
 //! `POST /v1/admin/reservations/{id}:resolve` (`{"outcome","reason"}`),
 //! `GET /v1/admin/audit?reservation_id=&page_size=&page_token=`,
-//! `GET /v1/admin/participants` (each registered participant's health),
+//! `GET /v1/admin/participants` (each registered participant: URL, health, latency, last
+//! error),
 //! `GET /v1/admin/sinks` (the event sinks, SPEC 10),
 //! `GET /v1/admin/counts` (reservations by state, counted in the database),
 //! `GET /v1/admin/inventory?resource=PARTICIPANT/RESOURCE` (repeated; stock levels) and
@@ -217,11 +218,25 @@ async fn participants(
     service.admit(&credentials, "/tcc.v1.Admin/ParticipantHealth")?;
     let list = (service.participants)().await;
     Ok(ok(serde_json::json!({
-        "participants": list.iter().map(|(name, serving)| serde_json::json!({
-            "name": name,
-            "serving": serving,
-        })).collect::<Vec<_>>(),
+        "participants": list.iter().map(participant).collect::<Vec<_>>(),
     })))
+}
+
+/// One participant: `latency_ms` of its health check, `last_error` and `last_error_at`
+/// (RFC 3339) of its last failed call, null if none failed.
+fn participant(p: &super::ParticipantStatus) -> serde_json::Value {
+    let at = p.last_error.as_ref().map(|(_, at)| {
+        chrono::DateTime::<chrono::Utc>::from(*at)
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    });
+    serde_json::json!({
+        "name": p.name,
+        "url": p.url,
+        "serving": p.serving,
+        "latency_ms": p.latency.as_secs_f64() * 1000.0,
+        "last_error": p.last_error.as_ref().map(|(e, _)| e),
+        "last_error_at": at,
+    })
 }
 
 /// `GET /v1/admin/sinks`: every event sink's delivery state.

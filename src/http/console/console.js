@@ -455,13 +455,18 @@ async function participants() {
         flash(`Retried ${out.driven} reservation(s) waiting on ${p.name}.`);
       } catch (err) { flash("Retry refused: " + describe(err), true); }
     });
-    return el("tr", {}, el("td", { text: p.name }),
+    return el("tr", { "data-participant": p.name }, el("td", { text: p.name }),
+      el("td", { class: "mono url", text: p.url }),
       el("td", {}, el("span", { class: "badge " + (p.serving ? "ok" : "bad"), text: p.serving ? "reachable" : "unreachable" })),
+      el("td", { class: "num", text: p.latency_ms.toFixed(1) + " ms" }),
+      el("td", { class: "err" }, p.last_error ? [p.last_error, el("div", { class: "muted", text: when(p.last_error_at) })] : ""),
       el("td", {}, retry));
   });
-  main.replaceChildren(el("h1", { text: "Participants" }), el("div", { class: "table-wrap" }, el("table", { id: "participants" },
-    el("thead", {}, el("tr", {}, el("th", { text: "name" }), el("th", { text: "health" }), el("th", { text: "" }))),
-    el("tbody", {}, rows.length ? rows : emptyRow(3, "No participants registered.")))));
+  main.replaceChildren(el("h1", { text: "Participants" }),
+    el("p", { class: "muted", text: "Health checked now; latency is the health check's; the last error is the last failed call's, kept after it answers again." }),
+    el("div", { class: "table-wrap" }, el("table", { id: "participants" },
+      el("thead", {}, el("tr", {}, ["name", "url", "health", "latency", "last error", ""].map((h) => el("th", { text: h })))),
+      el("tbody", {}, rows.length ? rows : emptyRow(6, "No participants registered.")))));
 }
 
 async function sinks() {

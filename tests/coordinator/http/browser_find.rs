@@ -4,7 +4,7 @@
 //! id, by the first characters of its id and by its holder; `#/reservations/ID` opens it; its
 //! Payments panel shows the money trail (the payment applied, a second one refunded), and a
 //! decided reservation shows no countdown; the inventory shows each resource's stock levels
-//! at its participant. Every wait is for a DOM change, with a deadline
+//! at its participant; each view fits a phone's width. Every wait is for a DOM change, with a deadline
 //! that fails with what the page showed last.
 
 use std::time::{Duration, Instant};
@@ -34,6 +34,8 @@ return {
   payments: Array.from(document.querySelectorAll('tr.payment')).map((r) => [r.dataset.ref, r.dataset.state]),
   results: Array.from(document.querySelectorAll('#search-results tr[data-id]')).map((r) => r.dataset.id),
   summary: text('#search-summary'),
+  participants: Array.from(document.querySelectorAll('#participants tr[data-participant]')).map((r) =>
+    [r.dataset.participant, r.querySelector('.url').textContent, r.querySelector('.badge').textContent]),
   inventory: Array.from(document.querySelectorAll('#inventory tr[data-resource]')).map((r) =>
     [r.dataset.resource, ...['.available', '.held', '.confirmed'].map((c) => r.querySelector(c) ? Number(r.querySelector(c).textContent) : null)]),
   main: q('#main').innerText.slice(0, 300),
@@ -191,10 +193,50 @@ async fn the_console_finds_a_reservation_and_shows_its_money_trail(pool: PgPool)
     })
     .await;
 
+    // The participants: where each is, reachable.
+    page.goto(&format!("{}/#/participants", app.base))
+        .await
+        .unwrap();
+    until(&page, "the participants", |p| {
+        p["participants"]
+            == json!([
+                ["payments", shop.payments, "reachable"],
+                ["seats", shop.seats, "reachable"]
+            ])
+    })
+    .await;
+
     // #/reservations/ID opens a reservation's page too.
     page.goto(&format!("{}/#/reservations/{}", app.base, paid.id))
         .await
         .unwrap();
     until(&page, "the long route", |p| p["state"] == "CONFIRMED").await;
+
+    // At a phone's width nothing runs off the side: the page scrolls down, not across (wide
+    // tables scroll inside their own box).
+    page.set_window_size(390, 844).await.unwrap();
+    for view in [
+        "#/",
+        &format!("#/r/{}", paid.id),
+        "#/inventory",
+        "#/participants",
+    ] {
+        page.goto(&format!("{}/{view}", app.base)).await.unwrap();
+        until(&page, "the view at a phone's width", |p| {
+            p["main"].as_str().is_some_and(|m| !m.contains("Loading"))
+        })
+        .await;
+        let wide: Value = page
+            .execute(
+                "return document.documentElement.scrollWidth - window.innerWidth;",
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert!(
+            wide.as_i64().is_some_and(|w| w <= 0),
+            "{view} is {wide} px too wide"
+        );
+    }
     page.close().await.unwrap();
 }
