@@ -112,6 +112,16 @@ pub fn state_counts(c: &proto::CountReservationsResponse) -> Value {
     })
 }
 
+/// Where a stuck reservation's work stands: its next attempt (null: none scheduled) and how
+/// many times the sweep drove it.
+pub fn stuck_work(w: &proto::StuckWork) -> Value {
+    json!({
+        "reservation_id": w.reservation_id,
+        "next_attempt_at": time(w.next_attempt_at.as_ref()),
+        "attempts": w.attempts,
+    })
+}
+
 /// One line of the inventory: a resource's stock levels, or why they could not be read
 /// (`error`, null when they were).
 pub fn inventory_line(l: &proto::InventoryLine) -> Value {

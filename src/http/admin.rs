@@ -78,10 +78,9 @@ async fn stuck(
         .list_stuck(credentials.request(message)?)
         .await?
         .into_inner();
-    Ok(ok(crate::json::reservations(
-        &page.reservations,
-        &page.next_page_token,
-    )))
+    let mut answer = crate::json::reservations(&page.reservations, &page.next_page_token);
+    answer["work"] = page.work.iter().map(crate::json::stuck_work).collect();
+    Ok(ok(answer))
 }
 
 #[derive(Deserialize)]

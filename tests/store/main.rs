@@ -161,6 +161,7 @@ conformance!(
         id_prefix_finds_its_range_in_id_order,
         request_id_finds_every_holders_newest_first,
         counts_by_state_come_from_the_database,
+        work_of_reads_when_each_is_driven_next,
     ],
     events: [
         lifecycle_appends_events_in_order,

@@ -214,17 +214,25 @@ async function stuck() {
   // Oldest first: the longest stuck is the first to look at.
   const list = page.reservations.slice().sort((a, b) => new Date(a.created_at) - new Date(b.created_at));
   const lastError = (r) => (r.branches.find((b) => b.last_error) || {}).last_error || "";
-  const attempts = (r) => r.branches.reduce((n, b) => Math.max(n, b.attempts), 0);
+  const work = new Map((page.work || []).map((w) => [w.reservation_id, w]));
+  const attempts = (r) => (work.get(r.id) || {}).attempts || 0;
+  const next = (r) => {
+    const at = (work.get(r.id) || {}).next_attempt_at;
+    if (!at) return "-";
+    const ms = new Date(at).getTime() - Date.now();
+    return ms > 0 ? "in " + age(new Date(Date.now() - ms).toISOString()) : "due now";
+  };
   const rows = list.map((r) => el("tr", { "data-id": r.id },
     el("td", {}, idLink(r.id)), el("td", {}, badge(r.state)),
     el("td", { class: "num", text: age(r.created_at) }),
     el("td", { class: "num", text: String(attempts(r)) }),
+    el("td", { class: "num next", text: next(r) }),
     el("td", { class: "err", text: lastError(r) || (r.refund && r.refund.failure_reason) || "" })));
   main.replaceChildren(el("h1", { text: "Stuck work" }),
     el("p", { class: "muted", text: "Not terminal past their due time, or with a branch error; oldest first. Retry drives one now (its page), or every reservation waiting on a participant (Participants)." }),
     el("div", { class: "table-wrap" }, el("table", { id: "stuck" },
-      el("thead", {}, el("tr", {}, ["id", "state", "age", "attempts", "last error"].map((h) => el("th", { text: h })))),
-      el("tbody", {}, rows.length ? rows : emptyRow(5, "Nothing is stuck.")))),
+      el("thead", {}, el("tr", {}, ["id", "state", "age", "attempts", "next retry", "last error"].map((h) => el("th", { text: h })))),
+      el("tbody", {}, rows.length ? rows : emptyRow(6, "Nothing is stuck.")))),
     page.next_page_token ? el("p", { class: "muted", text: "More than 100: the oldest are not all shown (holdfast admin stuck pages through them)." }) : null);
 }
 

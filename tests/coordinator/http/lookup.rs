@@ -144,3 +144,54 @@ async fn the_counts_by_state_are_the_databases_and_for_admins(pool: PgPool) {
         .await
         .assert_error(403, "PERMISSION_DENIED", "PERMISSION_DENIED");
 }
+
+/// Stuck work over JSON carries where each one's work stands: when it is driven next and how
+/// many times the sweep drove it (the console's "next retry").
+#[sqlx::test]
+async fn stuck_work_says_when_it_is_retried_next(pool: PgPool) {
+    let fakes = spawn_fakes(&["seats"]).await;
+    let cast = Cast::new();
+    let settings = secured_settings(&cast, &[("seats", &fakes.get("seats").url)]);
+    let app = spawn_http(pool, settings).await;
+    let shop = Some(cast.shop.key.as_str());
+    let held = post(
+        &app,
+        "/v1/reservations",
+        shop,
+        &reserve_body("s-1", "alice", "A1"),
+    )
+    .await
+    .ok();
+    // The seats participant fails every call from now on: the release cannot finish.
+    fakes
+        .get("seats")
+        .script(&holdfast_testkit::fake::Script::new().fail_next(10_000));
+    let id = held["id"].as_str().unwrap();
+    let body = serde_json::json!({"hold_token": held["hold_token"]});
+    let cancelling = post(&app, &format!("/v1/reservations/{id}:cancel"), shop, &body)
+        .await
+        .ok();
+    assert_eq!(cancelling["state"], "CANCELLING", "{cancelling}");
+    let admin = Some(cast.admin.key.as_str());
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
+    let work = loop {
+        let stuck = get(&app, "/v1/admin/stuck", admin).await.ok();
+        let work = stuck["work"].as_array().cloned().unwrap_or_default();
+        if work.iter().any(|w| w["attempts"].as_i64() >= Some(1)) {
+            break work;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never retried: {stuck}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(work.len(), 1, "{work:?}");
+    assert_eq!(work[0]["reservation_id"], id);
+    assert!(
+        work[0]["next_attempt_at"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z')),
+        "a retry is scheduled: {work:?}"
+    );
+}

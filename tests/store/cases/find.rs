@@ -1,10 +1,11 @@
 //! List's lookups (the console's search, `holdfast get PREFIX`): ids by prefix, in id order and
 //! paged; reservations by request id, any holder; both scoped to an owner. And the counts by
-//! state the console's overview reads (Admin `CountReservations`).
+//! state the console's overview reads (Admin `CountReservations`), and where stuck work stands
+//! (its next retry, `ListStuck`'s `work`).
 
 use holdfast::domain::{Find, ListQuery, State};
 
-use super::{LONG, S, SHORT, create, held, lapse};
+use super::{LONG, S, SHORT, SLOW, cancel, create, decide, held, lapse, reports};
 
 fn by_prefix(prefix: &str, limit: u32) -> ListQuery {
     ListQuery {
@@ -132,4 +133,31 @@ pub async fn counts_by_state_come_from_the_database(store: S) {
         assert!(counts.at - *minute < chrono::Duration::minutes(61));
         assert_eq!(minute.timestamp() % 60, 0, "a minute's first instant");
     }
+}
+
+pub async fn work_of_reads_when_each_is_driven_next(store: S) {
+    let (r, token) = held(&store, "alice", "w-1", LONG).await;
+    decide(&store, r.id, &token, &cancel()).await;
+    // A release that failed at a participant: retried after the (slow) backoff.
+    let failed = reports(
+        &r,
+        holdfast::domain::BranchState::Held,
+        Some("seats unavailable"),
+    );
+    store
+        .record_phase(r.id, State::Cancelling, &failed, None, SLOW)
+        .await
+        .unwrap();
+    let missing = uuid::Uuid::now_v7();
+    let work = store.work_of(&[r.id, missing]).await.unwrap();
+    assert_eq!(work.len(), 1, "{work:?}");
+    assert_eq!(work[0].reservation_id, r.id);
+    let next = work[0].next_attempt_at.expect("a retry is scheduled");
+    let now = chrono::Utc::now();
+    assert!(
+        next > now + chrono::Duration::minutes(20) && next < now + chrono::Duration::hours(2),
+        "{next} against {now}"
+    );
+    assert!(work[0].attempts >= 1, "{work:?}");
+    assert!(store.work_of(&[]).await.unwrap().is_empty());
 }

@@ -96,7 +96,10 @@ impl proto::admin_server::Admin for AdminApi {
             actor(&request)?;
             let query = stuck_query(request.into_inner()).map_err(Error::from)?;
             let page = self.coordinator.list_stuck(query).await?;
+            let ids: Vec<_> = page.reservations.iter().map(|r| r.id).collect();
+            let work = self.coordinator.work_of(&ids).await?;
             Ok(Response::new(proto::ListStuckResponse {
+                work: work.into_iter().map(convert::stuck_work).collect(),
                 reservations: page
                     .reservations
                     .into_iter()

@@ -135,6 +135,15 @@ pub fn state_counts(c: crate::domain::admin::StateCounts) -> proto::CountReserva
     }
 }
 
+/// Where a stuck reservation's work stands (Admin `ListStuck`).
+pub fn stuck_work(w: crate::domain::admin::WorkState) -> proto::StuckWork {
+    proto::StuckWork {
+        reservation_id: w.reservation_id.to_string(),
+        next_attempt_at: w.next_attempt_at.map(timestamp),
+        attempts: w.attempts,
+    }
+}
+
 /// One line of the inventory (Admin `GetInventory`).
 pub fn inventory_line(line: crate::domain::admin::InventoryLine) -> proto::InventoryLine {
     let (levels, error) = match line.levels {

@@ -11,6 +11,7 @@ use uuid::Uuid;
 use super::{Coordinator, Error, Page, entered, refund_recorded};
 use crate::domain::admin::{
     self, AdminAction, AuditEntry, AuditNote, AuditQuery, RetryTarget, StateCounts, StuckQuery,
+    WorkState,
 };
 use crate::domain::validate::{self, FieldError};
 use crate::domain::{Actor, Reservation, State};
@@ -226,6 +227,11 @@ impl Coordinator {
             reservations: self.with_audit(reservations).await?,
             next,
         })
+    }
+
+    /// Where the work of each of these reservations stands (stuck work's next retry).
+    pub async fn work_of(&self, ids: &[uuid::Uuid]) -> Result<Vec<WorkState>, Error> {
+        Ok(self.store.work_of(ids).await?)
     }
 
     /// Reservations by state from the database: the live ones, the last hour's per minute.

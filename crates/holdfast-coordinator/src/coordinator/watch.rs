@@ -17,7 +17,7 @@ use super::{Coordinator, Error};
 use crate::domain::PresentedToken;
 use crate::domain::RequestId;
 use crate::domain::admin::{
-    AuditEntry, AuditNote, AuditQuery, RetryTarget, StateCounts, StuckQuery,
+    AuditEntry, AuditNote, AuditQuery, RetryTarget, StateCounts, StuckQuery, WorkState,
 };
 use crate::domain::policy::{Backoff, HoldLimits};
 use crate::domain::{
@@ -365,6 +365,10 @@ impl Store for Publishing {
 
     async fn list_stuck(&self, query: &StuckQuery) -> Result<Vec<Reservation>, StoreError> {
         self.inner.list_stuck(query).await
+    }
+
+    async fn work_of(&self, ids: &[Uuid]) -> Result<Vec<WorkState>, StoreError> {
+        self.inner.work_of(ids).await
     }
 
     async fn count_by_state(&self) -> Result<StateCounts, StoreError> {

@@ -251,3 +251,13 @@ pub(crate) fn inventory_items(items: &[(String, String)]) -> Result<(), FieldErr
     }
     Ok(())
 }
+
+/// Where a reservation's unfinished work stands (stuck work): when the coordinator drives it
+/// next (`None`: not scheduled, e.g. waiting for its hold to lapse) and how many times the
+/// sweep has driven it so far.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkState {
+    pub reservation_id: Uuid,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub attempts: i32,
+}

@@ -46,7 +46,7 @@ use super::sql::PaymentSql;
 use crate::domain::PresentedToken;
 use crate::domain::RequestId;
 use crate::domain::admin::{
-    AuditEntry, AuditNote, AuditQuery, RetryTarget, StateCounts, StuckQuery,
+    AuditEntry, AuditNote, AuditQuery, RetryTarget, StateCounts, StuckQuery, WorkState,
 };
 use crate::store::admin::{AdminDecided, Woken};
 use sqlx::Postgres;
@@ -347,6 +347,10 @@ impl Store for PgStore {
 
     async fn list_stuck(&self, query: &StuckQuery) -> Result<Vec<Reservation>, StoreError> {
         admin::list_stuck(&self.pool, query).await
+    }
+
+    async fn work_of(&self, ids: &[Uuid]) -> Result<Vec<WorkState>, StoreError> {
+        admin::work_of(&self.pool, ids).await
     }
 
     async fn count_by_state(&self) -> Result<StateCounts, StoreError> {

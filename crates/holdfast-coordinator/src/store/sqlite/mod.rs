@@ -71,7 +71,7 @@ use async_trait::async_trait;
 use crate::domain::PresentedToken;
 use crate::domain::RequestId;
 use crate::domain::admin::{
-    AuditEntry, AuditNote, AuditQuery, RetryTarget, StateCounts, StuckQuery,
+    AuditEntry, AuditNote, AuditQuery, RetryTarget, StateCounts, StuckQuery, WorkState,
 };
 use crate::store::admin::{AdminDecided, Woken};
 use sqlx::Sqlite;
@@ -371,6 +371,10 @@ impl Store for SqliteStore {
 
     async fn list_stuck(&self, query: &StuckQuery) -> Result<Vec<Reservation>, StoreError> {
         admin::list_stuck(&self.pool, query).await
+    }
+
+    async fn work_of(&self, ids: &[Uuid]) -> Result<Vec<WorkState>, StoreError> {
+        admin::work_of(&self.pool, ids).await
     }
 
     async fn count_by_state(&self) -> Result<StateCounts, StoreError> {
