@@ -4,7 +4,8 @@
 //! id, by the first characters of its id and by its holder; `#/reservations/ID` opens it; its
 //! Payments panel shows the money trail (the payment applied, a second one refunded), and a
 //! decided reservation shows no countdown; the inventory shows each resource's stock levels
-//! at its participant; each view fits a phone's width. Every wait is for a DOM change, with a deadline
+//! at its participant; each view fits a phone's width; stuck work is listed oldest first with
+//! its next retry and last error. Every wait is for a DOM change, with a deadline
 //! that fails with what the page showed last.
 
 use std::time::{Duration, Instant};
@@ -236,6 +237,88 @@ async fn the_console_finds_a_reservation_and_shows_its_money_trail(pool: PgPool)
         assert!(
             wide.as_i64().is_some_and(|w| w <= 0),
             "{view} is {wide} px too wide"
+        );
+    }
+    page.close().await.unwrap();
+}
+
+/// Stuck work in the browser: oldest first, each with its age, attempts, next retry and last
+/// error.
+#[sqlx::test]
+async fn the_console_lists_stuck_work_oldest_first(pool: PgPool) {
+    let fakes = crate::common::spawn_fakes(&["seats"]).await;
+    let cast = Cast::new();
+    let settings = secured_settings(&cast, &[("seats", &fakes.get("seats").url)]);
+    let app = spawn_http(pool, settings).await;
+    let mut grpc = app.grpc.clone();
+    let mut made = Vec::new();
+    for (i, seat) in ["A1", "A2"].into_iter().enumerate() {
+        let request = reserve_seat(&format!("stuck-{i}"), "alice", seat);
+        let r = grpc.reserve(keyed(request, &cast.shop.key)).await.unwrap();
+        made.push(r.into_inner());
+    }
+    // The participant fails every call from now on: neither release can finish.
+    fakes
+        .get("seats")
+        .script(&holdfast_testkit::fake::Script::new().fail_next(10_000));
+    for r in &made {
+        grpc.cancel(keyed(Decide::on(r).cancel(), &cast.shop.key))
+            .await
+            .unwrap();
+    }
+    let driver = start_driver().await;
+    let page = browser(&driver).await;
+    page.goto(&format!("{}/#/stuck", app.base)).await.unwrap();
+    until(&page, "the key panel", |p| p["asks_key"] == true).await;
+    page.find(Locator::Id("key-input"))
+        .await
+        .unwrap()
+        .send_keys(&cast.admin.key)
+        .await
+        .unwrap();
+    page.find(Locator::Css("#key-form button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    const STUCK: &str = r#"return Array.from(document.querySelectorAll('#stuck tr[data-id]')).map((r) =>
+        [r.dataset.id, ...Array.from(r.querySelectorAll('td')).slice(1).map((c) => c.textContent)]);"#;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let rows = loop {
+        // The view reads once; read it again until both were retried at least once.
+        page.execute(
+            "location.hash = '#/stuck?' + Date.now(); return null;",
+            vec![],
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let rows: Value = page.execute(STUCK, vec![]).await.unwrap();
+        let retried = rows.as_array().is_some_and(|rows| {
+            rows.len() == 2 && rows.iter().all(|r| r[3].as_str().is_some_and(|a| a != "0"))
+        });
+        if retried {
+            break rows;
+        }
+        assert!(Instant::now() < deadline, "stuck work not shown: {rows:#}");
+    };
+    // Oldest first: the first made on top; each with its next retry and last error.
+    assert_eq!(
+        (&rows[0][0], &rows[1][0]),
+        (&json!(made[0].id), &json!(made[1].id)),
+        "{rows:#}"
+    );
+    for row in rows.as_array().unwrap() {
+        assert_eq!(row[1], "CANCELLING", "{row}");
+        let next = row[4].as_str().unwrap_or("");
+        assert!(
+            next.starts_with("in ") || next == "due now",
+            "next retry: {row}"
+        );
+        assert!(
+            !row[5].as_str().unwrap_or("").is_empty(),
+            "last error: {row}"
         );
     }
     page.close().await.unwrap();
