@@ -1,8 +1,10 @@
 //! The one JSON shape of `tcc.v1` messages, printed by the CLI (`--json`) and answered by the
 //! HTTP JSON API (`crate::http`): the messages with the proto's field names,
 //! enum values by name, timestamps in RFC 3339 (UTC) and every field present (null when
-//! absent), so scripts can rely on the shape; and errors ([`error`]). Hold tokens are never in it (the coordinator sends
-//! one only in Reserve's answer; the JSON API's Reserve adds it to that answer alone).
+//! absent), so scripts can rely on the shape; and errors ([`error`]). Fields come in the proto's
+//! declaration order (`id` first; serde_json's `preserve_order`), map keys (labels) sorted.
+//! Hold tokens are never in it (the coordinator sends one only in Reserve's answer; the JSON
+//! API's Reserve answers it in its proto place through [`reservation_with_token`]).
 
 use std::collections::BTreeMap;
 
@@ -12,13 +14,27 @@ use tonic_types::StatusExt;
 
 use crate::proto;
 
-/// A reservation.
+/// A reservation, without its hold token.
 pub fn reservation(r: &proto::Reservation) -> Value {
-    json!({
+    shaped(r, None)
+}
+
+/// Reserve's answer: the reservation with its hold token, in the token's proto place.
+pub(crate) fn reservation_with_token(r: &proto::Reservation) -> Value {
+    shaped(r, Some(&r.hold_token))
+}
+
+fn shaped(r: &proto::Reservation, hold_token: Option<&str>) -> Value {
+    let mut head = json!({
         "id": r.id,
         "request_id": r.request_id,
         "holder": r.holder,
         "state": r.state().as_str_name(),
+    });
+    if let (Some(token), Some(fields)) = (hold_token, head.as_object_mut()) {
+        fields.insert("hold_token".to_owned(), Value::String(token.to_owned()));
+    }
+    let tail = json!({
         "created_at": time(r.created_at.as_ref()),
         "expires_at": time(r.expires_at.as_ref()),
         "extensions_used": r.extensions_used,
@@ -39,7 +55,11 @@ pub fn reservation(r: &proto::Reservation) -> Value {
         "labels": r.labels.iter().collect::<std::collections::BTreeMap<_, _>>(),
         "audit": r.audit.iter().map(audit_entry).collect::<Vec<_>>(),
         "payments": r.payments.iter().map(payment_record).collect::<Vec<_>>(),
-    })
+    });
+    if let (Some(fields), Value::Object(rest)) = (head.as_object_mut(), tail) {
+        fields.extend(rest);
+    }
+    head
 }
 
 /// An event (SPEC 10): what NATS and webhooks carry, what `/v1/events` answers. The sequence
@@ -70,6 +90,49 @@ pub fn sink(s: &proto::Sink) -> Value {
         "failing_since": time(s.failing_since.as_ref()),
         "paused": s.paused,
         "last_error": (!s.last_error.is_empty()).then_some(&s.last_error),
+    })
+}
+
+/// Reservations by state (Admin `CountReservations`): `live` and each minute's `counts` as
+/// objects of state name -> count.
+pub fn state_counts(c: &proto::CountReservationsResponse) -> Value {
+    let by_state = |counts: &[proto::StateCount]| {
+        counts
+            .iter()
+            .map(|n| (n.state().as_str_name().to_owned(), json!(n.count)))
+            .collect::<serde_json::Map<_, _>>()
+    };
+    json!({
+        "live": by_state(&c.live),
+        "last_hour": c.last_hour.iter().map(|m| json!({
+            "start": time(m.start.as_ref()),
+            "counts": by_state(&m.counts),
+        })).collect::<Vec<_>>(),
+        "at": time(c.at.as_ref()),
+    })
+}
+
+/// Where a stuck reservation's work stands: its next attempt (null: none scheduled) and how
+/// many times the sweep drove it.
+pub fn stuck_work(w: &proto::StuckWork) -> Value {
+    json!({
+        "reservation_id": w.reservation_id,
+        "next_attempt_at": time(w.next_attempt_at.as_ref()),
+        "attempts": w.attempts,
+    })
+}
+
+/// One line of the inventory: a resource's stock levels, or why they could not be read
+/// (`error`, null when they were).
+pub fn inventory_line(l: &proto::InventoryLine) -> Value {
+    json!({
+        "participant": l.participant,
+        "resource": l.resource,
+        "capacity": l.capacity,
+        "available": l.available,
+        "held": l.held,
+        "confirmed": l.confirmed,
+        "error": (!l.error.is_empty()).then_some(&l.error),
     })
 }
 
@@ -225,6 +288,103 @@ mod tests {
         assert!(!v.to_string().contains("secret"), "no hold token: {v}");
         assert!(v.as_object().unwrap().contains_key("audit"));
         assert_eq!(v["payments"], json!([]));
+    }
+
+    /// The keys of a JSON object, in the order they are written.
+    fn keys(v: &Value) -> Vec<&str> {
+        v.as_object().unwrap().keys().map(String::as_str).collect()
+    }
+
+    #[test]
+    fn fields_come_in_the_protos_declaration_order() {
+        let r = proto::Reservation {
+            id: "r1".into(),
+            hold_token: "secret".into(),
+            branches: vec![proto::Branch::default()],
+            refund: Some(proto::Refund::default()),
+            payments: vec![proto::reservation::PaymentRecord::default()],
+            audit: vec![proto::AuditEntry::default()],
+            labels: [
+                ("z".to_owned(), "1".to_owned()),
+                ("a".to_owned(), "2".to_owned()),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        let v = reservation(&r);
+        let fields = [
+            "id",
+            "request_id",
+            "holder",
+            "state",
+            "created_at",
+            "expires_at",
+            "extensions_used",
+            "branches",
+            "rejection",
+            "refund",
+            "late_payment_honored",
+            "labels",
+            "audit",
+            "payments",
+        ];
+        assert_eq!(keys(&v), fields);
+        assert!(
+            v.to_string().starts_with(r#"{"id":"r1","request_id":"#),
+            "{v}"
+        );
+        assert_eq!(keys(&v["labels"]), ["a", "z"], "map keys sorted");
+        assert_eq!(
+            keys(&v["branches"][0]),
+            [
+                "participant",
+                "resource",
+                "quantity",
+                "during",
+                "state",
+                "attempts",
+                "last_error"
+            ]
+        );
+        assert_eq!(
+            keys(&v["refund"]),
+            [
+                "refund_id",
+                "state",
+                "amount_minor",
+                "currency",
+                "failure_reason"
+            ]
+        );
+        assert_eq!(
+            keys(&v["payments"][0]),
+            [
+                "participant",
+                "payment_ref",
+                "amount_minor",
+                "currency",
+                "state",
+                "refund_id"
+            ]
+        );
+        assert_eq!(
+            keys(&v["audit"][0]),
+            [
+                "reservation_id",
+                "principal",
+                "at",
+                "action",
+                "reason",
+                "participant"
+            ]
+        );
+        // Reserve's answer: the token in its place, after the state.
+        let with = reservation_with_token(&r);
+        assert_eq!(
+            keys(&with)[..5],
+            ["id", "request_id", "holder", "state", "hold_token"]
+        );
+        assert_eq!(with["hold_token"], "secret");
     }
 
     #[test]

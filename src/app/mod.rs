@@ -456,7 +456,18 @@ fn start_http(
         }),
         participants: std::sync::Arc::new(move || {
             let registry = registry.clone();
-            Box::pin(async move { registry.health().await })
+            Box::pin(async move {
+                let health = registry.health().await.into_iter();
+                health
+                    .map(|p| crate::http::ParticipantStatus {
+                        name: p.name,
+                        url: p.url,
+                        serving: p.serving,
+                        latency: p.latency,
+                        last_error: p.last_error,
+                    })
+                    .collect()
+            })
         }),
     };
     let mut stop = stopping;

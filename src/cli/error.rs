@@ -20,6 +20,20 @@ pub enum CliError {
     /// The coordinator answered with an error. Exit code 1.
     #[error("{}", refusal_line(.0))]
     Refused(Box<Status>),
+    /// No reservation id starts with the prefix given. Exit code 1, as a missing id.
+    #[error("RESERVATION_NOT_FOUND: no reservation id starts with {0:?}")]
+    NoMatch(String),
+    /// More than one reservation id starts with the prefix given (the candidates are printed
+    /// on stdout). Exit code 4.
+    #[error(
+        "AMBIGUOUS_ID: {}{shown} reservation ids start with {prefix:?}; give more of the id",
+        if *.more { "more than " } else { "" }
+    )]
+    Ambiguous {
+        prefix: String,
+        shown: usize,
+        more: bool,
+    },
 }
 
 /// `REASON: message [key=value]...`; the code's name stands in for a missing reason.
@@ -57,9 +71,10 @@ impl CliError {
     /// The process's exit code for this error.
     pub fn exit_code(&self) -> ExitCode {
         ExitCode::from(match self {
-            CliError::Refused(_) => 1,
+            CliError::Refused(_) | CliError::NoMatch(_) => 1,
             CliError::Usage(_) => 2,
             CliError::Unreachable { .. } => 3,
+            CliError::Ambiguous { .. } => 4,
         })
     }
 
@@ -72,6 +87,18 @@ impl CliError {
                 "reason": "USAGE",
                 "message": message,
                 "metadata": {},
+            }),
+            CliError::NoMatch(prefix) => serde_json::json!({
+                "code": "NOT_FOUND",
+                "reason": "RESERVATION_NOT_FOUND",
+                "message": self.to_string(),
+                "metadata": { "id_prefix": prefix },
+            }),
+            CliError::Ambiguous { prefix, .. } => serde_json::json!({
+                "code": "FAILED_PRECONDITION",
+                "reason": "AMBIGUOUS_ID",
+                "message": self.to_string(),
+                "metadata": { "id_prefix": prefix },
             }),
             CliError::Unreachable { url, message } => serde_json::json!({
                 "code": "UNAVAILABLE",

@@ -2,12 +2,14 @@
 //! `holdfast admin stuck|retry|force-cancel|resolve|audit` and `holdfast events tail|latest`
 //! ([`events`]), gRPC clients of `tcc.v1.Coordinator`, `tcc.v1.Admin` and `tcc.v1.Events` with the TLS and API-key flags ([`target`]).
 //! Human tables by default ([`render`]), `--json` for scripts ([`json`]); exit code 0 on
-//! success, else the error's reason on stderr and 1 (refused), 2 (usage) or 3 (unreachable)
-//! ([`error`]).
+//! success, else the error's reason on stderr and 1 (refused, or no id with the prefix given),
+//! 2 (usage), 3 (unreachable) or 4 (an id prefix with several matches) ([`error`]). `get` and
+//! `watch` take an id or its first characters ([`find`]).
 
 pub mod admin;
 pub mod error;
 pub mod events;
+mod find;
 pub use crate::json;
 pub mod render;
 pub mod target;
@@ -27,7 +29,7 @@ use crate::proto::{self, reservation::State};
 pub enum Command {
     /// Show one reservation: state, expiry, branches (attempts, last error), refund, audit.
     Get {
-        /// The reservation's id.
+        /// The reservation's id, or its first characters (at least 4 hex digits).
         id: String,
         #[command(flatten)]
         target: Target,
@@ -37,7 +39,7 @@ pub enum Command {
     /// Follow one reservation until it ends: a live countdown to its expiry and a line per
     /// state change.
     Watch {
-        /// The reservation's id.
+        /// The reservation's id, or its first characters (at least 4 hex digits).
         id: String,
         #[command(flatten)]
         target: Target,
@@ -111,6 +113,7 @@ pub async fn run(command: Command) -> ExitCode {
 async fn execute(command: Command) -> Result<(), CliError> {
     match command {
         Command::Get { id, target } => {
+            let id = find::full_id(&target, id).await?;
             let mut client = target.coordinator()?;
             let r = client
                 .get_reservation(proto::GetReservationRequest { reservation_id: id })
@@ -121,7 +124,10 @@ async fn execute(command: Command) -> Result<(), CliError> {
             Ok(())
         }
         Command::List(args) => list(args).await,
-        Command::Watch { id, target } => watch::run(&target, id).await,
+        Command::Watch { id, target } => {
+            let id = find::full_id(&target, id).await?;
+            watch::run(&target, id).await
+        }
         Command::Admin(command) => admin::run(command).await,
         Command::Events(command) => events::run(command).await,
     }
@@ -140,6 +146,7 @@ async fn list(args: ListArgs) -> Result<(), CliError> {
             created_after: args.created_after.map(timestamp),
             created_before: args.created_before.map(timestamp),
             labels: args.labels.into_iter().collect(),
+            ..Default::default()
         })
         .await
         .map_err(|s| CliError::from_status(&s, &target.coordinator))?

@@ -4,8 +4,11 @@
 //! `POST /v1/admin/reservations/{id}:force-cancel` (`{"reason"}`),
 //! `POST /v1/admin/reservations/{id}:resolve` (`{"outcome","reason"}`),
 //! `GET /v1/admin/audit?reservation_id=&page_size=&page_token=`,
-//! `GET /v1/admin/participants` (each registered participant's health),
-//! `GET /v1/admin/sinks` (the event sinks, SPEC 10) and
+//! `GET /v1/admin/participants` (each registered participant: URL, health, latency, last
+//! error),
+//! `GET /v1/admin/sinks` (the event sinks, SPEC 10),
+//! `GET /v1/admin/counts` (reservations by state, counted in the database),
+//! `GET /v1/admin/inventory?resource=PARTICIPANT/RESOURCE` (repeated; stock levels) and
 //! `POST /v1/admin/webhooks/{name}:resume` (a paused webhook).
 
 use axum::Router;
@@ -30,6 +33,8 @@ pub fn routes() -> Router<Shared> {
         .route("/v1/admin/audit", get(audit))
         .route("/v1/admin/participants", get(participants))
         .route("/v1/admin/sinks", get(sinks))
+        .route("/v1/admin/counts", get(counts))
+        .route("/v1/admin/inventory", get(inventory))
         .route("/v1/admin/webhooks/{target}", post(resume_webhook))
 }
 
@@ -73,10 +78,9 @@ async fn stuck(
         .list_stuck(credentials.request(message)?)
         .await?
         .into_inner();
-    Ok(ok(crate::json::reservations(
-        &page.reservations,
-        &page.next_page_token,
-    )))
+    let mut answer = crate::json::reservations(&page.reservations, &page.next_page_token);
+    answer["work"] = page.work.iter().map(crate::json::stuck_work).collect();
+    Ok(ok(answer))
 }
 
 #[derive(Deserialize)]
@@ -220,11 +224,25 @@ async fn participants(
     service.admit(&credentials, "/tcc.v1.Admin/ParticipantHealth")?;
     let list = (service.participants)().await;
     Ok(ok(serde_json::json!({
-        "participants": list.iter().map(|(name, serving)| serde_json::json!({
-            "name": name,
-            "serving": serving,
-        })).collect::<Vec<_>>(),
+        "participants": list.iter().map(participant).collect::<Vec<_>>(),
     })))
+}
+
+/// One participant: `latency_ms` of its health check, `last_error` and `last_error_at`
+/// (RFC 3339) of its last failed call, null if none failed.
+fn participant(p: &super::ParticipantStatus) -> serde_json::Value {
+    let at = p.last_error.as_ref().map(|(_, at)| {
+        chrono::DateTime::<chrono::Utc>::from(*at)
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    });
+    serde_json::json!({
+        "name": p.name,
+        "url": p.url,
+        "serving": p.serving,
+        "latency_ms": p.latency.as_secs_f64() * 1000.0,
+        "last_error": p.last_error.as_ref().map(|(e, _)| e),
+        "last_error_at": at,
+    })
 }
 
 /// `GET /v1/admin/sinks`: every event sink's delivery state.
@@ -238,6 +256,52 @@ async fn sinks(
         .into_inner();
     Ok(ok(serde_json::json!({
         "sinks": answer.sinks.iter().map(crate::json::sink).collect::<Vec<_>>(),
+    })))
+}
+
+/// `GET /v1/admin/counts`: reservations by state, live and over the last hour per minute.
+async fn counts(
+    State(service): State<Shared>,
+    credentials: Credentials,
+) -> Result<Response, ApiError> {
+    let answer = admin(&service.grpc)
+        .count_reservations(credentials.request(proto::CountReservationsRequest {})?)
+        .await?
+        .into_inner();
+    Ok(ok(crate::json::state_counts(&answer)))
+}
+
+/// The gRPC message of an inventory query string: `resource` repeats, each
+/// `PARTICIPANT/RESOURCE` (the resource may hold further slashes).
+fn inventory_message(raw: Option<&str>) -> Result<proto::GetInventoryRequest, tonic::Status> {
+    let params = body::query(raw, &["resource"], &["resource"])?;
+    let mut resources = Vec::new();
+    for item in params.get("resource").into_iter().flatten() {
+        let (participant, resource) = item
+            .split_once('/')
+            .ok_or_else(|| invalid("resource", format!("{item:?} is not PARTICIPANT/RESOURCE")))?;
+        resources.push(proto::ResourceRef {
+            participant: participant.to_owned(),
+            resource: resource.to_owned(),
+        });
+    }
+    Ok(proto::GetInventoryRequest { resources })
+}
+
+/// `GET /v1/admin/inventory?resource=seats/A1&resource=...`: each resource's stock levels.
+async fn inventory(
+    State(service): State<Shared>,
+    RawQuery(raw): RawQuery,
+    credentials: Credentials,
+) -> Result<Response, ApiError> {
+    let message = inventory_message(raw.as_deref())
+        .map_err(|bad| service.refuse(&credentials, "/tcc.v1.Admin/GetInventory", bad))?;
+    let answer = admin(&service.grpc)
+        .get_inventory(credentials.request(message)?)
+        .await?
+        .into_inner();
+    Ok(ok(serde_json::json!({
+        "lines": answer.lines.iter().map(crate::json::inventory_line).collect::<Vec<_>>(),
     })))
 }
 

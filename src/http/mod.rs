@@ -81,8 +81,21 @@ pub struct HttpService {
     pub auth: Authenticator,
     /// Whether the coordinator can serve: `Err` says why not (`/readyz` answers 503).
     pub ready: Probe<Result<(), String>>,
-    /// Each registered participant's name and whether its health service answers SERVING.
-    pub participants: Probe<Vec<(String, bool)>>,
+    /// Each registered participant: where, whether its health service answers SERVING, how
+    /// fast, and the last error a call to it met.
+    pub participants: Probe<Vec<ParticipantStatus>>,
+}
+
+/// A participant as the console's Participants view shows it (filled by the wiring from the
+/// coordinator's registry).
+#[derive(Clone, Debug)]
+pub struct ParticipantStatus {
+    pub name: String,
+    pub url: String,
+    pub serving: bool,
+    pub latency: std::time::Duration,
+    /// The last failed call's error and when it failed.
+    pub last_error: Option<(String, std::time::SystemTime)>,
 }
 
 type Shared = Arc<HttpService>;

@@ -1,6 +1,7 @@
 //! `tcc.v1.Coordinator` as JSON (SPEC 8.4): `POST /v1/reservations` (Reserve),
 //! `POST /v1/reservations/{id}:confirm|:cancel|:extend`, `GET /v1/reservations/{id}`,
-//! `GET /v1/reservations?holder=&state=&participant=&created_after=&created_before=&label=K=V&page_size=&page_token=`,
+//! `GET /v1/reservations?holder=&state=&participant=&created_after=&created_before=&label=K=V&page_size=&page_token=`
+//! (or a lookup: `?id_prefix=` or `?request_id=`),
 //! and `GET /v1/reservations/{id}:watch` (server-sent events, [`super::watch`]). Field names
 //! are the proto's; answers are [`crate::json`]'s shape, with `hold_token` in Reserve's only.
 
@@ -128,10 +129,8 @@ async fn reserve(
         .reserve(credentials.request(message)?)
         .await?
         .into_inner();
-    let mut answer = crate::json::reservation(&r);
     // Reserve's answer is the one place a hold token is given, as over gRPC.
-    answer["hold_token"] = serde_json::Value::String(r.hold_token);
-    Ok(ok(answer))
+    Ok(ok(crate::json::reservation_with_token(&r)))
 }
 
 #[derive(Deserialize)]
@@ -278,6 +277,8 @@ const LIST_PARAMS: &[&str] = &[
     "label",
     "page_size",
     "page_token",
+    "id_prefix",
+    "request_id",
 ];
 
 /// A state by its name (`HELD`, case-insensitive), named `field` in errors.
@@ -340,5 +341,7 @@ fn list_message(raw: Option<&str>) -> Result<proto::ListReservationsRequest, ton
         created_after: time("created_after")?,
         created_before: time("created_before")?,
         labels,
+        id_prefix: text("id_prefix"),
+        request_id: text("request_id"),
     })
 }

@@ -16,6 +16,7 @@ mod migration;
 // parallel_test!: the conformance macro uses on_multi_thread
 mod parallel;
 mod plans;
+mod plans_find;
 mod pool;
 
 use std::path::PathBuf;
@@ -156,6 +157,12 @@ conformance!(
         refused_further_refund_is_parked,
     ],
     list: [list_pages_and_filters, every_shape_answers_as_a_full_read_filtered],
+    find: [
+        id_prefix_finds_its_range_in_id_order,
+        request_id_finds_every_holders_newest_first,
+        counts_by_state_come_from_the_database,
+        work_of_reads_when_each_is_driven_next,
+    ],
     events: [
         lifecycle_appends_events_in_order,
         readers_see_only_their_owner_s_events,

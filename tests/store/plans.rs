@@ -25,7 +25,7 @@ fn args(shape: ListShape) -> String {
 }
 
 /// Skewed like a real table: most rows terminal and of one principal.
-const FILL_PG: &str = "
+pub(crate) const FILL_PG: &str = "
 INSERT INTO reservations (id, request_id, holder, owner, state, release_outcome, token_digest,
                           ttl_ms, created_at, expires_at)
 SELECT gen_random_uuid(), 'r' || g, 'h' || (g % 3000),
@@ -148,7 +148,7 @@ fn index_walks(plan: &str) -> Vec<String> {
 }
 
 /// The same table on SQLite (times as microseconds, ids as 16-byte blobs).
-const FILL_SQLITE: &str = "
+pub(crate) const FILL_SQLITE: &str = "
 WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 120000)
 INSERT INTO reservations (id, request_id, holder, owner, state, token_digest, ttl_ms,
                           created_at, expires_at)

@@ -411,6 +411,11 @@ pub struct ListFilter {
     pub page_size: u32,
     /// From the previous [`Page::next_page_token`].
     pub page_token: Option<String>,
+    /// A lookup instead of the filters above: ids starting with these 4 to 32 hex digits, in
+    /// id order.
+    pub id_prefix: Option<String>,
+    /// A lookup instead of the filters above: the reservations made with this request id.
+    pub request_id: Option<String>,
 }
 
 impl ListFilter {
@@ -424,6 +429,8 @@ impl ListFilter {
             created_after: self.created_after.map(timestamp),
             created_before: self.created_before.map(timestamp),
             labels: self.labels.into_iter().collect(),
+            id_prefix: self.id_prefix.unwrap_or_default(),
+            request_id: self.request_id.unwrap_or_default(),
         }
     }
 }

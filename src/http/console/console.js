@@ -8,6 +8,9 @@ const KEY = "holdfast.key";
 const STATES = ["TRYING", "HELD", "CONFIRMING", "CONFIRMED", "CANCELLING", "CANCELLED",
   "EXPIRED", "REJECTED", "FAILED"];
 const TERMINAL = ["CONFIRMED", "CANCELLED", "EXPIRED", "REJECTED", "FAILED"];
+// Only these count down to expires_at: a decided reservation (CONFIRMING, CANCELLING) no
+// longer lapses, whatever its expires_at says.
+const COUNTING = ["TRYING", "HELD"];
 const main = document.getElementById("main");
 let cleanup = []; // stops timers and streams of the current view
 
@@ -225,81 +228,33 @@ function followEvents(after, onEvent, onStatus) {
 
 // ---------- views ----------
 
-async function overview() {
-  main.replaceChildren(el("h1", { text: "Overview" }), el("p", { class: "muted", text: "Loading…" }));
-  const grid = el("div", { class: "grid", id: "counts" });
-  const rates = el("div", { class: "grid", id: "rates" });
-  const note = el("p", { class: "muted" });
-  main.replaceChildren(
-    el("h1", { text: "Overview" }),
-    el("h2", { text: "Reservations by state (since this coordinator started)" }), grid,
-    el("h2", { class: "spaced", text: "Rates and health" }), rates, note);
-  let last = null;
-  async function refresh() {
-    let text;
-    try {
-      const res = await fetch("/metrics", { headers: headers() });
-      text = await res.text();
-    } catch (e) { note.textContent = "metrics unavailable: " + e; return; }
-    const m = parseMetrics(text);
-    grid.replaceChildren(...STATES.map((s) => stat(s, m.byState[s] || 0, "s-" + s)));
-    const now = Date.now();
-    const per = (k) => last ? ((m[k] - last[k]) * 60000 / Math.max(1, now - last.at)).toFixed(1) : "…";
-    rates.replaceChildren(
-      stat("reserves / min", per("reserves")),
-      stat("confirms / min", per("confirms")),
-      stat("expiries / min", per("expiries")),
-      stat("hold → confirm", m.ratio === null ? "-" : (m.ratio * 100).toFixed(1) + " %"),
-      stat("recovery backlog", m.backlog === null ? "-" : m.backlog));
-    last = Object.assign({ at: now }, m);
-    note.textContent = "Updated " + new Date().toLocaleTimeString() + " from /metrics; rates over the last interval.";
-  }
-  await refresh();
-  const timer = setInterval(refresh, 5000);
-  cleanup.push(() => clearInterval(timer));
+// A table's one row when it has nothing to show, saying so.
+function emptyRow(columns, text) {
+  return el("tr", { class: "empty" }, el("td", { colspan: String(columns), class: "muted", text }));
 }
 
-function stat(label, value, cls) {
-  return el("div", { class: "stat" }, el("div", { class: "label", text: label }),
+function stat(label, value, cls, state) {
+  return el("div", { class: "stat", "data-state": state }, el("div", { class: "label", text: label }),
     el("div", { class: "value " + (cls || ""), text: String(value) }));
 }
 
-function parseMetrics(text) {
-  const out = { byState: {}, reserves: 0, confirms: 0, expiries: 0, ratio: null, backlog: null };
-  for (const line of text.split("\n")) {
-    if (!line || line.startsWith("#")) continue;
-    const m = line.match(/^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)/);
-    if (!m) continue;
-    const [, name, labels, raw] = m;
-    const v = Number(raw);
-    const label = (k) => { const r = (labels || "").match(new RegExp(k + '="([^"]*)"')); return r ? r[1] : null; };
-    if (name === "holdfast_reservations_total") {
-      const s = label("state");
-      if (s) out.byState[s] = (out.byState[s] || 0) + v;
-      if (s === "HELD" || s === "REJECTED") out.reserves += v;
-      if (s === "CONFIRMED") out.confirms += v;
-      if (s === "EXPIRED") out.expiries += v;
-    } else if (name === "holdfast_hold_to_confirm_ratio") {
-      out.ratio = v;
-    } else if (name === "holdfast_recovery_backlog") {
-      out.backlog = (out.backlog || 0) + v;
-    }
-  }
-  return out;
+// A reservation's link, its full id shown (wrapped on narrow screens, so its tail is never cut).
+function idLink(id) {
+  return el("a", { class: "mono id", href: "#/r/" + id, text: id });
 }
 
-function reservationTable(list, id) {
+function reservationTable(list, id, empty) {
   const rows = list.map((r) => el("tr", { "data-id": r.id },
-    el("td", { class: "mono" }, el("a", { href: "#/r/" + r.id, text: r.id.slice(0, 8) + "…" })),
+    el("td", {}, idLink(r.id)),
     el("td", { text: r.holder }),
     el("td", {}, badge(r.state)),
     el("td", { class: "hide-narrow", text: r.branches.map((b) => `${b.participant}/${b.resource}`).join(", ") }),
     el("td", { class: "hide-narrow", text: when(r.created_at) }),
-    el("td", { text: TERMINAL.includes(r.state) ? "-" : when(r.expires_at) })));
+    el("td", { text: COUNTING.includes(r.state) ? when(r.expires_at) : "-" })));
   return el("div", { class: "table-wrap" }, el("table", { id },
     el("thead", {}, el("tr", {}, ["id", "holder", "state", "holds", "created", "expires"].map((h, i) =>
       el("th", { class: i === 3 || i === 4 ? "hide-narrow" : "", text: h })))),
-    el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: "6", class: "muted", text: "None." })))));
+    el("tbody", {}, rows.length ? rows : emptyRow(6, empty || "No reservations."))));
 }
 
 async function reservations(params) {
@@ -378,6 +333,7 @@ function renderReservation(r, parts) {
   parts.state.setAttribute("data-state", r.state);
   parts.expires = r.expires_at;
   parts.terminal = TERMINAL.includes(r.state);
+  parts.counting = COUNTING.includes(r.state);
   fill(parts.details, 
     el("dt", { text: "Holder" }), el("dd", { text: r.holder }),
     el("dt", { text: "Request id" }), el("dd", { class: "mono", text: r.request_id }),
@@ -387,10 +343,11 @@ function renderReservation(r, parts) {
     el("dt", { text: "Late payment honoured" }), el("dd", { text: r.late_payment_honored ? "yes" : "no" }),
     r.rejection ? [el("dt", { text: "Rejected by" }), el("dd", { text: `${r.rejection.participant}/${r.rejection.resource}: ${r.rejection.reason}` })] : null,
     Object.keys(r.labels || {}).length ? [el("dt", { text: "Labels" }), el("dd", { text: Object.entries(r.labels).map(([k, v]) => `${k}=${v}`).join(", ") })] : null);
-  parts.branches.replaceChildren(...r.branches.map((b) => el("tr", {},
+  fill(parts.branches, r.branches.length ? r.branches.map((b) => el("tr", {},
     el("td", { text: b.participant }), el("td", { class: "mono", text: b.resource }),
     el("td", { text: String(b.quantity) }), el("td", {}, badge(b.state)),
-    el("td", { text: String(b.attempts) }), el("td", { class: "err", text: b.last_error || "" }))));
+    el("td", { text: String(b.attempts) }), el("td", { class: "err", text: b.last_error || "" })))
+    : emptyRow(6, "No branches."));
   fill(parts.refund, r.refund
     ? el("dl", { class: "kv" },
       el("dt", { text: "Refund" }), el("dd", { class: "mono", text: r.refund.refund_id }),
@@ -398,6 +355,12 @@ function renderReservation(r, parts) {
       el("dt", { text: "Amount" }), el("dd", { text: `${r.refund.amount_minor} ${r.refund.currency} (minor units)` }),
       r.refund.failure_reason ? [el("dt", { text: "Failure" }), el("dd", { class: "error", text: r.refund.failure_reason })] : null)
     : el("p", { class: "muted", text: "No refund." }));
+  fill(parts.payments, r.payments.length
+    ? r.payments.map((p) => el("tr", { class: "payment", "data-ref": p.payment_ref, "data-state": p.state },
+      el("td", { class: "mono", text: p.payment_ref }), el("td", { text: p.participant }),
+      el("td", { text: `${p.amount_minor} ${p.currency}` }), el("td", {}, badge(p.state)),
+      el("td", { class: "mono", text: p.refund_id || "-" })))
+    : emptyRow(5, "No payment recorded."));
   fill(parts.audit, ...(r.audit.length ? r.audit.map((a) => el("li", { class: "audit-entry" },
     el("strong", { text: a.action }), ` by ${a.principal || "(anonymous)"} at ${when(a.at)}: `,
     el("span", { class: "reason", text: a.reason }), a.participant ? ` (participant ${a.participant})` : ""))
@@ -413,9 +376,9 @@ function renderReservation(r, parts) {
 }
 
 function tick(parts) {
-  if (parts.terminal || !parts.expires) {
-    parts.countdownLabel.textContent = parts.terminal ? "hold over" : "";
-    parts.countdown.textContent = parts.terminal ? "" : "-";
+  if (!parts.counting || !parts.expires) {
+    parts.countdownLabel.textContent = parts.terminal ? "hold over" : parts.counting ? "" : "decided, no expiry";
+    parts.countdown.textContent = parts.counting ? "-" : "";
   } else {
     parts.countdownLabel.textContent = "expires in";
     parts.countdown.textContent = remaining(parts.expires);
@@ -432,6 +395,7 @@ async function reservation(id) {
     details: el("dl", { class: "kv", id: "details" }),
     branches: el("tbody", { id: "branches" }),
     refund: el("div", { id: "refund" }),
+    payments: el("tbody", { id: "payments" }),
     audit: el("ul", { id: "audit" }),
     noActions: el("p", { class: "muted", text: "No operator action applies to this state." }),
   };
@@ -457,6 +421,11 @@ async function reservation(id) {
     el("div", { class: "card" }, el("h2", { text: "Branches" }), el("div", { class: "table-wrap" }, el("table", {},
       el("thead", {}, el("tr", {}, ["participant", "resource", "qty", "state", "attempts", "last error"].map((h) => el("th", { text: h })))),
       parts.branches))),
+    el("div", { class: "card" }, el("h2", { text: "Payments" }),
+      el("p", { class: "muted", text: "Every payment a Confirm cited, oldest first: the one applied, then each further one (refunded)." }),
+      el("div", { class: "table-wrap" }, el("table", {},
+        el("thead", {}, el("tr", {}, ["payment", "participant", "amount (minor units)", "state", "refund id"].map((h) => el("th", { text: h })))),
+        parts.payments))),
     el("div", { class: "card" }, el("h2", { text: "Refund" }), parts.refund),
     el("div", { class: "card" }, el("h2", { text: "Audit" }), parts.audit),
     el("h2", { text: "Operator actions" }), parts.noActions,
@@ -474,14 +443,6 @@ async function reservation(id) {
   }
 }
 
-async function stuck() {
-  main.replaceChildren(el("h1", { text: "Stuck work" }), el("p", { class: "muted", text: "Loading…" }));
-  const page = await api("GET", "/v1/admin/stuck?page_size=50");
-  main.replaceChildren(el("h1", { text: "Stuck work" }),
-    el("p", { class: "muted", text: "Not terminal past their due time, or with a branch error; newest first." }),
-    reservationTable(page.reservations, "stuck"));
-}
-
 async function participants() {
   main.replaceChildren(el("h1", { text: "Participants" }), el("p", { class: "muted", text: "Checking health…" }));
   const list = (await api("GET", "/v1/admin/participants")).participants;
@@ -494,13 +455,18 @@ async function participants() {
         flash(`Retried ${out.driven} reservation(s) waiting on ${p.name}.`);
       } catch (err) { flash("Retry refused: " + describe(err), true); }
     });
-    return el("tr", {}, el("td", { text: p.name }),
+    return el("tr", { "data-participant": p.name }, el("td", { text: p.name }),
+      el("td", { class: "mono url", text: p.url }),
       el("td", {}, el("span", { class: "badge " + (p.serving ? "ok" : "bad"), text: p.serving ? "reachable" : "unreachable" })),
+      el("td", { class: "num", text: p.latency_ms.toFixed(1) + " ms" }),
+      el("td", { class: "err" }, p.last_error ? [p.last_error, el("div", { class: "muted", text: when(p.last_error_at) })] : ""),
       el("td", {}, retry));
   });
-  main.replaceChildren(el("h1", { text: "Participants" }), el("div", { class: "table-wrap" }, el("table", { id: "participants" },
-    el("thead", {}, el("tr", {}, el("th", { text: "name" }), el("th", { text: "health" }), el("th", { text: "" }))),
-    el("tbody", {}, rows))));
+  main.replaceChildren(el("h1", { text: "Participants" }),
+    el("p", { class: "muted", text: "Health checked now; latency is the health check's; the last error is the last failed call's, kept after it answers again." }),
+    el("div", { class: "table-wrap" }, el("table", { id: "participants" },
+      el("thead", {}, el("tr", {}, ["name", "url", "health", "latency", "last error", ""].map((h) => el("th", { text: h })))),
+      el("tbody", {}, rows.length ? rows : emptyRow(6, "No participants registered.")))));
 }
 
 async function sinks() {
@@ -531,7 +497,7 @@ async function sinks() {
     el("p", { class: "muted", text: "NATS and webhooks: delivered through which sequence, how far behind, paused or not." }),
     el("div", { class: "table-wrap" }, el("table", { id: "sinks" },
       el("thead", {}, el("tr", {}, ["sink", "delivered through", "lag", "state", "last error", ""].map((h) => el("th", { text: h })))),
-      el("tbody", {}, rows))));
+      el("tbody", {}, rows.length ? rows : emptyRow(6, "No event sinks configured (NATS, webhooks).")))));
 }
 
 async function audit() {
@@ -539,10 +505,11 @@ async function audit() {
   const page = await api("GET", "/v1/admin/audit?page_size=100");
   main.replaceChildren(el("h1", { text: "Audit" }), el("div", { class: "table-wrap" }, el("table", {},
     el("thead", {}, el("tr", {}, ["when", "who", "action", "reservation", "reason"].map((h) => el("th", { text: h })))),
-    el("tbody", {}, page.entries.map((a) => el("tr", {}, el("td", { text: when(a.at) }), el("td", { text: a.principal || "(anonymous)" }),
+    el("tbody", {}, page.entries.length ? page.entries.map((a) => el("tr", {}, el("td", { text: when(a.at) }), el("td", { text: a.principal || "(anonymous)" }),
       el("td", { text: a.action }),
-      el("td", { class: "mono" }, a.reservation_id ? el("a", { href: "#/r/" + a.reservation_id, text: a.reservation_id.slice(0, 8) + "…" }) : "-"),
-      el("td", { text: a.reason })))))));
+      el("td", {}, a.reservation_id ? idLink(a.reservation_id) : "-"),
+      el("td", { text: a.reason })))
+      : emptyRow(5, "No operator actions yet.")))));
 }
 
 // The feed of every change (SPEC 10): the last EVENTS_BEFORE events before the page opened,
@@ -554,7 +521,7 @@ async function liveEvents() {
   main.replaceChildren(el("h1", { text: "Live events" }), el("p", { class: "muted", text: "Loading…" }));
   const latest = (await api("GET", "/v1/events:latest")).sequence;
   const status = el("span", { id: "events-live", text: "connecting…" });
-  const body = el("tbody", { id: "events" });
+  const body = el("tbody", { id: "events" }, emptyRow(6, "No events yet: each change appears here as it happens."));
   main.replaceChildren(el("h1", { text: "Live events" }),
     el("p", { class: "muted" }, "Every change of a reservation as it happens, newest first: ", status),
     el("div", { class: "table-wrap" }, el("table", {},
@@ -562,11 +529,12 @@ async function liveEvents() {
       body)));
   cleanup.push(followEvents(Math.max(0, latest - EVENTS_BEFORE), (e) => {
     const r = e.reservation || {};
+    for (const none of body.querySelectorAll("tr.empty")) none.remove();
     body.prepend(el("tr", { class: "event", "data-sequence": String(e.sequence), "data-type": e.type, "data-reservation": r.id || "" },
       el("td", { class: "mono", text: String(e.sequence) }),
       el("td", { text: when(e.occurred_at) }),
       el("td", { class: "mono", text: e.type }),
-      el("td", { class: "mono" }, r.id ? el("a", { href: "#/r/" + r.id, text: r.id.slice(0, 8) + "…" }) : "-"),
+      el("td", {}, r.id ? idLink(r.id) : "-"),
       el("td", { text: r.holder || "" }),
       el("td", {}, badge(r.state))));
     while (body.children.length > EVENTS_SHOWN) body.lastChild.remove();
@@ -580,14 +548,18 @@ async function route() {
   const hash = location.hash.replace(/^#/, "") || "/";
   const [path, query] = hash.split("?");
   const params = new URLSearchParams(query || "");
-  const view = path === "/" ? "overview" : path.startsWith("/r/") ? "reservations" : path.slice(1);
+  // A reservation's page: #/r/ID or #/reservations/ID.
+  const one = path.match(/^\/(?:r|reservations)\/(.+)$/);
+  const view = path === "/" ? "overview" : one || path === "/search" ? "reservations" : path.slice(1);
   for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.view === view);
   document.getElementById("forget-key").classList.toggle("hidden", !sessionStorage.getItem(KEY));
   try {
     if (path === "/") await overview();
     else if (path === "/reservations") await reservations(params);
-    else if (path.startsWith("/r/")) await reservation(decodeURIComponent(path.slice(3)));
+    else if (one) await reservation(decodeURIComponent(one[1]));
+    else if (path === "/search") await search(params.get("q") || "");
     else if (path === "/stuck") await stuck();
+    else if (path === "/inventory") await inventory(params);
     else if (path === "/participants") await participants();
     else if (path === "/audit") await audit();
     else if (path === "/sinks") await sinks();
@@ -601,4 +573,5 @@ async function route() {
 }
 
 window.addEventListener("hashchange", () => { clearFlash(); route(); });
-route();
+// After every script of the page ran (oncall.js holds views route() calls).
+document.addEventListener("DOMContentLoaded", route);

@@ -3,6 +3,7 @@
 
 mod admin;
 mod events;
+mod find;
 
 use std::process::Output;
 use std::time::Duration;

@@ -253,10 +253,40 @@ async fn the_admin_endpoints_over_json(pool: PgPool) {
         "{not_failed:?}"
     );
 
+    // Each participant: where, whether it serves, how fast, and the last error a call met.
     let health = get(&app, "/v1/admin/participants", None).await.ok();
+    let seen: Vec<_> = health["participants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                &p["name"],
+                &p["url"],
+                &p["serving"],
+                p["last_error"].is_string(),
+            )
+        })
+        .collect();
+    let seats_url = json!(fakes.get("seats").url);
     assert_eq!(
-        health["participants"],
-        json!([{"name": "gone", "serving": false}, {"name": "seats", "serving": true}])
+        seen,
+        [
+            (&json!("gone"), &json!(down), &json!(false), true),
+            (&json!("seats"), &seats_url, &json!(true), false),
+        ],
+        "{health}"
+    );
+    let gone = &health["participants"][0];
+    assert!(
+        gone["last_error_at"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z')),
+        "{gone}"
+    );
+    assert!(
+        gone["latency_ms"].as_f64().is_some_and(|ms| ms >= 0.0),
+        "{gone}"
     );
 }
 

@@ -102,7 +102,14 @@ async fn the_json_api_admits_callers_by_the_grpc_rules(pool: PgPool) {
     assert_eq!(cancelled["audit"][0]["principal"], "ops", "{cancelled}");
 
     // The console's files and the probes are open (the page asks for a key itself).
-    for path in ["/", "/console.js", "/console.css", "/healthz", "/readyz"] {
+    for path in [
+        "/",
+        "/console.js",
+        "/oncall.js",
+        "/console.css",
+        "/healthz",
+        "/readyz",
+    ] {
         let answer = get(&app, path, None).await;
         assert_eq!(answer.status, 200, "{path}: {answer:?}");
     }

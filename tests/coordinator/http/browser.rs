@@ -22,12 +22,12 @@ use crate::auth::{Cast, keyed, reserve_seat, secured_settings};
 use crate::common::{proto_duration, spawn_fakes};
 
 /// chromedriver on a free loopback port, killed when dropped.
-struct Driver {
+pub(super) struct Driver {
     _child: Child,
     url: String,
 }
 
-async fn start_driver() -> Driver {
+pub(super) async fn start_driver() -> Driver {
     let port = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .unwrap()
@@ -56,7 +56,7 @@ async fn start_driver() -> Driver {
     }
 }
 
-async fn browser(driver: &Driver) -> Client {
+pub(super) async fn browser(driver: &Driver) -> Client {
     let mut caps = serde_json::Map::new();
     let mut chrome = json!({
         "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",

@@ -7,9 +7,13 @@
 mod api;
 mod auth;
 mod browser;
+mod browser_find;
 mod events;
 mod input;
+mod inventory;
+mod lookup;
 mod origin;
+mod payments;
 mod ready;
 mod stream;
 

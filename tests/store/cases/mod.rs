@@ -10,6 +10,7 @@ pub mod create;
 pub mod decide;
 pub mod events;
 pub mod failed_batch;
+pub mod find;
 pub mod list;
 pub mod list_filters;
 pub mod lost_ack;

@@ -96,7 +96,10 @@ impl proto::admin_server::Admin for AdminApi {
             actor(&request)?;
             let query = stuck_query(request.into_inner()).map_err(Error::from)?;
             let page = self.coordinator.list_stuck(query).await?;
+            let ids: Vec<_> = page.reservations.iter().map(|r| r.id).collect();
+            let work = self.coordinator.work_of(&ids).await?;
             Ok(Response::new(proto::ListStuckResponse {
+                work: work.into_iter().map(convert::stuck_work).collect(),
                 reservations: page
                     .reservations
                     .into_iter()
@@ -184,6 +187,38 @@ impl proto::admin_server::Admin for AdminApi {
             let sinks = self.coordinator.list_sinks().await?;
             Ok(Response::new(proto::ListSinksResponse {
                 sinks: sinks.into_iter().map(convert::sink).collect(),
+            }))
+        })
+        .await
+    }
+
+    async fn count_reservations(
+        &self,
+        request: Request<proto::CountReservationsRequest>,
+    ) -> Result<Response<proto::CountReservationsResponse>, Status> {
+        observed("CountReservations", async move {
+            actor(&request)?;
+            let counts = self.coordinator.count_by_state().await?;
+            Ok(Response::new(convert::state_counts(counts)))
+        })
+        .await
+    }
+
+    async fn get_inventory(
+        &self,
+        request: Request<proto::GetInventoryRequest>,
+    ) -> Result<Response<proto::GetInventoryResponse>, Status> {
+        observed("GetInventory", async move {
+            actor(&request)?;
+            let items = request
+                .into_inner()
+                .resources
+                .into_iter()
+                .map(|r| (r.participant, r.resource))
+                .collect();
+            let lines = self.coordinator.inventory(items).await?;
+            Ok(Response::new(proto::GetInventoryResponse {
+                lines: lines.into_iter().map(convert::inventory_line).collect(),
             }))
         })
         .await

@@ -11,7 +11,7 @@ use uuid::Uuid;
 use crate::domain::PresentedToken;
 use crate::domain::validate::{self, FieldError, RequestId, ReserveInput};
 use crate::domain::{
-    BranchState, Hold, HoldToken, Interval, ListQuery, Payment, PaymentRecord, PaymentState,
+    BranchState, Find, Hold, HoldToken, Interval, ListQuery, Payment, PaymentRecord, PaymentState,
     Refund, RefundState, Reservation, State,
 };
 use crate::proto;
@@ -111,6 +111,56 @@ pub fn state(s: State) -> proto::reservation::State {
     }
 }
 
+/// Reservations by state (Admin `CountReservations`): each minute's counts grouped under it.
+pub fn state_counts(c: crate::domain::admin::StateCounts) -> proto::CountReservationsResponse {
+    let count = |(s, n): (State, i64)| proto::StateCount {
+        state: state(s) as i32,
+        count: n,
+    };
+    let mut last_hour: Vec<proto::MinuteCounts> = Vec::new();
+    for (minute, s, n) in c.minutes {
+        let start = Some(timestamp(minute));
+        match last_hour.last_mut() {
+            Some(m) if m.start == start => m.counts.push(count((s, n))),
+            _ => last_hour.push(proto::MinuteCounts {
+                start,
+                counts: vec![count((s, n))],
+            }),
+        }
+    }
+    proto::CountReservationsResponse {
+        live: c.live.into_iter().map(count).collect(),
+        last_hour,
+        at: Some(timestamp(c.at)),
+    }
+}
+
+/// Where a stuck reservation's work stands (Admin `ListStuck`).
+pub fn stuck_work(w: crate::domain::admin::WorkState) -> proto::StuckWork {
+    proto::StuckWork {
+        reservation_id: w.reservation_id.to_string(),
+        next_attempt_at: w.next_attempt_at.map(timestamp),
+        attempts: w.attempts,
+    }
+}
+
+/// One line of the inventory (Admin `GetInventory`).
+pub fn inventory_line(line: crate::domain::admin::InventoryLine) -> proto::InventoryLine {
+    let (levels, error) = match line.levels {
+        Ok(levels) => (levels, String::new()),
+        Err(why) => (Default::default(), why),
+    };
+    proto::InventoryLine {
+        participant: line.participant,
+        resource: line.resource,
+        capacity: levels.capacity,
+        available: levels.available,
+        held: levels.held,
+        confirmed: levels.confirmed,
+        error,
+    }
+}
+
 /// A ListReservations request as a query; the page size is capped by the coordinator.
 pub fn list_query(req: proto::ListReservationsRequest) -> Result<ListQuery, FieldError> {
     if req.page_size < 0 {
@@ -138,7 +188,21 @@ pub fn list_query(req: proto::ListReservationsRequest) -> Result<ListQuery, Fiel
             .map(|t| from_timestamp("created_before", t))
             .transpose()?,
         labels: req.labels.into_iter().collect(),
+        find: lookup(&req.id_prefix, req.request_id)?,
     })
+}
+
+/// The lookup a List asks for instead of its filters, if any (one at most).
+fn lookup(id_prefix: &str, request_id: String) -> Result<Option<Find>, FieldError> {
+    match (id_prefix.is_empty(), request_id.is_empty()) {
+        (true, true) => Ok(None),
+        (false, true) => Find::id_prefix("id_prefix", id_prefix).map(Some),
+        (true, false) => Ok(Some(Find::RequestId(request_id))),
+        (false, false) => Err(FieldError::new(
+            "request_id",
+            "give id_prefix or request_id, not both",
+        )),
+    }
 }
 
 /// A request's `reservation_id`: required, and a UUID. Parsed here once; past `api/` an id is

@@ -10,7 +10,8 @@ use uuid::Uuid;
 
 use super::{Coordinator, Error, Page, entered, refund_recorded};
 use crate::domain::admin::{
-    self, AdminAction, AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery,
+    self, AdminAction, AuditEntry, AuditNote, AuditQuery, RetryTarget, StateCounts, StuckQuery,
+    WorkState,
 };
 use crate::domain::validate::{self, FieldError};
 use crate::domain::{Actor, Reservation, State};
@@ -228,6 +229,16 @@ impl Coordinator {
             reservations: self.with_audit(reservations).await?,
             next,
         })
+    }
+
+    /// Where the work of each of these reservations stands (stuck work's next retry).
+    pub async fn work_of(&self, ids: &[uuid::Uuid]) -> Result<Vec<WorkState>, Error> {
+        Ok(self.store.work_of(ids).await?)
+    }
+
+    /// Reservations by state from the database: the live ones, the last hour's per minute.
+    pub async fn count_by_state(&self) -> Result<StateCounts, Error> {
+        Ok(self.store.count_by_state().await?)
     }
 
     /// The audit log (one reservation's or all), newest first.

@@ -23,6 +23,7 @@ mod drive;
 pub mod error;
 mod extend;
 mod faults;
+mod inventory;
 mod late_payment;
 pub mod on_demand;
 mod payment_check;

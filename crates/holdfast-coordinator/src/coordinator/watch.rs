@@ -16,7 +16,9 @@ use super::watchers::{WatchConnection, Watchers};
 use super::{Coordinator, Error};
 use crate::domain::PresentedToken;
 use crate::domain::RequestId;
-use crate::domain::admin::{AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery};
+use crate::domain::admin::{
+    AuditEntry, AuditNote, AuditQuery, RetryTarget, StateCounts, StuckQuery, WorkState,
+};
 use crate::domain::policy::{Backoff, HoldLimits};
 use crate::domain::{
     Actor, Decision, ExtraPayment, ListQuery, NewReservation, Rejection, Reservation, State,
@@ -363,6 +365,14 @@ impl Store for Publishing {
 
     async fn list_stuck(&self, query: &StuckQuery) -> Result<Vec<Reservation>, StoreError> {
         self.inner.list_stuck(query).await
+    }
+
+    async fn work_of(&self, ids: &[Uuid]) -> Result<Vec<WorkState>, StoreError> {
+        self.inner.work_of(ids).await
+    }
+
+    async fn count_by_state(&self) -> Result<StateCounts, StoreError> {
+        self.inner.count_by_state().await
     }
 
     async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {

@@ -188,3 +188,76 @@ mod tests {
         }
     }
 }
+
+/// Reservations by state, read from the database (the console's overview): every live one, and
+/// those created in the last hour per minute. Each count is one walk of a small index: the live
+/// ones of `reservations_open` (partial: non-terminal rows only), the last hour's a range of
+/// `reservations_by_created`; never the whole table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StateCounts {
+    /// Not terminal, by state as read: a `HELD` one past `expires_at` counts as `EXPIRED`
+    /// (its release not yet run).
+    pub live: Vec<(State, i64)>,
+    /// Created in the last hour, by the minute they were created in (oldest first) and the
+    /// state they are in now (as read).
+    pub minutes: Vec<(DateTime<Utc>, State, i64)>,
+    /// When they were counted (database clock).
+    pub at: DateTime<Utc>,
+}
+
+/// Most resources one inventory read asks their participants about.
+pub(crate) const MAX_INVENTORY_ITEMS: usize = 50;
+
+/// A resource's stock levels as its participant counts them (`tcc.v1.ResourceAdmin`):
+/// capacity = available + held + confirmed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StockLevels {
+    pub capacity: i64,
+    pub available: i64,
+    pub held: i64,
+    pub confirmed: i64,
+}
+
+/// One line of the inventory: a participant's resource and its levels, or why they could not
+/// be read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InventoryLine {
+    pub participant: String,
+    pub resource: String,
+    pub levels: Result<StockLevels, String>,
+}
+
+/// The resources an inventory read asks about: 1 to [`MAX_INVENTORY_ITEMS`] (participant,
+/// resource) pairs, each name 1..128 bytes.
+pub(crate) fn inventory_items(items: &[(String, String)]) -> Result<(), FieldError> {
+    if items.is_empty() || items.len() > MAX_INVENTORY_ITEMS {
+        return Err(FieldError::new(
+            "resources",
+            format!(
+                "must name 1 to {MAX_INVENTORY_ITEMS} resources (got {})",
+                items.len()
+            ),
+        ));
+    }
+    for (i, (participant, resource)) in items.iter().enumerate() {
+        for (part, value) in [("participant", participant), ("resource", resource)] {
+            if value.is_empty() || value.len() > 128 {
+                return Err(FieldError::new(
+                    format!("resources[{i}].{part}"),
+                    "must be 1..128 bytes",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Where a reservation's unfinished work stands (stuck work): when the coordinator drives it
+/// next (`None`: not scheduled, e.g. waiting for its hold to lapse) and how many times the
+/// sweep has driven it so far.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkState {
+    pub reservation_id: Uuid,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub attempts: i32,
+}

@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod event;
+pub mod find;
 pub mod lifecycle;
 pub mod payments;
 pub mod policy;
@@ -17,6 +18,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 pub use event::{Event, EventFilter, EventType};
+pub use find::Find;
 pub use lifecycle::{Decision, Verdict};
 pub use payments::{PaymentRecord, PaymentState};
 pub use token::{HoldToken, PresentedToken, TokenCheck, TokenKeys};
@@ -424,4 +426,7 @@ pub struct ListQuery {
     pub created_before: Option<DateTime<Utc>>,
     /// Only reservations carrying every one of these labels with these values.
     pub labels: BTreeMap<String, String>,
+    /// A lookup answered instead of the filters above (which must then be unset): ids by
+    /// prefix in id order (`after`'s id the cursor), or by request id, newest first.
+    pub find: Option<Find>,
 }

@@ -270,6 +270,9 @@ pub const MAX_LABEL_FILTERS: usize = 4;
 /// The filters of a List: holder and participant identifiers, a time range that is one, at
 /// most [`MAX_LABEL_FILTERS`] labels, each a label Reserve would take.
 pub fn list_filters(query: &super::ListQuery, limits: &Limits) -> Result<(), FieldError> {
+    if let Some(find) = &query.find {
+        return lookup(find, query, limits);
+    }
     if let Some(h) = &query.holder {
         identifier("holder", h, limits.max_id_bytes)?;
     }
@@ -295,6 +298,30 @@ pub fn list_filters(query: &super::ListQuery, limits: &Limits) -> Result<(), Fie
     }
     for (k, v) in &query.labels {
         label(k, v, limits)?;
+    }
+    Ok(())
+}
+
+/// A lookup (`id_prefix`, `request_id`) stands alone: no filter beside it.
+fn lookup(find: &super::Find, query: &super::ListQuery, limits: &Limits) -> Result<(), FieldError> {
+    let field = match find {
+        super::Find::Ids { .. } => "id_prefix",
+        super::Find::RequestId(id) => {
+            identifier("request_id", id, limits.max_id_bytes)?;
+            "request_id"
+        }
+    };
+    let filtered = query.holder.is_some()
+        || query.state.is_some()
+        || query.participant.is_some()
+        || query.created_after.is_some()
+        || query.created_before.is_some()
+        || !query.labels.is_empty();
+    if filtered {
+        return Err(FieldError::new(
+            field,
+            "is a lookup of its own: give no other filter with it",
+        ));
     }
     Ok(())
 }

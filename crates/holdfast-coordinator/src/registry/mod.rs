@@ -1,6 +1,7 @@
 //! The participant registry: name -> endpoint, one long-lived HTTP/2 channel per participant,
-//! and the three TCC calls translated to domain outcomes (plus Extend, `extend.rs`, and a
-//! payment service's GetPayment and Refund, `payments.rs`).
+//! and the three TCC calls translated to domain outcomes (plus Extend, `extend.rs`, a
+//! payment service's GetPayment and Refund, `payments.rs`, and a resource's stock levels,
+//! `inventory.rs`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,9 +19,12 @@ use crate::proto;
 use crate::proto::participant_client::ParticipantClient;
 
 mod extend;
+mod health;
+mod inventory;
 mod payments;
 
 pub use extend::ExtendOutcome;
+pub use health::ParticipantHealth;
 pub use payments::{PaymentLookup, RefundFailure, refund_refusal_is_permanent};
 
 /// How to reach one participant.
@@ -125,15 +129,21 @@ enum SecondPhase {
 #[derive(Clone, Debug)]
 pub struct ParticipantHandle {
     name: String,
+    /// Where it is reached (`--participant NAME=URL`), for the console.
+    url: String,
     timeout: Duration,
     client: ParticipantClient<Channel>,
     /// The same channel, for participants that also take payments (refunds).
     payments: crate::proto::payments_client::PaymentsClient<Channel>,
+    /// The same channel, for its stock levels (`tcc.v1.ResourceAdmin/GetResource`).
+    resources: crate::proto::resource_admin_client::ResourceAdminClient<Channel>,
     health: tonic_health::pb::health_client::HealthClient<Channel>,
     /// `Bearer <key>`: the coordinator's own credential (`--participant-api-key-file`).
     credential: Option<tonic::metadata::AsciiMetadataValue>,
     /// The last call could not reach it (or failed); cleared by the next success.
     failing: Arc<AtomicBool>,
+    /// The last failed call's error and when, kept after it answers again (for the console).
+    last_error: Arc<health::LastError>,
     /// A health probe announced it back and no real call has succeeded since.
     woken_by_probe: Arc<AtomicBool>,
     events: Arc<Events>,
@@ -202,9 +212,14 @@ impl Registry {
             };
             let handle = ParticipantHandle {
                 name: ep.name.clone(),
+                url: ep.url.clone(),
+                last_error: Arc::default(),
                 timeout: ep.timeout,
                 client: ParticipantClient::new(channel.clone()),
                 payments: crate::proto::payments_client::PaymentsClient::new(channel.clone()),
+                resources: crate::proto::resource_admin_client::ResourceAdminClient::new(
+                    channel.clone(),
+                ),
                 health: tonic_health::pb::health_client::HealthClient::new(channel),
                 credential: credential.clone(),
                 failing: Arc::new(AtomicBool::new(false)),
@@ -240,18 +255,6 @@ impl Registry {
     /// Resolves when some participant answers again after failing.
     pub async fn came_back(&self) {
         self.events.notify.notified().await;
-    }
-
-    /// Every registered participant's name and whether its health service answers SERVING
-    /// now (asked in parallel, each within a second; recorded like any call), by name.
-    pub async fn health(&self) -> Vec<(String, bool)> {
-        let checks = self
-            .participants
-            .values()
-            .map(|p| async move { (p.name.clone(), p.probe().await) });
-        let mut answers = futures_util::future::join_all(checks).await;
-        answers.sort();
-        answers
     }
 
     /// The participant registered under `name`.
@@ -362,6 +365,7 @@ impl ParticipantHandle {
         match result {
             Err(e) if !e.refused => {
                 self.failing.store(true, Ordering::Relaxed);
+                self.last_error.record(&e.message);
             }
             _ => {
                 if !by_probe {

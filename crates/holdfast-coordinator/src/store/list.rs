@@ -120,6 +120,16 @@ pub fn cursor(query: &ListQuery) -> (DateTime<Utc>, Uuid) {
     }
 }
 
+/// The ids an id-prefix lookup reads next: from the prefix's first id, or the id after the
+/// cursor's, to its last; `None` once the cursor is at the end.
+pub(crate) fn id_range(query: &ListQuery, low: Uuid, high: Uuid) -> Option<(Uuid, Uuid)> {
+    let from = match query.after {
+        None => low,
+        Some((_, id)) => Uuid::from_u128(id.as_u128().checked_add(1)?).max(low),
+    };
+    (from <= high).then_some((from, high))
+}
+
 /// `created_after` on a page read newest first: the rows before it are the page's tail (and
 /// every later page's), dropped here, so the walk stops at the page's limit as always.
 pub fn created_after(query: &ListQuery, mut page: Vec<Reservation>) -> Vec<Reservation> {
@@ -132,6 +142,19 @@ pub fn created_after(query: &ListQuery, mut page: Vec<Reservation>) -> Vec<Reser
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_id_range_resumes_after_the_cursor_and_ends() {
+        let (low, high) = (Uuid::from_u128(0x10), Uuid::from_u128(0x1f));
+        let mut q = ListQuery::default();
+        assert_eq!(id_range(&q, low, high), Some((low, high)));
+        q.after = Some((first_cursor().0, Uuid::from_u128(0x12)));
+        assert_eq!(id_range(&q, low, high), Some((Uuid::from_u128(0x13), high)));
+        q.after = Some((first_cursor().0, high));
+        assert_eq!(id_range(&q, low, high), None);
+        q.after = Some((first_cursor().0, Uuid::max()));
+        assert_eq!(id_range(&q, low, Uuid::max()), None);
+    }
 
     #[test]
     fn every_shape_has_its_own_slot() {

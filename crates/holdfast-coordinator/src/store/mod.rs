@@ -57,7 +57,9 @@ use uuid::Uuid;
 use crate::db::DatabaseKind;
 use crate::domain::PresentedToken;
 use crate::domain::RequestId;
-use crate::domain::admin::{AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery};
+use crate::domain::admin::{
+    AuditEntry, AuditNote, AuditQuery, RetryTarget, StateCounts, StuckQuery, WorkState,
+};
 use crate::domain::lifecycle::Refusal;
 use crate::domain::policy::{Backoff, HoldLimits, LimitScope};
 use crate::domain::{
@@ -417,6 +419,12 @@ pub trait Store: Send + Sync + 'static {
 
     /// Stuck work (`ListStuck`), newest first.
     async fn list_stuck(&self, query: &StuckQuery) -> Result<Vec<Reservation>, StoreError>;
+
+    /// Where the work of each of `ids` stands (any order), in one statement by primary key.
+    async fn work_of(&self, ids: &[Uuid]) -> Result<Vec<WorkState>, StoreError>;
+
+    /// Reservations by state: the live ones, the last hour's per minute ([`StateCounts`]).
+    async fn count_by_state(&self) -> Result<StateCounts, StoreError>;
 
     /// The audit log, newest first.
     async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError>;

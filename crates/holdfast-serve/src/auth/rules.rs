@@ -18,6 +18,9 @@ const CLIENTS: &[Role] = &[Role::Client, Role::Admin];
 const ADMINS: &[Role] = &[Role::Admin];
 const COORDINATORS: &[Role] = &[Role::Coordinator, Role::Admin];
 const SCRAPERS: &[Role] = &[Role::Metrics, Role::Admin];
+/// Reading a resource's stock levels: a client, and the coordinator for its console's
+/// inventory view.
+const STOCK_READERS: &[Role] = &[Role::Client, Role::Coordinator, Role::Admin];
 
 /// The path a request for the Prometheus text asks the auth layer about (`GET /metrics` on
 /// the HTTP port and on `--metrics-listen`): no gRPC method, a rule of its own.
@@ -47,7 +50,7 @@ pub fn of(path: &str) -> Rule {
         ("tcc.v1.Participant", _) => Rule::Roles(COORDINATORS),
         ("tcc.v1.Payments", "Charge") => Rule::Roles(CLIENTS),
         ("tcc.v1.Payments", "Refund" | "GetPayment") => Rule::Roles(COORDINATORS),
-        ("tcc.v1.ResourceAdmin", "GetResource") => Rule::Roles(CLIENTS),
+        ("tcc.v1.ResourceAdmin", "GetResource") => Rule::Roles(STOCK_READERS),
         _ => Rule::Roles(ADMINS),
     }
 }
@@ -70,7 +73,10 @@ mod tests {
             ("/tcc.v1.Payments/Charge", &[Client, Admin]),
             ("/tcc.v1.Payments/Refund", &[Coordinator, Admin]),
             ("/tcc.v1.Payments/GetPayment", &[Coordinator, Admin]),
-            ("/tcc.v1.ResourceAdmin/GetResource", &[Client, Admin]),
+            (
+                "/tcc.v1.ResourceAdmin/GetResource",
+                &[Client, Coordinator, Admin],
+            ),
             ("/tcc.v1.ResourceAdmin/PutResources", &[Admin]),
             ("/tcc.v1.Admin/ListStuck", &[Admin]),
             ("/tcc.v1.Admin/Retry", &[Admin]),
@@ -78,6 +84,8 @@ mod tests {
             ("/tcc.v1.Admin/Resolve", &[Admin]),
             ("/tcc.v1.Admin/ListAudit", &[Admin]),
             ("/tcc.v1.Admin/ResumeWebhook", &[Admin]),
+            ("/tcc.v1.Admin/CountReservations", &[Admin]),
+            ("/tcc.v1.Admin/GetInventory", &[Admin]),
             ("/tcc.v1.Events/Subscribe", &[Client, Admin]),
             ("/tcc.v1.Events/GetLatestSequence", &[Client, Admin]),
             ("/tcc.v1.Admin/ForceCancel", &[Admin]),

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::rows::{ReservationRow, millis};
 use crate::domain::admin::{
-    AdminAction, AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery,
+    AdminAction, AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery, WorkState,
 };
 use crate::domain::{Reservation, State};
 use crate::store::admin::{AdminSql, Woken};
@@ -164,6 +164,24 @@ const STUCK: &str = concat!(
              AND updated_at <= clock_timestamp() - $6 * interval '1 millisecond')) \
      ORDER BY created_at DESC, id DESC LIMIT $3"
 );
+
+/// [`crate::store::Store::work_of`].
+pub(super) async fn work_of(pool: &PgPool, ids: &[Uuid]) -> Result<Vec<WorkState>, StoreError> {
+    let rows: Vec<(Uuid, Option<DateTime<Utc>>, i32)> = sqlx::query_as(
+        "SELECT id, next_attempt_at, recovery_attempts FROM reservations WHERE id = ANY($1)",
+    )
+    .bind(ids)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(reservation_id, next_attempt_at, attempts)| WorkState {
+            reservation_id,
+            next_attempt_at,
+            attempts,
+        })
+        .collect())
+}
 
 /// [`crate::store::Store::list_stuck`].
 pub(super) async fn list_stuck(

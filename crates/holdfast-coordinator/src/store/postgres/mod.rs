@@ -24,10 +24,12 @@ mod rows;
 
 mod admin;
 mod answers;
+pub mod counts;
 mod create;
 mod decide;
 mod events;
 mod executor;
+pub mod find;
 mod group_commit;
 mod list;
 mod payments;
@@ -43,7 +45,9 @@ use async_trait::async_trait;
 use super::sql::PaymentSql;
 use crate::domain::PresentedToken;
 use crate::domain::RequestId;
-use crate::domain::admin::{AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery};
+use crate::domain::admin::{
+    AuditEntry, AuditNote, AuditQuery, RetryTarget, StateCounts, StuckQuery, WorkState,
+};
 use crate::store::admin::{AdminDecided, Woken};
 use sqlx::Postgres;
 use sqlx::postgres::PgPool;
@@ -343,6 +347,14 @@ impl Store for PgStore {
 
     async fn list_stuck(&self, query: &StuckQuery) -> Result<Vec<Reservation>, StoreError> {
         admin::list_stuck(&self.pool, query).await
+    }
+
+    async fn work_of(&self, ids: &[Uuid]) -> Result<Vec<WorkState>, StoreError> {
+        admin::work_of(&self.pool, ids).await
+    }
+
+    async fn count_by_state(&self) -> Result<StateCounts, StoreError> {
+        counts::count_by_state(&self.pool).await
     }
 
     async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::rows::{ReservationRow, micros, micros_of, with_branches};
 use crate::domain::admin::{
-    AdminAction, AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery,
+    AdminAction, AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery, WorkState,
 };
 use crate::domain::{Reservation, State};
 use crate::store::admin::{AdminSql, Woken};
@@ -178,6 +178,27 @@ const STUCK: &str = concat!(
     " - ?6)) \
      ORDER BY created_at DESC, id DESC LIMIT ?3"
 );
+
+/// [`crate::store::Store::work_of`] (the ids travel as a JSON array of hex strings).
+pub(super) async fn work_of(pool: &SqlitePool, ids: &[Uuid]) -> Result<Vec<WorkState>, StoreError> {
+    let hex: Vec<String> = ids.iter().map(|id| id.simple().to_string()).collect();
+    let rows: Vec<(Uuid, Option<i64>, i32)> = sqlx::query_as(
+        "SELECT id, next_attempt_at, recovery_attempts FROM reservations \
+         WHERE id IN (SELECT unhex(value) FROM json_each(?1))",
+    )
+    .bind(sqlx::types::Json(&hex))
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter()
+        .map(|(reservation_id, next, attempts)| {
+            Ok(WorkState {
+                reservation_id,
+                next_attempt_at: next.map(super::rows::time_of).transpose()?,
+                attempts,
+            })
+        })
+        .collect()
+}
 
 /// [`crate::store::Store::list_stuck`].
 pub(super) async fn list_stuck(

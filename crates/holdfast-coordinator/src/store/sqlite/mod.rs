@@ -53,9 +53,11 @@ mod rows;
 
 mod admin;
 mod answers;
+pub mod counts;
 mod create;
 mod decide;
 mod events;
+pub mod find;
 mod payments;
 mod recovery;
 mod retention;
@@ -68,7 +70,9 @@ use async_trait::async_trait;
 
 use crate::domain::PresentedToken;
 use crate::domain::RequestId;
-use crate::domain::admin::{AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery};
+use crate::domain::admin::{
+    AuditEntry, AuditNote, AuditQuery, RetryTarget, StateCounts, StuckQuery, WorkState,
+};
 use crate::store::admin::{AdminDecided, Woken};
 use sqlx::Sqlite;
 use sqlx::sqlite::SqlitePool;
@@ -361,6 +365,14 @@ impl Store for SqliteStore {
 
     async fn list_stuck(&self, query: &StuckQuery) -> Result<Vec<Reservation>, StoreError> {
         admin::list_stuck(&self.pool, query).await
+    }
+
+    async fn work_of(&self, ids: &[Uuid]) -> Result<Vec<WorkState>, StoreError> {
+        admin::work_of(&self.pool, ids).await
+    }
+
+    async fn count_by_state(&self) -> Result<StateCounts, StoreError> {
+        counts::count_by_state(&self.pool).await
     }
 
     async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {
