@@ -65,8 +65,13 @@ CREATE FUNCTION holdfast_event_horizon() RETURNS bigint LANGUAGE sql STABLE AS $
         pg_snapshot_xmax(pg_current_snapshot()))::text::bigint << 20
 $$;
 
+-- Appends one event for reservation row `r`, numbered. PL/pgSQL (was SQL): its INSERT is
+-- planned once per session, where a SQL function called from a trigger was planned again in
+-- every transaction. `clock_timestamp()` still resolves through the session's search_path
+-- (a test-mode pool's movable clock), which a session never changes.
 CREATE OR REPLACE FUNCTION holdfast_append_event(r reservations, event_type text) RETURNS void
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+BEGIN
     INSERT INTO events (sequence, type, occurred_at, reservation_id, request_id, holder, owner,
                         state, release_outcome, ttl_ms, created_at, expires_at, extensions_used,
                         labels, rejection_participant, rejection_resource, rejection_reason,
@@ -78,5 +83,6 @@ LANGUAGE sql AS $$
             r.extensions_used, r.labels, r.rejection_participant, r.rejection_resource,
             r.rejection_reason, r.late_payment_honored, r.version, r.payment_participant,
             r.payment_ref, r.payment_amount_minor, r.payment_currency, r.refund_id,
-            r.refund_state, r.refund_reason, r.refund_failure, r.generation)
+            r.refund_state, r.refund_reason, r.refund_failure, r.generation);
+END
 $$;
