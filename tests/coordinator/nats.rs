@@ -503,8 +503,7 @@ async fn acknowledged_then_stopped(pool: &PgPool, db: Db) {
     let mut first = Replica::start_on(db.store().await, &stock, vec![nats.sink().await]).await;
     let cancelled = script(&mut first.client, "crash").await;
     let log = db.log().await;
-    let events =
-        log_of_through(&*log, &cancelled, proto::event::Type::ReservationCancelled).await;
+    let events = log_of_through(&*log, &cancelled, proto::event::Type::ReservationCancelled).await;
     nats.wait_count(events.len() as u64).await;
     let sink = first.nats_sink().await.expect("the sink's row");
     assert_eq!(sink.delivered_through, 0, "{sink:?}");
@@ -518,7 +517,10 @@ async fn acknowledged_then_stopped(pool: &PgPool, db: Db) {
         duration: Duration::ZERO,
     };
     let taken = log.lease_sink(NATS_SINK_NAME, now).await.unwrap();
-    assert!(taken.is_some(), "a stopped coordinator still holds the sink");
+    assert!(
+        taken.is_some(),
+        "a stopped coordinator still holds the sink"
+    );
     let mut second = Replica::start_on(db.store().await, &stock, vec![nats.sink().await]).await;
     let latest = events.last().unwrap().sequence;
     wait_delivered_through(&mut second, latest).await;
