@@ -32,6 +32,14 @@ const RENEW_AT_MOST_EVERY: Duration = Duration::from_secs(5);
 /// Events read per page.
 const PAGE: u32 = 500;
 
+/// The shortest time between two reads of the log while events keep coming: under load a sink
+/// takes what this long brought in one page (one read, one cursor write), not a page per
+/// write.
+const BATCH_INTERVAL: Duration = Duration::from_millis(50);
+
+/// How often, at most, the lag gauge is read from the database while delivering.
+const LAG_REFRESH: Duration = Duration::from_secs(1);
+
 /// The first retry delay after a failed delivery (doubling per failure, with jitter).
 const BACKOFF_BASE: Duration = Duration::from_millis(500);
 
@@ -63,6 +71,7 @@ pub fn start(
             sink,
             owner,
             stopping: stopping.clone(),
+            lag_read: None,
         };
         loops.spawn(delivery.run());
     }
@@ -81,6 +90,8 @@ struct Delivery {
     lease: Duration,
     /// How often the holder renews (six times a lease, at most [`RENEW_AT_MOST_EVERY`]).
     renew_every: Duration,
+    /// When the lag gauge was last read ([`LAG_REFRESH`]).
+    lag_read: Option<Instant>,
 }
 
 /// Why the lease holder stopped delivering.
@@ -146,7 +157,7 @@ impl Delivery {
                     tracing::warn!(sink = self.name(), error = %e, "event sink lease failed; retrying");
                 }
             }
-            self.refresh_lag().await;
+            self.refresh_lag(true).await;
             self.wait(self.renew_every).await;
         }
         // Another replica may deliver at once (what this one delivered is recorded).
@@ -173,15 +184,17 @@ impl Delivery {
             }
             // Seen before reading: a sequence that moves after the read wakes the wait below.
             self.follow.borrow_and_update();
+            let read_at = Instant::now();
             let page = match self.coordinator.events().page(cursor, None, PAGE).await {
                 Ok(page) => page,
                 Err(e) => return Leave::Store(e),
             };
-            if page.is_empty() {
-                self.refresh_lag().await;
+            let Some(last) = page.last().map(|e| e.sequence) else {
+                self.refresh_lag(true).await;
                 self.await_more().await;
                 continue;
-            }
+            };
+            let caught_up = page.len() < PAGE as usize;
             let page: Vec<proto::Event> =
                 page.into_iter().map(crate::api::convert::event).collect();
             let handed = self.hand_over(&page).await;
@@ -198,7 +211,7 @@ impl Delivery {
                 }
                 cursor = through;
                 failures = 0;
-                self.refresh_lag().await;
+                self.refresh_lag(false).await;
             }
             if let Some(error) = handed.error {
                 failures = failures.saturating_add(1);
@@ -207,6 +220,13 @@ impl Delivery {
                 }
                 if let Err(leave) = self.back_off(backoff(failures), &mut renewed).await {
                     return leave;
+                }
+            } else if caught_up && handed.through == Some(last) {
+                // All that was readable is delivered: wait for more, then let a batch gather.
+                self.await_more().await;
+                let gathered = read_at + BATCH_INTERVAL;
+                if let Some(left) = gathered.checked_duration_since(Instant::now()) {
+                    self.wait(left).await;
                 }
             }
         }
@@ -323,8 +343,13 @@ impl Delivery {
         !self.stopping()
     }
 
-    /// Sets the lag gauge from the database.
-    async fn refresh_lag(&self) {
+    /// Sets the lag gauge from the database: always when `now`, else at most every
+    /// [`LAG_REFRESH`].
+    async fn refresh_lag(&mut self, now: bool) {
+        if !now && self.lag_read.is_some_and(|at| at.elapsed() < LAG_REFRESH) {
+            return;
+        }
+        self.lag_read = Some(Instant::now());
         match self.log().sink_lag(self.name()).await {
             Ok(lag) => ops::sink_lag(self.name(), lag),
             Err(e) => {
