@@ -445,7 +445,18 @@ async function reservation(id) {
 
 async function participants() {
   main.replaceChildren(el("h1", { text: "Participants" }), el("p", { class: "muted", text: "Checking health…" }));
-  const list = (await api("GET", "/v1/admin/participants")).participants;
+  const [list, stuck] = await Promise.all([
+    api("GET", "/v1/admin/participants").then((r) => r.participants),
+    api("GET", "/v1/admin/stuck?page_size=100"),
+  ]);
+  // The backlog: stuck reservations with a branch still waiting on the participant (its hold
+  // not yet settled), from the oldest 100 stuck ("+" when there are more).
+  const waiting = new Map();
+  for (const r of stuck.reservations) {
+    const at = new Set(r.branches.filter((b) => b.state === "PENDING" || b.state === "HELD").map((b) => b.participant));
+    for (const name of at) waiting.set(name, (waiting.get(name) || 0) + 1);
+  }
+  const backlog = (name) => String(waiting.get(name) || 0) + (stuck.next_page_token && waiting.get(name) ? "+" : "");
   const rows = list.map((p) => {
     const retry = el("button", { type: "button", class: "secondary", text: "Retry its backlog" });
     retry.addEventListener("click", async () => {
@@ -459,14 +470,15 @@ async function participants() {
       el("td", { class: "mono url", text: p.url }),
       el("td", {}, el("span", { class: "badge " + (p.serving ? "ok" : "bad"), text: p.serving ? "reachable" : "unreachable" })),
       el("td", { class: "num", text: p.latency_ms.toFixed(1) + " ms" }),
+      el("td", { class: "num backlog", text: backlog(p.name) }),
       el("td", { class: "err" }, p.last_error ? [p.last_error, el("div", { class: "muted", text: when(p.last_error_at) })] : ""),
       el("td", {}, retry));
   });
   main.replaceChildren(el("h1", { text: "Participants" }),
-    el("p", { class: "muted", text: "Health checked now; latency is the health check's; the last error is the last failed call's, kept after it answers again." }),
+    el("p", { class: "muted", text: "Health checked now; latency is the health check's; the backlog is the stuck reservations waiting on it; the last error is the last failed call's, kept after it answers again." }),
     el("div", { class: "table-wrap" }, el("table", { id: "participants" },
-      el("thead", {}, el("tr", {}, ["name", "url", "health", "latency", "last error", ""].map((h) => el("th", { text: h })))),
-      el("tbody", {}, rows.length ? rows : emptyRow(6, "No participants registered.")))));
+      el("thead", {}, el("tr", {}, ["name", "url", "health", "latency", "backlog", "last error", ""].map((h) => el("th", { text: h })))),
+      el("tbody", {}, rows.length ? rows : emptyRow(7, "No participants registered.")))));
 }
 
 async function sinks() {

@@ -243,7 +243,7 @@ async fn the_console_finds_a_reservation_and_shows_its_money_trail(pool: PgPool)
 }
 
 /// Stuck work in the browser: oldest first, each with its age, attempts, next retry and last
-/// error.
+/// error; the Participants view counts them as the participant's backlog.
 #[sqlx::test]
 async fn the_console_lists_stuck_work_oldest_first(pool: PgPool) {
     let fakes = crate::common::spawn_fakes(&["seats"]).await;
@@ -320,6 +320,21 @@ async fn the_console_lists_stuck_work_oldest_first(pool: PgPool) {
             !row[5].as_str().unwrap_or("").is_empty(),
             "last error: {row}"
         );
+    }
+    // The participant's backlog: both stuck reservations wait on it.
+    page.goto(&format!("{}/#/participants", app.base))
+        .await
+        .unwrap();
+    const BACKLOG: &str = r#"return Array.from(document.querySelectorAll('#participants tr[data-participant]')).map((r) =>
+        [r.dataset.participant, r.querySelector('.backlog').textContent]);"#;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let rows: Value = page.execute(BACKLOG, vec![]).await.unwrap();
+        if rows == json!([["seats", "2"]]) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the backlog: {rows:#}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     page.close().await.unwrap();
 }
