@@ -84,7 +84,7 @@ pub(crate) async fn run(command: EventsCommand) -> Result<(), CliError> {
 
 async fn latest(target: &Target) -> Result<i64, CliError> {
     Ok(EventsClient::new(target.channel()?)
-        .get_latest_sequence(proto::GetLatestSequenceRequest {})
+        .get_latest_sequence(proto::GetLatestSequenceRequest::default())
         .await
         .map_err(|s| CliError::from_status(&s, &target.coordinator))?
         .into_inner()

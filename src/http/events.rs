@@ -175,7 +175,7 @@ async fn poll(
         wait_for_events(&mut stream, query.wait, &mut found, &mut next_after).await?;
     }
     let latest = events(&service.grpc)
-        .get_latest_sequence(credentials.request(proto::GetLatestSequenceRequest {})?)
+        .get_latest_sequence(credentials.request(proto::GetLatestSequenceRequest::default())?)
         .await?
         .into_inner()
         .sequence;
@@ -227,10 +227,12 @@ async fn latest(
     credentials: Credentials,
 ) -> Result<Response, ApiError> {
     const METHOD: &str = "/tcc.v1.Events/GetLatestSequence";
-    body::query(raw.as_deref(), &[], &[])
+    let params = body::query(raw.as_deref(), &["back"], &[])
         .map_err(|bad| service.refuse(&credentials, METHOD, bad))?;
+    let back =
+        body::int32(&params, "back").map_err(|bad| service.refuse(&credentials, METHOD, bad))?;
     let answer = events(&service.grpc)
-        .get_latest_sequence(credentials.request(proto::GetLatestSequenceRequest {})?)
+        .get_latest_sequence(credentials.request(proto::GetLatestSequenceRequest { back })?)
         .await?
         .into_inner();
     Ok(ok(serde_json::json!({ "sequence": answer.sequence })))

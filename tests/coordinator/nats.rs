@@ -496,7 +496,11 @@ async fn on_sqlite_events_acknowledged_before_a_stop_are_not_duplicated_after_th
     acknowledged_then_stopped(&pool, Db::sqlite()).await;
 }
 
+/// The failpoint is the process's: one test arms it at a time.
+static ACKED_FAILPOINT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn acknowledged_then_stopped(pool: &PgPool, db: Db) {
+    let _alone = ACKED_FAILPOINT.lock().await;
     let nats = TestStream::on(NATS_URL).await;
     let stock = stock(pool).await;
     let lost = AckedButLost::arm(&nats.prefix);

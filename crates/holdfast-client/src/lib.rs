@@ -204,7 +204,7 @@ impl Client {
         let answer = self
             .events
             .clone()
-            .get_latest_sequence(proto::GetLatestSequenceRequest {})
+            .get_latest_sequence(proto::GetLatestSequenceRequest::default())
             .await
             .map_err(|s| Error::from_status(&s))?;
         Ok(answer.into_inner().sequence)

@@ -531,7 +531,7 @@ const EVENTS_SHOWN = 200;
 
 async function liveEvents() {
   main.replaceChildren(el("h1", { text: "Live events" }), el("p", { class: "muted", text: "Loading…" }));
-  const latest = (await api("GET", "/v1/events:latest")).sequence;
+  const start = (await api("GET", "/v1/events:latest?back=" + EVENTS_BEFORE)).sequence;
   const status = el("span", { id: "events-live", text: "connecting…" });
   const body = el("tbody", { id: "events" }, emptyRow(6, "No events yet: each change appears here as it happens."));
   main.replaceChildren(el("h1", { text: "Live events" }),
@@ -539,7 +539,7 @@ async function liveEvents() {
     el("div", { class: "table-wrap" }, el("table", {},
       el("thead", {}, el("tr", {}, ["sequence", "when", "type", "reservation", "holder", "state"].map((h) => el("th", { text: h })))),
       body)));
-  cleanup.push(followEvents(Math.max(0, latest - EVENTS_BEFORE), (e) => {
+  cleanup.push(followEvents(start, (e) => {
     const r = e.reservation || {};
     for (const none of body.querySelectorAll("tr.empty")) none.remove();
     body.prepend(el("tr", { class: "event", "data-sequence": String(e.sequence), "data-type": e.type, "data-reservation": r.id || "" },

@@ -55,7 +55,7 @@ async fn a_client_sees_its_own_reservations_events_and_an_admin_everyones(pool: 
         );
         let latest = events
             .clone()
-            .get_latest_sequence(keyed(proto::GetLatestSequenceRequest {}, key))
+            .get_latest_sequence(keyed(proto::GetLatestSequenceRequest::default(), key))
             .await
             .unwrap()
             .into_inner();

@@ -105,7 +105,7 @@ fn types_of(events: &[proto::Event], reservation: &proto::Reservation) -> Vec<Ty
 async fn latest(app: &EventsApp) -> i64 {
     app.events
         .clone()
-        .get_latest_sequence(proto::GetLatestSequenceRequest {})
+        .get_latest_sequence(proto::GetLatestSequenceRequest::default())
         .await
         .unwrap()
         .into_inner()

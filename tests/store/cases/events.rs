@@ -139,6 +139,21 @@ pub async fn lifecycle_appends_events_in_order(store: S) {
             Some("o-1")
         );
     }
+    // Where to start to receive the last two; more than there are: from the start.
+    let log = store.event_log();
+    let two = log.before_last(None, 2).await.unwrap();
+    let last_two: Vec<Uuid> = events[events.len() - 2..]
+        .iter()
+        .map(|e| e.event_id)
+        .collect();
+    let got: Vec<Uuid> = read_after(&*store, two)
+        .await
+        .iter()
+        .map(|e| e.event_id)
+        .collect();
+    assert_eq!(got, last_two);
+    assert_eq!(log.before_last(None, 1000).await.unwrap(), 0);
+    assert_eq!(log.before_last(Some("nobody"), 1).await.unwrap(), 0);
     // Resuming after any number gives exactly the rest.
     for k in 0..events.len() {
         let rest = read_after(&*store, events[k].sequence).await;

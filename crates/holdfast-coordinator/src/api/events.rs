@@ -120,8 +120,16 @@ impl proto::events_server::Events for EventsApi {
         request: Request<proto::GetLatestSequenceRequest>,
     ) -> Result<Response<proto::GetLatestSequenceResponse>, Status> {
         observed("GetLatestSequence", async move {
-            actor(&request)?;
-            let sequence = self.coordinator.latest_event_sequence().await?;
+            let actor = actor(&request)?;
+            let back = match request.get_ref().back {
+                0 => None,
+                n @ 1..=1000 => Some(n.unsigned_abs()),
+                n => {
+                    let bad = FieldError::new("back", format!("{n} is not between 0 and 1000"));
+                    return Err(Error::from(bad).into());
+                }
+            };
+            let sequence = self.coordinator.latest_event_sequence(&actor, back).await?;
             Ok(Response::new(proto::GetLatestSequenceResponse { sequence }))
         })
         .await

@@ -57,8 +57,17 @@ impl Coordinator {
         ))
     }
 
-    /// The largest sequence of the event log (0 when it is empty).
-    pub(crate) async fn latest_event_sequence(&self) -> Result<i64, Error> {
-        Ok(self.events.log().latest_sequence().await?)
+    /// The largest sequence of the event log (0 when it is empty); with `back`, the sequence
+    /// just before the last `back` events `actor` may see.
+    pub(crate) async fn latest_event_sequence(
+        &self,
+        actor: &Actor,
+        back: Option<u32>,
+    ) -> Result<i64, Error> {
+        let log = self.events.log();
+        Ok(match back {
+            None => log.latest_sequence().await?,
+            Some(n) => log.before_last(actor.scope(), n).await?,
+        })
     }
 }

@@ -64,6 +64,10 @@ pub trait EventLog: Send + Sync + 'static {
     /// (SQLite, whose numbers never go back even when retention empties the log).
     async fn latest_sequence(&self) -> Result<i64, StoreError>;
 
+    /// The sequence just before the last `n` readable events (of `owner`'s reservations when
+    /// given): a reader starting after it receives those `n`. 0 when there are fewer.
+    async fn before_last(&self, owner: Option<&str>, n: u32) -> Result<i64, StoreError>;
+
     /// The sequence and type of up to `limit` readable events after `after`, in order: what
     /// the feed's follower counts and announces, without reading whole events.
     async fn appended_after(

@@ -114,6 +114,19 @@ impl EventLog for PgStore {
         .await?)
     }
 
+    async fn before_last(&self, owner: Option<&str>, n: u32) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT coalesce(CASE WHEN count(*) = $2 THEN min(sequence) - 1 END, 0) FROM ( \
+                SELECT sequence FROM events \
+                WHERE sequence < holdfast_event_horizon() AND ($1::text IS NULL OR owner = $1) \
+                ORDER BY sequence DESC LIMIT $2) newest",
+        )
+        .bind(owner)
+        .bind(i64::from(n))
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
     async fn appended_after(
         &self,
         after: i64,

@@ -132,6 +132,18 @@ impl EventLog for SqliteStore {
         )
     }
 
+    async fn before_last(&self, owner: Option<&str>, n: u32) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT coalesce(CASE WHEN count(*) = ?2 THEN min(sequence) - 1 END, 0) FROM ( \
+                SELECT sequence FROM events WHERE (?1 IS NULL OR owner = ?1) \
+                ORDER BY sequence DESC LIMIT ?2) newest",
+        )
+        .bind(owner)
+        .bind(i64::from(n))
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
     async fn appended_after(
         &self,
         after: i64,
