@@ -112,7 +112,19 @@ pub(crate) async fn run<E: From<StoreError>>(
     };
     let mut caught_up = false;
     loop {
-        let known = *follow.borrow_and_update();
+        let mut known = *follow.borrow_and_update();
+        if !caught_up {
+            // Until the first catch-up, the latest as the log has it now: the feed's follower
+            // may not have seen what this reader's page reads, and the first heartbeat should
+            // say how far the reader is.
+            match feed.log().latest_sequence().await {
+                Ok(latest) => known = known.max(latest),
+                Err(e) => {
+                    let _ = tx.send(Err(E::from(e))).await;
+                    return;
+                }
+            }
+        }
         let full = match reader.page(known).await {
             Err(Gone) => return,
             Ok(Err(e)) => {
