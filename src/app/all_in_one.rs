@@ -118,6 +118,20 @@ fn register_given(
     Ok(())
 }
 
+/// Who may call the all-in-one (every port listens on the coordinator's IP); with
+/// authentication on, its participants need the key of a principal with the coordinator role.
+fn all_in_one_access(
+    coordinator: &crate::config::CoordinatorArgs,
+) -> Result<super::CoordinatorAccess, AppError> {
+    let access = coordinator_access(coordinator, &listen_addrs(coordinator))?;
+    if access.auth.is_on() && access.participant_key.is_none() {
+        return Err(AppError::Config(
+            "with --auth-keys the all-in-one's participants require the coordinator role: give --participant-api-key-file with the key of a principal that has it".into(),
+        ));
+    }
+    Ok(access)
+}
+
 /// Runs the coordinator and every reference participant in one process, all registered with
 /// the coordinator over real gRPC on loopback, and the metrics listener, until `shutdown`.
 /// With `--tls-cert`, every port serves TLS.
@@ -142,13 +156,7 @@ pub(crate) async fn serve_all_in_one(
     let test_clock = coordinator.test_mode.test_mode.then(TestClock::new);
     let tls = server_tls(&coordinator.tls)?;
     let participant_transport = all_in_one_transport(&coordinator, tls.as_ref())?;
-    // Every port of the all-in-one listens on the coordinator's IP.
-    let access = coordinator_access(&coordinator, &listen_addrs(&coordinator))?;
-    if access.auth.is_on() && access.participant_key.is_none() {
-        return Err(AppError::Config(
-            "with --auth-keys the all-in-one's participants require the coordinator role: give --participant-api-key-file with the key of a principal that has it".into(),
-        ));
-    }
+    let access = all_in_one_access(&coordinator)?;
     let connections = connection_limits(&coordinator.connections)?;
     let auth = &access.auth;
     start_metrics(coordinator.metrics_listen, tls.as_ref(), auth, connections).await?;

@@ -450,11 +450,66 @@ fn target_endpoints(args: &BenchArgs, url: &str) -> deploy::Endpoints {
     }
 }
 
-/// Starts a deployment (in-process, over `transport`; with a `stock-redis` participant on
+/// An in-process deployment for one row, with what must be cleaned up after it.
+struct Started {
+    deployment: deploy::Deployment,
+    /// The stock-redis participant's Redis and key prefix, deleted after the row.
+    redis_keys: Option<(String, String)>,
+    /// The row's event sink, when `--events-nats-url` asks for one.
+    events: Option<events::EventsRun>,
+}
+
+/// Starts the in-process deployment of row `name` (stock-redis, the event sink as asked).
+async fn start_deployment(
+    args: &BenchArgs,
+    transport: &Transport,
+    run_id: &str,
+    name: &str,
+    stock_redis: bool,
+    retention: Retention,
+) -> Result<Started, String> {
+    let redis = match (stock_redis, &args.redis_url) {
+        (false, _) => None,
+        (true, Some(url)) => Some(deploy::stock_redis_settings(url)),
+        (true, None) => return Err("stock-redis needs --redis-url".into()),
+    };
+    let redis_keys = redis
+        .as_ref()
+        .map(|s| (s.redis_url.clone(), s.key_prefix.clone()));
+    let started = match events::EventsRun::for_row(args, run_id, name).await {
+        Ok(events) => {
+            let sinks = events.iter().map(events::EventsRun::sink).collect();
+            deploy::Deployment::start(
+                &args.database_url,
+                args.coordinator_pool,
+                args.participant_pool,
+                redis,
+                transport,
+                retention,
+                sinks,
+            )
+            .await
+            .map(|deployment| (deployment, events))
+        }
+        Err(e) => Err(e),
+    };
+    match started {
+        Ok((deployment, events)) => Ok(Started {
+            deployment,
+            redis_keys,
+            events,
+        }),
+        Err(e) => {
+            delete_redis_keys(redis_keys).await;
+            Err(format!("starting the deployment: {e}"))
+        }
+    }
+}
+
 /// `--redis-url` when `stock_redis`, its keys deleted afterwards; with a NATS sink for a `-nats`
-/// row) or uses the target, runs
-/// `body` (its clients also over `transport`), stops the
-/// deployment and counts the database transactions it took.
+/// Starts the row's in-process deployment ([`start_deployment`]) or uses the target, runs
+/// `body` (its clients also over `transport`), stops the deployment and counts the database
+/// transactions it took.
 async fn with_deployment<F, Fut>(
     args: &BenchArgs,
     transport: &Transport,
@@ -468,44 +523,25 @@ where
     F: FnOnce(Arc<Ctx>, Arc<Progress>) -> Fut,
     Fut: std::future::Future<Output = Result<Measured, String>>,
 {
-    let mut redis_keys = None;
-    let mut events = None;
-    let (endpoints, deployment) = match &args.target {
-        Some(url) => (target_endpoints(args, url), None),
-        None => {
-            let redis = match (stock_redis, &args.redis_url) {
-                (false, _) => None,
-                (true, Some(url)) => Some(deploy::stock_redis_settings(url)),
-                (true, None) => return (Err("stock-redis needs --redis-url".into()), None),
-            };
-            redis_keys = redis
-                .as_ref()
-                .map(|s| (s.redis_url.clone(), s.key_prefix.clone()));
-            let started = match events::EventsRun::for_row(args, run_id, name).await {
-                Ok(run) => {
-                    let sinks = run.iter().map(events::EventsRun::sink).collect();
-                    events = run;
-                    deploy::Deployment::start(
-                        &args.database_url,
-                        args.coordinator_pool,
-                        args.participant_pool,
-                        redis,
-                        transport,
-                        retention,
-                        sinks,
-                    )
-                    .await
-                }
-                Err(e) => Err(e),
-            };
-            match started {
-                Ok(d) => (d.endpoints.clone(), Some(d)),
-                Err(e) => {
-                    delete_redis_keys(redis_keys).await;
-                    return (Err(format!("starting the deployment: {e}")), None);
-                }
+    let (endpoints, deployment, redis_keys, events) = match &args.target {
+        Some(url) => (target_endpoints(args, url), None, None, None),
+        None => match start_deployment(args, transport, run_id, name, stock_redis, retention).await
+        {
+            Ok(started) => {
+                let Started {
+                    deployment,
+                    redis_keys,
+                    events,
+                } = started;
+                (
+                    deployment.endpoints.clone(),
+                    Some(deployment),
+                    redis_keys,
+                    events,
+                )
             }
-        }
+            Err(e) => return (Err(e), None),
+        },
     };
     let before = if deployment.is_some() {
         xacts(&args.database_url).await

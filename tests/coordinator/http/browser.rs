@@ -73,6 +73,22 @@ pub(super) async fn browser(driver: &Driver) -> Client {
         .expect("a WebDriver session")
 }
 
+/// Types `key` into the console's key panel and sends it.
+pub(super) async fn sign_in(page: &Client, key: &str) {
+    page.find(Locator::Id("key-input"))
+        .await
+        .unwrap()
+        .send_keys(key)
+        .await
+        .unwrap();
+    page.find(Locator::Css("#key-form button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+}
+
 /// What the page shows, read in one script: the view's state badge, countdown, live marker,
 /// table rows, audit entries, key panel, flash message.
 const LOOK: &str = r#"
@@ -192,18 +208,7 @@ async fn the_console_in_a_real_browser(pool: PgPool) {
         p["asks_key"] == true
     })
     .await;
-    page.find(Locator::Id("key-input"))
-        .await
-        .unwrap()
-        .send_keys(&cast.admin.key)
-        .await
-        .unwrap();
-    page.find(Locator::Css("#key-form button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    sign_in(&page, &cast.admin.key).await;
     until(
         &page,
         Duration::from_secs(10),
@@ -361,18 +366,7 @@ async fn the_console_shows_the_live_event_feed(pool: PgPool) {
     let page = browser(&driver).await;
     page.goto(&format!("{}/#/events", app.base)).await.unwrap();
     until_events(&page, "the key panel", |p| p["asks_key"] == true).await;
-    page.find(Locator::Id("key-input"))
-        .await
-        .unwrap()
-        .send_keys(&cast.admin.key)
-        .await
-        .unwrap();
-    page.find(Locator::Css("#key-form button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    sign_in(&page, &cast.admin.key).await;
     // The recent past first: the earlier reservation's events, newest on top.
     let shown = until_events(&page, "the earlier events, live", |p| {
         p["live"] == "live" && p["events"].as_array().is_some_and(|e| e.len() >= 2)

@@ -14,7 +14,7 @@ use fantoccini::{Client, Locator};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
-use super::browser::{browser, start_driver};
+use super::browser::{browser, sign_in, start_driver};
 use super::spawn_http;
 use crate::auth::{Cast, keyed, reserve_seat, secured_settings};
 
@@ -114,18 +114,7 @@ async fn the_console_finds_a_reservation_and_shows_its_money_trail(pool: PgPool)
     let page = browser(&driver).await;
     page.goto(&format!("{}/#/", app.base)).await.unwrap();
     until(&page, "the key panel", |p| p["asks_key"] == true).await;
-    page.find(Locator::Id("key-input"))
-        .await
-        .unwrap()
-        .send_keys(&cast.admin.key)
-        .await
-        .unwrap();
-    page.find(Locator::Css("#key-form button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    sign_in(&page, &cast.admin.key).await;
 
     // The overview: live counts from the database, the last hour by state, its charts.
     let seen = until(&page, "the live counts and the last hour's", |p| {
@@ -270,18 +259,7 @@ async fn the_console_lists_stuck_work_oldest_first(pool: PgPool) {
     let page = browser(&driver).await;
     page.goto(&format!("{}/#/stuck", app.base)).await.unwrap();
     until(&page, "the key panel", |p| p["asks_key"] == true).await;
-    page.find(Locator::Id("key-input"))
-        .await
-        .unwrap()
-        .send_keys(&cast.admin.key)
-        .await
-        .unwrap();
-    page.find(Locator::Css("#key-form button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    sign_in(&page, &cast.admin.key).await;
     const STUCK: &str = r#"return Array.from(document.querySelectorAll('#stuck tr[data-id]')).map((r) =>
         [r.dataset.id, ...Array.from(r.querySelectorAll('td')).slice(1).map((c) => c.textContent)]);"#;
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -16,48 +16,9 @@ use uuid::Uuid;
 
 use super::{FAST, LONG, S, cancel, confirm, decide, held, lease, reports};
 
-/// Waits until PostgreSQL's readers' horizon has passed every transaction that had started:
-/// then what this test committed is readable. Transaction ids are the server's, shared with the
-/// other tests' databases, so one of theirs still running holds the horizon back a moment. No
-/// wait without `DATABASE_URL` (SQLite numbers at insert).
-async fn settle() {
-    use sqlx::Connection;
-    let Ok(url) = std::env::var("DATABASE_URL") else {
-        return;
-    };
-    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
-    let started: String =
-        sqlx::query_scalar("SELECT pg_snapshot_xmax(pg_current_snapshot())::text")
-            .fetch_one(&mut conn)
-            .await
-            .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let passed: bool =
-            sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot()) >= $1::text::xid8")
-                .bind(&started)
-                .fetch_one(&mut conn)
-                .await
-                .unwrap();
-        if passed {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "a transaction stayed open for 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-}
-
-/// Every readable event after `after` (all owners), once what was committed is readable.
+/// Every event readable now after `after` (all owners): with the horizon per database,
+/// everything this test committed (no other test writes to its database).
 async fn read_after(store: &dyn Store, after: i64) -> Vec<Event> {
-    settle().await;
-    read_now(store, after).await
-}
-
-/// Every event readable now after `after` (all owners).
-async fn read_now(store: &dyn Store, after: i64) -> Vec<Event> {
     let mut out: Vec<Event> = Vec::new();
     let mut cursor = after;
     loop {
@@ -170,7 +131,6 @@ pub async fn readers_see_only_their_owner_s_events(store: S) {
     for new in [&mine, &theirs] {
         store.create(new, lease(), super::NO_LIMITS).await.unwrap();
     }
-    settle().await;
     let page = EventPage {
         after: 0,
         owner: Some("shop-a"),
@@ -273,7 +233,7 @@ pub async fn a_transaction_held_open_is_read_once_when_it_commits(pool: PgPool) 
         .await
         .unwrap();
     assert_eq!(committed, 2, "the later transactions' events are committed");
-    assert!(read_now(&*store, cursor).await.is_empty());
+    assert!(read_after(&*store, cursor).await.is_empty());
     assert_eq!(store.event_log().latest_sequence().await.unwrap(), cursor);
 
     open.commit().await.unwrap();
@@ -361,7 +321,7 @@ pub async fn another_database_s_open_transaction_holds_no_reader_back(pool: PgPo
         ours.parse::<i64>().unwrap() > foreign.parse::<i64>().unwrap(),
         "this database's transaction started after the other's"
     );
-    let readable = read_now(&*store, 0).await;
+    let readable = read_after(&*store, 0).await;
     assert_eq!(
         types_of(&readable, h.id),
         [EventType::Trying, EventType::Held]

@@ -100,9 +100,6 @@ pub fn statement(shape: ListShape) -> &'static str {
 
 /// A page of reservations, newest first ([`crate::store::Store::list`]).
 pub(super) async fn list(pool: &PgPool, query: &ListQuery) -> Result<Vec<Reservation>, StoreError> {
-    if let Some(find) = &query.find {
-        return super::find::find(pool, query, find).await;
-    }
     let (after_ts, after_id) = cursor(query);
     sqlx::query_as::<_, ReservationRow>(statement(ListShape::of(query)))
         .bind(after_ts)

@@ -132,7 +132,10 @@ impl Store for PgStore {
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Reservation>, StoreError> {
-        list::list(&self.pool, query).await
+        match &query.find {
+            Some(find) => find::find(&self.pool, query, find).await,
+            None => list::list(&self.pool, query).await,
+        }
     }
 
     async fn request_recorded(

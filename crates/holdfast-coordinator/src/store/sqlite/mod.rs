@@ -172,7 +172,10 @@ impl Store for SqliteStore {
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Reservation>, StoreError> {
-        rows::list(&self.pool, query).await
+        match &query.find {
+            Some(find) => find::find(&self.pool, query, find).await,
+            None => rows::list(&self.pool, query).await,
+        }
     }
 
     async fn request_recorded(

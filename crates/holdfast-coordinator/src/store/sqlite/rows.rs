@@ -294,9 +294,6 @@ pub(super) async fn list(
     pool: &SqlitePool,
     query: &ListQuery,
 ) -> Result<Vec<Reservation>, StoreError> {
-    if let Some(find) = &query.find {
-        return super::find::find(pool, query, find).await;
-    }
     let mut tx = pool.begin().await?;
     let (after_ts, after_id) = cursor(query);
     let rows = sqlx::query_as::<_, ReservationRow>(list_statement(ListShape::of(query)))
