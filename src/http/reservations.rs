@@ -113,6 +113,7 @@ fn reserve_message(b: ReserveBody) -> Result<proto::ReserveRequest, tonic::Statu
         ttl: b.ttl.map(|t| duration("ttl", &t)).transpose()?,
         holds,
         labels: b.labels.into_iter().collect(),
+        queue: None,
     })
 }
 

@@ -289,6 +289,7 @@ pub fn reserve(
         ttl: ttl.map(proto_duration),
         holds,
         labels: Default::default(),
+        queue: None,
     }
 }
 

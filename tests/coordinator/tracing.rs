@@ -98,6 +98,7 @@ async fn one_reserve_is_one_trace_across_coordinator_and_participants() {
             },
         ],
         labels: Default::default(),
+        queue: None,
     });
     request.metadata_mut().insert(
         "traceparent",

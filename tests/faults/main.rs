@@ -118,6 +118,7 @@ async fn failpoints_are_compiled_into_the_test_build(pool: PgPool) {
             during: None,
         }],
         labels: Default::default(),
+        queue: None,
     };
     let refused = c
         .reserve(request.clone())

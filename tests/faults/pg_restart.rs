@@ -206,6 +206,7 @@ async fn client_loop(
                 during: None,
             }],
             labels: Default::default(),
+            queue: None,
         };
         let Some(mut c) = client(addr).await else {
             break;

@@ -121,6 +121,7 @@ pub fn reserve_request(plan: &Plan, h: &HolderPlan) -> proto::ReserveRequest {
         ttl: Some(duration(h.ttl)),
         holds,
         labels: Default::default(),
+        queue: None,
     }
 }
 

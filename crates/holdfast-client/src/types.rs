@@ -54,6 +54,9 @@ pub struct Reserve {
     pub ttl: Option<Duration>,
     pub holds: Vec<Hold>,
     pub labels: BTreeMap<String, String>,
+    /// Wait up to this long in the resource's waitlist when it is sold out (the reservation
+    /// is then `QUEUED`, and `HELD` once an offer places it); `None`: refused instead.
+    pub queue: Option<Duration>,
 }
 
 impl Reserve {
@@ -66,7 +69,14 @@ impl Reserve {
             ttl: None,
             holds: Vec::new(),
             labels: BTreeMap::new(),
+            queue: None,
         }
+    }
+
+    /// When sold out, wait in the waitlist up to `wait_up_to` instead of being refused.
+    pub fn queue(mut self, wait_up_to: Duration) -> Reserve {
+        self.queue = Some(wait_up_to);
+        self
     }
 
     pub fn hold(mut self, hold: Hold) -> Reserve {
@@ -103,6 +113,9 @@ impl Reserve {
                 })
                 .collect(),
             labels: self.labels.into_iter().collect(),
+            queue: self.queue.map(|w| proto::QueueOptions {
+                wait_up_to: Some(duration(w)),
+            }),
         }
     }
 }
@@ -179,6 +192,8 @@ pub enum State {
     Expired,
     Rejected,
     Failed,
+    /// Waiting in a waitlist; nothing is held.
+    Queued,
 }
 
 impl State {
@@ -203,6 +218,7 @@ impl State {
             P::Expired => State::Expired,
             P::Rejected => State::Rejected,
             P::Failed => State::Failed,
+            P::Queued => State::Queued,
         })
     }
 
@@ -218,6 +234,7 @@ impl State {
             State::Expired => P::Expired,
             State::Rejected => P::Rejected,
             State::Failed => P::Failed,
+            State::Queued => P::Queued,
         }
     }
 }
@@ -294,6 +311,20 @@ pub struct Reservation {
     pub late_payment_honored: bool,
     pub labels: BTreeMap<String, String>,
     pub audit: Vec<AuditEntry>,
+    /// Where it waits, while `QUEUED` (answered by Reserve and get).
+    pub queue: Option<QueuePlace>,
+}
+
+/// Where a `QUEUED` reservation waits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueuePlace {
+    /// 1 for the next to be offered.
+    pub position: i64,
+    pub participant: String,
+    pub resource: String,
+    pub since: SystemTime,
+    /// Its wait ends then: `REJECTED` with reason `QUEUE_WAIT_ENDED`.
+    pub until: SystemTime,
 }
 
 impl Reservation {
@@ -345,6 +376,18 @@ impl Reservation {
             late_payment_honored: r.late_payment_honored,
             labels: r.labels.into_iter().collect(),
             audit,
+            queue: r
+                .queue
+                .map(|q| {
+                    Ok::<_, Error>(QueuePlace {
+                        position: q.position,
+                        participant: q.participant,
+                        resource: q.resource,
+                        since: time(q.since)?,
+                        until: time(q.until)?,
+                    })
+                })
+                .transpose()?,
         })
     }
 }

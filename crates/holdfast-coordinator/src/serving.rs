@@ -161,6 +161,7 @@ pub async fn serve_coordinator_on(
     let (stop_recovery, stop) = watch::channel(false);
     let retention = tokio::spawn(coordinator.clone().run_retention(stop.clone()));
     let events = tokio::spawn(coordinator.clone().run_events(stop.clone()));
+    let offers = tokio::spawn(coordinator.clone().run_offers(stop.clone()));
     let recovery = tokio::spawn(coordinator.clone().run_recovery(stop));
     // At shutdown, open Watch streams end at once (UNAVAILABLE): the graceful shutdown waits
     // for calls in flight, and a stream could otherwise run until its hold's max_ttl.
@@ -199,6 +200,7 @@ pub async fn serve_coordinator_on(
     let _ = recovery.await;
     let _ = retention.await;
     let _ = events.await;
+    let _ = offers.await;
     if let Some(mut sidecar) = sidecar {
         // Its streams ended with the coordinator's; a client that keeps a request open longer
         // is cut.

@@ -113,8 +113,18 @@ pub fn metrics_handle() -> &'static PrometheusHandle {
         let buckets = [
             0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
         ];
+        // A waitlist's wait lasts seconds to an hour (--max-queue-wait).
+        let waits = [
+            1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+        ];
         let recorder = PrometheusBuilder::new()
             .set_buckets(&buckets)
+            .and_then(|b| {
+                b.set_buckets_for_metric(
+                    metrics_exporter_prometheus::Matcher::Full(ops::ops_names::QUEUE_WAIT.into()),
+                    &waits,
+                )
+            })
             .map(PrometheusBuilder::build_recorder)
             .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
         let handle = recorder.handle();

@@ -26,6 +26,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 during: None,
             }],
             labels: Default::default(),
+            queue: None,
         })
         .await?
         .into_inner();

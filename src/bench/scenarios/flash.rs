@@ -154,6 +154,7 @@ async fn buy(
             ttl: None,
             holds,
             labels: Default::default(),
+            queue: None,
         })
         .await;
     let took = t.elapsed();

@@ -31,6 +31,7 @@ async fn reserve_confirm(
             ttl: None,
             holds,
             labels: Default::default(),
+            queue: None,
         })
         .await;
     let r = match reserved {

@@ -139,6 +139,7 @@ pub(crate) async fn reserve_loop(
                         ttl: None,
                         holds: holds.clone(),
                         labels: Default::default(),
+                        queue: None,
                     })
                     .await;
                 let took = t.elapsed();

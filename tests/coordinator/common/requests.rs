@@ -23,6 +23,7 @@ pub fn reserve_request(request_id: &str, holds: Vec<proto::Hold>) -> proto::Rese
         ttl: None,
         holds,
         labels: Default::default(),
+        queue: None,
     }
 }
 

@@ -157,6 +157,7 @@ async fn the_banner_names_what_runs_where_and_each_answers_there() {
             ttl: None,
             holds,
             labels: Default::default(),
+            queue: None,
         })
         .await
         .expect("the example's Reserve")

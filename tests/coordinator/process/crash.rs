@@ -94,6 +94,7 @@ async fn all_in_one_binary_confirms_and_keeps_it_across_a_sigkill() {
                 during: None,
             }],
             labels: Default::default(),
+            queue: None,
         })
         .await
         .expect("reserve after the restart")
@@ -117,6 +118,7 @@ async fn all_in_one_binary_confirms_and_keeps_it_across_a_sigkill() {
             during: None,
         }],
         labels: Default::default(),
+        queue: None,
     };
     let lapsing = client
         .reserve(seat(
@@ -385,6 +387,7 @@ async fn provision_and_reserve(
             ttl: None,
             holds: vec![hold("stock", "mug", 2), hold("seats", "C7", 1)],
             labels: Default::default(),
+            queue: None,
         })
         .await
         .expect("reserve through the binary")

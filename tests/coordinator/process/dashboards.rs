@@ -275,6 +275,7 @@ async fn dashboards_and_alerts_name_only_exported_metrics() {
                 ttl: Some(proto_duration(Duration::from_secs(60))),
                 holds: vec![hold("stock", "mug"), hold("stock-redis", "mug")],
                 labels: Default::default(),
+                queue: None,
             })
             .await
             .expect("Reserve")

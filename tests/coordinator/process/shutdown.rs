@@ -40,6 +40,7 @@ async fn sigterm_with_an_open_watch_exits_within_the_drain_timeout() {
                 during: None,
             }],
             labels: Default::default(),
+            queue: None,
         })
         .await
         .expect("reserve through the binary")

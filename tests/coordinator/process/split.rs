@@ -284,6 +284,7 @@ async fn worker(
                 crate::common::hold("stock", "mug"),
             ],
             labels: Default::default(),
+            queue: None,
         };
         let reserved = repeat(&answers, "Reserve", || {
             let mut client = client.clone();
@@ -581,6 +582,7 @@ async fn park(split: &Split, n: usize) -> Vec<proto::Reservation> {
                     crate::common::hold("stock", "mug"),
                 ],
                 labels: Default::default(),
+                queue: None,
             })
             .await
             .expect("reserve a parked reservation")

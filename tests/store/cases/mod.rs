@@ -96,6 +96,7 @@ pub(crate) fn new_res(holder: &str, request_id: &str, ttl: Duration) -> NewReser
         request_id: request_id_of(request_id),
         holder: holder.to_owned(),
         ttl,
+        queue_wait: None,
         holds: vec![
             Hold {
                 participant: "rooms".into(),

@@ -224,6 +224,23 @@ impl proto::admin_server::Admin for AdminApi {
         .await
     }
 
+    async fn list_queue(
+        &self,
+        request: Request<proto::ListQueueRequest>,
+    ) -> Result<Response<proto::ListQueueResponse>, Status> {
+        observed("ListQueue", async move {
+            actor(&request)?;
+            let (key, after, size) =
+                super::waitlist::list_queue_request(request.get_ref(), self.coordinator.limits())
+                    .map_err(Error::InvalidArgument)?;
+            let page = self.coordinator.list_queue(&key, after, size).await?;
+            Ok(Response::new(super::waitlist::list_queue_response(
+                page, size,
+            )))
+        })
+        .await
+    }
+
     async fn resume_webhook(
         &self,
         request: Request<proto::ResumeWebhookRequest>,

@@ -48,7 +48,7 @@ pub fn from_duration(field: &str, d: &prost_types::Duration) -> Result<Duration,
     }
 }
 
-fn interval(field: &str, i: &proto::Interval) -> Result<Interval, FieldError> {
+pub(super) fn interval(field: &str, i: &proto::Interval) -> Result<Interval, FieldError> {
     let start = i
         .start
         .as_ref()
@@ -93,6 +93,11 @@ pub fn reserve_input(req: proto::ReserveRequest) -> Result<ReserveInput, FieldEr
         ttl,
         holds,
         labels: req.labels,
+        queue: req
+            .queue
+            .as_ref()
+            .map(super::waitlist::queue_options)
+            .transpose()?,
     })
 }
 
@@ -108,6 +113,7 @@ pub fn state(s: State) -> proto::reservation::State {
         State::Expired => P::Expired,
         State::Rejected => P::Rejected,
         State::Failed => P::Failed,
+        State::Queued => P::Queued,
     }
 }
 
@@ -307,6 +313,7 @@ pub fn reservation(r: Reservation, token: Token<'_>) -> proto::Reservation {
         labels: r.labels.into_iter().collect(),
         audit: r.audit.into_iter().map(audit_entry).collect(),
         payments,
+        queue: r.queue.map(super::waitlist::queue_place),
     }
 }
 

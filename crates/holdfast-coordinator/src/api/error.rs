@@ -261,6 +261,13 @@ impl From<Error> for Status {
                 ],
                 &err,
             ),
+            Error::QueueFull { queue, limit, .. } => status(
+                Code::ResourceExhausted,
+                "QUEUE_FULL",
+                message,
+                &[("queue", queue.clone()), ("limit", limit.to_string())],
+                &err,
+            ),
             Error::WatchLimit { limit, scope } => status(
                 Code::ResourceExhausted,
                 "WATCH_LIMIT_EXCEEDED",

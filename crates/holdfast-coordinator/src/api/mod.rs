@@ -9,6 +9,7 @@ pub mod convert;
 pub mod error;
 pub(crate) mod events;
 pub mod testing;
+mod waitlist;
 
 use std::pin::Pin;
 

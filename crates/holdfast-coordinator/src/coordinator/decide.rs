@@ -69,6 +69,7 @@ impl Coordinator {
             Verdict::Extend { .. }
             | Verdict::TellParticipants { .. }
             | Verdict::VerifyPayment
+            | Verdict::LeaveQueue
             | Verdict::RefundExtra { .. } => Err(Error::Internal(format!(
                 "confirm judged as {verdict:?} after the store"
             ))),
@@ -94,6 +95,10 @@ impl Coordinator {
                 self.drive_release(r).await.map(decided_from_held)
             }
             Verdict::AlreadyDone => Ok(r),
+            Verdict::LeaveQueue => {
+                entered(&r, State::Cancelled);
+                Ok(r)
+            }
             Verdict::Refuse(refusal) => Err(self.refusal(refusal, &r)),
             other => Err(Error::Internal(format!("cancel judged as {other:?}"))),
         }

@@ -129,6 +129,9 @@ impl Coordinator {
                 Err(e) => Err(e),
             };
             self.sold_out.released(&b.participant, resources());
+            if matches!(result, Ok(BranchOutcome::Cancelled)) {
+                self.waitlist.released(&b.participant, resources());
+            }
             match result {
                 Ok(BranchOutcome::Cancelled) => BranchReport {
                     branch_id: b.branch_id,

@@ -165,6 +165,15 @@ pub enum Error {
         existing: Uuid,
     },
 
+    #[error(
+        "the waitlist of {queue} already holds {limit} reservations (--max-queue-length); reservation {reservation_id} was rejected"
+    )]
+    QueueFull {
+        reservation_id: Uuid,
+        queue: String,
+        limit: u32,
+    },
+
     #[error("{}", match scope {
         LimitScope::Holder => format!("holder {holder:?} already has {limit} live reservations (max_active_holds_per_holder); confirm or cancel one first"),
         LimitScope::Total => format!("the coordinator already has {limit} live reservations (global cap); retry later"),
@@ -240,7 +249,8 @@ impl Error {
             | Error::PaymentUnverified { id, .. }
             | Error::ExtendUnavailable { id, .. } => Some(*id),
             Error::InsufficientCapacity { reservation, .. } => Some(reservation.id),
-            Error::ParticipantUnavailable { reservation_id, .. } => Some(*reservation_id),
+            Error::ParticipantUnavailable { reservation_id, .. }
+            | Error::QueueFull { reservation_id, .. } => Some(*reservation_id),
             Error::RequestIdReused { existing, .. } => Some(*existing),
             Error::InvalidArgument(_)
             | Error::SoldOut(_)

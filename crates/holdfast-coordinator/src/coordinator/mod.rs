@@ -14,7 +14,8 @@
 //! `recovery` (the reaper and recovery loop), `on_demand` (one reaper pass, or one
 //! reservation made due and released, within a call: test mode), `unregistered` (work waiting on a participant no
 //! longer registered, reported at start), `watch` (WatchReservation) and `watchers` (its hub:
-//! caps, the shared poller, shutdown), `subscribe` (Events/Subscribe). This module
+//! caps, the shared poller, shutdown), `subscribe` (Events/Subscribe), `waitlist` (queues
+//! joined when sold out, and the offers of released units). This module
 //! holds the [`Coordinator`] itself and its reads.
 
 pub mod admin;
@@ -35,6 +36,7 @@ pub mod retention;
 pub mod sold_out;
 mod subscribe;
 mod unregistered;
+pub mod waitlist;
 pub mod watch;
 pub mod watchers;
 
@@ -76,6 +78,8 @@ pub struct Coordinator {
     watchers: Arc<watchers::Watchers>,
     /// Refusals remembered so a sold-out hold is refused without a write (`sold_out`).
     sold_out: Arc<sold_out::SoldOutHints>,
+    /// The waitlists as this process sees them (`waitlist`).
+    waitlist: Arc<waitlist::Waitlist>,
     /// Taken by each sweep of the recovery loop and by an on-demand pass
     /// ([`Coordinator::sweep_now`]) for its whole length, so the two never claim side by side.
     sweeps: Arc<tokio::sync::Mutex<()>>,
@@ -112,6 +116,7 @@ impl Coordinator {
             tokens: Arc::new(tokens),
             watchers,
             sold_out,
+            waitlist: Arc::default(),
             sweeps: Arc::default(),
             events,
             events_latest: Arc::new(events_latest),

@@ -60,6 +60,8 @@ impl Coordinator {
                 break;
             }
         }
+        // Waits the move ended end, and what the pass released is offered, within the call.
+        self.offer_pass(true).await?;
         Ok((out, pass))
     }
 

@@ -6,14 +6,17 @@
 //! is validated, recording and placing run in a task of their own: the caller going away
 //! does not stop them half way.
 
+use std::time::Duration;
+
 use tracing::Instrument;
 use uuid::Uuid;
 
+use super::waitlist::refused_holds;
 use super::{Coordinator, Error, entered, faults};
 use crate::domain::policy::LimitScope;
 use crate::domain::validate::{self, FieldError, RecordAs, ReserveInput};
 use crate::domain::{
-    Actor, BranchState, HoldToken, NewReservation, ParticipantBranch, Rejection, Reservation,
+    Actor, BranchState, Hold, HoldToken, NewReservation, ParticipantBranch, Rejection, Reservation,
     State, TryOutcome,
 };
 use crate::registry::CallError;
@@ -117,17 +120,23 @@ impl Coordinator {
                 });
             }
         }
-        // A hold a participant refused moments ago, with no unit released since, is refused
-        // again without recording anything - unless this is a repeat of a recorded request,
-        // which answers its reservation as always (`sold_out`).
-        if let Some(hit) = self.sold_out.check(&new.holds)
+        // A resource with a waitlist is not got ahead of, and a hold a participant refused
+        // moments ago, with no unit released since, is refused again: either way without a
+        // Try. Without `queue` the Reserve is refused before anything is recorded; with it,
+        // the reservation joins the queue. A repeat of a recorded request answers its
+        // reservation as always (`sold_out`, `waitlist`).
+        let mut join_now = None;
+        if let Some((hit, refused)) = self.refused_now(&new.holds)
             && !self
                 .store
                 .request_recorded(&new.owner, &new.holder, &new.request_id)
                 .await?
         {
-            crate::telemetry::sold_out_refused(&hit.participant);
-            return Err(Error::SoldOut(hit));
+            if new.queue_wait.is_none() {
+                crate::telemetry::sold_out_refused(&hit.participant);
+                return Err(Error::SoldOut(hit));
+            }
+            join_now = Some(refused);
         }
         // From here the caller may go away (its deadline passes, its connection drops) at any
         // point: recording and placing run in a task of their own that the handler only
@@ -135,7 +144,7 @@ impl Coordinator {
         // with Cancel tombstones at every participant), and a repeat answers that outcome.
         let this = self.clone();
         tokio::spawn(
-            async move { this.record_and_place(new, token, order).await }
+            async move { this.record_and_place(new, token, order, join_now).await }
                 .instrument(tracing::Span::current()),
         )
         .await
@@ -149,7 +158,9 @@ impl Coordinator {
         new: NewReservation,
         token: HoldToken,
         order: Vec<usize>,
+        join_now: Option<Vec<Hold>>,
     ) -> Result<Reserved, Error> {
+        let wait = new.queue_wait;
         faults::store("coord.create.before")?;
         let created = self
             .store
@@ -175,7 +186,7 @@ impl Coordinator {
                     );
                 }
                 Ok(Reserved {
-                    reservation: existing,
+                    reservation: self.with_queue(existing).await?,
                     token,
                 })
             }
@@ -186,8 +197,15 @@ impl Coordinator {
             }),
             Created::New(created) => {
                 entered(&created, State::Trying);
+                let reservation = match (join_now, wait) {
+                    (Some(refused), Some(wait)) => {
+                        let queued = self.join_queue(&created, &refused, &[], wait).await?;
+                        self.with_queue(queued).await?
+                    }
+                    _ => self.place_holds(created, &order, wait).await?,
+                };
                 Ok(Reserved {
-                    reservation: self.place_holds(created, &order).await?,
+                    reservation,
                     token: Some(token),
                 })
             }
@@ -359,7 +377,12 @@ impl Coordinator {
     /// Places a new reservation's holds; all held -> HELD, else released and REJECTED (or,
     /// for a hold a participant found malformed, released and discarded). `order` maps
     /// canonical positions to the caller's hold indexes.
-    async fn place_holds(&self, r: Reservation, order: &[usize]) -> Result<Reservation, Error> {
+    async fn place_holds(
+        &self,
+        r: Reservation,
+        order: &[usize],
+        wait: Option<Duration>,
+    ) -> Result<Reservation, Error> {
         let placement = self.place_in_order(&r).await?;
         let Some(failure) = placement.failure else {
             faults::store("coord.record_held.before")?;
@@ -372,6 +395,21 @@ impl Coordinator {
             self.discard_invalid(r.id, &failure.rejection, &placement.reports)
                 .await?;
             return Err(Error::InvalidArgument(invalid.caller_error(order)));
+        }
+        // Refused for capacity with `queue`: it waits instead (SPEC 11).
+        if let (Some(wait), Some(refused)) = (wait, refused_holds(&r, &placement.reports)) {
+            match self
+                .join_queue(&r, &refused, &placement.reports, wait)
+                .await
+            {
+                Err(full @ Error::QueueFull { .. }) => {
+                    self.abort_placement(r.id, &failure.rejection, &placement.reports)
+                        .await?;
+                    return Err(full);
+                }
+                Ok(queued) => return self.with_queue(queued).await,
+                Err(e) => return Err(e),
+            }
         }
         let released = self
             .abort_placement(r.id, &failure.rejection, &placement.reports)

@@ -42,6 +42,8 @@ pub struct Policy {
     /// The longest time an event subscription (`tcc.v1.Events/Subscribe`) goes without a
     /// heartbeat (SPEC 10: at most 15 s).
     pub events_heartbeat: Duration,
+    /// Waitlists: queue length cap and sweep period (SPEC 11).
+    pub queue: crate::domain::waitlist::QueuePolicy,
 }
 
 /// Calls to one participant a leased step may make one after another before it renews its
@@ -83,6 +85,7 @@ impl Default for Policy {
             retention: super::Retention::default(),
             sold_out_hint: Duration::from_secs(1),
             events_heartbeat: Duration::from_secs(15),
+            queue: crate::domain::waitlist::QueuePolicy::default(),
         }
     }
 }

@@ -47,6 +47,9 @@ impl Coordinator {
     async fn recover_reservation(&self, id: Uuid) -> Result<Reservation, Error> {
         let r = self.read(id).await?;
         match r.stored_state {
+            // An offer from a waitlist (a later generation) whose offerer stopped mid-way:
+            // release what it may have placed; it waits in its queues again.
+            State::Trying if r.generation > 0 => self.requeue_abandoned_offer(r).await,
             State::Trying => {
                 // Its placer stopped mid-way: any branch may hold something, so release all.
                 tracing::warn!(reservation_id = %id, "releasing a reservation abandoned while placing holds");

@@ -20,12 +20,13 @@ use crate::domain::admin::{
     AuditEntry, AuditNote, AuditQuery, RetryTarget, StateCounts, StuckQuery, WorkState,
 };
 use crate::domain::policy::{Backoff, HoldLimits};
+use crate::domain::waitlist::{QueueKey, QueuePage, QueuePlace};
 use crate::domain::{
     Actor, Decision, ExtraPayment, ListQuery, NewReservation, Rejection, Reservation, State,
 };
 use crate::store::{
-    AdminDecided, BranchReport, Claimed, Created, Decided, PhaseRecorded, RefundAnswer, Stamp,
-    Store, StoreError, Waiting, Woken, WorkLease,
+    AdminDecided, BranchReport, Claimed, Created, Decided, JoinQueue, Joined, PhaseRecorded,
+    QueueHead, QueueStore, RefundAnswer, Stamp, Store, StoreError, Waiting, Woken, WorkLease,
 };
 
 /// Reservations a watch may have read but its client not yet taken.
@@ -390,5 +391,67 @@ impl Store for Publishing {
     ) -> Result<crate::store::Purged, StoreError> {
         // Nothing to publish: only finished reservations go, and a watch ends at the finish.
         self.inner.purge_finished(keep, limit).await
+    }
+}
+
+/// The waitlists' writes are published like every other (Watch, the event follower).
+#[async_trait]
+impl QueueStore for Publishing {
+    async fn join_queue(&self, job: &JoinQueue<'_>) -> Result<Joined, StoreError> {
+        let joined = self.inner.join_queue(job).await?;
+        if let Joined::Queued(r) | Joined::Moved(r) = &joined {
+            self.watchers.publish(r);
+            self.written.notify_one();
+        }
+        Ok(joined)
+    }
+
+    async fn begin_offer(
+        &self,
+        id: Uuid,
+        lease: WorkLease,
+    ) -> Result<Option<Reservation>, StoreError> {
+        let offered = self.inner.begin_offer(id, lease).await?;
+        if let Some(r) = &offered {
+            self.watchers.publish(r);
+            self.written.notify_one();
+        }
+        Ok(offered)
+    }
+
+    async fn lease_queue(&self, key: &QueueKey, lease: WorkLease) -> Result<bool, StoreError> {
+        self.inner.lease_queue(key, lease).await
+    }
+
+    async fn queue_heads(&self, key: &QueueKey, limit: u32) -> Result<Vec<QueueHead>, StoreError> {
+        self.inner.queue_heads(key, limit).await
+    }
+
+    async fn queues(&self) -> Result<Vec<(QueueKey, i64)>, StoreError> {
+        self.inner.queues().await
+    }
+
+    async fn end_waits(&self, limit: u32) -> Result<Vec<Reservation>, StoreError> {
+        let ended = self.inner.end_waits(limit).await?;
+        for r in &ended {
+            self.watchers.publish(r);
+        }
+        if !ended.is_empty() {
+            self.written.notify_one();
+        }
+        Ok(ended)
+    }
+
+    async fn queue_place(&self, id: Uuid) -> Result<Option<QueuePlace>, StoreError> {
+        self.inner.queue_place(id).await
+    }
+
+    async fn list_queue(
+        &self,
+        key: &QueueKey,
+        after: i64,
+        limit: u32,
+    ) -> Result<QueuePage, StoreError> {
+        self.inner.list_queue(key, after, limit).await
     }
 }

@@ -173,6 +173,7 @@ mod tests {
             generation: 0,
             audit: Vec::new(),
             further_payments: None,
+            queue: None,
         };
         Event {
             sequence: 1,

@@ -105,6 +105,9 @@ pub enum Verdict {
     /// The decision would record a payment not yet checked with its payments service: nothing
     /// changes; check it, then decide again with `payment_verified`.
     VerifyPayment,
+    /// A Cancel of a `QUEUED` reservation: nothing is held, so `QUEUED -> CANCELLED` at once
+    /// (it leaves its queues); nothing to drive.
+    LeaveQueue,
     /// Already decided this way: answer the reservation as it is.
     AlreadyDone,
     /// Refused; nothing changes.
@@ -177,7 +180,15 @@ fn judge(s: &Snapshot, decision: &Decision) -> Verdict {
     match decision {
         // A repeat of an applied extension, whatever happened since: as it is.
         Decision::Extend { .. } if s.repeats_last_extend => Verdict::AlreadyDone,
-        _ if s.state == State::Trying => Verdict::Refuse(Refusal::NotHeld),
+        Decision::Cancel { .. } if s.state == State::Queued => Verdict::LeaveQueue,
+        // Not held (yet): holds being placed, waiting in a queue, or a failed offer releasing
+        // what it placed on its way back to the queue.
+        _ if s.state == State::Trying
+            || s.state == State::Queued
+            || (s.state == State::Cancelling && s.release_outcome == Some(State::Queued)) =>
+        {
+            Verdict::Refuse(Refusal::NotHeld)
+        }
         Decision::Confirm {
             payment,
             late_policy,

@@ -9,6 +9,7 @@ pub mod payments;
 pub mod policy;
 pub mod token;
 pub mod validate;
+pub mod waitlist;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -36,11 +37,13 @@ pub enum State {
     Expired,
     Rejected,
     Failed,
+    /// Waiting in a waitlist: nothing held (SPEC 11).
+    Queued,
 }
 
 impl State {
     /// All states, for parsing and tests.
-    pub const ALL: [State; 9] = [
+    pub const ALL: [State; 10] = [
         State::Trying,
         State::Held,
         State::Confirming,
@@ -50,6 +53,7 @@ impl State {
         State::Expired,
         State::Rejected,
         State::Failed,
+        State::Queued,
     ];
 
     /// The name stored in the database and shown in the API.
@@ -64,6 +68,7 @@ impl State {
             State::Expired => "EXPIRED",
             State::Rejected => "REJECTED",
             State::Failed => "FAILED",
+            State::Queued => "QUEUED",
         }
     }
 
@@ -278,6 +283,9 @@ pub struct Reservation {
     /// (`Coordinator::with_payments`); `None` as the store's writes answer it, and `Some`
     /// empty where none can exist (see [`Reservation::payments`]).
     pub further_payments: Option<Vec<ExtraPayment>>,
+    /// Where it waits, while `QUEUED`: filled for the Reserve and Get answers
+    /// (`Coordinator::with_queue`), `None` as the store answers it.
+    pub queue: Option<waitlist::QueuePlace>,
 }
 
 impl Reservation {
@@ -328,6 +336,9 @@ pub struct NewReservation {
     pub ttl: Duration,
     pub holds: Vec<Hold>,
     pub labels: BTreeMap<String, String>,
+    /// How long it may wait in a waitlist when refused for capacity (`queue.wait_up_to`);
+    /// `None`: it is rejected instead. Carried by the Reserve, not stored with the row.
+    pub queue_wait: Option<Duration>,
 }
 
 impl NewReservation {

@@ -24,6 +24,8 @@ pub struct Limits {
     pub max_label_bytes: usize,
     pub max_page_size: u32,
     pub default_page_size: u32,
+    /// The longest `queue.wait_up_to` a Reserve may ask (`--max-queue-wait`).
+    pub max_queue_wait: Duration,
 }
 
 impl Default for Limits {
@@ -38,6 +40,7 @@ impl Default for Limits {
             max_label_bytes: 256,
             max_page_size: 500,
             default_page_size: 50,
+            max_queue_wait: Duration::from_secs(3600),
         }
     }
 }
@@ -110,6 +113,8 @@ pub struct ReserveInput {
     pub ttl: Option<Duration>,
     pub holds: Vec<Hold>,
     pub labels: HashMap<String, String>,
+    /// Wait in a waitlist when refused for capacity (SPEC 11).
+    pub queue: Option<super::waitlist::QueueOptions>,
 }
 
 /// Checks a required identifier: non-empty, at most `max` bytes, no control characters.
@@ -417,6 +422,10 @@ pub fn reserve(
         label(k, v, limits)?;
     }
 
+    let queue_wait = input
+        .queue
+        .map(|q| super::waitlist::wait_up_to(q.wait_up_to, limits.max_queue_wait))
+        .transpose()?;
     let mut holds = input.holds;
     holds.sort_by(|a, b| a.canonical_key().cmp(&b.canonical_key()));
     Ok(NewReservation {
@@ -428,6 +437,7 @@ pub fn reserve(
         ttl,
         holds,
         labels,
+        queue_wait,
     })
 }
 
@@ -454,6 +464,7 @@ mod tests {
 
     fn input() -> ReserveInput {
         ReserveInput {
+            queue: None,
             request_id: "r1".into(),
             holder: "u1".into(),
             ttl: None,

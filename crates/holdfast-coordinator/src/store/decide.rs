@@ -148,11 +148,13 @@ async fn decide_in_lock<DB: PaymentSql>(
         }
         Applied::Written { leased } => {
             // Whoever changed it drives the change (an Extend starts no fan-out).
-            let leased = if leased || matches!(verdict, Verdict::Extend { .. }) {
-                leased
-            } else {
-                DB::take_lease(&mut tx, id, lease).await?
-            };
+            // (An Extend starts no fan-out; a reservation that left its queue holds nothing.)
+            let leased =
+                if leased || matches!(verdict, Verdict::Extend { .. } | Verdict::LeaveQueue) {
+                    leased
+                } else {
+                    DB::take_lease(&mut tx, id, lease).await?
+                };
             let after = DB::load_existing(&mut tx, id).await?;
             tx.commit().await?;
             (after, leased)
@@ -218,6 +220,13 @@ async fn apply_verdict<DB: PaymentSql>(
                 record_payment::<DB>(tx, id, payment).await?;
             }
             return Ok(Applied::unleased(marked));
+        }
+        Verdict::LeaveQueue => {
+            let reason = match decision {
+                Decision::Cancel { reason } => reason.as_deref(),
+                _ => None,
+            };
+            return Ok(Applied::unleased(DB::leave_queue(tx, id, reason).await?));
         }
         Verdict::AlreadyDone
         | Verdict::Refuse(_)

@@ -47,6 +47,7 @@ mod record;
 mod retake;
 mod sql;
 pub mod sqlite;
+pub mod waitlist;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,6 +71,7 @@ use crate::domain::{
 pub use admin::{AdminDecided, Woken};
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
+pub use waitlist::{JoinQueue, Joined, QueueHead, QueueStore};
 
 /// A storage failure; [`StoreError::fault`] says what it means for the caller (retry, a value
 /// out of range, or internal).
@@ -215,7 +217,7 @@ impl RefundAnswer {
 
 /// The coordinator's storage.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: QueueStore + Send + Sync + 'static {
     /// The event log this store appends to (SPEC 10): the same database.
     fn event_log(&self) -> &dyn events::EventLog;
 

@@ -152,6 +152,7 @@ impl StoredReservation {
             generation: self.generation,
             audit: Vec::new(),
             further_payments: None,
+            queue: None,
         })
     }
 }

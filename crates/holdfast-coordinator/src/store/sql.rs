@@ -174,6 +174,14 @@ pub(crate) trait ReservationSql: Send + Sync + 'static {
         lease: WorkLease,
     ) -> Result<bool, StoreError>;
 
+    /// `QUEUED -> CANCELLED` with the Cancel's reason (the row leaves its queues by the
+    /// `reservations_left_queues` trigger). True if it was `QUEUED`.
+    async fn leave_queue(
+        conn: &mut Self::Connection,
+        id: Uuid,
+        reason: Option<&str>,
+    ) -> Result<bool, StoreError>;
+
     /// Records each participant's answer on its branch rows (`attempts` counted).
     async fn apply_reports(
         conn: &mut Self::Connection,

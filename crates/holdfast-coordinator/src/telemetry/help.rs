@@ -70,6 +70,10 @@ const COUNTERS: &[(&str, &str)] = &[
         "Events an event sink delivered for good, by sink.",
     ),
     (
+        ops_names::QUEUE_OFFERS,
+        "Waitlist offers by outcome: placed (the reservation became HELD), refused (back in its queue), wait_ended.",
+    ),
+    (
         ops_names::WEBHOOK_FAILURES,
         "Webhook POSTs that failed (not 2xx, timed out, no connection), by endpoint.",
     ),
@@ -126,6 +130,10 @@ const GAUGES: &[(&str, &str)] = &[
         "1 while an event sink is paused (a webhook that failed past its give-up period), else 0; by sink.",
     ),
     (
+        ops_names::QUEUE_LENGTH,
+        "Reservations waiting in waitlists, by participant, as the last queue sweep found them.",
+    ),
+    (
         BUILD_INFO,
         "Always 1; the version label names the running holdfast build.",
     ),
@@ -140,6 +148,10 @@ const HISTOGRAMS: &[(&str, &str)] = &[
     (
         names::RPC_SECONDS,
         "Seconds gRPC requests took to answer, by method.",
+    ),
+    (
+        ops_names::QUEUE_WAIT,
+        "Seconds a queued reservation waited in its queue before an offer placed it.",
     ),
     (
         ops_names::PARTICIPANT_CALL_SECONDS,

@@ -21,6 +21,9 @@ pub mod ops_names {
     pub const EVENTS_LAG: &str = "holdfast_events_lag_seconds";
     pub const SINK_PAUSED: &str = "holdfast_events_sink_paused";
     pub const WEBHOOK_FAILURES: &str = "holdfast_webhook_failures_total";
+    pub const QUEUE_LENGTH: &str = "holdfast_queue_length";
+    pub const QUEUE_WAIT: &str = "holdfast_queue_wait_seconds";
+    pub const QUEUE_OFFERS: &str = "holdfast_queue_offers_total";
 }
 
 use ops_names::*;
@@ -128,4 +131,34 @@ pub(crate) fn coordinator_started() {
     for table in ["reservations", "branches", "extra_payments"] {
         metrics::counter!(RETENTION_DELETED, "table" => table).increment(0);
     }
+}
+
+/// A waitlist offer's outcome (SPEC 11): `placed`, `refused`, or `wait_ended` (a wait over
+/// before any offer placed it).
+pub(crate) fn queue_offer(outcome: &'static str) {
+    metrics::counter!(QUEUE_OFFERS, "outcome" => outcome).increment(1);
+}
+
+/// Reservations waiting in queues, per participant, as the last sweep found them; a
+/// participant whose queues emptied reads 0.
+pub(crate) fn queue_lengths(queues: &[(crate::domain::waitlist::QueueKey, i64)]) {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+    static SEEN: Mutex<BTreeMap<String, f64>> = Mutex::new(BTreeMap::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    for n in seen.values_mut() {
+        *n = 0.0;
+    }
+    for (key, n) in queues {
+        *seen.entry(key.participant.clone()).or_default() += *n as f64;
+    }
+    for (participant, n) in seen.iter() {
+        metrics::gauge!(QUEUE_LENGTH, "participant" => participant.clone()).set(*n);
+    }
+}
+
+/// A queued reservation was placed by an offer, having joined its queue at `since`.
+pub(crate) fn queue_waited(since: chrono::DateTime<chrono::Utc>) {
+    let waited = (chrono::Utc::now() - since).to_std().unwrap_or_default();
+    metrics::histogram!(QUEUE_WAIT).record(waited.as_secs_f64());
 }

@@ -258,6 +258,24 @@ impl ReservationSql for Postgres {
         Ok(())
     }
 
+    async fn leave_queue(
+        conn: &mut PgConnection,
+        id: Uuid,
+        reason: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        Ok(one_row(
+            sqlx::query(
+                "UPDATE reservations SET state = 'CANCELLED', cancel_reason = $2, \
+                 version = version + 1, updated_at = clock_timestamp() \
+                 WHERE id = $1 AND state = 'QUEUED'",
+            )
+            .bind(id)
+            .bind(reason)
+            .execute(&mut *conn)
+            .await?,
+        ))
+    }
+
     async fn honor_retake(conn: &mut PgConnection, id: Uuid) -> Result<bool, StoreError> {
         Ok(one_row(
             sqlx::query(

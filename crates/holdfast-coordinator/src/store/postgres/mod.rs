@@ -36,6 +36,7 @@ mod payments;
 mod recovery;
 mod retention;
 mod waiting;
+mod waitlist;
 mod without_lock;
 
 use std::sync::Arc;

@@ -296,6 +296,25 @@ impl ReservationSql for Sqlite {
         Ok(())
     }
 
+    async fn leave_queue(
+        conn: &mut SqliteConnection,
+        id: Uuid,
+        reason: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        Ok(one_row(
+            sqlx::query(concat!(
+                "UPDATE reservations SET state = 'CANCELLED', cancel_reason = ?2, \
+                 version = version + 1, updated_at = ",
+                sqlite_now_us!(),
+                " WHERE id = ?1 AND state = 'QUEUED'"
+            ))
+            .bind(id)
+            .bind(reason)
+            .execute(&mut *conn)
+            .await?,
+        ))
+    }
+
     async fn honor_retake(conn: &mut SqliteConnection, id: Uuid) -> Result<bool, StoreError> {
         Ok(one_row(
             sqlx::query(concat!(

@@ -62,6 +62,7 @@ mod payments;
 mod recovery;
 mod retention;
 mod waiting;
+mod waitlist;
 
 pub use recovery::{BACKLOG_COUNT, CLAIM_DUE_PICK, OLDEST_WORK_AGE};
 pub use rows::list_statement;

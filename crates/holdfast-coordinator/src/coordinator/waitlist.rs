@@ -1,0 +1,351 @@
+//! Waitlists (SPEC 11): a Reserve with `queue` refused for capacity waits `QUEUED` in the
+//! queue of each resource that refused it; released units are offered to the oldest waiting
+//! reservation that fits.
+//!
+//! - Joining: [`Coordinator::join_queue`] records the refusal as `QUEUED` (or releases what
+//!   was placed first, ending `QUEUED`) through `Store::join_queue`. While this process knows a
+//!   resource has a queue ([`Waitlist::queued`]), a new Reserve for it does not get ahead: one
+//!   without `queue` is refused before anything is recorded, one with it joins the tail
+//!   without a Try (`place.rs`).
+//! - Offers: every release this process makes ([`Waitlist::released`], from the one release
+//!   path) wakes [`Coordinator::run_offers`], which offers each released queue at once; a
+//!   sweep every `--queue-sweep` offers every queue (capacity that came back another way, a
+//!   release whose offer a crash lost) and ends the waits that are over. One instance offers a
+//!   queue at a time (`Store::lease_queue`), and an offer starts with a conditional write
+//!   (`Store::begin_offer`): no reservation is offered twice at once. An offer places the
+//!   whole reservation in canonical order, as a Reserve (`place_in_order`); refused, it goes
+//!   back to its queues, keeping its places.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+
+use super::sold_out::SoldOutHit;
+use super::{Coordinator, Error, entered};
+use crate::domain::waitlist::{QueueKey, QueuePage};
+use crate::domain::{BranchState, Hold, Reservation, State};
+use crate::store::{BranchReport, JoinQueue, Joined, QueueHead};
+
+/// Most waiting reservations one offer pass of one queue looks at.
+const HEADS_PER_PASS: u32 = 16;
+
+/// Most waits one sweep ends.
+const END_WAITS_PER_SWEEP: u32 = 500;
+
+/// The waitlists as one coordinator process sees them: which queues it knows are non-empty,
+/// and which have released units to offer.
+#[derive(Debug, Default)]
+pub struct Waitlist {
+    /// Queues known to be non-empty: joined by this process, or found by the last sweep.
+    known: Mutex<BTreeSet<QueueKey>>,
+    /// Queues whose resources this process released units of since the last offer pass.
+    released: Mutex<BTreeSet<QueueKey>>,
+    wake: Notify,
+}
+
+impl Waitlist {
+    fn known(&self) -> std::sync::MutexGuard<'_, BTreeSet<QueueKey>> {
+        // A panic while holding it leaves a set of keys behind: still usable.
+        self.known.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The first of `holds` whose resource has a queue this process knows of.
+    pub fn queued(&self, holds: &[Hold]) -> Option<QueueKey> {
+        let known = self.known();
+        if known.is_empty() {
+            return None;
+        }
+        holds
+            .iter()
+            .map(QueueKey::of)
+            .find(|key| known.contains(key))
+    }
+
+    /// Units of these resources at `participant` may have come back: their queues (any slot)
+    /// are offered now.
+    pub fn released<'a>(&self, participant: &str, resources: impl IntoIterator<Item = &'a str>) {
+        let known = self.known();
+        if known.is_empty() {
+            return;
+        }
+        let resources: BTreeSet<&str> = resources.into_iter().collect();
+        let hit: Vec<QueueKey> = known
+            .iter()
+            .filter(|k| k.participant == participant && resources.contains(k.resource.as_str()))
+            .cloned()
+            .collect();
+        drop(known);
+        if hit.is_empty() {
+            return;
+        }
+        self.released
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(hit);
+        self.wake.notify_one();
+    }
+
+    fn take_released(&self) -> BTreeSet<QueueKey> {
+        std::mem::take(&mut *self.released.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// The holds of the participant whose answer stopped a placement, when that answer was a
+/// refusal (`REJECTED`: sold out, slot taken): the queues the reservation waits in. `None`
+/// when the placement stopped otherwise (unreachable, refused outright, malformed).
+pub(super) fn refused_holds(r: &Reservation, reports: &[BranchReport]) -> Option<Vec<Hold>> {
+    let last = reports.last()?;
+    if last.state != BranchState::Rejected {
+        return None;
+    }
+    r.participant_branches()
+        .into_iter()
+        .find(|b| b.branch_id == last.branch_id)
+        .map(|b| b.holds)
+}
+
+/// How one offer to one waiting reservation went.
+enum Offer {
+    /// Every hold placed: it is `HELD`.
+    Placed,
+    /// Refused again (or a participant could not be reached): back in its queues.
+    Refused,
+    /// It was no longer waiting (cancelled, offered elsewhere, wait over).
+    Gone,
+}
+
+impl Coordinator {
+    /// Records a stopped placement (`reports`; none when nothing was tried) of `r` as waiting
+    /// in the queues of `refused` for up to `wait`, releasing what was placed first. A full
+    /// queue refuses it: the placement is rejected as without `queue` and the caller is told
+    /// `QUEUE_FULL`.
+    pub(super) async fn join_queue(
+        &self,
+        r: &Reservation,
+        refused: &[Hold],
+        reports: &[BranchReport],
+        wait: Duration,
+    ) -> Result<Reservation, Error> {
+        let job = JoinQueue {
+            id: r.id,
+            reports,
+            holds: refused,
+            wait,
+            max_length: self.policy.queue.max_length,
+        };
+        match self.store.join_queue(&job).await? {
+            Joined::Queued(queued) => {
+                self.waitlist
+                    .known()
+                    .extend(refused.iter().map(QueueKey::of));
+                let queued = if queued.stored_state == State::Cancelling {
+                    self.drive_release(queued).await?
+                } else {
+                    queued
+                };
+                entered(&queued, queued.stored_state);
+                Ok(queued)
+            }
+            Joined::Full(key) => Err(Error::QueueFull {
+                reservation_id: r.id,
+                queue: key.to_string(),
+                limit: self.policy.queue.max_length,
+            }),
+            Joined::Moved(now) => Ok(now),
+        }
+    }
+
+    /// Whether `holds` are refused without a Try: a resource with a waitlist this process
+    /// knows of (nobody gets ahead of it), or a sold-out hint. The refusal, and the holds whose
+    /// queues a Reserve with `queue` joins instead.
+    pub(super) fn refused_now(&self, holds: &[Hold]) -> Option<(SoldOutHit, Vec<Hold>)> {
+        if let Some(key) = self.waitlist.queued(holds) {
+            let refused: Vec<Hold> = holds.iter().filter(|h| key.holds(h)).cloned().collect();
+            let hit = SoldOutHit {
+                quantity: refused.iter().map(|h| h.quantity).min().unwrap_or(1),
+                participant: key.participant,
+                resource: key.resource,
+                reason: "reservations are waiting for it in its waitlist; a Reserve with queue \
+                         joins the end of it"
+                    .into(),
+                age: Duration::ZERO,
+            };
+            return Some((hit, refused));
+        }
+        let hit = self.sold_out.check(holds)?;
+        let refused = holds
+            .iter()
+            .filter(|h| h.participant == hit.participant && h.resource == hit.resource)
+            .cloned()
+            .collect();
+        Some((hit, refused))
+    }
+
+    /// Answers `r` with where it waits, while it is `QUEUED`.
+    pub(super) async fn with_queue(&self, mut r: Reservation) -> Result<Reservation, Error> {
+        if r.stored_state == State::Queued {
+            r.queue = self.store.queue_place(r.id).await?;
+        }
+        Ok(r)
+    }
+
+    /// A page of `key`'s queue, in offer order (Admin `ListQueue`).
+    pub async fn list_queue(
+        &self,
+        key: &QueueKey,
+        after: i64,
+        limit: u32,
+    ) -> Result<QueuePage, Error> {
+        Ok(self.store.list_queue(key, after, limit).await?)
+    }
+
+    /// The offer loop: offers each queue this process released units of as soon as it did,
+    /// and every queue (ending the waits that are over) every `--queue-sweep`, until `stop`.
+    pub async fn run_offers(self, mut stop: watch::Receiver<bool>) {
+        let mut sweep = tokio::time::interval(self.policy.queue.sweep);
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let everything = tokio::select! {
+                _ = sweep.tick() => true,
+                () = self.waitlist.wake.notified() => false,
+                _ = stop.changed() => return,
+            };
+            if let Err(e) = self.offer_pass(everything).await {
+                tracing::warn!(error = %e, "waitlist pass failed; the next sweep retries");
+            }
+        }
+    }
+
+    /// One pass: with `everything`, the waits that are over end and every queue is offered;
+    /// otherwise only the queues released since the last pass.
+    pub(super) async fn offer_pass(&self, everything: bool) -> Result<(), Error> {
+        let mut keys = self.waitlist.take_released();
+        if everything {
+            for r in self.store.end_waits(END_WAITS_PER_SWEEP).await? {
+                entered(&r, State::Rejected);
+                crate::telemetry::ops::queue_offer("wait_ended");
+            }
+            let queues = self.store.queues().await?;
+            crate::telemetry::ops::queue_lengths(&queues);
+            let found: BTreeSet<QueueKey> = queues.into_iter().map(|(k, _)| k).collect();
+            keys.extend(found.iter().cloned());
+            *self.waitlist.known() = found;
+        }
+        for key in keys {
+            self.offer_queue(&key).await?;
+        }
+        Ok(())
+    }
+
+    /// Offers `key`'s queue what is free now: the oldest waiting reservation first; after a
+    /// refusal, only later ones that ask for less of this resource (what is left may fit them).
+    async fn offer_queue(&self, key: &QueueKey) -> Result<(), Error> {
+        if !self.store.lease_queue(key, self.lease()).await? {
+            return Ok(());
+        }
+        let heads = self.store.queue_heads(key, HEADS_PER_PASS).await?;
+        if heads.is_empty() {
+            self.waitlist.known().remove(key);
+            return Ok(());
+        }
+        let mut refused_at: Option<i64> = None;
+        for QueueHead {
+            id,
+            quantity,
+            since,
+        } in heads
+        {
+            if refused_at.is_some_and(|q| quantity >= q) {
+                continue;
+            }
+            match self.offer(id, since).await? {
+                Offer::Placed => crate::telemetry::ops::queue_offer("placed"),
+                Offer::Refused => {
+                    crate::telemetry::ops::queue_offer("refused");
+                    refused_at = Some(refused_at.map_or(quantity, |q| q.min(quantity)));
+                    if quantity <= 1 {
+                        break;
+                    }
+                }
+                Offer::Gone => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// One offer: the whole reservation placed again in canonical order; all held -> `HELD`
+    /// (`RESERVATION_HELD` with `from_queue`), else back in its queues.
+    async fn offer(
+        &self,
+        id: uuid::Uuid,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Offer, Error> {
+        let Some(r) = self.store.begin_offer(id, self.lease()).await? else {
+            return Ok(Offer::Gone);
+        };
+        entered(&r, State::Trying);
+        let placement = self.place_in_order(&r).await?;
+        let Some(failure) = placement.failure else {
+            let held = self.store.record_held(r.id, &placement.reports).await?;
+            entered(&held, State::Held);
+            crate::telemetry::ops::queue_waited(since);
+            return Ok(if held.stored_state == State::Held {
+                Offer::Placed
+            } else {
+                Offer::Gone
+            });
+        };
+        // The refusing participant's holds join their queues (a participant that could not
+        // be reached refused nothing: the reservation keeps its places only).
+        let _ = failure;
+        let refused = refused_holds(&r, &placement.reports).unwrap_or_default();
+        let back = JoinQueue {
+            id: r.id,
+            reports: &placement.reports,
+            holds: &refused,
+            wait: Duration::ZERO,
+            max_length: u32::MAX,
+        };
+        if let Joined::Queued(back) = self.store.join_queue(&back).await?
+            && back.stored_state == State::Cancelling
+        {
+            self.drive_release(back).await?;
+        }
+        Ok(Offer::Refused)
+    }
+}
+
+impl Coordinator {
+    /// Recovery of an offer whose offerer stopped while placing: every branch that may hold
+    /// is released and the reservation waits in its queues again (their places kept).
+    pub(super) async fn requeue_abandoned_offer(
+        &self,
+        r: Reservation,
+    ) -> Result<Reservation, Error> {
+        tracing::warn!(reservation_id = %r.id, "an offer from a waitlist was abandoned while placing holds; releasing them and queueing it again");
+        let reports: Vec<BranchReport> = r
+            .participant_branches()
+            .into_iter()
+            .filter(|b| b.state != BranchState::Rejected)
+            .map(|b| BranchReport {
+                branch_id: b.branch_id,
+                state: b.state,
+                error: Some("the coordinator stopped while placing holds".into()),
+            })
+            .collect();
+        let back = JoinQueue {
+            id: r.id,
+            reports: &reports,
+            holds: &[],
+            wait: Duration::ZERO,
+            max_length: u32::MAX,
+        };
+        match self.store.join_queue(&back).await? {
+            Joined::Queued(back) => self.drive_release(back).await,
+            Joined::Moved(now) => Ok(now),
+            Joined::Full(_) => Ok(r),
+        }
+    }
+}
