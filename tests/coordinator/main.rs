@@ -49,5 +49,6 @@ mod tracing;
 mod unknown_try;
 mod unregistered;
 mod validation;
+mod waitlist;
 mod watch;
 mod webhooks;

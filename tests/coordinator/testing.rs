@@ -27,7 +27,7 @@ use tonic_reflection::pb::v1 as refl;
 use crate::common::*;
 
 /// Where a stack keeps its data.
-enum Backend {
+pub(crate) enum Backend {
     /// Files in a folder of the test's own (removed at the end).
     Sqlite,
     /// The test's fresh database, by URL.
@@ -35,7 +35,7 @@ enum Backend {
 }
 
 /// The URL of `pool`'s database (a `#[sqlx::test]` database), for openers that take a URL.
-fn pg_url(pool: &PgPool) -> String {
+pub(crate) fn pg_url(pool: &PgPool) -> String {
     let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
     let database = pool.connect_options().get_database().unwrap().to_owned();
     let (server, _) = base.rsplit_once('/').unwrap();
@@ -43,12 +43,12 @@ fn pg_url(pool: &PgPool) -> String {
 }
 
 /// A coordinator (with `tcc.v1.Testing`) and a `seats` participant on one test clock.
-struct Stack {
+pub(crate) struct Stack {
     clock: TestClock,
-    client: CoordinatorClient<Channel>,
-    testing: TestingClient<Channel>,
-    addr: SocketAddr,
-    seats: String,
+    pub(crate) client: CoordinatorClient<Channel>,
+    pub(crate) testing: TestingClient<Channel>,
+    pub(crate) addr: SocketAddr,
+    pub(crate) seats: String,
     /// Between the coordinator and seats (passes everything unless told otherwise).
     network: Relay,
     stop: Vec<oneshot::Sender<()>>,
@@ -76,7 +76,7 @@ fn stopper(stop: &mut Vec<oneshot::Sender<()>>) -> impl Future<Output = ()> + Se
 
 /// Starts the stack on `backend`; `tune` adjusts the participant's and the coordinator's
 /// settings first. Seats `A1` and `A2` exist, one place each.
-async fn stack(
+pub(crate) async fn stack(
     backend: Backend,
     tune: impl FnOnce(&mut ParticipantSettings, &mut CoordinatorSettings),
 ) -> Stack {
@@ -157,7 +157,7 @@ impl Stack {
         self.client.reserve(req).await.unwrap().into_inner()
     }
 
-    async fn get(&mut self, id: &str) -> proto::Reservation {
+    pub(crate) async fn get(&mut self, id: &str) -> proto::Reservation {
         self.client
             .get_reservation(proto::GetReservationRequest {
                 reservation_id: id.to_owned(),
@@ -167,7 +167,7 @@ impl Stack {
             .into_inner()
     }
 
-    async fn advance(&mut self, by: Duration) -> proto::AdvanceClockResponse {
+    pub(crate) async fn advance(&mut self, by: Duration) -> proto::AdvanceClockResponse {
         self.testing
             .advance_clock(advance_by(by))
             .await
@@ -176,7 +176,7 @@ impl Stack {
     }
 
     /// Seat `seat`'s (held, available) at the participant.
-    async fn seat(&self, seat: &str) -> (i64, i64) {
+    pub(crate) async fn seat(&self, seat: &str) -> (i64, i64) {
         let r = resource(&self.seats, seat).await;
         (r.held, r.available)
     }

@@ -97,6 +97,15 @@ macro_rules! conformance {
 }
 
 conformance!(
+    waitlist: [
+        joins_in_order_and_a_full_queue_writes_nothing,
+        something_placed_is_released_before_it_waits,
+        an_offer_starts_once_and_a_refused_one_keeps_its_place,
+        cancel_of_a_queued_reservation_leaves_the_queue,
+        waits_end_with_queue_wait_ended,
+        one_instance_offers_a_queue_at_a_time,
+        hold_limits_count_queued_reservations,
+    ],
     list_filters: [participant_time_and_labels],
     admin: [
         force_cancel_held_and_trying,

@@ -19,6 +19,7 @@ pub mod phases;
 pub mod recovery;
 pub mod retention;
 pub mod shared_confirms;
+pub mod waitlist;
 pub mod writes;
 
 use std::collections::BTreeMap;

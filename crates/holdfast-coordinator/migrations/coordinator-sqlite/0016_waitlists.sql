@@ -3,8 +3,15 @@
 -- SQLite cannot alter a CHECK constraint. Widening an IN-list changes nothing stored, so it
 -- uses SQLite's own procedure for such changes (https://www.sqlite.org/lang_altertable.html,
 -- "making other kinds of table schema changes": edit the table's text in sqlite_schema under
--- writable_schema) instead of rebuilding four tables, their indexes and triggers. The CREATE
--- statements below bump the schema cookie, so every open connection re-reads the schema.
+-- writable_schema) instead of rebuilding four tables, their indexes and triggers. RESET turns
+-- writable_schema off and reloads this connection's schema; the CREATE statements below bump
+-- the schema cookie, so every other open connection re-reads it. (Columns are added first:
+-- ADD COLUMN edits the table's text at an offset taken from the loaded schema.)
+
+-- When it first joined a queue; when its wait ends (microseconds, database clock).
+ALTER TABLE reservations ADD COLUMN queued_at INTEGER;
+ALTER TABLE reservations ADD COLUMN queue_until INTEGER;
+
 PRAGMA writable_schema = ON;
 UPDATE sqlite_schema
 SET sql = replace(replace(sql,
@@ -13,11 +20,7 @@ SET sql = replace(replace(sql,
     'CHECK (release_outcome IN (''CANCELLED'', ''EXPIRED'', ''REJECTED'', ''FAILED''))',
     'CHECK (release_outcome IN (''CANCELLED'', ''EXPIRED'', ''REJECTED'', ''FAILED'', ''QUEUED''))')
 WHERE type = 'table' AND name = 'reservations';
-PRAGMA writable_schema = OFF;
-
--- When it first joined a queue; when its wait ends (microseconds, database clock).
-ALTER TABLE reservations ADD COLUMN queued_at INTEGER;
-ALTER TABLE reservations ADD COLUMN queue_until INTEGER;
+PRAGMA writable_schema = RESET;
 
 DROP INDEX reservations_live_by_holder;
 CREATE INDEX reservations_live_by_holder ON reservations (owner, holder)

@@ -130,7 +130,7 @@ impl Coordinator {
             };
             self.sold_out.released(&b.participant, resources());
             if matches!(result, Ok(BranchOutcome::Cancelled)) {
-                self.waitlist.released(&b.participant, resources());
+                self.waitlist.released(&b.participant, &b.holds);
             }
             match result {
                 Ok(BranchOutcome::Cancelled) => BranchReport {

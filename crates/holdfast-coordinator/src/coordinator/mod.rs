@@ -163,7 +163,7 @@ impl Coordinator {
     pub async fn get(&self, actor: &Actor, id: Uuid) -> Result<Reservation, Error> {
         let r = self.read(id).await?;
         if actor.sees(&r) {
-            Ok(r)
+            self.with_queue(r).await
         } else {
             Err(Error::NotFound(id))
         }

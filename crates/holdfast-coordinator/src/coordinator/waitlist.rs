@@ -16,7 +16,7 @@
 //!   whole reservation in canonical order, as a Reserve (`place_in_order`); refused, it goes
 //!   back to its queues, keeping its places.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -37,12 +37,16 @@ const END_WAITS_PER_SWEEP: u32 = 500;
 /// The waitlists as one coordinator process sees them: which queues it knows are non-empty,
 /// and which have released units to offer.
 #[derive(Debug, Default)]
-pub struct Waitlist {
+pub(crate) struct Waitlist {
     /// Queues known to be non-empty: joined by this process, or found by the last sweep.
     known: Mutex<BTreeSet<QueueKey>>,
-    /// Queues whose resources this process released units of since the last offer pass.
-    released: Mutex<BTreeSet<QueueKey>>,
+    /// Queues whose resources this process released units of since the last offer pass, and
+    /// how many units.
+    released: Mutex<BTreeMap<QueueKey, i64>>,
     wake: Notify,
+    /// Held by each offer pass: the loop's and an on-demand one (test mode) take turns, so a
+    /// pass on demand finds no offer of this process half made.
+    passes: tokio::sync::Mutex<()>,
 }
 
 impl Waitlist {
@@ -63,31 +67,37 @@ impl Waitlist {
             .find(|key| known.contains(key))
     }
 
-    /// Units of these resources at `participant` may have come back: their queues (any slot)
-    /// are offered now.
-    pub fn released<'a>(&self, participant: &str, resources: impl IntoIterator<Item = &'a str>) {
+    /// These holds at `participant` were released: their queues (any slot) are offered that
+    /// many units now.
+    pub fn released(&self, participant: &str, holds: &[Hold]) {
         let known = self.known();
         if known.is_empty() {
             return;
         }
-        let resources: BTreeSet<&str> = resources.into_iter().collect();
-        let hit: Vec<QueueKey> = known
-            .iter()
-            .filter(|k| k.participant == participant && resources.contains(k.resource.as_str()))
-            .cloned()
-            .collect();
+        let mut hit: Vec<(QueueKey, i64)> = Vec::new();
+        for key in known.iter().filter(|k| k.participant == participant) {
+            let units: i64 = holds
+                .iter()
+                .filter(|h| h.resource == key.resource)
+                .map(|h| h.quantity)
+                .sum();
+            if units > 0 {
+                hit.push((key.clone(), units));
+            }
+        }
         drop(known);
         if hit.is_empty() {
             return;
         }
-        self.released
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend(hit);
+        let mut released = self.released.lock().unwrap_or_else(|e| e.into_inner());
+        for (key, units) in hit {
+            *released.entry(key).or_default() += units;
+        }
+        drop(released);
         self.wake.notify_one();
     }
 
-    fn take_released(&self) -> BTreeSet<QueueKey> {
+    fn take_released(&self) -> BTreeMap<QueueKey, i64> {
         std::mem::take(&mut *self.released.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
@@ -111,7 +121,8 @@ enum Offer {
     /// Every hold placed: it is `HELD`.
     Placed,
     /// Refused again (or a participant could not be reached): back in its queues.
-    Refused,
+    /// `alone`: it asked for nothing but this queue's resource, so what it asked is not free.
+    Refused { alone: bool },
     /// It was no longer waiting (cancelled, offered elsewhere, wait over).
     Gone,
 }
@@ -203,7 +214,7 @@ impl Coordinator {
 
     /// The offer loop: offers each queue this process released units of as soon as it did,
     /// and every queue (ending the waits that are over) every `--queue-sweep`, until `stop`.
-    pub async fn run_offers(self, mut stop: watch::Receiver<bool>) {
+    pub(crate) async fn run_offers(self, mut stop: watch::Receiver<bool>) {
         let mut sweep = tokio::time::interval(self.policy.queue.sweep);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -221,7 +232,14 @@ impl Coordinator {
     /// One pass: with `everything`, the waits that are over end and every queue is offered;
     /// otherwise only the queues released since the last pass.
     pub(super) async fn offer_pass(&self, everything: bool) -> Result<(), Error> {
-        let mut keys = self.waitlist.take_released();
+        let _turn = self.waitlist.passes.lock().await;
+        // Each queue with the units released for it; `None`: unknown (a sweep).
+        let mut keys: BTreeMap<QueueKey, Option<i64>> = self
+            .waitlist
+            .take_released()
+            .into_iter()
+            .map(|(k, n)| (k, Some(n)))
+            .collect();
         if everything {
             for r in self.store.end_waits(END_WAITS_PER_SWEEP).await? {
                 entered(&r, State::Rejected);
@@ -230,18 +248,23 @@ impl Coordinator {
             let queues = self.store.queues().await?;
             crate::telemetry::ops::queue_lengths(&queues);
             let found: BTreeSet<QueueKey> = queues.into_iter().map(|(k, _)| k).collect();
-            keys.extend(found.iter().cloned());
+            for key in &found {
+                keys.insert(key.clone(), None);
+            }
             *self.waitlist.known() = found;
         }
-        for key in keys {
-            self.offer_queue(&key).await?;
+        for (key, units) in keys {
+            self.offer_queue(&key, units).await?;
         }
         Ok(())
     }
 
-    /// Offers `key`'s queue what is free now: the oldest waiting reservation first; after a
-    /// refusal, only later ones that ask for less of this resource (what is left may fit them).
-    async fn offer_queue(&self, key: &QueueKey) -> Result<(), Error> {
+    /// Offers `key`'s queue what is free now: the oldest waiting reservation first. A refusal
+    /// of one that asked for this resource alone says that much is not free: later ones are
+    /// tried only if they ask for less (what is left may fit them); one refused for another
+    /// resource says nothing of this one. With `units` known (a release), offers stop once
+    /// that many are placed.
+    async fn offer_queue(&self, key: &QueueKey, mut units: Option<i64>) -> Result<(), Error> {
         if !self.store.lease_queue(key, self.lease()).await? {
             return Ok(());
         }
@@ -260,13 +283,23 @@ impl Coordinator {
             if refused_at.is_some_and(|q| quantity >= q) {
                 continue;
             }
-            match self.offer(id, since).await? {
-                Offer::Placed => crate::telemetry::ops::queue_offer("placed"),
-                Offer::Refused => {
+            match self.offer(key, id, since).await? {
+                Offer::Placed => {
+                    crate::telemetry::ops::queue_offer("placed");
+                    if let Some(left) = &mut units {
+                        *left -= quantity;
+                        if *left <= 0 {
+                            break;
+                        }
+                    }
+                }
+                Offer::Refused { alone } => {
                     crate::telemetry::ops::queue_offer("refused");
-                    refused_at = Some(refused_at.map_or(quantity, |q| q.min(quantity)));
-                    if quantity <= 1 {
-                        break;
+                    if alone {
+                        refused_at = Some(refused_at.map_or(quantity, |q| q.min(quantity)));
+                        if quantity <= 1 {
+                            break;
+                        }
                     }
                 }
                 Offer::Gone => {}
@@ -279,6 +312,7 @@ impl Coordinator {
     /// (`RESERVATION_HELD` with `from_queue`), else back in its queues.
     async fn offer(
         &self,
+        key_of_offer: &QueueKey,
         id: uuid::Uuid,
         since: chrono::DateTime<chrono::Utc>,
     ) -> Result<Offer, Error> {
@@ -313,7 +347,8 @@ impl Coordinator {
         {
             self.drive_release(back).await?;
         }
-        Ok(Offer::Refused)
+        let alone = r.branches.iter().all(|b| key_of_offer.holds(&b.hold));
+        Ok(Offer::Refused { alone })
     }
 }
 

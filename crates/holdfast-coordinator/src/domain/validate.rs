@@ -24,8 +24,7 @@ pub struct Limits {
     pub max_label_bytes: usize,
     pub max_page_size: u32,
     pub default_page_size: u32,
-    /// The longest `queue.wait_up_to` a Reserve may ask (`--max-queue-wait`).
-    pub max_queue_wait: Duration,
+    pub max_queue_wait: Duration, // the longest queue.wait_up_to (--max-queue-wait)
 }
 
 impl Default for Limits {

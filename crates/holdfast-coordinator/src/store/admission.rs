@@ -12,7 +12,7 @@ use super::{Created, StoreError};
 use crate::domain::policy::{HoldLimits, LimitScope};
 use crate::domain::{NewReservation, RequestId};
 
-/// The statements admission counts with. "Live" is `TRYING`, or `HELD` and unexpired by the
+/// The statements admission counts with. "Live" is `TRYING`, `QUEUED`, or `HELD` and unexpired by the
 /// database clock.
 #[async_trait]
 pub(crate) trait AdmissionSql: ReservationSql {

@@ -40,8 +40,8 @@ impl AdmissionSql for Postgres {
         Ok(sqlx::query_as(
             "SELECT (SELECT id FROM reservations WHERE owner = $3 AND holder = $1 AND request_id = $2), \
                     (SELECT count(*) FROM reservations WHERE owner = $3 AND holder = $1 \
-                       AND state IN ('TRYING', 'HELD') \
-                       AND (state = 'TRYING' OR expires_at > clock_timestamp()))",
+                       AND state IN ('TRYING', 'HELD', 'QUEUED') \
+                       AND (state <> 'HELD' OR expires_at > clock_timestamp()))",
         )
         .bind(holder)
         .bind(request_id.as_str())
@@ -52,8 +52,8 @@ impl AdmissionSql for Postgres {
 
     async fn count_live(conn: &mut PgConnection) -> Result<i64, StoreError> {
         Ok(sqlx::query_scalar(
-            "SELECT count(*) FROM reservations WHERE state IN ('TRYING', 'HELD') \
-               AND (state = 'TRYING' OR expires_at > clock_timestamp())",
+            "SELECT count(*) FROM reservations WHERE state IN ('TRYING', 'HELD', 'QUEUED') \
+               AND (state <> 'HELD' OR expires_at > clock_timestamp())",
         )
         .fetch_one(&mut *conn)
         .await?)
@@ -291,8 +291,8 @@ const INSERT_ROWS: &str = concat!(
             FROM i \
             WHERE (SELECT count(*) FROM reservations r \
                      WHERE r.owner = i.owner AND r.holder = i.holder \
-                     AND r.state IN ('TRYING', 'HELD') \
-                     AND (r.state = 'TRYING' OR r.expires_at > clock_timestamp())) < i.cap \
+                     AND r.state IN ('TRYING', 'HELD', 'QUEUED') \
+                     AND (r.state <> 'HELD' OR r.expires_at > clock_timestamp())) < i.cap \
             ON CONFLICT (owner, holder, request_id) DO NOTHING \
             RETURNING ",
     reservation_columns!(),

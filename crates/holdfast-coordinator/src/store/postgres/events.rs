@@ -60,7 +60,8 @@ fn sink_state((name, delivered_through, failing_since, paused, last_error): Sink
 /// `$1` (owner `$2` unless NULL), at most `$3`. The digest column is 32 zero
 /// bytes: an event never carries a reservation's token check.
 const EVENTS_AFTER: &str = "SELECT e.sequence, e.event_id, e.type AS event_type, e.occurred_at, \
-        e.from_queue, e.reservation_id AS id, e.request_id, e.holder, e.state, \
+        (e.from_queue OR (e.type = 'RESERVATION_HELD' AND e.generation > 0)) AS from_queue, \
+        e.reservation_id AS id, e.request_id, e.holder, e.state, \
         e.release_outcome, e.owner, decode(repeat('00', 32), 'hex') AS token_digest, \
         NULL::text AS token_key_id, e.ttl_ms, e.created_at, e.expires_at, e.extensions_used, \
         e.labels, e.rejection_participant, e.rejection_resource, e.rejection_reason, \

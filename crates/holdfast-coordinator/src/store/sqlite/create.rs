@@ -28,8 +28,8 @@ impl AdmissionSql for Sqlite {
         Ok(sqlx::query_as(concat!(
             "SELECT (SELECT id FROM reservations WHERE owner = ?3 AND holder = ?1 AND request_id = ?2), \
                     (SELECT count(*) FROM reservations WHERE owner = ?3 AND holder = ?1 \
-                       AND state IN ('TRYING', 'HELD') \
-                       AND (state = 'TRYING' OR expires_at > ",
+                       AND state IN ('TRYING', 'HELD', 'QUEUED') \
+                       AND (state <> 'HELD' OR expires_at > ",
             sqlite_now_us!(),
             "))"
         ))
@@ -42,8 +42,8 @@ impl AdmissionSql for Sqlite {
 
     async fn count_live(conn: &mut SqliteConnection) -> Result<i64, StoreError> {
         Ok(sqlx::query_scalar(concat!(
-            "SELECT count(*) FROM reservations WHERE state IN ('TRYING', 'HELD') \
-               AND (state = 'TRYING' OR expires_at > ",
+            "SELECT count(*) FROM reservations WHERE state IN ('TRYING', 'HELD', 'QUEUED') \
+               AND (state <> 'HELD' OR expires_at > ",
             sqlite_now_us!(),
             ")"
         ))

@@ -33,7 +33,8 @@ struct EventRow {
 /// The events after `?1` (owner `?2` unless NULL), at most `?3`. The digest column is 32 zero
 /// bytes: an event never carries a reservation's token check.
 const EVENTS_AFTER: &str = "SELECT sequence, event_id, type AS event_type, occurred_at, \
-        from_queue, reservation_id AS id, request_id, holder, state, release_outcome, owner, \
+        (from_queue OR (type = 'RESERVATION_HELD' AND generation > 0)) AS from_queue, \
+        reservation_id AS id, request_id, holder, state, release_outcome, owner, \
         zeroblob(32) AS token_digest, NULL AS token_key_id, ttl_ms, created_at, expires_at, \
         extensions_used, labels, rejection_participant, rejection_resource, rejection_reason, \
         late_payment_honored, version, payment_participant, payment_ref, payment_amount_minor, \
