@@ -18,6 +18,7 @@ mod parse;
 pub mod sinks;
 pub mod test_mode;
 pub mod tls;
+pub mod waitlist;
 pub mod watch;
 
 use std::collections::HashMap;
@@ -277,6 +278,9 @@ pub struct CoordinatorArgs {
     pub watch: watch::WatchArgs,
 
     #[command(flatten)]
+    pub waitlist: waitlist::WaitlistArgs,
+
+    #[command(flatten)]
     pub retention: ops::RetentionArgs,
 
     #[command(flatten)]
@@ -325,6 +329,7 @@ impl CoordinatorArgs {
         self.auth.describe(&mut out);
         self.secrets.describe(&mut out);
         self.watch.describe(&mut out);
+        self.waitlist.describe(&mut out);
         self.connections.describe(&mut out);
         self.retention.describe(&mut out);
         self.http.describe(&mut out);
@@ -419,6 +424,7 @@ impl CoordinatorArgs {
                 total: self.max_active_holds_total,
             },
             watch: self.watch.limits()?,
+            queue: self.waitlist.policy()?,
             sold_out_hint: self.sold_out_hint,
             retention: crate::coordinator::Retention {
                 keep: self.retention.keep(),

@@ -10,6 +10,7 @@ impl CoordinatorArgs {
         let limits = Limits {
             default_ttl: self.default_ttl,
             max_ttl: self.max_ttl,
+            max_queue_wait: self.waitlist.max_queue_wait,
             ..Limits::default()
         };
         if limits.max_ttl < limits.min_ttl {

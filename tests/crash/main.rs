@@ -15,6 +15,7 @@ mod common;
 mod decided;
 mod late;
 mod placement;
+mod waitlist;
 
 use std::time::Duration;
 
@@ -140,6 +141,7 @@ impl Shop {
     pub async fn first(&self) -> KillableApp {
         let mut s = self.settings();
         s.policy.sweep_interval = Duration::from_secs(3600);
+        s.policy.queue.sweep = Duration::from_secs(3600);
         spawn_killable(&self.pool, s).await
     }
 
@@ -147,6 +149,7 @@ impl Shop {
     pub async fn second(&self) -> KillableApp {
         let mut s = self.settings();
         s.policy.sweep_interval = Duration::from_millis(100);
+        s.policy.queue.sweep = Duration::from_millis(100);
         spawn_killable(&self.pool, s).await
     }
 

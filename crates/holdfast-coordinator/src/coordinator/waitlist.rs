@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 
 use super::sold_out::SoldOutHit;
-use super::{Coordinator, Error, entered};
+use super::{Coordinator, Error, entered, faults};
 use crate::domain::waitlist::{QueueKey, QueuePage};
 use crate::domain::{BranchState, Hold, Reservation, State};
 use crate::store::{BranchReport, JoinQueue, Joined, QueueHead};
@@ -268,6 +268,7 @@ impl Coordinator {
         if !self.store.lease_queue(key, self.lease()).await? {
             return Ok(());
         }
+        faults::store("coord.offer.before")?;
         let heads = self.store.queue_heads(key, HEADS_PER_PASS).await?;
         if heads.is_empty() {
             self.waitlist.known().remove(key);
@@ -322,6 +323,7 @@ impl Coordinator {
         entered(&r, State::Trying);
         let placement = self.place_in_order(&r).await?;
         let Some(failure) = placement.failure else {
+            faults::store("coord.offer.placed")?;
             let held = self.store.record_held(r.id, &placement.reports).await?;
             entered(&held, State::Held);
             crate::telemetry::ops::queue_waited(since);
