@@ -10,7 +10,7 @@ use std::time::Duration;
 use holdfast::domain::policy::HoldLimits;
 use holdfast::domain::waitlist::{QUEUE_WAIT_ENDED, QueueKey};
 use holdfast::domain::{BranchState, Decision, Hold, Reservation, State, Verdict};
-use holdfast::store::{BranchReport, Created, JoinQueue, Joined, QueueStore};
+use holdfast::store::{BranchReport, Created, JoinQueue, Joined};
 
 use super::{LONG, S, create, decide, lease, new_res, reports};
 
