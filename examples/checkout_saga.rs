@@ -1,12 +1,13 @@
 //! A checkout saga tested against holdfast with `holdfast-testkit`: an order holds a seat and a
 //! unit of merchandise, the card is charged, and the order is confirmed with the payment.
-//! Four tests - the happy path, a sold-out seat, a payment that lands after the hold expired
-//! (refunded), a participant outage recovered - each deterministic, in well under 2 s, with
-//! no sleeps: expiry is reached by moving the clock (`harness.advance`), the outage is a cut
-//! network (`harness.cut` / `heal`).
+//! Five tests - the happy path, a sold-out seat, a sold-out seat waited for (queued, offered
+//! when the holder lets it go, paid), a payment that lands after the hold expired (refunded),
+//! a participant outage recovered - each deterministic, in well under 2 s, with no sleeps:
+//! expiry is reached by moving the clock (`harness.advance`), the outage is a cut network
+//! (`harness.cut` / `heal`).
 //!
 //! Run the tests: `cargo test --example checkout_saga`; or `cargo run --example checkout_saga`
-//! runs the four one after another and prints how long each took.
+//! runs the five one after another and prints how long each took.
 
 use std::time::{Duration, Instant};
 
@@ -37,6 +38,18 @@ impl Checkout {
             .hold(Hold::new("seats", order.seat))
             .hold(Hold::new("stock", "programme").quantity(1))
             .ttl(Duration::from_secs(600));
+        self.holdfast.reserve(request).await
+    }
+
+    /// Step 1, for a customer who would rather wait than be turned away: hold, or wait in the
+    /// seat's waitlist for up to an hour (the reservation is then QUEUED, and HELD once an
+    /// offer places it).
+    async fn hold_or_wait(&self, order: &Order<'_>) -> Result<Reserved, Error> {
+        let request = Reserve::new(order.id, order.customer)
+            .hold(Hold::new("seats", order.seat))
+            .hold(Hold::new("stock", "programme").quantity(1))
+            .ttl(Duration::from_secs(600))
+            .queue(Duration::from_secs(3600));
         self.holdfast.reserve(request).await
     }
 
@@ -119,6 +132,41 @@ async fn sold_out_seat() {
         harness.resource("stock", "programme").await.unwrap().held,
         1
     );
+}
+
+async fn sold_out_queued_offered_paid() {
+    let (harness, checkout) = shop().await;
+    let bob = Order {
+        id: "order-1",
+        customer: "bob",
+        seat: "A1",
+    };
+    checkout.hold(&bob).await.unwrap();
+
+    // Alice waits instead of being turned away: first in the seat's queue, holding nothing.
+    let alice = Order {
+        id: "order-2",
+        customer: "alice",
+        seat: "A1",
+    };
+    let waiting = checkout.hold_or_wait(&alice).await.unwrap();
+    assert_eq!(waiting.reservation.state, State::Queued);
+    assert_eq!(waiting.reservation.queue.as_ref().unwrap().position, 1);
+    assert_eq!(harness.resource("seats", "A1").await.unwrap().held, 1);
+
+    // Bob walks away: his hold expires and the seat is offered to alice within the move.
+    harness.advance(Duration::from_secs(601)).await.unwrap();
+    let offered = harness.client().get(waiting.reservation.id).await.unwrap();
+    assert_eq!(offered.state, State::Held);
+
+    // She pays, with the token her Reserve answered, and the order is hers.
+    let paid = harness
+        .charge("card-alice", waiting.reservation.id, PRICE, "EUR")
+        .await
+        .unwrap();
+    let done = checkout.confirm(&waiting, paid).await.unwrap();
+    assert_eq!(done.state, State::Confirmed);
+    assert_eq!(harness.resource("seats", "A1").await.unwrap().confirmed, 1);
 }
 
 async fn late_payment_is_refunded() {
@@ -209,6 +257,11 @@ async fn checkout_sold_out_seat() {
 }
 
 #[tokio::test]
+async fn checkout_sold_out_queued_offered_paid() {
+    timed("sold out, queued, offered, paid", sold_out_queued_offered_paid()).await;
+}
+
+#[tokio::test]
 async fn checkout_late_payment_is_refunded() {
     timed("late payment refunded", late_payment_is_refunded()).await;
 }
@@ -223,7 +276,8 @@ async fn checkout_stock_outage_is_recovered() {
 async fn main() {
     let total = timed("happy path", happy_path()).await
         + timed("sold-out seat", sold_out_seat()).await
+        + timed("sold out, queued, offered, paid", sold_out_queued_offered_paid()).await
         + timed("late payment refunded", late_payment_is_refunded()).await
         + timed("stock outage recovered", stock_outage_is_recovered()).await;
-    println!("checkout_saga: all four in {} ms", total.as_millis());
+    println!("checkout_saga: all five in {} ms", total.as_millis());
 }

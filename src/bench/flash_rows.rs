@@ -1,6 +1,6 @@
 //! The rows of the flash sales: `flash` (on `stock`, and `flash-stock-redis` with
-//! `--redis-url`) and `flash-churn` (on `stock`, every other winner cancelling), each on a
-//! deployment of its own.
+//! `--redis-url`), `flash-churn` (on `stock`, every other winner cancelling) and `waitlist`
+//! (every client queues), each on a deployment of its own.
 
 use super::report::{Row, row};
 use super::{BenchArgs, Transport, scenarios, with_deployment};
@@ -62,4 +62,41 @@ pub(super) async fn run(
             r.1,
         ));
     }
+}
+
+/// The `waitlist` row: the flash sale's clients all queue (SPEC 11), on a deployment of its
+/// own (in-process on `stock`, or the target's `stock`).
+pub(super) async fn run_waitlist(
+    args: &BenchArgs,
+    transport: &Transport,
+    run_id: &str,
+    ceiling_many: &str,
+    rows: &mut Vec<Row>,
+) {
+    let r = with_deployment(
+        args,
+        transport,
+        run_id,
+        "waitlist",
+        false,
+        Retention::off(),
+        |ctx, progress| async move {
+            scenarios::waitlist(
+                ctx,
+                args.flash_clients,
+                args.flash_concurrency,
+                args.flash_units,
+                progress,
+            )
+            .await
+        },
+    )
+    .await;
+    rows.push(row(
+        "waitlist".to_owned(),
+        args.flash_concurrency,
+        r.0,
+        Some(ceiling_many.to_owned()),
+        r.1,
+    ));
 }

@@ -39,6 +39,9 @@ pub enum Scenario {
     /// The flash sale on stock where every other winner cancels, so units come back while
     /// losers are refused; fails unless every unit ends confirmed or available, none held.
     FlashChurn,
+    /// The flash sale where every client queues (SPEC 11) and winners confirm, cancel or let
+    /// holds expire; fails unless offers follow queue order exactly and nothing is oversold.
+    Waitlist,
     /// A stock participant alone: --clients clients sending Try (1 unit each) straight to
     /// it, for --duration: stock on Postgres, and stock-redis when --redis-url is set.
     Holds,
@@ -52,7 +55,7 @@ pub enum Scenario {
 #[derive(clap::Args, Clone, Debug)]
 pub struct BenchArgs {
     /// Scenarios to run (default: all but retention), always in the order ceiling, latency,
-    /// throughput, flash, flash-churn, holds, retention.
+    /// throughput, flash, flash-churn, waitlist, holds, retention.
     #[arg(value_enum)]
     pub scenarios: Vec<Scenario>,
 
@@ -177,7 +180,7 @@ pub struct BenchArgs {
 
 /// Whether a row is a flash sale (`flash`, `flash-stock-redis`).
 fn is_flash(name: &str) -> bool {
-    name == "flash" || name.starts_with("flash-")
+    name == "flash" || name.starts_with("flash-") || name == "waitlist"
 }
 
 /// Commits and rollbacks so far in the database at `url` (statistics of exited backends are
@@ -226,6 +229,7 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
             Scenario::Throughput,
             Scenario::Flash,
             Scenario::FlashChurn,
+            Scenario::Waitlist,
             Scenario::Holds,
         ]
     } else {
@@ -285,6 +289,9 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
             Scenario::Flash | Scenario::FlashChurn => {
                 let churn = scenario == Scenario::FlashChurn;
                 flash_rows::run(&args, &transport, &run_id, &ceiling_many, churn, &mut rows).await;
+            }
+            Scenario::Waitlist => {
+                flash_rows::run_waitlist(&args, &transport, &run_id, &ceiling_many, &mut rows).await
             }
         }
     }

@@ -55,8 +55,8 @@ impl Row {
             .unwrap_or(0)
     }
 
-    /// Oversold, (a flash sale) units left held after it, or (seats + stock) an item whose
-    /// counts disagree with what its client was answered.
+    /// Oversold, (a flash sale) units left held after it, (seats + stock) an item whose
+    /// counts disagree with what its client was answered, or (waitlist) offers out of order.
     pub(super) fn broke_conservation(&self) -> bool {
         let count = |key: &str| {
             self.measured
@@ -65,7 +65,10 @@ impl Row {
                 .and_then(|v| v.as_i64())
                 .unwrap_or(0)
         };
-        self.oversell() > 0 || count("left_held") > 0 || count("conservation_violations") > 0
+        self.oversell() > 0
+            || count("left_held") > 0
+            || count("conservation_violations") > 0
+            || count("queue_order_violations") > 0
     }
 
     fn ops(&self) -> u64 {

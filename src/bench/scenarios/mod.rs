@@ -11,11 +11,13 @@ mod flash;
 mod holds;
 mod reserve_confirm;
 pub mod retention;
+mod waitlist;
 
 pub use ceiling::ceiling;
 pub use flash::flash;
 pub use holds::holds;
 pub(crate) use reserve_confirm::reserve_confirm_loop;
+pub use waitlist::waitlist;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
