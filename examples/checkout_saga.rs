@@ -258,7 +258,11 @@ async fn checkout_sold_out_seat() {
 
 #[tokio::test]
 async fn checkout_sold_out_queued_offered_paid() {
-    timed("sold out, queued, offered, paid", sold_out_queued_offered_paid()).await;
+    timed(
+        "sold out, queued, offered, paid",
+        sold_out_queued_offered_paid(),
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -276,7 +280,11 @@ async fn checkout_stock_outage_is_recovered() {
 async fn main() {
     let total = timed("happy path", happy_path()).await
         + timed("sold-out seat", sold_out_seat()).await
-        + timed("sold out, queued, offered, paid", sold_out_queued_offered_paid()).await
+        + timed(
+            "sold out, queued, offered, paid",
+            sold_out_queued_offered_paid(),
+        )
+        .await
         + timed("late payment refunded", late_payment_is_refunded()).await
         + timed("stock outage recovered", stock_outage_is_recovered()).await;
     println!("checkout_saga: all five in {} ms", total.as_millis());

@@ -22,6 +22,15 @@ use crate::testing::{Backend, Stack, pg_url, stack};
 const HOUR: Duration = Duration::from_secs(3600);
 const TEN_MINUTES: Duration = Duration::from_secs(600);
 
+/// Offers follow releases and clock moves only (no periodic sweep), so every state a test
+/// reads is the one its own steps made.
+fn no_sweep(
+    _: &mut holdfast::participants::ParticipantSettings,
+    c: &mut holdfast::app::CoordinatorSettings,
+) {
+    c.policy.queue.sweep = Duration::from_secs(24 * 3600);
+}
+
 /// A Reserve of `seats` (one place each) by its own holder, waiting up to `wait` when sold
 /// out (`None`: no queue).
 fn reserve_seats(id: &str, seats: &[&str], wait: Option<Duration>) -> proto::ReserveRequest {
@@ -162,7 +171,7 @@ async fn events_until(
 /// A held; B and C queued; D without `queue` refused before anything is recorded; A cancels
 /// -> B HELD within a second; B's hold expires -> C HELD within the clock's move.
 async fn first_queued_first_offered(backend: Backend) {
-    let mut s = stack(backend, |_, _| {}).await;
+    let mut s = stack(backend, no_sweep).await;
     let a = reserve(&mut s, "a", &["A1"], Some(HOUR)).await;
     assert_eq!(state_of(&a), State::Held, "a free seat is held, not queued");
     let b = reserve(&mut s, "b", &["A1"], Some(HOUR)).await;
@@ -245,7 +254,7 @@ async fn first_queued_first_offered_on_postgres(pool: PgPool) {
 /// `wait_up_to` passed -> REJECTED with QUEUE_WAIT_ENDED; bad `queue` options are refused
 /// naming the field.
 async fn a_wait_ends_by_cancel_or_by_time(backend: Backend) {
-    let mut s = stack(backend, |_, _| {}).await;
+    let mut s = stack(backend, no_sweep).await;
     let a = reserve(&mut s, "a", &["A1"], None).await;
     assert_eq!(state_of(&a), State::Held);
     let short = reserve(&mut s, "short", &["A1"], Some(Duration::from_secs(300))).await;
@@ -307,7 +316,7 @@ async fn a_wait_ends_by_cancel_or_by_time_on_postgres(pool: PgPool) {
 /// pass offers A1's queue: B does not fit (A2 is A's), keeps its place, and C, behind it,
 /// gets A1. A's release of A2 cannot place B either (A1 is C's); C's release of A1 places B.
 async fn a_head_that_fits_one_resource_keeps_its_place(backend: Backend) {
-    let mut s = stack(backend, |_, _| {}).await;
+    let mut s = stack(backend, no_sweep).await;
     let a = reserve(&mut s, "a", &["A2"], None).await;
     let b = reserve(&mut s, "b", &["A1", "A2"], Some(HOUR)).await;
     assert_eq!(position(&b), 1);
@@ -390,7 +399,11 @@ async fn a_head_that_fits_one_resource_keeps_its_place_on_postgres(pool: PgPool)
 /// `--max-queue-length 1`: the second to queue is refused RESOURCE_EXHAUSTED QUEUE_FULL with
 /// RetryInfo, and holds nothing.
 async fn a_full_queue_refuses(backend: Backend) {
-    let mut s = stack(backend, |_, c| c.policy.queue.max_length = 1).await;
+    let mut s = stack(backend, |p, c| {
+        no_sweep(p, c);
+        c.policy.queue.max_length = 1;
+    })
+    .await;
     reserve(&mut s, "a", &["A1"], None).await;
     let b = reserve(&mut s, "b", &["A1"], Some(HOUR)).await;
     assert_eq!(position(&b), 1);
@@ -419,7 +432,7 @@ async fn a_full_queue_refuses_on_postgres(pool: PgPool) {
 /// head of the queue, in the order ListQueue showed, and nothing is ever held twice.
 async fn concurrent_queuers_are_served_in_queue_order(backend: Backend) {
     const CLIENTS: usize = 16;
-    let mut s = stack(backend, |_, _| {}).await;
+    let mut s = stack(backend, no_sweep).await;
     let mut holder = reserve(&mut s, "first", &["A1"], None).await;
     let start = Arc::new(tokio::sync::Barrier::new(CLIENTS));
     let mut tasks = Vec::new();

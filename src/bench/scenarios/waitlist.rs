@@ -139,7 +139,11 @@ pub async fn waitlist(
         .map_err(|s| describe("GetResource", &s))?
         .into_inner();
     let in_order = followed.joined.len() >= followed.offers.len()
-        && followed.joined.iter().zip(&followed.offers).all(|(j, o)| j == o);
+        && followed
+            .joined
+            .iter()
+            .zip(&followed.offers)
+            .all(|(j, o)| j == o);
     let violations = i64::from(!in_order) + i64::from(!placed);
     let offer = percentiles(&followed.latencies);
     let mut notes = vec![format!(
@@ -358,7 +362,10 @@ fn act(mut client: CoordinatorClient<BenchChannel>, t: &Ticket) {
         // A hold that expired before its holder acted (the joins ran longer than its ttl) is
         // released like one let go: not an error of the sale.
         match answer {
-            Err(s) if !s.message().contains("expired") && s.code() != tonic::Code::FailedPrecondition => {
+            Err(s)
+                if !s.message().contains("expired")
+                    && s.code() != tonic::Code::FailedPrecondition =>
+            {
                 eprintln!("bench: waitlist: {}", describe("a holder's call", &s));
             }
             _ => {}
