@@ -24,6 +24,7 @@ fn holder(seed: u64, h: usize, holds: Vec<(&'static str, usize, i64)>, act: Act)
         act,
         think: Duration::ZERO,
         amount: 2_000,
+        queue: false,
     }
 }
 

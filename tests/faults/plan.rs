@@ -29,7 +29,7 @@ impl Rng {
 }
 
 /// Every failpoint in `src/` (RELIABILITY.md).
-pub const COORDINATOR_STORE: [&str; 14] = [
+pub const COORDINATOR_STORE: [&str; 16] = [
     "coord.create.before",
     "coord.create.after",
     "coord.record_held.before",
@@ -44,6 +44,8 @@ pub const COORDINATOR_STORE: [&str; 14] = [
     "coord.refund_attempt.after",
     "coord.claim_due.before",
     "coord.claim_due.after",
+    "coord.offer.before",
+    "coord.offer.placed",
 ];
 pub const COORDINATOR_CALLS: [&str; 6] = [
     "coord.try.before",
@@ -112,7 +114,13 @@ pub struct HolderPlan {
     pub think: Duration,
     /// The payment's amount (acts that pay).
     pub amount: i64,
+    /// Reserves with `queue` (SPEC 11): refused for capacity, it waits up to [`QUEUE_WAIT`]
+    /// for an offer, then acts once it holds.
+    pub queue: bool,
 }
+
+/// How long a queued holder waits for an offer: short, so every wait ends within the seed.
+pub const QUEUE_WAIT: Duration = Duration::from_secs(3);
 
 /// A fault at a point of the workload.
 #[derive(Clone, Debug)]
@@ -225,6 +233,7 @@ impl Plan {
                     act,
                     think,
                     amount: rng.range(1_000, 5_000) as i64,
+                    queue: rng.chance(30),
                 }
             })
             .collect();

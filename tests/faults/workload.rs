@@ -1,4 +1,4 @@
-//! The holders: each Reserves, then Confirms (with or without a payment), pays late, Cancels
+//! The holders: each Reserves (some with `queue`, then waiting for their offer), then Confirms (with or without a payment), pays late, Cancels
 //! (and pays after), Extends and Confirms, or walks away; a call that fails with a retryable
 //! status is repeated with the same request_id or token (idempotent repeats), a few times,
 //! against whichever coordinator is up. Every holder leaves an [`Outcome`]: what it sent and
@@ -121,7 +121,9 @@ pub fn reserve_request(plan: &Plan, h: &HolderPlan) -> proto::ReserveRequest {
         ttl: Some(duration(h.ttl)),
         holds,
         labels: Default::default(),
-        queue: None,
+        queue: h.queue.then(|| proto::QueueOptions {
+            wait_up_to: Some(duration(crate::plan::QUEUE_WAIT)),
+        }),
     }
 }
 
@@ -225,13 +227,60 @@ pub async fn run_holder(
     if let Some(Ok(r)) = &outcome.reserved
         && !r.hold_token.is_empty()
     {
-        let r = r.clone();
-        act(plan, &h, &r, &current, &history, &payments, &mut outcome).await;
+        let mut r = r.clone();
+        if r.state == proto::reservation::State::Queued as i32 {
+            match offered(&h, &r, &current, &history).await {
+                Some(held) => r.state = held.state,
+                None => r.state = proto::reservation::State::Rejected as i32,
+            }
+        }
+        if r.state != proto::reservation::State::Rejected as i32 {
+            act(plan, &h, &r, &current, &history, &payments, &mut outcome).await;
+        }
     }
     outcomes
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .push(outcome);
+}
+
+/// A queued holder waits for its offer: reads its reservation until it is `HELD` (then it
+/// acts) or its wait is over (the wait ends `REJECTED` with `QUEUE_WAIT_ENDED`, or an offer
+/// came too late to matter): `None`.
+async fn offered(
+    h: &HolderPlan,
+    r: &proto::Reservation,
+    current: &Current,
+    history: &History,
+) -> Option<proto::Reservation> {
+    use proto::reservation::State;
+    let until = tokio::time::Instant::now() + crate::plan::QUEUE_WAIT + Duration::from_secs(1);
+    note(history, format!("{} queued: {}", h.name, r.id));
+    while tokio::time::Instant::now() < until {
+        if let Some(mut c) = client(addr(current)).await {
+            let read = c
+                .get_reservation(proto::GetReservationRequest {
+                    reservation_id: r.id.clone(),
+                })
+                .await;
+            match read.map(|a| a.into_inner()) {
+                Ok(now) if now.state == State::Held as i32 => {
+                    note(history, format!("{} offered: HELD", h.name));
+                    return Some(now);
+                }
+                Ok(now)
+                    if now.state != State::Queued as i32
+                        && now.state != State::Trying as i32
+                        && now.state != State::Cancelling as i32 =>
+                {
+                    return None;
+                }
+                _ => {}
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
 }
 
 async fn act(
