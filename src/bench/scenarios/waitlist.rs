@@ -89,7 +89,57 @@ pub async fn waitlist(
     let channels = ctx
         .transport
         .channels(&ctx.endpoints.coordinator, concurrency.min(32))?;
-    let mut events = EventsClient::new(channels[0].clone());
+    let stream = subscribe(&ctx, channels[0].clone()).await?;
+    let start = Instant::now();
+    let joined = join(
+        &ctx,
+        &channels,
+        &stock_name,
+        &item,
+        clients,
+        concurrency,
+        &progress,
+    )
+    .await;
+    let (recorder, held, queued) = sort_answers(joined);
+    let placed = queued.iter().all(|(position, _)| *position >= 1);
+    let queue: Vec<Ticket> = queued.into_iter().map(|(_, t)| t).collect();
+    let client = CoordinatorClient::new(channels[0].clone());
+    let followed = follow(client.clone(), stream, &held, &queue, units).await?;
+    let elapsed = start.elapsed();
+    let offered: std::collections::HashSet<&str> =
+        followed.offers.iter().map(String::as_str).collect();
+    let waiting: Vec<Ticket> = queue
+        .iter()
+        .filter(|t| !offered.contains(t.id.as_str()))
+        .cloned()
+        .collect();
+    cancel_all(&channels, &waiting, concurrency).await;
+    let counts = stock
+        .get_resource(GetResourceRequest {
+            resource: item.clone(),
+        })
+        .await
+        .map_err(|s| describe("GetResource", &s))?
+        .into_inner();
+    let sale = Sale {
+        participant: stock_name,
+        item,
+        units,
+        clients,
+        held: held.len(),
+        queued: queue.len(),
+        placed,
+    };
+    Ok(measured(sale, followed, counts, recorder, elapsed))
+}
+
+/// Events/Subscribe from the latest sequence on, of this run's reservations (its label).
+async fn subscribe(
+    ctx: &Ctx,
+    channel: BenchChannel,
+) -> Result<tonic::Streaming<crate::proto::Event>, String> {
+    let mut events = EventsClient::new(channel);
     let after = events
         .get_latest_sequence(GetLatestSequenceRequest::default())
         .await
@@ -108,75 +158,68 @@ pub async fn waitlist(
         .map_err(|s| describe("Subscribe", &s))?
         .into_inner();
 
-    let start = Instant::now();
-    let joined = join(
-        &ctx,
-        &channels,
-        &stock_name,
-        &item,
-        clients,
-        concurrency,
-        &progress,
-    )
-    .await;
-    let (recorder, held, queued) = sort_answers(joined);
-    let placed = queued.iter().all(|(position, _)| *position >= 1);
-    let queue: Vec<Ticket> = queued.into_iter().map(|(_, t)| t).collect();
-    let client = CoordinatorClient::new(channels[0].clone());
-    let followed = follow(client.clone(), stream, &held, &queue, units).await?;
-    let elapsed = start.elapsed();
-    cancel_all(
-        &channels,
-        &queue[followed.offers.len().min(queue.len())..],
-        concurrency,
-    )
-    .await;
-    let counts = stock
-        .get_resource(GetResourceRequest {
-            resource: item.clone(),
-        })
-        .await
-        .map_err(|s| describe("GetResource", &s))?
-        .into_inner();
+    Ok(stream)
+}
+
+/// The sale as the bench ran it.
+struct Sale {
+    participant: String,
+    item: String,
+    units: i64,
+    clients: usize,
+    held: usize,
+    queued: usize,
+    /// Every queued answer said where it waits.
+    placed: bool,
+}
+
+/// The row: the checks (queue order, conservation) and what was measured.
+fn measured(
+    sale: Sale,
+    followed: Followed,
+    counts: crate::proto::ResourceStatus,
+    recorder: Recorder,
+    elapsed: Duration,
+) -> Measured {
     let in_order = followed.joined.len() >= followed.offers.len()
         && followed
             .joined
             .iter()
             .zip(&followed.offers)
             .all(|(j, o)| j == o);
-    let violations = i64::from(!in_order) + i64::from(!placed);
+    let violations = i64::from(!in_order) + i64::from(!sale.placed);
     let offer = percentiles(&followed.latencies);
     let mut notes = vec![format!(
         "{} held at once, {} queued, {} offers placed in queue order: {in_order}; offer latency after a release p50 {:.1} ms p99 {:.1} ms",
-        held.len(),
-        queue.len(),
+        sale.held,
+        sale.queued,
         followed.offers.len(),
         offer.p50,
         offer.p99,
     )];
     if counts.confirmed != followed.sold
         || counts.held != 0
-        || counts.available + counts.confirmed != units
+        || counts.available + counts.confirmed != sale.units
     {
         notes.push(format!(
             "participant counts {counts:?}, {} sold",
             followed.sold
         ));
     }
-    Ok(Measured {
+    Measured {
         extra: serde_json::json!({
-            "participant": stock_name,
-            "item": item,
-            "units": units,
-            "clients": clients,
-            "held_at_once": held.len(),
-            "queued": queue.len(),
+            "participant": sale.participant,
+            "item": sale.item,
+            "units": sale.units,
+            "clients": sale.clients,
+            "held_at_once": sale.held,
+            "queued": sale.queued,
             "offers": followed.offers.len(),
             "sold": followed.sold,
             "queue_order_violations": violations,
             "offer_latency_ms": { "p50": offer.p50, "p99": offer.p99, "max": offer.max },
             "left_held": counts.held,
-            "oversell": (counts.confirmed + counts.held - units).max(0),
+            "oversell": (counts.confirmed + counts.held - sale.units).max(0),
             "participant_counts": {
                 "capacity": counts.capacity,
                 "available": counts.available,
@@ -188,7 +231,7 @@ pub async fn waitlist(
         elapsed,
         notes,
         setup_xacts: 2,
-    })
+    }
 }
 
 /// Every client's Reserve with `queue`: (index, answer, latency).
