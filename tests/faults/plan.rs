@@ -114,13 +114,13 @@ pub struct HolderPlan {
     pub think: Duration,
     /// The payment's amount (acts that pay).
     pub amount: i64,
-    /// Reserves with `queue` (SPEC 11): refused for capacity, it waits up to [`QUEUE_WAIT`]
+    /// Reserves with `queue` (SPEC 11): refused for capacity, it waits up to [`QUEUED_HOLDER_WAIT`]
     /// for an offer, then acts once it holds.
     pub queue: bool,
 }
 
 /// How long a queued holder waits for an offer: short, so every wait ends within the seed.
-pub const QUEUE_WAIT: Duration = Duration::from_secs(3);
+pub const QUEUED_HOLDER_WAIT: Duration = Duration::from_secs(3);
 
 /// A fault at a point of the workload.
 #[derive(Clone, Debug)]

@@ -122,7 +122,7 @@ pub fn reserve_request(plan: &Plan, h: &HolderPlan) -> proto::ReserveRequest {
         holds,
         labels: Default::default(),
         queue: h.queue.then(|| proto::QueueOptions {
-            wait_up_to: Some(duration(crate::plan::QUEUE_WAIT)),
+            wait_up_to: Some(duration(crate::plan::QUEUED_HOLDER_WAIT)),
         }),
     }
 }
@@ -254,7 +254,8 @@ async fn offered(
     history: &History,
 ) -> Option<proto::Reservation> {
     use proto::reservation::State;
-    let until = tokio::time::Instant::now() + crate::plan::QUEUE_WAIT + Duration::from_secs(1);
+    let until =
+        tokio::time::Instant::now() + crate::plan::QUEUED_HOLDER_WAIT + Duration::from_secs(1);
     note(history, format!("{} queued: {}", h.name, r.id));
     while tokio::time::Instant::now() < until {
         if let Some(mut c) = client(addr(current)).await {

@@ -31,7 +31,7 @@ use crate::proto::{
 const TTL: Duration = Duration::from_secs(2);
 
 /// A run stalls (and fails) when no event arrives for this long.
-const STALL: Duration = Duration::from_secs(30);
+const STALL_AFTER: Duration = Duration::from_secs(30);
 
 /// What a holder does once it holds: by its client index.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -340,12 +340,12 @@ async fn follow(
     let mut offered_at: Vec<Timestamp> = Vec::new();
     let mut seen_queued: std::collections::HashSet<String> = std::collections::HashSet::new();
     while f.sold < units && f.offers.len() < queue.len() {
-        let next = tokio::time::timeout(STALL, stream.next()).await;
+        let next = tokio::time::timeout(STALL_AFTER, stream.next()).await;
         let e = match next {
             Ok(Some(Ok(e))) => e,
             Ok(Some(Err(s))) => return Err(describe("Subscribe", &s)),
             Ok(None) => return Err("the event stream ended".into()),
-            Err(_) => return Err(format!("no event for {STALL:?}: the sale stalled")),
+            Err(_) => return Err(format!("no event for {STALL_AFTER:?}: the sale stalled")),
         };
         let id = e
             .reservation
