@@ -120,8 +120,14 @@ pub async fn settled(
                     }
                 }
                 // An honoured late payment re-placed released branches as a new
-                // generation (SPEC 3.1): the old generation's rows are cancelled.
-                let old_generation = |s: &str| r.late_payment_honored && s == "cancelled";
+                // generation (SPEC 3.1): the old generation's rows are cancelled. A queued
+                // reservation's refused placements and released offers (SPEC 11) are earlier
+                // generations too: rejected or cancelled rows.
+                let queued = plan.holders.iter().any(|h| h.queue && h.name == r.holder);
+                let old_generation = |s: &str| {
+                    (r.late_payment_honored && s == "cancelled")
+                        || (queued && matches!(s, "cancelled" | "rejected"))
+                };
                 if at
                     .iter()
                     .any(|(_, s)| s != "confirmed" && !old_generation(s))
