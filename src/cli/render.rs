@@ -71,10 +71,7 @@ pub fn reservation(r: &proto::Reservation, now: DateTime<Utc>) -> String {
             "created",
             format!("{} ({} ago)", at(r.created_at.as_ref()), age(r, now)),
         ),
-        (
-            "expires",
-            format!("{} ({})", at(r.expires_at.as_ref()), expires_in(r, now)),
-        ),
+        ("expires", expires(r, now)),
         ("extensions", r.extensions_used.to_string()),
     ];
     if r.late_payment_honored {
@@ -124,6 +121,14 @@ pub fn reservation(r: &proto::Reservation, now: DateTime<Utc>) -> String {
         out.push_str(&audit(&r.audit));
     }
     out
+}
+
+/// When the holds lapse; a QUEUED reservation holds nothing, so nothing lapses.
+fn expires(r: &proto::Reservation, now: DateTime<Utc>) -> String {
+    if r.state() == State::Queued {
+        return "- (queued: nothing is held)".to_owned();
+    }
+    format!("{} ({})", at(r.expires_at.as_ref()), expires_in(r, now))
 }
 
 /// The branches table: each hold, its state, attempts and last error.
@@ -371,6 +376,7 @@ mod tests {
         let r = proto::Reservation {
             id: "r1".into(),
             state: State::Queued as i32,
+            expires_at: Some(t(1_796_000_600)),
             queue: Some(proto::QueuePlace {
                 position: 3,
                 participant: "rooms".into(),
@@ -386,6 +392,10 @@ mod tests {
         };
         let now = DateTime::from_timestamp(1_796_000_010, 0).unwrap();
         let page = reservation(&r, now);
+        assert!(
+            page.contains("expires     - (queued: nothing is held)\n"),
+            "{page}"
+        );
         assert!(
             page.contains(
                 "queued      position 3 in rooms/r-7 during 2026-12-01 10:00:00 UTC - 2026-12-01 11:00:00 UTC\n\

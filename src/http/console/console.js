@@ -339,7 +339,7 @@ function renderReservation(r, parts) {
     el("dt", { text: "Holder" }), el("dd", { text: r.holder }),
     el("dt", { text: "Request id" }), el("dd", { class: "mono", text: r.request_id }),
     el("dt", { text: "Created" }), el("dd", { text: when(r.created_at) }),
-    el("dt", { text: "Expires" }), el("dd", { text: when(r.expires_at) }), queueDetails(r),
+    el("dt", { text: "Expires" }), el("dd", { text: r.state === "QUEUED" ? "- (queued: nothing is held)" : when(r.expires_at) }), queueDetails(r),
     el("dt", { text: "Extensions" }), el("dd", { text: String(r.extensions_used) }),
     el("dt", { text: "Late payment honoured" }), el("dd", { text: r.late_payment_honored ? "yes" : "no" }),
     r.rejection ? [el("dt", { text: "Rejected by" }), el("dd", { text: `${r.rejection.participant}/${r.rejection.resource}: ${r.rejection.reason}` })] : null,

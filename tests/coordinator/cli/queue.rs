@@ -129,6 +129,10 @@ async fn an_operator_sees_who_waits_and_a_holder_sees_where(pool: PgPool) {
     let page = stdout(&o);
     assert!(page.contains("state       QUEUED"), "{page}");
     assert!(
+        page.contains("expires     - (queued: nothing is held)\n"),
+        "{page}"
+    );
+    assert!(
         page.contains("queued      position 1 in seats/A1\n"),
         "{page}"
     );
