@@ -55,6 +55,7 @@ fn shaped(r: &proto::Reservation, hold_token: Option<&str>) -> Value {
         "labels": r.labels.iter().collect::<std::collections::BTreeMap<_, _>>(),
         "audit": r.audit.iter().map(audit_entry).collect::<Vec<_>>(),
         "payments": r.payments.iter().map(payment_record).collect::<Vec<_>>(),
+        "queue": r.queue.as_ref().map(queue_place),
     });
     if let (Some(fields), Value::Object(rest)) = (head.as_object_mut(), tail) {
         fields.extend(rest);
@@ -136,6 +137,38 @@ pub fn inventory_line(l: &proto::InventoryLine) -> Value {
     })
 }
 
+/// Where a QUEUED reservation waits (SPEC 11).
+fn queue_place(q: &proto::QueuePlace) -> Value {
+    json!({
+        "position": q.position,
+        "participant": q.participant,
+        "resource": q.resource,
+        "during": q.during.as_ref().map(interval),
+        "since": time(q.since.as_ref()),
+        "until": time(q.until.as_ref()),
+    })
+}
+
+/// One reservation waiting in a queue (Admin `ListQueue`), in offer order.
+pub(crate) fn queued_reservation(e: &proto::QueuedReservation) -> Value {
+    json!({
+        "position": e.position,
+        "reservation_id": e.reservation_id,
+        "holder": e.holder,
+        "quantity": e.quantity,
+        "since": time(e.since.as_ref()),
+        "until": time(e.until.as_ref()),
+    })
+}
+
+/// A slot: `{"start","end"}`.
+fn interval(d: &proto::Interval) -> Value {
+    json!({
+        "start": time(d.start.as_ref()),
+        "end": time(d.end.as_ref()),
+    })
+}
+
 /// A payment recorded for a reservation.
 fn payment_record(p: &proto::reservation::PaymentRecord) -> Value {
     json!({
@@ -153,10 +186,7 @@ fn branch(b: &proto::Branch) -> Value {
         "participant": b.participant,
         "resource": b.resource,
         "quantity": b.quantity,
-        "during": b.during.as_ref().map(|d| json!({
-            "start": time(d.start.as_ref()),
-            "end": time(d.end.as_ref()),
-        })),
+        "during": b.during.as_ref().map(interval),
         "state": b.state().as_str_name(),
         "attempts": b.attempts,
         "last_error": b.last_error,
@@ -288,6 +318,26 @@ mod tests {
         assert!(!v.to_string().contains("secret"), "no hold token: {v}");
         assert!(v.as_object().unwrap().contains_key("audit"));
         assert_eq!(v["payments"], json!([]));
+        assert_eq!(v["queue"], Value::Null, "not queued: null");
+    }
+
+    #[test]
+    fn a_queue_entry_comes_in_declaration_order() {
+        let e = proto::QueuedReservation {
+            position: 2,
+            reservation_id: "r2".into(),
+            holder: "bob".into(),
+            quantity: 1,
+            since: Some(prost_types::Timestamp {
+                seconds: 1_700_000_000,
+                nanos: 0,
+            }),
+            until: None,
+        };
+        assert_eq!(
+            queued_reservation(&e).to_string(),
+            r#"{"position":2,"reservation_id":"r2","holder":"bob","quantity":1,"since":"2023-11-14T22:13:20.000Z","until":null}"#
+        );
     }
 
     /// The keys of a JSON object, in the order they are written.
@@ -304,6 +354,10 @@ mod tests {
             refund: Some(proto::Refund::default()),
             payments: vec![proto::reservation::PaymentRecord::default()],
             audit: vec![proto::AuditEntry::default()],
+            queue: Some(proto::QueuePlace {
+                during: Some(proto::Interval::default()),
+                ..Default::default()
+            }),
             labels: [
                 ("z".to_owned(), "1".to_owned()),
                 ("a".to_owned(), "2".to_owned()),
@@ -327,8 +381,21 @@ mod tests {
             "labels",
             "audit",
             "payments",
+            "queue",
         ];
         assert_eq!(keys(&v), fields);
+        assert_eq!(
+            keys(&v["queue"]),
+            [
+                "position",
+                "participant",
+                "resource",
+                "during",
+                "since",
+                "until"
+            ]
+        );
+        assert_eq!(keys(&v["queue"]["during"]), ["start", "end"]);
         assert!(
             v.to_string().starts_with(r#"{"id":"r1","request_id":"#),
             "{v}"

@@ -1,6 +1,6 @@
 //! `holdfast admin ...`: the operator's actions over `tcc.v1.Admin` (SPEC 8.1) - find stuck
 //! work, push it, cancel or settle it with a reason, read the audit log, and see and resume
-//! the event sinks (SPEC 10).
+//! the event sinks (SPEC 10), and see who waits in a resource's queue (SPEC 11, [`super::queue`]).
 
 use std::time::Duration;
 
@@ -89,6 +89,22 @@ pub enum AdminCommand {
         #[command(flatten)]
         target: Target,
     },
+    /// A resource's waitlist in offer order: position, reservation, holder, quantity, since,
+    /// until, and the queue's length (every page read).
+    Queue {
+        /// The participant's registered name.
+        participant: String,
+        /// The resource id at that participant.
+        resource: String,
+        /// The slot, for slot resources: START/END, two RFC 3339 instants.
+        #[arg(long, value_parser = super::queue::parse_interval)]
+        during: Option<proto::Interval>,
+        /// Entries per call (1..500); every page is read.
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i32).range(1..=500))]
+        page_size: i32,
+        #[command(flatten)]
+        target: Target,
+    },
     /// Resume a webhook paused after failing for --webhook-give-up: delivery restarts where it
     /// stopped.
     ResumeWebhook {
@@ -108,7 +124,8 @@ impl AdminCommand {
             | AdminCommand::Resolve { target, .. }
             | AdminCommand::Audit { target, .. }
             | AdminCommand::Sinks { target }
-            | AdminCommand::ResumeWebhook { target, .. } => target,
+            | AdminCommand::ResumeWebhook { target, .. }
+            | AdminCommand::Queue { target, .. } => target,
         }
     }
 }
@@ -187,6 +204,7 @@ pub async fn run(command: AdminCommand) -> Result<(), CliError> {
             let page = admin.list_audit(request).await.map_err(refused)?;
             print_audit(&target, &page.into_inner());
         }
+        queue @ AdminCommand::Queue { .. } => super::queue::run(queue, &mut admin).await?,
         sink @ (AdminCommand::Sinks { .. } | AdminCommand::ResumeWebhook { .. }) => {
             print_sinks(&target, &sinks(sink, &mut admin).await.map_err(refused)?)
         }

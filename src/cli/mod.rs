@@ -1,5 +1,5 @@
 //! The command line of a running coordinator (SPEC 8.2): `holdfast get|list|watch`,
-//! `holdfast admin stuck|retry|force-cancel|resolve|audit` and `holdfast events tail|latest`
+//! `holdfast admin stuck|retry|force-cancel|resolve|audit|sinks|queue` and `holdfast events tail|latest`
 //! ([`events`]), gRPC clients of `tcc.v1.Coordinator`, `tcc.v1.Admin` and `tcc.v1.Events` with the TLS and API-key flags ([`target`]).
 //! Human tables by default ([`render`]), `--json` for scripts ([`json`]); exit code 0 on
 //! success, else the error's reason on stderr and 1 (refused, or no id with the prefix given),
@@ -10,6 +10,7 @@ pub mod admin;
 pub mod error;
 pub mod events;
 mod find;
+mod queue;
 pub use crate::json;
 pub mod render;
 pub mod target;
@@ -58,7 +59,7 @@ pub struct ListArgs {
     /// Only this holder's reservations.
     #[arg(long)]
     pub holder: Option<String>,
-    /// Only reservations in this state (e.g. held, confirmed, failed).
+    /// Only reservations in this state (e.g. held, queued, confirmed, failed).
     #[arg(long, value_parser = parse_state)]
     pub state: Option<State>,
     /// Only reservations with a branch at this participant.
@@ -195,7 +196,7 @@ fn timestamp(t: DateTime<Utc>) -> prost_types::Timestamp {
 pub fn parse_state(s: &str) -> Result<State, String> {
     match State::from_str_name(&s.to_ascii_uppercase()) {
         Some(State::Unspecified) | None => Err(format!(
-            "{s:?} is not a state: trying, held, confirming, confirmed, cancelling, cancelled, expired, rejected or failed"
+            "{s:?} is not a state: trying, held, confirming, confirmed, cancelling, cancelled, expired, rejected, failed or queued"
         )),
         Some(state) => Ok(state),
     }
@@ -222,6 +223,7 @@ mod tests {
     fn states_parse_in_any_case_and_unspecified_is_refused() {
         assert_eq!(parse_state("held"), Ok(State::Held));
         assert_eq!(parse_state("FAILED"), Ok(State::Failed));
+        assert_eq!(parse_state("queued"), Ok(State::Queued));
         assert!(parse_state("state_unspecified").is_err());
         assert!(parse_state("sold").is_err());
         assert!(parse_label("=x").is_err());

@@ -71,14 +71,15 @@ pub fn reservation(r: &proto::Reservation, now: DateTime<Utc>) -> String {
             "created",
             format!("{} ({} ago)", at(r.created_at.as_ref()), age(r, now)),
         ),
-        (
-            "expires",
-            format!("{} ({})", at(r.expires_at.as_ref()), expires_in(r, now)),
-        ),
+        ("expires", expires(r, now)),
         ("extensions", r.extensions_used.to_string()),
     ];
     if r.late_payment_honored {
         fields.push(("late payment", "honoured".to_owned()));
+    }
+    if let Some(q) = &r.queue {
+        fields.push(("queued", queue_place(q)));
+        fields.push(("waits until", until(q.until.as_ref(), now)));
     }
     if let Some(x) = &r.rejection {
         fields.push((
@@ -120,6 +121,14 @@ pub fn reservation(r: &proto::Reservation, now: DateTime<Utc>) -> String {
         out.push_str(&audit(&r.audit));
     }
     out
+}
+
+/// When the holds lapse; a QUEUED reservation holds nothing, so nothing lapses.
+fn expires(r: &proto::Reservation, now: DateTime<Utc>) -> String {
+    if r.state() == State::Queued {
+        return "- (queued: nothing is held)".to_owned();
+    }
+    format!("{} ({})", at(r.expires_at.as_ref()), expires_in(r, now))
 }
 
 /// The branches table: each hold, its state, attempts and last error.
@@ -222,21 +231,55 @@ pub(crate) fn sinks(sinks: &[proto::Sink], now: DateTime<Utc>) -> String {
     table(&["SINK", "DELIVERED", "LAG", "STATE", "LAST ERROR"], &rows)
 }
 
-/// The one-line status `watch` redraws.
+/// The one-line status `watch` redraws (a QUEUED reservation waits for an offer; it has no
+/// hold to expire).
 pub(crate) fn watch_line(r: &proto::Reservation, now: DateTime<Utc>) -> String {
+    let time = if r.state() == State::Queued {
+        "waiting for an offer".to_owned()
+    } else {
+        format!("expires in {}", expires_in(r, now))
+    };
     format!(
-        "{}  {}  expires in {}  branches {}",
+        "{}  {}  {time}  branches {}",
         r.id,
         r.state().as_str_name(),
-        expires_in(r, now),
         branch_counts(r)
     )
 }
 
-fn at(t: Option<&prost_types::Timestamp>) -> String {
+/// Where a QUEUED reservation waits: `position 2 in seats/A1` (and the slot, if any).
+fn queue_place(q: &proto::QueuePlace) -> String {
+    let mut place = format!(
+        "position {} in {}/{}",
+        q.position, q.participant, q.resource
+    );
+    if let Some(d) = &q.during {
+        place.push_str(&format!(
+            " during {} - {}",
+            at(d.start.as_ref()),
+            at(d.end.as_ref())
+        ));
+    }
+    place
+}
+
+/// An instant a wait ends, and how far off it is: `2026-12-06 11:00:00 UTC (in 59m58s)`.
+pub(crate) fn until(t: Option<&prost_types::Timestamp>, now: DateTime<Utc>) -> String {
+    match t.and_then(utc) {
+        Some(t) if t > now => format!("{} (in {})", utc_text(t), span(t - now)),
+        Some(t) => format!("{} (passed)", utc_text(t)),
+        None => "-".to_owned(),
+    }
+}
+
+pub(crate) fn at(t: Option<&prost_types::Timestamp>) -> String {
     t.and_then(utc)
-        .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+        .map(utc_text)
         .unwrap_or_else(|| "-".to_owned())
+}
+
+fn utc_text(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
 }
 
 fn age(r: &proto::Reservation, now: DateTime<Utc>) -> String {
@@ -325,6 +368,50 @@ mod tests {
         assert_eq!(span(s(3720)), "1h02m");
         assert_eq!(span(s(3 * 86400 + 4 * 3600)), "3d04h");
         assert_eq!(span(s(-5)), "0s");
+    }
+
+    #[test]
+    fn a_queued_reservation_shows_where_it_waits() {
+        let t = |seconds| prost_types::Timestamp { seconds, nanos: 0 };
+        let r = proto::Reservation {
+            id: "r1".into(),
+            state: State::Queued as i32,
+            expires_at: Some(t(1_796_000_600)),
+            queue: Some(proto::QueuePlace {
+                position: 3,
+                participant: "rooms".into(),
+                resource: "r-7".into(),
+                during: Some(proto::Interval {
+                    start: Some(t(1_796_119_200)),
+                    end: Some(t(1_796_122_800)),
+                }),
+                since: Some(t(1_796_000_000)),
+                until: Some(t(1_796_003_600)),
+            }),
+            ..Default::default()
+        };
+        let now = DateTime::from_timestamp(1_796_000_010, 0).unwrap();
+        let page = reservation(&r, now);
+        assert!(
+            page.contains("expires     - (queued: nothing is held)\n"),
+            "{page}"
+        );
+        assert!(
+            page.contains(
+                "queued      position 3 in rooms/r-7 during 2026-12-01 10:00:00 UTC - 2026-12-01 11:00:00 UTC\n\
+                 waits until 2026-11-30 01:53:20 UTC (in 59m50s)\n"
+            ),
+            "{page}"
+        );
+        assert_eq!(
+            watch_line(&r, now),
+            "r1  QUEUED  waiting for an offer  branches -"
+        );
+        let later = DateTime::from_timestamp(1_796_003_601, 0).unwrap();
+        assert_eq!(
+            until(r.queue.as_ref().and_then(|q| q.until.as_ref()), later),
+            "2026-11-30 01:53:20 UTC (passed)"
+        );
     }
 
     #[test]

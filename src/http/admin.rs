@@ -8,7 +8,9 @@
 //! error),
 //! `GET /v1/admin/sinks` (the event sinks, SPEC 10),
 //! `GET /v1/admin/counts` (reservations by state, counted in the database),
-//! `GET /v1/admin/inventory?resource=PARTICIPANT/RESOURCE` (repeated; stock levels) and
+//! `GET /v1/admin/inventory?resource=PARTICIPANT/RESOURCE` (repeated; stock levels),
+//! `GET /v1/admin/queue?participant=&resource=&during=START/END&page_size=&page_token=` (a
+//! resource's waitlist in offer order, SPEC 11) and
 //! `POST /v1/admin/webhooks/{name}:resume` (a paused webhook).
 
 use axum::Router;
@@ -18,7 +20,7 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 
 use super::Shared;
-use super::body::{self, duration};
+use super::body::{self, duration, timestamp};
 use super::credentials::Credentials;
 use super::error::{ApiError, invalid};
 use super::grpc::admin;
@@ -35,6 +37,7 @@ pub fn routes() -> Router<Shared> {
         .route("/v1/admin/sinks", get(sinks))
         .route("/v1/admin/counts", get(counts))
         .route("/v1/admin/inventory", get(inventory))
+        .route("/v1/admin/queue", get(queue))
         .route("/v1/admin/webhooks/{target}", post(resume_webhook))
 }
 
@@ -302,6 +305,61 @@ async fn inventory(
         .into_inner();
     Ok(ok(serde_json::json!({
         "lines": answer.lines.iter().map(crate::json::inventory_line).collect::<Vec<_>>(),
+    })))
+}
+
+/// The gRPC message of a queue query string; `during` is the slot as `START/END` (RFC 3339).
+fn queue_message(raw: Option<&str>) -> Result<proto::ListQueueRequest, tonic::Status> {
+    let params = body::query(
+        raw,
+        &[
+            "participant",
+            "resource",
+            "during",
+            "page_size",
+            "page_token",
+        ],
+        &[],
+    )?;
+    let text = |name: &str| body::one(&params, name).unwrap_or("").to_owned();
+    let during = match body::one(&params, "during").filter(|v| !v.is_empty()) {
+        None => None,
+        Some(v) => {
+            let (start, end) = v
+                .split_once('/')
+                .ok_or_else(|| invalid("during", format!("{v:?} is not START/END")))?;
+            Some(proto::Interval {
+                start: Some(timestamp("during", start)?),
+                end: Some(timestamp("during", end)?),
+            })
+        }
+    };
+    Ok(proto::ListQueueRequest {
+        participant: text("participant"),
+        resource: text("resource"),
+        during,
+        page_size: body::int32(&params, "page_size")?,
+        page_token: text("page_token"),
+    })
+}
+
+/// `GET /v1/admin/queue?participant=seats&resource=A1`: a page of the resource's waitlist,
+/// head first, and how many wait in all.
+async fn queue(
+    State(service): State<Shared>,
+    RawQuery(raw): RawQuery,
+    credentials: Credentials,
+) -> Result<Response, ApiError> {
+    let message = queue_message(raw.as_deref())
+        .map_err(|bad| service.refuse(&credentials, "/tcc.v1.Admin/ListQueue", bad))?;
+    let page = admin(&service.grpc)
+        .list_queue(credentials.request(message)?)
+        .await?
+        .into_inner();
+    Ok(ok(serde_json::json!({
+        "entries": page.entries.iter().map(crate::json::queued_reservation).collect::<Vec<_>>(),
+        "next_page_token": page.next_page_token,
+        "length": page.length,
     })))
 }
 

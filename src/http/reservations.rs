@@ -59,6 +59,16 @@ struct ReserveBody {
     holds: Vec<HoldBody>,
     #[serde(default)]
     labels: BTreeMap<String, String>,
+    #[serde(default)]
+    queue: Option<QueueBody>,
+}
+
+/// `"queue": {"wait_up_to": "60s"}`: wait in the resource's queue when sold out (SPEC 11).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QueueBody {
+    #[serde(default)]
+    wait_up_to: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -113,7 +123,17 @@ fn reserve_message(b: ReserveBody) -> Result<proto::ReserveRequest, tonic::Statu
         ttl: b.ttl.map(|t| duration("ttl", &t)).transpose()?,
         holds,
         labels: b.labels.into_iter().collect(),
-        queue: None,
+        queue: b
+            .queue
+            .map(|q| -> Result<_, tonic::Status> {
+                Ok(proto::QueueOptions {
+                    wait_up_to: q
+                        .wait_up_to
+                        .map(|w| duration("queue.wait_up_to", &w))
+                        .transpose()?,
+                })
+            })
+            .transpose()?,
     })
 }
 
@@ -290,7 +310,7 @@ pub fn state(field: &str, name: &str) -> Result<i32, tonic::Status> {
         .ok_or_else(|| {
             invalid(
                 field,
-                format!("{name:?} is not a state (TRYING, HELD, CONFIRMING, CONFIRMED, CANCELLING, CANCELLED, EXPIRED, REJECTED, FAILED)"),
+                format!("{name:?} is not a state (TRYING, HELD, CONFIRMING, CONFIRMED, CANCELLING, CANCELLED, EXPIRED, REJECTED, FAILED, QUEUED)"),
             )
         })
 }

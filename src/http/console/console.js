@@ -6,7 +6,7 @@
 
 const KEY = "holdfast.key";
 const STATES = ["TRYING", "HELD", "CONFIRMING", "CONFIRMED", "CANCELLING", "CANCELLED",
-  "EXPIRED", "REJECTED", "FAILED"];
+  "EXPIRED", "REJECTED", "FAILED", "QUEUED"];
 const TERMINAL = ["CONFIRMED", "CANCELLED", "EXPIRED", "REJECTED", "FAILED"];
 // Only these count down to expires_at: a decided reservation (CONFIRMING, CANCELLING) no
 // longer lapses, whatever its expires_at says.
@@ -334,11 +334,12 @@ function renderReservation(r, parts) {
   parts.expires = r.expires_at;
   parts.terminal = TERMINAL.includes(r.state);
   parts.counting = COUNTING.includes(r.state);
+  parts.waitsUntil = r.queue ? r.queue.until : null;
   fill(parts.details, 
     el("dt", { text: "Holder" }), el("dd", { text: r.holder }),
     el("dt", { text: "Request id" }), el("dd", { class: "mono", text: r.request_id }),
     el("dt", { text: "Created" }), el("dd", { text: when(r.created_at) }),
-    el("dt", { text: "Expires" }), el("dd", { text: when(r.expires_at) }),
+    el("dt", { text: "Expires" }), el("dd", { text: r.state === "QUEUED" ? "- (queued: nothing is held)" : when(r.expires_at) }), queueDetails(r),
     el("dt", { text: "Extensions" }), el("dd", { text: String(r.extensions_used) }),
     el("dt", { text: "Late payment honoured" }), el("dd", { text: r.late_payment_honored ? "yes" : "no" }),
     r.rejection ? [el("dt", { text: "Rejected by" }), el("dd", { text: `${r.rejection.participant}/${r.rejection.resource}: ${r.rejection.reason}` })] : null,
@@ -376,7 +377,10 @@ function renderReservation(r, parts) {
 }
 
 function tick(parts) {
-  if (!parts.counting || !parts.expires) {
+  if (parts.waitsUntil) {
+    parts.countdownLabel.textContent = "wait ends in";
+    parts.countdown.textContent = remaining(parts.waitsUntil);
+  } else if (!parts.counting || !parts.expires) {
     parts.countdownLabel.textContent = parts.terminal ? "hold over" : parts.counting ? "" : "decided, no expiry";
     parts.countdown.textContent = parts.counting ? "-" : "";
   } else {
@@ -434,7 +438,7 @@ async function reservation(id) {
   const timer = setInterval(() => tick(parts), 250);
   cleanup.push(() => clearInterval(timer));
   if (!TERMINAL.includes(r.state)) {
-    cleanup.push(watch(id, (fresh) => renderReservation(fresh, parts), (status) => {
+    cleanup.push(watch(id, followQueue(id, parts), (status) => {
       parts.live.textContent = status;
       parts.live.classList.toggle("on", status === "live");
     }));
@@ -562,7 +566,7 @@ async function route() {
   const params = new URLSearchParams(query || "");
   // A reservation's page: #/r/ID or #/reservations/ID.
   const one = path.match(/^\/(?:r|reservations)\/(.+)$/);
-  const view = path === "/" ? "overview" : one || path === "/search" ? "reservations" : path.slice(1);
+  const view = path === "/" ? "overview" : one || path === "/search" ? "reservations" : path === "/queue" ? "inventory" : path.slice(1);
   for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.view === view);
   document.getElementById("forget-key").classList.toggle("hidden", !sessionStorage.getItem(KEY));
   try {
@@ -572,6 +576,7 @@ async function route() {
     else if (path === "/search") await search(params.get("q") || "");
     else if (path === "/stuck") await stuck();
     else if (path === "/inventory") await inventory(params);
+    else if (path === "/queue") await queuePage(params);
     else if (path === "/participants") await participants();
     else if (path === "/audit") await audit();
     else if (path === "/sinks") await sinks();

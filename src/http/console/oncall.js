@@ -1,5 +1,6 @@
 // holdfast console, the on-call views: the overview (counts by state from the database, the
-// last hour per minute), the search box, the inventory (stock levels at the participants) and
+// last hour per minute), the search box, the inventory (stock levels at the participants, and
+// each resource's queue length from waitlist.js) and
 // stuck work, oldest first. Built on console.js's helpers (el, fill, api, ...); no framework,
 // everything shown through textContent or SVG attributes (no inline style under the CSP).
 "use strict";
@@ -185,22 +186,24 @@ async function inventory(params) {
       : "The resources named in the address, as each participant counts them now." }),
     form,
     el("div", { class: "table-wrap" }, el("table", { id: "inventory" },
-      el("thead", {}, el("tr", {}, ["participant", "resource", "capacity", "available", "held", "confirmed", "", "error"].map((h) => el("th", { text: h })))),
+      el("thead", {}, el("tr", {}, ["participant", "resource", "capacity", "available", "held", "confirmed", "queued", "", "error"].map((h) => el("th", { text: h })))),
       body)), note);
   async function refresh() {
     if (!items.length) {
-      fill(body, emptyRow(8, "No resource to show: no reservation yet. Name one above (participant/resource)."));
+      fill(body, emptyRow(9, "No resource to show: no reservation yet. Name one above (participant/resource)."));
       return;
     }
     const q = new URLSearchParams();
     for (const r of items) q.append("resource", r);
-    const lines = (await api("GET", "/v1/admin/inventory?" + q.toString())).lines;
+    const [lines, queued] = await Promise.all([
+      api("GET", "/v1/admin/inventory?" + q.toString()).then((a) => a.lines), queueLengths(items)]);
     fill(body, lines.map((l) => el("tr", { "data-resource": `${l.participant}/${l.resource}` },
       el("td", { text: l.participant }), el("td", { class: "mono", text: l.resource }),
-      l.error ? [el("td", { colspan: "5", class: "muted", text: "-" }), el("td", { class: "err", text: l.error })]
+      l.error ? [el("td", { colspan: "4", class: "muted", text: "-" })]
         : [el("td", { class: "num", text: String(l.capacity) }), el("td", { class: "num available", text: String(l.available) }),
-          el("td", { class: "num held", text: String(l.held) }), el("td", { class: "num confirmed", text: String(l.confirmed) }),
-          el("td", {}, stockBar(l)), el("td", {})])));
+          el("td", { class: "num held", text: String(l.held) }), el("td", { class: "num confirmed", text: String(l.confirmed) })],
+      queuedCell(`${l.participant}/${l.resource}`, queued.get(`${l.participant}/${l.resource}`)),
+      l.error ? [el("td", {}), el("td", { class: "err", text: l.error })] : [el("td", {}, stockBar(l)), el("td", {})])));
     note.textContent = "Read from the participants at " + new Date().toLocaleTimeString() + "; refreshed every 2 s.";
   }
   await refresh();

@@ -4,6 +4,7 @@
 mod admin;
 mod events;
 mod find;
+mod queue;
 
 use std::process::Output;
 use std::time::Duration;
@@ -29,6 +30,7 @@ const RESERVATION_FIELDS: &[&str] = &[
     "labels",
     "late_payment_honored",
     "payments",
+    "queue",
     "refund",
     "rejection",
     "request_id",

@@ -1,13 +1,15 @@
 //! The HTTP listener (SPEC 8.4) against a real coordinator (fresh Postgres database, in-test
 //! participants on loopback): the JSON API endpoint by endpoint (`api.rs`), its errors and
 //! refusals of bad input (`input.rs`), authentication (`auth.rs`), the Watch stream as
-//! server-sent events and the probes (`stream.rs`), the event feed (`events.rs`), and the console in headless Chromium over
-//! WebDriver (`browser.rs`).
+//! server-sent events and the probes (`stream.rs`), the event feed (`events.rs`), waitlists
+//! (`waitlist.rs`), and the console in headless Chromium over WebDriver (`browser.rs`,
+//! `browser_find.rs`, `browser_queue.rs`).
 
 mod api;
 mod auth;
 mod browser;
 mod browser_find;
+mod browser_queue;
 mod events;
 mod input;
 mod inventory;
@@ -16,6 +18,7 @@ mod origin;
 mod payments;
 mod ready;
 mod stream;
+mod waitlist;
 
 use std::time::Duration;
 
