@@ -12,7 +12,7 @@ use crate::store::record::parse_state;
 /// Live reservations by state as read (a lapsed `HELD` one reads `EXPIRED`).
 pub const LIVE: &str = "SELECT CASE WHEN state = 'HELD' AND expires_at <= statement_timestamp() \
          THEN 'EXPIRED' ELSE state END AS read_state, count(*) \
-     FROM reservations WHERE state IN ('TRYING', 'HELD', 'CONFIRMING', 'CANCELLING') \
+     FROM reservations WHERE state IN ('TRYING', 'HELD', 'QUEUED', 'CONFIRMING', 'CANCELLING') \
      GROUP BY 1";
 
 /// The last hour's reservations by the minute they were created in and their state as read.

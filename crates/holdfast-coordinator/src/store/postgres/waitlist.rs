@@ -152,6 +152,8 @@ struct EntryRow {
     holder: String,
     quantity: i64,
     queued_at: DateTime<Utc>,
+    /// When the reservation first joined a queue: its wait counts from then.
+    first_queued_at: Option<DateTime<Utc>>,
     queue_until: Option<DateTime<Utc>>,
 }
 
@@ -159,7 +161,8 @@ struct EntryRow {
 macro_rules! select_entries {
     () => {
         "SELECT q.seq, q.participant, q.resource, q.during_start, q.during_end, \
-         q.reservation_id, r.holder, q.quantity, q.queued_at, r.queue_until \
+         q.reservation_id, r.holder, q.quantity, q.queued_at, r.queued_at AS first_queued_at, \
+         r.queue_until \
          FROM queue_entries q JOIN reservations r ON r.id = q.reservation_id "
     };
 }
@@ -310,10 +313,11 @@ impl QueueStore for PgStore {
             during: interval(row.during_start, row.during_end),
         };
         let position = position(&mut conn, &key, row.seq).await?;
+        let since = row.first_queued_at.unwrap_or(row.queued_at);
         Ok(Some(QueuePlace {
             position,
-            since: row.queued_at,
-            until: row.queue_until.unwrap_or(row.queued_at),
+            since,
+            until: row.queue_until.unwrap_or(since),
             key,
         }))
     }

@@ -15,7 +15,7 @@ pub const LIVE: &str = concat!(
     sqlite_now_us!(),
     " THEN 'EXPIRED' ELSE state END AS read_state, count(*) \
      FROM reservations INDEXED BY reservations_open \
-     WHERE state IN ('TRYING', 'HELD', 'CONFIRMING', 'CANCELLING') GROUP BY 1"
+     WHERE state IN ('TRYING', 'HELD', 'QUEUED', 'CONFIRMING', 'CANCELLING') GROUP BY 1"
 );
 
 /// The last hour's reservations by the minute they were created in (microseconds) and their

@@ -144,6 +144,8 @@ struct EntryRow {
     holder: String,
     quantity: i64,
     queued_at: i64,
+    /// When the reservation first joined a queue: its wait counts from then.
+    first_queued_at: Option<i64>,
     queue_until: Option<i64>,
 }
 
@@ -161,7 +163,8 @@ impl EntryRow {
 macro_rules! select_entries {
     () => {
         "SELECT q.seq, q.participant, q.resource, q.during_start, q.during_end, \
-         q.reservation_id, r.holder, q.quantity, q.queued_at, r.queue_until \
+         q.reservation_id, r.holder, q.quantity, q.queued_at, r.queued_at AS first_queued_at, \
+         r.queue_until \
          FROM queue_entries q JOIN reservations r ON r.id = q.reservation_id "
     };
 }
@@ -308,7 +311,7 @@ impl QueueStore for SqliteStore {
         };
         let key = row.key()?;
         let position = position(&mut conn, &key, row.seq).await?;
-        let since = time_of(row.queued_at)?;
+        let since = time_of(row.first_queued_at.unwrap_or(row.queued_at))?;
         Ok(Some(QueuePlace {
             position,
             since,
