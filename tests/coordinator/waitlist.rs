@@ -3,7 +3,8 @@
 //! never gets ahead of a queue; offers follow releases within a second (awaited on Watch) and
 //! expiries within the clock's move; the ends of a wait (over, Cancel, Confirm refused); a
 //! head that fits one resource but not another keeps its place; a full queue; many
-//! concurrent queued clients served in their queue's order.
+//! concurrent queued clients served in their queue's order; capacity added at a participant
+//! offered by the sweep.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -479,4 +480,42 @@ async fn concurrent_queuers_are_served_in_queue_order_on_sqlite() {
 #[sqlx::test(migrations = false)]
 async fn concurrent_queuers_are_served_in_queue_order_on_postgres(pool: PgPool) {
     concurrent_queuers_are_served_in_queue_order(Backend::Postgres(pg_url(&pool))).await;
+}
+
+/// Capacity that comes back another way than a release made here (`ResourceAdmin/
+/// PutResources` at the participant) is found by the sweep (`--queue-sweep`), against the
+/// real stock participant on PostgreSQL: the waiting reservation is then held.
+crate::parallel::parallel_test!(capacity_added_at_the_participant_is_offered_by_the_sweep => capacity_added_at_the_participant_is_offered_by_the_sweep_on);
+async fn capacity_added_at_the_participant_is_offered_by_the_sweep_on(pool: PgPool) {
+    use crate::real::{hold as stock_hold, reserve as reserve_of, spawn_stack_with};
+    use holdfast::participants::Kind::Stock;
+    let stack = spawn_stack_with(pool, |s| {
+        s.policy.queue.sweep = Duration::from_millis(100);
+    })
+    .await;
+    stack.put(Stock, &[("sku-w", 1)]).await;
+    let mut client = stack.client();
+    let first = client
+        .reserve(reserve_of(
+            "r1",
+            "alice",
+            None,
+            vec![stock_hold(Stock, "sku-w", 1)],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(&first), State::Held);
+    let mut wait = reserve_of("r2", "bob", None, vec![stock_hold(Stock, "sku-w", 1)]);
+    wait.queue = Some(proto::QueueOptions {
+        wait_up_to: Some(proto_duration(HOUR)),
+    });
+    let bob = client.reserve(wait).await.unwrap().into_inner();
+    assert_eq!(position(&bob), 1);
+
+    stack.put(Stock, &[("sku-w", 2)]).await;
+    let held = stack.wait_state(&bob.id, State::Held).await;
+    assert!(held.queue.is_none(), "{held:?}");
+    assert_eq!(stack.counts(Stock, "sku-w").await, (0, 2, 0));
+    stack.stop().await;
 }
