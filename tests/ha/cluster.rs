@@ -65,7 +65,8 @@ pub struct Cluster {
     /// HAProxy's read-write port (to the primary).
     pub rw_port: u16,
     etcd: Option<Child>,
-    haproxy: Option<Child>,
+    /// HAProxy, while it routes (a mutex: an outage stops and starts it through `&self`).
+    haproxy: std::sync::Mutex<Option<Child>>,
 }
 
 /// A free loopback port (bound, read, released).
@@ -210,7 +211,7 @@ impl Cluster {
             nodes: Vec::new(),
             rw_port: free_port(),
             etcd: Some(etcd),
-            haproxy: None,
+            haproxy: std::sync::Mutex::new(None),
         };
         patroni::wait_http(etcd_client, "/health", Duration::from_secs(30)).await;
         let scope = format!("hf{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
@@ -231,25 +232,46 @@ impl Cluster {
                 &node.dir,
             ));
         }
-        let haproxy_cfg = dir.join("haproxy.cfg");
         std::fs::write(
-            &haproxy_cfg,
+            cluster.haproxy_cfg(),
             haproxy_config(cluster.rw_port, &cluster.nodes),
         )
-        .unwrap_or_else(|e| panic!("{}: {e}", haproxy_cfg.display()));
-        cluster.haproxy = Some(spawn(
+        .unwrap_or_else(|e| panic!("{}: {e}", cluster.haproxy_cfg().display()));
+        cluster.start_routing();
+        cluster.healthy(Duration::from_secs(120)).await;
+        cluster
+    }
+
+    fn haproxy_cfg(&self) -> PathBuf {
+        self.dir.join("haproxy.cfg")
+    }
+
+    /// Starts HAProxy (again) on the read-write port.
+    pub fn start_routing(&self) {
+        let child = spawn(
             "/usr/sbin/haproxy",
             &[
                 "-db".to_owned(),
                 "-f".to_owned(),
-                haproxy_cfg.display().to_string(),
+                self.haproxy_cfg().display().to_string(),
             ],
-            &dir.join("haproxy.log"),
+            &self.dir.join("haproxy.log"),
             false,
-            &dir,
-        ));
-        cluster.healthy(Duration::from_secs(120)).await;
-        cluster
+            &self.dir,
+        );
+        *self.haproxy.lock().unwrap_or_else(|e| e.into_inner()) = Some(child);
+    }
+
+    /// Stops HAProxy: the database unreachable for holdfast, the cluster itself untouched.
+    pub fn stop_routing(&self) {
+        let child = self
+            .haproxy
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(mut h) = child {
+            stop_child(&mut h, Duration::from_secs(5));
+        }
     }
 
     async fn node(&self, i: usize, scope: &str, etcd_port: u16) -> Node {
@@ -403,9 +425,7 @@ impl Drop for Cluster {
     /// Stops HAProxy, each Patroni (which stops its PostgreSQL), any postmaster left (a
     /// Patroni killed before it stopped its server), then etcd; deletes the folder.
     fn drop(&mut self) {
-        if let Some(mut h) = self.haproxy.take() {
-            stop_child(&mut h, Duration::from_secs(5));
-        }
+        self.stop_routing();
         for n in &mut self.nodes {
             if let Some(mut p) = n.patroni.take() {
                 stop_child(&mut p, Duration::from_secs(30));

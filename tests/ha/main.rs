@@ -9,7 +9,7 @@
 //!
 //! `cargo test --test ha` runs one kill and one switchover (CI); the series:
 //! `HOLDFAST_HA_FAILOVERS=21 cargo test --test ha -- --ignored series` (kill, switchover and cut
-//! in turn). Without etcd, Patroni, HAProxy or PostgreSQL 15 installed the tests say so and
+//! in turn); a minute without the database: `cargo test --test ha -- --ignored minute`. Without etcd, Patroni, HAProxy or PostgreSQL 15 installed the tests say so and
 //! pass, unless `HOLDFAST_HA_REQUIRED=1` (CI sets it: `.ci/run` installs them).
 
 mod cluster;
@@ -200,6 +200,18 @@ async fn series_of_failovers_loses_nothing_decided() {
     let kinds = [FaultKind::Kill, FaultKind::Switchover, FaultKind::Cut];
     let plan: Vec<FaultKind> = (0..n).map(|i| kinds[i % kinds.len()]).collect();
     let reports = ha.rounds(&plan).await;
+    eprintln!("ha: {}", summary(&reports));
+    ha.stop().await;
+}
+
+/// A minute without the database (HAProxy stopped, the cluster untouched): the coordinators'
+/// leases and sweeps and every pool outlast it, nothing is restarted, the load goes on after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "a minute long: cargo test --test ha -- --ignored minute"]
+async fn a_minute_without_the_database_loses_nothing_decided() {
+    let _serial = SERIAL.lock().await;
+    let Some(ha) = Ha::start().await else { return };
+    let reports = ha.rounds(&[FaultKind::Outage]).await;
     eprintln!("ha: {}", summary(&reports));
     ha.stop().await;
 }

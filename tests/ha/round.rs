@@ -31,7 +31,13 @@ pub enum FaultKind {
     /// The primary's network cut (its PostgreSQL relay and its link to etcd), restored once
     /// another node leads.
     Cut,
+    /// The database unreachable for [`OUTAGE`] (HAProxy stopped, then started again), the
+    /// cluster untouched: leases, sweeps and pools must outlast it.
+    Outage,
 }
+
+/// How long an [`FaultKind::Outage`] lasts.
+pub const OUTAGE: Duration = Duration::from_secs(60);
 
 /// Waves of holders a round starts, one every [`WAVE_EVERY`].
 const WAVES: u64 = 30;
@@ -128,6 +134,11 @@ async fn strike(cluster: &Cluster, kind: FaultKind) -> String {
             leader.pg_relay.cut().await;
             leader.dcs_relay.cut().await;
         }
+        FaultKind::Outage => {
+            cluster.stop_routing();
+            tokio::time::sleep(OUTAGE).await;
+            cluster.start_routing();
+        }
     }
     name
 }
@@ -142,18 +153,11 @@ async fn await_new_primary(
     n: usize,
 ) {
     let deadline = Instant::now() + Duration::from_secs(120);
-    let elected = loop {
-        if let Some(l) = cluster.leader().await
-            && l.name != old
-        {
-            break Instant::now();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no new leader after {kind:?}\n{}",
-            cluster.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let elected = if kind == FaultKind::Outage {
+        // The primary stays; the database is back once HAProxy routes again.
+        Instant::now()
+    } else {
+        new_leader(cluster, old, kind, deadline).await
     };
     if kind == FaultKind::Cut
         && let Some(node) = cluster.nodes.iter().find(|n| n.name == old)
@@ -168,6 +172,23 @@ async fn await_new_primary(
             cluster.logs()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// When a node other than `old` leads.
+async fn new_leader(cluster: &Cluster, old: &str, kind: FaultKind, deadline: Instant) -> Instant {
+    loop {
+        if let Some(l) = cluster.leader().await
+            && l.name != old
+        {
+            break Instant::now();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no new leader after {kind:?}\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
