@@ -14,7 +14,8 @@ use holdfast::proto;
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
 
-use crate::stack::client;
+use holdfast::proto::coordinator_client::CoordinatorClient;
+use tonic::transport::Channel;
 
 /// The probes' resource (at the stock participant) and its capacity.
 pub const PROBE_ITEM: &str = "ha-probe";
@@ -28,7 +29,7 @@ pub enum Answer {
     StorageUnavailable,
     /// UNAVAILABLE PARTICIPANT_UNAVAILABLE.
     ParticipantUnavailable,
-    /// Nothing within the client's 5 s.
+    /// Nothing within the probe's 10 s.
     Silent,
     /// Anything else.
     Wrong,
@@ -126,7 +127,7 @@ async fn probe(
             labels: Default::default(),
         };
         let sent = Instant::now();
-        let answer = match client(addr).await {
+        let answer = match probe_client(addr) {
             Some(mut c) => c.reserve(request).await.map(|r| r.into_inner()),
             None => Err(Status::internal("no client")),
         };
@@ -143,6 +144,16 @@ async fn probe(
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A client whose deadline (10 s) outlasts the coordinator's wait for a pooled connection (the
+/// pool's 5 s acquire timeout): what the probes record is what the coordinator answers.
+fn probe_client(addr: SocketAddr) -> Option<CoordinatorClient<Channel>> {
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .ok()?
+        .connect_timeout(Duration::from_secs(1))
+        .timeout(Duration::from_secs(10));
+    Some(CoordinatorClient::new(endpoint.connect_lazy()))
 }
 
 /// The refused window of one fault: from the first refused probe call after `fault` (its
