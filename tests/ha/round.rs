@@ -197,12 +197,10 @@ async fn new_leader(cluster: &Cluster, old: &str, kind: FaultKind, deadline: Ins
 fn wrong(s: &Status) -> bool {
     match s.code() {
         Code::Internal | Code::Unknown => true,
-        Code::Unavailable => {
-            !matches!(
-                probe::classify(&Err(s.clone())),
-                Answer::StorageUnavailable | Answer::ParticipantUnavailable
-            ) && s.message() != "no client"
-        }
+        Code::Unavailable => !matches!(
+            probe::classify(&Err(s.clone())),
+            Answer::StorageUnavailable | Answer::ParticipantUnavailable
+        ),
         _ => false,
     }
 }
