@@ -22,13 +22,13 @@ REPLICAS=${REPLICAS:-1 2 4}
 export RUST_LOG=${RUST_LOG:-error}
 
 work=$(mktemp -d)
-pids=()
+pids=()               # the row's coordinators
+participant_pids=()   # the participants, for the whole run
 stop() {
-  for pid in "${pids[@]}"; do kill -INT "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  pids=()
+  for pid in "$@"; do kill -INT "$pid" 2>/dev/null || true; done
+  for pid in "$@"; do wait "$pid" 2>/dev/null || true; done
 }
-trap 'stop; rm -rf "$work"' EXIT
+trap 'stop "${pids[@]}" "${participant_pids[@]}"; rm -rf "$work"' EXIT
 
 # Waits until something listens on 127.0.0.1:$1.
 listening() {
@@ -53,7 +53,6 @@ done
 "$BIN" keys token-secret > "$work/token-secret.toml"
 "$BIN" migrate --database-url "$PG/$DB"
 
-participant_pids=()
 for p in noop:50265 seats:50261 stock:50262; do
   kind=${p%%:*} port=${p##*:}
   "$BIN" participant "$kind" --listen "127.0.0.1:$port" --database-url "$PG/${DB}_$kind" \
@@ -82,7 +81,7 @@ for n in $REPLICAS; do
     --seats-admin http://127.0.0.1:50261 --stock-admin http://127.0.0.1:50262 \
     --clients "$CLIENTS" --duration "$DURATION" "${json[@]}" \
     || echo "== $n replica(s): the bench reported failures (above); going on"
-  stop
+  stop "${pids[@]}"
+  pids=()
   echo "commits in the row's databases: $(( $(commits) - before ))"
 done
-pids=("${participant_pids[@]}")
