@@ -59,7 +59,8 @@ pub struct BenchArgs {
     #[arg(value_enum)]
     pub scenarios: Vec<Scenario>,
 
-    /// Benchmark an existing deployment at this coordinator URL instead of starting one.
+    /// Benchmark an existing deployment at this coordinator URL instead of starting one;
+    /// replicas' URLs separated by commas spread the clients over them (round robin).
     #[arg(long)]
     pub target: Option<String>,
 

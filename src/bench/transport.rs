@@ -220,16 +220,31 @@ impl Transport {
             .map_err(|e| e.to_string())
     }
 
-    /// `n` lazily connected channels to the coordinator at `url` (clients spread over them
-    /// round robin).
-    pub fn channels(&self, url: &str, n: usize) -> Result<Vec<BenchChannel>, String> {
-        if !is_https(url) {
-            let endpoint = channel(url)?;
-            return Ok((0..n.max(1))
-                .map(|_| BenchChannel::new(endpoint.connect_lazy(), self.credentials.client()))
-                .collect());
+    /// `n` lazily connected channels to the coordinator at `urls` (clients spread over them
+    /// round robin): one URL, or replicas' URLs separated by commas, channel `i` to the
+    /// `i % replicas`th.
+    pub fn channels(&self, urls: &str, n: usize) -> Result<Vec<BenchChannel>, String> {
+        let replicas: Vec<&str> = urls
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .collect();
+        if replicas.is_empty() {
+            return Err(format!("no coordinator URL in {urls:?}"));
         }
-        (0..n.max(1)).map(|_| self.channel(url)).collect()
+        (0..n.max(1))
+            .map(|i| {
+                let url = replicas[i % replicas.len()];
+                if is_https(url) {
+                    self.channel(url)
+                } else {
+                    Ok(BenchChannel::new(
+                        channel(url)?.connect_lazy(),
+                        self.credentials.client(),
+                    ))
+                }
+            })
+            .collect()
     }
 
     /// `n` lazily connected channels straight to a participant at `url`, presenting what the

@@ -328,7 +328,7 @@ pub async fn verify(
 /// Waits until the recovery backlog of the seed is 0 (nothing TRYING, HELD, CONFIRMING or
 /// CANCELLING, no late payment being honoured, no refund pending), then reads each
 /// reservation from the coordinator.
-async fn quiesce(
+pub async fn quiesce(
     stack: &Stack,
     plan: &Plan,
     current: &Current,

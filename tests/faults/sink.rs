@@ -17,6 +17,8 @@ use tokio::sync::watch;
 #[derive(Default)]
 struct Taken {
     posts: Mutex<Vec<(i64, String)>>,
+    /// The body of each event id's last POST (for a violation's report).
+    bodies: Mutex<BTreeMap<String, String>>,
 }
 
 /// The receiver and what it took.
@@ -103,9 +105,17 @@ impl EventReceiver {
         let mut highest = 0;
         for (sequence, id) in self.posts() {
             if log.get(&sequence) != Some(&id) {
+                let body = self
+                    .taken
+                    .bodies
+                    .lock()
+                    .expect("the receiver's lock")
+                    .get(&id)
+                    .cloned()
+                    .unwrap_or_default();
                 v.push((
                     id.clone(),
-                    format!("webhook got {id} as {sequence}, not in the log"),
+                    format!("webhook got {id} as {sequence}, not in the log: {body}"),
                 ));
             }
             if first_seen.insert(id.clone()) {
@@ -130,6 +140,7 @@ impl EventReceiver {
 async fn receive(
     State((taken, arrivals)): State<(Arc<Taken>, Arc<watch::Sender<usize>>)>,
     headers: HeaderMap,
+    body: String,
 ) -> StatusCode {
     let header = |name: &str| {
         headers
@@ -146,9 +157,14 @@ async fn receive(
     };
     let count = {
         let mut posts = taken.posts.lock().expect("the receiver's lock");
-        posts.push((sequence, id));
+        posts.push((sequence, id.clone()));
         posts.len()
     };
+    taken
+        .bodies
+        .lock()
+        .expect("the receiver's lock")
+        .insert(id, body);
     arrivals.send_replace(count);
     StatusCode::OK
 }

@@ -6,7 +6,8 @@
 //! application name, so the plan can terminate exactly those.
 
 use std::net::SocketAddr;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use holdfast::app::{self, CoordinatorSettings};
@@ -89,12 +90,9 @@ impl Participant {
         let (kind, options, prefix) = (self.kind, self.options.clone(), self.redis_prefix.clone());
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         runtime.spawn(async move {
-            let pool = sqlx::postgres::PgPoolOptions::new()
-                .max_connections(3)
-                .acquire_timeout(Duration::from_secs(5))
-                .connect_with(options)
-                .await
-                .expect("participant pool");
+            // As the binary opens it (`db::open_postgres`), a connection never dialled yet.
+            let pool = holdfast::db::postgres_pool_options(3, holdfast::db::CHECK_IDLE_AFTER)
+                .connect_lazy_with(options);
             let listener = TcpListener::from_std(listener).expect("listener");
             let _ = ready_tx.send(());
             let served = if kind == Kind::StockRedis {
@@ -330,6 +328,7 @@ impl Stack {
 /// A coordinator in its own runtime and pool (4 connections).
 pub struct Coordinator {
     pub addr: SocketAddr,
+    restarts: Arc<AtomicU32>,
     runtime: Option<tokio::runtime::Runtime>,
 }
 
@@ -353,15 +352,15 @@ impl Coordinator {
         std_listener.set_nonblocking(true).expect("nonblocking");
         let addr = std_listener.local_addr().expect("addr");
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let restarts = Arc::new(AtomicU32::new(0));
+        let restarted = restarts.clone();
         runtime.spawn(async move {
             let mut ready_tx = Some(ready_tx);
             // A supervisor: a coordinator that exits (its start-up migration check failed
             // because the plan terminated its backend, say) is started again, as a process
             // manager would, on the same listening socket.
             loop {
-                let pool = sqlx::postgres::PgPoolOptions::new()
-                    .max_connections(4)
-                    .acquire_timeout(Duration::from_secs(5))
+                let pool = holdfast::db::postgres_pool_options(4, holdfast::db::CHECK_IDLE_AFTER)
                     .connect_with(options.clone())
                     .await;
                 let exited = match pool {
@@ -391,14 +390,22 @@ impl Coordinator {
                     Err(e) => Err(e.to_string()),
                 };
                 eprintln!("faults: the coordinator exited ({exited:?}); starting it again");
+                restarted.fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         });
         ready_rx.await.expect("coordinator started");
         Coordinator {
             addr,
+            restarts,
             runtime: Some(runtime),
         }
+    }
+
+    /// How many times it exited and was started again (a store error it did not survive).
+    #[allow(dead_code)] // read by tests/ha, which shares this file
+    pub fn restarts(&self) -> u32 {
+        self.restarts.load(Ordering::SeqCst)
     }
 
     pub fn kill(&mut self) {

@@ -437,3 +437,29 @@ async fn racing_try_and_cancel_never_leave_a_hold(pool: PgPool) {
     assert_eq!(counts(&mut p, "sku-1").await, (100, 0, 0));
     p.stop().await;
 }
+
+/// A barrier write refused because the server is read-only (SQLSTATE 25006: at a failover, a
+/// primary demoted to a standby, or a connection that reached a standby) is answered
+/// UNAVAILABLE, so the coordinator retries it against the new primary; it was INTERNAL.
+#[sqlx::test(migrations = false)]
+async fn a_write_refused_by_a_read_only_server_is_unavailable_not_internal(pool: PgPool) {
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("SET TRANSACTION READ ONLY")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let refused = sqlx::query("CREATE TABLE refused_on_a_standby (x int)")
+        .execute(&mut *tx)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused
+            .as_database_error()
+            .and_then(|e| e.code())
+            .as_deref(),
+        Some("25006"),
+        "{refused:?}"
+    );
+    let answered = tonic::Status::from(holdfast::participant::ResourceError::Database(refused));
+    assert_eq!(answered.code(), tonic::Code::Unavailable, "{answered:?}");
+}

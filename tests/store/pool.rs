@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use holdfast::db::{connect_postgres, pool_options};
+use holdfast::db::{connect_postgres, pool_options, postgres_pool_options};
+use holdfast::store::Store;
+use sqlx::Connection;
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
@@ -74,6 +76,74 @@ async fn a_connection_used_within_the_window_is_handed_out_unchecked_and_fails_o
         .await
         .expect("the pool replaced the broken connection");
     assert_ne!(first, second);
+}
+
+/// Makes the test database read-only for sessions opened from now on (as every session on a
+/// standby is), or writable again.
+async fn read_only_from_now(connect: &PgConnectOptions, on: bool) {
+    let database = connect
+        .get_database()
+        .expect("the test database")
+        .to_owned();
+    let mut other = sqlx::PgConnection::connect_with(connect).await.unwrap();
+    // This session writes whatever the database's default says.
+    sqlx::query("SET default_transaction_read_only = off")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let change = if on {
+        "SET default_transaction_read_only = on"
+    } else {
+        "RESET default_transaction_read_only"
+    };
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "ALTER DATABASE \"{database}\" {change}"
+    )))
+    .execute(&mut other)
+    .await
+    .unwrap();
+    other.close().await.unwrap();
+}
+
+/// At a failover the address the pool dials (a proxy, a Service) may still lead to the node
+/// just demoted, or to a standby: a connection opened there refuses every write (`25006`).
+/// Such a connection is not kept (the write fails as transient meanwhile); once the address
+/// leads to a primary again, the next write commits. Before, the pool kept the read-only
+/// connection and every write failed until the pool retired it.
+#[sqlx::test(migrations = false)]
+async fn a_connection_to_a_server_refusing_writes_is_not_kept(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let migrating = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(connect.clone())
+        .await
+        .unwrap();
+    holdfast::store::PgStore::from_pool(migrating.clone())
+        .migrate()
+        .await
+        .unwrap();
+    migrating.close().await;
+    read_only_from_now(&connect, true).await;
+    // A window no test outlasts: nothing but the connect check looks at the connection.
+    let pool =
+        postgres_pool_options(1, Duration::from_secs(3600)).connect_lazy_with(connect.clone());
+    let store = holdfast::store::PgStore::from_pool(pool);
+    let refused = store
+        .probe_write()
+        .await
+        .expect_err("no primary behind the address");
+    assert_eq!(
+        refused.fault(),
+        holdfast::store::fault::Fault::Transient,
+        "{refused:?}"
+    );
+    read_only_from_now(&connect, false).await;
+    store
+        .probe_write()
+        .await
+        .expect("a primary behind the address again: the write commits");
 }
 
 /// Replicas starting at once on a new database.

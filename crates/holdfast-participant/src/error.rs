@@ -54,8 +54,10 @@ impl ResourceError {
     }
 
     /// Whether a retry may succeed: connection trouble, serialisation failure, deadlock,
-    /// lock timeout, server shutting down; on SQLite the write lock not obtained within the
-    /// busy timeout (`SQLITE_BUSY` 5 and its extended codes, `SQLITE_LOCKED` 6).
+    /// lock timeout, server shutting down, a read-only server (`25006`: a primary demoted to a
+    /// standby at a failover; the next connection reaches the new primary); on SQLite the write
+    /// lock not obtained within the busy timeout (`SQLITE_BUSY` 5 and its extended codes,
+    /// `SQLITE_LOCKED` 6).
     fn is_transient(&self) -> bool {
         match self {
             Self::Database(sqlx::Error::Database(_)) => {
@@ -65,6 +67,7 @@ impl ResourceError {
                     || code.starts_with("53")
                     || code.starts_with("57")
                     || code == "55P03"
+                    || code == "25006"
                     || matches!(code.as_str(), "5" | "6" | "261" | "517" | "262")
             }
             Self::Database(

@@ -19,6 +19,7 @@ mod config;
 mod crash;
 mod dashboards;
 mod deploy;
+mod deploy_ha;
 mod docker_context;
 mod failed_start;
 mod given_participants;

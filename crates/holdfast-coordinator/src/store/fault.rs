@@ -3,7 +3,8 @@
 //! a value the database cannot store; retrying cannot help) or [`Fault::Internal`] (a bug or a
 //! broken database: logged, answered without its details).
 //!
-//! Transient: the connection (I/O, TLS, a closed or timed-out pool, PostgreSQL class `08`, a
+//! Transient: the connection (I/O, TLS, a stream that is not PostgreSQL's protocol - a proxy
+//! with no server behind it answers a TLS request by closing -, a closed or timed-out pool, PostgreSQL class `08`, a
 //! server shutting down or not accepting connections yet `57P01`..`57P03`, too many connections
 //! and other resource shortages, class `53`), a statement cancelled by its timeout (`57014`), a
 //! serialization failure or deadlock (`40001`, `40P01`, `40003`), a lock not available
@@ -29,9 +30,12 @@ pub enum Fault {
 pub(crate) fn of_sqlx(e: &sqlx::Error) -> Fault {
     use sqlx::Error as E;
     match e {
-        E::Io(_) | E::Tls(_) | E::PoolTimedOut | E::PoolClosed | E::WorkerCrashed => {
-            Fault::Transient
-        }
+        E::Io(_)
+        | E::Tls(_)
+        | E::Protocol(_)
+        | E::PoolTimedOut
+        | E::PoolClosed
+        | E::WorkerCrashed => Fault::Transient,
         E::Encode(_) => Fault::OutOfRange,
         E::Database(db) => {
             if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
@@ -123,11 +127,43 @@ mod tests {
         }
         for e in [
             sqlx::Error::RowNotFound,
-            sqlx::Error::Protocol("unexpected message".into()),
             sqlx::Error::ColumnNotFound("refund_state".into()),
         ] {
             assert_eq!(of_sqlx(&e), Fault::Internal, "{e}");
         }
+    }
+
+    /// A proxy in front of PostgreSQL (HAProxy, a Kubernetes Service) while no primary is
+    /// behind it accepts a connection and closes it: a TLS request then fails as a protocol
+    /// error, which is the failover's window, not a bug (it was answered INTERNAL).
+    #[tokio::test]
+    async fn a_proxy_closing_the_connection_at_the_tls_request_is_transient() {
+        use sqlx::ConnectOptions;
+        let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = proxy.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((conn, _)) = proxy.accept().await {
+                // Takes the request (8 bytes), then closes: end of stream, no reset.
+                let mut request = [0u8; 8];
+                let mut taken = 0;
+                while taken < request.len() && conn.readable().await.is_ok() {
+                    match conn.try_read(&mut request[taken..]) {
+                        Ok(0) => break,
+                        Ok(n) => taken += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(_) => break,
+                    }
+                }
+                drop(conn);
+            }
+        });
+        let options = sqlx::postgres::PgConnectOptions::new()
+            .host("127.0.0.1")
+            .port(port)
+            .username("postgres")
+            .ssl_mode(sqlx::postgres::PgSslMode::Require);
+        let refused = options.connect().await.unwrap_err();
+        assert_eq!(of_sqlx(&refused), Fault::Transient, "{refused:?}");
     }
 
     #[tokio::test]

@@ -165,7 +165,7 @@ pub(super) async fn open_postgres(
     tx.commit().await?;
     conn.close().await?;
     let clocked = options.clone().options([("search_path", SEARCH_PATH)]);
-    let pool = db::pool_options(max_connections, db::CHECK_IDLE_AFTER)
+    let pool = db::postgres_pool_options(max_connections, db::CHECK_IDLE_AFTER)
         .connect_with(clocked)
         .await?;
     Ok((pool, ClockDatabase::Postgres(options)))

@@ -82,9 +82,40 @@ pub async fn connect_postgres(url: &str, max_connections: u32) -> Result<PgPool,
 /// A PostgreSQL pool of `max_connections` on `url` (the database must exist; see
 /// [`ensure_database`]).
 pub async fn open_postgres(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
-    pool_options(max_connections, CHECK_IDLE_AFTER)
+    postgres_pool_options(max_connections, CHECK_IDLE_AFTER)
         .connect_with(postgres_options(url)?)
         .await
+}
+
+/// [`pool_options`] for PostgreSQL: besides, a new connection is kept only if its server
+/// accepts writes (`SHOW transaction_read_only` is `off`, what libpq's
+/// `target_session_attrs=read-write` checks). Behind a proxy or a Service that follows the
+/// primary (HAProxy on Patroni's REST check, CloudNativePG's `-rw` Service), a connection
+/// opened while the routing still points at a node that was just demoted, or at a standby,
+/// would otherwise stay in the pool and fail every write with `25006` until the pool retired
+/// it. A refused connection is dialled again with the pool's backoff within the acquire
+/// timeout (a failover's window), then fails as a timed-out pool: transient either way.
+/// PostgreSQL demotes a primary only by restarting it, which ends every connection it had.
+pub fn postgres_pool_options(
+    max_connections: u32,
+    check_idle_after: std::time::Duration,
+) -> sqlx::postgres::PgPoolOptions {
+    pool_options(max_connections, check_idle_after).after_connect(|conn, _| {
+        Box::pin(async move {
+            let read_only: String = sqlx::query_scalar("SHOW transaction_read_only")
+                .fetch_one(&mut *conn)
+                .await?;
+            if read_only == "off" {
+                Ok(())
+            } else {
+                Err(sqlx::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionRefused,
+                    "the server does not accept writes (a standby, or a primary being demoted): \
+                     not kept; dialling the primary again",
+                )))
+            }
+        })
+    })
 }
 
 /// What holdfast's sessions tell PostgreSQL's planner a random page read costs, against 1.0
