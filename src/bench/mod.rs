@@ -39,8 +39,7 @@ pub enum Scenario {
     /// The flash sale on stock where every other winner cancels, so units come back while
     /// losers are refused; fails unless every unit ends confirmed or available, none held.
     FlashChurn,
-    /// The flash sale where every client waits in a waitlist and winners confirm, cancel or let
-    /// holds expire; fails unless offers follow queue order exactly and nothing is oversold.
+    /// The flash sale where every client queues; fails unless offers follow queue order.
     Waitlist,
     /// A stock participant alone: --clients clients sending Try (1 unit each) straight to
     /// it, for --duration: stock on Postgres, and stock-redis when --redis-url is set.

@@ -482,9 +482,9 @@ async fn concurrent_queuers_are_served_in_queue_order_on_postgres(pool: PgPool) 
     concurrent_queuers_are_served_in_queue_order(Backend::Postgres(pg_url(&pool))).await;
 }
 
-/// Capacity that comes back another way than a release made here (`ResourceAdmin/
-/// PutResources` at the participant) is found by the sweep (`--queue-sweep`), against the
-/// real stock participant on PostgreSQL: the waiting reservation is then held.
+// Capacity that comes back another way than a release made here (`ResourceAdmin/
+// PutResources` at the participant) is found by the sweep (`--queue-sweep`), against the
+// real stock participant on PostgreSQL: the waiting reservation is then held.
 crate::parallel::parallel_test!(capacity_added_at_the_participant_is_offered_by_the_sweep => capacity_added_at_the_participant_is_offered_by_the_sweep_on);
 async fn capacity_added_at_the_participant_is_offered_by_the_sweep_on(pool: PgPool) {
     use crate::real::{hold as stock_hold, reserve as reserve_of, spawn_stack_with};

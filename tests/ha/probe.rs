@@ -125,6 +125,7 @@ async fn probe(
                 during: None,
             }],
             labels: Default::default(),
+            queue: None,
         };
         let sent = Instant::now();
         let answer = match probe_client(addr) {
