@@ -153,6 +153,9 @@ pub(crate) async fn join_queue<DB: WaitlistSql>(
     keys.sort();
     keys.dedup();
     let mut tx = DB::begin_write(pool).await?;
+    // The queues' lock first, before this transaction writes: joins of one queue then commit
+    // in the order they write, so their RESERVATION_QUEUED events (numbered by transaction on
+    // PostgreSQL) come in queue order too.
     DB::lock_queues(&mut tx, &keys).await?;
     for key in &keys {
         let (length, contains) = DB::queue_length(&mut tx, key, job.id).await?;
