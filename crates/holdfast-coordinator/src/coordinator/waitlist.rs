@@ -322,7 +322,7 @@ impl Coordinator {
         };
         entered(&r, State::Trying);
         let placement = self.place_in_order(&r).await?;
-        let Some(failure) = placement.failure else {
+        if placement.failure.is_none() {
             faults::store("coord.offer.placed")?;
             let held = self.store.record_held(r.id, &placement.reports).await?;
             entered(&held, State::Held);
@@ -332,10 +332,9 @@ impl Coordinator {
             } else {
                 Offer::Gone
             });
-        };
+        }
         // The refusing participant's holds join their queues (a participant that could not
         // be reached refused nothing: the reservation keeps its places only).
-        let _ = failure;
         let refused = refused_holds(&r, &placement.reports).unwrap_or_default();
         let back = JoinQueue {
             id: r.id,
