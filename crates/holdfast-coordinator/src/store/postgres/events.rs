@@ -1,6 +1,7 @@
 //! The event log on PostgreSQL ([`crate::store::events`]): reading events below the horizon
 //! with their reservation's branches, and the sinks' cursors and leases. Triggers append and
-//! number the events (migrations `0012_events.sql`, `0013_event_sequence_by_transaction.sql`).
+//! number the events (migrations `0012_events.sql`, `0013_event_sequence_by_transaction.sql`,
+//! `0015_events_per_statement.sql`).
 
 use std::time::Duration;
 
