@@ -66,7 +66,7 @@ fn sink_state((name, delivered_through, failing_since, paused, last_error): Sink
 /// generation of the page, not once per event (a Reserve+Confirm appends four). A plan that
 /// joined before the limit read the branches of every event after the cursor, so a sink with
 /// a backlog paid for the whole backlog on every page.
-const EVENTS_AFTER: &str = "WITH page AS MATERIALIZED ( \
+pub const EVENTS_AFTER: &str = "WITH page AS MATERIALIZED ( \
         SELECT * FROM events \
         WHERE sequence > $1 AND sequence < holdfast_event_horizon() \
           AND ($2::text IS NULL OR owner = $2) \
