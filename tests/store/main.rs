@@ -16,6 +16,7 @@ mod migration;
 // parallel_test!: the conformance macro uses on_multi_thread
 mod parallel;
 mod plans;
+mod plans_events;
 mod plans_find;
 mod pool;
 

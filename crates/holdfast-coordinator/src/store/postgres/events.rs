@@ -1,6 +1,7 @@
 //! The event log on PostgreSQL ([`crate::store::events`]): reading events below the horizon
 //! with their reservation's branches, and the sinks' cursors and leases. Triggers append and
-//! number the events (migrations `0012_events.sql`, `0013_event_sequence_by_transaction.sql`).
+//! number the events (migrations `0012_events.sql`, `0013_event_sequence_by_transaction.sql`,
+//! `0015_events_per_statement.sql`).
 
 use std::time::Duration;
 
@@ -59,7 +60,33 @@ fn sink_state((name, delivered_through, failing_since, paused, last_error): Sink
 /// The readable events (below the horizon, `0013_event_sequence_by_transaction.sql`) after
 /// `$1` (owner `$2` unless NULL), at most `$3`. The digest column is 32 zero
 /// bytes: an event never carries a reservation's token check.
-const EVENTS_AFTER: &str = "SELECT e.sequence, e.event_id, e.type AS event_type, e.occurred_at, \
+///
+/// The page is taken first (`MATERIALIZED`: through the primary key, in order, `$3` rows
+/// however stale the table's statistics), then the branches are read once per reservation
+/// generation of the page, not once per event (a Reserve+Confirm appends four). A plan that
+/// joined before the limit read the branches of every event after the cursor, so a sink with
+/// a backlog paid for the whole backlog on every page.
+pub const EVENTS_AFTER: &str = "WITH page AS MATERIALIZED ( \
+        SELECT * FROM events \
+        WHERE sequence > $1 AND sequence < holdfast_event_horizon() \
+          AND ($2::text IS NULL OR owner = $2) \
+        ORDER BY sequence LIMIT $3), \
+     branches_of AS MATERIALIZED ( \
+        SELECT o.reservation_id, o.generation, b.* \
+        FROM (SELECT DISTINCT reservation_id, generation FROM page) o CROSS JOIN LATERAL ( \
+            SELECT array_agg(branch_id ORDER BY position) AS b_branch_ids, \
+                   array_agg(participant ORDER BY position) AS b_participants, \
+                   array_agg(resource ORDER BY position) AS b_resources, \
+                   array_agg(quantity ORDER BY position) AS b_quantities, \
+                   array_agg(during_start ORDER BY position) AS b_starts, \
+                   array_agg(during_end ORDER BY position) AS b_ends, \
+                   array_agg(state ORDER BY position) AS b_states, \
+                   array_agg(attempts ORDER BY position) AS b_attempts, \
+                   array_agg(last_error ORDER BY position) AS b_errors \
+            FROM branches \
+            WHERE branches.reservation_id = o.reservation_id \
+              AND branches.generation = o.generation) b) \
+     SELECT e.sequence, e.event_id, e.type AS event_type, e.occurred_at, \
         (e.from_queue OR (e.type = 'RESERVATION_HELD' AND e.generation > 0)) AS from_queue, \
         e.reservation_id AS id, e.request_id, e.holder, e.state, \
         e.release_outcome, e.owner, decode(repeat('00', 32), 'hex') AS token_digest, \
@@ -67,23 +94,12 @@ const EVENTS_AFTER: &str = "SELECT e.sequence, e.event_id, e.type AS event_type,
         e.labels, e.rejection_participant, e.rejection_resource, e.rejection_reason, \
         e.late_payment_honored, e.version, e.payment_participant, e.payment_ref, \
         e.payment_amount_minor, e.payment_currency, e.refund_id, e.refund_state, \
-        e.refund_reason, e.refund_failure, e.generation, false AS lapsed, b.* \
-     FROM events e CROSS JOIN LATERAL ( \
-        SELECT array_agg(branch_id ORDER BY position) AS b_branch_ids, \
-               array_agg(participant ORDER BY position) AS b_participants, \
-               array_agg(resource ORDER BY position) AS b_resources, \
-               array_agg(quantity ORDER BY position) AS b_quantities, \
-               array_agg(during_start ORDER BY position) AS b_starts, \
-               array_agg(during_end ORDER BY position) AS b_ends, \
-               array_agg(state ORDER BY position) AS b_states, \
-               array_agg(attempts ORDER BY position) AS b_attempts, \
-               array_agg(last_error ORDER BY position) AS b_errors \
-        FROM branches \
-        WHERE branches.reservation_id = e.reservation_id \
-          AND branches.generation = e.generation) b \
-     WHERE e.sequence > $1 AND e.sequence < holdfast_event_horizon() \
-       AND ($2::text IS NULL OR e.owner = $2) \
-     ORDER BY e.sequence LIMIT $3";
+        e.refund_reason, e.refund_failure, e.generation, false AS lapsed, \
+        b.b_branch_ids, b.b_participants, b.b_resources, b.b_quantities, b.b_starts, \
+        b.b_ends, b.b_states, b.b_attempts, b.b_errors \
+     FROM page e JOIN branches_of b \
+       ON b.reservation_id = e.reservation_id AND b.generation = e.generation \
+     ORDER BY e.sequence";
 
 /// The columns [`SinkRow`] reads (a macro: queries are `&'static str`).
 macro_rules! sink_columns {

@@ -54,6 +54,7 @@ use sqlx::Postgres;
 use sqlx::postgres::PgPool;
 use uuid::Uuid;
 
+pub use self::events::EVENTS_AFTER;
 pub use self::list::statement as list_statement;
 
 use self::group_commit::GroupCommit;

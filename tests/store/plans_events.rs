@@ -1,0 +1,58 @@
+//! A sink's page of events reads the branches of the page's events only, however long the log
+//! after its cursor and whatever the table's statistics: the exact statement the PostgreSQL store
+//! runs, on a log never analyzed (autovacuum off or not yet run), by `EXPLAIN ANALYZE`.
+
+use holdfast::store::PgStore;
+use holdfast::store::postgres::EVENTS_AFTER;
+use sqlx::{AssertSqlSafe, PgPool};
+
+/// Reservations with two branches each, moved TRYING -> HELD -> CONFIRMING -> CONFIRMED, one
+/// statement per step: four events each (16,000 in all).
+const FILL: &str = "
+INSERT INTO reservations (id, request_id, holder, owner, state, token_digest, ttl_ms, expires_at)
+SELECT gen_random_uuid(), 'r' || g, 'h', 'shop', 'TRYING', sha256(int8send(g)), 600000,
+       now() + interval '10 minutes'
+FROM generate_series(1, 4000) g;
+INSERT INTO branches (reservation_id, generation, position, branch_id, participant, resource,
+                      quantity, state)
+SELECT id, 0, p, gen_random_uuid(), 'seats', 'A' || p, 1, 'HELD'
+FROM reservations, generate_series(0, 1) p;
+UPDATE reservations SET state = 'HELD';
+UPDATE reservations SET state = 'CONFIRMING';
+UPDATE reservations SET state = 'CONFIRMED';
+";
+
+#[sqlx::test(migrations = false)]
+async fn a_page_of_events_reads_only_its_own_events_branches(pool: PgPool) {
+    PgStore::from_pool(pool.clone()).migrate().await.unwrap();
+    let mut conn = pool.acquire().await.unwrap();
+    sqlx::raw_sql(FILL).execute(&mut *conn).await.unwrap();
+    let (events,): (i64,) = sqlx::query_as("SELECT count(*) FROM events")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(events, 16_000);
+    // The store's own statement text: nothing from outside.
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "PREPARE page (bigint, text, bigint) AS {EVENTS_AFTER}"
+    )))
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    let plan: Vec<(String,)> = sqlx::query_as("EXPLAIN ANALYZE EXECUTE page (0, NULL, 500)")
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap();
+    let plan: String = plan.into_iter().map(|(l,)| l + "\n").collect();
+    let branch_reads: Vec<u64> = plan
+        .lines()
+        .filter(|l| l.contains(" on branches"))
+        .filter_map(|l| l.split("loops=").nth(1))
+        .filter_map(|n| n.trim_end_matches(')').parse().ok())
+        .collect();
+    assert!(!branch_reads.is_empty(), "no read of branches in:\n{plan}");
+    assert!(
+        branch_reads.iter().all(|&loops| loops <= 500),
+        "a 500-event page (a sink's) read branches {branch_reads:?} times:\n{plan}"
+    );
+}
