@@ -9,11 +9,14 @@ use crate::domain::admin::StateCounts;
 use crate::store::StoreError;
 use crate::store::record::parse_state;
 
-/// Live reservations by state as read (a lapsed `HELD` one reads `EXPIRED`).
+/// Live reservations by state as read (a lapsed `HELD` one reads `EXPIRED`); the waiting
+/// ones (`QUEUED`) through their own partial index, `reservations_queue_wait`.
 pub const LIVE: &str = "SELECT CASE WHEN state = 'HELD' AND expires_at <= statement_timestamp() \
          THEN 'EXPIRED' ELSE state END AS read_state, count(*) \
-     FROM reservations WHERE state IN ('TRYING', 'HELD', 'QUEUED', 'CONFIRMING', 'CANCELLING') \
-     GROUP BY 1";
+     FROM reservations WHERE state IN ('TRYING', 'HELD', 'CONFIRMING', 'CANCELLING') \
+     GROUP BY 1 \
+     UNION ALL SELECT 'QUEUED', count(*) FROM reservations WHERE state = 'QUEUED' \
+     HAVING count(*) > 0";
 
 /// The last hour's reservations by the minute they were created in and their state as read.
 pub const LAST_HOUR: &str = "SELECT date_trunc('minute', created_at) AS minute, \

@@ -9,13 +9,17 @@ use crate::domain::admin::StateCounts;
 use crate::store::StoreError;
 use crate::store::record::parse_state;
 
-/// Live reservations by state as read (a lapsed `HELD` one reads `EXPIRED`).
+/// Live reservations by state as read (a lapsed `HELD` one reads `EXPIRED`); the waiting
+/// ones (`QUEUED`) through their own partial index, `reservations_queue_wait` (searched from
+/// the lowest `queue_until`: every waiting row has one).
 pub const LIVE: &str = concat!(
     "SELECT CASE WHEN state = 'HELD' AND expires_at <= ",
     sqlite_now_us!(),
     " THEN 'EXPIRED' ELSE state END AS read_state, count(*) \
      FROM reservations INDEXED BY reservations_open \
-     WHERE state IN ('TRYING', 'HELD', 'QUEUED', 'CONFIRMING', 'CANCELLING') GROUP BY 1"
+     WHERE state IN ('TRYING', 'HELD', 'CONFIRMING', 'CANCELLING') GROUP BY 1 \
+     UNION ALL SELECT 'QUEUED', count(*) FROM reservations INDEXED BY reservations_queue_wait \
+     WHERE state = 'QUEUED' AND queue_until >= 0 HAVING count(*) > 0"
 );
 
 /// The last hour's reservations by the minute they were created in (microseconds) and their
