@@ -17,7 +17,7 @@
 //!   back to its queues, keeping its places.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
@@ -47,6 +47,10 @@ pub(crate) struct Waitlist {
     /// Held by each offer pass: the loop's and an on-demand one (test mode) take turns, so a
     /// pass on demand finds no offer of this process half made.
     passes: tokio::sync::Mutex<()>,
+    /// One turn per queue for this process's joins: the database serialises the joins of a
+    /// queue anyway (its lock), and a join waiting here holds no pooled connection, so a storm
+    /// of joins leaves the pool to the offers and everything else.
+    joining: Mutex<BTreeMap<QueueKey, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Waitlist {
@@ -95,6 +99,28 @@ impl Waitlist {
         }
         drop(released);
         self.wake.notify_one();
+    }
+
+    /// This process's turns to join `keys`' queues, taken in key order (no two joins can wait
+    /// for each other's).
+    async fn join_turns(&self, keys: &BTreeSet<QueueKey>) -> Vec<tokio::sync::OwnedMutexGuard<()>> {
+        let turns: Vec<Arc<tokio::sync::Mutex<()>>> = {
+            let mut joining = self.joining.lock().unwrap_or_else(|e| e.into_inner());
+            keys.iter()
+                .map(|k| joining.entry(k.clone()).or_default().clone())
+                .collect()
+        };
+        let mut held = Vec::with_capacity(turns.len());
+        for turn in turns {
+            held.push(turn.lock_owned().await);
+        }
+        held
+    }
+
+    /// Forgets the join turns of queues that are empty now and nobody waits to join.
+    fn prune_join_turns(&self, queued: &BTreeSet<QueueKey>) {
+        let mut joining = self.joining.lock().unwrap_or_else(|e| e.into_inner());
+        joining.retain(|k, turn| queued.contains(k) || Arc::strong_count(turn) > 1);
     }
 
     fn take_released(&self) -> BTreeMap<QueueKey, i64> {
@@ -146,7 +172,11 @@ impl Coordinator {
             wait,
             max_length: self.policy.queue.max_length,
         };
-        match self.store.join_queue(&job).await? {
+        let keys: BTreeSet<QueueKey> = refused.iter().map(QueueKey::of).collect();
+        let turns = self.waitlist.join_turns(&keys).await;
+        let joined = self.store.join_queue(&job).await;
+        drop(turns);
+        match joined? {
             Joined::Queued(queued) => {
                 self.waitlist
                     .known()
@@ -251,6 +281,7 @@ impl Coordinator {
             for key in &found {
                 keys.insert(key.clone(), None);
             }
+            self.waitlist.prune_join_turns(&found);
             *self.waitlist.known() = found;
         }
         for (key, units) in keys {
