@@ -204,7 +204,21 @@ pub async fn run(command: AdminCommand) -> Result<(), CliError> {
             let page = admin.list_audit(request).await.map_err(refused)?;
             print_audit(&target, &page.into_inner());
         }
-        queue @ AdminCommand::Queue { .. } => super::queue::run(queue, &mut admin).await?,
+        AdminCommand::Queue {
+            participant,
+            resource,
+            during,
+            page_size,
+            ..
+        } => {
+            let query = super::queue::QueueQuery {
+                participant,
+                resource,
+                during,
+                page_size,
+            };
+            super::queue::run(query, &target, &mut admin).await?
+        }
         sink @ (AdminCommand::Sinks { .. } | AdminCommand::ResumeWebhook { .. }) => {
             print_sinks(&target, &sinks(sink, &mut admin).await.map_err(refused)?)
         }

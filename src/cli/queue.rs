@@ -5,17 +5,16 @@
 
 use chrono::{DateTime, Utc};
 
-use super::admin::AdminCommand;
 use super::target::CliChannel;
-use super::{CliError, json, out, render};
+use super::{CliError, Target, json, out, render};
 use crate::proto::{self, admin_client::AdminClient};
 
 /// What `admin queue` asks for.
-struct QueueQuery {
-    participant: String,
-    resource: String,
-    during: Option<proto::Interval>,
-    page_size: i32,
+pub(super) struct QueueQuery {
+    pub(super) participant: String,
+    pub(super) resource: String,
+    pub(super) during: Option<proto::Interval>,
+    pub(super) page_size: i32,
 }
 
 /// The whole queue: every page's entries, and the length the last page said.
@@ -26,25 +25,10 @@ struct Queue {
 
 /// Reads every page of the queue and prints it.
 pub(super) async fn run(
-    command: AdminCommand,
+    query: QueueQuery,
+    target: &Target,
     admin: &mut AdminClient<CliChannel>,
 ) -> Result<(), CliError> {
-    let AdminCommand::Queue {
-        participant,
-        resource,
-        during,
-        page_size,
-        target,
-    } = command
-    else {
-        return Err(CliError::Usage("not `admin queue`".into()));
-    };
-    let query = QueueQuery {
-        participant,
-        resource,
-        during,
-        page_size,
-    };
     let queue = read(&query, admin)
         .await
         .map_err(|s| CliError::from_status(&s, &target.coordinator))?;

@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use crate::domain::PresentedToken;
 use crate::domain::validate::{self, FieldError, RequestId, ReserveInput};
+use crate::domain::waitlist::{QueueOptions, QueuePlace};
 use crate::domain::{
     BranchState, Find, Hold, HoldToken, Interval, ListQuery, Payment, PaymentRecord, PaymentState,
     Refund, RefundState, Reservation, State,
@@ -93,12 +94,34 @@ pub fn reserve_input(req: proto::ReserveRequest) -> Result<ReserveInput, FieldEr
         ttl,
         holds,
         labels: req.labels,
-        queue: req
-            .queue
+        queue: req.queue.as_ref().map(queue_options).transpose()?,
+    })
+}
+
+/// A Reserve's `queue` option, its `wait_up_to` still to be validated.
+fn queue_options(q: &proto::QueueOptions) -> Result<QueueOptions, FieldError> {
+    Ok(QueueOptions {
+        wait_up_to: q
+            .wait_up_to
             .as_ref()
-            .map(super::waitlist::queue_options)
+            .map(|d| from_duration("queue.wait_up_to", d))
             .transpose()?,
     })
+}
+
+/// Where a QUEUED reservation waits, on the wire.
+fn queue_place(p: QueuePlace) -> proto::QueuePlace {
+    proto::QueuePlace {
+        position: p.position,
+        participant: p.key.participant,
+        resource: p.key.resource,
+        during: p.key.during.map(|d| proto::Interval {
+            start: Some(timestamp(d.start)),
+            end: Some(timestamp(d.end)),
+        }),
+        since: Some(timestamp(p.since)),
+        until: Some(timestamp(p.until)),
+    }
 }
 
 pub fn state(s: State) -> proto::reservation::State {
@@ -313,7 +336,7 @@ pub fn reservation(r: Reservation, token: Token<'_>) -> proto::Reservation {
         labels: r.labels.into_iter().collect(),
         audit: r.audit.into_iter().map(audit_entry).collect(),
         payments,
-        queue: r.queue.map(super::waitlist::queue_place),
+        queue: r.queue.map(queue_place),
     }
 }
 

@@ -1,36 +1,10 @@
-//! The wire shape of waitlists (SPEC 11): a Reserve's `queue` option, a reservation's
-//! `QueuePlace`, and Admin `ListQueue`'s request and answer.
+//! The wire shape of Admin `ListQueue` (SPEC 11): its request and answer. (A Reserve's
+//! `queue` and a reservation's `QueuePlace` are `convert.rs`'s, with the rest of theirs.)
 
-use super::convert::{from_duration, interval, timestamp};
+use super::convert::{interval, timestamp};
 use crate::domain::validate::{self, FieldError, Limits};
-use crate::domain::waitlist::{QueueKey, QueueOptions, QueuePage, QueuePlace};
+use crate::domain::waitlist::{QueueKey, QueuePage};
 use crate::proto;
-
-/// A Reserve's `queue` option, its `wait_up_to` still to be validated.
-pub(super) fn queue_options(q: &proto::QueueOptions) -> Result<QueueOptions, FieldError> {
-    Ok(QueueOptions {
-        wait_up_to: q
-            .wait_up_to
-            .as_ref()
-            .map(|d| from_duration("queue.wait_up_to", d))
-            .transpose()?,
-    })
-}
-
-/// Where a QUEUED reservation waits, on the wire.
-pub(super) fn queue_place(p: QueuePlace) -> proto::QueuePlace {
-    proto::QueuePlace {
-        position: p.position,
-        participant: p.key.participant,
-        resource: p.key.resource,
-        during: p.key.during.map(|d| proto::Interval {
-            start: Some(timestamp(d.start)),
-            end: Some(timestamp(d.end)),
-        }),
-        since: Some(timestamp(p.since)),
-        until: Some(timestamp(p.until)),
-    }
-}
 
 /// A `ListQueue` request: the queue, where to start (the page token is the last entry's
 /// queue sequence), and how many.

@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod event;
+mod field;
 pub mod find;
 pub mod lifecycle;
 pub mod payments;

@@ -3,11 +3,11 @@
 //! field.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
 use std::time::Duration;
 
 use uuid::Uuid;
 
+pub use super::field::FieldError;
 use super::{Hold, NewReservation, Payment};
 
 /// Bounds on every input (SPEC 3.2). Configurable; these defaults are the SPEC's.
@@ -24,7 +24,8 @@ pub struct Limits {
     pub max_label_bytes: usize,
     pub max_page_size: u32,
     pub default_page_size: u32,
-    pub max_queue_wait: Duration, // the longest queue.wait_up_to (--max-queue-wait)
+    /// The longest `queue.wait_up_to` a Reserve may ask (`--max-queue-wait`).
+    pub max_queue_wait: Duration,
 }
 
 impl Default for Limits {
@@ -79,30 +80,6 @@ fn no_nul(field: &str, value: &str) -> Result<(), FieldError> {
     }
     Ok(())
 }
-
-/// A malformed or out-of-bounds field. Displays as `<field> <problem>`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FieldError {
-    pub field: String,
-    pub problem: String,
-}
-
-impl FieldError {
-    pub fn new(field: impl Into<String>, problem: impl Into<String>) -> FieldError {
-        FieldError {
-            field: field.into(),
-            problem: problem.into(),
-        }
-    }
-}
-
-impl fmt::Display for FieldError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.field, self.problem)
-    }
-}
-
-impl std::error::Error for FieldError {}
 
 /// A Reserve request as received, before validation.
 #[derive(Clone, Debug, Default)]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::validate::FieldError;
+use super::field::FieldError;
 use super::{Hold, Interval};
 
 /// `rejection.reason` of a queued reservation whose wait ended (SPEC 11).
