@@ -92,16 +92,8 @@ pub enum AdminCommand {
     /// A resource's waitlist in offer order: position, reservation, holder, quantity, since,
     /// until, and the queue's length (every page read).
     Queue {
-        /// The participant's registered name.
-        participant: String,
-        /// The resource id at that participant.
-        resource: String,
-        /// The slot, for slot resources: START/END, two RFC 3339 instants.
-        #[arg(long, value_parser = super::queue::parse_interval)]
-        during: Option<proto::Interval>,
-        /// Entries per call (1..500); every page is read.
-        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i32).range(1..=500))]
-        page_size: i32,
+        #[command(flatten)]
+        query: super::queue::QueueQuery,
         #[command(flatten)]
         target: Target,
     },
@@ -204,21 +196,7 @@ pub async fn run(command: AdminCommand) -> Result<(), CliError> {
             let page = admin.list_audit(request).await.map_err(refused)?;
             print_audit(&target, &page.into_inner());
         }
-        AdminCommand::Queue {
-            participant,
-            resource,
-            during,
-            page_size,
-            ..
-        } => {
-            let query = super::queue::QueueQuery {
-                participant,
-                resource,
-                during,
-                page_size,
-            };
-            super::queue::run(query, &target, &mut admin).await?
-        }
+        AdminCommand::Queue { query, .. } => super::queue::run(query, &target, &mut admin).await?,
         sink @ (AdminCommand::Sinks { .. } | AdminCommand::ResumeWebhook { .. }) => {
             print_sinks(&target, &sinks(sink, &mut admin).await.map_err(refused)?)
         }

@@ -10,11 +10,18 @@ use super::{CliError, Target, json, out, render};
 use crate::proto::{self, admin_client::AdminClient};
 
 /// What `admin queue` asks for.
-pub(super) struct QueueQuery {
-    pub(super) participant: String,
-    pub(super) resource: String,
-    pub(super) during: Option<proto::Interval>,
-    pub(super) page_size: i32,
+#[derive(clap::Args, Clone, Debug)]
+pub struct QueueQuery {
+    /// The participant's registered name.
+    participant: String,
+    /// The resource id at that participant.
+    resource: String,
+    /// The slot, for slot resources: START/END, two RFC 3339 instants.
+    #[arg(long, value_parser = parse_interval)]
+    during: Option<proto::Interval>,
+    /// Entries per call (1..500); every page is read.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i32).range(1..=500))]
+    page_size: i32,
 }
 
 /// The whole queue: every page's entries, and the length the last page said.

@@ -53,16 +53,8 @@ impl Coordinator {
             State::Trying => {
                 // Its placer stopped mid-way: any branch may hold something, so release all.
                 tracing::warn!(reservation_id = %id, "releasing a reservation abandoned while placing holds");
-                let reports: Vec<BranchReport> = r
-                    .participant_branches()
-                    .into_iter()
-                    .filter(|b| b.state != BranchState::Rejected)
-                    .map(|b| BranchReport {
-                        branch_id: b.branch_id,
-                        state: b.state,
-                        error: Some("the coordinator stopped while placing holds".into()),
-                    })
-                    .collect();
+                let reports =
+                    abandoned_placement(&r, "the coordinator stopped while placing holds");
                 faults::store("coord.record_rejected.before")?;
                 let recorded = self.store.record_rejected(id, None, &reports).await?;
                 faults::store("coord.record_rejected.after")?;
@@ -77,16 +69,8 @@ impl Coordinator {
                 // A late payment was being honoured when its coordinator stopped: release
                 // whatever it may have re-taken and refund the payment.
                 tracing::warn!(reservation_id = %id, "refunding a late payment abandoned mid-way");
-                let reports: Vec<BranchReport> = r
-                    .participant_branches()
-                    .into_iter()
-                    .filter(|b| b.state != BranchState::Rejected)
-                    .map(|b| BranchReport {
-                        branch_id: b.branch_id,
-                        state: b.state,
-                        error: Some("the coordinator stopped while placing holds again".into()),
-                    })
-                    .collect();
+                let reports =
+                    abandoned_placement(&r, "the coordinator stopped while placing holds again");
                 let r = self
                     .store
                     .fail_retake(
@@ -364,4 +348,18 @@ fn participants_of(r: &Reservation) -> BTreeSet<String> {
         names.insert(p.participant.clone());
     }
     names
+}
+
+/// What to record of a placement its placer abandoned: every branch that may hold something
+/// (all but the refused ones), as it stands, with `why`, so the one release path releases it.
+pub(super) fn abandoned_placement(r: &Reservation, why: &str) -> Vec<BranchReport> {
+    r.participant_branches()
+        .into_iter()
+        .filter(|b| b.state != BranchState::Rejected)
+        .map(|b| BranchReport {
+            branch_id: b.branch_id,
+            state: b.state,
+            error: Some(why.to_owned()),
+        })
+        .collect()
 }

@@ -392,16 +392,8 @@ impl Coordinator {
         r: Reservation,
     ) -> Result<Reservation, Error> {
         tracing::warn!(reservation_id = %r.id, "an offer from a waitlist was abandoned while placing holds; releasing them and queueing it again");
-        let reports: Vec<BranchReport> = r
-            .participant_branches()
-            .into_iter()
-            .filter(|b| b.state != BranchState::Rejected)
-            .map(|b| BranchReport {
-                branch_id: b.branch_id,
-                state: b.state,
-                error: Some("the coordinator stopped while placing holds".into()),
-            })
-            .collect();
+        let reports =
+            super::recovery::abandoned_placement(&r, "the coordinator stopped while placing holds");
         let back = JoinQueue {
             id: r.id,
             reports: &reports,
