@@ -104,6 +104,18 @@ pub async fn migrate(url: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Vacuums and analyzes the bench database before a row: what earlier rows updated and
+/// deleted does not slow this one (a server with autovacuum off, or behind, would make a row's
+/// place in the run part of its result).
+pub(crate) async fn vacuum(url: &str) -> Result<(), String> {
+    let pool = crate::db::connect_postgres(url, 1)
+        .await
+        .map_err(|e| format!("connecting to {url}: {e}"))?;
+    let done = sqlx::raw_sql("VACUUM ANALYZE").execute(&pool).await;
+    pool.close().await;
+    done.map(|_| ()).map_err(|e| format!("VACUUM ANALYZE: {e}"))
+}
+
 impl Deployment {
     /// Starts the coordinator (pool of `coordinator_pool`) and participants `noop-a`, `noop-b`,
     /// `seats`, `stock` (sharing one pool of `participant_pool`, as the all-in-one does) on

@@ -2,14 +2,16 @@
 //! a NATS JetStream sink (a stream and subject prefix of the run's own, deleted afterwards), and
 //! the row reports the event lag: for every event the sink delivered, the time from its write
 //! (database clock) to JetStream's acknowledgement, p50/p99/max, after the sink has drained.
-//! `throughput-*-nats` next to `throughput-*` (same run) is the cost of the sink (SPEC 10: at
-//! least 90 % of the rate).
+//! A `*-without-events` row runs with the log's triggers disabled: SPEC 10's bound is
+//! `throughput-*-nats` (log and sink) against it, same run (at least 90 % of the rate);
+//! [`ratios`] also prints the log alone and the sink alone.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use sqlx::PgPool;
 
+use super::report::cpu_per_op;
 use super::scenarios::Measured;
 use super::stats;
 use super::{BenchArgs, Row};
@@ -24,18 +26,42 @@ const DRAIN: Duration = Duration::from_secs(60);
 /// The suffix of a row that runs with the NATS sink.
 pub(super) const SUFFIX: &str = "-nats";
 
-/// The NATS sink of one deployment, and the lags of what it delivered.
+/// The suffix of a row whose deployment runs without the event log.
+pub(super) const WITHOUT_SUFFIX: &str = "-without-events";
+
+/// The triggers that append events (migrations `0012_events.sql`,
+/// `0015_events_per_statement.sql`) switched off and on: a `-without-events` row disables them
+/// on the bench database (which the bench reset and owns) for as long as it runs.
+const LOG_OFF: &str = "ALTER TABLE reservations DISABLE TRIGGER reservations_recorded_events; \
+    ALTER TABLE reservations DISABLE TRIGGER reservations_changed_events; \
+    ALTER TABLE extra_payments DISABLE TRIGGER extra_payments_recorded_event; \
+    ALTER TABLE extra_payments DISABLE TRIGGER extra_payments_changed_event; \
+    ALTER TABLE admin_audit DISABLE TRIGGER admin_audit_event";
+const LOG_ON: &str = "ALTER TABLE reservations ENABLE TRIGGER reservations_recorded_events; \
+    ALTER TABLE reservations ENABLE TRIGGER reservations_changed_events; \
+    ALTER TABLE extra_payments ENABLE TRIGGER extra_payments_recorded_event; \
+    ALTER TABLE extra_payments ENABLE TRIGGER extra_payments_changed_event; \
+    ALTER TABLE admin_audit ENABLE TRIGGER admin_audit_event";
+
+/// The events of one `throughput` row of a run with `--events-nats-url`: how many it appended,
+/// and a NATS sink (a `-nats` row) or no log at all (a `-without-events` row).
 pub(super) struct EventsRun {
-    settings: NatsSettings,
-    sink: Arc<LagRecorder>,
-    /// A connection to the bench database, to read the sink's progress with.
+    /// A connection to the bench database, to count events, read the sink's progress and
+    /// switch the log's triggers with.
     pool: PgPool,
+    /// Events in the log before the row.
+    before: i64,
+    /// A `-nats` row's sink and its settings.
+    nats: Option<(NatsSettings, Arc<LagRecorder>)>,
+    /// A `-without-events` row: the log's triggers are off until [`EventsRun::finish`].
+    log_off: bool,
 }
 
 impl EventsRun {
-    /// For a `-nats` row of an in-process run with `--events-nats-url`: the NATS sink its
-    /// deployment delivers to (a stream and prefix named after the run and row), its cursor
-    /// placed at the end of the log.
+    /// For a `throughput` row of an in-process run with `--events-nats-url`: for a `-nats`
+    /// row the NATS sink its deployment delivers to (a stream and prefix named after the run
+    /// and row), its cursor placed at the end of the log; for a `-without-events` row the log
+    /// switched off.
     pub(super) async fn for_row(
         args: &BenchArgs,
         run_id: &str,
@@ -44,12 +70,25 @@ impl EventsRun {
         let Some(url) = args.events_nats_url.as_deref() else {
             return Ok(None);
         };
-        if !row.ends_with(SUFFIX) {
+        if !row.starts_with("throughput-") {
             return Ok(None);
         }
+        let log_off = row.ends_with(WITHOUT_SUFFIX);
         let pool = crate::db::connect_postgres(&args.database_url, 1)
             .await
             .map_err(|e| format!("connecting to the bench database: {e}"))?;
+        let before = appended(&pool).await?;
+        if log_off {
+            switch_log(&pool, false).await?;
+        }
+        if !row.ends_with(SUFFIX) {
+            return Ok(Some(EventsRun {
+                pool,
+                before,
+                nats: None,
+                log_off,
+            }));
+        }
         start_at_log_end(&pool).await?;
         let token: String = format!("{run_id}_{row}")
             .chars()
@@ -67,25 +106,47 @@ impl EventsRun {
             lags: Mutex::new(Vec::new()),
         });
         Ok(Some(EventsRun {
-            settings,
-            sink,
             pool,
+            before,
+            nats: Some((settings, sink)),
+            log_off,
         }))
     }
 
-    /// The sink, for the deployment's delivery loop.
-    pub(super) fn sink(&self) -> Arc<dyn Sink> {
-        self.sink.clone()
+    /// The sink, for the deployment's delivery loop (a `-nats` row's).
+    pub(super) fn sink(&self) -> Option<Arc<dyn Sink>> {
+        self.nats
+            .as_ref()
+            .map(|(_, sink)| sink.clone() as Arc<dyn Sink>)
     }
 
-    /// Waits (at most [`DRAIN`]) until the sink delivered the whole log, then adds the lag
-    /// percentiles to `m`.
+    /// Adds the events the row appended to `m`; with a sink, waits (at most [`DRAIN`]) until
+    /// it delivered the whole log, then adds the lag percentiles.
     pub(super) async fn report(&self, m: &mut Measured) {
+        // The count is a transaction of the database's count.
+        m.setup_xacts += 1;
+        match appended(&self.pool).await {
+            Ok(now) => {
+                let n = now - self.before;
+                let ops = (m.recorder.ok() + m.recorder.rejected()).max(1);
+                m.notes.push(format!(
+                    "events: {n} appended to the log ({:.2} per operation)",
+                    n as f64 / ops as f64
+                ));
+                if let Some(extra) = m.extra.as_object_mut() {
+                    extra.insert("events_appended".into(), n.into());
+                }
+            }
+            Err(e) => m.notes.push(e),
+        }
+        let Some((settings, sink)) = &self.nats else {
+            return;
+        };
         let started = Instant::now();
         let (drained, polls) = drain(&self.pool).await;
         // Two reads per poll, not the deployment's work.
         m.setup_xacts += 2 * polls;
-        let lags: Vec<u64> = self.sink.lags.lock().map(|l| l.clone()).unwrap_or_default();
+        let lags: Vec<u64> = sink.lags.lock().map(|l| l.clone()).unwrap_or_default();
         let p = stats::percentiles(&lags);
         m.notes.push(format!(
             "events: {} delivered to NATS, lag (write to JetStream ack) p50 {:.1} ms p99 {:.1} ms max {:.1} ms; {}",
@@ -104,19 +165,28 @@ impl EventsRun {
                 serde_json::json!({
                     "delivered": lags.len(),
                     "lag_ms": { "p50": p.p50, "p90": p.p90, "p99": p.p99, "max": p.max },
-                    "stream": self.settings.stream,
+                    "stream": settings.stream,
                 }),
             );
         }
     }
 
-    /// Deletes the run's stream (once its deployment stopped publishing).
+    /// Deletes the run's stream (once its deployment stopped publishing), or switches the log
+    /// back on.
     pub(super) async fn finish(self) {
+        if self.log_off
+            && let Err(e) = switch_log(&self.pool, true).await
+        {
+            eprintln!("bench: {e}");
+        }
         self.pool.close().await;
+        let Some((settings, _)) = self.nats else {
+            return;
+        };
         let deleted = async {
-            let client = async_nats::connect(self.settings.url.as_str()).await.ok()?;
+            let client = async_nats::connect(settings.url.as_str()).await.ok()?;
             async_nats::jetstream::new(client)
-                .delete_stream(&self.settings.stream)
+                .delete_stream(&settings.stream)
                 .await
                 .ok()
         };
@@ -126,31 +196,75 @@ impl EventsRun {
             .flatten()
             .is_none()
         {
-            eprintln!(
-                "bench: could not delete NATS stream {}",
-                self.settings.stream
-            );
+            eprintln!("bench: could not delete NATS stream {}", settings.stream);
         }
     }
 }
 
-/// "events: throughput-real-nats keeps x of throughput-real's rate" for each pair that ran.
+/// How many events the log holds.
+async fn appended(pool: &PgPool) -> Result<i64, String> {
+    sqlx::query_scalar("SELECT count(*) FROM events")
+        .fetch_one(pool)
+        .await
+        .map_err(|e| format!("counting the log's events: {e}"))
+}
+
+/// Enables or disables the triggers that append events.
+async fn switch_log(pool: &PgPool, on: bool) -> Result<(), String> {
+    let statements = if on { LOG_ON } else { LOG_OFF };
+    sqlx::raw_sql(statements)
+        .execute(pool)
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("switching the event log's triggers (on: {on}): {e}"))
+}
+
+/// For each `-nats` row that ran: the rate it keeps of its workload's `-without-events` row
+/// (the log and a sink against no log: SPEC 10's bound), and of the row with the log alone,
+/// each with the CPU time per operation of both rows.
 pub(super) fn ratios(rows: &[Row]) -> Vec<String> {
     let ok = |name: &str| rows.iter().find(|r| r.name == name && r.failure.is_none());
-    rows.iter()
-        .filter_map(|with| {
-            let without = ok(with.name.strip_suffix(SUFFIX)?)?;
-            let (rate, base) = (with.rate(), without.rate());
-            (with.failure.is_none() && base > 0.0).then(|| {
-                format!(
-                    "events: {} keeps {:.3} of {}'s rate with the NATS sink ({rate:.0} vs {base:.0} ops/s; bound: 0.9)",
-                    with.name,
-                    rate / base,
-                    without.name
-                )
-            })
+    let compare = |with: &Row, base: &Row| {
+        let (rate, base_rate) = (with.rate(), base.rate());
+        let cpu = match (cpu_per_op(with), cpu_per_op(base)) {
+            (Some(w), Some(b)) if b > 0.0 => {
+                format!(", CPU per operation {b:.2} -> {w:.2} ms (x{:.3})", w / b)
+            }
+            _ => String::new(),
+        };
+        (base_rate > 0.0).then(|| {
+            format!(
+                "{:.3} of {}'s rate ({rate:.0} vs {base_rate:.0} ops/s{cpu})",
+                rate / base_rate,
+                base.name
+            )
         })
-        .collect()
+    };
+    let mut lines = Vec::new();
+    for with in rows.iter().filter(|r| r.failure.is_none()) {
+        let Some(workload) = with.name.strip_suffix(SUFFIX) else {
+            continue;
+        };
+        let without = ok(&format!("{workload}{WITHOUT_SUFFIX}"));
+        if let Some(kept) = without.and_then(|base| compare(with, base)) {
+            lines.push(format!(
+                "events: {} (log and NATS sink) keeps {kept}; bound: 0.9",
+                with.name
+            ));
+        }
+        if let (Some(log), Some(base)) = (ok(workload), without)
+            && let Some(kept) = compare(log, base)
+        {
+            lines.push(format!("events: {} (log alone) keeps {kept}", log.name));
+        }
+        if let Some(kept) = ok(workload).and_then(|log| compare(with, log)) {
+            lines.push(format!(
+                "events: {} (the sink alone) keeps {kept}",
+                with.name
+            ));
+        }
+    }
+    lines
 }
 
 /// Places the NATS sink's cursor at the end of `pool`'s log, its lease free: the rows before

@@ -3,11 +3,13 @@
 //! Postgres database) or an existing one (`--target`), and prints throughput and latency next to the raw commit rate of the same
 //! Postgres measured in the same run (`ceiling`). See `BENCHMARKS.md`.
 
+mod cpu;
 pub mod credentials;
 pub mod deploy;
 mod events;
 mod flash_rows;
 mod report;
+mod reserve_confirm_rows;
 mod retention_rows;
 pub mod scenarios;
 pub mod stats;
@@ -22,7 +24,7 @@ use std::time::Duration;
 
 use crate::coordinator::Retention;
 use report::{print_table, row, to_json};
-use scenarios::{Ctx, Measured, Progress, Workload};
+use scenarios::{Ctx, Measured, Progress};
 
 /// A named scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -270,13 +272,13 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
         match scenario {
             Scenario::Ceiling => ceiling_rows(&args, &ceiling_many, &mut rows).await,
             Scenario::Latency | Scenario::Throughput => {
-                let ctx = RunCtx {
+                let ctx = reserve_confirm_rows::RunCtx {
                     args: &args,
                     transport: &transport,
                     run_id: &run_id,
                     ceiling_many: &ceiling_many,
                 };
-                reserve_confirm_rows(ctx, scenario, &mut rows).await;
+                reserve_confirm_rows::run(ctx, scenario, &mut rows).await;
             }
             Scenario::Holds => holds_rows(&args, &transport, &ceiling_many, &mut rows).await,
             Scenario::Retention => {
@@ -315,56 +317,6 @@ async fn ceiling_rows(args: &BenchArgs, ceiling_many: &str, rows: &mut Vec<Row>)
         ticker.abort();
         let after = xacts(&args.database_url).await;
         rows.push(row(name, conns, result, None, delta(before, after)));
-    }
-}
-
-/// What every scenario's rows are measured with.
-#[derive(Clone, Copy)]
-struct RunCtx<'a> {
-    args: &'a BenchArgs,
-    transport: &'a Transport,
-    run_id: &'a str,
-    ceiling_many: &'a str,
-}
-
-/// `latency-*` (one client) or `throughput-*` (`--clients`), per workload.
-async fn reserve_confirm_rows(ctx: RunCtx<'_>, scenario: Scenario, rows: &mut Vec<Row>) {
-    let RunCtx {
-        args,
-        transport,
-        run_id,
-        ceiling_many,
-    } = ctx;
-    let (prefix, clients, baseline) = if scenario == Scenario::Latency {
-        ("latency", 1, "ceiling-1".to_owned())
-    } else {
-        ("throughput", args.clients, ceiling_many.to_owned())
-    };
-    // The sink runs in the in-process coordinator only.
-    let with_nats =
-        scenario == Scenario::Throughput && args.events_nats_url.is_some() && args.target.is_none();
-    let names = [Workload::Noop, Workload::Real]
-        .into_iter()
-        .flat_map(|workload| {
-            let name = format!("{prefix}-{}", workload.name());
-            let nats = with_nats.then(|| (workload, format!("{name}{}", events::SUFFIX)));
-            std::iter::once((workload, name)).chain(nats)
-        });
-    for (workload, name) in names {
-        let r = with_deployment(
-            args,
-            transport,
-            run_id,
-            &name,
-            false,
-            Retention::off(),
-            |ctx, progress| async move {
-                scenarios::reserve_confirm_loop(ctx, workload, clients, args.duration, progress)
-                    .await
-            },
-        )
-        .await;
-        rows.push(row(name, clients, r.0, Some(baseline.clone()), r.1));
     }
 }
 
@@ -483,9 +435,10 @@ async fn start_deployment(
     let redis_keys = redis
         .as_ref()
         .map(|s| (s.redis_url.clone(), s.key_prefix.clone()));
+    deploy::vacuum(&args.database_url).await?;
     let started = match events::EventsRun::for_row(args, run_id, name).await {
         Ok(events) => {
-            let sinks = events.iter().map(events::EventsRun::sink).collect();
+            let sinks = events.iter().filter_map(events::EventsRun::sink).collect();
             deploy::Deployment::start(
                 &args.database_url,
                 args.coordinator_pool,
@@ -550,10 +503,11 @@ where
             Err(e) => return (Err(e), None),
         },
     };
-    let before = if deployment.is_some() {
-        xacts(&args.database_url).await
+    let (before, meter) = if deployment.is_some() {
+        let meter = cpu::CpuMeter::start(&args.database_url).await;
+        (xacts(&args.database_url).await, meter)
     } else {
-        None
+        (None, None)
     };
     let ctx = Arc::new(Ctx {
         endpoints,
@@ -573,6 +527,9 @@ where
     }
     if let (Ok(m), Some(run)) = (&mut result, &events) {
         run.report(m).await;
+    }
+    if let (Ok(m), Some(meter)) = (&mut result, meter) {
+        meter.record(m).await;
     }
     let mut counted = None;
     if let Some(d) = deployment {

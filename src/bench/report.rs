@@ -121,6 +121,16 @@ fn ratio_one_row(rows: &[Row], r: &Row) -> Option<f64> {
     ratio_to(rows, r, &format!("{base}-one-row"))
 }
 
+/// The row's CPU time per operation in ms, all processes measured (`bench/cpu.rs`).
+pub(super) fn cpu_per_op(r: &Row) -> Option<f64> {
+    r.measured
+        .as_ref()?
+        .extra
+        .get("cpu_ms_per_op")?
+        .get("total")?
+        .as_f64()
+}
+
 fn commits_per_op(r: &Row) -> Option<f64> {
     let (commits, _) = r.xacts?;
     let setup = r.measured.as_ref().map_or(0, |m| m.setup_xacts);
@@ -135,7 +145,7 @@ pub(super) fn print_table(rows: &[Row], transport: &Transport) {
         println!("{line}");
     }
     println!(
-        "{:<18} {:>7} {:>8} {:>6} {:>6} {:>10} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10}",
+        "{:<18} {:>7} {:>8} {:>6} {:>6} {:>10} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>10}",
         "scenario",
         "clients",
         "ok",
@@ -147,7 +157,8 @@ pub(super) fn print_table(rows: &[Row], transport: &Transport) {
         "p99 ms",
         "max ms",
         "x ceiling",
-        "commits/op"
+        "commits/op",
+        "cpu ms/op"
     );
     print_rows(rows);
     print_notes(rows);
@@ -156,7 +167,9 @@ pub(super) fn print_table(rows: &[Row], transport: &Transport) {
          x ceiling: rate / commit rate of the ceiling row at the same concurrency, one row per \
          connection (latency: ceiling-1); commits/op: pg_stat_database.xact_commit delta, less the bench's own \
          provisioning transactions, / operations (includes the coordinator's background sweeps \
-         and stock-redis's reconciler reads)"
+         and stock-redis's reconciler reads); cpu ms/op: CPU time (user + system) of the \
+         bench process, the bench database's PostgreSQL processes with the server's background \
+         ones, and a local nats-server, / operations (in-process, database on this machine)"
     );
 }
 
@@ -171,8 +184,9 @@ fn print_rows(rows: &[Row]) {
         let l = r.latency();
         let x = ratio(rows, r).map_or("-".into(), |x| format!("{x:.3}"));
         let c = commits_per_op(r).map_or("-".into(), |c| format!("{c:.2}"));
+        let cpu = cpu_per_op(r).map_or("-".into(), |c| format!("{c:.2}"));
         println!(
-            "{:<18} {:>7} {:>8} {:>6} {:>6} {:>10.1} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>10} {:>10}",
+            "{:<18} {:>7} {:>8} {:>6} {:>6} {:>10.1} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>10} {:>10} {:>10}",
             r.name,
             r.clients,
             m.recorder.ok(),
@@ -184,7 +198,8 @@ fn print_rows(rows: &[Row]) {
             l.p99,
             l.max,
             x,
-            c
+            c,
+            cpu
         );
     }
 }

@@ -219,11 +219,12 @@ fn the_bench_runs_with_authentication_on_every_server() {
     }
 }
 
-/// `holdfast bench throughput --events-nats-url`, short: each workload also runs with the
+/// `holdfast bench throughput --events-nats-url`, short: each workload runs three times,
+/// without the event log (its triggers off: nothing appended), with it, and with it and the
 /// in-process coordinator delivering its events to NATS (the shared server on 127.0.0.1:4222);
-/// those rows are clean, report how many events the sink delivered and their lag, the rate
-/// kept against the same workload without the sink is printed, and the run's streams are gone
-/// afterwards.
+/// the rows are clean and measured their CPU per operation, the `-nats` rows report how many
+/// events the sink delivered and their lag, the rates kept against the row without events and
+/// the row with the log alone are printed, and the run's streams are gone afterwards.
 #[test]
 fn bench_throughput_with_a_nats_sink_reports_the_event_lag() {
     let (rows, output) = run_bench(&[
@@ -235,23 +236,41 @@ fn bench_throughput_with_a_nats_sink_reports_the_event_lag() {
         "--events-nats-url",
         "nats://127.0.0.1:4222",
     ]);
-    let mut streams = Vec::new();
-    for name in ["throughput-noop-nats", "throughput-real-nats"] {
-        let r = rows
-            .iter()
+    let row = |name: &str| {
+        rows.iter()
             .find(|r| r["scenario"] == name)
-            .unwrap_or_else(|| panic!("no {name} row; {output}"));
-        assert!(r["failure"].is_null(), "{r}");
-        assert_eq!(r["error_count"], 0, "{r}");
+            .unwrap_or_else(|| panic!("no {name} row; {output}"))
+    };
+    let mut streams = Vec::new();
+    for workload in ["throughput-noop", "throughput-real"] {
+        let without = format!("{workload}-without-events");
+        let name = format!("{workload}-nats");
+        for (row_name, appends) in [
+            (&without, false),
+            (&workload.to_owned(), true),
+            (&name, true),
+        ] {
+            let r = row(row_name);
+            assert!(r["failure"].is_null(), "{r}");
+            assert_eq!(r["error_count"], 0, "{r}");
+            let appended = r["details"]["events_appended"].as_i64().expect("appended");
+            assert_eq!(appended > 0, appends, "{r}");
+            let cpu = r["details"]["cpu_ms_per_op"]["total"].as_f64();
+            assert!(cpu.is_some_and(|ms| ms > 0.0), "{r}");
+        }
+        let r = row(&name);
         let events = &r["details"]["events_nats"];
         assert!(events["delivered"].as_u64().is_some_and(|n| n > 0), "{r}");
         assert!(events["lag_ms"]["p99"].as_f64().is_some(), "{r}");
         assert!(output.contains(&format!("{name}: events: ")), "{output}");
-        let without = name.strip_suffix("-nats").unwrap();
-        assert!(
-            output.contains(&format!("events: {name} keeps ")) && output.contains(without),
-            "{output}"
-        );
+        for line in [
+            format!("events: {name} (log and NATS sink) keeps "),
+            format!(" of {without}'s rate"),
+            format!("events: {workload} (log alone) keeps "),
+            format!("events: {name} (the sink alone) keeps "),
+        ] {
+            assert!(output.contains(&line), "{line:?} missing; {output}");
+        }
         assert!(output.contains("caught up"), "{output}");
         streams.push(events["stream"].as_str().expect("stream").to_owned());
     }

@@ -19,8 +19,10 @@ use crate::store::{Store, StoreError};
 const FOLLOW_BATCH: u32 = 1000;
 
 /// The shortest time between two passes while this process writes: under load the writes of
-/// this long are read in one pass (one query) and readers wake once for them.
-const PASS_INTERVAL: Duration = Duration::from_millis(20);
+/// this long are read in one pass (one query) and readers wake once for them. Each pass costs
+/// the database a horizon and a read of what was appended (BENCHMARKS.md "Events": at 20 ms
+/// the passes cost about as much as the sink's own reads).
+const PASS_INTERVAL: Duration = Duration::from_millis(100);
 
 /// How often the loop looks for events when this process wrote nothing meanwhile (what other
 /// replicas and background statements wrote is seen this late at most).

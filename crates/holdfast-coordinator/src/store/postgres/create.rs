@@ -307,15 +307,7 @@ const INSERT_ROWS: &str = concat!(
                      during_start, during_end) \
             JOIN w ON w.id = u.reservation_id \
             RETURNING *) \
-         SELECT w.*, b.* FROM w CROSS JOIN LATERAL ( \
-            SELECT array_agg(branch_id ORDER BY position) AS b_branch_ids, \
-                   array_agg(participant ORDER BY position) AS b_participants, \
-                   array_agg(resource ORDER BY position) AS b_resources, \
-                   array_agg(quantity ORDER BY position) AS b_quantities, \
-                   array_agg(during_start ORDER BY position) AS b_starts, \
-                   array_agg(during_end ORDER BY position) AS b_ends, \
-                   array_agg(state ORDER BY position) AS b_states, \
-                   array_agg(attempts ORDER BY position) AS b_attempts, \
-                   array_agg(last_error ORDER BY position) AS b_errors \
-            FROM ins WHERE ins.reservation_id = w.id) b"
+         SELECT w.*, b.* FROM w CROSS JOIN LATERAL (SELECT ",
+    branch_arrays!(),
+    " FROM (SELECT * FROM ins WHERE ins.reservation_id = w.id ORDER BY position) br) b"
 );

@@ -66,26 +66,21 @@ fn sink_state((name, delivered_through, failing_since, paused, last_error): Sink
 /// generation of the page, not once per event (a Reserve+Confirm appends four). A plan that
 /// joined before the limit read the branches of every event after the cursor, so a sink with
 /// a backlog paid for the whole backlog on every page.
-pub const EVENTS_AFTER: &str = "WITH page AS MATERIALIZED ( \
+pub const EVENTS_AFTER: &str = concat!(
+    "WITH page AS MATERIALIZED ( \
         SELECT * FROM events \
         WHERE sequence > $1 AND sequence < holdfast_event_horizon() \
           AND ($2::text IS NULL OR owner = $2) \
         ORDER BY sequence LIMIT $3), \
      branches_of AS MATERIALIZED ( \
         SELECT o.reservation_id, o.generation, b.* \
-        FROM (SELECT DISTINCT reservation_id, generation FROM page) o CROSS JOIN LATERAL ( \
-            SELECT array_agg(branch_id ORDER BY position) AS b_branch_ids, \
-                   array_agg(participant ORDER BY position) AS b_participants, \
-                   array_agg(resource ORDER BY position) AS b_resources, \
-                   array_agg(quantity ORDER BY position) AS b_quantities, \
-                   array_agg(during_start ORDER BY position) AS b_starts, \
-                   array_agg(during_end ORDER BY position) AS b_ends, \
-                   array_agg(state ORDER BY position) AS b_states, \
-                   array_agg(attempts ORDER BY position) AS b_attempts, \
-                   array_agg(last_error ORDER BY position) AS b_errors \
-            FROM branches \
-            WHERE branches.reservation_id = o.reservation_id \
-              AND branches.generation = o.generation) b) \
+        FROM (SELECT DISTINCT reservation_id, generation FROM page) o \
+        CROSS JOIN LATERAL (SELECT ",
+    branch_arrays!(),
+    " FROM (SELECT * FROM branches \
+                    WHERE branches.reservation_id = o.reservation_id \
+                      AND branches.generation = o.generation \
+                    ORDER BY position) br) b) \
      SELECT e.sequence, e.event_id, e.type AS event_type, e.occurred_at, \
         (e.from_queue OR (e.type = 'RESERVATION_HELD' AND e.generation > 0)) AS from_queue, \
         e.reservation_id AS id, e.request_id, e.holder, e.state, \
@@ -99,7 +94,8 @@ pub const EVENTS_AFTER: &str = "WITH page AS MATERIALIZED ( \
         b.b_ends, b.b_states, b.b_attempts, b.b_errors \
      FROM page e JOIN branches_of b \
        ON b.reservation_id = e.reservation_id AND b.generation = e.generation \
-     ORDER BY e.sequence";
+     ORDER BY e.sequence"
+);
 
 /// The columns [`SinkRow`] reads (a macro: queries are `&'static str`).
 macro_rules! sink_columns {
