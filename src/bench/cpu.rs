@@ -1,10 +1,10 @@
 //! CPU time per operation of an in-process row: the bench's own process (the deployment and its
 //! clients), the PostgreSQL processes serving the bench database plus the server's background
 //! processes (WAL writer, checkpointer, ...), and a local `nats-server`, read from `/proc`
-//! before and after the row. On a CPU-bound machine a row's rate is the inverse of this sum,
-//! and unlike the rate it does not move with what else the machine runs, so two rows' CPU per
-//! operation compares what each costs more steadily than their rates do. Linux with the
-//! database on this machine only; elsewhere a row simply has none.
+//! before and after the row (from the deployment answering to after the row's report: its
+//! provisioning and a sink's drain are in it). It says which process pays for what a row adds;
+//! it does not see time operations spend waiting (a rate can fall at the same CPU per
+//! operation). Linux with the database on this machine only; elsewhere a row has none.
 
 use std::collections::HashMap;
 

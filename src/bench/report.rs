@@ -169,7 +169,8 @@ pub(super) fn print_table(rows: &[Row], transport: &Transport) {
          provisioning transactions, / operations (includes the coordinator's background sweeps \
          and stock-redis's reconciler reads); cpu ms/op: CPU time (user + system) of the \
          bench process, the bench database's PostgreSQL processes with the server's background \
-         ones, and a local nats-server, / operations (in-process, database on this machine)"
+         ones, and a local nats-server, over the whole row (its provisioning included), / \
+         operations (in-process, database on this machine)"
     );
 }
 
