@@ -6,6 +6,7 @@
 //! `grpc.rs` also serves the real coordinator over gRPC on a SQLite store (a smoke test).
 
 mod ack_relay;
+mod branch_order;
 mod cases;
 #[path = "../shared/generic_plans.rs"]
 mod generic_plans;
