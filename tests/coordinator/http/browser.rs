@@ -106,21 +106,19 @@ return {
 };
 "#;
 
-async fn look(page: &Client) -> Value {
-    page.execute(LOOK, vec![]).await.unwrap()
-}
-
-/// Waits until `done` holds for what the page shows, polling the DOM; fails after `within`
-/// with the last look.
-async fn until(
+/// Waits until `done` holds for what `script` (a DOM reading that returns an object) reads off
+/// the page, polling; fails after `within` with the last reading. Every console test waits
+/// through this.
+pub(super) async fn until_shows(
     page: &Client,
+    script: &str,
     within: Duration,
     what: &str,
     done: impl Fn(&Value) -> bool,
 ) -> Value {
     let deadline = Instant::now() + within;
     loop {
-        let seen = look(page).await;
+        let seen = page.execute(script, vec![]).await.unwrap();
         if done(&seen) {
             return seen;
         }
@@ -130,6 +128,16 @@ async fn until(
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// [`until_shows`] with this page's [`LOOK`].
+async fn until(
+    page: &Client,
+    within: Duration,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    until_shows(page, LOOK, within, what, done).await
 }
 
 /// Asserts the page's HTML holds none of `tokens`.
@@ -338,18 +346,7 @@ return {
 
 /// Waits until `done` holds for the events page.
 async fn until_events(page: &Client, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let seen = page.execute(LOOK_EVENTS, vec![]).await.unwrap();
-        if done(&seen) {
-            return seen;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not within 15 s; the page last showed {seen:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until_shows(page, LOOK_EVENTS, Duration::from_secs(15), what, done).await
 }
 
 #[sqlx::test]

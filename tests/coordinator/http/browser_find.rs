@@ -14,7 +14,7 @@ use fantoccini::{Client, Locator};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
-use super::browser::{browser, sign_in, start_driver};
+use super::browser::{browser, sign_in, start_driver, until_shows};
 use super::spawn_http;
 use crate::auth::{Cast, keyed, reserve_seat, secured_settings};
 
@@ -44,18 +44,7 @@ return {
 "#;
 
 async fn until(page: &Client, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let seen = page.execute(LOOK, vec![]).await.unwrap();
-        if done(&seen) {
-            return seen;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not within 15 s; the page last showed {seen:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until_shows(page, LOOK, Duration::from_secs(15), what, done).await
 }
 
 /// Types `text` into the header's search box and submits it.

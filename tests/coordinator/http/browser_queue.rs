@@ -6,14 +6,14 @@
 //! shows its position and until, and turns HELD, live, when the holder ahead cancels. Every
 //! wait is for a DOM change, with a deadline that fails with what the page showed last.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fantoccini::{Client, Locator};
 use holdfast::proto;
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
-use super::browser::{browser, sign_in, start_driver};
+use super::browser::{browser, sign_in, start_driver, until_shows};
 use super::waitlist::queue_shop;
 use crate::auth::{Cast, keyed, reserve_seat};
 use crate::common::{Decide, proto_duration};
@@ -40,18 +40,7 @@ return {
 "#;
 
 async fn until(page: &Client, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let seen = page.execute(LOOK, vec![]).await.unwrap();
-        if done(&seen) {
-            return seen;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not within 15 s; the page last showed {seen:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until_shows(page, LOOK, Duration::from_secs(15), what, done).await
 }
 
 async fn click(page: &Client, css: &str) {
