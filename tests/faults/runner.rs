@@ -378,14 +378,27 @@ async fn read_all(current: &Current, seed: u64, ids: &[String]) -> Vec<proto::Re
         .expect("a client of the live coordinator");
     let mut out = Vec::new();
     for id in ids {
-        let r = c
-            .get_reservation(proto::GetReservationRequest {
-                reservation_id: id.clone(),
-            })
-            .await
-            .unwrap_or_else(|e| panic!("seed {seed}: GetReservation {id}: {e}"))
-            .into_inner();
+        let request = proto::GetReservationRequest {
+            reservation_id: id.clone(),
+        };
+        let mut tries = 0;
+        let r = loop {
+            match c.get_reservation(request.clone()).await {
+                Ok(r) => break r.into_inner(),
+                // UNAVAILABLE with STORAGE_UNAVAILABLE says "retry the same request" (SPEC 3.2): a pooled connection whose
+                // backend a fault ended answers one statement with an error before the pool
+                // replaces it, as a client of a real deployment sees after a failover.
+                Err(e) if e.code() == tonic::Code::Unavailable && tries < READ_TRIES => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("seed {seed}: GetReservation {id} (try {tries}): {e}"),
+            }
+        };
         out.push(r);
     }
     out
 }
+
+/// How often a final read is repeated while the coordinator answers UNAVAILABLE.
+const READ_TRIES: u32 = 10;
