@@ -14,6 +14,8 @@ use tonic_types::StatusExt;
 
 use crate::proto;
 
+mod shapes;
+
 /// A reservation, without its hold token.
 pub fn reservation(r: &proto::Reservation) -> Value {
     shaped(r, None)
@@ -25,56 +27,26 @@ pub(crate) fn reservation_with_token(r: &proto::Reservation) -> Value {
 }
 
 fn shaped(r: &proto::Reservation, hold_token: Option<&str>) -> Value {
-    let mut head = json!({
-        "id": r.id,
-        "request_id": r.request_id,
-        "holder": r.holder,
-        "state": r.state().as_str_name(),
-    });
-    if let (Some(token), Some(fields)) = (hold_token, head.as_object_mut()) {
-        fields.insert("hold_token".to_owned(), Value::String(token.to_owned()));
-    }
-    let tail = json!({
-        "created_at": time(r.created_at.as_ref()),
-        "expires_at": time(r.expires_at.as_ref()),
-        "extensions_used": r.extensions_used,
-        "branches": r.branches.iter().map(branch).collect::<Vec<_>>(),
-        "rejection": r.rejection.as_ref().map(|x| json!({
-            "participant": x.participant,
-            "resource": x.resource,
-            "reason": x.reason,
-        })),
-        "refund": r.refund.as_ref().map(|x| json!({
-            "refund_id": x.refund_id,
-            "state": x.state().as_str_name(),
-            "amount_minor": x.amount_minor,
-            "currency": x.currency,
-            "failure_reason": x.failure_reason,
-        })),
-        "late_payment_honored": r.late_payment_honored,
-        "labels": r.labels.iter().collect::<std::collections::BTreeMap<_, _>>(),
-        "audit": r.audit.iter().map(audit_entry).collect::<Vec<_>>(),
-        "payments": r.payments.iter().map(payment_record).collect::<Vec<_>>(),
-        "queue": r.queue.as_ref().map(queue_place),
-    });
-    if let (Some(fields), Value::Object(rest)) = (head.as_object_mut(), tail) {
-        fields.extend(rest);
-    }
-    head
+    value(shapes::Reservation::of(r, hold_token))
 }
 
-/// An event (SPEC 10): what NATS and webhooks carry, what `/v1/events` answers. The sequence
-/// is a JSON number (it stays below 2^53 for any realistic log).
+/// An event (SPEC 10): what `/v1/events` answers and the CLI prints. The sequence is a JSON
+/// number (it stays below 2^53 for any realistic log).
 pub fn event(e: &proto::Event) -> Value {
-    json!({
-        "sequence": e.sequence,
-        "event_id": e.event_id,
-        "type": e.r#type().as_str_name(),
-        "occurred_at": time(e.occurred_at.as_ref()),
-        "reservation": e.reservation.as_ref().map(reservation),
-        "owner": e.owner,
-        "from_queue": e.from_queue,
-    })
+    value(shapes::Event::of(e))
+}
+
+/// [`event`] as compact JSON text: what NATS and webhooks carry, written without building a
+/// [`Value`] first (the same shape).
+pub(crate) fn event_bytes(e: &proto::Event) -> Result<Vec<u8>, serde_json::Error> {
+    serde_json::to_vec(&shapes::Event::of(e))
+}
+
+/// One of [`shapes`] as a [`Value`].
+fn value(shape: impl serde::Serialize) -> Value {
+    // Strings, numbers, bools and maps keyed by strings: nothing in a shape can fail to
+    // serialize, and `Value` holds all of it.
+    serde_json::to_value(shape).unwrap_or(Value::Null)
 }
 
 /// An event sink's delivery state (Admin `ListSinks`); `lag_seconds` is the age of the oldest
@@ -137,18 +109,6 @@ pub fn inventory_line(l: &proto::InventoryLine) -> Value {
     })
 }
 
-/// Where a QUEUED reservation waits (SPEC 11).
-fn queue_place(q: &proto::QueuePlace) -> Value {
-    json!({
-        "position": q.position,
-        "participant": q.participant,
-        "resource": q.resource,
-        "during": q.during.as_ref().map(interval),
-        "since": time(q.since.as_ref()),
-        "until": time(q.until.as_ref()),
-    })
-}
-
 /// One reservation waiting in a queue (Admin `ListQueue`), in offer order.
 pub(crate) fn queued_reservation(e: &proto::QueuedReservation) -> Value {
     json!({
@@ -161,48 +121,9 @@ pub(crate) fn queued_reservation(e: &proto::QueuedReservation) -> Value {
     })
 }
 
-/// A slot: `{"start","end"}`.
-fn interval(d: &proto::Interval) -> Value {
-    json!({
-        "start": time(d.start.as_ref()),
-        "end": time(d.end.as_ref()),
-    })
-}
-
-/// A payment recorded for a reservation.
-fn payment_record(p: &proto::reservation::PaymentRecord) -> Value {
-    json!({
-        "participant": p.participant,
-        "payment_ref": p.payment_ref,
-        "amount_minor": p.amount_minor,
-        "currency": p.currency,
-        "state": p.state().as_str_name(),
-        "refund_id": p.refund_id,
-    })
-}
-
-fn branch(b: &proto::Branch) -> Value {
-    json!({
-        "participant": b.participant,
-        "resource": b.resource,
-        "quantity": b.quantity,
-        "during": b.during.as_ref().map(interval),
-        "state": b.state().as_str_name(),
-        "attempts": b.attempts,
-        "last_error": b.last_error,
-    })
-}
-
 /// An operator action.
 pub fn audit_entry(a: &proto::AuditEntry) -> Value {
-    json!({
-        "reservation_id": a.reservation_id,
-        "principal": a.principal,
-        "at": time(a.at.as_ref()),
-        "action": a.action,
-        "reason": a.reason,
-        "participant": a.participant,
-    })
+    value(shapes::AuditEntry::of(a))
 }
 
 /// A page of reservations.
@@ -452,6 +373,72 @@ mod tests {
             ["id", "request_id", "holder", "state", "hold_token"]
         );
         assert_eq!(with["hold_token"], "secret");
+    }
+
+    #[test]
+    fn an_event_as_bytes_is_the_text_of_its_value() {
+        let at = |seconds| {
+            Some(prost_types::Timestamp {
+                seconds,
+                nanos: 7_000_000,
+            })
+        };
+        let during = Some(proto::Interval {
+            start: at(1_700_000_000),
+            end: at(1_700_003_600),
+        });
+        let e = proto::Event {
+            sequence: 42,
+            event_id: "e\"1".into(),
+            r#type: proto::event::Type::ReservationHeld as i32,
+            occurred_at: at(1_700_000_001),
+            reservation: Some(proto::Reservation {
+                id: "r1".into(),
+                hold_token: "secret".into(),
+                state: proto::reservation::State::Held as i32,
+                expires_at: at(1_700_000_600),
+                branches: vec![proto::Branch {
+                    participant: "rooms".into(),
+                    quantity: 2,
+                    during,
+                    ..Default::default()
+                }],
+                rejection: Some(proto::Rejection::default()),
+                refund: Some(proto::Refund::default()),
+                labels: [
+                    ("b".to_owned(), "ü".to_owned()),
+                    ("a".to_owned(), "".to_owned()),
+                ]
+                .into(),
+                audit: vec![proto::AuditEntry::default()],
+                payments: vec![proto::reservation::PaymentRecord::default()],
+                queue: Some(proto::QueuePlace {
+                    during,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            owner: "shop".into(),
+            from_queue: true,
+        };
+        let bytes = event_bytes(&e).unwrap();
+        assert_eq!(String::from_utf8(bytes).unwrap(), event(&e).to_string());
+        assert_eq!(
+            keys(&event(&e)),
+            [
+                "sequence",
+                "event_id",
+                "type",
+                "occurred_at",
+                "reservation",
+                "owner",
+                "from_queue"
+            ]
+        );
+        assert!(
+            !event(&e).to_string().contains("secret"),
+            "no hold token in an event"
+        );
     }
 
     #[test]

@@ -104,16 +104,13 @@ pub async fn migrate(url: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Vacuums and analyzes the bench database before a row: what earlier rows updated and
-/// deleted does not slow this one (a server with autovacuum off, or behind, would make a row's
-/// place in the run part of its result).
-pub(crate) async fn vacuum(url: &str) -> Result<(), String> {
-    let pool = crate::db::connect_postgres(url, 1)
-        .await
-        .map_err(|e| format!("connecting to {url}: {e}"))?;
-    let done = sqlx::raw_sql("VACUUM ANALYZE").execute(&pool).await;
-    pool.close().await;
-    done.map(|_| ()).map_err(|e| format!("VACUUM ANALYZE: {e}"))
+/// Drops, recreates and migrates the bench database before an in-process row: every row
+/// starts from the same empty schema, so what earlier rows left behind (their reservations and
+/// events, dead tuples on a server with autovacuum off or behind, the indexes they grew) is
+/// not part of a later row's result, and a row's place in the run does not count.
+pub(crate) async fn fresh_database(url: &str) -> Result<(), String> {
+    reset_database(url).await?;
+    migrate(url).await
 }
 
 impl Deployment {

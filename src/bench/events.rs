@@ -12,6 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use sqlx::PgPool;
 
 use super::report::cpu_per_op;
+use super::reserve_confirm_rows::split_round;
 use super::scenarios::Measured;
 use super::stats;
 use super::{BenchArgs, Row};
@@ -70,10 +71,9 @@ impl EventsRun {
         let Some(url) = args.events_nats_url.as_deref() else {
             return Ok(None);
         };
-        if !row.starts_with("throughput-") {
+        let Some(RowEvents { log_off, sink }) = row_events(row) else {
             return Ok(None);
-        }
-        let log_off = row.ends_with(WITHOUT_SUFFIX);
+        };
         let pool = crate::db::connect_postgres(&args.database_url, 1)
             .await
             .map_err(|e| format!("connecting to the bench database: {e}"))?;
@@ -81,7 +81,7 @@ impl EventsRun {
         if log_off {
             switch_log(&pool, false).await?;
         }
-        if !row.ends_with(SUFFIX) {
+        if !sink {
             return Ok(Some(EventsRun {
                 pool,
                 before,
@@ -219,52 +219,111 @@ async fn switch_log(pool: &PgPool, on: bool) -> Result<(), String> {
         .map_err(|e| format!("switching the event log's triggers (on: {on}): {e}"))
 }
 
-/// For each `-nats` row that ran: the rate it keeps of its workload's `-without-events` row
-/// (the log and a sink against no log: SPEC 10's bound), and of the row with the log alone,
-/// each with the CPU time per operation of both rows.
+/// What a row of a run with `--events-nats-url` does with events.
+#[derive(Debug, PartialEq)]
+struct RowEvents {
+    /// A `-without-events` row: the log's triggers off.
+    log_off: bool,
+    /// A `-nats` row: a NATS sink.
+    sink: bool,
+}
+
+/// What row `row` (of any round) does with events; `None` for rows other than `throughput`.
+fn row_events(row: &str) -> Option<RowEvents> {
+    let (kind, _round) = split_round(row);
+    kind.starts_with("throughput-").then(|| RowEvents {
+        log_off: kind.ends_with(WITHOUT_SUFFIX),
+        sink: kind.ends_with(SUFFIX),
+    })
+}
+
+/// What `-nats` rows keep of their workload's rate without events (SPEC 10's bound), and what
+/// the log alone and the sink alone keep, each with the CPU per operation; with several
+/// rounds, per round and then the median round per workload.
 pub(super) fn ratios(rows: &[Row]) -> Vec<String> {
     let ok = |name: &str| rows.iter().find(|r| r.name == name && r.failure.is_none());
-    let compare = |with: &Row, base: &Row| {
-        let (rate, base_rate) = (with.rate(), base.rate());
-        let cpu = match (cpu_per_op(with), cpu_per_op(base)) {
-            (Some(w), Some(b)) if b > 0.0 => {
-                format!(", CPU per operation {b:.2} -> {w:.2} ms (x{:.3})", w / b)
-            }
-            _ => String::new(),
-        };
-        (base_rate > 0.0).then(|| {
-            format!(
-                "{:.3} of {}'s rate ({rate:.0} vs {base_rate:.0} ops/s{cpu})",
-                rate / base_rate,
-                base.name
-            )
-        })
-    };
     let mut lines = Vec::new();
+    // Per workload, the rounds' "log and sink keep" and "log alone keeps".
+    let mut kept: Vec<(&str, Vec<f64>, Vec<f64>)> = Vec::new();
     for with in rows.iter().filter(|r| r.failure.is_none()) {
-        let Some(workload) = with.name.strip_suffix(SUFFIX) else {
+        let (kind, round) = split_round(&with.name);
+        let Some(workload) = kind.strip_suffix(SUFFIX) else {
             continue;
         };
-        let without = ok(&format!("{workload}{WITHOUT_SUFFIX}"));
-        if let Some(kept) = without.and_then(|base| compare(with, base)) {
+        let at = match kept.iter().position(|(w, _, _)| *w == workload) {
+            Some(at) => at,
+            None => {
+                kept.push((workload, Vec::new(), Vec::new()));
+                kept.len() - 1
+            }
+        };
+        let without = ok(&format!("{workload}{WITHOUT_SUFFIX}{round}"));
+        let log = ok(&format!("{workload}{round}"));
+        if let Some((ratio, said)) = without.and_then(|base| compare(with, base)) {
+            kept[at].1.push(ratio);
             lines.push(format!(
-                "events: {} (log and NATS sink) keeps {kept}; bound: 0.9",
+                "events: {} (log and NATS sink) keeps {said}; bound: 0.9",
                 with.name
             ));
         }
-        if let (Some(log), Some(base)) = (ok(workload), without)
-            && let Some(kept) = compare(log, base)
+        if let (Some(log), Some(base)) = (log, without)
+            && let Some((ratio, said)) = compare(log, base)
         {
-            lines.push(format!("events: {} (log alone) keeps {kept}", log.name));
+            kept[at].2.push(ratio);
+            lines.push(format!("events: {} (log alone) keeps {said}", log.name));
         }
-        if let Some(kept) = ok(workload).and_then(|log| compare(with, log)) {
+        if let Some((_, said)) = log.and_then(|log| compare(with, log)) {
             lines.push(format!(
-                "events: {} (the sink alone) keeps {kept}",
+                "events: {} (the sink alone) keeps {said}",
                 with.name
             ));
         }
     }
+    for (workload, both, log) in kept {
+        if both.len() > 1 {
+            lines.push(format!(
+                "events: {workload} over {} rounds: log and NATS sink keep {} of the rate without events, the log alone {}; bound: 0.9 (median)",
+                both.len(),
+                median_of(both),
+                median_of(log),
+            ));
+        }
+    }
     lines
+}
+
+/// What `with` keeps of `base`'s rate, and said with both rates and CPU per operation.
+fn compare(with: &Row, base: &Row) -> Option<(f64, String)> {
+    let (rate, base_rate) = (with.rate(), base.rate());
+    let cpu = match (cpu_per_op(with), cpu_per_op(base)) {
+        (Some(w), Some(b)) if b > 0.0 => {
+            format!(", CPU per operation {b:.2} -> {w:.2} ms (x{:.3})", w / b)
+        }
+        _ => String::new(),
+    };
+    (base_rate > 0.0).then(|| {
+        let ratio = rate / base_rate;
+        let said = format!(
+            "{ratio:.3} of {}'s rate ({rate:.0} vs {base_rate:.0} ops/s{cpu})",
+            base.name
+        );
+        (ratio, said)
+    })
+}
+
+/// `0.931 (rounds 0.850-0.970)`: the median of `ratios` and their range.
+fn median_of(mut ratios: Vec<f64>) -> String {
+    if ratios.is_empty() {
+        return "(no round)".into();
+    }
+    ratios.sort_by(f64::total_cmp);
+    let n = ratios.len();
+    let median = if n % 2 == 1 {
+        ratios[n / 2]
+    } else {
+        (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0
+    };
+    format!("{median:.3} (rounds {:.3}-{:.3})", ratios[0], ratios[n - 1])
 }
 
 /// Places the NATS sink's cursor at the end of `pool`'s log, its lease free: the rows before
@@ -351,5 +410,90 @@ impl Sink for LagRecorder {
             }
             delivered
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rows_events_follow_its_name_in_every_round() {
+        for round in ["", "#1", "#12"] {
+            let of = |name: &str| row_events(&format!("{name}{round}"));
+            let is = |log_off, sink| Some(RowEvents { log_off, sink });
+            assert_eq!(of("throughput-noop-without-events"), is(true, false));
+            assert_eq!(of("throughput-real"), is(false, false));
+            assert_eq!(of("throughput-real-nats"), is(false, true));
+            assert_eq!(of("latency-noop"), None);
+        }
+    }
+
+    /// A row of `ops` operations in one second.
+    fn row(name: &str, ops: usize) -> Row {
+        let measured = Measured {
+            recorder: stats::Recorder {
+                ok_micros: vec![1_000; ops],
+                ..Default::default()
+            },
+            elapsed: Duration::from_secs(1),
+            notes: Vec::new(),
+            extra: serde_json::json!({}),
+            setup_xacts: 0,
+        };
+        Row {
+            name: name.into(),
+            clients: 1,
+            measured: Some(measured),
+            baseline: None,
+            xacts: None,
+            failure: None,
+        }
+    }
+
+    #[test]
+    fn rounds_are_compared_within_themselves_and_summed_up_by_the_median() {
+        let w = "throughput-noop";
+        let rows = [
+            row(&format!("{w}-without-events#1"), 100),
+            row(&format!("{w}#1"), 95),
+            row(&format!("{w}-nats#1"), 80),
+            row(&format!("{w}-nats#2"), 180),
+            row(&format!("{w}#2"), 190),
+            row(&format!("{w}-without-events#2"), 200),
+            row(&format!("{w}-without-events#3"), 100),
+            row(&format!("{w}#3"), 100),
+            row(&format!("{w}-nats#3"), 95),
+        ];
+        let lines = ratios(&rows);
+        let has = |s: &str| lines.iter().any(|l| l.contains(s));
+        assert!(
+            has(&format!(
+                "{w}-nats#2 (log and NATS sink) keeps 0.900 of {w}-without-events#2's"
+            )),
+            "{lines:#?}"
+        );
+        assert!(
+            has(&format!(
+                "{w}#1 (log alone) keeps 0.950 of {w}-without-events#1's"
+            )),
+            "{lines:#?}"
+        );
+        assert!(
+            has(&format!(
+                "{w} over 3 rounds: log and NATS sink keep 0.900 (rounds 0.800-0.950) of the rate without events, the log alone 0.950 (rounds 0.950-1.000)"
+            )),
+            "{lines:#?}"
+        );
+    }
+
+    #[test]
+    fn the_median_round_and_the_range() {
+        assert_eq!(
+            median_of(vec![0.95, 0.8, 0.9]),
+            "0.900 (rounds 0.800-0.950)"
+        );
+        assert_eq!(median_of(vec![1.0, 0.8]), "0.900 (rounds 0.800-1.000)");
+        assert_eq!(median_of(Vec::new()), "(no round)");
     }
 }

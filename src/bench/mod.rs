@@ -174,6 +174,14 @@ pub struct BenchArgs {
     #[arg(long, value_name = "URL")]
     pub events_nats_url: Option<String>,
 
+    /// Runs the rows of `latency` and `throughput` this many times, interleaved (each round
+    /// once through every workload, a workload's rows in reverse order every other round), as
+    /// rows `<name>#<round>`; with --events-nats-url the bound is then read off the median
+    /// round. A 2-core machine's rows scatter by 10 % and more: one round cannot tell 0.85
+    /// from 0.95.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=50))]
+    pub rounds: u32,
+
     /// With --target: the API key presented on every call (`authorization: Bearer`); it needs
     /// the client role at the coordinator and admin for ResourceAdmin.
     #[arg(long, env = "HOLDFAST_API_KEY", hide_env_values = true)]
@@ -435,7 +443,7 @@ async fn start_deployment(
     let redis_keys = redis
         .as_ref()
         .map(|s| (s.redis_url.clone(), s.key_prefix.clone()));
-    deploy::vacuum(&args.database_url).await?;
+    deploy::fresh_database(&args.database_url).await?;
     let started = match events::EventsRun::for_row(args, run_id, name).await {
         Ok(events) => {
             let sinks = events.iter().filter_map(events::EventsRun::sink).collect();

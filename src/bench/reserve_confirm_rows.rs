@@ -35,16 +35,7 @@ pub(super) async fn run(ctx: RunCtx<'_>, scenario: Scenario, rows: &mut Vec<Row>
     // The sink runs in the in-process coordinator only.
     let with_nats =
         scenario == Scenario::Throughput && args.events_nats_url.is_some() && args.target.is_none();
-    let names = [Workload::Noop, Workload::Real]
-        .into_iter()
-        .flat_map(|workload| {
-            let name = format!("{prefix}-{}", workload.name());
-            let around = |suffix: &str| with_nats.then(|| (workload, format!("{name}{suffix}")));
-            around(events::WITHOUT_SUFFIX)
-                .into_iter()
-                .chain([(workload, name.clone())])
-                .chain(around(events::SUFFIX))
-        });
+    let names = row_names(prefix, with_nats, args.rounds);
     for (workload, name) in names {
         let r = with_deployment(
             args,
@@ -60,5 +51,100 @@ pub(super) async fn run(ctx: RunCtx<'_>, scenario: Scenario, rows: &mut Vec<Row>
         )
         .await;
         rows.push(row(name, clients, r.0, Some(baseline.clone()), r.1));
+    }
+}
+
+/// The rows of `rounds` rounds, in the order they run: per round each workload; with the
+/// events' rows (`with_nats`) a workload's three rows, in reverse order every other round, so
+/// what drifts during a run (the machine, the server's caches) counts against each alike.
+fn row_names(prefix: &str, with_nats: bool, rounds: u32) -> Vec<(Workload, String)> {
+    let mut names = Vec::new();
+    for round in 1..=rounds {
+        for workload in [Workload::Noop, Workload::Real] {
+            let name = format!("{prefix}-{}", workload.name());
+            let mut variants = if with_nats {
+                vec![
+                    format!("{name}{}", events::WITHOUT_SUFFIX),
+                    name.clone(),
+                    format!("{name}{}", events::SUFFIX),
+                ]
+            } else {
+                vec![name]
+            };
+            if round % 2 == 0 {
+                variants.reverse();
+            }
+            names.extend(
+                variants
+                    .into_iter()
+                    .map(|name| (workload, in_round(name, round, rounds))),
+            );
+        }
+    }
+    names
+}
+
+/// Row `name` without its round, and the round's suffix: (`throughput-noop-nats`, `#2`) of
+/// `throughput-noop-nats#2`, (`throughput-noop`, ``) of `throughput-noop`.
+pub(super) fn split_round(name: &str) -> (&str, &str) {
+    match name.rfind(ROUND) {
+        Some(at) => name.split_at(at),
+        None => (name, ""),
+    }
+}
+
+/// Row `name` of `round` (`name#round`; just `name` when there is one round).
+fn in_round(name: String, round: u32, rounds: u32) -> String {
+    if rounds > 1 {
+        format!("{name}{ROUND}{round}")
+    } else {
+        name
+    }
+}
+
+/// What separates a row's name from its round.
+pub(super) const ROUND: char = '#';
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_of_one_round_keep_their_names() {
+        let names: Vec<String> = row_names("throughput", false, 1)
+            .into_iter()
+            .map(|(_, n)| n)
+            .collect();
+        assert_eq!(names, ["throughput-noop", "throughput-real"]);
+        assert_eq!(split_round("throughput-noop"), ("throughput-noop", ""));
+    }
+
+    #[test]
+    fn rounds_alternate_the_order_of_a_workloads_rows() {
+        let names: Vec<String> = row_names("throughput", true, 2)
+            .into_iter()
+            .map(|(_, n)| n)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "throughput-noop-without-events#1",
+                "throughput-noop#1",
+                "throughput-noop-nats#1",
+                "throughput-real-without-events#1",
+                "throughput-real#1",
+                "throughput-real-nats#1",
+                "throughput-noop-nats#2",
+                "throughput-noop#2",
+                "throughput-noop-without-events#2",
+                "throughput-real-nats#2",
+                "throughput-real#2",
+                "throughput-real-without-events#2",
+            ]
+        );
+        assert_eq!(
+            split_round("throughput-noop-nats#2"),
+            ("throughput-noop-nats", "#2")
+        );
     }
 }

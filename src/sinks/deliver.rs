@@ -236,15 +236,22 @@ impl Delivery {
 
     /// Hands the events of `page` the sink wants to it, in order.
     async fn hand_over(&self, page: &[proto::Event]) -> Handed {
-        let wanted: Vec<proto::Event> = page
-            .iter()
-            .filter(|e| self.sink.wants(e))
-            .cloned()
-            .collect();
+        // A sink that wants every event (NATS) is handed the page itself, not a copy of it.
+        let picked: Vec<proto::Event>;
+        let wanted: &[proto::Event] = if page.iter().all(|e| self.sink.wants(e)) {
+            page
+        } else {
+            picked = page
+                .iter()
+                .filter(|e| self.sink.wants(e))
+                .cloned()
+                .collect();
+            &picked
+        };
         let (delivered, mut error) = if wanted.is_empty() {
             (0, None)
         } else {
-            let result = self.sink.deliver(&wanted).await;
+            let result = self.sink.deliver(wanted).await;
             (result.delivered.min(wanted.len()), result.error)
         };
         let through = match wanted.get(delivered) {

@@ -56,10 +56,11 @@ impl EventFormat {
     }
 
     /// The payload of `event`'s message.
-    pub fn encode(self, event: &proto::Event) -> Vec<u8> {
+    pub fn encode(self, event: &proto::Event) -> Result<Vec<u8>, SinkError> {
         match self {
-            EventFormat::Json => crate::json::event(event).to_string().into_bytes(),
-            EventFormat::Protobuf => prost::Message::encode_to_vec(event),
+            EventFormat::Json => crate::json::event_bytes(event)
+                .map_err(|e| SinkError(format!("event {} as JSON: {e}", event.sequence))),
+            EventFormat::Protobuf => Ok(prost::Message::encode_to_vec(event)),
         }
     }
 }
@@ -259,7 +260,7 @@ impl NatsSink {
             .message_id(&event.event_id)
             .header("Holdfast-Sequence", event.sequence.to_string().as_str())
             .header("Content-Type", self.settings.format.content_type())
-            .payload(self.settings.format.encode(event).into());
+            .payload(self.settings.format.encode(event)?.into());
         let subject = self.settings.subject(event);
         self.jetstream
             .send_publish(subject.clone(), message)
@@ -450,11 +451,11 @@ mod tests {
     fn the_payload_is_the_json_shape_or_the_protobuf() {
         let e = event(proto::event::Type::ReservationConfirmed);
         let json: serde_json::Value =
-            serde_json::from_slice(&EventFormat::Json.encode(&e)).unwrap();
+            serde_json::from_slice(&EventFormat::Json.encode(&e).unwrap()).unwrap();
         assert_eq!(json["type"], "RESERVATION_CONFIRMED");
         assert_eq!(json["sequence"], 7);
         let decoded: proto::Event =
-            prost::Message::decode(EventFormat::Protobuf.encode(&e).as_slice()).unwrap();
+            prost::Message::decode(EventFormat::Protobuf.encode(&e).unwrap().as_slice()).unwrap();
         assert_eq!(decoded, e);
     }
 }

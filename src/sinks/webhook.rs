@@ -150,8 +150,8 @@ impl Webhook {
 
     /// POSTs one event; `Err` says why it is not delivered.
     async fn post(&self, event: &proto::Event) -> Result<(), String> {
-        let body = serde_json::to_vec(&crate::json::event(event))
-            .map_err(|e| format!("the event as JSON: {e}"))?;
+        let body =
+            crate::json::event_bytes(event).map_err(|e| format!("the event as JSON: {e}"))?;
         let t = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
