@@ -3,8 +3,7 @@
 //! (every client queues), each on a deployment of its own.
 
 use super::report::{Row, row};
-use super::{BenchArgs, Transport, scenarios, with_deployment};
-use crate::coordinator::Retention;
+use super::{BenchArgs, RowSetup, Transport, scenarios, with_deployment};
 use crate::participants::Kind;
 
 /// Runs the flash-sale rows (`churn`: the `flash-churn` row) and appends them to `rows`.
@@ -38,8 +37,10 @@ pub(super) async fn run(
             transport,
             run_id,
             &name,
-            redis,
-            Retention::off(),
+            RowSetup {
+                stock_redis: redis,
+                ..RowSetup::fresh()
+            },
             |ctx, progress| async move {
                 scenarios::flash(
                     ctx,
@@ -78,8 +79,7 @@ pub(super) async fn run_waitlist(
         transport,
         run_id,
         "waitlist",
-        false,
-        Retention::off(),
+        RowSetup::fresh(),
         |ctx, progress| async move {
             scenarios::waitlist(
                 ctx,

@@ -426,15 +426,41 @@ struct Started {
     events: Option<events::EventsRun>,
 }
 
+/// How a row's in-process deployment starts.
+pub(super) struct RowSetup {
+    /// With the stock-redis participant (`--redis-url`).
+    pub stock_redis: bool,
+    /// The coordinator's retention (off but for the `retention` rows).
+    pub retention: Retention,
+    /// On a fresh database ([`deploy::fresh_database`]); `false` only for rows that run on
+    /// what their scenario seeded.
+    pub fresh_database: bool,
+}
+
+impl RowSetup {
+    /// A fresh database, no stock-redis, retention off: most rows.
+    pub(super) fn fresh() -> RowSetup {
+        RowSetup {
+            stock_redis: false,
+            retention: Retention::off(),
+            fresh_database: true,
+        }
+    }
+}
+
 /// Starts the in-process deployment of row `name` (stock-redis, the event sink as asked).
 async fn start_deployment(
     args: &BenchArgs,
     transport: &Transport,
     run_id: &str,
     name: &str,
-    stock_redis: bool,
-    retention: Retention,
+    setup: RowSetup,
 ) -> Result<Started, String> {
+    let RowSetup {
+        stock_redis,
+        retention,
+        fresh_database,
+    } = setup;
     let redis = match (stock_redis, &args.redis_url) {
         (false, _) => None,
         (true, Some(url)) => Some(deploy::stock_redis_settings(url)),
@@ -443,7 +469,9 @@ async fn start_deployment(
     let redis_keys = redis
         .as_ref()
         .map(|s| (s.redis_url.clone(), s.key_prefix.clone()));
-    deploy::fresh_database(&args.database_url).await?;
+    if fresh_database {
+        deploy::fresh_database(&args.database_url).await?;
+    }
     let started = match events::EventsRun::for_row(args, run_id, name).await {
         Ok(events) => {
             let sinks = events.iter().filter_map(events::EventsRun::sink).collect();
@@ -483,8 +511,7 @@ async fn with_deployment<F, Fut>(
     transport: &Transport,
     run_id: &str,
     name: &str,
-    stock_redis: bool,
-    retention: Retention,
+    setup: RowSetup,
     body: F,
 ) -> (Result<Measured, String>, Option<(i64, i64)>)
 where
@@ -493,8 +520,7 @@ where
 {
     let (endpoints, deployment, redis_keys, events) = match &args.target {
         Some(url) => (target_endpoints(args, url), None, None, None),
-        None => match start_deployment(args, transport, run_id, name, stock_redis, retention).await
-        {
+        None => match start_deployment(args, transport, run_id, name, setup).await {
             Ok(started) => {
                 let Started {
                     deployment,

@@ -7,8 +7,7 @@
 
 use super::report::{Row, row};
 use super::scenarios::Workload;
-use super::{BenchArgs, Scenario, Transport, events, scenarios, with_deployment};
-use crate::coordinator::Retention;
+use super::{BenchArgs, RowSetup, Scenario, Transport, events, scenarios, with_deployment};
 
 /// What every scenario's rows are measured with.
 #[derive(Clone, Copy)]
@@ -42,8 +41,7 @@ pub(super) async fn run(ctx: RunCtx<'_>, scenario: Scenario, rows: &mut Vec<Row>
             transport,
             run_id,
             &name,
-            false,
-            Retention::off(),
+            RowSetup::fresh(),
             |ctx, progress| async move {
                 scenarios::reserve_confirm_loop(ctx, workload, clients, args.duration, progress)
                     .await

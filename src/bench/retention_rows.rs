@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::report::{Row, row};
-use super::{BenchArgs, Transport, scenarios, with_deployment};
+use super::{BenchArgs, RowSetup, Transport, scenarios, with_deployment};
 use crate::coordinator::Retention;
 
 /// `retention`: seeds the finished rows, then measures Reserves with retention off and while
@@ -20,6 +20,10 @@ pub(super) async fn run(
 ) {
     use std::sync::atomic::{AtomicBool, Ordering};
     let total = args.retention_rows;
+    if let Err(e) = super::deploy::fresh_database(&args.database_url).await {
+        rows.push(row("retention-seed".into(), 0, Err(e), None, None));
+        return;
+    }
     match scenarios::retention::seed_finished(&args.database_url, total).await {
         Ok(took) => eprintln!(
             "bench: seeded {total} finished reservations in {:.1}s",
@@ -42,7 +46,13 @@ pub(super) async fn run(
     ] {
         let stop = Arc::new(AtomicBool::new(false));
         let watching = retention.keep.is_some();
-        let r = with_deployment(args, transport, run_id, name, false, retention, |ctx, progress| {
+        // Both rows run on the finished reservations seeded above.
+        let setup = RowSetup {
+            retention,
+            fresh_database: false,
+            ..RowSetup::fresh()
+        };
+        let r = with_deployment(args, transport, run_id, name, setup, |ctx, progress| {
             let stop = stop.clone();
             async move {
                 let watch = watching.then(|| {

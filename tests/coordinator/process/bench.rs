@@ -289,3 +289,33 @@ fn bench_throughput_with_a_nats_sink_reports_the_event_lag() {
         }
     });
 }
+
+/// `holdfast bench retention`, small: both rows run on the finished reservations the scenario
+/// seeded (rows start on a fresh database, but for these), so the purging row sees the
+/// coordinator purge them during its window. Enough rows that the purge outlasts the
+/// deployment's start (a few hundred are gone before the window opens).
+#[test]
+fn bench_retention_purges_what_it_seeded() {
+    let (rows, output) = run_bench(&[
+        "retention",
+        "--retention-rows",
+        "30000",
+        "--retention-clients",
+        "2",
+        "--duration",
+        "3s",
+    ]);
+    let row = |name: &str| {
+        rows.iter()
+            .find(|r| r["scenario"] == name)
+            .unwrap_or_else(|| panic!("no {name} row; {output}"))
+    };
+    for name in ["retention-off", "retention-purging"] {
+        let r = row(name);
+        assert!(r["failure"].is_null(), "{r}");
+        assert_eq!(r["error_count"], 0, "{r}");
+    }
+    let purging = row("retention-purging");
+    let purged = purging["details"]["purged_in_window"].as_u64();
+    assert!(purged.is_some_and(|n| n > 0), "{purging}; {output}");
+}
