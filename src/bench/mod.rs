@@ -502,10 +502,10 @@ async fn start_deployment(
     }
 }
 
-/// `--redis-url` when `stock_redis`, its keys deleted afterwards; with a NATS sink for a `-nats`
-/// Starts the row's in-process deployment ([`start_deployment`]) or uses the target, runs
-/// `body` (its clients also over `transport`), stops the deployment and counts the database
-/// transactions it took.
+/// Starts the row's in-process deployment as `setup` says ([`start_deployment`]: stock-redis's
+/// keys deleted afterwards, a NATS sink for a `-nats` row) or uses the target, runs `body` (its
+/// clients also over `transport`), stops the deployment and counts the database transactions it
+/// took.
 async fn with_deployment<F, Fut>(
     args: &BenchArgs,
     transport: &Transport,
