@@ -77,9 +77,7 @@ impl CpuMeter {
             nats: per_op(Part::Nats),
         })
     }
-}
 
-impl CpuMeter {
     /// Finishes the measurement of the row that measured `m` and records it in its JSON
     /// (`cpu_ms_per_op`: `total`, `holdfast`, `postgres`, `nats`).
     pub(super) async fn record(self, m: &mut Measured) {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use sqlx::PgPool;
 
 use super::report::cpu_per_op;
-use super::reserve_confirm_rows::split_round;
+use super::rounds::split_round;
 use super::scenarios::Measured;
 use super::stats;
 use super::{BenchArgs, Row};
@@ -31,42 +31,35 @@ pub(super) const SUFFIX: &str = "-nats";
 pub(super) const WITHOUT_SUFFIX: &str = "-without-events";
 
 /// The triggers that append events (migrations `0012_events.sql`,
-/// `0015_events_per_statement.sql`) switched off and on: a `-without-events` row disables them
-/// on the bench database (which the bench reset and owns) for as long as it runs.
+/// `0015_events_per_statement.sql`) switched off: a `-without-events` row disables them on its
+/// fresh database (the next row starts on another).
 const LOG_OFF: &str = "ALTER TABLE reservations DISABLE TRIGGER reservations_recorded_events; \
     ALTER TABLE reservations DISABLE TRIGGER reservations_changed_events; \
     ALTER TABLE extra_payments DISABLE TRIGGER extra_payments_recorded_event; \
     ALTER TABLE extra_payments DISABLE TRIGGER extra_payments_changed_event; \
     ALTER TABLE admin_audit DISABLE TRIGGER admin_audit_event";
-const LOG_ON: &str = "ALTER TABLE reservations ENABLE TRIGGER reservations_recorded_events; \
-    ALTER TABLE reservations ENABLE TRIGGER reservations_changed_events; \
-    ALTER TABLE extra_payments ENABLE TRIGGER extra_payments_recorded_event; \
-    ALTER TABLE extra_payments ENABLE TRIGGER extra_payments_changed_event; \
-    ALTER TABLE admin_audit ENABLE TRIGGER admin_audit_event";
 
 /// The events of one `throughput` row of a run with `--events-nats-url`: how many it appended,
-/// and a NATS sink (a `-nats` row) or no log at all (a `-without-events` row).
+/// and a NATS sink (a `-nats` row) or no log at all (a `-without-events` row). The row runs on
+/// a fresh database ([`super::RowSetup::fresh`]): its log starts empty, its triggers on, no
+/// sink's cursor in it.
 pub(super) struct EventsRun {
-    /// A connection to the bench database, to count events, read the sink's progress and
-    /// switch the log's triggers with.
+    /// A connection to the bench database, to count events and read the sink's progress with.
     pool: PgPool,
-    /// Events in the log before the row.
-    before: i64,
     /// A `-nats` row's sink and its settings.
     nats: Option<(NatsSettings, Arc<LagRecorder>)>,
-    /// A `-without-events` row: the log's triggers are off until [`EventsRun::finish`].
-    log_off: bool,
 }
 
 impl EventsRun {
-    /// For a `throughput` row of an in-process run with `--events-nats-url`: for a `-nats`
-    /// row the NATS sink its deployment delivers to (a stream and prefix named after the run
-    /// and row), its cursor placed at the end of the log; for a `-without-events` row the log
-    /// switched off.
+    /// For a `throughput` row of an in-process run with `--events-nats-url`, on the row's
+    /// `fresh_database` (a row on a seeded one is refused): for a `-nats` row the NATS sink its
+    /// deployment delivers to (a stream and prefix named after the run and row); for a
+    /// `-without-events` row the log switched off.
     pub(super) async fn for_row(
         args: &BenchArgs,
         run_id: &str,
         row: &str,
+        fresh_database: bool,
     ) -> Result<Option<EventsRun>, String> {
         let Some(url) = args.events_nats_url.as_deref() else {
             return Ok(None);
@@ -74,22 +67,21 @@ impl EventsRun {
         let Some(RowEvents { log_off, sink }) = row_events(row) else {
             return Ok(None);
         };
+        if !fresh_database {
+            return Err(format!(
+                "row {row}: the events' rows start on a fresh database (their counts and the \
+                 sink's cursor start from an empty log)"
+            ));
+        }
         let pool = crate::db::connect_postgres(&args.database_url, 1)
             .await
             .map_err(|e| format!("connecting to the bench database: {e}"))?;
-        let before = appended(&pool).await?;
         if log_off {
-            switch_log(&pool, false).await?;
+            switch_log_off(&pool).await?;
         }
         if !sink {
-            return Ok(Some(EventsRun {
-                pool,
-                before,
-                nats: None,
-                log_off,
-            }));
+            return Ok(Some(EventsRun { pool, nats: None }));
         }
-        start_at_log_end(&pool).await?;
         let token: String = format!("{run_id}_{row}")
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
@@ -107,9 +99,7 @@ impl EventsRun {
         });
         Ok(Some(EventsRun {
             pool,
-            before,
             nats: Some((settings, sink)),
-            log_off,
         }))
     }
 
@@ -126,8 +116,7 @@ impl EventsRun {
         // The count is a transaction of the database's count.
         m.setup_xacts += 1;
         match appended(&self.pool).await {
-            Ok(now) => {
-                let n = now - self.before;
+            Ok(n) => {
                 let ops = (m.recorder.ok() + m.recorder.rejected()).max(1);
                 m.notes.push(format!(
                     "events: {n} appended to the log ({:.2} per operation)",
@@ -171,14 +160,8 @@ impl EventsRun {
         }
     }
 
-    /// Deletes the run's stream (once its deployment stopped publishing), or switches the log
-    /// back on.
+    /// Deletes the run's stream (once its deployment stopped publishing).
     pub(super) async fn finish(self) {
-        if self.log_off
-            && let Err(e) = switch_log(&self.pool, true).await
-        {
-            eprintln!("bench: {e}");
-        }
         self.pool.close().await;
         let Some((settings, _)) = self.nats else {
             return;
@@ -209,14 +192,13 @@ async fn appended(pool: &PgPool) -> Result<i64, String> {
         .map_err(|e| format!("counting the log's events: {e}"))
 }
 
-/// Enables or disables the triggers that append events.
-async fn switch_log(pool: &PgPool, on: bool) -> Result<(), String> {
-    let statements = if on { LOG_ON } else { LOG_OFF };
-    sqlx::raw_sql(statements)
+/// Disables the triggers that append events.
+async fn switch_log_off(pool: &PgPool) -> Result<(), String> {
+    sqlx::raw_sql(LOG_OFF)
         .execute(pool)
         .await
         .map(|_| ())
-        .map_err(|e| format!("switching the event log's triggers (on: {on}): {e}"))
+        .map_err(|e| format!("switching the event log's triggers off: {e}"))
 }
 
 /// What a row of a run with `--events-nats-url` does with events.
@@ -324,23 +306,6 @@ fn median_of(mut ratios: Vec<f64>) -> String {
         (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0
     };
     format!("{median:.3} (rounds {:.3}-{:.3})", ratios[0], ratios[n - 1])
-}
-
-/// Places the NATS sink's cursor at the end of `pool`'s log, its lease free: the rows before
-/// this one wrote events no sink delivered, and an earlier `-nats` row's stopped deployment
-/// still holds the lease. The bench owns this database (it reset it).
-async fn start_at_log_end(pool: &PgPool) -> Result<(), String> {
-    sqlx::query(
-        "INSERT INTO event_sinks (name, delivered_through) \
-         VALUES ($1, (SELECT coalesce(max(sequence), 0) FROM events)) \
-         ON CONFLICT (name) DO UPDATE SET delivered_through = EXCLUDED.delivered_through, \
-             lease_owner = NULL, lease_until = NULL, failing_since = NULL, last_error = NULL",
-    )
-    .bind(NATS_SINK_NAME)
-    .execute(pool)
-    .await
-    .map(|_| ())
-    .map_err(|e| format!("placing the NATS sink's cursor: {e}"))
 }
 
 /// Until the sink's cursor reaches the latest sequence of the log; how many times it looked.

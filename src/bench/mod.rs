@@ -11,6 +11,7 @@ mod flash_rows;
 mod report;
 mod reserve_confirm_rows;
 mod retention_rows;
+mod rounds;
 pub mod scenarios;
 pub mod stats;
 mod transport;
@@ -472,7 +473,7 @@ async fn start_deployment(
     if fresh_database {
         deploy::fresh_database(&args.database_url).await?;
     }
-    let started = match events::EventsRun::for_row(args, run_id, name).await {
+    let started = match events::EventsRun::for_row(args, run_id, name, fresh_database).await {
         Ok(events) => {
             let sinks = events.iter().filter_map(events::EventsRun::sink).collect();
             deploy::Deployment::start(

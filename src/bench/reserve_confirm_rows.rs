@@ -6,6 +6,7 @@
 //! rate without them, same run") is read off one run.
 
 use super::report::{Row, row};
+use super::rounds::in_round;
 use super::scenarios::Workload;
 use super::{BenchArgs, RowSetup, Scenario, Transport, events, scenarios, with_deployment};
 
@@ -82,49 +83,30 @@ fn row_names(prefix: &str, with_nats: bool, rounds: u32) -> Vec<(Workload, Strin
     names
 }
 
-/// Row `name` without its round, and the round's suffix: (`throughput-noop-nats`, `#2`) of
-/// `throughput-noop-nats#2`, (`throughput-noop`, ``) of `throughput-noop`.
-pub(super) fn split_round(name: &str) -> (&str, &str) {
-    match name.rfind(ROUND) {
-        Some(at) => name.split_at(at),
-        None => (name, ""),
-    }
-}
-
-/// Row `name` of `round` (`name#round`; just `name` when there is one round).
-fn in_round(name: String, round: u32, rounds: u32) -> String {
-    if rounds > 1 {
-        format!("{name}{ROUND}{round}")
-    } else {
-        name
-    }
-}
-
-/// What separates a row's name from its round.
-pub(super) const ROUND: char = '#';
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The names of [`row_names`], in order.
+    fn names(prefix: &str, with_nats: bool, rounds: u32) -> Vec<String> {
+        row_names(prefix, with_nats, rounds)
+            .into_iter()
+            .map(|(_, name)| name)
+            .collect()
+    }
+
     #[test]
     fn rows_of_one_round_keep_their_names() {
-        let names: Vec<String> = row_names("throughput", false, 1)
-            .into_iter()
-            .map(|(_, n)| n)
-            .collect();
-        assert_eq!(names, ["throughput-noop", "throughput-real"]);
-        assert_eq!(split_round("throughput-noop"), ("throughput-noop", ""));
+        assert_eq!(
+            names("throughput", false, 1),
+            ["throughput-noop", "throughput-real"]
+        );
     }
 
     #[test]
     fn rounds_alternate_the_order_of_a_workloads_rows() {
-        let names: Vec<String> = row_names("throughput", true, 2)
-            .into_iter()
-            .map(|(_, n)| n)
-            .collect();
         assert_eq!(
-            names,
+            names("throughput", true, 2),
             [
                 "throughput-noop-without-events#1",
                 "throughput-noop#1",
@@ -139,10 +121,6 @@ mod tests {
                 "throughput-real#2",
                 "throughput-real-without-events#2",
             ]
-        );
-        assert_eq!(
-            split_round("throughput-noop-nats#2"),
-            ("throughput-noop-nats", "#2")
         );
     }
 }

@@ -13,6 +13,13 @@ fn run_bench(args: &[&str]) -> (Vec<serde_json::Value>, String) {
     (rows, output)
 }
 
+/// The result row `name` of `rows` (a bench's output, for the failure message).
+fn row_named<'a>(rows: &'a [serde_json::Value], name: &str, output: &str) -> &'a serde_json::Value {
+    rows.iter()
+        .find(|r| r["scenario"] == name)
+        .unwrap_or_else(|| panic!("no {name} row; {output}"))
+}
+
 /// [`run_bench`], answering the whole JSON document (the run's settings and its results).
 pub(crate) fn run_bench_document(args: &[&str]) -> (serde_json::Value, String) {
     let id = uuid::Uuid::new_v4().simple();
@@ -66,11 +73,7 @@ fn bench_reports_rates_against_both_ceilings() {
         "--clients",
         "4",
     ]);
-    let row = |name: &str| {
-        rows.iter()
-            .find(|r| r["scenario"] == name)
-            .unwrap_or_else(|| panic!("no {name} row; {output}"))
-    };
+    let row = |name: &str| row_named(&rows, name, &output);
     let rate = |name: &str| row(name)["rate_per_s"].as_f64().expect("rate");
     for name in [
         "ceiling-1",
@@ -236,11 +239,7 @@ fn bench_throughput_with_a_nats_sink_reports_the_event_lag() {
         "--events-nats-url",
         "nats://127.0.0.1:4222",
     ]);
-    let row = |name: &str| {
-        rows.iter()
-            .find(|r| r["scenario"] == name)
-            .unwrap_or_else(|| panic!("no {name} row; {output}"))
-    };
+    let row = |name: &str| row_named(&rows, name, &output);
     let mut streams = Vec::new();
     for workload in ["throughput-noop", "throughput-real"] {
         let without = format!("{workload}-without-events");
@@ -305,11 +304,7 @@ fn bench_retention_purges_what_it_seeded() {
         "--duration",
         "3s",
     ]);
-    let row = |name: &str| {
-        rows.iter()
-            .find(|r| r["scenario"] == name)
-            .unwrap_or_else(|| panic!("no {name} row; {output}"))
-    };
+    let row = |name: &str| row_named(&rows, name, &output);
     for name in ["retention-off", "retention-purging"] {
         let r = row(name);
         assert!(r["failure"].is_null(), "{r}");
