@@ -104,13 +104,49 @@ pub async fn migrate(url: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Finished reservations a fresh database holds before a row ([`fresh_database`]).
+const HISTORY: u64 = 50_000;
+
 /// Drops, recreates and migrates the bench database before an in-process row: every row
-/// starts from the same empty schema, so what earlier rows left behind (their reservations and
+/// starts from the same schema, so what earlier rows left behind (their reservations and
 /// events, dead tuples on a server with autovacuum off or behind, the indexes they grew) is
 /// not part of a later row's result, and a row's place in the run does not count.
+///
+/// The schema is not left empty: it gets a history of [`HISTORY`] reservations finished a
+/// day ago (kept by any retention), as many seats sold, and an empty event log, then
+/// `ANALYZE`, as a deployment that has run for a while has. On never-analyzed empty tables
+/// the plans a pool's prepared statements settle on in their first executions are a small
+/// table's (a sequential scan of `reservations` to find the rows a group commit writes, of
+/// `seat` for a branch's seats), and they stay for the whole row while the table grows, on a
+/// server whose autovacuum does not analyze meanwhile (BENCHMARKS.md "Running it").
 pub(crate) async fn fresh_database(url: &str) -> Result<(), String> {
     reset_database(url).await?;
-    migrate(url).await
+    migrate(url).await?;
+    super::scenarios::retention::seed_finished(url, HISTORY, 1).await?;
+    let pool = crate::db::connect_postgres(url, 1)
+        .await
+        .map_err(|e| format!("connecting to {url}: {e}"))?;
+    // The seed's events are not the row's: its log starts empty. The seats participant has
+    // sold as many seats (its other tables stay small in every row).
+    let sold = i64::try_from(HISTORY).unwrap_or(i64::MAX);
+    for (statement, bind) in [
+        ("TRUNCATE events", None),
+        (
+            "INSERT INTO seat (resource, state, reservation_id, branch_id) \
+             SELECT 'sold-' || g, 'confirmed', gen_random_uuid()::text, gen_random_uuid()::text \
+             FROM generate_series(1, $1) g",
+            Some(sold),
+        ),
+        ("ANALYZE", None),
+    ] {
+        sqlx::query(statement)
+            .bind(bind)
+            .execute(&pool)
+            .await
+            .map_err(|e| format!("{statement}: {e}"))?;
+    }
+    pool.close().await;
+    Ok(())
 }
 
 impl Deployment {

@@ -24,7 +24,7 @@ pub(super) async fn run(
         rows.push(row("retention-seed".into(), 0, Err(e), None, None));
         return;
     }
-    match scenarios::retention::seed_finished(&args.database_url, total).await {
+    match scenarios::retention::seed_finished(&args.database_url, total, 40).await {
         Ok(took) => eprintln!(
             "bench: seeded {total} finished reservations in {:.1}s",
             took.as_secs_f64()

@@ -19,9 +19,13 @@ use crate::proto::{ConfirmRequest, ReserveRequest};
 /// Rows seeded per statement (each its own transaction, progress printed between).
 const SEED_CHUNK: u64 = 100_000;
 
-/// Writes `rows` CONFIRMED reservations finished 40 days ago (their `updated_at` spread over
-/// one day), two CONFIRMED branches each, then ANALYZE. Answers how long it took.
-pub(crate) async fn seed_finished(database_url: &str, rows: u64) -> Result<Duration, String> {
+/// Writes `rows` CONFIRMED reservations finished `days` days ago (their `updated_at` spread
+/// over the day after), two CONFIRMED branches each, then ANALYZE. Answers how long it took.
+pub(crate) async fn seed_finished(
+    database_url: &str,
+    rows: u64,
+    days: u32,
+) -> Result<Duration, String> {
     use sqlx::{ConnectOptions, Connection};
     let started = Instant::now();
     let mut conn = crate::db::postgres_options(database_url)
@@ -36,11 +40,11 @@ pub(crate) async fn seed_finished(database_url: &str, rows: u64) -> Result<Durat
             "WITH r AS ( \
                 INSERT INTO reservations (id, request_id, holder, owner, state, ttl_ms, \
                                           created_at, updated_at, expires_at, token_digest, version) \
-                SELECT gen_random_uuid(), 'seed-' || g, 'seed-holder-' || (g % 1000), '', \
+                SELECT gen_random_uuid(), 'seed-' || $3 || '-' || g, 'seed-holder-' || (g % 1000), '', \
                        'CONFIRMED', 600000, \
-                       now() - interval '40 days', \
-                       now() - interval '40 days' + (g % 86400) * interval '1 second', \
-                       now() - interval '40 days' + interval '10 minutes', \
+                       now() - $3 * interval '1 day', \
+                       now() - $3 * interval '1 day' + (g % 86400) * interval '1 second', \
+                       now() - $3 * interval '1 day' + interval '10 minutes', \
                        sha256(int8send(g)), 3 \
                 FROM generate_series($1::bigint, $2::bigint) g \
                 RETURNING id) \
@@ -52,13 +56,16 @@ pub(crate) async fn seed_finished(database_url: &str, rows: u64) -> Result<Durat
         )
         .bind(i64::try_from(from).unwrap_or(i64::MAX))
         .bind(i64::try_from(to).unwrap_or(i64::MAX))
+        .bind(f64::from(days))
         .execute(&mut conn)
         .await
         .map_err(|e| format!("seeding finished reservations: {e}"))?;
-        eprintln!(
-            "bench: retention seed {to}/{rows} ({:.0}s)",
-            started.elapsed().as_secs_f64()
-        );
+        if rows > SEED_CHUNK {
+            eprintln!(
+                "bench: seeded {to}/{rows} finished reservations ({:.0}s)",
+                started.elapsed().as_secs_f64()
+            );
+        }
         from = to + 1;
     }
     sqlx::query("ANALYZE reservations, branches")
