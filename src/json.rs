@@ -197,10 +197,14 @@ pub fn error(status: &tonic::Status) -> serde_json::Value {
 
 /// A timestamp as UTC, or null.
 pub fn time(t: Option<&prost_types::Timestamp>) -> Value {
-    match t.and_then(utc) {
-        Some(t) => Value::String(t.to_rfc3339_opts(SecondsFormat::Millis, true)),
-        None => Value::Null,
-    }
+    utc_text(t).map_or(Value::Null, Value::String)
+}
+
+/// A timestamp as RFC 3339 text in UTC with milliseconds, if it is a valid instant: the one
+/// way every shape writes time ([`time`], [`shapes`]).
+fn utc_text(t: Option<&prost_types::Timestamp>) -> Option<String> {
+    t.and_then(utc)
+        .map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true))
 }
 
 /// A protobuf timestamp as a chrono one, if it is a valid instant.

@@ -7,19 +7,18 @@
 
 use std::collections::BTreeMap;
 
-use chrono::SecondsFormat;
 use serde::{Serialize, Serializer};
 
-use super::utc;
+use super::utc_text;
 use crate::proto;
 
 /// A timestamp as UTC text, or null (absent or not a valid instant).
-pub(super) struct Time<'a>(pub(super) Option<&'a prost_types::Timestamp>);
+struct Time<'a>(Option<&'a prost_types::Timestamp>);
 
 impl Serialize for Time<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self.0.and_then(utc) {
-            Some(t) => s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::Millis, true)),
+        match utc_text(self.0) {
+            Some(text) => s.serialize_str(&text),
             None => s.serialize_none(),
         }
     }
@@ -137,13 +136,13 @@ impl<'a> Branch<'a> {
 
 /// A slot: `{"start","end"}`.
 #[derive(Serialize)]
-pub(super) struct Interval<'a> {
+struct Interval<'a> {
     start: Time<'a>,
     end: Time<'a>,
 }
 
 impl<'a> Interval<'a> {
-    pub(super) fn of(d: &'a proto::Interval) -> Interval<'a> {
+    fn of(d: &'a proto::Interval) -> Interval<'a> {
         Interval {
             start: Time(d.start.as_ref()),
             end: Time(d.end.as_ref()),
