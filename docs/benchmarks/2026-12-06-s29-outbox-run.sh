@@ -1,5 +1,7 @@
-# usage: spike-run.sh BATCH N ROUNDS : backend CPU (10 ms ticks) per 1,000 lifecycles
-P="psql -U postgres -h 127.0.0.1 -qAt -d spike"
+# usage: DB=scratch bash 2026-12-06-s29-outbox-run.sh BATCH N ROUNDS: the backend CPU per lifecycle of
+# A, A0 and B (2026-12-06-s29-outbox-harness.sql, loaded into DB, a database with the coordinator's
+# migrations; a superuser reads /proc/self/stat)
+P="psql -U postgres -h 127.0.0.1 -qAt -d ${DB:-spike}"
 B=$1; N=$2
 trig() { for t in reservations_recorded_events reservations_changed_events; do $P -c "ALTER TABLE reservations $1 TRIGGER $t"; done; }
 for round in $(seq 1 $3); do for v in A A0 B; do
