@@ -44,6 +44,24 @@ macro_rules! branch_arrays {
     };
 }
 
+/// `b`: the stored branches of one reservation generation as [`branch_arrays!`], read
+/// through the branches' primary key beside the row that names them (`$id`, `$generation`:
+/// that row's columns), for a `FROM` clause.
+macro_rules! branches_of {
+    ($id:literal, $generation:literal) => {
+        concat!(
+            " CROSS JOIN LATERAL (SELECT ",
+            branch_arrays!(),
+            " FROM (SELECT * FROM branches \
+                    WHERE branches.reservation_id = ",
+            $id,
+            " AND branches.generation = ",
+            $generation,
+            " ORDER BY position) br) b "
+        )
+    };
+}
+
 /// A reservation row with its current generation's branches as parallel arrays, in canonical
 /// order: one round trip reads it all. Append the WHERE clause.
 macro_rules! select_reservations {
@@ -51,12 +69,8 @@ macro_rules! select_reservations {
         concat!(
             "SELECT ",
             reservation_columns!(),
-            ", b.* FROM reservations CROSS JOIN LATERAL (SELECT ",
-            branch_arrays!(),
-            " FROM (SELECT * FROM branches \
-                    WHERE branches.reservation_id = reservations.id \
-                      AND branches.generation = reservations.generation \
-                    ORDER BY position) br) b "
+            ", b.* FROM reservations",
+            branches_of!("reservations.id", "reservations.generation")
         )
     };
 }
