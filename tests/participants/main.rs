@@ -5,6 +5,7 @@ mod barrier;
 mod barrier_plans;
 mod batched;
 mod check;
+mod checks;
 mod common;
 mod conservation;
 mod extend;

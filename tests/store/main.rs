@@ -8,6 +8,7 @@
 mod ack_relay;
 mod branch_order;
 mod cases;
+mod checks;
 #[path = "../shared/generic_plans.rs"]
 mod generic_plans;
 mod grpc;

@@ -6,7 +6,7 @@
 //! (`sqlx::migrate!`, tracked in `_sqlx_migrations`) without either seeing the other's
 //! versions. A service that keeps one migration history for both can merge [`POSTGRES`] /
 //! [`SQLITE`] into its own set instead, as holdfast's reference participants do; the barrier's
-//! versions (0001, 0008, 0090) are stable.
+//! versions (0001, 0008, 0090, 0091) are stable.
 
 use std::sync::LazyLock;
 
