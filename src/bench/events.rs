@@ -1,10 +1,11 @@
-//! `holdfast bench --events-nats-url URL`: the in-process deployment of a `*-nats` row runs with
-//! a NATS JetStream sink (a stream and subject prefix of the run's own, deleted afterwards), and
-//! the row reports the event lag: for every event the sink delivered, the time from its write
-//! (database clock) to JetStream's acknowledgement, p50/p99/max, after the sink has drained.
-//! A `*-without-events` row runs with the log's triggers disabled: SPEC 10's bound is
-//! `throughput-*-nats` (log and sink) against it, same run (at least 90 % of the rate);
-//! [`ratios`] also prints the log alone and the sink alone.
+//! `holdfast bench --events-nats-url URL`: the in-process deployment of a `*-nats` row, and of
+//! every `latency`, `flash` and `waitlist` row (the conditions of the hot path's targets: events
+//! and one NATS sink on), runs with a NATS JetStream sink (a stream and subject prefix of the
+//! run's own, deleted afterwards), and the row reports the event lag: for every event the sink
+//! delivered, the time from its write (database clock) to JetStream's acknowledgement,
+//! p50/p99/max, after the sink has drained. A `*-without-events` row runs with the log's
+//! triggers disabled: SPEC 10's bound is `throughput-*-nats` (log and sink) against it, same
+//! run (at least 90 % of the rate); [`ratios`] also prints the log alone and the sink alone.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -210,12 +211,21 @@ struct RowEvents {
     sink: bool,
 }
 
-/// What row `row` (of any round) does with events; `None` for rows other than `throughput`.
+/// What row `row` (of any round) does with events: a `throughput` row as its name says; a
+/// `latency`, `flash` or `waitlist` row delivers to the sink; `None` for the rest (`holds`
+/// talks to a participant alone, `retention` runs on a seeded database).
 fn row_events(row: &str) -> Option<RowEvents> {
     let (kind, _round) = split_round(row);
-    kind.starts_with("throughput-").then(|| RowEvents {
-        log_off: kind.ends_with(WITHOUT_SUFFIX),
-        sink: kind.ends_with(SUFFIX),
+    if kind.starts_with("throughput-") {
+        return Some(RowEvents {
+            log_off: kind.ends_with(WITHOUT_SUFFIX),
+            sink: kind.ends_with(SUFFIX),
+        });
+    }
+    let with_sink = kind.starts_with("latency-") || kind.starts_with("flash") || kind == "waitlist";
+    with_sink.then_some(RowEvents {
+        log_off: false,
+        sink: true,
     })
 }
 
@@ -390,7 +400,24 @@ mod tests {
             assert_eq!(of("throughput-noop-without-events"), is(true, false));
             assert_eq!(of("throughput-real"), is(false, false));
             assert_eq!(of("throughput-real-nats"), is(false, true));
-            assert_eq!(of("latency-noop"), None);
+            assert_eq!(of("latency-noop"), is(false, true));
+        }
+        for name in ["flash", "flash-stock-redis", "flash-churn", "waitlist"] {
+            assert_eq!(
+                row_events(name),
+                Some(RowEvents {
+                    log_off: false,
+                    sink: true
+                })
+            );
+        }
+        for name in [
+            "holds-stock",
+            "holds-stock-redis",
+            "retention-off",
+            "ceiling-32",
+        ] {
+            assert_eq!(row_events(name), None, "{name}");
         }
     }
 

@@ -171,7 +171,8 @@ pub struct BenchArgs {
     /// NATS server with JetStream (nats://HOST:4222): `throughput` also runs each workload with
     /// the in-process coordinator delivering its events there (rows `throughput-*-nats`, on a
     /// stream of the run's own, deleted afterwards), and reports the event lag and the rate
-    /// kept against the same workload without the sink.
+    /// kept against the same workload without the sink; the `latency`, `flash` and `waitlist`
+    /// rows run with the sink too, each reporting its lag.
     #[arg(long, value_name = "URL")]
     pub events_nats_url: Option<String>,
 

@@ -232,6 +232,59 @@ fn the_bench_runs_with_authentication_on_every_server() {
     }
 }
 
+/// `holdfast bench latency flash --events-nats-url`, short: the rows the hot path's targets are
+/// read from run with the in-process coordinator delivering its events to NATS (the shared
+/// server on 127.0.0.1:4222), as the `-nats` throughput rows do: each reports how many events
+/// the sink delivered and their lag, the flash sale still sells exactly its units, and the
+/// run's streams are gone afterwards.
+#[test]
+fn bench_latency_and_flash_rows_deliver_their_events_to_nats() {
+    const UNITS: i64 = 10;
+    const CLIENTS: i64 = 100;
+    let (rows, output) = run_bench(&[
+        "latency",
+        "flash",
+        "--duration",
+        "1s",
+        "--flash-clients",
+        &CLIENTS.to_string(),
+        "--flash-concurrency",
+        "16",
+        "--flash-units",
+        &UNITS.to_string(),
+        "--events-nats-url",
+        "nats://127.0.0.1:4222",
+    ]);
+    let mut streams = Vec::new();
+    for name in ["latency-noop", "latency-real", "flash"] {
+        let r = row_named(&rows, name, &output);
+        assert!(r["failure"].is_null(), "{r}");
+        assert_eq!(r["error_count"], 0, "{r}");
+        let events = &r["details"]["events_nats"];
+        assert!(events["delivered"].as_u64().is_some_and(|n| n > 0), "{r}");
+        assert!(events["lag_ms"]["p99"].as_f64().is_some(), "{r}");
+        assert!(output.contains(&format!("{name}: events: ")), "{output}");
+        streams.push(events["stream"].as_str().expect("stream").to_owned());
+    }
+    let flash = row_named(&rows, "flash", &output);
+    assert_eq!(flash["ok"], UNITS, "{flash}");
+    assert_eq!(flash["details"]["oversell"], 0, "{flash}");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = async_nats::connect("nats://127.0.0.1:4222").await.unwrap();
+        let jetstream = async_nats::jetstream::new(client);
+        for stream in streams {
+            assert!(
+                jetstream.get_stream(&stream).await.is_err(),
+                "{stream} left behind"
+            );
+        }
+    });
+}
+
 /// `holdfast bench throughput --events-nats-url`, short: each workload runs three times,
 /// without the event log (its triggers off: nothing appended), with it, and with it and the
 /// in-process coordinator delivering its events to NATS (the shared server on 127.0.0.1:4222);
