@@ -170,3 +170,35 @@ BEGIN
     COMMIT;
   END LOOP;
 END $$;
+
+-- D0: s29's narrow live row with i7's seven indexes (owner and holder copied onto it), no
+-- events: against i7 (the same indexes on reservations' full columns), what the row's width costs
+DROP TABLE IF EXISTS d_live;
+CREATE TABLE d_live (LIKE b_live INCLUDING ALL) WITH (fillfactor = 70);
+ALTER TABLE d_live ADD COLUMN owner text NOT NULL DEFAULT '', ADD COLUMN holder text NOT NULL DEFAULT '';
+CREATE INDEX ON d_live (owner, state, created_at DESC, id DESC);
+CREATE INDEX ON d_live (owner, holder) WHERE state IN ('TRYING','HELD','QUEUED');
+CREATE INDEX ON d_live (updated_at) WHERE state IN ('CONFIRMED','CANCELLED','EXPIRED','REJECTED','FAILED');
+CREATE OR REPLACE PROCEDURE life_d0(n int, batch int) LANGUAGE plpgsql AS $$
+DECLARE ids uuid[];
+BEGIN
+  FOR j IN 1..n / batch LOOP
+    ids := ARRAY(SELECT gen_random_uuid() FROM generate_series(1, batch));
+    WITH r AS (INSERT INTO b_reservation (id, request_id, holder, owner, token_digest, ttl_ms)
+               SELECT i, i::text, 'h', 'shop', sha256(uuid_send(i)), 600000 FROM unnest(ids) i
+               RETURNING id, created_at, owner, holder)
+    INSERT INTO d_live (id, state, created_at, expires_at, owner, holder)
+               SELECT id, 'TRYING', created_at, clock_timestamp() + interval '10 minutes', owner, holder FROM r;
+    COMMIT;
+    UPDATE d_live SET state = 'HELD', version = version + 1, updated_at = clock_timestamp() WHERE id = ANY(ids);
+    COMMIT;
+    UPDATE d_live SET state = 'CONFIRMING', version = version + 1, updated_at = clock_timestamp(),
+                   lease_owner = ids[1], lease_until = clock_timestamp() + interval '30 s',
+                   payment_participant = 'payments', payment_ref = id::text, payment_amount_minor = 100, payment_currency = 'EUR'
+               WHERE id = ANY(ids);
+    COMMIT;
+    UPDATE d_live SET state = 'CONFIRMED', version = version + 1, updated_at = clock_timestamp(),
+                   lease_owner = NULL, lease_until = NULL WHERE id = ANY(ids);
+    COMMIT;
+  END LOOP;
+END $$;

@@ -3,8 +3,8 @@
 # generic plans the coordinator's pooled statements get, its `random_page_cost`, and
 # `synchronous_commit=off`; the variants interleaved in each round, each on emptied tables after
 # 2,000 lifecycles and an ANALYZE. Variants: i18, i12, i9, i7 (+ `a`, `n`: CHECKs as array
-# constants, none; build each first with CALL s30_table('<variant>')), and A, A0, A1, B, B0, BT
-# and ca (2026-12-06-s30-writes-harness.sql says what each is).
+# constants, none; build each first with CALL s30_table('<variant>')), and A, A0, A1, B, B0, BT,
+# ca and D0 (2026-12-06-s30-writes-harness.sql says what each is).
 P="psql -U postgres -h 127.0.0.1 -qAt -d ${DB:-spike}"
 export PGOPTIONS="-c synchronous_commit=off -c plan_cache_mode=force_generic_plan -c random_page_cost=1.1"
 B=$1; N=$2; R=$3; shift 3; V=("$@")
@@ -15,6 +15,7 @@ for round in $(seq 1 "$R"); do for v in "${V[@]}"; do
   case $v in
     i*) tables="x_$v"; proc="life_$v";;
     ca) tables="x_ca, x_ca_listed"; proc=life_ca;;
+    D0) tables="d_live, b_reservation"; proc=life_d0;;
     A|A0|A1) tables="reservations, events"; proc=life_a; [ "$v" = A1 ] && proc=life_a1;;
     B|B0|BT) tables="b_live, b_reservation, b_events"; proc=life_b; [ "$v" != B ] && proc=life_b0;;
   esac
