@@ -244,6 +244,9 @@ impl Coordinator {
 
     /// The offer loop: offers each queue this process released units of as soon as it did,
     /// and every queue (ending the waits that are over) every `--queue-sweep`, until `stop`.
+    /// Each pass runs in a task of its own: a pass that panics (a bug in an offer's path) is
+    /// logged like a failed one and the loop goes on; the offer it abandoned returns to its
+    /// queues when its lease runs out (recovery), and a later pass offers it again.
     pub(crate) async fn run_offers(self, mut stop: watch::Receiver<bool>) {
         let mut sweep = tokio::time::interval(self.policy.queue.sweep);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -253,8 +256,15 @@ impl Coordinator {
                 () = self.waitlist.wake.notified() => false,
                 _ = stop.changed() => return,
             };
-            if let Err(e) = self.offer_pass(everything).await {
-                tracing::warn!(error = %e, "waitlist pass failed; the next sweep retries");
+            let this = self.clone();
+            match tokio::spawn(async move { this.offer_pass(everything).await }).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "waitlist pass failed; the next sweep retries");
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "waitlist pass panicked; the next sweep retries");
+                }
             }
         }
     }
