@@ -9,6 +9,8 @@ mod checks;
 mod common;
 mod conservation;
 mod extend;
+#[path = "../shared/folded_checks.rs"]
+mod folded_checks;
 #[path = "../shared/generic_plans.rs"]
 mod generic_plans;
 mod hold_lost;

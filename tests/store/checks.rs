@@ -8,37 +8,14 @@
 use holdfast::store::PgStore;
 use sqlx::PgPool;
 
-/// Every CHECK constraint of a table and every trigger condition whose stored expression holds an
-/// `ARRAY[...]` of separate values (folded again in each statement that writes the table).
-const FOLDED_PER_STATEMENT: &str = "
-SELECT format('%s: constraint %s', conrelid::regclass, conname) FROM pg_constraint
-WHERE contype = 'c' AND conrelid <> 0 AND conbin::text LIKE '%{ARRAYEXPR %'
-UNION ALL
-SELECT format('%s: trigger %s', tgrelid::regclass, tgname) FROM pg_trigger
-WHERE NOT tgisinternal AND tgqual::text LIKE '%{ARRAYEXPR %'
-ORDER BY 1";
-
 #[sqlx::test(migrations = false)]
 async fn no_check_or_trigger_condition_is_folded_in_every_statement(pool: PgPool) {
     PgStore::from_pool(pool.clone()).migrate().await.unwrap();
-    let folded: Vec<String> = sqlx::query_scalar(FOLDED_PER_STATEMENT)
-        .fetch_all(&pool)
-        .await
-        .unwrap();
+    let folded = crate::folded_checks::folded_per_statement(&pool).await;
     assert!(
         folded.is_empty(),
         "write these as `col = ANY ('{{..}}'::text[])`: {folded:?}"
     );
-}
-
-/// The SQLSTATE and constraint of `sql`'s failure.
-async fn refused(pool: &PgPool, sql: &'static str) -> (String, String) {
-    let error = sqlx::query(sql).execute(pool).await.unwrap_err();
-    let db = error.as_database_error().unwrap();
-    (
-        db.code().unwrap().into_owned(),
-        db.constraint().unwrap().to_owned(),
-    )
 }
 
 #[sqlx::test(migrations = false)]
@@ -82,7 +59,11 @@ async fn the_rewritten_checks_refuse_what_they_refused(pool: PgPool) {
         ),
     ];
     for (sql, constraint) in cases {
-        assert_eq!(refused(&pool, sql).await, check(constraint), "{sql}");
+        assert_eq!(
+            crate::folded_checks::refusal(&pool, sql).await,
+            check(constraint),
+            "{sql}"
+        );
     }
     // And a value each allows is still allowed.
     sqlx::query(

@@ -9,6 +9,8 @@ mod ack_relay;
 mod branch_order;
 mod cases;
 mod checks;
+#[path = "../shared/folded_checks.rs"]
+mod folded_checks;
 #[path = "../shared/generic_plans.rs"]
 mod generic_plans;
 mod grpc;

@@ -232,6 +232,24 @@ fn the_bench_runs_with_authentication_on_every_server() {
     }
 }
 
+/// The run's JetStream streams (on the shared server at 127.0.0.1:4222) are gone.
+fn assert_streams_deleted(streams: Vec<String>) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = async_nats::connect("nats://127.0.0.1:4222").await.unwrap();
+        let jetstream = async_nats::jetstream::new(client);
+        for stream in streams {
+            assert!(
+                jetstream.get_stream(&stream).await.is_err(),
+                "{stream} left behind"
+            );
+        }
+    });
+}
+
 /// `holdfast bench latency flash --events-nats-url`, short: the rows the hot path's targets are
 /// read from run with the in-process coordinator delivering its events to NATS (the shared
 /// server on 127.0.0.1:4222), as the `-nats` throughput rows do: each reports how many events
@@ -269,20 +287,7 @@ fn bench_latency_and_flash_rows_deliver_their_events_to_nats() {
     let flash = row_named(&rows, "flash", &output);
     assert_eq!(flash["ok"], UNITS, "{flash}");
     assert_eq!(flash["details"]["oversell"], 0, "{flash}");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let client = async_nats::connect("nats://127.0.0.1:4222").await.unwrap();
-        let jetstream = async_nats::jetstream::new(client);
-        for stream in streams {
-            assert!(
-                jetstream.get_stream(&stream).await.is_err(),
-                "{stream} left behind"
-            );
-        }
-    });
+    assert_streams_deleted(streams);
 }
 
 /// `holdfast bench throughput --events-nats-url`, short: each workload runs three times,
@@ -336,20 +341,7 @@ fn bench_throughput_with_a_nats_sink_reports_the_event_lag() {
         assert!(output.contains("caught up"), "{output}");
         streams.push(events["stream"].as_str().expect("stream").to_owned());
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let client = async_nats::connect("nats://127.0.0.1:4222").await.unwrap();
-        let jetstream = async_nats::jetstream::new(client);
-        for stream in streams {
-            assert!(
-                jetstream.get_stream(&stream).await.is_err(),
-                "{stream} left behind"
-            );
-        }
-    });
+    assert_streams_deleted(streams);
 }
 
 /// A row starts on a database with a history (finished reservations, sold seats), analyzed, as a
