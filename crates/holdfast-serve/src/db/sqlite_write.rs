@@ -9,7 +9,8 @@
 //! **Group commit.** A write transaction that finishes while others are queued does not
 //! commit: it hands the still-open transaction to the next in the queue, which runs inside it
 //! under a `SAVEPOINT` of its own, and so on; the last one in (nobody queued, or
-//! [`GROUP_MAX`] members) commits for all, and every member's `commit()` answers with that
+//! [`GROUP_MAX`] members, after a few scheduler passes in which no write queued: `gather`)
+//! commits for all, and every member's `commit()` answers with that
 //! one COMMIT's outcome. One fsync, one BEGIN and one COMMIT serve the whole queue instead of
 //! one each. What each member sees is all-or-nothing: a member that fails or rolls back undoes
 //! its own savepoint only (its error stays its own); a failed group COMMIT fails every member
@@ -419,6 +420,20 @@ impl Writer {
         }
     }
 
+    /// Before a member's part ends with no write queued: yields to the scheduler up to
+    /// `GATHER_PASSES` times, until a write queues or the group is full, so that writes whose
+    /// tasks were about to begin join this group instead of opening the next (one COMMIT, one
+    /// fsync for them all; see `batch.rs`). Cancelled meanwhile, the member is a write dropped
+    /// unfinished like any other: its part is undone.
+    async fn gather(&self) {
+        for _ in 0..super::batch::GATHER_PASSES {
+            if self.queued.load(Ordering::Acquire) > 0 || self.state().members >= GROUP_MAX {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
     /// A member's part is over (released or rolled back): commit the group now if nobody is
     /// queued to join it (or it is full), else leave it open for the next in the queue.
     /// `Some` when this call committed it.
@@ -438,6 +453,9 @@ impl SqliteWrite {
     /// waits for. An error: nothing of it was written.
     pub async fn commit(mut self) -> Result<(), sqlx::Error> {
         let writer = self.abandon.writer.clone();
+        if self.group.is_some() {
+            writer.gather().await;
+        }
         let Some(group) = self.group.take() else {
             // One autocommit statement: durable when it returned.
             self.abandon.armed = false;

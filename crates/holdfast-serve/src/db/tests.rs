@@ -265,6 +265,30 @@ async fn queued_writes_commit_together_and_a_members_failure_stays_its_own() {
     remove(pool, dir).await;
 }
 
+/// A write whose task becomes ready while the only member is committing (here: one yield
+/// later) joins its group: one COMMIT for both; without the gathering each committed alone.
+#[tokio::test]
+async fn a_write_ready_while_the_group_ends_joins_it() {
+    let (pool, dir) = impatient_pool("gather").await;
+    let writer = sqlite_writer(&pool).unwrap();
+    let commits_before = writer.commits();
+    let first = begun(&pool, 0).await;
+    let second = tokio::spawn({
+        let pool = pool.clone();
+        async move {
+            tokio::task::yield_now().await;
+            let mut tx = begin_sqlite_write(&pool).await?;
+            insert(&mut tx, 1).await?;
+            tx.commit().await
+        }
+    });
+    first.commit().await.unwrap();
+    second.await.unwrap().unwrap();
+    assert_eq!(writer.commits() - commits_before, 1);
+    assert_eq!(rows(&pool).await, vec![0, 1]);
+    remove(pool, dir).await;
+}
+
 /// Adds a table whose foreign key is checked only by the COMMIT (deferred): a row of it naming
 /// no parent is written without error, and fails the transaction's COMMIT.
 async fn deferred_foreign_key(pool: &SqlitePool) {
