@@ -5,9 +5,18 @@
 
 use sqlx::PgPool;
 
+/// Fails naming every such expression in `pool`'s database.
+pub async fn assert_none_folded(pool: &PgPool) {
+    let folded = folded_per_statement(pool).await;
+    assert!(
+        folded.is_empty(),
+        "write these as `col = ANY ('{{..}}'::text[])`: {folded:?}"
+    );
+}
+
 /// `table: constraint name` / `table: trigger name` of every such expression in `pool`'s
 /// database, sorted.
-pub async fn folded_per_statement(pool: &PgPool) -> Vec<String> {
+async fn folded_per_statement(pool: &PgPool) -> Vec<String> {
     sqlx::query_scalar(
         "SELECT format('%s: constraint %s', conrelid::regclass, conname) FROM pg_constraint \
          WHERE contype = 'c' AND conrelid <> 0 AND conbin::text LIKE '%{ARRAYEXPR %' \
