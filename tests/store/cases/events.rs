@@ -120,6 +120,8 @@ pub async fn lifecycle_appends_events_in_order(store: S) {
         let rest = read_after(&*store, events[k].sequence).await;
         let want: Vec<Uuid> = events[k + 1..].iter().map(|e| e.event_id).collect();
         assert_eq!(rest.iter().map(|e| e.event_id).collect::<Vec<_>>(), want);
+        // A page that starts inside a generation's events still carries its branches.
+        assert!(rest.iter().all(|e| e.reservation.branches.len() == 3));
     }
 }
 

@@ -3,6 +3,7 @@
 //! number the events (migrations `0012_events.sql`, `0013_event_sequence_by_transaction.sql`,
 //! `0015_events_per_statement.sql`).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -11,12 +12,13 @@ use uuid::Uuid;
 
 use super::PgStore;
 use super::rows::{ReservationRow, millis};
-use crate::domain::{Event, EventType};
+use crate::domain::{Branch, Event, EventType};
 use crate::store::events::{EventLog, EventPage, SinkState, stored_type};
 use crate::store::{StoreError, WorkLease};
 
 /// An event row: its own columns and the reservation's as the change left them, named as
-/// [`ReservationRow`] reads them, with the branches of that generation.
+/// [`ReservationRow`] reads them, with the branches of that generation when `reads_branches`
+/// (the first event of its generation in the page; the others share what it read).
 #[derive(sqlx::FromRow)]
 struct EventRow {
     sequence: i64,
@@ -24,14 +26,32 @@ struct EventRow {
     event_type: String,
     occurred_at: DateTime<Utc>,
     from_queue: bool,
+    reads_branches: bool,
     #[sqlx(flatten)]
     reservation: ReservationRow,
 }
 
+/// The branches of each reservation generation a page has read so far.
+type BranchesRead = HashMap<(Uuid, i32), Vec<Branch>>;
+
 impl EventRow {
-    fn into_domain(self) -> Result<Event, StoreError> {
+    fn into_domain(mut self, read: &mut BranchesRead) -> Result<Event, StoreError> {
         let event_type = stored_type(self.sequence, &self.event_type)?;
-        let reservation = self.reservation.into_domain()?;
+        let generation = self.reservation.generation_key();
+        let branches = if self.reads_branches {
+            let branches = self.reservation.take_branches()?;
+            read.insert(generation, branches.clone());
+            branches
+        } else {
+            // The statement reads them for the generation's first event, ordered before it.
+            read.get(&generation).cloned().ok_or_else(|| {
+                StoreError::Corrupt(format!(
+                    "event {}: its generation's branches were not read before it",
+                    self.sequence
+                ))
+            })?
+        };
+        let reservation = self.reservation.into_domain_with(branches)?;
         Ok(Event {
             sequence: self.sequence,
             event_id: self.event_id,
@@ -61,13 +81,15 @@ fn sink_state((name, delivered_through, failing_since, paused, last_error): Sink
 /// `$1` (owner `$2` unless NULL), at most `$3`. The digest column is 32 zero
 /// bytes: an event never carries a reservation's token check.
 ///
-/// The page is taken first (`MATERIALIZED`: the `$3` events, in order), then each event's
-/// branches are read through the branches' primary key, beside it (`branches_of!`): every read is
-/// bounded by the page, whatever the tables' statistics. Reading the branches once per
-/// reservation generation and joining them back to the events was no cheaper: on a log never
-/// analyzed the planner, expecting one row on each side, compared every event with every
-/// generation of the page (249,500 comparisons for a 500-event page), 5.2 ms against 3.4 ms for
-/// a sink's 400-event page (`tests/store` `plans_events`).
+/// The page is taken first (`MATERIALIZED`: the `$3` events, in order), then the first event of
+/// each reservation generation in it reads that generation's branches through the branches'
+/// primary key, beside it (`branches_of!`, only where `reads_branches`); the later events of
+/// the generation share them (a reservation's events are four on its way to CONFIRMED). Every
+/// read is bounded by the page, whatever the tables' statistics. Reading the branches once per
+/// generation in a set of their own and joining them back to the events was no cheaper: on a
+/// log never analyzed the planner, expecting one row on each side, compared every event with
+/// every generation of the page (249,500 comparisons for a 500-event page), 5.2 ms against
+/// 3.4 ms for a sink's 400-event page (`tests/store` `plans_events`).
 pub const EVENTS_AFTER: &str = concat!(
     "WITH page AS MATERIALIZED ( \
         SELECT * FROM events \
@@ -76,6 +98,7 @@ pub const EVENTS_AFTER: &str = concat!(
         ORDER BY sequence LIMIT $3) \
      SELECT e.sequence, e.event_id, e.type AS event_type, e.occurred_at, \
         (e.from_queue OR (e.type = 'RESERVATION_HELD' AND e.generation > 0)) AS from_queue, \
+        e.reads_branches, \
         e.reservation_id AS id, e.request_id, e.holder, e.state, \
         e.release_outcome, e.owner, decode(repeat('00', 32), 'hex') AS token_digest, \
         NULL::text AS token_key_id, e.ttl_ms, e.created_at, e.expires_at, e.extensions_used, \
@@ -83,8 +106,11 @@ pub const EVENTS_AFTER: &str = concat!(
         e.late_payment_honored, e.version, e.payment_participant, e.payment_ref, \
         e.payment_amount_minor, e.payment_currency, e.refund_id, e.refund_state, \
         e.refund_reason, e.refund_failure, e.generation, false AS lapsed, b.* \
-     FROM page e",
-    branches_of!("e.reservation_id", "e.generation"),
+     FROM (SELECT *, row_number() OVER ( \
+                PARTITION BY reservation_id, generation ORDER BY sequence) = 1 \
+                AS reads_branches \
+           FROM page) e",
+    branches_of!("e.reservation_id", "e.generation", "e.reads_branches"),
     "ORDER BY e.sequence"
 );
 
@@ -98,6 +124,7 @@ macro_rules! sink_columns {
 #[async_trait]
 impl EventLog for PgStore {
     async fn events_after(&self, page: &EventPage<'_>) -> Result<Vec<Event>, StoreError> {
+        let mut read = BranchesRead::new();
         sqlx::query_as::<_, EventRow>(EVENTS_AFTER)
             .bind(page.after)
             .bind(page.owner)
@@ -105,7 +132,7 @@ impl EventLog for PgStore {
             .fetch_all(&self.pool)
             .await?
             .into_iter()
-            .map(EventRow::into_domain)
+            .map(|row| row.into_domain(&mut read))
             .collect()
     }
 

@@ -47,8 +47,13 @@ macro_rules! branch_arrays {
 /// `b`: the stored branches of one reservation generation as [`branch_arrays!`], read
 /// through the branches' primary key beside the row that names them (`$id`, `$generation`:
 /// that row's columns), for a `FROM` clause.
+/// With `$only_if` (a boolean column of that row), the branches are read only where it is true
+/// (a one-time filter: no index scan at all where it is false) and the arrays are NULL elsewhere.
 macro_rules! branches_of {
     ($id:literal, $generation:literal) => {
+        branches_of!($id, $generation, "true")
+    };
+    ($id:literal, $generation:literal, $only_if:literal) => {
         concat!(
             " CROSS JOIN LATERAL (SELECT ",
             branch_arrays!(),
@@ -57,6 +62,8 @@ macro_rules! branches_of {
             $id,
             " AND branches.generation = ",
             $generation,
+            " AND ",
+            $only_if,
             " ORDER BY position) br) b "
         )
     };
@@ -156,8 +163,13 @@ pub(super) struct ReservationRow {
 }
 
 impl ReservationRow {
-    /// The branches from the parallel arrays.
-    fn take_branches(&mut self) -> Result<Vec<Branch>, StoreError> {
+    /// The reservation's id and generation: whose branches the arrays are.
+    pub(super) fn generation_key(&self) -> (Uuid, i32) {
+        (self.id, self.generation)
+    }
+
+    /// The branches from the parallel arrays (none when the statement read none).
+    pub(super) fn take_branches(&mut self) -> Result<Vec<Branch>, StoreError> {
         let ids = self.b_branch_ids.take().unwrap_or_default();
         let n = ids.len();
         let participants = self.b_participants.take().unwrap_or_default();
@@ -221,6 +233,12 @@ impl ReservationRow {
 
     pub(super) fn into_domain(mut self) -> Result<Reservation, StoreError> {
         let branches = self.take_branches()?;
+        self.into_domain_with(branches)
+    }
+
+    /// The reservation with `branches` (read by another row of the same statement), the
+    /// row's own arrays ignored.
+    pub(super) fn into_domain_with(self, branches: Vec<Branch>) -> Result<Reservation, StoreError> {
         StoredReservation {
             id: self.id,
             request_id: self.request_id,
