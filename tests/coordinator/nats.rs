@@ -310,23 +310,27 @@ async fn log_of_through(
     }
 }
 
-/// Waits until the sink's cursor is at `sequence`.
-async fn wait_delivered_through(replica: &mut Replica, sequence: i64) {
+/// Waits until `ListSinks` shows the NATS sink as `shows` says (`what`, for the failure).
+async fn wait_sink(
+    replica: &mut Replica,
+    what: &str,
+    shows: impl Fn(&proto::Sink) -> bool,
+) -> proto::Sink {
     let deadline = Instant::now() + PATIENCE;
     loop {
         let sink = replica.nats_sink().await;
-        if sink
-            .as_ref()
-            .is_some_and(|s| s.delivered_through >= sequence)
-        {
-            return;
+        if let Some(s) = sink.as_ref().filter(|s| shows(s)) {
+            return s.clone();
         }
-        assert!(
-            Instant::now() < deadline,
-            "not delivered through {sequence}: {sink:?}"
-        );
+        assert!(Instant::now() < deadline, "not {what}: {sink:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Waits until the sink's cursor is at `sequence`.
+async fn wait_delivered_through(replica: &mut Replica, sequence: i64) {
+    let what = format!("delivered through {sequence}");
+    wait_sink(replica, &what, |s| s.delivered_through >= sequence).await;
 }
 
 /// Each message is the log's event at its position: its subject, `Nats-Msg-Id`, and the
@@ -509,9 +513,13 @@ async fn acknowledged_then_stopped(pool: &PgPool, db: Db) {
     let log = db.log().await;
     let events = log_of_through(&*log, &cancelled, proto::event::Type::ReservationCancelled).await;
     nats.wait_count(events.len() as u64).await;
-    let sink = first.nats_sink().await.expect("the sink's row");
+    // The failure is recorded after JetStream acknowledged the last message: awaited, not
+    // read once as NATS's count is reached.
+    let sink = wait_sink(&mut first, "the failpoint recorded", |s| {
+        s.last_error.contains("failpoint")
+    })
+    .await;
     assert_eq!(sink.delivered_through, 0, "{sink:?}");
-    assert!(sink.last_error.contains("failpoint"), "{sink:?}");
     first.stop().await;
     drop(lost);
     // The stopped coordinator gave its lease up: anyone may take the sink at once (this
