@@ -6,6 +6,12 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use holdfast::app::{self, AppError};
 use holdfast::config::{CoordinatorArgs, ParticipantArgs};
 
+/// mimalloc in place of glibc's malloc, whose malloc/free/consolidation took about a quarter of
+/// an event sink's CPU in this process and ~9% of a Reserve+Confirm's (BENCHMARKS.md "Events").
+/// The libraries leave the allocator to the program that embeds them.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// holdfast: a Try-Confirm/Cancel coordinator for time-limited reservations.
 ///
 /// With no subcommand, runs everything in one process: the coordinator on 127.0.0.1:50051 and
