@@ -55,6 +55,13 @@ async fn begun(pool: &SqlitePool, seen: i64) -> SqliteWrite {
     write
 }
 
+/// One whole write of row `seen`: begun, inserted, committed; the first error.
+async fn write_row(pool: SqlitePool, seen: i64) -> Result<(), sqlx::Error> {
+    let mut write = begin_sqlite_write(&pool).await?;
+    insert(&mut write, seen).await?;
+    write.commit().await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_sqlite_writes_queue_in_process_not_in_the_busy_handler() {
     let (pool, dir) = impatient_pool("queue").await;
@@ -277,9 +284,7 @@ async fn a_write_ready_while_the_group_ends_joins_it() {
         let pool = pool.clone();
         async move {
             tokio::task::yield_now().await;
-            let mut tx = begin_sqlite_write(&pool).await?;
-            insert(&mut tx, 1).await?;
-            tx.commit().await
+            write_row(pool, 1).await
         }
     });
     first.commit().await.unwrap();
@@ -430,14 +435,7 @@ async fn a_group_handed_to_a_write_that_gives_up_is_still_committed() {
     let writer = sqlite_writer(&pool).unwrap();
     let commits_before = writer.commits();
     let first = begun(&pool, 1).await;
-    let waiting = {
-        let pool = pool.clone();
-        tokio::spawn(async move {
-            let mut write = begin_sqlite_write(&pool).await?;
-            insert(&mut write, 2).await?;
-            write.commit().await
-        })
-    };
+    let waiting = tokio::spawn(write_row(pool.clone(), 2));
     until_queued(&pool, 1).await;
     // One poll of the commit on this one-thread runtime: it hands the open group to the queued
     // write and waits, before that write's task can run.
