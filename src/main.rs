@@ -7,9 +7,9 @@ use holdfast::app::{self, AppError};
 use holdfast::config::{CoordinatorArgs, ParticipantArgs};
 
 /// mimalloc in place of glibc's malloc, whose malloc/free/consolidation took about a quarter of
-/// an event sink's CPU in this process; holdfast's CPU per Reserve+Confirm is 12-13 % lower with it
-/// (BENCHMARKS.md "An event's cost").
-/// The libraries leave the allocator to the program that embeds them.
+/// an event sink's CPU in this process; holdfast's CPU per Reserve+Confirm is 12-13 % lower
+/// with it (BENCHMARKS.md "An event's cost"). The libraries leave the allocator to the program
+/// that embeds them.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
