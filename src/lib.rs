@@ -7,7 +7,9 @@
 // The layers below (crates of their own, see the workspace's Cargo.toml), here under the paths
 // the code has always used: the serving layer, the participant SDK, the coordinator and the
 // reference participants.
-pub use holdfast_coordinator::{api, coordinator, domain, proto, registry, store, telemetry};
+pub use holdfast_coordinator::{
+    api, background, coordinator, domain, proto, registry, store, telemetry,
+};
 pub use holdfast_participant as participant;
 pub use holdfast_participants as participants;
 pub use holdfast_serve::{auth, conn, db, server, tls, watched};

@@ -30,11 +30,19 @@ const COORDINATOR: Rules = &[
     ("proto", &[]),
     ("telemetry", &["auth", "conn", "domain", "tls"]),
     ("store", &["db", "domain"]),
-    ("events", &["domain", "store", "telemetry"]),
+    ("background", &["telemetry"]),
+    ("events", &["background", "domain", "store", "telemetry"]),
     ("registry", &["domain", "proto", "telemetry", "tls"]),
     (
         "coordinator",
-        &["domain", "events", "registry", "store", "telemetry"],
+        &[
+            "background",
+            "domain",
+            "events",
+            "registry",
+            "store",
+            "telemetry",
+        ],
     ),
     (
         "api",
@@ -58,6 +66,7 @@ const BINARY: Rules = &[
         "sinks",
         &[
             "api",
+            "background",
             "coordinator",
             "events",
             "json",

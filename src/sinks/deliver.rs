@@ -20,6 +20,7 @@ use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use super::{Sink, SinkError};
+use crate::background::keep_running;
 use crate::coordinator::Coordinator;
 use crate::proto;
 use crate::store::{StoreError, WorkLease};
@@ -65,17 +66,23 @@ pub fn start(
     let mut loops = tokio::task::JoinSet::new();
     for sink in sinks {
         let lease = coordinator.lease_duration();
-        let delivery = Delivery {
-            lease,
-            renew_every: (lease / 6).clamp(Duration::from_millis(50), RENEW_AT_MOST_EVERY),
-            follow: coordinator.events().follow(),
-            coordinator: coordinator.clone(),
-            sink,
-            owner,
-            stopping: stopping.clone(),
-            lag_read: None,
+        let (coordinator, stop) = (coordinator.clone(), stopping.clone());
+        // A loop that panics is started again (its lease is this process's still, its cursor
+        // durable): it delivers from the cursor on.
+        let delivery = move || {
+            Delivery {
+                lease,
+                renew_every: (lease / 6).clamp(Duration::from_millis(50), RENEW_AT_MOST_EVERY),
+                follow: coordinator.events().follow(),
+                coordinator: coordinator.clone(),
+                sink: sink.clone(),
+                owner,
+                stopping: stop.clone(),
+                lag_read: None,
+            }
+            .run()
         };
-        loops.spawn(delivery.run());
+        loops.spawn(keep_running("sink", stopping.clone(), delivery));
     }
     tokio::spawn(async move { while loops.join_next().await.is_some() {} })
 }
@@ -177,6 +184,7 @@ impl Delivery {
             if self.stopping() {
                 return Leave::Stopping;
             }
+            crate::background::pass_failpoint("sinks.deliver.pass");
             if renewed.elapsed() >= self.renew_every {
                 match self.renew().await {
                     Ok(through) => cursor = cursor.max(through),

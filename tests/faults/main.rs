@@ -271,3 +271,116 @@ async fn a_panic_in_an_offer_leaves_the_waitlists_running(pool: PgPool) {
     drop(coordinator);
     stack.stop().await;
 }
+
+/// The background loops' failpoints (`*.pass`: `panic` only), disarmed however the test ends.
+const BACKGROUND_PASSES: [&str; 4] = [
+    "coord.recovery.pass",
+    "coord.events.pass",
+    "coord.retention.pass",
+    "sinks.deliver.pass",
+];
+
+struct BackgroundHealed;
+
+impl Drop for BackgroundHealed {
+    fn drop(&mut self) {
+        for name in BACKGROUND_PASSES {
+            fail::remove(name);
+        }
+    }
+}
+
+/// A panic in a background loop's pass does not end the loop (`background.rs`): with the
+/// first pass of recovery, the event follower, retention and the webhook's delivery each made
+/// to panic, the coordinator still expires a lapsed hold (its `RESERVATION_EXPIRED` is written
+/// by recovery), a Subscribe stream opened and caught up before the Reserve still receives its
+/// events (woken by the follower), and the webhook still receives every event of the log.
+/// Before, each loop ended with its panic: the hold stayed `HELD` in the database, the stream
+/// got heartbeats only, the webhook nothing.
+#[sqlx::test(migrations = false)]
+async fn a_panic_in_a_background_loop_leaves_it_running(pool: PgPool) {
+    use futures_util::StreamExt;
+    use proto::event::Type;
+    let _serial = SERIAL.lock().await;
+    let _healed = BackgroundHealed;
+    quiet_planned_panics();
+    let stack = Stack::start(pool).await;
+    stack.put("stock", &[("bg-item".to_owned(), 1)]).await;
+    for name in BACKGROUND_PASSES {
+        fail::cfg(name, "1*panic").expect("arm the failpoint");
+    }
+    let coordinator =
+        Coordinator::start(&stack.pool, stack.settings(false), &stack.events.url).await;
+    let mut events =
+        proto::events_client::EventsClient::connect(format!("http://{}", coordinator.addr))
+            .await
+            .expect("events client");
+    let mut stream = events
+        .subscribe(proto::SubscribeRequest {
+            after_sequence: 0,
+            filter: Some(proto::EventFilter {
+                holders: vec!["bg-holder".to_owned()],
+                ..Default::default()
+            }),
+        })
+        .await
+        .expect("subscribe")
+        .into_inner();
+    // Caught up (its first heartbeat) before the Reserve: what follows comes by the follower.
+    let first = stream.next().await.expect("a message").expect("an event");
+    assert_eq!(first.r#type(), Type::Heartbeat);
+    let mut c = client(coordinator.addr).await.expect("client");
+    let held = c
+        .reserve(proto::ReserveRequest {
+            request_id: "bg-1".into(),
+            holder: "bg-holder".into(),
+            ttl: Some(prost_types::Duration {
+                seconds: 1,
+                nanos: 0,
+            }),
+            holds: vec![proto::Hold {
+                participant: "stock".into(),
+                resource: "bg-item".into(),
+                quantity: 1,
+                during: None,
+            }],
+            labels: Default::default(),
+            queue: None,
+        })
+        .await
+        .expect("reserve")
+        .into_inner();
+    assert_eq!(held.state, proto::reservation::State::Held as i32);
+    let mut seen = Vec::new();
+    let expired = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        while let Some(e) = stream.next().await {
+            let t = e.expect("an event").r#type();
+            if t != Type::Heartbeat {
+                seen.push(t);
+            }
+            if t == Type::ReservationExpired {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(
+        expired,
+        Ok(true),
+        "the stream's events after the Reserve: {seen:?}"
+    );
+    assert_eq!(
+        seen,
+        [
+            Type::ReservationTrying,
+            Type::ReservationHeld,
+            Type::ReservationCancelling,
+            Type::ReservationExpired
+        ]
+    );
+    let violations = stack.events.check(&stack.pool).await;
+    assert!(violations.is_empty(), "webhook: {violations:?}");
+    drop(coordinator);
+    stack.stop().await;
+}

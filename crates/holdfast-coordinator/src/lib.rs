@@ -16,6 +16,7 @@ pub use holdfast_participant as participant;
 pub use holdfast_serve::{auth, conn, db, server, tls, watched};
 
 pub mod api;
+pub mod background;
 pub mod coordinator;
 pub mod domain;
 pub mod events;

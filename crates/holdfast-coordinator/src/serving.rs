@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 
 use crate::api::CoordinatorApi;
 use crate::auth::Authenticator;
+use crate::background;
 use crate::coordinator::{Coordinator, Policy};
 use crate::domain::validate::Limits;
 use crate::registry::{ParticipantEndpoint, Registry, RegistryError};
@@ -159,10 +160,12 @@ pub async fn serve_coordinator_on(
     check_participant_transport(&settings, listener.tls().is_some())?;
     let (coordinator, registry) = start_coordinator(&settings, store).await?;
     let (stop_recovery, stop) = watch::channel(false);
-    let retention = tokio::spawn(coordinator.clone().run_retention(stop.clone()));
-    let events = tokio::spawn(coordinator.clone().run_events(stop.clone()));
-    let offers = tokio::spawn(coordinator.clone().run_offers(stop.clone()));
-    let recovery = tokio::spawn(coordinator.clone().run_recovery(stop));
+    // Each loop started again should it panic (`background.rs`); the offers' loop runs each
+    // pass in a task of its own instead (`coordinator/waitlist.rs`).
+    let retention = spawn_kept("retention", &coordinator, &stop, Coordinator::run_retention);
+    let events = spawn_kept("events", &coordinator, &stop, Coordinator::run_events);
+    let recovery = spawn_kept("recovery", &coordinator, &stop, Coordinator::run_recovery);
+    let offers = tokio::spawn(coordinator.clone().run_offers(stop));
     // At shutdown, open Watch streams end at once (UNAVAILABLE): the graceful shutdown waits
     // for calls in flight, and a stream could otherwise run until its hold's max_ttl.
     let watches = coordinator.clone();
@@ -213,6 +216,22 @@ pub async fn serve_coordinator_on(
     }
     served?;
     Ok(())
+}
+
+/// Spawns `coordinator`'s loop `run` until `stop`, started again should it panic.
+fn spawn_kept<L>(
+    task: &'static str,
+    coordinator: &Coordinator,
+    stop: &watch::Receiver<bool>,
+    run: fn(Coordinator, watch::Receiver<bool>) -> L,
+) -> JoinHandle<()>
+where
+    L: Future<Output = ()> + Send + 'static,
+{
+    let (coordinator, stop) = (coordinator.clone(), stop.clone());
+    tokio::spawn(background::keep_running(task, stop.clone(), move || {
+        run(coordinator.clone(), stop.clone())
+    }))
 }
 
 /// The coordinator's gRPC services and their names (for reflection): `tcc.v1.Coordinator`,

@@ -157,6 +157,7 @@ impl Coordinator {
                 drives.finish().await;
                 return;
             }
+            crate::background::pass_failpoint("coord.recovery.pass");
             for name in self.registry.take_came_back() {
                 match self.store.wake_backlog(&name).await {
                     Ok(n) if n > 0 => {

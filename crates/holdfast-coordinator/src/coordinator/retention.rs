@@ -116,6 +116,7 @@ impl Coordinator {
             if *stop.borrow() {
                 return;
             }
+            crate::background::pass_failpoint("coord.retention.pass");
             let started = std::time::Instant::now();
             // A backlog: rest at least as long as the batch took, so the purge keeps at most
             // half of one connection (and of the WAL) busy while Reserves run.

@@ -103,6 +103,7 @@ pub(crate) async fn run_follower(
         if *stop.borrow() {
             return;
         }
+        crate::background::pass_failpoint("coord.events.pass");
         let started = tokio::time::Instant::now();
         let busy = match pass(&*store, &latest, &mut known).await {
             Ok(busy) => busy,

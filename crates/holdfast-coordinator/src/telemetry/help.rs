@@ -74,6 +74,10 @@ const COUNTERS: &[(&str, &str)] = &[
         "Waitlist offers by outcome: placed (the reservation became HELD), refused (back in its queue), wait_ended.",
     ),
     (
+        ops_names::BACKGROUND_RESTARTS,
+        "Background loops (recovery, retention, the event follower, an event sink) that panicked and were started again, by task.",
+    ),
+    (
         ops_names::WEBHOOK_FAILURES,
         "Webhook POSTs that failed (not 2xx, timed out, no connection), by endpoint.",
     ),
