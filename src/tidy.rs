@@ -30,7 +30,6 @@ const COORDINATOR: Rules = &[
     ("proto", &[]),
     ("telemetry", &["auth", "conn", "domain", "tls"]),
     ("store", &["db", "domain"]),
-    ("background", &["telemetry"]),
     ("events", &["background", "domain", "store", "telemetry"]),
     ("registry", &["domain", "proto", "telemetry", "tls"]),
     (

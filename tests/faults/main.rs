@@ -272,7 +272,7 @@ async fn a_panic_in_an_offer_leaves_the_waitlists_running(pool: PgPool) {
     stack.stop().await;
 }
 
-/// The background loops' failpoints (`*.pass`: `panic` only), disarmed however the test ends.
+/// The coordinator's background loops' failpoints (`*.pass`: `panic` only).
 const BACKGROUND_PASSES: [&str; 4] = [
     "coord.recovery.pass",
     "coord.events.pass",
@@ -280,11 +280,18 @@ const BACKGROUND_PASSES: [&str; 4] = [
     "sinks.deliver.pass",
 ];
 
+/// A participant's.
+const PARTICIPANT_PASSES: [&str; 3] = [
+    "participant.reclaim.pass",
+    "participant.retention.pass",
+    "stock_redis.reconcile.pass",
+];
+
 struct BackgroundHealed;
 
 impl Drop for BackgroundHealed {
     fn drop(&mut self) {
-        for name in BACKGROUND_PASSES {
+        for name in BACKGROUND_PASSES.into_iter().chain(PARTICIPANT_PASSES) {
             fail::remove(name);
         }
     }
@@ -383,4 +390,60 @@ async fn a_panic_in_a_background_loop_leaves_it_running(pool: PgPool) {
     assert!(violations.is_empty(), "webhook: {violations:?}");
     drop(coordinator);
     stack.stop().await;
+}
+
+/// A panic in a participant's orphan reclaimer does not end it: with its first pass made to
+/// panic, the SDK's reclaimer (`ParticipantService::spawn_reclaimer`, every 50 ms) still gives
+/// an orphaned hold's units back. Before, the reclaimer ended with its panic and the units
+/// stayed held until a Try needed them or the process restarted.
+#[sqlx::test(migrations = false)]
+async fn a_panic_in_a_participant_s_reclaimer_leaves_it_running(pool: PgPool) {
+    use holdfast::participant::{BranchKey, Item, ParticipantService, TryAnswer, TryBranch};
+    use holdfast::participants::{MIGRATOR, admin::Inventory, stock::Stock};
+    let _serial = SERIAL.lock().await;
+    let _healed = BackgroundHealed;
+    quiet_planned_panics();
+    MIGRATOR.run(&pool).await.expect("migrate");
+    let mut conn = pool.acquire().await.expect("conn");
+    Inventory::<sqlx::Postgres>::put(&Stock, &mut conn, "bg-sku", 5)
+        .await
+        .expect("put");
+    let service = ParticipantService::new("stock", Stock, pool.clone())
+        .with_orphan_grace(std::time::Duration::ZERO);
+    let orphan = TryBranch {
+        key: BranchKey {
+            reservation_id: "r-bg-orphan".into(),
+            branch_id: "b-bg-orphan".into(),
+        },
+        holder: "alice".into(),
+        items: vec![Item {
+            resource: "bg-sku".into(),
+            quantity: 2,
+            during: None,
+        }],
+        expires_at: chrono::Utc::now() - chrono::Duration::minutes(5),
+    };
+    assert_eq!(
+        service.try_branch(orphan).await.expect("try"),
+        TryAnswer::Held
+    );
+    fail::cfg("participant.reclaim.pass", "1*panic").expect("arm the failpoint");
+    let reclaimer = service.spawn_reclaimer(std::time::Duration::from_millis(50));
+    let deadline = Instant::now() + std::time::Duration::from_secs(20);
+    let counts = loop {
+        let counts = Inventory::<sqlx::Postgres>::get(&Stock, &mut conn, "bg-sku")
+            .await
+            .expect("get")
+            .expect("exists");
+        if counts.held == 0 || Instant::now() > deadline {
+            break counts;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    reclaimer.abort();
+    assert_eq!(
+        (counts.available, counts.held),
+        (5, 0),
+        "the orphan's units are given back"
+    );
 }

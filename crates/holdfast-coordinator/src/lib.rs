@@ -13,10 +13,9 @@ extern crate holdfast_serve;
 // The serving layer (every port, every database pool) and the participant SDK, under the
 // paths the code has always used.
 pub use holdfast_participant as participant;
-pub use holdfast_serve::{auth, conn, db, server, tls, watched};
+pub use holdfast_serve::{auth, background, conn, db, server, tls, watched};
 
 pub mod api;
-pub mod background;
 pub mod coordinator;
 pub mod domain;
 pub mod events;

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use holdfast_serve::background::{keep_running, pass_failpoint};
 use holdfast_serve::db::WriteTransaction;
 
 use super::barrier::Backend;
@@ -54,29 +55,37 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     }
 
     /// Spawns retention: a pass (batches until one comes back short) every `every` until the
-    /// returned handle is aborted. Failures are logged and retried on the next pass.
+    /// returned handle is aborted. Failures are logged and retried on the next pass; a panic
+    /// is logged and the loop started again (`holdfast_serve::background`).
     pub fn spawn_retention(&self, keep: Duration, every: Duration) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let (_, never) = tokio::sync::watch::channel(false);
+        tokio::spawn(keep_running("participant_retention", never, move || {
+            this.clone().retention_loop(keep, every)
+        }))
+    }
+
+    /// Retention's loop ([`Self::spawn_retention`]).
+    async fn retention_loop(self, keep: Duration, every: Duration) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            pass_failpoint("participant.retention.pass");
             loop {
-                tick.tick().await;
-                loop {
-                    match this.purge_finished(keep, RETENTION_BATCH).await {
-                        Ok(p) if p.barrier >= u64::from(RETENTION_BATCH) => {
-                            // A backlog: the next batch after a breath, so calls get the lock.
-                            tokio::time::sleep(Duration::from_millis(10)).await;
-                        }
-                        Ok(_) => break,
-                        Err(err) => {
-                            tracing::warn!(participant = %this.name, error = %err, "retention failed");
-                            break;
-                        }
+                match self.purge_finished(keep, RETENTION_BATCH).await {
+                    Ok(p) if p.barrier >= u64::from(RETENTION_BATCH) => {
+                        // A backlog: the next batch after a breath, so calls get the lock.
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    Ok(_) => break,
+                    Err(err) => {
+                        tracing::warn!(participant = %self.name, error = %err, "retention failed");
+                        break;
                     }
                 }
             }
-        })
+        }
     }
 
     /// The series this participant's dashboards read, created at zero.

@@ -5,6 +5,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use holdfast_serve::background::{keep_running, pass_failpoint};
 use holdfast_serve::db::WriteTransaction;
 use sqlx::Pool;
 
@@ -424,20 +425,26 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     }
 
     /// Spawns a task reclaiming orphans every `every` until the returned handle is aborted.
-    /// Failures are logged and retried on the next tick.
+    /// Failures are logged and retried on the next tick; a panic is logged and the loop
+    /// started again (`holdfast_serve::background`).
     pub fn spawn_reclaimer(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
-        tokio::spawn(async move {
-            // The first sweep waits a period: startup is busy enough.
-            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                if let Err(err) = this.reclaim_orphans(LAZY_RECLAIM_BATCH).await {
-                    tracing::warn!(participant = %this.name, error = %err, "orphan reclaim failed");
+        let (_, never) = tokio::sync::watch::channel(false);
+        tokio::spawn(keep_running("reclaimer", never, move || {
+            let this = this.clone();
+            async move {
+                // The first sweep waits a period: startup is busy enough.
+                let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    pass_failpoint("participant.reclaim.pass");
+                    if let Err(err) = this.reclaim_orphans(LAZY_RECLAIM_BATCH).await {
+                        tracing::warn!(participant = %this.name, error = %err, "orphan reclaim failed");
+                    }
                 }
             }
-        })
+        }))
     }
 
     /// Validates a Try (naming the offending field; `expires_at` at most `max_hold` ahead), sorts its items into lock order and

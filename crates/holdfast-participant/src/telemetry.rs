@@ -61,4 +61,7 @@ pub fn participant_started(participant: &str, tables: &[&'static str]) {
     for table in tables {
         metrics::counter!(RETENTION_DELETED, "table" => *table).increment(0);
     }
+    for task in ["reclaimer", "participant_retention"] {
+        holdfast_serve::background::restarts_at_zero(task);
+    }
 }

@@ -12,6 +12,7 @@
 //! - [`auth`]: API keys and roles, who calls and whether they may (`--auth-keys`).
 //! - [`db`]: PostgreSQL and SQLite pools with holdfast's conventions, and SQLite's clock in SQL
 //!   ([`sqlite_now_us!`]).
+//! - [`background`]: a service's long-running loops, started again should one panic.
 //! - [`propagation`]: W3C trace context in and out of calls (the OpenTelemetry API only: a
 //!   process that exports traces installs the SDK and says so with [`propagation::enable`]).
 //!
@@ -22,6 +23,7 @@
 pub mod db;
 
 pub mod auth;
+pub mod background;
 pub mod conn;
 pub mod digest;
 pub mod propagation;

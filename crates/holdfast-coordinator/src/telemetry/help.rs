@@ -74,8 +74,8 @@ const COUNTERS: &[(&str, &str)] = &[
         "Waitlist offers by outcome: placed (the reservation became HELD), refused (back in its queue), wait_ended.",
     ),
     (
-        ops_names::BACKGROUND_RESTARTS,
-        "Background loops (recovery, retention, the event follower, an event sink) that panicked and were started again, by task.",
+        holdfast_serve::background::BACKGROUND_RESTARTS,
+        "Background loops (the coordinator's recovery, retention, event follower and event sinks; a participant's reclaimer, retention and stock-redis reconciler) that panicked and were started again, by task.",
     ),
     (
         ops_names::WEBHOOK_FAILURES,

@@ -24,7 +24,6 @@ pub mod ops_names {
     pub const QUEUE_LENGTH: &str = "holdfast_queue_length";
     pub const QUEUE_WAIT: &str = "holdfast_queue_wait_seconds";
     pub const QUEUE_OFFERS: &str = "holdfast_queue_offers_total";
-    pub(crate) const BACKGROUND_RESTARTS: &str = "holdfast_background_restarts_total";
 }
 
 use ops_names::*;
@@ -84,14 +83,6 @@ pub fn redis_drift(kind: &'static str) {
     metrics::counter!(REDIS_DRIFT, "kind" => kind).increment(1);
 }
 
-/// The `task` label of every loop `crate::background::keep_running` runs.
-const BACKGROUND_TASKS: [&str; 4] = ["recovery", "retention", "events", "sink"];
-
-/// A background loop panicked and is started again (`crate::background`), by loop.
-pub(crate) fn background_restarted(task: &'static str) {
-    metrics::counter!(BACKGROUND_RESTARTS, "task" => task).increment(1);
-}
-
 /// How long the oldest unfinished work (a fan-out, a lapsed hold, a refund) has waited.
 pub fn oldest_work_age(age: Duration) {
     metrics::gauge!(OLDEST_WORK_AGE).set(age.as_secs_f64());
@@ -103,6 +94,7 @@ pub fn stock_redis_started() {
     metrics::counter!(REDIS_REBUILDS).increment(0);
     metrics::counter!(REDIS_DRIFT, "kind" => "counter").increment(0);
     metrics::counter!(ORPHAN_RECLAIMS, "participant" => "stock-redis").increment(0);
+    holdfast_serve::background::restarts_at_zero("reconciler");
 }
 
 /// The coordinator's series that alerts read, at zero.
@@ -129,8 +121,8 @@ pub(crate) fn coordinator_started() {
     metrics::gauge!(names::HOLD_TO_CONFIRM).increment(0.0);
     metrics::gauge!(OLDEST_WORK_AGE).increment(0.0);
     metrics::counter!(names::WATCH_POLLS).increment(0);
-    for task in BACKGROUND_TASKS {
-        metrics::counter!(BACKGROUND_RESTARTS, "task" => task).increment(0);
+    for task in ["recovery", "retention", "events", "sink"] {
+        holdfast_serve::background::restarts_at_zero(task);
     }
     for action in [
         AdminAction::ForceCancel,

@@ -221,20 +221,30 @@ impl StockRedis {
     }
 
     /// Spawns the background reconciler: a pass every `every`, and at once when a request
-    /// met a missing data set. Failures are logged and retried.
+    /// met a missing data set. Failures are logged and retried; a panic is logged and the
+    /// loop started again (`holdfast_serve::background`).
     pub(crate) fn spawn_reconciler(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(every) => {}
-                    _ = this.inner.wake.notified() => {}
+        let (_, never) = tokio::sync::watch::channel(false);
+        tokio::spawn(holdfast_serve::background::keep_running(
+            "reconciler",
+            never,
+            move || {
+                let this = this.clone();
+                async move {
+                    loop {
+                        tokio::select! {
+                            _ = tokio::time::sleep(every) => {}
+                            _ = this.inner.wake.notified() => {}
+                        }
+                        holdfast_serve::background::pass_failpoint("stock_redis.reconcile.pass");
+                        if let Err(err) = this.reconcile().await {
+                            tracing::warn!(participant = NAME, error = %err, "reconcile failed");
+                        }
+                    }
                 }
-                if let Err(err) = this.reconcile().await {
-                    tracing::warn!(participant = NAME, error = %err, "reconcile failed");
-                }
-            }
-        })
+            },
+        ))
     }
 }
 
