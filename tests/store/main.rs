@@ -179,6 +179,7 @@ conformance!(
     ],
     events: [
         lifecycle_appends_events_in_order,
+        events_carry_their_generation_s_branches,
         readers_see_only_their_owner_s_events,
         sinks_keep_a_cursor_a_lease_and_a_pause,
         retention_never_passes_an_active_sink,

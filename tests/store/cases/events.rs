@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use holdfast::domain::{BranchState, Event, EventType, State};
 use holdfast::store::events::EventPage;
-use holdfast::store::{PgStore, Store};
+use holdfast::store::{JoinQueue, Joined, PgStore, Store};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -123,6 +123,55 @@ pub async fn lifecycle_appends_events_in_order(store: S) {
         // A page that starts inside a generation's events still carries its branches.
         assert!(rest.iter().all(|e| e.reservation.branches.len() == 3));
     }
+}
+
+/// An event carries the branches of its own generation: after a waitlist offer (the
+/// reservation's next generation, fresh branches), its first generation's events still show
+/// the first generation's branches, and the offer's events the new ones.
+pub async fn events_carry_their_generation_s_branches(store: S) {
+    let (a, _) = super::create(&store, "alice", "ev-gen", LONG).await;
+    let hold = a
+        .branches
+        .iter()
+        .map(|b| b.hold.clone())
+        .find(|h| h.resource == "A1")
+        .expect("the fixture holds seats/A1");
+    let joined = store
+        .join_queue(&JoinQueue {
+            id: a.id,
+            reports: &reports(&a, BranchState::Rejected, None),
+            holds: &[hold],
+            wait: Duration::from_secs(3600),
+            max_length: 10,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(joined, Joined::Queued(_)), "{joined:?}");
+    let offered = store
+        .begin_offer(a.id, lease())
+        .await
+        .unwrap()
+        .expect("offered");
+    let first: BTreeSet<Uuid> = a.branches.iter().map(|b| b.branch_id).collect();
+    let second: BTreeSet<Uuid> = offered.branches.iter().map(|b| b.branch_id).collect();
+    assert!(first.is_disjoint(&second), "an offer's branches are new");
+    let events = read_after(&*store, 0).await;
+    let mut generations = BTreeSet::new();
+    for e in events.iter().filter(|e| e.reservation.id == a.id) {
+        let carried: BTreeSet<Uuid> = e.reservation.branches.iter().map(|b| b.branch_id).collect();
+        let want = if e.reservation.generation == a.generation {
+            &first
+        } else {
+            &second
+        };
+        assert_eq!(
+            &carried, want,
+            "{:?} of generation {}",
+            e.event_type, e.reservation.generation
+        );
+        generations.insert(e.reservation.generation);
+    }
+    assert_eq!(generations.len(), 2, "events of both generations");
 }
 
 pub async fn readers_see_only_their_owner_s_events(store: S) {

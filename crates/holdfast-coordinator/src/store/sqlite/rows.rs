@@ -35,7 +35,7 @@ macro_rules! reservation_columns {
 
 macro_rules! branch_columns {
     () => {
-        "reservation_id, branch_id, participant, resource, quantity, \
+        "reservation_id, generation, branch_id, participant, resource, quantity, \
          during_start, during_end, state, attempts, last_error"
     };
 }
@@ -75,6 +75,7 @@ pub(super) struct ReservationRow {
 #[derive(sqlx::FromRow)]
 struct BranchRow {
     reservation_id: Uuid,
+    generation: i32,
     branch_id: Uuid,
     participant: String,
     resource: String,
@@ -312,33 +313,40 @@ pub(super) async fn list(
     Ok(crate::store::list::created_after(query, page))
 }
 
-/// Rows read in a transaction, with their current generation's branches read in one more
-/// statement of the same transaction (the ids travel as a JSON array of hex strings).
+/// Rows read in a transaction, each with the branches of its own generation (a reservation's
+/// current one; an event's, the generation it was written in) read in one more statement of
+/// the same transaction (the keys travel as a JSON array of `[hex id, generation]`).
 pub(super) async fn with_branches(
     conn: &mut SqliteConnection,
     rows: Vec<ReservationRow>,
 ) -> Result<Vec<Reservation>, StoreError> {
-    let ids: Vec<String> = rows.iter().map(|r| r.id.simple().to_string()).collect();
-    let mut branches: HashMap<Uuid, Vec<Branch>> = HashMap::new();
+    let keys: Vec<(String, i32)> = rows
+        .iter()
+        .map(|r| (r.id.simple().to_string(), r.generation))
+        .collect();
+    let mut branches: HashMap<(Uuid, i32), Vec<Branch>> = HashMap::new();
     for b in sqlx::query_as::<_, BranchRow>(concat!(
         "SELECT ",
         branch_columns!(),
-        " FROM branches b \
-         WHERE reservation_id IN (SELECT unhex(value) FROM json_each(?1)) \
-           AND generation = (SELECT generation FROM reservations r WHERE r.id = b.reservation_id) \
-         ORDER BY reservation_id, position"
+        " FROM branches \
+         WHERE (reservation_id, generation) IN ( \
+             SELECT unhex(value ->> 0), value ->> 1 FROM json_each(?1)) \
+         ORDER BY reservation_id, generation, position"
     ))
-    .bind(Json(&ids))
+    .bind(Json(&keys))
     .fetch_all(&mut *conn)
     .await?
     {
-        let rid = b.reservation_id;
-        branches.entry(rid).or_default().push(b.into_domain()?);
+        let key = (b.reservation_id, b.generation);
+        branches.entry(key).or_default().push(b.into_domain()?);
     }
     rows.into_iter()
         .map(|r| {
-            // An id may repeat (events of one reservation): each gets the branches.
-            let bs = branches.get(&r.id).cloned().unwrap_or_default();
+            // A key may repeat (events of one generation): each gets the branches.
+            let bs = branches
+                .get(&(r.id, r.generation))
+                .cloned()
+                .unwrap_or_default();
             r.into_domain(bs)
         })
         .collect()
