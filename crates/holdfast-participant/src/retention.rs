@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use holdfast_serve::background::{keep_running, pass_failpoint};
+use holdfast_serve::background::{pass_failpoint, spawn_until_aborted};
 use holdfast_serve::db::WriteTransaction;
 
 use super::barrier::Backend;
@@ -59,10 +59,9 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     /// is logged and the loop started again (`holdfast_serve::background`).
     pub fn spawn_retention(&self, keep: Duration, every: Duration) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
-        let (_, never) = tokio::sync::watch::channel(false);
-        tokio::spawn(keep_running("participant_retention", never, move || {
+        spawn_until_aborted("participant_retention", move || {
             this.clone().retention_loop(keep, every)
-        }))
+        })
     }
 
     /// Retention's loop ([`Self::spawn_retention`]).

@@ -5,7 +5,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use holdfast_serve::background::{keep_running, pass_failpoint};
+use holdfast_serve::background::{pass_failpoint, spawn_until_aborted};
 use holdfast_serve::db::WriteTransaction;
 use sqlx::Pool;
 
@@ -429,8 +429,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     /// started again (`holdfast_serve::background`).
     pub fn spawn_reclaimer(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
-        let (_, never) = tokio::sync::watch::channel(false);
-        tokio::spawn(keep_running("reclaimer", never, move || {
+        spawn_until_aborted("reclaimer", move || {
             let this = this.clone();
             async move {
                 // The first sweep waits a period: startup is busy enough.
@@ -444,7 +443,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
                     }
                 }
             }
-        }))
+        })
     }
 
     /// Validates a Try (naming the offending field; `expires_at` at most `max_hold` ahead), sorts its items into lock order and

@@ -67,6 +67,17 @@ where
     }
 }
 
+/// Spawns [`keep_running`] for a loop without a stop: it runs until the returned handle is
+/// aborted (which aborts the loop's task too).
+pub fn spawn_until_aborted<F, L>(task: &'static str, start: F) -> JoinHandle<()>
+where
+    F: Fn() -> L + Send + 'static,
+    L: Future<Output = ()> + Send + 'static,
+{
+    let (_, never) = watch::channel(false);
+    tokio::spawn(keep_running(task, never, start))
+}
+
 /// `task`'s series of [`BACKGROUND_RESTARTS`] at zero (an alert has a series to read before the
 /// first restart).
 pub fn restarts_at_zero(task: &'static str) {
@@ -130,7 +141,7 @@ mod tests {
     }
 
     /// A `stop` whose sender is gone does not end the pause: the loop is started again.
-    /// Dropping `keep_running`'s future (aborting its task) aborts the loop's task too.
+    /// Aborting [`spawn_until_aborted`]'s task aborts the loop's task too.
     #[tokio::test]
     async fn without_a_stop_a_loop_runs_until_aborted() {
         let runs = Arc::new(AtomicU32::new(0));
@@ -147,7 +158,7 @@ mod tests {
 
         let (started, mut running) = watch::channel(false);
         let (ended, mut gone) = watch::channel(false);
-        let kept = tokio::spawn(keep_running("test", never, move || {
+        let kept = spawn_until_aborted("test", move || {
             let (started, ended) = (started.clone(), ended.clone());
             async move {
                 // Told when this task is dropped (aborted).
@@ -161,7 +172,7 @@ mod tests {
                 let _ = started.send(true);
                 std::future::pending::<()>().await;
             }
-        }));
+        });
         running.wait_for(|r| *r).await.expect("the loop started");
         kept.abort();
         gone.wait_for(|g| *g).await.expect("the loop's task ended");
