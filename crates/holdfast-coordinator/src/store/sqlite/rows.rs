@@ -1,8 +1,8 @@
 //! Reading reservations on SQLite: the column lists, the row types (times as INTEGER
 //! microseconds, UUIDs as 16-byte BLOBs, labels as JSON text) and their conversion into the
-//! shared stored shape ([`crate::store::record`]), and the reads: `load` (the row, then its
-//! branches) and `get`/`list` (each in one read transaction, so rows and branches come from one
-//! snapshot).
+//! shared stored shape ([`crate::store::record`]), and the reads: `load` and `get` (the row with
+//! its branches as JSON, one statement) and `list` (in one read transaction, so rows and
+//! branches come from one snapshot).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -156,14 +156,69 @@ impl BranchRow {
     }
 }
 
-/// Reads one reservation with its current generation of branches.
+/// A reservation's current generation of branches as one JSON array, in position order: one
+/// row per `JsonBranch` (the id as hex, times as microseconds).
+macro_rules! branches_json {
+    () => {
+        "(SELECT json_group_array(json_array(hex(branch_id), participant, resource, quantity, \
+             during_start, during_end, state, attempts, last_error) ORDER BY position) \
+          FROM branches WHERE branches.reservation_id = reservations.id \
+            AND branches.generation = reservations.generation) AS branches"
+    };
+}
+
+/// One branch as `branches_json!` writes it.
+type JsonBranch = (
+    String,
+    String,
+    String,
+    i64,
+    Option<i64>,
+    Option<i64>,
+    String,
+    i32,
+    Option<String>,
+);
+
+/// A reservation row with its branches in one column ([`load`]).
+#[derive(sqlx::FromRow)]
+struct LoadedRow {
+    #[sqlx(flatten)]
+    row: ReservationRow,
+    branches: Json<Vec<JsonBranch>>,
+}
+
+/// One branch of `branches_json!` as the domain's.
+fn json_branch(branch: JsonBranch) -> Result<Branch, StoreError> {
+    let (branch_id, participant, resource, quantity, start, end, state, attempts, last_error) =
+        branch;
+    StoredBranch {
+        branch_id: Uuid::parse_str(&branch_id)
+            .map_err(|e| StoreError::Corrupt(format!("branch id {branch_id:?}: {e}")))?,
+        participant,
+        resource,
+        quantity,
+        during_start: start.map(time_of).transpose()?,
+        during_end: end.map(time_of).transpose()?,
+        state,
+        attempts,
+        last_error,
+    }
+    .into_domain()
+}
+
+/// Reads one reservation with its current generation of branches, in one statement: inside a
+/// write, every statement is a hand-off to the connection's thread while the writer is held, so
+/// the branches come as a JSON column rather than from a second query.
 pub(super) async fn load(
     conn: &mut SqliteConnection,
     id: Uuid,
 ) -> Result<Option<Reservation>, StoreError> {
-    let Some(row) = sqlx::query_as::<_, ReservationRow>(concat!(
+    let Some(loaded) = sqlx::query_as::<_, LoadedRow>(concat!(
         "SELECT ",
         reservation_columns!(),
+        ", ",
+        branches_json!(),
         " FROM reservations WHERE id = ?1"
     ))
     .bind(id)
@@ -172,29 +227,20 @@ pub(super) async fn load(
     else {
         return Ok(None);
     };
-    let branches = sqlx::query_as::<_, BranchRow>(concat!(
-        "SELECT ",
-        branch_columns!(),
-        " FROM branches WHERE reservation_id = ?1 AND generation = ?2 ORDER BY position"
-    ))
-    .bind(id)
-    .bind(row.generation)
-    .fetch_all(&mut *conn)
-    .await?
-    .into_iter()
-    .map(BranchRow::into_domain)
-    .collect::<Result<Vec<_>, _>>()?;
-    row.into_domain(branches).map(Some)
+    let branches = loaded
+        .branches
+        .0
+        .into_iter()
+        .map(json_branch)
+        .collect::<Result<Vec<_>, _>>()?;
+    loaded.row.into_domain(branches).map(Some)
 }
 
-/// [`crate::store::Store::get`].
+/// [`crate::store::Store::get`]: one statement, so the row and its branches come from one
+/// snapshot (WAL readers neither wait for nor block the writer).
 pub(super) async fn get(pool: &SqlitePool, id: Uuid) -> Result<Option<Reservation>, StoreError> {
-    // A read transaction: the row and its branches come from one snapshot (WAL readers
-    // neither wait for nor block the writer).
-    let mut tx = pool.begin().await?;
-    let r = load(&mut tx, id).await?;
-    tx.rollback().await?;
-    Ok(r)
+    let mut conn = pool.acquire().await?;
+    load(&mut conn, id).await
 }
 
 /// The keyset condition and order every List statement ends with (`?1`, `?2` the cursor,
