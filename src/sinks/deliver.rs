@@ -25,6 +25,7 @@ use crate::coordinator::Coordinator;
 use crate::proto;
 use crate::store::{StoreError, WorkLease};
 use crate::telemetry::ops;
+use crate::telemetry::ops::tasks;
 
 /// The longest wait between renewals, lag refreshes, and looks at a lease another replica
 /// holds or a paused sink.
@@ -82,7 +83,7 @@ pub fn start(
             }
             .run()
         };
-        loops.spawn(keep_running("sink", stopping.clone(), delivery));
+        loops.spawn(keep_running(tasks::SINK, stopping.clone(), delivery));
     }
     tokio::spawn(async move { while loops.join_next().await.is_some() {} })
 }

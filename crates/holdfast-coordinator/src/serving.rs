@@ -17,6 +17,7 @@ use crate::domain::validate::Limits;
 use crate::registry::{ParticipantEndpoint, Registry, RegistryError};
 use crate::server::{ServeError, ServerLimits};
 use crate::store::{AnyStore, StoreError};
+use crate::telemetry::ops::tasks;
 use crate::testing::TestClock;
 use crate::tls::{Listener, ParticipantTransport};
 
@@ -162,9 +163,19 @@ pub async fn serve_coordinator_on(
     let (stop_recovery, stop) = watch::channel(false);
     // Each loop started again should it panic (`background.rs`); the offers' loop runs each
     // pass in a task of its own instead (`coordinator/waitlist.rs`).
-    let retention = spawn_kept("retention", &coordinator, &stop, Coordinator::run_retention);
-    let events = spawn_kept("events", &coordinator, &stop, Coordinator::run_events);
-    let recovery = spawn_kept("recovery", &coordinator, &stop, Coordinator::run_recovery);
+    let retention = spawn_kept(
+        tasks::RETENTION,
+        &coordinator,
+        &stop,
+        Coordinator::run_retention,
+    );
+    let events = spawn_kept(tasks::EVENTS, &coordinator, &stop, Coordinator::run_events);
+    let recovery = spawn_kept(
+        tasks::RECOVERY,
+        &coordinator,
+        &stop,
+        Coordinator::run_recovery,
+    );
     let offers = tokio::spawn(coordinator.clone().run_offers(stop));
     // At shutdown, open Watch streams end at once (UNAVAILABLE): the graceful shutdown waits
     // for calls in flight, and a stream could otherwise run until its hold's max_ttl.

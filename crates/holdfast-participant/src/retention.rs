@@ -59,7 +59,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     /// is logged and the loop started again (`holdfast_serve::background`).
     pub fn spawn_retention(&self, keep: Duration, every: Duration) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
-        spawn_until_aborted("participant_retention", move || {
+        spawn_until_aborted(crate::telemetry::tasks::RETENTION, move || {
             this.clone().retention_loop(keep, every)
         })
     }

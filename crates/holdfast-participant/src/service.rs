@@ -429,7 +429,7 @@ impl<DB: Backend, R: Resource<DB>> ParticipantService<R, DB> {
     /// started again (`holdfast_serve::background`).
     pub fn spawn_reclaimer(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
-        spawn_until_aborted("reclaimer", move || {
+        spawn_until_aborted(crate::telemetry::tasks::RECLAIMER, move || {
             let this = this.clone();
             async move {
                 // The first sweep waits a period: startup is busy enough.

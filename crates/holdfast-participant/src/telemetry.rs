@@ -15,6 +15,13 @@ pub mod names {
 
 use names::*;
 
+/// The `task` label of this crate's background loops (`holdfast_background_restarts_total`):
+/// named once for where each loop is spawned and where its series starts at zero.
+pub(crate) mod tasks {
+    pub(crate) const RECLAIMER: &str = "reclaimer";
+    pub(crate) const RETENTION: &str = "participant_retention";
+}
+
 /// Retention deleted `rows` rows of `table`.
 pub fn retention_deleted(table: &'static str, rows: u64) {
     metrics::counter!(RETENTION_DELETED, "table" => table).increment(rows);
@@ -61,7 +68,7 @@ pub fn participant_started(participant: &str, tables: &[&'static str]) {
     for table in tables {
         metrics::counter!(RETENTION_DELETED, "table" => *table).increment(0);
     }
-    for task in ["reclaimer", "participant_retention"] {
+    for task in [tasks::RECLAIMER, tasks::RETENTION] {
         holdfast_serve::background::restarts_at_zero(task);
     }
 }

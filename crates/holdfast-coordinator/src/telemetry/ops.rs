@@ -28,6 +28,17 @@ pub mod ops_names {
 
 use ops_names::*;
 
+/// The `task` label of the coordinator's and stock-redis's background loops
+/// (`holdfast_background_restarts_total`): named once for where each loop is spawned and where
+/// its series starts at zero.
+pub mod tasks {
+    pub(crate) const RECOVERY: &str = "recovery";
+    pub(crate) const RETENTION: &str = "retention";
+    pub(crate) const EVENTS: &str = "events";
+    pub const SINK: &str = "sink";
+    pub const RECONCILER: &str = "reconciler";
+}
+
 // What every participant counts is the SDK's; retention's deletions count the coordinator's too.
 pub use holdfast_participant::telemetry::{
     barrier_outcome, orphan_reclaimed, participant_call, participant_started, retention_deleted,
@@ -94,7 +105,7 @@ pub fn stock_redis_started() {
     metrics::counter!(REDIS_REBUILDS).increment(0);
     metrics::counter!(REDIS_DRIFT, "kind" => "counter").increment(0);
     metrics::counter!(ORPHAN_RECLAIMS, "participant" => "stock-redis").increment(0);
-    holdfast_serve::background::restarts_at_zero("reconciler");
+    holdfast_serve::background::restarts_at_zero(tasks::RECONCILER);
 }
 
 /// The coordinator's series that alerts read, at zero.
@@ -121,7 +132,12 @@ pub(crate) fn coordinator_started() {
     metrics::gauge!(names::HOLD_TO_CONFIRM).increment(0.0);
     metrics::gauge!(OLDEST_WORK_AGE).increment(0.0);
     metrics::counter!(names::WATCH_POLLS).increment(0);
-    for task in ["recovery", "retention", "events", "sink"] {
+    for task in [
+        tasks::RECOVERY,
+        tasks::RETENTION,
+        tasks::EVENTS,
+        tasks::SINK,
+    ] {
         holdfast_serve::background::restarts_at_zero(task);
     }
     for action in [

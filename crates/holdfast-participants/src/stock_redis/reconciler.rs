@@ -225,21 +225,24 @@ impl StockRedis {
     /// loop started again (`holdfast_serve::background`).
     pub(crate) fn spawn_reconciler(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
-        holdfast_serve::background::spawn_until_aborted("reconciler", move || {
-            let this = this.clone();
-            async move {
-                loop {
-                    tokio::select! {
-                        _ = tokio::time::sleep(every) => {}
-                        _ = this.inner.wake.notified() => {}
-                    }
-                    holdfast_serve::background::pass_failpoint("stock_redis.reconcile.pass");
-                    if let Err(err) = this.reconcile().await {
-                        tracing::warn!(participant = NAME, error = %err, "reconcile failed");
+        holdfast_serve::background::spawn_until_aborted(
+            crate::telemetry::ops::tasks::RECONCILER,
+            move || {
+                let this = this.clone();
+                async move {
+                    loop {
+                        tokio::select! {
+                            _ = tokio::time::sleep(every) => {}
+                            _ = this.inner.wake.notified() => {}
+                        }
+                        holdfast_serve::background::pass_failpoint("stock_redis.reconcile.pass");
+                        if let Err(err) = this.reconcile().await {
+                            tracing::warn!(participant = NAME, error = %err, "reconcile failed");
+                        }
                     }
                 }
-            }
-        })
+            },
+        )
     }
 }
 

@@ -7,7 +7,7 @@ use sqlx::Sqlite;
 use sqlx::sqlite::{SqliteConnection, SqlitePool};
 use uuid::Uuid;
 
-use super::rows::{ReservationRow, micros, micros_of, with_branches};
+use super::rows::{ReservationRow, micros, micros_of};
 use crate::domain::admin::{
     AdminAction, AuditEntry, AuditNote, AuditQuery, RetryTarget, StuckQuery, WorkState,
 };
@@ -207,19 +207,18 @@ pub(super) async fn list_stuck(
 ) -> Result<Vec<Reservation>, StoreError> {
     let (after_ts, after_id) = q.after.unwrap_or_else(crate::store::list::first_cursor);
     let states: Vec<&str> = q.states.iter().map(|s| s.as_str()).collect();
-    let mut tx = pool.begin().await?;
-    let rows = sqlx::query_as::<_, ReservationRow>(STUCK)
+    sqlx::query_as::<_, ReservationRow>(STUCK)
         .bind(micros_of(after_ts))
         .bind(after_id)
         .bind(i64::from(q.limit))
         .bind(sqlx::types::Json(states))
         .bind(q.participant.as_deref())
         .bind(micros(q.older_than))
-        .fetch_all(&mut *tx)
-        .await?;
-    let page = with_branches(&mut tx, rows).await?;
-    tx.rollback().await?;
-    Ok(page)
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .map(ReservationRow::into_domain)
+        .collect()
 }
 
 type AuditRow = (

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::SqliteStore;
 use super::recovery::write_one;
-use super::rows::{ReservationRow, micros, time_of, with_branches};
+use super::rows::{ReservationRow, micros, time_of};
 use crate::domain::{Event, EventType};
 use crate::store::events::{EventLog, EventPage, SinkState, stored_type};
 use crate::store::sql::ReservationSql;
@@ -30,18 +30,22 @@ struct EventRow {
     reservation: ReservationRow,
 }
 
-/// The events after `?1` (owner `?2` unless NULL), at most `?3`. The digest column is 32 zero
-/// bytes: an event never carries a reservation's token check.
-const EVENTS_AFTER: &str = "SELECT sequence, event_id, type AS event_type, occurred_at, \
+/// The events after `?1` (owner `?2` unless NULL), at most `?3`, each with the branches of the
+/// generation it was written in. The digest column is 32 zero bytes: an event never carries a
+/// reservation's token check.
+const EVENTS_AFTER: &str = concat!(
+    "SELECT sequence, event_id, type AS event_type, occurred_at, \
         (from_queue OR (type = 'RESERVATION_HELD' AND generation > 0)) AS from_queue, \
         reservation_id AS id, request_id, holder, state, release_outcome, owner, \
         zeroblob(32) AS token_digest, NULL AS token_key_id, ttl_ms, created_at, expires_at, \
         extensions_used, labels, rejection_participant, rejection_resource, rejection_reason, \
         late_payment_honored, version, payment_participant, payment_ref, payment_amount_minor, \
         payment_currency, refund_id, refund_state, refund_reason, refund_failure, generation, \
-        0 AS lapsed \
-     FROM events WHERE sequence > ?1 AND (?2 IS NULL OR owner = ?2) \
-     ORDER BY sequence LIMIT ?3";
+        0 AS lapsed, ",
+    branches_json!("events.reservation_id", "events.generation"),
+    " FROM events WHERE sequence > ?1 AND (?2 IS NULL OR owner = ?2) \
+     ORDER BY sequence LIMIT ?3"
+);
 
 /// The sink columns [`SinkState`] is read from.
 type SinkRow = (String, i64, Option<i64>, bool, Option<String>);
@@ -76,44 +80,31 @@ async fn write_sink<'q>(
     row.map(sink_state).transpose()
 }
 
+impl EventRow {
+    fn into_domain(self) -> Result<Event, StoreError> {
+        let event_type = stored_type(self.sequence, &self.event_type)?;
+        let reservation = self.reservation.into_domain()?;
+        Ok(Event {
+            sequence: self.sequence,
+            event_id: self.event_id,
+            event_type,
+            occurred_at: time_of(self.occurred_at)?,
+            owner: reservation.owner.clone(),
+            reservation,
+            from_queue: self.from_queue,
+        })
+    }
+}
+
 async fn events_after(pool: &SqlitePool, page: &EventPage<'_>) -> Result<Vec<Event>, StoreError> {
-    let mut conn = pool.acquire().await?;
-    let rows: Vec<EventRow> = sqlx::query_as(EVENTS_AFTER)
+    sqlx::query_as::<_, EventRow>(EVENTS_AFTER)
         .bind(page.after)
         .bind(page.owner)
         .bind(i64::from(page.limit))
-        .fetch_all(&mut *conn)
-        .await?;
-    let mut heads = Vec::with_capacity(rows.len());
-    let mut reservations = Vec::with_capacity(rows.len());
-    for row in rows {
-        heads.push((
-            row.sequence,
-            row.event_id,
-            row.event_type,
-            row.occurred_at,
-            row.from_queue,
-        ));
-        reservations.push(row.reservation);
-    }
-    let reservations = with_branches(&mut conn, reservations).await?;
-    heads
+        .fetch_all(pool)
+        .await?
         .into_iter()
-        .zip(reservations)
-        .map(
-            |((sequence, event_id, event_type, occurred_at, from_queue), reservation)| {
-                let event_type = stored_type(sequence, &event_type)?;
-                Ok(Event {
-                    sequence,
-                    event_id,
-                    event_type,
-                    occurred_at: time_of(occurred_at)?,
-                    owner: reservation.owner.clone(),
-                    reservation,
-                    from_queue,
-                })
-            },
-        )
+        .map(EventRow::into_domain)
         .collect()
 }
 

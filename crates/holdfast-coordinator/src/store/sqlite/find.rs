@@ -6,7 +6,7 @@
 use sqlx::sqlite::SqlitePool;
 use uuid::Uuid;
 
-use super::rows::{ReservationRow, micros_of, with_branches};
+use super::rows::{ReservationRow, micros_of};
 use crate::domain::{Find, ListQuery, Reservation};
 use crate::store::StoreError;
 use crate::store::list::{cursor, id_range};
@@ -37,7 +37,6 @@ pub(super) async fn find(
 ) -> Result<Vec<Reservation>, StoreError> {
     let limit = i64::from(query.limit);
     let owner = query.owner.as_deref();
-    let mut tx = pool.begin().await?;
     let rows: Vec<ReservationRow> = match find {
         Find::Ids { low, high } => {
             let Some((from, to)) = id_range(query, *low, *high) else {
@@ -48,7 +47,7 @@ pub(super) async fn find(
                 .bind(to)
                 .bind(limit)
                 .bind(owner)
-                .fetch_all(&mut *tx)
+                .fetch_all(pool)
                 .await?
         }
         Find::RequestId(request_id) => {
@@ -59,11 +58,9 @@ pub(super) async fn find(
                 .bind(limit)
                 .bind(owner)
                 .bind(request_id)
-                .fetch_all(&mut *tx)
+                .fetch_all(pool)
                 .await?
         }
     };
-    let page = with_branches(&mut tx, rows).await?;
-    tx.rollback().await?;
-    Ok(page)
+    rows.into_iter().map(ReservationRow::into_domain).collect()
 }

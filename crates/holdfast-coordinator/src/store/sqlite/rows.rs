@@ -1,10 +1,11 @@
 //! Reading reservations on SQLite: the column lists, the row types (times as INTEGER
 //! microseconds, UUIDs as 16-byte BLOBs, labels as JSON text) and their conversion into the
-//! shared stored shape ([`crate::store::record`]), and the reads: `load` and `get` (the row with
-//! its branches as JSON, one statement) and `list` (in one read transaction, so rows and
-//! branches come from one snapshot).
+//! shared stored shape ([`crate::store::record`]), and the reads `load`, `get` and `list`. Every
+//! read of a reservation (here, `find.rs`, `admin.rs`, an event in `events.rs`) is one
+//! statement that carries the branches as a JSON column (`branches_json!`): one snapshot, and
+//! one hand-off to the connection's thread (inside a write, made while the writer is held).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -17,7 +18,26 @@ use crate::store::list::{ListShape, cursor};
 use crate::store::record::{StoredBranch, StoredReservation};
 use crate::store::{Stamp, StoreError};
 
-/// Columns of `reservations` every read needs, plus whether a HELD one lapsed (lazy expiry).
+/// The branches of generation `$generation` of reservation `$id` (SQL expressions of the
+/// statement's row) as one JSON array in position order, a `JsonBranch` each (the id as hex,
+/// times as microseconds), as column `branches`.
+macro_rules! branches_json {
+    ($id:literal, $generation:literal) => {
+        concat!(
+            "(SELECT json_group_array(json_array(hex(branch_id), participant, resource, \
+                 quantity, during_start, during_end, state, attempts, last_error) \
+                 ORDER BY position) \
+              FROM branches WHERE branches.reservation_id = ",
+            $id,
+            " AND branches.generation = ",
+            $generation,
+            ") AS branches"
+        )
+    };
+}
+
+/// Columns of `reservations` every read needs, plus whether a HELD one lapsed (lazy expiry)
+/// and its current generation's branches.
 macro_rules! reservation_columns {
     () => {
         concat!(
@@ -28,15 +48,9 @@ macro_rules! reservation_columns {
              refund_id, refund_state, refund_reason, refund_failure, generation, \
              (state = 'HELD' AND expires_at <= ",
             sqlite_now_us!(),
-            ") AS lapsed"
+            ") AS lapsed, ",
+            branches_json!("reservations.id", "reservations.generation")
         )
-    };
-}
-
-macro_rules! branch_columns {
-    () => {
-        "reservation_id, generation, branch_id, participant, resource, quantity, \
-         during_start, during_end, state, attempts, last_error"
     };
 }
 
@@ -70,22 +84,21 @@ pub(super) struct ReservationRow {
     refund_failure: Option<String>,
     generation: i32,
     lapsed: bool,
+    branches: Json<Vec<JsonBranch>>,
 }
 
-#[derive(sqlx::FromRow)]
-struct BranchRow {
-    reservation_id: Uuid,
-    generation: i32,
-    branch_id: Uuid,
-    participant: String,
-    resource: String,
-    quantity: i64,
-    during_start: Option<i64>,
-    during_end: Option<i64>,
-    state: String,
-    attempts: i32,
-    last_error: Option<String>,
-}
+/// One branch as `branches_json!` writes it.
+type JsonBranch = (
+    String,
+    String,
+    String,
+    i64,
+    Option<i64>,
+    Option<i64>,
+    String,
+    i32,
+    Option<String>,
+);
 
 /// Stored microseconds since the epoch -> a time.
 pub(super) fn time_of(us: i64) -> Result<DateTime<Utc>, StoreError> {
@@ -104,7 +117,13 @@ pub(super) fn micros(d: Duration) -> i64 {
 }
 
 impl ReservationRow {
-    fn into_domain(self, branches: Vec<Branch>) -> Result<Reservation, StoreError> {
+    pub(super) fn into_domain(self) -> Result<Reservation, StoreError> {
+        let branches = self
+            .branches
+            .0
+            .into_iter()
+            .map(json_branch)
+            .collect::<Result<Vec<_>, _>>()?;
         StoredReservation {
             id: self.id,
             request_id: self.request_id,
@@ -139,55 +158,6 @@ impl ReservationRow {
     }
 }
 
-impl BranchRow {
-    fn into_domain(self) -> Result<Branch, StoreError> {
-        StoredBranch {
-            branch_id: self.branch_id,
-            participant: self.participant,
-            resource: self.resource,
-            quantity: self.quantity,
-            during_start: self.during_start.map(time_of).transpose()?,
-            during_end: self.during_end.map(time_of).transpose()?,
-            state: self.state,
-            attempts: self.attempts,
-            last_error: self.last_error,
-        }
-        .into_domain()
-    }
-}
-
-/// A reservation's current generation of branches as one JSON array, in position order: one
-/// row per `JsonBranch` (the id as hex, times as microseconds).
-macro_rules! branches_json {
-    () => {
-        "(SELECT json_group_array(json_array(hex(branch_id), participant, resource, quantity, \
-             during_start, during_end, state, attempts, last_error) ORDER BY position) \
-          FROM branches WHERE branches.reservation_id = reservations.id \
-            AND branches.generation = reservations.generation) AS branches"
-    };
-}
-
-/// One branch as `branches_json!` writes it.
-type JsonBranch = (
-    String,
-    String,
-    String,
-    i64,
-    Option<i64>,
-    Option<i64>,
-    String,
-    i32,
-    Option<String>,
-);
-
-/// A reservation row with its branches in one column ([`load`]).
-#[derive(sqlx::FromRow)]
-struct LoadedRow {
-    #[sqlx(flatten)]
-    row: ReservationRow,
-    branches: Json<Vec<JsonBranch>>,
-}
-
 /// One branch of `branches_json!` as the domain's.
 fn json_branch(branch: JsonBranch) -> Result<Branch, StoreError> {
     let (branch_id, participant, resource, quantity, start, end, state, attempts, last_error) =
@@ -207,33 +177,21 @@ fn json_branch(branch: JsonBranch) -> Result<Branch, StoreError> {
     .into_domain()
 }
 
-/// Reads one reservation with its current generation of branches, in one statement: inside a
-/// write, every statement is a hand-off to the connection's thread while the writer is held, so
-/// the branches come as a JSON column rather than from a second query.
+/// Reads one reservation with its current generation of branches.
 pub(super) async fn load(
     conn: &mut SqliteConnection,
     id: Uuid,
 ) -> Result<Option<Reservation>, StoreError> {
-    let Some(loaded) = sqlx::query_as::<_, LoadedRow>(concat!(
+    sqlx::query_as::<_, ReservationRow>(concat!(
         "SELECT ",
         reservation_columns!(),
-        ", ",
-        branches_json!(),
         " FROM reservations WHERE id = ?1"
     ))
     .bind(id)
     .fetch_optional(&mut *conn)
     .await?
-    else {
-        return Ok(None);
-    };
-    let branches = loaded
-        .branches
-        .0
-        .into_iter()
-        .map(json_branch)
-        .collect::<Result<Vec<_>, _>>()?;
-    loaded.row.into_domain(branches).map(Some)
+    .map(ReservationRow::into_domain)
+    .transpose()
 }
 
 /// [`crate::store::Store::get`]: one statement, so the row and its branches come from one
@@ -336,14 +294,14 @@ pub fn list_statement(shape: ListShape) -> &'static str {
     STATEMENTS[i / 16][(i / 4) % 4][i % 4]
 }
 
-/// [`crate::store::Store::list`]: a page of reservations, newest first.
+/// [`crate::store::Store::list`]: a page of reservations, newest first (one statement: one
+/// snapshot).
 pub(super) async fn list(
     pool: &SqlitePool,
     query: &ListQuery,
 ) -> Result<Vec<Reservation>, StoreError> {
-    let mut tx = pool.begin().await?;
     let (after_ts, after_id) = cursor(query);
-    let rows = sqlx::query_as::<_, ReservationRow>(list_statement(ListShape::of(query)))
+    let page = sqlx::query_as::<_, ReservationRow>(list_statement(ListShape::of(query)))
         .bind(micros_of(after_ts))
         .bind(after_id)
         .bind(i64::from(query.limit))
@@ -352,50 +310,12 @@ pub(super) async fn list(
         .bind(query.state.map(State::as_str))
         .bind(query.participant.as_deref())
         .bind(Json(&query.labels))
-        .fetch_all(&mut *tx)
-        .await?;
-    let page = with_branches(&mut tx, rows).await?;
-    tx.rollback().await?;
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .map(ReservationRow::into_domain)
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(crate::store::list::created_after(query, page))
-}
-
-/// Rows read in a transaction, each with the branches of its own generation (a reservation's
-/// current one; an event's, the generation it was written in) read in one more statement of
-/// the same transaction (the keys travel as a JSON array of `[hex id, generation]`).
-pub(super) async fn with_branches(
-    conn: &mut SqliteConnection,
-    rows: Vec<ReservationRow>,
-) -> Result<Vec<Reservation>, StoreError> {
-    let keys: Vec<(String, i32)> = rows
-        .iter()
-        .map(|r| (r.id.simple().to_string(), r.generation))
-        .collect();
-    let mut branches: HashMap<(Uuid, i32), Vec<Branch>> = HashMap::new();
-    for b in sqlx::query_as::<_, BranchRow>(concat!(
-        "SELECT ",
-        branch_columns!(),
-        " FROM branches \
-         WHERE (reservation_id, generation) IN ( \
-             SELECT unhex(value ->> 0), value ->> 1 FROM json_each(?1)) \
-         ORDER BY reservation_id, generation, position"
-    ))
-    .bind(Json(&keys))
-    .fetch_all(&mut *conn)
-    .await?
-    {
-        let key = (b.reservation_id, b.generation);
-        branches.entry(key).or_default().push(b.into_domain()?);
-    }
-    rows.into_iter()
-        .map(|r| {
-            // A key may repeat (events of one generation): each gets the branches.
-            let bs = branches
-                .get(&(r.id, r.generation))
-                .cloned()
-                .unwrap_or_default();
-            r.into_domain(bs)
-        })
-        .collect()
 }
 
 /// [`crate::store::Store::versions`]: the ids travel as a JSON array of hex strings.
