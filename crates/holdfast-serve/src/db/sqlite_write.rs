@@ -11,13 +11,13 @@
 //! under a `SAVEPOINT` of its own, and so on; the last one in (nobody queued, or
 //! [`GROUP_MAX`] members, after a few scheduler passes in which no write queued: `gather`)
 //! commits for all, and every member's `commit()` answers with that
-//! one COMMIT's outcome. One fsync, one BEGIN and one COMMIT serve the whole queue instead of
+//! one COMMIT's outcome (a finished member's savepoint is left open for that COMMIT to end). One fsync, one BEGIN and one COMMIT serve the whole queue instead of
 //! one each. What each member sees is all-or-nothing: a member that fails or rolls back undoes
 //! its own savepoint only (its error stays its own); a failed group COMMIT fails every member
 //! (nothing of any of them was written: a caller retries as after any storage failure). A
 //! member reads the earlier members' uncommitted rows, which commit with it or not at all.
-//! A one-statement write is a member like any other: the fsync it shares outweighs the two
-//! hops (savepoint, release) it adds. A write dropped unfinished
+//! A one-statement write is a member like any other: the fsync it shares outweighs the one
+//! hop (its savepoint) it adds. A write dropped unfinished
 //! (its task cancelled) is undone at once by a task of the writer's, so SQLite's write lock is
 //! not kept from other connections until the next write.
 //!
@@ -37,10 +37,12 @@ use tokio::sync::{OwnedMappedMutexGuard, OwnedMutexGuard, watch};
 /// The most members one group commit serves: a bound on how long the first member waits.
 const GROUP_MAX: usize = 64;
 
-/// The savepoint a member that joins an open transaction runs under (`holdfast_member`).
-/// Members never nest: each releases it before the next one joins.
+/// The savepoint a member that joins an open transaction runs under (`holdfast_member`). A
+/// member that finishes leaves its savepoint open (the group's COMMIT ends them all; a RELEASE
+/// would be one more statement on the writer per write), so members' savepoints nest, each
+/// inside the one of the member before it; undoing a member's part (`UNDO_MEMBER`) rolls back
+/// to the innermost savepoint of that name, its own, and releases it.
 const SAVEPOINT_MEMBER: &str = "SAVEPOINT holdfast_member";
-const RELEASE_MEMBER: &str = "RELEASE holdfast_member";
 const UNDO_MEMBER: &str = "ROLLBACK TO holdfast_member; RELEASE holdfast_member";
 
 /// One pool's writer: its connection behind a FIFO lock, and the group transaction open on it.
@@ -462,10 +464,7 @@ impl SqliteWrite {
             writer.state().holder = None;
             return Ok(());
         };
-        if self.part == Part::Joiner {
-            // Failing, this write is dropped still armed: its savepoint is undone.
-            self.conn.execute(RELEASE_MEMBER).await?;
-        }
+        // A joiner's savepoint stays open until the group's COMMIT (`SAVEPOINT_MEMBER`).
         self.abandon.armed = false;
         match writer.end_part(&mut self.conn).await {
             Some(Ok(())) => Ok(()),

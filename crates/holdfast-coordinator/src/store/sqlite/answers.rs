@@ -6,35 +6,15 @@
 
 use sqlx::Sqlite;
 use sqlx::sqlite::{SqliteConnection, SqlitePool};
+use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::rows::micros;
+use super::rows::{ReservationRow, micros};
 use crate::domain::policy::Backoff;
 use crate::domain::{Rejection, Reservation, State};
 use crate::store::outcome::placed_nothing;
 use crate::store::sql::ReservationSql;
 use crate::store::{BranchReport, PhaseRecorded, StoreError};
-
-/// Moves a reservation `from -> to` if it is still in `from`; the row count decides.
-async fn transition(
-    conn: &mut SqliteConnection,
-    id: Uuid,
-    from: State,
-    to: State,
-) -> Result<bool, StoreError> {
-    let done = sqlx::query(concat!(
-        "UPDATE reservations SET state = ?3, version = version + 1, updated_at = ",
-        sqlite_now_us!(),
-        " WHERE id = ?1 AND state = ?2"
-    ))
-    .bind(id)
-    .bind(from.as_str())
-    .bind(to.as_str())
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    Ok(done == 1)
-}
 
 /// [`crate::store::Store::record_held`].
 pub(super) async fn record_held(
@@ -43,14 +23,24 @@ pub(super) async fn record_held(
     reports: &[BranchReport],
 ) -> Result<Reservation, StoreError> {
     let mut tx = Sqlite::begin_write(pool).await?;
-    if transition(&mut tx, id, State::Trying, State::Held).await? {
-        Sqlite::apply_reports(&mut tx, id, reports).await?;
-        sqlx::query("UPDATE reservations SET lease_owner = NULL, lease_until = NULL WHERE id = ?1")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-    }
-    let after = Sqlite::load_existing(&mut tx, id).await?;
+    // The answers while it is still TRYING, then the move and the lease's release in one
+    // statement that answers with the row: every statement is a hand-off to the writer's
+    // thread, made with the write lock held.
+    record_reports(&mut tx, id, reports, Some(State::Trying)).await?;
+    let moved = sqlx::query_as::<_, ReservationRow>(concat!(
+        "UPDATE reservations SET state = 'HELD', version = version + 1, \
+         lease_owner = NULL, lease_until = NULL, updated_at = ",
+        sqlite_now_us!(),
+        " WHERE id = ?1 AND state = 'TRYING' RETURNING ",
+        reservation_columns!()
+    ))
+    .bind(id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let after = match moved {
+        Some(row) => row.into_domain()?,
+        None => Sqlite::load_existing(&mut tx, id).await?,
+    };
     tx.commit().await?;
     Ok(after)
 }
@@ -91,6 +81,26 @@ pub(super) async fn record_rejected(
     Ok(after)
 }
 
+/// `record_phase`'s one statement when the fan-out finished: `from -> ?3`, the lease freed;
+/// answers with the row.
+const RECORD_PHASE_FINISHING: &str = concat!(
+    "UPDATE reservations SET state = ?3, version = version + 1, updated_at = ",
+    sqlite_now_us!(),
+    ", lease_owner = NULL, lease_until = NULL, ",
+    backoff_next_attempt!("1", "?4", "?5"),
+    " WHERE id = ?1 AND state = ?2 RETURNING ",
+    reservation_columns!()
+);
+
+/// `record_phase`'s one statement when the fan-out is to be retried: the lease freed, the next
+/// attempt after the backoff (`?3`, no state, is unused); answers with the row.
+const RECORD_PHASE_RETRYING: &str = concat!(
+    "UPDATE reservations SET lease_owner = NULL, lease_until = NULL, ",
+    backoff_next_attempt!("0", "?4", "?5"),
+    " WHERE id = ?1 AND state = ?2 AND ?3 IS NULL RETURNING ",
+    reservation_columns!()
+);
+
 /// [`crate::store::Store::record_phase`].
 pub(super) async fn record_phase(
     pool: &SqlitePool,
@@ -101,41 +111,76 @@ pub(super) async fn record_phase(
     backoff: Backoff,
 ) -> Result<PhaseRecorded, StoreError> {
     // The write lock orders two drivers of one reservation: they record one after the other.
+    // The answers while it is still in `from`; then one statement finds it still there, moves
+    // it to `finish` if given, and frees the lease (finished or not, this driver is done with
+    // it; unfinished work waits out its backoff, with jitter, so a herd of retries spreads
+    // out), answering with the row.
     let mut tx = Sqlite::begin_write(pool).await?;
-    let mut finished = false;
-    let still_there: Option<String> =
-        sqlx::query_scalar("SELECT state FROM reservations WHERE id = ?1")
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?;
-    if still_there.as_deref() == Some(from.as_str()) {
-        Sqlite::apply_reports(&mut tx, id, reports).await?;
-        finished = match finish {
-            Some(to) => transition(&mut tx, id, from, to).await?,
-            None => false,
-        };
-        if finished && finish == Some(State::Failed) {
-            // A lost hold voids the sale: any payment is refunded.
-            Sqlite::record_refund(&mut tx, id, lost_hold_refund_reason!()).await?;
-        }
-        // Finished or not, this driver is done with it: free the lease. Unfinished work
-        // waits out its backoff (with jitter, so a herd of retries spreads out).
-        sqlx::query(concat!(
-            "UPDATE reservations SET lease_owner = NULL, lease_until = NULL, ",
-            backoff_next_attempt!("?2", "?3", "?4"),
-            " WHERE id = ?1"
-        ))
+    record_reports(&mut tx, id, reports, Some(from)).await?;
+    let sql = if finish.is_some() {
+        RECORD_PHASE_FINISHING
+    } else {
+        RECORD_PHASE_RETRYING
+    };
+    let recorded = sqlx::query_as::<_, ReservationRow>(sql)
         .bind(id)
-        .bind(finished)
+        .bind(from.as_str())
+        .bind(finish.map(State::as_str))
         .bind(micros(backoff.base) as f64)
         .bind(micros(backoff.cap) as f64)
-        .execute(&mut *tx)
+        .fetch_optional(&mut *tx)
         .await?;
-    }
-    let reservation = Sqlite::load_existing(&mut tx, id).await?;
+    let finished = recorded.is_some() && finish.is_some();
+    let reservation = match recorded {
+        Some(_) if finish == Some(State::Failed) => {
+            // A lost hold voids the sale: any payment is refunded.
+            Sqlite::record_refund(&mut tx, id, lost_hold_refund_reason!()).await?;
+            Sqlite::load_existing(&mut tx, id).await?
+        }
+        Some(row) => row.into_domain()?,
+        None => Sqlite::load_existing(&mut tx, id).await?,
+    };
     tx.commit().await?;
     Ok(PhaseRecorded {
         reservation,
         finished,
     })
+}
+
+/// Records participants' answers on their branch rows, all in one statement (a JSON array of
+/// [id as hex, state, error]), if the reservation is `while_in` (any state: `None`). Matches
+/// branch rows of every generation, as PostgreSQL does: branch ids are unique per generation.
+pub(super) async fn record_reports(
+    conn: &mut SqliteConnection,
+    id: Uuid,
+    reports: &[BranchReport],
+    while_in: Option<State>,
+) -> Result<(), StoreError> {
+    if reports.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<(String, &str, Option<&str>)> = reports
+        .iter()
+        .map(|r| {
+            (
+                r.branch_id.simple().to_string(),
+                r.state.as_str(),
+                r.error.as_deref(),
+            )
+        })
+        .collect();
+    sqlx::query(
+        "UPDATE branches SET state = r.value ->> 1, attempts = attempts + 1, \
+                last_error = r.value ->> 2 \
+         FROM json_each(?2) AS r \
+         WHERE branches.reservation_id = ?1 AND branches.branch_id = unhex(r.value ->> 0) \
+           AND (?3 IS NULL OR EXISTS (SELECT 1 FROM reservations \
+                                      WHERE reservations.id = ?1 AND reservations.state = ?3))",
+    )
+    .bind(id)
+    .bind(Json(&rows))
+    .bind(while_in.map(State::as_str))
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }

@@ -52,6 +52,10 @@ impl AdmissionSql for Sqlite {
     }
 }
 
+/// A new branch as `create` hands it to SQLite: id (hex), participant, resource, quantity,
+/// the slot's start and end (microseconds).
+type JsonNewBranch<'a> = (String, &'a str, &'a str, i64, Option<i64>, Option<i64>);
+
 /// [`crate::store::Store::create`].
 pub(super) async fn create(
     pool: &SqlitePool,
@@ -101,28 +105,38 @@ pub(super) async fn create(
             "request_id conflicted under the write lock".into(),
         ));
     }
-    // One participant-level branch id per participant, shared by its holds.
+    // One participant-level branch id per participant, shared by its holds. Every branch in
+    // one statement (a JSON array in position order: [id as hex, participant, resource,
+    // quantity, during start, during end]): statements on the writer are serial hand-offs.
     let mut branch_ids: HashMap<&str, Uuid> = HashMap::new();
-    for (i, h) in new.holds.iter().enumerate() {
-        let branch_id = *branch_ids
-            .entry(&h.participant)
-            .or_insert_with(Uuid::new_v4);
-        sqlx::query(
-            "INSERT INTO branches (reservation_id, position, branch_id, participant, resource, \
-                                   quantity, during_start, during_end, state) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'PENDING')",
-        )
-        .bind(id)
-        .bind(i64::try_from(i).unwrap_or(i64::MAX))
-        .bind(branch_id)
-        .bind(&h.participant)
-        .bind(&h.resource)
-        .bind(h.quantity)
-        .bind(h.during.map(|d| micros_of(d.start)))
-        .bind(h.during.map(|d| micros_of(d.end)))
-        .execute(&mut *tx)
-        .await?;
-    }
+    let branches: Vec<JsonNewBranch<'_>> = new
+        .holds
+        .iter()
+        .map(|h| {
+            let branch_id = *branch_ids
+                .entry(&h.participant)
+                .or_insert_with(Uuid::new_v4);
+            (
+                branch_id.simple().to_string(),
+                h.participant.as_str(),
+                h.resource.as_str(),
+                h.quantity,
+                h.during.map(|d| micros_of(d.start)),
+                h.during.map(|d| micros_of(d.end)),
+            )
+        })
+        .collect();
+    sqlx::query(
+        "INSERT INTO branches (reservation_id, position, branch_id, participant, resource, \
+                               quantity, during_start, during_end, state) \
+         SELECT ?1, b.key, unhex(b.value ->> 0), b.value ->> 1, b.value ->> 2, b.value ->> 3, \
+                b.value ->> 4, b.value ->> 5, 'PENDING' \
+         FROM json_each(?2) AS b ORDER BY b.key",
+    )
+    .bind(id)
+    .bind(Json(&branches))
+    .execute(&mut *tx)
+    .await?;
     let created = Sqlite::load_existing(&mut tx, id).await?;
     tx.commit().await?;
     Ok(Created::New(created))

@@ -1,7 +1,8 @@
 //! SQLite's statements for the shared decision, retake and outcome flows
 //! ([`ReservationSql`]). Every write runs inside `BEGIN IMMEDIATE`: the database write lock
-//! stands in for PostgreSQL's row locks, so "locking" a row is reading it, and a decision's
-//! lease is taken by its own statement after the write (`take_lease`).
+//! stands in for PostgreSQL's row locks, so "locking" a row is reading it. A decision that
+//! leaves `HELD` takes its lease in the same statement (`HELD` rows carry none), as on
+//! PostgreSQL; the other decisions that start a fan-out take it by its own (`take_lease`).
 
 use std::time::Duration;
 
@@ -76,7 +77,10 @@ impl ReservationSql for Sqlite {
                  payment_participant = coalesce(payment_participant, ?6), \
                  payment_ref = coalesce(payment_ref, ?7), \
                  payment_amount_minor = coalesce(payment_amount_minor, ?8), \
-                 payment_currency = coalesce(payment_currency, ?9), updated_at = ",
+                 payment_currency = coalesce(payment_currency, ?9), \
+                 lease_owner = ?10, lease_until = ",
+                sqlite_now_us!(),
+                " + ?11, updated_at = ",
                 sqlite_now_us!(),
                 " WHERE id = ?1 AND (?2 IS NULL OR version = ?2) AND state = 'HELD' AND ",
                 sqlite_now_us!(),
@@ -91,10 +95,16 @@ impl ReservationSql for Sqlite {
             .bind(payment.map(|p| p.payment_ref.as_str()))
             .bind(payment.map(|p| p.amount_minor))
             .bind(payment.map(|p| p.currency.as_str()))
+            .bind(write.lease.owner)
+            .bind(micros(write.lease.duration))
             .execute(&mut *conn)
             .await?,
         );
-        Ok(Applied::unleased(left))
+        Ok(if left {
+            Applied::Written { leased: true }
+        } else {
+            Applied::Missed
+        })
     }
 
     async fn honor_late(conn: &mut SqliteConnection, id: Uuid) -> Result<bool, StoreError> {
@@ -232,21 +242,7 @@ impl ReservationSql for Sqlite {
         id: Uuid,
         reports: &[BranchReport],
     ) -> Result<(), StoreError> {
-        // Matches branch rows of every generation, as PostgreSQL does: branch ids are unique
-        // per generation.
-        for r in reports {
-            sqlx::query(
-                "UPDATE branches SET state = ?3, attempts = attempts + 1, last_error = ?4 \
-                 WHERE reservation_id = ?1 AND branch_id = ?2",
-            )
-            .bind(id)
-            .bind(r.branch_id)
-            .bind(r.state.as_str())
-            .bind(r.error.as_deref())
-            .execute(&mut *conn)
-            .await?;
-        }
-        Ok(())
+        super::answers::record_reports(conn, id, reports, None).await
     }
 
     async fn renew_generation(
