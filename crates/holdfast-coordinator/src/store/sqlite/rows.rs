@@ -1,8 +1,9 @@
 //! Reading reservations on SQLite: the column lists, the row types (times as INTEGER
 //! microseconds, UUIDs as 16-byte BLOBs, labels as JSON text) and their conversion into the
 //! shared stored shape ([`crate::store::record`]), and the reads `load`, `get` and `list`. Every
-//! read of a reservation (here, `find.rs`, `admin.rs`, an event in `events.rs`) is one
-//! statement that carries the branches as a JSON column (`branches_json!`): one snapshot, and
+//! read of a reservation (here, `find.rs`, `admin.rs`, an event in `events.rs`, the `RETURNING`
+//! of `answers.rs`'s moves) is one statement that carries the branches as a JSON column
+//! (`branches_json!`): one snapshot, and
 //! one hand-off to the connection's thread (inside a write, made while the writer is held).
 
 use std::collections::BTreeMap;
