@@ -16,6 +16,30 @@ use crate::store::outcome::placed_nothing;
 use crate::store::sql::ReservationSql;
 use crate::store::{BranchReport, PhaseRecorded, StoreError};
 
+/// The statement that records participants' answers (`$reports`: a JSON array of [branch id
+/// as hex, state, error], [`reports_json`]) on the branch rows of reservation `$id`, if it is
+/// in state `$while_in` (an SQL expression; NULL: any). Matches branch rows of every
+/// generation, as PostgreSQL does: branch ids are unique per generation.
+macro_rules! record_reports_sql {
+    ($id:literal, $reports:literal, $while_in:literal) => {
+        concat!(
+            "UPDATE branches SET state = r.value ->> 1, attempts = attempts + 1, \
+                    last_error = r.value ->> 2 \
+             FROM json_each(",
+            $reports,
+            ") AS r WHERE branches.reservation_id = ",
+            $id,
+            " AND branches.branch_id = unhex(r.value ->> 0) AND (",
+            $while_in,
+            " IS NULL OR EXISTS (SELECT 1 FROM reservations WHERE reservations.id = ",
+            $id,
+            " AND reservations.state = ",
+            $while_in,
+            "))"
+        )
+    };
+}
+
 /// [`crate::store::Store::record_held`].
 pub(super) async fn record_held(
     pool: &SqlitePool,
@@ -23,18 +47,19 @@ pub(super) async fn record_held(
     reports: &[BranchReport],
 ) -> Result<Reservation, StoreError> {
     let mut tx = Sqlite::begin_write(pool).await?;
-    // The answers while it is still TRYING, then the move and the lease's release in one
-    // statement that answers with the row: every statement is a hand-off to the writer's
-    // thread, made with the write lock held.
-    record_reports(&mut tx, id, reports, Some(State::Trying)).await?;
+    // The answers while it is still TRYING, then the move and the lease's release, answering
+    // with the row: two statements in one query, one hand-off to the writer's thread (each is
+    // made with the write lock held).
     let moved = sqlx::query_as::<_, ReservationRow>(concat!(
-        "UPDATE reservations SET state = 'HELD', version = version + 1, \
+        record_reports_sql!("?1", "?2", "'TRYING'"),
+        "; UPDATE reservations SET state = 'HELD', version = version + 1, \
          lease_owner = NULL, lease_until = NULL, updated_at = ",
         sqlite_now_us!(),
         " WHERE id = ?1 AND state = 'TRYING' RETURNING ",
         reservation_columns!()
     ))
     .bind(id)
+    .bind(reports_json(reports))
     .fetch_optional(&mut *tx)
     .await?;
     let after = match moved {
@@ -81,10 +106,11 @@ pub(super) async fn record_rejected(
     Ok(after)
 }
 
-/// `record_phase`'s one statement when the fan-out finished: `from -> ?3`, the lease freed;
-/// answers with the row.
+/// `record_phase`'s query when the fan-out finished: the answers (`?6`) while it is in `?2`,
+/// then `?2 -> ?3`, the lease freed, answering with the row.
 const RECORD_PHASE_FINISHING: &str = concat!(
-    "UPDATE reservations SET state = ?3, version = version + 1, updated_at = ",
+    record_reports_sql!("?1", "?6", "?2"),
+    "; UPDATE reservations SET state = ?3, version = version + 1, updated_at = ",
     sqlite_now_us!(),
     ", lease_owner = NULL, lease_until = NULL, ",
     backoff_next_attempt!("1", "?4", "?5"),
@@ -92,10 +118,12 @@ const RECORD_PHASE_FINISHING: &str = concat!(
     reservation_columns!()
 );
 
-/// `record_phase`'s one statement when the fan-out is to be retried: the lease freed, the next
-/// attempt after the backoff (`?3`, no state, is unused); answers with the row.
+/// `record_phase`'s query when the fan-out is to be retried: the answers (`?6`) while it is in
+/// `?2`, then the lease freed, the next attempt after the backoff (`?3`, no state, is unused),
+/// answering with the row.
 const RECORD_PHASE_RETRYING: &str = concat!(
-    "UPDATE reservations SET lease_owner = NULL, lease_until = NULL, ",
+    record_reports_sql!("?1", "?6", "?2"),
+    "; UPDATE reservations SET lease_owner = NULL, lease_until = NULL, ",
     backoff_next_attempt!("0", "?4", "?5"),
     " WHERE id = ?1 AND state = ?2 AND ?3 IS NULL RETURNING ",
     reservation_columns!()
@@ -111,12 +139,11 @@ pub(super) async fn record_phase(
     backoff: Backoff,
 ) -> Result<PhaseRecorded, StoreError> {
     // The write lock orders two drivers of one reservation: they record one after the other.
-    // The answers while it is still in `from`; then one statement finds it still there, moves
-    // it to `finish` if given, and frees the lease (finished or not, this driver is done with
-    // it; unfinished work waits out its backoff, with jitter, so a herd of retries spreads
-    // out), answering with the row.
+    // One query (one hand-off to the writer's thread): the answers while it is still in
+    // `from`; then one statement finds it still there, moves it to `finish` if given, and
+    // frees the lease (finished or not, this driver is done with it; unfinished work waits
+    // out its backoff, with jitter, so a herd of retries spreads out), answering with the row.
     let mut tx = Sqlite::begin_write(pool).await?;
-    record_reports(&mut tx, id, reports, Some(from)).await?;
     let sql = if finish.is_some() {
         RECORD_PHASE_FINISHING
     } else {
@@ -128,6 +155,7 @@ pub(super) async fn record_phase(
         .bind(finish.map(State::as_str))
         .bind(micros(backoff.base) as f64)
         .bind(micros(backoff.cap) as f64)
+        .bind(reports_json(reports))
         .fetch_optional(&mut *tx)
         .await?;
     let finished = recorded.is_some() && finish.is_some();
@@ -147,40 +175,34 @@ pub(super) async fn record_phase(
     })
 }
 
-/// Records participants' answers on their branch rows, all in one statement (a JSON array of
-/// [id as hex, state, error]), if the reservation is `while_in` (any state: `None`). Matches
-/// branch rows of every generation, as PostgreSQL does: branch ids are unique per generation.
+/// Participants' answers as `record_reports` binds them: a JSON array of [branch id as hex,
+/// state, error].
+fn reports_json(reports: &[BranchReport]) -> Json<Vec<(String, &str, Option<&str>)>> {
+    Json(
+        reports
+            .iter()
+            .map(|r| {
+                (
+                    r.branch_id.simple().to_string(),
+                    r.state.as_str(),
+                    r.error.as_deref(),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// [`crate::store::sql::ReservationSql::apply_reports`]: records participants' answers on
+/// their branch rows, all in one statement.
 pub(super) async fn record_reports(
     conn: &mut SqliteConnection,
     id: Uuid,
     reports: &[BranchReport],
-    while_in: Option<State>,
 ) -> Result<(), StoreError> {
-    if reports.is_empty() {
-        return Ok(());
-    }
-    let rows: Vec<(String, &str, Option<&str>)> = reports
-        .iter()
-        .map(|r| {
-            (
-                r.branch_id.simple().to_string(),
-                r.state.as_str(),
-                r.error.as_deref(),
-            )
-        })
-        .collect();
-    sqlx::query(
-        "UPDATE branches SET state = r.value ->> 1, attempts = attempts + 1, \
-                last_error = r.value ->> 2 \
-         FROM json_each(?2) AS r \
-         WHERE branches.reservation_id = ?1 AND branches.branch_id = unhex(r.value ->> 0) \
-           AND (?3 IS NULL OR EXISTS (SELECT 1 FROM reservations \
-                                      WHERE reservations.id = ?1 AND reservations.state = ?3))",
-    )
-    .bind(id)
-    .bind(Json(&rows))
-    .bind(while_in.map(State::as_str))
-    .execute(&mut *conn)
-    .await?;
+    sqlx::query(record_reports_sql!("?1", "?2", "NULL"))
+        .bind(id)
+        .bind(reports_json(reports))
+        .execute(&mut *conn)
+        .await?;
     Ok(())
 }

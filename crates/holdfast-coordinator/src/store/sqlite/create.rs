@@ -10,7 +10,7 @@ use sqlx::sqlite::{SqliteConnection, SqlitePool};
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::rows::{micros, micros_of};
+use super::rows::{ReservationRow, micros, micros_of};
 use crate::domain::policy::HoldLimits;
 use crate::domain::{NewReservation, RequestId};
 use crate::store::admission::{AdmissionSql, admission};
@@ -126,18 +126,23 @@ pub(super) async fn create(
             )
         })
         .collect();
-    sqlx::query(
+    // The branches and the read of what was created: one query, one hand-off.
+    let created = sqlx::query_as::<_, ReservationRow>(concat!(
         "INSERT INTO branches (reservation_id, position, branch_id, participant, resource, \
                                quantity, during_start, during_end, state) \
          SELECT ?1, b.key, unhex(b.value ->> 0), b.value ->> 1, b.value ->> 2, b.value ->> 3, \
                 b.value ->> 4, b.value ->> 5, 'PENDING' \
-         FROM json_each(?2) AS b ORDER BY b.key",
-    )
+         FROM json_each(?2) AS b ORDER BY b.key; \
+         SELECT ",
+        reservation_columns!(),
+        " FROM reservations WHERE id = ?1"
+    ))
     .bind(id)
     .bind(Json(&branches))
-    .execute(&mut *tx)
-    .await?;
-    let created = Sqlite::load_existing(&mut tx, id).await?;
+    .fetch_optional(&mut *tx)
+    .await?
+    .ok_or_else(|| StoreError::Corrupt(format!("reservation {id} vanished")))?
+    .into_domain()?;
     tx.commit().await?;
     Ok(Created::New(created))
 }

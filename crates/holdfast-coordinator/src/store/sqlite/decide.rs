@@ -242,7 +242,7 @@ impl ReservationSql for Sqlite {
         id: Uuid,
         reports: &[BranchReport],
     ) -> Result<(), StoreError> {
-        super::answers::record_reports(conn, id, reports, None).await
+        super::answers::record_reports(conn, id, reports).await
     }
 
     async fn renew_generation(
