@@ -114,7 +114,7 @@ pub(crate) async fn force_cancel<DB: AdminSql>(
         State::Trying => Applied::unleased(DB::release_trying(&mut tx, id, &note.reason).await?),
         _ => Applied::Missed,
     };
-    let Applied::Written { leased } = applied else {
+    let Applied::Written { leased, .. } = applied else {
         tx.rollback().await?;
         return Ok(AdminDecided::Refused(Box::new(current)));
     };

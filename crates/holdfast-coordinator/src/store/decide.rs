@@ -146,7 +146,7 @@ async fn decide_in_lock<DB: PaymentSql>(
             tx.rollback().await?;
             (current, false)
         }
-        Applied::Written { leased } => {
+        Applied::Written { leased, read_back } => {
             // Whoever changed it drives the change (an Extend starts no fan-out).
             // (An Extend starts no fan-out; a reservation that left its queue holds nothing.)
             let leased =
@@ -155,7 +155,11 @@ async fn decide_in_lock<DB: PaymentSql>(
                 } else {
                     DB::take_lease(&mut tx, id, lease).await?
                 };
-            let after = DB::load_existing(&mut tx, id).await?;
+            // (A lease taken since changes nothing a reservation shows.)
+            let after = match read_back {
+                Some(after) => *after,
+                None => DB::load_existing(&mut tx, id).await?,
+            };
             tx.commit().await?;
             (after, leased)
         }
@@ -234,7 +238,7 @@ async fn apply_verdict<DB: PaymentSql>(
         | Verdict::TellParticipants { .. }
         | Verdict::RefundExtra { .. } => return Ok(Applied::Missed),
     };
-    if applied != Applied::Missed {
+    if !matches!(applied, Applied::Missed) {
         return Ok(applied);
     }
     // The row is locked and HELD: the guarded write missed because the hold lapsed since the

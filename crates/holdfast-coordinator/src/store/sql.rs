@@ -18,20 +18,29 @@ use crate::domain::validate::RequestId;
 use crate::domain::{ExtraPayment, Payment, Reservation, State};
 
 /// What a decision's conditional UPDATE did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum Applied {
     /// The row was not as the UPDATE required: nothing changed.
     Missed,
-    /// Written. `leased`: the same statement leased the reservation to the decider (PostgreSQL
-    /// does, saving a statement); otherwise the decision flow takes the lease afterwards.
-    Written { leased: bool },
+    /// Written. `leased`: the same statement leased the reservation to the decider (both
+    /// databases' `leave_held` do, saving a statement); otherwise the decision flow takes the
+    /// lease afterwards. `read_back`: the reservation as the statement left it, when the
+    /// statement answered with it (SQLite's `leave_held`, by `RETURNING`: one hand-off fewer on
+    /// its writer); otherwise the flow reads it.
+    Written {
+        leased: bool,
+        read_back: Option<Box<Reservation>>,
+    },
 }
 
 impl Applied {
     /// A conditional UPDATE's answer (whether its row was as required), no lease taken by it.
     pub(crate) fn unleased(written: bool) -> Applied {
         if written {
-            Applied::Written { leased: false }
+            Applied::Written {
+                leased: false,
+                read_back: None,
+            }
         } else {
             Applied::Missed
         }

@@ -72,7 +72,10 @@ impl ReservationSql for Postgres {
         // The same statement the unlocked path runs; it takes the lease as it writes.
         let moved = executor::leave_held(conn, &[write]).await?;
         Ok(if moved.contains_key(&write.id) {
-            Applied::Written { leased: true }
+            Applied::Written {
+                leased: true,
+                read_back: None,
+            }
         } else {
             Applied::Missed
         })

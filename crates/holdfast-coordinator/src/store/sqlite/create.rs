@@ -71,43 +71,9 @@ pub(super) async fn create(
         tx.rollback().await?;
         return Ok(refused);
     }
-    let inserted = sqlx::query(concat!(
-        "INSERT INTO reservations (id, request_id, holder, state, token_digest, ttl_ms, \
-                                   created_at, updated_at, expires_at, labels, \
-                                   lease_owner, lease_until, owner, token_key_id) \
-         VALUES (?1, ?2, ?3, 'TRYING', ?4, ?5, ",
-        sqlite_now_us!(),
-        ", ",
-        sqlite_now_us!(),
-        ", ",
-        sqlite_now_us!(),
-        " + ?5 * 1000, ?6, ?7, ",
-        sqlite_now_us!(),
-        " + ?8, ?9, ?10) \
-         ON CONFLICT (owner, holder, request_id) DO NOTHING"
-    ))
-    .bind(id)
-    .bind(new.request_id.as_str())
-    .bind(&new.holder)
-    .bind(new.token.digest.as_slice())
-    .bind(ttl_ms)
-    .bind(Json(&new.labels))
-    .bind(lease.owner)
-    .bind(micros(lease.duration))
-    .bind(&new.owner)
-    .bind(new.token.key_id.as_deref())
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    if inserted == 0 {
-        // Unreachable under the write lock; the unique index stays the last word.
-        return Err(StoreError::Corrupt(
-            "request_id conflicted under the write lock".into(),
-        ));
-    }
-    // One participant-level branch id per participant, shared by its holds. Every branch in
+    // One participant-level branch id per participant, shared by its holds; every branch in
     // one statement (a JSON array in position order: [id as hex, participant, resource,
-    // quantity, during start, during end]): statements on the writer are serial hand-offs.
+    // quantity, during start, during end]).
     let mut branch_ids: HashMap<&str, Uuid> = HashMap::new();
     let branches: Vec<JsonNewBranch<'_>> = new
         .holds
@@ -126,22 +92,49 @@ pub(super) async fn create(
             )
         })
         .collect();
-    // The branches and the read of what was created: one query, one hand-off.
+    // The reservation, its branches and the read of what was created: one query, one hand-off
+    // to the writer's thread (statements on the writer are serial, each made with the write
+    // lock held).
     let created = sqlx::query_as::<_, ReservationRow>(concat!(
-        "INSERT INTO branches (reservation_id, position, branch_id, participant, resource, \
+        "INSERT INTO reservations (id, request_id, holder, state, token_digest, ttl_ms, \
+                                   created_at, updated_at, expires_at, labels, \
+                                   lease_owner, lease_until, owner, token_key_id) \
+         VALUES (?1, ?2, ?3, 'TRYING', ?4, ?5, ",
+        sqlite_now_us!(),
+        ", ",
+        sqlite_now_us!(),
+        ", ",
+        sqlite_now_us!(),
+        " + ?5 * 1000, ?6, ?7, ",
+        sqlite_now_us!(),
+        " + ?8, ?9, ?10) \
+         ON CONFLICT (owner, holder, request_id) DO NOTHING; \
+         INSERT INTO branches (reservation_id, position, branch_id, participant, resource, \
                                quantity, during_start, during_end, state) \
          SELECT ?1, b.key, unhex(b.value ->> 0), b.value ->> 1, b.value ->> 2, b.value ->> 3, \
                 b.value ->> 4, b.value ->> 5, 'PENDING' \
-         FROM json_each(?2) AS b ORDER BY b.key; \
+         FROM json_each(?11) AS b WHERE EXISTS (SELECT 1 FROM reservations WHERE id = ?1) \
+         ORDER BY b.key; \
          SELECT ",
         reservation_columns!(),
         " FROM reservations WHERE id = ?1"
     ))
     .bind(id)
+    .bind(new.request_id.as_str())
+    .bind(&new.holder)
+    .bind(new.token.digest.as_slice())
+    .bind(ttl_ms)
+    .bind(Json(&new.labels))
+    .bind(lease.owner)
+    .bind(micros(lease.duration))
+    .bind(&new.owner)
+    .bind(new.token.key_id.as_deref())
     .bind(Json(&branches))
     .fetch_optional(&mut *tx)
     .await?
-    .ok_or_else(|| StoreError::Corrupt(format!("reservation {id} vanished")))?
+    // Unreachable under the write lock (admission looked the request up); the unique index
+    // stays the last word, and a conflict inserts nothing (this write is dropped: undone).
+    .ok_or_else(|| StoreError::Corrupt("request_id conflicted under the write lock".into()))?
     .into_domain()?;
     tx.commit().await?;
     Ok(Created::New(created))

@@ -69,9 +69,8 @@ impl ReservationSql for Sqlite {
         write: &LeaveHeld,
     ) -> Result<Applied, StoreError> {
         let payment = write.payment.as_ref();
-        let left = one_row(
-            sqlx::query(concat!(
-                "UPDATE reservations SET state = ?3, version = version + 1, \
+        let left = sqlx::query_as::<_, rows::ReservationRow>(concat!(
+            "UPDATE reservations SET state = ?3, version = version + 1, \
                  release_outcome = CASE WHEN ?3 = 'CONFIRMING' THEN release_outcome ELSE ?4 END, \
                  cancel_reason = CASE WHEN ?3 = 'CONFIRMING' THEN cancel_reason ELSE ?5 END, \
                  payment_participant = coalesce(payment_participant, ?6), \
@@ -79,31 +78,33 @@ impl ReservationSql for Sqlite {
                  payment_amount_minor = coalesce(payment_amount_minor, ?8), \
                  payment_currency = coalesce(payment_currency, ?9), \
                  lease_owner = ?10, lease_until = ",
-                sqlite_now_us!(),
-                " + ?11, updated_at = ",
-                sqlite_now_us!(),
-                " WHERE id = ?1 AND (?2 IS NULL OR version = ?2) AND state = 'HELD' AND ",
-                sqlite_now_us!(),
-                " < expires_at"
-            ))
-            .bind(write.id)
-            .bind(write.guard.version())
-            .bind(write.to.as_str())
-            .bind(write.release_outcome.map(State::as_str))
-            .bind(write.cancel_reason.as_deref())
-            .bind(payment.map(|p| p.participant.as_str()))
-            .bind(payment.map(|p| p.payment_ref.as_str()))
-            .bind(payment.map(|p| p.amount_minor))
-            .bind(payment.map(|p| p.currency.as_str()))
-            .bind(write.lease.owner)
-            .bind(micros(write.lease.duration))
-            .execute(&mut *conn)
-            .await?,
-        );
-        Ok(if left {
-            Applied::Written { leased: true }
-        } else {
-            Applied::Missed
+            sqlite_now_us!(),
+            " + ?11, updated_at = ",
+            sqlite_now_us!(),
+            " WHERE id = ?1 AND (?2 IS NULL OR version = ?2) AND state = 'HELD' AND ",
+            sqlite_now_us!(),
+            " < expires_at RETURNING ",
+            reservation_columns!()
+        ))
+        .bind(write.id)
+        .bind(write.guard.version())
+        .bind(write.to.as_str())
+        .bind(write.release_outcome.map(State::as_str))
+        .bind(write.cancel_reason.as_deref())
+        .bind(payment.map(|p| p.participant.as_str()))
+        .bind(payment.map(|p| p.payment_ref.as_str()))
+        .bind(payment.map(|p| p.amount_minor))
+        .bind(payment.map(|p| p.currency.as_str()))
+        .bind(write.lease.owner)
+        .bind(micros(write.lease.duration))
+        .fetch_optional(&mut *conn)
+        .await?;
+        Ok(match left {
+            Some(row) => Applied::Written {
+                leased: true,
+                read_back: Some(Box::new(row.into_domain()?)),
+            },
+            None => Applied::Missed,
         })
     }
 
