@@ -114,13 +114,14 @@ pub(crate) async fn force_cancel<DB: AdminSql>(
         State::Trying => Applied::unleased(DB::release_trying(&mut tx, id, &note.reason).await?),
         _ => Applied::Missed,
     };
-    let Applied::Written { leased, .. } = applied else {
+    let Applied::Written { leased, read_back } = applied else {
         tx.rollback().await?;
         return Ok(AdminDecided::Refused(Box::new(current)));
     };
     DB::insert_audit(&mut tx, Some(id), note).await?;
     let leased = leased || DB::take_lease(&mut tx, id, lease).await?;
-    let after = DB::load_existing(&mut tx, id).await?;
+    // (The audit row changes nothing a reservation shows.)
+    let after = DB::written(&mut tx, id, read_back).await?;
     tx.commit().await?;
     Ok(AdminDecided::Done {
         reservation: Box::new(after),

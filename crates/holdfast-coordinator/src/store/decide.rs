@@ -147,19 +147,15 @@ async fn decide_in_lock<DB: PaymentSql>(
             (current, false)
         }
         Applied::Written { leased, read_back } => {
-            // Whoever changed it drives the change (an Extend starts no fan-out).
-            // (An Extend starts no fan-out; a reservation that left its queue holds nothing.)
+            // Whoever changed it drives the change (an Extend starts no fan-out; a reservation
+            // that left its queue holds nothing).
             let leased =
                 if leased || matches!(verdict, Verdict::Extend { .. } | Verdict::LeaveQueue) {
                     leased
                 } else {
                     DB::take_lease(&mut tx, id, lease).await?
                 };
-            // (A lease taken since changes nothing a reservation shows.)
-            let after = match read_back {
-                Some(after) => *after,
-                None => DB::load_existing(&mut tx, id).await?,
-            };
+            let after = DB::written(&mut tx, id, read_back).await?;
             tx.commit().await?;
             (after, leased)
         }

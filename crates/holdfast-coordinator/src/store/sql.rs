@@ -125,6 +125,20 @@ pub(crate) trait ReservationSql: Send + Sync + 'static {
             .ok_or_else(|| StoreError::Corrupt(format!("reservation {id} vanished")))
     }
 
+    /// The reservation as a write left it: what the write's statement answered with
+    /// ([`Applied::Written`]'s `read_back`), else read. (A lease taken since changes nothing a
+    /// reservation shows.)
+    async fn written(
+        conn: &mut Self::Connection,
+        id: Uuid,
+        read_back: Option<Box<Reservation>>,
+    ) -> Result<Reservation, StoreError> {
+        match read_back {
+            Some(after) => Ok(*after),
+            None => Self::load_existing(conn, id).await,
+        }
+    }
+
     /// Whether `request_id` is the key of the last Extend applied to the reservation.
     async fn repeats_last_extend(
         conn: &mut Self::Connection,

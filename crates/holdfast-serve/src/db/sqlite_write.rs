@@ -6,20 +6,20 @@
 //! lock, so a write starts the moment the previous one is done, in arrival order. Reads stay on
 //! the pool (WAL: they never wait for the writer).
 //!
-//! **Group commit.** A write transaction that finishes while others are queued does not
-//! commit: it hands the still-open transaction to the next in the queue, which runs inside it
-//! under a `SAVEPOINT` of its own, and so on; the last one in (nobody queued, or
-//! [`GROUP_MAX`] members, after a few scheduler passes in which no write queued: `gather`)
-//! commits for all, and every member's `commit()` answers with that
-//! one COMMIT's outcome (a finished member's savepoint is left open for that COMMIT to end). One fsync, one BEGIN and one COMMIT serve the whole queue instead of
-//! one each. What each member sees is all-or-nothing: a member that fails or rolls back undoes
-//! its own savepoint only (its error stays its own); a failed group COMMIT fails every member
-//! (nothing of any of them was written: a caller retries as after any storage failure). A
-//! member reads the earlier members' uncommitted rows, which commit with it or not at all.
-//! A one-statement write is a member like any other: the fsync it shares outweighs the one
-//! hop (its savepoint) it adds. A write dropped unfinished
-//! (its task cancelled) is undone at once by a task of the writer's, so SQLite's write lock is
-//! not kept from other connections until the next write.
+//! **Group commit.** A write transaction that finishes while others are queued does not commit:
+//! it hands the still-open transaction to the next in the queue, which runs inside it under a
+//! `SAVEPOINT` of its own, and so on; the last one in (nobody queued, or [`GROUP_MAX`] members,
+//! after a few scheduler passes in which no write queued: `gather`) commits for all, and every
+//! member's `commit()` answers with that one COMMIT's outcome (a finished member's savepoint is
+//! left open for that COMMIT to end). One fsync, one BEGIN and one COMMIT serve the whole queue
+//! instead of one each. What each member sees is all-or-nothing: a member that fails or rolls
+//! back undoes its own savepoint only (its error stays its own); a failed group COMMIT fails
+//! every member (nothing of any of them was written: a caller retries as after any storage
+//! failure). A member reads the earlier members' uncommitted rows, which commit with it or not
+//! at all. A one-statement write is a member like any other: the fsync it shares outweighs the
+//! one hop (its savepoint) it adds. A write dropped unfinished (its task cancelled) is undone
+//! at once by a task of the writer's, so SQLite's write lock is not kept from other connections
+//! until the next write.
 //!
 //! The lock is a `tokio::sync::Mutex` rather than a one-connection pool: a pool's release
 //! spawns a task and pings the connection before the next waiter may have it, two scheduling

@@ -79,8 +79,11 @@ pub(super) async fn record_rejected(
 ) -> Result<Reservation, StoreError> {
     let finished = placed_nothing(reports);
     let mut tx = Sqlite::begin_write(pool).await?;
-    let moved = sqlx::query(concat!(
-        "UPDATE reservations SET \
+    // One query, as `record_held`: the answers while it is still TRYING, then the move,
+    // answering with the row.
+    let moved = sqlx::query_as::<_, ReservationRow>(concat!(
+        record_reports_sql!("?1", "?6", "'TRYING'"),
+        "; UPDATE reservations SET \
          state = CASE WHEN ?5 THEN 'REJECTED' ELSE 'CANCELLING' END, \
          release_outcome = 'REJECTED', \
          rejection_participant = ?2, rejection_resource = ?3, rejection_reason = ?4, \
@@ -88,20 +91,21 @@ pub(super) async fn record_rejected(
          lease_until = CASE WHEN ?5 THEN NULL ELSE lease_until END, \
          version = version + 1, updated_at = ",
         sqlite_now_us!(),
-        " WHERE id = ?1 AND state = 'TRYING'"
+        " WHERE id = ?1 AND state = 'TRYING' RETURNING ",
+        reservation_columns!()
     ))
     .bind(id)
     .bind(rejection.map(|r| r.participant.as_str()))
     .bind(rejection.map(|r| r.resource.as_str()))
     .bind(rejection.map(|r| r.reason.as_str()))
     .bind(finished)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    if moved == 1 {
-        Sqlite::apply_reports(&mut tx, id, reports).await?;
-    }
-    let after = Sqlite::load_existing(&mut tx, id).await?;
+    .bind(reports_json(reports))
+    .fetch_optional(&mut *tx)
+    .await?;
+    let after = match moved {
+        Some(row) => row.into_domain()?,
+        None => Sqlite::load_existing(&mut tx, id).await?,
+    };
     tx.commit().await?;
     Ok(after)
 }

@@ -56,6 +56,28 @@ impl AdmissionSql for Sqlite {
 /// the slot's start and end (microseconds).
 type JsonNewBranch<'a> = (String, &'a str, &'a str, i64, Option<i64>, Option<i64>);
 
+/// `new`'s branches as `create` inserts them, in position order: one participant-level branch
+/// id per participant, shared by its holds.
+fn new_branches(new: &NewReservation) -> Vec<JsonNewBranch<'_>> {
+    let mut branch_ids: HashMap<&str, Uuid> = HashMap::new();
+    new.holds
+        .iter()
+        .map(|h| {
+            let branch_id = *branch_ids
+                .entry(&h.participant)
+                .or_insert_with(Uuid::new_v4);
+            (
+                branch_id.simple().to_string(),
+                h.participant.as_str(),
+                h.resource.as_str(),
+                h.quantity,
+                h.during.map(|d| micros_of(d.start)),
+                h.during.map(|d| micros_of(d.end)),
+            )
+        })
+        .collect()
+}
+
 /// [`crate::store::Store::create`].
 pub(super) async fn create(
     pool: &SqlitePool,
@@ -71,29 +93,10 @@ pub(super) async fn create(
         tx.rollback().await?;
         return Ok(refused);
     }
-    // One participant-level branch id per participant, shared by its holds; every branch in
-    // one statement (a JSON array in position order: [id as hex, participant, resource,
-    // quantity, during start, during end]).
-    let mut branch_ids: HashMap<&str, Uuid> = HashMap::new();
-    let branches: Vec<JsonNewBranch<'_>> = new
-        .holds
-        .iter()
-        .map(|h| {
-            let branch_id = *branch_ids
-                .entry(&h.participant)
-                .or_insert_with(Uuid::new_v4);
-            (
-                branch_id.simple().to_string(),
-                h.participant.as_str(),
-                h.resource.as_str(),
-                h.quantity,
-                h.during.map(|d| micros_of(d.start)),
-                h.during.map(|d| micros_of(d.end)),
-            )
-        })
-        .collect();
-    // The reservation, its branches and the read of what was created: one query, one hand-off
-    // to the writer's thread (statements on the writer are serial, each made with the write
+    let branches = new_branches(new);
+    // The reservation, its branches (all in one statement, a JSON array: [id as hex,
+    // participant, resource, quantity, slot start, slot end]) and the read of what was
+    // created: one query, one hand-off to the writer's thread (statements on the writer are serial, each made with the write
     // lock held).
     let created = sqlx::query_as::<_, ReservationRow>(concat!(
         "INSERT INTO reservations (id, request_id, holder, state, token_digest, ttl_ms, \

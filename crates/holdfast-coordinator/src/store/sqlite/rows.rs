@@ -3,8 +3,8 @@
 //! shared stored shape ([`crate::store::record`]), and the reads `load`, `get` and `list`. Every
 //! read of a reservation (here, `find.rs`, `admin.rs`, an event in `events.rs`, the `RETURNING`
 //! of `answers.rs`'s moves) is one statement that carries the branches as a JSON column
-//! (`branches_json!`): one snapshot, and
-//! one hand-off to the connection's thread (inside a write, made while the writer is held).
+//! (`branches_json!`): one snapshot, and one hand-off to the connection's thread (inside a
+//! write, made while the writer is held).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
