@@ -4,9 +4,10 @@
 //! extensions), leasing the reservation to the decider when a fan-out follows.
 //!
 //! A decided move out of `HELD` (Confirm, Cancel) is not spelled here but described
-//! ([`LeaveHeld`]): each database has one executor of it, run under the row lock here, or -
-//! on PostgreSQL's unlocked path ([`judge_unlocked`]: read without a lock, judge, run the same
-//! description guarded by the version read) - many at once by its group commit.
+//! ([`LeaveHeld`]): each database has one executor of it, run under the row lock here, or on
+//! the unlocked path (`without_lock.rs`, [`judge_unlocked`]: read without a lock, judge, run
+//! the same description guarded by the version read; PostgreSQL's group commit runs many at
+//! once).
 
 use uuid::Uuid;
 

@@ -48,6 +48,7 @@ mod retake;
 mod sql;
 pub mod sqlite;
 pub mod waitlist;
+mod without_lock;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -148,7 +148,9 @@ pub(crate) trait ReservationSql: Send + Sync + 'static {
 
     /// Runs a decided move out of `HELD` ([`LeaveHeld`], described by `decide.rs`): this
     /// database's one statement for it. `Missed` when the row was not as the description
-    /// requires.
+    /// requires (its version, when guarded by it; `HELD` and unexpired by the database clock)
+    /// or its payment is recorded as another reservation's further payment (the locked flow
+    /// then answers `PaymentTaken`).
     async fn leave_held(
         conn: &mut Self::Connection,
         write: &LeaveHeld,

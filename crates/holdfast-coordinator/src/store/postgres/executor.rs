@@ -1,7 +1,7 @@
 //! PostgreSQL's executor of the decided writes `store/decide.rs` describes ([`LeaveHeld`]):
 //! one statement, run for one write inside the locked flow's transaction or for many at once
 //! by the group commit (`group_commit.rs`), each row guarded by its own version. What feeds
-//! it without a lock is `without_lock.rs`.
+//! it without a lock is `store/without_lock.rs`.
 
 use std::collections::HashMap;
 

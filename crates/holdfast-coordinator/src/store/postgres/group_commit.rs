@@ -253,11 +253,6 @@ impl GroupCommit {
         }
     }
 
-    /// The pool batches and calls alone run on.
-    pub(super) fn pool(&self) -> &PgPool {
-        &self.pool
-    }
-
     /// A decided write, version-guarded (`executor.rs`): alone when idle, else queued. Its
     /// after-image without branches; `None`: the guard missed.
     pub(super) async fn leave_held(

@@ -11,7 +11,7 @@
 //! - `list.rs`: a statement per List shape (index-backed, keyset) and the stamps a watch polls.
 //! - `create.rs`: Reserves (advisory locks, the batched insert, admission's counts).
 //! - `executor.rs`: the one statement of a decided Confirm/Cancel (`store/decide.rs`'s
-//!   description), alone or many at once, and the unlocked decision that runs it.
+//!   description), alone or many at once; `store/without_lock.rs` decides without a lock.
 //! - `decide.rs`: the statements of the shared locked decision, retake and outcome flows.
 //! - `payments.rs`: the statements of payment bindings and further payments.
 //! - `answers.rs` / `group_commit.rs`: recording fan-out answers, many per statement.
@@ -37,7 +37,6 @@ mod recovery;
 mod retention;
 mod waiting;
 mod waitlist;
-mod without_lock;
 
 use std::sync::Arc;
 
@@ -58,7 +57,6 @@ pub use self::events::EVENTS_AFTER;
 pub use self::list::statement as list_statement;
 
 use self::group_commit::GroupCommit;
-use self::without_lock::RecentlyHeld;
 use super::{
     BranchReport, Claimed, Created, Decided, PhaseRecorded, RefundAnswer, Stamp, Store, StoreError,
     Waiting, WorkLease, extra, outcome, retake,
@@ -67,6 +65,8 @@ use crate::domain::policy::{Backoff, HoldLimits};
 use crate::domain::{
     Decision, ExtraPayment, ListQuery, NewReservation, Rejection, Reservation, State,
 };
+use crate::store::sql::LeaveHeld;
+use crate::store::without_lock::{self, RecentlyHeld, WithoutLock};
 
 /// The coordinator's schema, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/coordinator");
@@ -110,6 +110,26 @@ impl PgStore {
     pub async fn migrate(&self) -> Result<(), StoreError> {
         MIGRATOR.run(&self.pool).await?;
         Ok(())
+    }
+}
+
+#[async_trait]
+impl WithoutLock for PgStore {
+    async fn read_unlocked(&self, id: Uuid) -> Result<Option<Reservation>, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        rows::load(&mut conn, id, false).await
+    }
+
+    /// Through the group commit: concurrent decided writes share a statement.
+    async fn leave_held_guarded(
+        &self,
+        write: LeaveHeld,
+    ) -> Result<Option<Reservation>, StoreError> {
+        self.group_commit.leave_held(write).await
+    }
+
+    fn recently_held(&self) -> &RecentlyHeld {
+        &self.recently_held
     }
 }
 
@@ -169,19 +189,8 @@ impl Store for PgStore {
         decision: &Decision,
         lease: WorkLease,
     ) -> Result<Decided, StoreError> {
-        let unlocked = without_lock::decide_unlocked(
-            &self.group_commit,
-            &self.recently_held,
-            id,
-            scope,
-            presented_token,
-            decision,
-            lease,
-        );
-        if let Some(decided) = unlocked.await? {
-            return Ok(decided);
-        }
-        super::decide::decide_locked::<Postgres>(
+        without_lock::decide::<Postgres>(
+            self,
             &self.pool,
             id,
             scope,

@@ -83,7 +83,11 @@ impl ReservationSql for Sqlite {
             sqlite_now_us!(),
             " WHERE id = ?1 AND (?2 IS NULL OR version = ?2) AND state = 'HELD' AND ",
             sqlite_now_us!(),
-            " < expires_at RETURNING ",
+            " < expires_at \
+               AND (?7 IS NULL OR NOT EXISTS ( \
+                    SELECT 1 FROM extra_payments x \
+                    WHERE x.payment_participant = ?6 AND x.payment_ref = ?7)) \
+             RETURNING ",
             reservation_columns!()
         ))
         .bind(write.id)

@@ -11,10 +11,11 @@
 //!   millisecond resolution), evaluated inside the statement that decides, as PostgreSQL's
 //!   `clock_timestamp()` is. Times are stored as INTEGER microseconds since the Unix epoch.
 //! - UUIDs are 16-byte BLOBs, labels JSON text, booleans 0/1 (see the migration).
-//! - No fast path and no batch statements: every decision takes the shared locked flow, and
-//!   every write is a transaction of its own to the store. Concurrent ones still share a
-//!   COMMIT (and its fsync): the pool's writer runs each as a savepoint of one group
-//!   transaction (`holdfast-serve`'s `db/sqlite_write.rs`).
+//! - No batch statements: every write is a transaction of its own to the store. Concurrent
+//!   ones still share a COMMIT (and its fsync): the pool's writer runs each as a savepoint of
+//!   one group transaction (`holdfast-serve`'s `db/sqlite_write.rs`). A Confirm/Cancel is
+//!   decided as on PostgreSQL (`store/without_lock.rs`): judged on the image recorded with its
+//!   holds or a read outside the writer, written by one version-guarded statement.
 //!
 //! - `rows.rs`: the column lists, the row types, `load`, `get` and `list`.
 //! - `create.rs`: Reserves (admission's counts, the insert).
@@ -88,6 +89,9 @@ use crate::domain::policy::{Backoff, HoldLimits};
 use crate::domain::{
     Decision, ExtraPayment, ListQuery, NewReservation, Rejection, Reservation, State,
 };
+use crate::store::sql::LeaveHeld;
+use crate::store::without_lock::{self, RecentlyHeld, WithoutLock};
+use std::sync::Arc;
 
 /// The coordinator's SQLite schema, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/coordinator-sqlite");
@@ -96,20 +100,25 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/coor
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    /// What this process last recorded `HELD`, for its Confirm/Cancel to skip a read.
+    recently_held: Arc<RecentlyHeld>,
 }
 
 impl SqliteStore {
     /// Opens the database file named by `url` with holdfast's SQLite conventions
     /// ([`crate::db::open_sqlite`]), with a pool of `max_connections`.
     pub async fn connect(url: &str, max_connections: u32) -> Result<SqliteStore, StoreError> {
-        Ok(SqliteStore {
-            pool: crate::db::open_sqlite(url, max_connections).await?,
-        })
+        Ok(SqliteStore::from_pool(
+            crate::db::open_sqlite(url, max_connections).await?,
+        ))
     }
 
     /// Wraps an existing pool (its connections must have foreign keys on).
     pub fn from_pool(pool: SqlitePool) -> SqliteStore {
-        SqliteStore { pool }
+        SqliteStore {
+            pool,
+            recently_held: Arc::new(RecentlyHeld::default()),
+        }
     }
 
     /// Applies pending migrations.
@@ -151,6 +160,38 @@ async fn digest_legacy_tokens(pool: &SqlitePool) -> Result<(), StoreError> {
         );
     }
     Ok(())
+}
+
+#[async_trait]
+impl WithoutLock for SqliteStore {
+    /// On a reader: it never waits for the writer.
+    async fn read_unlocked(&self, id: Uuid) -> Result<Option<Reservation>, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        rows::load(&mut conn, id).await
+    }
+
+    /// One statement on the writer, its after-image answered by `RETURNING`.
+    async fn leave_held_guarded(
+        &self,
+        write: LeaveHeld,
+    ) -> Result<Option<Reservation>, StoreError> {
+        let mut tx = Sqlite::begin_write(&self.pool).await?;
+        match Sqlite::leave_held(&mut tx, &write).await? {
+            super::sql::Applied::Written { read_back, .. } => {
+                let after = Sqlite::written(&mut tx, write.id, read_back).await?;
+                tx.commit().await?;
+                Ok(Some(after))
+            }
+            super::sql::Applied::Missed => {
+                tx.rollback().await?;
+                Ok(None)
+            }
+        }
+    }
+
+    fn recently_held(&self) -> &RecentlyHeld {
+        &self.recently_held
+    }
 }
 
 #[async_trait]
@@ -208,7 +249,8 @@ impl Store for SqliteStore {
         decision: &Decision,
         lease: WorkLease,
     ) -> Result<Decided, StoreError> {
-        super::decide::decide_locked::<Sqlite>(
+        without_lock::decide::<Sqlite>(
+            self,
             &self.pool,
             id,
             scope,
@@ -224,7 +266,13 @@ impl Store for SqliteStore {
         id: Uuid,
         reports: &[BranchReport],
     ) -> Result<Reservation, StoreError> {
-        answers::record_held(&self.pool, id, reports).await
+        let recorded = answers::record_held(&self.pool, id, reports).await;
+        if let Ok(r) = &recorded
+            && r.stored_state == State::Held
+        {
+            self.recently_held.put(r);
+        }
+        recorded
     }
 
     async fn record_rejected(

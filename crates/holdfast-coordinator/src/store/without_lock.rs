@@ -1,27 +1,43 @@
-//! A Confirm/Cancel decided without a row lock (PostgreSQL): read the row (or take the image
-//! this process recorded when its holds were placed, [`RecentlyHeld`]), judge it in
-//! `store/decide.rs`, and run the same write description through group commit and the
-//! executor (`executor.rs`), guarded by the version read. Any change in between makes the
-//! write miss; then, as for every rarer verdict, the locked flow decides.
+//! A Confirm/Cancel decided without a row lock, the same way on both databases: read the row
+//! (or take the image this process recorded when its holds were placed, [`RecentlyHeld`]),
+//! judge it in `store/decide.rs`, and run the one write description ([`LeaveHeld`]) guarded by
+//! the version read - on PostgreSQL through its group commit and executor, on SQLite as one
+//! statement on the writer. Any change in between makes the write miss; then, as for every
+//! rarer verdict, the locked flow (`decide::decide_locked`) decides.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
+use async_trait::async_trait;
 use uuid::Uuid;
 
-use super::group_commit::GroupCommit;
-use super::rows;
+use super::decide::{self, Unlocked, payment_conflict};
+use super::sql::{LeaveHeld, PaymentSql};
+use super::{Decided, StoreError, WorkLease};
 use crate::domain::PresentedToken;
 use crate::domain::{Decision, Reservation, Verdict};
-use crate::store::decide::{self, Unlocked, payment_conflict};
-use crate::store::{Decided, StoreError, WorkLease};
+
+/// What a database does for a decision taken without a lock.
+#[async_trait]
+pub(crate) trait WithoutLock: Sync {
+    /// The reservation as stored, read without a lock.
+    async fn read_unlocked(&self, id: Uuid) -> Result<Option<Reservation>, StoreError>;
+
+    /// Runs `write` (guarded by the version it carries): the after-image when it landed,
+    /// `None` when it missed.
+    async fn leave_held_guarded(&self, write: LeaveHeld)
+    -> Result<Option<Reservation>, StoreError>;
+
+    /// What this process last recorded `HELD`.
+    fn recently_held(&self) -> &RecentlyHeld;
+}
 
 /// The reservations this process last recorded as `HELD`, as recorded, so their Confirm or
 /// Cancel can skip reading the row: the write is guarded by the cached `version`, so a stale
 /// entry only makes it miss (then the row is read and locked). Bounded: the oldest entries go
 /// first.
 #[derive(Debug, Default)]
-pub(super) struct RecentlyHeld {
+pub(crate) struct RecentlyHeld {
     inner: Mutex<Recent>,
 }
 
@@ -36,7 +52,7 @@ const RECENTLY_HELD: usize = 4096;
 
 impl RecentlyHeld {
     /// Remembers `r` (a reservation just recorded `HELD`).
-    pub(super) fn put(&self, r: &Reservation) {
+    pub(crate) fn put(&self, r: &Reservation) {
         let Ok(mut recent) = self.inner.lock() else {
             return;
         };
@@ -55,13 +71,29 @@ impl RecentlyHeld {
     }
 }
 
+/// [`crate::store::Store::decide`] on either database: without a lock when the verdict allows
+/// ([`decide_unlocked`]), otherwise - and when that write missed - under the row lock.
+pub(crate) async fn decide<DB: PaymentSql>(
+    db: &impl WithoutLock,
+    pool: &DB::Pool,
+    id: Uuid,
+    scope: Option<&str>,
+    presented_token: &PresentedToken,
+    decision: &Decision,
+    lease: WorkLease,
+) -> Result<Decided, StoreError> {
+    if let Some(decided) = decide_unlocked(db, id, scope, presented_token, decision, lease).await? {
+        return Ok(decided);
+    }
+    decide::decide_locked::<DB>(pool, id, scope, presented_token, decision, lease).await
+}
+
 /// A decision without a transaction: the image this process recorded, or the row read
 /// without a lock, judged by [`decide::judge_unlocked`]; its write, if any, run through the
-/// group commit with a version guard. `None`: the locked flow decides (a rarer verdict, or a
-/// write that missed).
-pub(super) async fn decide_unlocked(
-    group_commit: &GroupCommit,
-    recently_held: &RecentlyHeld,
+/// database with a version guard. `None`: the locked flow decides (a rarer verdict, or a write
+/// that missed).
+async fn decide_unlocked(
+    db: &impl WithoutLock,
     id: Uuid,
     scope: Option<&str>,
     presented_token: &PresentedToken,
@@ -71,17 +103,15 @@ pub(super) async fn decide_unlocked(
     if matches!(decision, Decision::Extend { .. }) {
         return Ok(None);
     }
+    let recently_held = db.recently_held();
     let cached = recently_held.take(id);
     let from_image = cached.is_some();
     let current = match cached {
         Some(r) => r,
-        None => {
-            let mut conn = group_commit.pool().acquire().await?;
-            match rows::load(&mut conn, id, false).await? {
-                Some(r) => r,
-                None => return Ok(Some(Decided::NotFound)),
-            }
-        }
+        None => match db.read_unlocked(id).await? {
+            Some(r) => r,
+            None => return Ok(Some(Decided::NotFound)),
+        },
     };
     match decide::judge_unlocked(
         &current,
@@ -106,7 +136,7 @@ pub(super) async fn decide_unlocked(
             }
             Ok(Some(decided))
         }
-        Unlocked::Write { write, verdict } => match group_commit.leave_held(write).await {
+        Unlocked::Write { write, verdict } => match db.leave_held_guarded(write).await {
             // Another reservation recorded this payment first (the unique index decided).
             Err(e) if payment_conflict(&e) => Ok(Some(Decided::PaymentTaken)),
             Err(e) => Err(e),
