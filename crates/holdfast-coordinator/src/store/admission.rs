@@ -1,8 +1,10 @@
 //! Whether a Reserve may be recorded, written once for both databases: its (owner, holder,
 //! request_id) may already be recorded (answer that reservation), or a hold limit may be
 //! reached. The caller holds what makes the check and its insert atomic (PostgreSQL: the
-//! holder's advisory lock, and the global one under a global cap; SQLite: the write lock).
-//! The counting statements are [`AdmissionSql`], implemented in each backend's `create.rs`.
+//! holder's advisory lock, and the global one under a global cap; SQLite: the write lock,
+//! under which its insert applies these rules as its own guard, so this check runs only to say
+//! why that insert refused). The counting statements are [`AdmissionSql`], implemented in each
+//! backend's `create.rs`.
 
 use async_trait::async_trait;
 use uuid::Uuid;

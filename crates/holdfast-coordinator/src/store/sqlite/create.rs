@@ -1,6 +1,7 @@
-//! Recording Reserves on SQLite: under the write lock the shared [`admission`] check and the
-//! insert of the reservation and its branches are one atomic step (PostgreSQL needs advisory
-//! locks for that). Also admission's counting statements ([`AdmissionSql`]).
+//! Recording Reserves on SQLite: under the write lock, one conditional insert of the
+//! reservation and its branches whose guard is admission's rule (PostgreSQL needs advisory
+//! locks for that); one it refuses is explained by the shared [`admission`] check. Also
+//! admission's counting statements ([`AdmissionSql`]), which count as the guard does.
 
 use std::collections::HashMap;
 
@@ -17,6 +18,35 @@ use crate::store::admission::{AdmissionSql, admission};
 use crate::store::sql::ReservationSql;
 use crate::store::{Created, StoreError, WorkLease};
 
+/// How many live reservations `owner` (`?own`) `holder` (`?hold`) has: `TRYING`, `QUEUED`, or
+/// `HELD` and unexpired by the database clock. (Macros: queries are `&'static str`, and the
+/// admission read and the insert's guard count alike.)
+macro_rules! live_of_holder {
+    ($own:literal, $hold:literal) => {
+        concat!(
+            "(SELECT count(*) FROM reservations WHERE owner = ",
+            $own,
+            " AND holder = ",
+            $hold,
+            " AND state IN ('TRYING', 'HELD', 'QUEUED') AND (state <> 'HELD' OR expires_at > ",
+            sqlite_now_us!(),
+            "))"
+        )
+    };
+}
+
+/// How many live reservations there are in all.
+macro_rules! live_in_all {
+    () => {
+        concat!(
+            "(SELECT count(*) FROM reservations WHERE state IN ('TRYING', 'HELD', 'QUEUED') \
+               AND (state <> 'HELD' OR expires_at > ",
+            sqlite_now_us!(),
+            "))"
+        )
+    };
+}
+
 #[async_trait]
 impl AdmissionSql for Sqlite {
     async fn find_request(
@@ -26,12 +56,9 @@ impl AdmissionSql for Sqlite {
         request_id: &RequestId,
     ) -> Result<(Option<Uuid>, i64), StoreError> {
         Ok(sqlx::query_as(concat!(
-            "SELECT (SELECT id FROM reservations WHERE owner = ?3 AND holder = ?1 AND request_id = ?2), \
-                    (SELECT count(*) FROM reservations WHERE owner = ?3 AND holder = ?1 \
-                       AND state IN ('TRYING', 'HELD', 'QUEUED') \
-                       AND (state <> 'HELD' OR expires_at > ",
-            sqlite_now_us!(),
-            "))"
+            "SELECT (SELECT id FROM reservations WHERE owner = ?3 AND holder = ?1 \
+                     AND request_id = ?2), ",
+            live_of_holder!("?3", "?1")
         ))
         .bind(holder)
         .bind(request_id.as_str())
@@ -41,14 +68,9 @@ impl AdmissionSql for Sqlite {
     }
 
     async fn count_live(conn: &mut SqliteConnection) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(concat!(
-            "SELECT count(*) FROM reservations WHERE state IN ('TRYING', 'HELD', 'QUEUED') \
-               AND (state <> 'HELD' OR expires_at > ",
-            sqlite_now_us!(),
-            ")"
-        ))
-        .fetch_one(&mut *conn)
-        .await?)
+        Ok(sqlx::query_scalar(concat!("SELECT ", live_in_all!()))
+            .fetch_one(&mut *conn)
+            .await?)
     }
 }
 
@@ -78,7 +100,9 @@ fn new_branches(new: &NewReservation) -> Vec<JsonNewBranch<'_>> {
         .collect()
 }
 
-/// [`crate::store::Store::create`].
+/// [`crate::store::Store::create`]: one conditional insert under the write lock, whose guard is
+/// admission's (the request not recorded yet, both hold limits below their caps); when it
+/// inserts nothing, the shared [`admission`] says why, still under the lock.
 pub(super) async fn create(
     pool: &SqlitePool,
     new: &NewReservation,
@@ -87,58 +111,71 @@ pub(super) async fn create(
 ) -> Result<Created, StoreError> {
     let id = new.id;
     let ttl_ms = i64::try_from(new.ttl.as_millis()).unwrap_or(i64::MAX);
-    // The write lock makes the lookup, the limit counts and the insert one atomic step.
-    let mut tx = Sqlite::begin_write(pool).await?;
-    if let Some(refused) = admission::<Sqlite>(&mut tx, new, limits).await? {
-        tx.rollback().await?;
-        return Ok(refused);
-    }
     let branches = new_branches(new);
-    // The reservation, its branches (all in one statement, a JSON array: [id as hex,
+    let mut tx = Sqlite::begin_write(pool).await?;
+    // The reservation if admitted, its branches (one statement, a JSON array: [id as hex,
     // participant, resource, quantity, slot start, slot end]) and the read of what was
-    // created: one query, one hand-off to the writer's thread (statements on the writer are serial, each made with the write
-    // lock held).
-    let created = sqlx::query_as::<_, ReservationRow>(concat!(
-        "INSERT INTO reservations (id, request_id, holder, state, token_digest, ttl_ms, \
-                                   created_at, updated_at, expires_at, labels, \
-                                   lease_owner, lease_until, owner, token_key_id) \
-         VALUES (?1, ?2, ?3, 'TRYING', ?4, ?5, ",
-        sqlite_now_us!(),
-        ", ",
-        sqlite_now_us!(),
-        ", ",
-        sqlite_now_us!(),
-        " + ?5 * 1000, ?6, ?7, ",
-        sqlite_now_us!(),
-        " + ?8, ?9, ?10) \
-         ON CONFLICT (owner, holder, request_id) DO NOTHING; \
-         INSERT INTO branches (reservation_id, position, branch_id, participant, resource, \
-                               quantity, during_start, during_end, state) \
-         SELECT ?1, b.key, unhex(b.value ->> 0), b.value ->> 1, b.value ->> 2, b.value ->> 3, \
-                b.value ->> 4, b.value ->> 5, 'PENDING' \
-         FROM json_each(?11) AS b WHERE EXISTS (SELECT 1 FROM reservations WHERE id = ?1) \
-         ORDER BY b.key; \
-         SELECT ",
-        reservation_columns!(),
-        " FROM reservations WHERE id = ?1"
-    ))
-    .bind(id)
-    .bind(new.request_id.as_str())
-    .bind(&new.holder)
-    .bind(new.token.digest.as_slice())
-    .bind(ttl_ms)
-    .bind(Json(&new.labels))
-    .bind(lease.owner)
-    .bind(micros(lease.duration))
-    .bind(&new.owner)
-    .bind(new.token.key_id.as_deref())
-    .bind(Json(&branches))
-    .fetch_optional(&mut *tx)
-    .await?
-    // Unreachable under the write lock (admission looked the request up); the unique index
-    // stays the last word, and a conflict inserts nothing (this write is dropped: undone).
-    .ok_or_else(|| StoreError::Corrupt("request_id conflicted under the write lock".into()))?
-    .into_domain()?;
+    // created: one query, one hand-off to the writer's thread (statements on the writer are
+    // serial, each made with the write lock held).
+    let created = sqlx::query_as::<_, ReservationRow>(CREATE)
+        .bind(id)
+        .bind(new.request_id.as_str())
+        .bind(&new.holder)
+        .bind(new.token.digest.as_slice())
+        .bind(ttl_ms)
+        .bind(Json(&new.labels))
+        .bind(lease.owner)
+        .bind(micros(lease.duration))
+        .bind(&new.owner)
+        .bind(new.token.key_id.as_deref())
+        .bind(Json(&branches))
+        .bind(i64::from(limits.per_holder))
+        .bind(i64::from(limits.total))
+        .fetch_optional(&mut *tx)
+        .await?;
+    let Some(created) = created else {
+        let refused = admission::<Sqlite>(&mut tx, new, limits).await?;
+        tx.rollback().await?;
+        // The guard and admission count alike, under the same lock.
+        return refused.ok_or_else(|| {
+            StoreError::Corrupt("a Reserve admission allows was not inserted".into())
+        });
+    };
+    let created = created.into_domain()?;
     tx.commit().await?;
     Ok(Created::New(created))
 }
+
+/// [`create`]'s query: `?1` id, `?2` request id, `?3` holder, `?4` token digest, `?5` ttl ms,
+/// `?6` labels, `?7`/`?8` lease owner and microseconds, `?9` owner, `?10` token key id, `?11`
+/// branches (JSON), `?12` the per-holder cap, `?13` the global cap (0: none).
+const CREATE: &str = concat!(
+    "INSERT INTO reservations (id, request_id, holder, state, token_digest, ttl_ms, \
+                               created_at, updated_at, expires_at, labels, \
+                               lease_owner, lease_until, owner, token_key_id) \
+     SELECT ?1, ?2, ?3, 'TRYING', ?4, ?5, ",
+    sqlite_now_us!(),
+    ", ",
+    sqlite_now_us!(),
+    ", ",
+    sqlite_now_us!(),
+    " + ?5 * 1000, ?6, ?7, ",
+    sqlite_now_us!(),
+    " + ?8, ?9, ?10 \
+     WHERE NOT EXISTS (SELECT 1 FROM reservations \
+                       WHERE owner = ?9 AND holder = ?3 AND request_id = ?2) \
+       AND ",
+    live_of_holder!("?9", "?3"),
+    " < ?12 AND (?13 = 0 OR ",
+    live_in_all!(),
+    " < ?13); \
+     INSERT INTO branches (reservation_id, position, branch_id, participant, resource, \
+                           quantity, during_start, during_end, state) \
+     SELECT ?1, b.key, unhex(b.value ->> 0), b.value ->> 1, b.value ->> 2, b.value ->> 3, \
+            b.value ->> 4, b.value ->> 5, 'PENDING' \
+     FROM json_each(?11) AS b WHERE EXISTS (SELECT 1 FROM reservations WHERE id = ?1) \
+     ORDER BY b.key; \
+     SELECT ",
+    reservation_columns!(),
+    " FROM reservations WHERE id = ?1"
+);
