@@ -9,14 +9,22 @@
 //! batch is in the database, newcomers queue, so batches grow with load. A call made while no
 //! other of its kind is in flight should run alone in the caller's task ([`Batcher::enter`]):
 //! an idle service pays no hop.
+//!
+//! A batch whose run panics (a bug hit by one batch) fails its own jobs - their answers are
+//! dropped with it, so each caller sees an error - and the task takes the next batch: the
+//! queue outlives the panic, logged and counted as a background restart (`task="batch"`).
 
 use std::collections::HashSet;
 use std::future::Future;
 use std::hash::Hash;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use futures_util::FutureExt;
 use tokio::sync::mpsc;
+
+use crate::background::BACKGROUND_RESTARTS;
 
 /// How many times a batch's task yields to the scheduler before the batch leaves (fewer when
 /// it is full), taking the jobs queued meanwhile. The first job wakes the task as soon as it
@@ -67,7 +75,15 @@ impl<J: Send + 'static> Batcher<J> {
             let mut batch = Vec::with_capacity(max);
             while jobs.recv_many(&mut batch, max).await > 0 {
                 gather(&mut jobs, &mut batch, max).await;
-                run(std::mem::replace(&mut batch, Vec::with_capacity(max))).await;
+                let batch = std::mem::replace(&mut batch, Vec::with_capacity(max));
+                if let Err(panic) = AssertUnwindSafe(run(batch)).catch_unwind().await {
+                    metrics::counter!(BACKGROUND_RESTARTS, "task" => "batch").increment(1);
+                    let error = panic_message(panic.as_ref());
+                    tracing::error!(
+                        error,
+                        "a group-commit batch panicked; its calls failed, the next batch runs"
+                    );
+                }
             }
         });
         Batcher {
@@ -108,6 +124,15 @@ async fn gather<J>(jobs: &mut mpsc::UnboundedReceiver<J>, batch: &mut Vec<J>, ma
             }
         }
     }
+}
+
+/// What a panic said, when it said it with a string.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }
 
 /// Splits jobs into ones with distinct keys (they may share a statement) and repeats, each
@@ -173,6 +198,25 @@ mod tests {
             seen.extend(sizes.recv().await);
         }
         assert_eq!(seen, vec![2, 2, 1]);
+    }
+
+    /// A batch that panics fails its own jobs only: the task goes on taking and running later
+    /// ones (before, the panic ended the task and every later job was handed back).
+    #[tokio::test]
+    async fn a_batch_that_panics_leaves_the_queue_running() {
+        let (ran_sent, mut ran) = mpsc::unbounded_channel();
+        let batcher = Batcher::spawn(4, move |jobs: Vec<u8>| {
+            let ran_sent = ran_sent.clone();
+            async move {
+                let _ = ran_sent.send(jobs.clone());
+                assert!(!jobs.contains(&0), "job 0 panics");
+            }
+        });
+        assert_eq!(batcher.submit(0), Ok(()));
+        assert_eq!(ran.recv().await, Some(vec![0]));
+        // The panic happened in the same poll as that send, before this task ran again.
+        assert_eq!(batcher.submit(1), Ok(()));
+        assert_eq!(ran.recv().await, Some(vec![1]));
     }
 
     #[tokio::test]
