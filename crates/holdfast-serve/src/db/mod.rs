@@ -141,4 +141,6 @@ pub async fn ensure_database(url: &str) -> Result<(), sqlx::Error> {
 }
 
 #[cfg(all(test, feature = "sqlite"))]
+mod deferred_tests;
+#[cfg(all(test, feature = "sqlite"))]
 mod tests;

@@ -11,7 +11,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqliteSy
 use sqlx::{ConnectOptions, Connection};
 
 use super::sqlite_write;
-pub use super::sqlite_write::SqliteWrite;
+pub use super::sqlite_write::{FirstQuery, SqliteWrite, SqliteWriteAhead};
 use super::{ACQUIRE_TIMEOUT, CHECK_IDLE_AFTER, WriteTransaction, pool_options};
 
 /// How long a SQLite writer waits for the write lock before its statement fails with
@@ -54,7 +54,17 @@ pub(super) fn sqlite_writer(pool: &SqlitePool) -> Result<Arc<sqlite_write::Write
 /// Begins a write transaction of `pool` on its writer: `BEGIN IMMEDIATE`, or a savepoint in
 /// the group transaction open there ([`SqliteWrite`]); refused once `pool` is closed.
 pub async fn begin_sqlite_write(pool: &SqlitePool) -> Result<SqliteWrite, sqlx::Error> {
-    sqlite_writer(pool)?.begin(ACQUIRE_TIMEOUT).await
+    sqlite_writer(pool)?.begin(ACQUIRE_TIMEOUT, false).await
+}
+
+/// Begins a write transaction of `pool` on its writer, as [`begin_sqlite_write`] but sending
+/// nothing yet: its `BEGIN IMMEDIATE` or savepoint goes ahead of its first query
+/// ([`SqliteWriteAhead::first`]), one hand-off to the writer's thread instead of two.
+pub async fn begin_sqlite_write_deferred(
+    pool: &SqlitePool,
+) -> Result<SqliteWriteAhead, sqlx::Error> {
+    let write = sqlite_writer(pool)?.begin(ACQUIRE_TIMEOUT, true).await?;
+    Ok(SqliteWriteAhead(write))
 }
 
 impl WriteTransaction for SqliteWrite {

@@ -21,6 +21,15 @@
 //! at once by a task of the writer's, so SQLite's write lock is not kept from other connections
 //! until the next write.
 //!
+//! **A deferred opening.** A write begun with [`super::begin_sqlite_write_deferred`] sends
+//! nothing when it gets the writer: its `BEGIN IMMEDIATE` or savepoint goes as the head of its
+//! first query ([`SqliteWriteAhead::first`] and `opened`, the query spelled both ways by
+//! [`sqlite_first_query!`](crate::sqlite_first_query)), one hand-off to the connection's
+//! thread instead of two, each made with the lock held. Until that query returns, the writer
+//! does not know whether the opening ran: a part abandoned then (its task cancelled) is
+//! undone by rolling the whole group back and failing every member, never by a `ROLLBACK TO`
+//! that could reach an earlier member's savepoint.
+//!
 //! The lock is a `tokio::sync::Mutex` rather than a one-connection pool: a pool's release
 //! spawns a task and pings the connection before the next waiter may have it, two scheduling
 //! delays between every two writes on a loaded 2-core machine.
@@ -33,6 +42,9 @@ use std::time::Duration;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 use sqlx::{ConnectOptions, Executor};
 use tokio::sync::{OwnedMappedMutexGuard, OwnedMutexGuard, watch};
+
+mod deferred;
+pub use deferred::{FirstQuery, SqliteWriteAhead};
 
 /// The most members one group commit serves: a bound on how long the first member waits.
 const GROUP_MAX: usize = 64;
@@ -64,6 +76,8 @@ struct State {
     /// What the connection's current holder is doing; still set when a holder was dropped
     /// unfinished, so the next one undoes its part.
     holder: Option<Part>,
+    /// Whether the holder's opening statement (`BEGIN IMMEDIATE`, its savepoint) ran.
+    opened: Opened,
     /// The transaction members have finished in and wait on, while it is open.
     group: Option<Arc<Group>>,
     /// Members of `group` so far.
@@ -80,6 +94,18 @@ enum Part {
     /// The group's COMMIT is in flight (not a write's part: the step a cancelled committer
     /// leaves behind, whose transaction the next holder ends).
     Committing,
+}
+
+/// Whether a holder's opening statement ran: sent ahead of a write ([`Writer::begin`]), or
+/// ahead of its first query ([`SqliteWriteAhead::first`]), which may be cut off unanswered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Opened {
+    #[default]
+    Yes,
+    /// Not sent yet: the part has done nothing.
+    No,
+    /// Sent with a first query that did not answer (cancelled, or the connection failed).
+    Unknown,
 }
 
 /// One group transaction: its COMMIT's outcome, published once for every member.
@@ -241,10 +267,12 @@ impl Writer {
     }
 
     /// Waits (up to `within`, fairly) for the writer, then starts a transaction (joining the
-    /// open group's when there is one).
+    /// open group's when there is one); `deferred`: its opening statement is left for its
+    /// first query ([`SqliteWriteAhead::first`]).
     pub(super) async fn begin(
         self: &Arc<Self>,
         within: Duration,
+        deferred: bool,
     ) -> Result<SqliteWrite, sqlx::Error> {
         let queued = Queued::new(self);
         let guard = tokio::time::timeout(within, self.conn.clone().lock_owned())
@@ -262,37 +290,58 @@ impl Writer {
             let state = self.state();
             state.group.clone().filter(|_| state.members < GROUP_MAX)
         };
-        let (part, group) = match open {
-            Some(group) => {
-                self.state().holder = Some(Part::Joiner);
-                let savepoint = conn.execute(SAVEPOINT_MEMBER).await;
-                if let Err(e) = savepoint {
+        let part = match open {
+            Some(_) => Part::Joiner,
+            None => {
+                self.commit_open_group(&mut conn).await;
+                Part::Opener
+            }
+        };
+        {
+            let mut state = self.state();
+            state.holder = Some(part);
+            state.opened = if deferred {
+                Opened::No
+            } else {
+                Opened::Unknown
+            };
+        }
+        if !deferred {
+            let opening = match part {
+                Part::Joiner => SAVEPOINT_MEMBER,
+                _ => super::SQLITE_BEGIN_WRITE,
+            };
+            if let Err(e) = conn.execute(opening).await {
+                if part == Part::Joiner {
                     // Nothing of this write began: the earlier members' work commits.
                     self.state().holder = None;
                     self.commit_open_group(&mut conn).await;
-                    return Err(e);
                 }
-                self.state().members += 1;
-                (Part::Joiner, Some(group))
-            }
-            None => {
-                self.commit_open_group(&mut conn).await;
-                // Left set if the BEGIN fails: the next holder rolls back whatever the
+                // An opener's holder stays set: the next holder rolls back whatever the
                 // connection is in (or reconnects), so one failure cannot stick.
-                self.state().holder = Some(Part::Opener);
-                conn.execute(super::SQLITE_BEGIN_WRITE).await?;
-                let group = Group::new();
-                let mut state = self.state();
-                state.group = Some(group.clone());
-                state.members = 1;
-                (Part::Opener, Some(group))
+                return Err(e);
+            }
+            self.state().opened = Opened::Yes;
+        }
+        let group = {
+            let mut state = self.state();
+            match (part, open) {
+                (Part::Joiner, Some(group)) => {
+                    state.members += 1;
+                    group
+                }
+                _ => {
+                    let group = Group::new();
+                    state.group = Some(group.clone());
+                    state.members = 1;
+                    group
+                }
             }
         };
-        self.state().holder = Some(part);
         Ok(SqliteWrite {
             conn,
             part,
-            group,
+            group: Some(group),
             abandon,
         })
     }
@@ -316,12 +365,16 @@ impl Writer {
     }
 
     /// Undoes the part of a holder that was dropped unfinished: an opener's whole transaction
-    /// (nobody had joined it yet), a joiner's savepoint (the group goes on).
+    /// (nobody had joined it yet), a joiner's savepoint (the group goes on) - nothing when its
+    /// opening was never sent, the whole group when it is unknown whether it ran.
     async fn undo_abandoned(&self, conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
-        let abandoned = self.state().holder.take();
-        match abandoned {
-            None => Ok(()),
-            Some(Part::Opener | Part::Committing) => {
+        let (abandoned, opened) = {
+            let mut state = self.state();
+            (state.holder.take(), std::mem::take(&mut state.opened))
+        };
+        match (abandoned, opened) {
+            (None, _) => Ok(()),
+            (Some(Part::Opener | Part::Committing), opened) => {
                 // Nobody joins an opener's transaction before its part ends: it is the
                 // opener's alone; a cancelled COMMIT's group was told "unknown" already.
                 // (There may be no transaction - the BEGIN or COMMIT never ran, or did - and
@@ -331,9 +384,23 @@ impl Writer {
                     state.group = None;
                     state.members = 0;
                 }
+                if opened == Opened::No {
+                    return Ok(());
+                }
                 conn.execute("ROLLBACK").await.map(|_| ())
             }
-            Some(Part::Joiner) => {
+            // Its savepoint was never sent: it wrote nothing, the group goes on.
+            (Some(Part::Joiner), Opened::No) => Ok(()),
+            (Some(Part::Joiner), Opened::Unknown) => {
+                // A `ROLLBACK TO` could reach an earlier member's savepoint (they nest under
+                // one name): the group is undone as a whole and every member told.
+                let _ = conn.execute("ROLLBACK").await;
+                self.fail_group(&group_failed(
+                    "a member was cancelled before it knew whether its savepoint was taken",
+                ));
+                Ok(())
+            }
+            (Some(Part::Joiner), Opened::Yes) => {
                 let undone = conn.execute(UNDO_MEMBER).await;
                 match undone {
                     Ok(_) => Ok(()),

@@ -201,7 +201,7 @@ async fn each_sqlite_pool_has_one_writer_of_its_own_and_a_closed_pool_writes_not
 
 /// Waits until `n` writes are queued for `pool`'s writer (they queue at once; the bound
 /// only turns a hang into a failure).
-async fn until_queued(pool: &SqlitePool, n: usize) {
+pub(super) async fn until_queued(pool: &SqlitePool, n: usize) {
     let writer = sqlite_writer(pool).unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while writer.queued() < n {

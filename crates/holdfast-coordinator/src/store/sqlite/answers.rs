@@ -1,8 +1,9 @@
 //! Recording participants' answers on SQLite: `record_held` (`TRYING -> HELD`),
 //! `record_rejected` (a stopped placement: `TRYING -> CANCELLING`, or `-> REJECTED` when
 //! nothing was placed) and `record_phase` (a Confirm or Cancel fan-out's answers, finishing it
-//! or scheduling its retry). One write transaction per call; concurrent calls share a COMMIT
-//! through the pool's writer (`holdfast-serve`'s group commit), not through a batch statement.
+//! or scheduling its retry). One write transaction per call, its opening sent ahead of its one
+//! query; concurrent calls share a COMMIT through the pool's writer (`holdfast-serve`'s group
+//! commit), not through a batch statement.
 
 use sqlx::Sqlite;
 use sqlx::sqlite::{SqliteConnection, SqlitePool};
@@ -10,6 +11,7 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::rows::{ReservationRow, micros};
+use crate::db::{FirstQuery, begin_sqlite_write_deferred};
 use crate::domain::policy::Backoff;
 use crate::domain::{Rejection, Reservation, State};
 use crate::store::outcome::placed_nothing;
@@ -40,28 +42,51 @@ macro_rules! record_reports_sql {
     };
 }
 
+/// `record_held`'s query: the answers (`?2`) while `?1` is `TRYING`, then `TRYING -> HELD`
+/// and the lease freed, answering with the row.
+const RECORD_HELD: FirstQuery = sqlite_first_query!(
+    record_reports_sql!("?1", "?2", "'TRYING'"),
+    "; UPDATE reservations SET state = 'HELD', version = version + 1, \
+     lease_owner = NULL, lease_until = NULL, updated_at = ",
+    sqlite_now_us!(),
+    " WHERE id = ?1 AND state = 'TRYING' RETURNING ",
+    reservation_columns!()
+);
+
+/// `record_rejected`'s query: the answers (`?6`) while `?1` is `TRYING`, then the move to
+/// `REJECTED` (`?5`: nothing was placed; the lease freed) or `CANCELLING` with the rejection
+/// (`?2`-`?4`), answering with the row.
+const RECORD_REJECTED: FirstQuery = sqlite_first_query!(
+    record_reports_sql!("?1", "?6", "'TRYING'"),
+    "; UPDATE reservations SET \
+     state = CASE WHEN ?5 THEN 'REJECTED' ELSE 'CANCELLING' END, \
+     release_outcome = 'REJECTED', \
+     rejection_participant = ?2, rejection_resource = ?3, rejection_reason = ?4, \
+     lease_owner = CASE WHEN ?5 THEN NULL ELSE lease_owner END, \
+     lease_until = CASE WHEN ?5 THEN NULL ELSE lease_until END, \
+     version = version + 1, updated_at = ",
+    sqlite_now_us!(),
+    " WHERE id = ?1 AND state = 'TRYING' RETURNING ",
+    reservation_columns!()
+);
+
 /// [`crate::store::Store::record_held`].
 pub(super) async fn record_held(
     pool: &SqlitePool,
     id: Uuid,
     reports: &[BranchReport],
 ) -> Result<Reservation, StoreError> {
-    let mut tx = Sqlite::begin_write(pool).await?;
     // The answers while it is still TRYING, then the move and the lease's release, answering
-    // with the row: two statements in one query, one hand-off to the writer's thread (each is
-    // made with the write lock held).
-    let moved = sqlx::query_as::<_, ReservationRow>(concat!(
-        record_reports_sql!("?1", "?2", "'TRYING'"),
-        "; UPDATE reservations SET state = 'HELD', version = version + 1, \
-         lease_owner = NULL, lease_until = NULL, updated_at = ",
-        sqlite_now_us!(),
-        " WHERE id = ?1 AND state = 'TRYING' RETURNING ",
-        reservation_columns!()
-    ))
-    .bind(id)
-    .bind(reports_json(reports))
-    .fetch_optional(&mut *tx)
-    .await?;
+    // with the row: two statements in one query, the write's opening ahead of them - one
+    // hand-off to the writer's thread (each is made with the write lock held).
+    let mut ahead = begin_sqlite_write_deferred(pool).await?;
+    let (sql, conn) = ahead.first(RECORD_HELD);
+    let ran = sqlx::query_as::<_, ReservationRow>(sql)
+        .bind(id)
+        .bind(reports_json(reports))
+        .fetch_optional(conn)
+        .await;
+    let (moved, mut tx) = ahead.opened(ran)?;
     let after = match moved {
         Some(row) => row.into_domain()?,
         None => Sqlite::load_existing(&mut tx, id).await?,
@@ -78,30 +103,20 @@ pub(super) async fn record_rejected(
     reports: &[BranchReport],
 ) -> Result<Reservation, StoreError> {
     let finished = placed_nothing(reports);
-    let mut tx = Sqlite::begin_write(pool).await?;
     // One query, as `record_held`: the answers while it is still TRYING, then the move,
     // answering with the row.
-    let moved = sqlx::query_as::<_, ReservationRow>(concat!(
-        record_reports_sql!("?1", "?6", "'TRYING'"),
-        "; UPDATE reservations SET \
-         state = CASE WHEN ?5 THEN 'REJECTED' ELSE 'CANCELLING' END, \
-         release_outcome = 'REJECTED', \
-         rejection_participant = ?2, rejection_resource = ?3, rejection_reason = ?4, \
-         lease_owner = CASE WHEN ?5 THEN NULL ELSE lease_owner END, \
-         lease_until = CASE WHEN ?5 THEN NULL ELSE lease_until END, \
-         version = version + 1, updated_at = ",
-        sqlite_now_us!(),
-        " WHERE id = ?1 AND state = 'TRYING' RETURNING ",
-        reservation_columns!()
-    ))
-    .bind(id)
-    .bind(rejection.map(|r| r.participant.as_str()))
-    .bind(rejection.map(|r| r.resource.as_str()))
-    .bind(rejection.map(|r| r.reason.as_str()))
-    .bind(finished)
-    .bind(reports_json(reports))
-    .fetch_optional(&mut *tx)
-    .await?;
+    let mut ahead = begin_sqlite_write_deferred(pool).await?;
+    let (sql, conn) = ahead.first(RECORD_REJECTED);
+    let ran = sqlx::query_as::<_, ReservationRow>(sql)
+        .bind(id)
+        .bind(rejection.map(|r| r.participant.as_str()))
+        .bind(rejection.map(|r| r.resource.as_str()))
+        .bind(rejection.map(|r| r.reason.as_str()))
+        .bind(finished)
+        .bind(reports_json(reports))
+        .fetch_optional(conn)
+        .await;
+    let (moved, mut tx) = ahead.opened(ran)?;
     let after = match moved {
         Some(row) => row.into_domain()?,
         None => Sqlite::load_existing(&mut tx, id).await?,
@@ -112,7 +127,7 @@ pub(super) async fn record_rejected(
 
 /// `record_phase`'s query when the fan-out finished: the answers (`?6`) while it is in `?2`,
 /// then `?2 -> ?3`, the lease freed, answering with the row.
-const RECORD_PHASE_FINISHING: &str = concat!(
+const RECORD_PHASE_FINISHING: FirstQuery = sqlite_first_query!(
     record_reports_sql!("?1", "?6", "?2"),
     "; UPDATE reservations SET state = ?3, version = version + 1, updated_at = ",
     sqlite_now_us!(),
@@ -125,7 +140,7 @@ const RECORD_PHASE_FINISHING: &str = concat!(
 /// `record_phase`'s query when the fan-out is to be retried: the answers (`?6`) while it is in
 /// `?2`, then the lease freed, the next attempt after the backoff (`?3`, no state, is unused),
 /// answering with the row.
-const RECORD_PHASE_RETRYING: &str = concat!(
+const RECORD_PHASE_RETRYING: FirstQuery = sqlite_first_query!(
     record_reports_sql!("?1", "?6", "?2"),
     "; UPDATE reservations SET lease_owner = NULL, lease_until = NULL, ",
     backoff_next_attempt!("0", "?4", "?5"),
@@ -147,21 +162,23 @@ pub(super) async fn record_phase(
     // `from`; then one statement finds it still there, moves it to `finish` if given, and
     // frees the lease (finished or not, this driver is done with it; unfinished work waits
     // out its backoff, with jitter, so a herd of retries spreads out), answering with the row.
-    let mut tx = Sqlite::begin_write(pool).await?;
-    let sql = if finish.is_some() {
+    let query = if finish.is_some() {
         RECORD_PHASE_FINISHING
     } else {
         RECORD_PHASE_RETRYING
     };
-    let recorded = sqlx::query_as::<_, ReservationRow>(sql)
+    let mut ahead = begin_sqlite_write_deferred(pool).await?;
+    let (sql, conn) = ahead.first(query);
+    let ran = sqlx::query_as::<_, ReservationRow>(sql)
         .bind(id)
         .bind(from.as_str())
         .bind(finish.map(State::as_str))
         .bind(micros(backoff.base) as f64)
         .bind(micros(backoff.cap) as f64)
         .bind(reports_json(reports))
-        .fetch_optional(&mut *tx)
-        .await?;
+        .fetch_optional(conn)
+        .await;
+    let (recorded, mut tx) = ahead.opened(ran)?;
     let finished = recorded.is_some() && finish.is_some();
     let reservation = match recorded {
         Some(_) if finish == Some(State::Failed) => {

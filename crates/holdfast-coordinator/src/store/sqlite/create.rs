@@ -12,10 +12,10 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::rows::{ReservationRow, micros, micros_of};
+use crate::db::{FirstQuery, begin_sqlite_write_deferred};
 use crate::domain::policy::HoldLimits;
 use crate::domain::{NewReservation, RequestId};
 use crate::store::admission::{AdmissionSql, admission};
-use crate::store::sql::ReservationSql;
 use crate::store::{Created, StoreError, WorkLease};
 
 /// How many live reservations `owner` (`?own`) `holder` (`?hold`) has: `TRYING`, `QUEUED`, or
@@ -112,12 +112,13 @@ pub(super) async fn create(
     let id = new.id;
     let ttl_ms = i64::try_from(new.ttl.as_millis()).unwrap_or(i64::MAX);
     let branches = new_branches(new);
-    let mut tx = Sqlite::begin_write(pool).await?;
     // The reservation if admitted, its branches (one statement, a JSON array: [id as hex,
     // participant, resource, quantity, slot start, slot end]) and the read of what was
-    // created: one query, one hand-off to the writer's thread (statements on the writer are
-    // serial, each made with the write lock held).
-    let created = sqlx::query_as::<_, ReservationRow>(CREATE)
+    // created: one query after the write's opening, one hand-off to the writer's thread
+    // (statements on the writer are serial, each made with the write lock held).
+    let mut ahead = begin_sqlite_write_deferred(pool).await?;
+    let (sql, conn) = ahead.first(CREATE);
+    let ran = sqlx::query_as::<_, ReservationRow>(sql)
         .bind(id)
         .bind(new.request_id.as_str())
         .bind(&new.holder)
@@ -131,8 +132,9 @@ pub(super) async fn create(
         .bind(Json(&branches))
         .bind(i64::from(limits.per_holder))
         .bind(i64::from(limits.total))
-        .fetch_optional(&mut *tx)
-        .await?;
+        .fetch_optional(conn)
+        .await;
+    let (created, mut tx) = ahead.opened(ran)?;
     let Some(created) = created else {
         let refused = admission::<Sqlite>(&mut tx, new, limits).await?;
         tx.rollback().await?;
@@ -149,7 +151,7 @@ pub(super) async fn create(
 /// [`create`]'s query: `?1` id, `?2` request id, `?3` holder, `?4` token digest, `?5` ttl ms,
 /// `?6` labels, `?7`/`?8` lease owner and microseconds, `?9` owner, `?10` token key id, `?11`
 /// branches (JSON), `?12` the per-holder cap, `?13` the global cap (0: none).
-const CREATE: &str = concat!(
+const CREATE: FirstQuery = sqlite_first_query!(
     "INSERT INTO reservations (id, request_id, holder, state, token_digest, ttl_ms, \
                                created_at, updated_at, expires_at, labels, \
                                lease_owner, lease_until, owner, token_key_id) \

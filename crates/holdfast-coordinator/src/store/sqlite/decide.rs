@@ -24,6 +24,65 @@ fn one_row(result: sqlx::sqlite::SqliteQueryResult) -> bool {
     result.rows_affected() == 1
 }
 
+/// The one statement of a decided move out of `HELD` ([`LeaveHeld`]): `?1` id, `?2` the
+/// version judged (NULL: under the write lock), `?3` the state it moves to, `?4`/`?5` a
+/// Cancel's release outcome and reason, `?6`-`?9` a Confirm's payment, `?10`/`?11` the lease's
+/// owner and microseconds. Refused when the payment is another reservation's further payment.
+macro_rules! leave_held_sql {
+    () => {
+        concat!(
+            "UPDATE reservations SET state = ?3, version = version + 1, \
+                 release_outcome = CASE WHEN ?3 = 'CONFIRMING' THEN release_outcome ELSE ?4 END, \
+                 cancel_reason = CASE WHEN ?3 = 'CONFIRMING' THEN cancel_reason ELSE ?5 END, \
+                 payment_participant = coalesce(payment_participant, ?6), \
+                 payment_ref = coalesce(payment_ref, ?7), \
+                 payment_amount_minor = coalesce(payment_amount_minor, ?8), \
+                 payment_currency = coalesce(payment_currency, ?9), \
+                 lease_owner = ?10, lease_until = ",
+            sqlite_now_us!(),
+            " + ?11, updated_at = ",
+            sqlite_now_us!(),
+            " WHERE id = ?1 AND (?2 IS NULL OR version = ?2) AND state = 'HELD' AND ",
+            sqlite_now_us!(),
+            " < expires_at \
+               AND (?7 IS NULL OR NOT EXISTS ( \
+                    SELECT 1 FROM extra_payments x \
+                    WHERE x.payment_participant = ?6 AND x.payment_ref = ?7)) \
+             RETURNING ",
+            reservation_columns!()
+        )
+    };
+}
+
+/// [`leave_held_sql!`] inside a write begun already (the locked flow).
+const LEAVE_HELD: &str = leave_held_sql!();
+
+/// [`leave_held_sql!`] as a write's first query (the decision without a lock).
+pub(super) const LEAVE_HELD_FIRST: crate::db::FirstQuery = sqlite_first_query!(leave_held_sql!());
+
+/// Runs `sql` (a form of [`leave_held_sql!`]) for `write`: the row moved, or `None`.
+pub(super) async fn run_leave_held(
+    conn: &mut SqliteConnection,
+    sql: &'static str,
+    write: &LeaveHeld,
+) -> Result<Option<rows::ReservationRow>, sqlx::Error> {
+    let payment = write.payment.as_ref();
+    sqlx::query_as::<_, rows::ReservationRow>(sql)
+        .bind(write.id)
+        .bind(write.guard.version())
+        .bind(write.to.as_str())
+        .bind(write.release_outcome.map(State::as_str))
+        .bind(write.cancel_reason.as_deref())
+        .bind(payment.map(|p| p.participant.as_str()))
+        .bind(payment.map(|p| p.payment_ref.as_str()))
+        .bind(payment.map(|p| p.amount_minor))
+        .bind(payment.map(|p| p.currency.as_str()))
+        .bind(write.lease.owner)
+        .bind(micros(write.lease.duration))
+        .fetch_optional(&mut *conn)
+        .await
+}
+
 #[async_trait]
 impl ReservationSql for Sqlite {
     type Pool = Pool<Sqlite>;
@@ -68,41 +127,7 @@ impl ReservationSql for Sqlite {
         conn: &mut SqliteConnection,
         write: &LeaveHeld,
     ) -> Result<Applied, StoreError> {
-        let payment = write.payment.as_ref();
-        let left = sqlx::query_as::<_, rows::ReservationRow>(concat!(
-            "UPDATE reservations SET state = ?3, version = version + 1, \
-                 release_outcome = CASE WHEN ?3 = 'CONFIRMING' THEN release_outcome ELSE ?4 END, \
-                 cancel_reason = CASE WHEN ?3 = 'CONFIRMING' THEN cancel_reason ELSE ?5 END, \
-                 payment_participant = coalesce(payment_participant, ?6), \
-                 payment_ref = coalesce(payment_ref, ?7), \
-                 payment_amount_minor = coalesce(payment_amount_minor, ?8), \
-                 payment_currency = coalesce(payment_currency, ?9), \
-                 lease_owner = ?10, lease_until = ",
-            sqlite_now_us!(),
-            " + ?11, updated_at = ",
-            sqlite_now_us!(),
-            " WHERE id = ?1 AND (?2 IS NULL OR version = ?2) AND state = 'HELD' AND ",
-            sqlite_now_us!(),
-            " < expires_at \
-               AND (?7 IS NULL OR NOT EXISTS ( \
-                    SELECT 1 FROM extra_payments x \
-                    WHERE x.payment_participant = ?6 AND x.payment_ref = ?7)) \
-             RETURNING ",
-            reservation_columns!()
-        ))
-        .bind(write.id)
-        .bind(write.guard.version())
-        .bind(write.to.as_str())
-        .bind(write.release_outcome.map(State::as_str))
-        .bind(write.cancel_reason.as_deref())
-        .bind(payment.map(|p| p.participant.as_str()))
-        .bind(payment.map(|p| p.payment_ref.as_str()))
-        .bind(payment.map(|p| p.amount_minor))
-        .bind(payment.map(|p| p.currency.as_str()))
-        .bind(write.lease.owner)
-        .bind(micros(write.lease.duration))
-        .fetch_optional(&mut *conn)
-        .await?;
+        let left = run_leave_held(conn, LEAVE_HELD, write).await?;
         Ok(match left {
             Some(row) => Applied::Written {
                 leased: true,

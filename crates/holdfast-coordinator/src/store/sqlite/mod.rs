@@ -170,19 +170,23 @@ impl WithoutLock for SqliteStore {
         rows::load(&mut conn, id).await
     }
 
-    /// One statement on the writer, its after-image answered by `RETURNING`.
+    /// One query on the writer (its opening sent ahead of it), its after-image answered by
+    /// `RETURNING`.
     async fn leave_held_guarded(
         &self,
         write: LeaveHeld,
     ) -> Result<Option<Reservation>, StoreError> {
-        let mut tx = Sqlite::begin_write(&self.pool).await?;
-        match Sqlite::leave_held(&mut tx, &write).await? {
-            super::sql::Applied::Written { read_back, .. } => {
-                let after = Sqlite::written(&mut tx, write.id, read_back).await?;
+        let mut ahead = crate::db::begin_sqlite_write_deferred(&self.pool).await?;
+        let (sql, conn) = ahead.first(decide::LEAVE_HELD_FIRST);
+        let ran = decide::run_leave_held(conn, sql, &write).await;
+        let (left, tx) = ahead.opened(ran)?;
+        match left {
+            Some(row) => {
+                let after = row.into_domain()?;
                 tx.commit().await?;
                 Ok(Some(after))
             }
-            super::sql::Applied::Missed => {
+            None => {
                 tx.rollback().await?;
                 Ok(None)
             }
