@@ -128,6 +128,21 @@ impl SqliteStore {
     }
 }
 
+/// Runs a deferred write (`db::begin_sqlite_write_deferred`: its opening goes with its first
+/// query) to its end in a task of its own, so its caller leaving (a Confirm's client gone)
+/// cannot cut it off inside that query - which would fail every other member of its group
+/// commit. A panic in it is its caller's again.
+async fn to_the_end<T: Send + 'static>(
+    write: impl std::future::Future<Output = Result<T, StoreError>> + Send + 'static,
+) -> Result<T, StoreError> {
+    match tokio::spawn(write).await {
+        Ok(done) => done,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // The runtime is shutting down.
+        Err(_) => Err(StoreError::Database(sqlx::Error::WorkerCrashed)),
+    }
+}
+
 /// Replaces hold tokens an earlier version stored in plaintext by their digests (migration 0003
 /// moved them to `legacy_hold_token`; SQLite has no SHA-256 to do it in SQL). Idempotent.
 async fn digest_legacy_tokens(pool: &SqlitePool) -> Result<(), StoreError> {
@@ -176,21 +191,21 @@ impl WithoutLock for SqliteStore {
         &self,
         write: LeaveHeld,
     ) -> Result<Option<Reservation>, StoreError> {
-        let mut ahead = crate::db::begin_sqlite_write_deferred(&self.pool).await?;
-        let (sql, conn) = ahead.first(decide::LEAVE_HELD_FIRST);
-        let ran = decide::run_leave_held(conn, sql, &write).await;
-        let (left, tx) = ahead.opened(ran)?;
-        match left {
-            Some(row) => {
-                let after = row.into_domain()?;
-                tx.commit().await?;
-                Ok(Some(after))
-            }
-            None => {
+        let pool = self.pool.clone();
+        to_the_end(async move {
+            let mut ahead = crate::db::begin_sqlite_write_deferred(&pool).await?;
+            let (sql, conn) = ahead.first(decide::LEAVE_HELD_FIRST);
+            let ran = decide::run_leave_held(conn, sql, &write).await;
+            let (left, tx) = ahead.opened(ran)?;
+            let Some(row) = left else {
                 tx.rollback().await?;
-                Ok(None)
-            }
-        }
+                return Ok(None);
+            };
+            let after = row.into_domain()?;
+            tx.commit().await?;
+            Ok(Some(after))
+        })
+        .await
     }
 
     fn recently_held(&self) -> &RecentlyHeld {
@@ -210,7 +225,8 @@ impl Store for SqliteStore {
         lease: WorkLease,
         limits: HoldLimits,
     ) -> Result<Created, StoreError> {
-        create::create(&self.pool, new, lease, limits).await
+        let (pool, new) = (self.pool.clone(), new.clone());
+        to_the_end(async move { create::create(&pool, &new, lease, limits).await }).await
     }
 
     async fn get(&self, id: Uuid) -> Result<Option<Reservation>, StoreError> {
@@ -270,7 +286,9 @@ impl Store for SqliteStore {
         id: Uuid,
         reports: &[BranchReport],
     ) -> Result<Reservation, StoreError> {
-        let recorded = answers::record_held(&self.pool, id, reports).await;
+        let (pool, reports) = (self.pool.clone(), reports.to_vec());
+        let recorded =
+            to_the_end(async move { answers::record_held(&pool, id, &reports).await }).await;
         if let Ok(r) = &recorded
             && r.stored_state == State::Held
         {
@@ -285,7 +303,11 @@ impl Store for SqliteStore {
         rejection: Option<&Rejection>,
         reports: &[BranchReport],
     ) -> Result<Reservation, StoreError> {
-        answers::record_rejected(&self.pool, id, rejection, reports).await
+        let (pool, rejection, reports) = (self.pool.clone(), rejection.cloned(), reports.to_vec());
+        to_the_end(async move {
+            answers::record_rejected(&pool, id, rejection.as_ref(), &reports).await
+        })
+        .await
     }
 
     async fn record_phase(
@@ -296,7 +318,11 @@ impl Store for SqliteStore {
         finish: Option<State>,
         backoff: Backoff,
     ) -> Result<PhaseRecorded, StoreError> {
-        answers::record_phase(&self.pool, id, from, reports, finish, backoff).await
+        let (pool, reports) = (self.pool.clone(), reports.to_vec());
+        to_the_end(async move {
+            answers::record_phase(&pool, id, from, &reports, finish, backoff).await
+        })
+        .await
     }
 
     async fn claim_due(&self, lease: WorkLease, limit: u32) -> Result<Vec<Claimed>, StoreError> {
