@@ -42,7 +42,8 @@ pub struct SqliteWriteAhead(pub(in crate::db) SqliteWrite);
 
 impl SqliteWriteAhead {
     /// The text of `query` this write sends as its first query (its opening ahead of it), and
-    /// the connection to send it on. Hand what it answered to [`SqliteWriteAhead::opened`].
+    /// the connection to send it on: call it once, send that text before anything else, and
+    /// hand what it answered to [`SqliteWriteAhead::opened`].
     pub fn first(&mut self, query: FirstQuery) -> (&'static str, &mut SqliteConnection) {
         let text = match self.0.part {
             Part::Joiner => query.joiner,
