@@ -15,7 +15,7 @@ use super::decide::{self, Unlocked, payment_conflict};
 use super::sql::{LeaveHeld, PaymentSql};
 use super::{Decided, StoreError, WorkLease};
 use crate::domain::PresentedToken;
-use crate::domain::{Decision, Reservation, Verdict};
+use crate::domain::{Decision, Reservation, State, Verdict};
 
 /// What a database does for a decision taken without a lock.
 #[async_trait]
@@ -52,7 +52,7 @@ const RECENTLY_HELD: usize = 4096;
 
 impl RecentlyHeld {
     /// Remembers `r` (a reservation just recorded `HELD`).
-    pub(crate) fn put(&self, r: &Reservation) {
+    fn put(&self, r: &Reservation) {
         let Ok(mut recent) = self.inner.lock() else {
             return;
         };
@@ -63,6 +63,16 @@ impl RecentlyHeld {
         }
         recent.order.push_back(r.id);
         recent.by_id.insert(r.id, r.clone());
+    }
+
+    /// Remembers what `record_held` answered, when it is `HELD` (a repeat may find the
+    /// reservation moved on already).
+    pub(crate) fn recorded(&self, recorded: &Result<Reservation, StoreError>) {
+        if let Ok(r) = recorded
+            && r.stored_state == State::Held
+        {
+            self.put(r);
+        }
     }
 
     /// Takes the entry for `id`, if any (a decision uses it once).

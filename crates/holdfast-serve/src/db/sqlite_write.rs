@@ -212,7 +212,8 @@ pub struct SqliteWrite {
     // Dropped first: the lock is released before `abandon` tells anyone.
     conn: Held,
     part: Part,
-    group: Option<Arc<Group>>,
+    /// The group transaction this write is a member of.
+    group: Arc<Group>,
     abandon: Abandon,
 }
 
@@ -290,12 +291,11 @@ impl Writer {
             let state = self.state();
             state.group.clone().filter(|_| state.members < GROUP_MAX)
         };
-        let part = match open {
-            Some(_) => Part::Joiner,
-            None => {
-                self.commit_open_group(&mut conn).await;
-                Part::Opener
-            }
+        let part = if open.is_some() {
+            Part::Joiner
+        } else {
+            self.commit_open_group(&mut conn).await;
+            Part::Opener
         };
         {
             let mut state = self.state();
@@ -309,7 +309,7 @@ impl Writer {
         if !deferred {
             let opening = match part {
                 Part::Joiner => SAVEPOINT_MEMBER,
-                _ => super::SQLITE_BEGIN_WRITE,
+                Part::Opener | Part::Committing => super::SQLITE_BEGIN_WRITE,
             };
             if let Err(e) = conn.execute(opening).await {
                 if part == Part::Joiner {
@@ -325,23 +325,19 @@ impl Writer {
         }
         let group = {
             let mut state = self.state();
-            match (part, open) {
-                (Part::Joiner, Some(group)) => {
-                    state.members += 1;
-                    group
-                }
-                _ => {
-                    let group = Group::new();
-                    state.group = Some(group.clone());
-                    state.members = 1;
-                    group
-                }
-            }
+            let group = open.unwrap_or_else(Group::new);
+            state.members = if part == Part::Joiner {
+                state.members + 1
+            } else {
+                1
+            };
+            state.group = Some(group.clone());
+            group
         };
         Ok(SqliteWrite {
             conn,
             part,
-            group: Some(group),
+            group,
             abandon,
         })
     }
@@ -522,15 +518,7 @@ impl SqliteWrite {
     /// waits for. An error: nothing of it was written.
     pub async fn commit(mut self) -> Result<(), sqlx::Error> {
         let writer = self.abandon.writer.clone();
-        if self.group.is_some() {
-            writer.gather().await;
-        }
-        let Some(group) = self.group.take() else {
-            // One autocommit statement: durable when it returned.
-            self.abandon.armed = false;
-            writer.state().holder = None;
-            return Ok(());
-        };
+        writer.gather().await;
         // A joiner's savepoint stays open until the group's COMMIT (`SAVEPOINT_MEMBER`).
         self.abandon.armed = false;
         match writer.end_part(&mut self.conn).await {
@@ -538,7 +526,7 @@ impl SqliteWrite {
             Some(Err(reason)) => Err(group_failed(&reason)),
             None => {
                 drop(self.conn);
-                Writer::await_group(group).await
+                Writer::await_group(self.group).await
             }
         }
     }

@@ -207,11 +207,7 @@ impl Store for PgStore {
         reports: &[BranchReport],
     ) -> Result<Reservation, StoreError> {
         let recorded = self.group_commit.record_held(id, reports).await;
-        if let Ok(r) = &recorded
-            && r.stored_state == State::Held
-        {
-            self.recently_held.put(r);
-        }
+        self.recently_held.recorded(&recorded);
         recorded
     }
 

@@ -11,7 +11,7 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::rows::{ReservationRow, micros};
-use crate::db::{FirstQuery, begin_sqlite_write_deferred};
+use crate::db::{FirstQuery, SqliteWrite, begin_sqlite_write_deferred};
 use crate::domain::policy::Backoff;
 use crate::domain::{Rejection, Reservation, State};
 use crate::store::outcome::placed_nothing;
@@ -86,13 +86,7 @@ pub(super) async fn record_held(
         .bind(reports_json(reports))
         .fetch_optional(conn)
         .await;
-    let (moved, mut tx) = ahead.opened(ran)?;
-    let after = match moved {
-        Some(row) => row.into_domain()?,
-        None => Sqlite::load_existing(&mut tx, id).await?,
-    };
-    tx.commit().await?;
-    Ok(after)
+    moved_or_as_is(ahead.opened(ran)?, id).await
 }
 
 /// [`crate::store::Store::record_rejected`].
@@ -116,7 +110,15 @@ pub(super) async fn record_rejected(
         .bind(reports_json(reports))
         .fetch_optional(conn)
         .await;
-    let (moved, mut tx) = ahead.opened(ran)?;
+    moved_or_as_is(ahead.opened(ran)?, id).await
+}
+
+/// The reservation `record_held`/`record_rejected` moved (their query's `RETURNING`), or, if it
+/// had moved on already (a repeat), as it is; then the write commits.
+async fn moved_or_as_is(
+    (moved, mut tx): (Option<ReservationRow>, SqliteWrite),
+    id: Uuid,
+) -> Result<Reservation, StoreError> {
     let after = match moved {
         Some(row) => row.into_domain()?,
         None => Sqlite::load_existing(&mut tx, id).await?,

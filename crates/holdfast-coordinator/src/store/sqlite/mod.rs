@@ -289,11 +289,7 @@ impl Store for SqliteStore {
         let (pool, reports) = (self.pool.clone(), reports.to_vec());
         let recorded =
             to_the_end(async move { answers::record_held(&pool, id, &reports).await }).await;
-        if let Ok(r) = &recorded
-            && r.stored_state == State::Held
-        {
-            self.recently_held.put(r);
-        }
+        self.recently_held.recorded(&recorded);
         recorded
     }
 
