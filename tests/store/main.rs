@@ -122,6 +122,7 @@ conformance!(
     create: [
         create_records_trying,
         create_is_idempotent,
+        the_same_call_again_answers_its_own_row,
         request_recorded_reads_the_idempotency_key,
         hold_limit_per_holder_and_total,
         concurrent_creates_respect_the_limit,

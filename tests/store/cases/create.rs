@@ -63,6 +63,24 @@ pub async fn create_is_idempotent(store: S) {
     assert_ne!(other.id, r.id);
 }
 
+/// The very same call again (its fresh id recorded already: an attempt whose commit answer was
+/// lost) is answered `New` with the row as recorded, its branches not written twice.
+pub async fn the_same_call_again_answers_its_own_row(store: S) {
+    let new = new_res("alice", "req-1", LONG);
+    let first = match store.create(&new, lease(), NO_LIMITS).await.unwrap() {
+        Created::New(r) => r,
+        other => panic!("expected New, got {other:?}"),
+    };
+    match store.create(&new, lease(), NO_LIMITS).await.unwrap() {
+        Created::New(again) => {
+            assert_eq!(again.id, first.id);
+            assert_eq!(again.branches, first.branches);
+            assert_eq!(again.branches.len(), new.holds.len());
+        }
+        other => panic!("expected New, got {other:?}"),
+    }
+}
+
 pub async fn hold_limit_per_holder_and_total(store: S) {
     let two = limits(2, 0);
     let mut ids = Vec::new();

@@ -150,7 +150,9 @@ pub(super) async fn create(
 
 /// [`create`]'s query: `?1` id, `?2` request id, `?3` holder, `?4` token digest, `?5` ttl ms,
 /// `?6` labels, `?7`/`?8` lease owner and microseconds, `?9` owner, `?10` token key id, `?11`
-/// branches (JSON), `?12` the per-holder cap, `?13` the global cap (0: none).
+/// branches (JSON), `?12` the per-holder cap, `?13` the global cap (0: none). A row of `?1`
+/// recorded already (an earlier attempt of this very call) is answered as it is, as admission
+/// answers it, its branches not inserted again.
 const CREATE: FirstQuery = sqlite_first_query!(
     "INSERT INTO reservations (id, request_id, holder, state, token_digest, ttl_ms, \
                                created_at, updated_at, expires_at, labels, \
@@ -176,6 +178,7 @@ const CREATE: FirstQuery = sqlite_first_query!(
      SELECT ?1, b.key, unhex(b.value ->> 0), b.value ->> 1, b.value ->> 2, b.value ->> 3, \
             b.value ->> 4, b.value ->> 5, 'PENDING' \
      FROM json_each(?11) AS b WHERE EXISTS (SELECT 1 FROM reservations WHERE id = ?1) \
+       AND NOT EXISTS (SELECT 1 FROM branches WHERE reservation_id = ?1) \
      ORDER BY b.key; \
      SELECT ",
     reservation_columns!(),
