@@ -31,14 +31,14 @@ pub(super) struct CpuMeter {
 
 /// A row's CPU time per operation, in milliseconds.
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct CpuPerOp {
-    holdfast: f64,
-    postgres: f64,
-    nats: f64,
+pub(super) struct CpuPerOp {
+    pub holdfast: f64,
+    pub postgres: f64,
+    pub nats: f64,
 }
 
 impl CpuPerOp {
-    fn total(&self) -> f64 {
+    pub(super) fn total(&self) -> f64 {
         self.holdfast + self.postgres + self.nats
     }
 }
@@ -57,7 +57,7 @@ impl CpuMeter {
     /// The CPU time per operation since [`CpuMeter::start`]; a process that started since
     /// counts whole, one that ended since is missing (a deployment's pools stay open until it
     /// stops).
-    async fn finish(self, operations: u64) -> Option<CpuPerOp> {
+    pub(super) async fn finish(self, operations: u64) -> Option<CpuPerOp> {
         let end = processes(&self.pool).await;
         self.pool.close().await;
         let end = end?;

@@ -6,12 +6,17 @@
 //! p50/p99/max, after the sink has drained. A `*-without-events` row runs with the log's
 //! triggers disabled: SPEC 10's bound is `throughput-*-nats` (log and sink) against it, same
 //! run (at least 90 % of the rate); [`ratios`] also prints the log alone and the sink alone.
+//! A `*-nats-backlog` row holds its sink back during the load and then times it delivering
+//! the log alone: the CPU per delivered event of each process ([`EventsRun::report`]), which the
+//! rate ratios, moved as much by the machine as by the sink, cannot show.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use sqlx::PgPool;
+use tokio::sync::watch;
 
+use super::cpu::CpuMeter;
 use super::report::cpu_per_op;
 use super::rounds::split_round;
 use super::scenarios::Measured;
@@ -27,6 +32,9 @@ const DRAIN: Duration = Duration::from_secs(60);
 
 /// The suffix of a row that runs with the NATS sink.
 pub(super) const SUFFIX: &str = "-nats";
+
+/// The suffix of a row whose sink waits until the load ended, then delivers the backlog.
+pub(super) const BACKLOG_SUFFIX: &str = "-nats-backlog";
 
 /// The suffix of a row whose deployment runs without the event log.
 pub(super) const WITHOUT_SUFFIX: &str = "-without-events";
@@ -45,10 +53,14 @@ const LOG_OFF: &str = "ALTER TABLE reservations DISABLE TRIGGER reservations_rec
 /// a fresh database ([`super::RowSetup::fresh`]): its log starts empty, its triggers on, no
 /// sink's cursor in it.
 pub(super) struct EventsRun {
+    /// The bench database's address (for a backlog's [`CpuMeter`]).
+    database_url: String,
     /// A connection to the bench database, to count events and read the sink's progress with.
     pool: PgPool,
     /// A `-nats` row's sink and its settings.
     nats: Option<(NatsSettings, Arc<LagRecorder>)>,
+    /// A `-nats-backlog` row's hold on its sink: `true` lets it deliver.
+    backlog: Option<watch::Sender<bool>>,
 }
 
 impl EventsRun {
@@ -65,7 +77,12 @@ impl EventsRun {
         let Some(url) = args.events_nats_url.as_deref() else {
             return Ok(None);
         };
-        let Some(RowEvents { log_off, sink }) = row_events(row) else {
+        let Some(RowEvents {
+            log_off,
+            sink,
+            backlog,
+        }) = row_events(row)
+        else {
             return Ok(None);
         };
         if !fresh_database {
@@ -80,8 +97,14 @@ impl EventsRun {
         if log_off {
             switch_log_off(&pool).await?;
         }
+        let database_url = args.database_url.clone();
         if !sink {
-            return Ok(Some(EventsRun { pool, nats: None }));
+            return Ok(Some(EventsRun {
+                database_url,
+                pool,
+                nats: None,
+                backlog: None,
+            }));
         }
         let token: String = format!("{run_id}_{row}")
             .chars()
@@ -94,13 +117,17 @@ impl EventsRun {
         let nats = NatsSink::connect(settings.clone())
             .await
             .map_err(|e| e.to_string())?;
+        let (hold, open) = watch::channel(!backlog);
         let sink = Arc::new(LagRecorder {
             nats,
             lags: Mutex::new(Vec::new()),
+            open,
         });
         Ok(Some(EventsRun {
+            database_url,
             pool,
             nats: Some((settings, sink)),
+            backlog: backlog.then_some(hold),
         }))
     }
 
@@ -132,6 +159,9 @@ impl EventsRun {
         let Some((settings, sink)) = &self.nats else {
             return;
         };
+        if let Some(hold) = &self.backlog {
+            return self.deliver_backlog(hold, m).await;
+        }
         let started = Instant::now();
         let (drained, polls) = drain(&self.pool).await;
         // Two reads per poll, not the deployment's work.
@@ -161,6 +191,77 @@ impl EventsRun {
         }
     }
 
+    /// A `-nats-backlog` row, its load over: lets the held sink deliver the log and adds what
+    /// that cost each process per event (`events_backlog` in the JSON). Autovacuum's work
+    /// after the load is done first, so it does not run inside the measurement; the sink's
+    /// progress is polled by its cursor alone (one primary-key read per 20 ms).
+    async fn deliver_backlog(&self, hold: &watch::Sender<bool>, m: &mut Measured) {
+        let ready = async {
+            sqlx::raw_sql("VACUUM").execute(&self.pool).await?;
+            let latest = PgStore::from_pool(self.pool.clone())
+                .event_log()
+                .latest_sequence()
+                .await
+                .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
+            let events: i64 = sqlx::query_scalar("SELECT count(*) FROM events")
+                .fetch_one(&self.pool)
+                .await?;
+            Ok::<_, sqlx::Error>((latest, events))
+        };
+        let (latest, events) = match ready.await {
+            Ok(ready) => ready,
+            Err(e) => {
+                return m
+                    .notes
+                    .push(format!("events: the backlog not measured: {e}"));
+            }
+        };
+        m.setup_xacts += 3;
+        let meter = CpuMeter::start(&self.database_url).await;
+        let started = Instant::now();
+        hold.send_replace(true);
+        let (drained, polls) = delivered_through(&self.pool, latest).await;
+        let seconds = started.elapsed().as_secs_f64();
+        m.setup_xacts += polls + 2;
+        let cpu = match meter {
+            Some(meter) => meter.finish(u64::try_from(events).unwrap_or(0)).await,
+            None => None,
+        };
+        if let Err(e) = drained {
+            return m.notes.push(format!("events: the backlog {e}"));
+        }
+        let Some(cpu) = cpu else {
+            return m
+                .notes
+                .push("events: no CPU reading for the backlog".into());
+        };
+        let us = |ms: f64| ms * 1000.0;
+        m.notes.push(format!(
+            "events: a backlog of {events} delivered to NATS in {seconds:.2}s ({:.0}/s); CPU per \
+             event: holdfast {:.1} us, PostgreSQL {:.1} us, nats-server {:.1} us (total {:.1} us)",
+            events as f64 / seconds.max(1e-9),
+            us(cpu.holdfast),
+            us(cpu.postgres),
+            us(cpu.nats),
+            us(cpu.total()),
+        ));
+        if let Some(extra) = m.extra.as_object_mut() {
+            extra.insert(
+                "events_backlog".into(),
+                serde_json::json!({
+                    "events": events,
+                    "seconds": seconds,
+                    "cpu_us_per_event": {
+                        "total": us(cpu.total()),
+                        "holdfast": us(cpu.holdfast),
+                        "postgres": us(cpu.postgres),
+                        "nats": us(cpu.nats),
+                    },
+                }),
+            );
+        }
+    }
+
     /// Deletes the run's stream (once its deployment stopped publishing).
     pub(super) async fn finish(self) {
         self.pool.close().await;
@@ -182,6 +283,34 @@ impl EventsRun {
         {
             eprintln!("bench: could not delete NATS stream {}", settings.stream);
         }
+    }
+}
+
+/// Until the NATS sink's cursor reaches `latest` (at most [`DRAIN`]); how many times it looked.
+async fn delivered_through(pool: &PgPool, latest: i64) -> (Result<(), String>, i64) {
+    let deadline = Instant::now() + DRAIN;
+    let mut polls = 0;
+    loop {
+        polls += 1;
+        let through: Result<Option<i64>, _> =
+            sqlx::query_scalar("SELECT delivered_through FROM event_sinks WHERE name = $1")
+                .bind(NATS_SINK_NAME)
+                .fetch_optional(pool)
+                .await;
+        match through {
+            Ok(Some(through)) if through >= latest => return (Ok(()), polls),
+            Ok(_) if Instant::now() < deadline => {}
+            Ok(through) => {
+                let through = through.unwrap_or(0);
+                let e = format!(
+                    "was NOT delivered within {}s ({through} of {latest})",
+                    DRAIN.as_secs()
+                );
+                return (Err(e), polls);
+            }
+            Err(e) => return (Err(format!("could not be followed: {e}")), polls),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -207,8 +336,10 @@ async fn switch_log_off(pool: &PgPool) -> Result<(), String> {
 struct RowEvents {
     /// A `-without-events` row: the log's triggers off.
     log_off: bool,
-    /// A `-nats` row: a NATS sink.
+    /// A `-nats` or `-nats-backlog` row: a NATS sink.
     sink: bool,
+    /// A `-nats-backlog` row: the sink held until the load ended.
+    backlog: bool,
 }
 
 /// What row `row` (of any round) does with events: a `throughput` row as its name says; a
@@ -217,15 +348,18 @@ struct RowEvents {
 fn row_events(row: &str) -> Option<RowEvents> {
     let (kind, _round) = split_round(row);
     if kind.starts_with("throughput-") {
+        let backlog = kind.ends_with(BACKLOG_SUFFIX);
         return Some(RowEvents {
             log_off: kind.ends_with(WITHOUT_SUFFIX),
-            sink: kind.ends_with(SUFFIX),
+            sink: kind.ends_with(SUFFIX) || backlog,
+            backlog,
         });
     }
     let with_sink = kind.starts_with("latency-") || kind.starts_with("flash") || kind == "waitlist";
     with_sink.then_some(RowEvents {
         log_off: false,
         sink: true,
+        backlog: false,
     })
 }
 
@@ -351,11 +485,12 @@ async fn drain_polling(pool: &PgPool, polls: &mut i64) -> Result<(), String> {
 }
 
 /// The NATS sink, recording for each event it delivered how long after its write JetStream
-/// acknowledged it.
+/// acknowledged it; it delivers nothing until `open` (a backlog row's hold).
 struct LagRecorder {
     nats: NatsSink,
     /// Microseconds.
     lags: Mutex<Vec<u64>>,
+    open: watch::Receiver<bool>,
 }
 
 impl Sink for LagRecorder {
@@ -368,6 +503,9 @@ impl Sink for LagRecorder {
         events: &'a [proto::Event],
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Delivered> + Send + 'a>> {
         Box::pin(async move {
+            // Held, the delivery loop waits here with its first page (a few events: the load
+            // had just begun); the sender outlives the row's deployment.
+            let _ = self.open.clone().wait_for(|open| *open).await;
             let delivered = self.nats.deliver(events).await;
             let now = SystemTime::now();
             let lags = events[..delivered.delivered.min(events.len())]
@@ -396,18 +534,26 @@ mod tests {
     fn a_rows_events_follow_its_name_in_every_round() {
         for round in ["", "#1", "#12"] {
             let of = |name: &str| row_events(&format!("{name}{round}"));
-            let is = |log_off, sink| Some(RowEvents { log_off, sink });
-            assert_eq!(of("throughput-noop-without-events"), is(true, false));
-            assert_eq!(of("throughput-real"), is(false, false));
-            assert_eq!(of("throughput-real-nats"), is(false, true));
-            assert_eq!(of("latency-noop"), is(false, true));
+            let is = |log_off, sink, backlog| {
+                Some(RowEvents {
+                    log_off,
+                    sink,
+                    backlog,
+                })
+            };
+            assert_eq!(of("throughput-noop-without-events"), is(true, false, false));
+            assert_eq!(of("throughput-real"), is(false, false, false));
+            assert_eq!(of("throughput-real-nats"), is(false, true, false));
+            assert_eq!(of("throughput-noop-nats-backlog"), is(false, true, true));
+            assert_eq!(of("latency-noop"), is(false, true, false));
         }
         for name in ["flash", "flash-stock-redis", "flash-churn", "waitlist"] {
             assert_eq!(
                 row_events(name),
                 Some(RowEvents {
                     log_off: false,
-                    sink: true
+                    sink: true,
+                    backlog: false,
                 })
             );
         }

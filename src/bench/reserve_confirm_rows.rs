@@ -3,7 +3,9 @@
 //! workload runs three times on deployments of their own: without the event log
 //! (`-without-events`: the log's triggers disabled on the bench database), with it (as
 //! deployed), and with it and a NATS sink (`-nats`), so SPEC 10's bound ("keeps >= 90 % of its
-//! rate without them, same run") is read off one run.
+//! rate without them, same run") is read off one run. Each round then runs
+//! `throughput-noop-nats-backlog`: the sink held back during the load, then timed delivering
+//! the backlog alone (its CPU per event, by process).
 
 use super::report::{Row, row};
 use super::rounds::in_round;
@@ -79,6 +81,11 @@ fn row_names(prefix: &str, with_nats: bool, rounds: u32) -> Vec<(Workload, Strin
                     .map(|name| (workload, in_round(name, round, rounds))),
             );
         }
+        if with_nats {
+            // The sink's own cost, without the load beside it (`events::BACKLOG_SUFFIX`).
+            let name = format!("{prefix}-noop{}", events::BACKLOG_SUFFIX);
+            names.push((Workload::Noop, in_round(name, round, rounds)));
+        }
     }
     names
 }
@@ -114,12 +121,14 @@ mod tests {
                 "throughput-real-without-events#1",
                 "throughput-real#1",
                 "throughput-real-nats#1",
+                "throughput-noop-nats-backlog#1",
                 "throughput-noop-nats#2",
                 "throughput-noop#2",
                 "throughput-noop-without-events#2",
                 "throughput-real-nats#2",
                 "throughput-real#2",
                 "throughput-real-without-events#2",
+                "throughput-noop-nats-backlog#2",
             ]
         );
     }
