@@ -192,6 +192,14 @@ impl EventsRun {
         }
     }
 
+    /// Lets a held sink deliver: before the row's deployment stops (a row that failed was not
+    /// measured, and its held delivery would keep the deployment from stopping).
+    pub(super) fn release(&self) {
+        if let Some(hold) = &self.backlog {
+            hold.send_replace(true);
+        }
+    }
+
     /// Deletes the run's stream (once its deployment stopped publishing).
     pub(super) async fn finish(self) {
         self.pool.close().await;
@@ -406,7 +414,8 @@ impl Sink for LagRecorder {
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Delivered> + Send + 'a>> {
         Box::pin(async move {
             // Held, the delivery loop waits here with its first page (a few events: the load
-            // had just begun); the sender outlives the row's deployment.
+            // had just begun), until the backlog is measured or the deployment stops
+            // ([`EventsRun::release`]).
             let _ = self.open.clone().wait_for(|open| *open).await;
             let delivered = self.nats.deliver(events).await;
             let now = SystemTime::now();

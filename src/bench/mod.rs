@@ -568,6 +568,9 @@ where
         meter.record(m).await;
     }
     let mut counted = None;
+    if let Some(run) = &events {
+        run.release();
+    }
     if let Some(d) = deployment {
         d.stop().await;
         counted = delta(before, xacts(&args.database_url).await);
