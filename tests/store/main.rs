@@ -189,6 +189,7 @@ conformance!(
         writes_answer_with_the_stored_reservation,
         concurrent_writes_are_each_recorded,
         concurrent_rejections_are_each_recorded,
+        callers_that_leave_fail_no_other_write,
     ],
 );
 

@@ -3,7 +3,7 @@
 
 use holdfast::domain::LatePaymentPolicy;
 use holdfast::domain::{BranchState, Rejection, State};
-use holdfast::store::{BranchReport, Created};
+use holdfast::store::{BranchReport, Created, Decided};
 
 use super::{
     FAST, LONG, NO_LIMITS, S, SLOW, cancel, confirm, confirm_paid, create, decide, get, held,
@@ -81,6 +81,65 @@ pub async fn writes_answer_with_the_stored_reservation(store: S) {
     let (_, cancelling, _) = decide(&store, r2.id, &token2, &cancel()).await;
     assert_eq!(cancelling.state, State::Cancelling);
     assert_eq!(cancelling, get(&store, r2.id).await, "decide cancel");
+}
+
+/// Confirms of 40 held reservations at once, every other caller leaving as soon as its call
+/// has started (a Confirm whose client is gone), five bursts: every caller that stays is
+/// answered `CONFIRMING`, whatever the writes group-committed beside its own did, and a
+/// reservation whose caller left is either as it was or moved whole.
+pub async fn callers_that_leave_fail_no_other_write(store: S) {
+    for burst in 0..5 {
+        confirms_half_left_behind(&store, burst).await;
+    }
+}
+
+/// One burst of [`callers_that_leave_fail_no_other_write`].
+async fn confirms_half_left_behind(store: &S, burst: usize) {
+    const N: usize = 40;
+    let placed = together((0..N).map(|i| {
+        let store = store.clone();
+        async move {
+            held(
+                &store,
+                &format!("holder-{i}"),
+                &format!("req-{burst}"),
+                LONG,
+            )
+            .await
+        }
+    }))
+    .await;
+    let answers = together(placed.iter().enumerate().map(|(i, (r, token))| {
+        let (store, id, token) = (store.clone(), r.id, token.clone());
+        async move {
+            let call = async { store.decide(id, None, &token, &confirm(), lease()).await };
+            if i % 2 == 0 {
+                // Polled once, then dropped: its write may have started or not.
+                let _ = tokio::time::timeout(std::time::Duration::ZERO, call).await;
+                None
+            } else {
+                Some(call.await)
+            }
+        }
+    }))
+    .await;
+    for ((r, _), answer) in placed.iter().zip(answers) {
+        let now = get(store, r.id).await;
+        let Some(answer) = answer else {
+            assert!(
+                now == *r || (now.state == State::Confirming && now.version > r.version),
+                "a write whose caller left is whole or not at all: {now:?}"
+            );
+            continue;
+        };
+        match answer {
+            Ok(Decided::Judged { reservation, .. }) => {
+                assert_eq!(reservation.state, State::Confirming);
+                assert_eq!(*reservation, now);
+            }
+            other => panic!("a caller that stayed was not answered its Confirm: {other:?}"),
+        }
+    }
 }
 
 /// Runs each future in a task of its own, all released together by a barrier (real contenders
