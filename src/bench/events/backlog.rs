@@ -19,16 +19,22 @@ impl EventsRun {
     /// progress is polled by its cursor alone (one primary-key read per 20 ms).
     pub(super) async fn deliver_backlog(&self, hold: &watch::Sender<bool>, m: &mut Measured) {
         let ready = async {
-            sqlx::raw_sql("VACUUM").execute(&self.pool).await?;
-            let latest = PgStore::from_pool(self.pool.clone())
+            let failed = |e: &dyn std::fmt::Display| e.to_string();
+            sqlx::raw_sql("VACUUM")
+                .execute(&self.pool)
+                .await
+                .map_err(|e| failed(&e))?;
+            let store = PgStore::from_pool(self.pool.clone());
+            let latest = store
                 .event_log()
                 .latest_sequence()
                 .await
-                .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
+                .map_err(|e| failed(&e))?;
             let events: i64 = sqlx::query_scalar("SELECT count(*) FROM events")
                 .fetch_one(&self.pool)
-                .await?;
-            Ok::<_, sqlx::Error>((latest, events))
+                .await
+                .map_err(|e| failed(&e))?;
+            Ok::<_, String>((latest, events))
         };
         let (latest, events) = match ready.await {
             Ok(ready) => ready,
