@@ -31,24 +31,15 @@ async fn a_deferred_write_alone_opens_with_its_first_query() {
     let (pool, dir) = impatient_pool("deferred-alone").await;
     let writer = sqlite_writer(&pool).unwrap();
     let commits_before = writer.commits();
-    first_two(&pool, Some(1), Some(2))
-        .await
-        .unwrap()
-        .commit()
-        .await
-        .unwrap();
-    first_two(&pool, Some(3), Some(4))
-        .await
-        .unwrap()
-        .rollback()
-        .await
-        .unwrap();
-    first_two(&pool, Some(5), Some(6))
-        .await
-        .unwrap()
-        .commit()
-        .await
-        .unwrap();
+    for (a, b, commit) in [(1, 2, true), (3, 4, false), (5, 6, true)] {
+        let write = first_two(&pool, Some(a), Some(b)).await.unwrap();
+        let ended = if commit {
+            write.commit().await
+        } else {
+            write.rollback().await
+        };
+        ended.unwrap();
+    }
     assert_eq!(writer.commits() - commits_before, 2);
     assert_eq!(rows(&pool).await, vec![1, 2, 5, 6]);
     remove(pool, dir).await;
@@ -89,19 +80,7 @@ async fn deferred_members_undo_only_their_own_part() {
         })
         .collect();
     super::tests::until_queued(&pool, 5).await;
-    let first = tokio::spawn(first.commit());
-    let mut answers = Vec::new();
-    for member in members {
-        answers.push(member.await.unwrap().map_err(|e| e.to_string()));
-    }
-    first.await.unwrap().unwrap();
-    assert!(
-        answers[1].as_ref().is_err_and(|e| e.contains("NOT NULL")),
-        "{answers:?}"
-    );
-    for i in [0, 2, 3, 4] {
-        assert!(answers[i].is_ok(), "member {}: {:?}", i + 1, answers[i]);
-    }
+    super::tests::only_the_second_member_failed(first, members).await;
     assert_eq!(writer.commits() - commits_before, 1);
     assert_eq!(rows(&pool).await, vec![0, 10, 11, 50, 51]);
     remove(pool, dir).await;

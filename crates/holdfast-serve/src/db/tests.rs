@@ -221,6 +221,29 @@ pub(super) async fn rows(pool: &SqlitePool) -> Vec<i64> {
         .unwrap()
 }
 
+/// Commits `first` (holding the writer while `members` queued behind it), then checks the
+/// members' answers: the second failed on its NOT NULL insert, every other one succeeded.
+pub(super) async fn only_the_second_member_failed(
+    first: SqliteWrite,
+    members: Vec<tokio::task::JoinHandle<Result<(), sqlx::Error>>>,
+) {
+    let first = tokio::spawn(first.commit());
+    let mut answers = Vec::new();
+    for member in members {
+        answers.push(member.await.unwrap().map_err(|e| e.to_string()));
+    }
+    first.await.unwrap().unwrap();
+    assert!(
+        answers[1].as_ref().is_err_and(|e| e.contains("NOT NULL")),
+        "{answers:?}"
+    );
+    for (i, answer) in answers.iter().enumerate() {
+        if i != 1 {
+            assert!(answer.is_ok(), "member {}: {answer:?}", i + 1);
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_writes_commit_together_and_a_members_failure_stays_its_own() {
     let (pool, dir) = impatient_pool("group").await;
@@ -251,21 +274,7 @@ async fn queued_writes_commit_together_and_a_members_failure_stays_its_own() {
         })
         .collect();
     until_queued(&pool, 6).await;
-    let first = tokio::spawn(first.commit());
-    let mut answers = Vec::new();
-    for member in members {
-        answers.push(member.await.unwrap().map_err(|e| e.to_string()));
-    }
-    first.await.unwrap().unwrap();
-    assert!(
-        answers[1].as_ref().is_err_and(|e| e.contains("NOT NULL")),
-        "{answers:?}"
-    );
-    for (i, answer) in answers.iter().enumerate() {
-        if i != 1 {
-            assert!(answer.is_ok(), "member {}: {answer:?}", i + 1);
-        }
-    }
+    only_the_second_member_failed(first, members).await;
     // One COMMIT for the seven; the failed and the rolled-back members left nothing.
     assert_eq!(writer.commits() - commits_before, 1);
     assert_eq!(rows(&pool).await, vec![0, 1, 3, 5, 6]);
