@@ -14,6 +14,7 @@ mod folded_checks;
 #[path = "../shared/generic_plans.rs"]
 mod generic_plans;
 mod hold_lost;
+mod leaving;
 mod max_hold;
 mod noop;
 mod open_listen;

@@ -173,6 +173,16 @@ async fn dashboards_and_alerts_name_only_exported_metrics() {
     dashboard_exprs(&dashboard, &mut panel_exprs);
     assert!(panel_exprs.len() >= 15, "{panel_exprs:?}");
     exprs.extend(panel_exprs.into_iter().map(|e| ("dashboard".to_owned(), e)));
+    // Every replica counts every event of the log: summed across replicas, each event would
+    // count once per replica.
+    for (source, expr) in &exprs {
+        if expr.contains("holdfast_events_appended_total") {
+            assert!(
+                expr.contains("max by") && !expr.contains("sum"),
+                "{source}: aggregate the log's count with max: {expr}"
+            );
+        }
+    }
 
     // Live processes: a stock participant (SQLite), a stock-redis one (PostgreSQL + Redis),
     // and a coordinator (SQLite) in front of both, each serving /metrics.

@@ -63,7 +63,7 @@ const COUNTERS: &[(&str, &str)] = &[
     ),
     (
         ops_names::EVENTS_APPENDED,
-        "Events numbered and made readable by this process, by type.",
+        "Events of the log seen becoming readable by this process, by type: every replica counts every event (across replicas take max, not sum).",
     ),
     (
         ops_names::EVENTS_DELIVERED,

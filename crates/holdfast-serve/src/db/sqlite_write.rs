@@ -19,7 +19,8 @@
 //! at all. A one-statement write is a member like any other: the fsync it shares outweighs the
 //! one hop (its savepoint) it adds. A write dropped unfinished (its task cancelled) is undone
 //! at once by a task of the writer's, so SQLite's write lock is not kept from other connections
-//! until the next write.
+//! until the next write. Its opening (`BEGIN IMMEDIATE` or the savepoint) runs to its end in a
+//! task of its own, so a caller leaving cannot cut it off with the writer unsure whether it ran.
 //!
 //! **A deferred opening.** A write begun with [`super::begin_sqlite_write_deferred`] sends
 //! nothing when it gets the writer: its `BEGIN IMMEDIATE` or savepoint goes as the head of its
@@ -286,6 +287,29 @@ impl Writer {
             writer: self.clone(),
             armed: true,
         };
+        if deferred {
+            return self.start(guard, abandon, true).await;
+        }
+        // The opening sent now runs to its end in a task of its own: cut off while it is in
+        // flight, the writer could not know whether it ran and would fail its whole group (a
+        // caller's deadline failing every other member's write). Abandoned after it, the
+        // write is undone as any other.
+        let writer = self.clone();
+        match tokio::spawn(async move { writer.start(guard, abandon, false).await }).await {
+            Ok(started) => started,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // The runtime is shutting down.
+            Err(_) => Err(sqlx::Error::WorkerCrashed),
+        }
+    }
+
+    /// The rest of [`Writer::begin`] once it holds the writer's lock.
+    async fn start(
+        self: &Arc<Self>,
+        guard: OwnedMutexGuard<Option<SqliteConnection>>,
+        abandon: Abandon,
+        deferred: bool,
+    ) -> Result<SqliteWrite, sqlx::Error> {
         let mut conn = self.ready(guard).await?;
         let open = {
             let state = self.state();

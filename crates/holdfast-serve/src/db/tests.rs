@@ -464,3 +464,44 @@ async fn a_group_handed_to_a_write_that_gives_up_is_still_committed() {
     assert_eq!(rows(&pool).await, vec![1]);
     remove(pool, dir).await;
 }
+
+/// Writers that leave while they are being begun (dropped after their first poll, as a
+/// caller's deadline drops them): every writer that stays commits, and one that left wrote its
+/// row or nothing. Before a write's opening ran to its end in a task of its own, a member cut
+/// off while its savepoint was in flight failed its whole group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_that_leave_while_beginning_fail_no_other_write() {
+    let (pool, dir) = impatient_pool("leaving").await;
+    const WRITERS: i64 = 40;
+    for burst in 0..20 {
+        let start = Arc::new(tokio::sync::Barrier::new(WRITERS as usize));
+        let tasks: Vec<_> = (0..WRITERS)
+            .map(|i| {
+                let (pool, start, seen) = (pool.clone(), start.clone(), burst * 100 + i);
+                tokio::spawn(async move {
+                    start.wait().await;
+                    let write = async {
+                        let mut write = begin_sqlite_write(&pool).await?;
+                        insert(&mut write, seen).await?;
+                        write.commit().await
+                    };
+                    if i % 2 == 1 {
+                        let _ = tokio::time::timeout(Duration::ZERO, write).await;
+                        Ok(())
+                    } else {
+                        write.await
+                    }
+                })
+            })
+            .collect();
+        for (i, task) in tasks.into_iter().enumerate() {
+            let answer = task.await.unwrap();
+            assert!(answer.is_ok(), "burst {burst}, writer {i}: {answer:?}");
+        }
+        let written = rows(&pool).await;
+        for i in (0..WRITERS).step_by(2) {
+            assert!(written.contains(&(burst * 100 + i)), "burst {burst}: {i}");
+        }
+    }
+    remove(pool, dir).await;
+}
