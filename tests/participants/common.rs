@@ -29,6 +29,22 @@ pub const ALL: [Kind; 6] = [
     Kind::StockRedis,
 ];
 
+/// A fresh SQLite file in the temp folder with the reference participants' schema.
+pub async fn fresh_sqlite() -> sqlx::SqlitePool {
+    let path = std::env::temp_dir().join(format!(
+        "holdfast-participants-{}.db",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let sqlite = holdfast::db::open_sqlite(&format!("sqlite://{}", path.display()), 16)
+        .await
+        .expect("sqlite");
+    holdfast::participants::SQLITE_MIGRATOR
+        .run(&sqlite)
+        .await
+        .expect("sqlite migrations");
+    sqlite
+}
+
 /// The database a test's participant runs on: the same test code on both backends.
 #[derive(Clone, Debug)]
 pub enum Db {
@@ -40,18 +56,7 @@ pub enum Db {
 impl Db {
     /// The test's PostgreSQL database, then a fresh SQLite file.
     pub async fn both(pool: &PgPool) -> [Db; 2] {
-        let path = std::env::temp_dir().join(format!(
-            "holdfast-participants-{}.db",
-            uuid::Uuid::new_v4().simple()
-        ));
-        let sqlite = holdfast::db::open_sqlite(&format!("sqlite://{}", path.display()), 16)
-            .await
-            .expect("sqlite");
-        holdfast::participants::SQLITE_MIGRATOR
-            .run(&sqlite)
-            .await
-            .expect("sqlite migrations");
-        [Db::Postgres(pool.clone()), Db::Sqlite(sqlite)]
+        [Db::Postgres(pool.clone()), Db::Sqlite(fresh_sqlite().await)]
     }
 
     /// The backend's name, for assertion messages.

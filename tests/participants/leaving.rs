@@ -4,14 +4,16 @@
 //! untouched or written whole. The noop participant: each first Try and each Confirm of a held
 //! branch is one barrier statement, many of them in one group.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::fmt::Debug;
 
 use holdfast::participant::{
-    BranchAnswer, BranchKey, Item, ParticipantService, TryAnswer, TryBranch,
+    BranchAnswer, BranchKey, Item, ParticipantService, ResourceError, TryAnswer, TryBranch,
 };
 use holdfast::participants::noop::Noop;
 use sqlx::{Sqlite, SqlitePool};
+
+use crate::common::fresh_sqlite;
+use crate::parallel::{leave_after_first_poll, together};
 
 /// Calls per burst; every other caller leaves once its call has started.
 const CALLS: usize = 40;
@@ -46,48 +48,55 @@ async fn phase(pool: &SqlitePool, key: &BranchKey) -> Option<String> {
     .expect("read the barrier")
 }
 
-/// Runs `call(i)` for every `i` at once, each in a task of its own; an odd `i` leaves after
-/// the call's first poll (`None`), an even one is awaited to its answer.
-async fn burst<T, F, Fut>(call: F) -> Vec<Option<T>>
+/// Runs `call(i)` for every call of a burst at once; an odd `i` leaves once its call has
+/// started (`None`), an even one is awaited to its answer.
+async fn burst<T, Fut>(call: impl Fn(usize) -> Fut) -> Vec<Option<T>>
 where
     T: Send + 'static,
-    F: Fn(usize) -> Fut,
     Fut: std::future::Future<Output = T> + Send + 'static,
 {
-    let start = Arc::new(tokio::sync::Barrier::new(CALLS));
-    let tasks: Vec<_> = (0..CALLS)
-        .map(|i| {
-            let (start, call) = (start.clone(), call(i));
-            tokio::spawn(async move {
-                start.wait().await;
-                if i % 2 == 1 {
-                    tokio::time::timeout(Duration::ZERO, call).await.ok()
-                } else {
-                    Some(call.await)
-                }
-            })
-        })
-        .collect();
-    let mut answers = Vec::with_capacity(CALLS);
-    for task in tasks {
-        answers.push(task.await.expect("join"));
+    together((0..CALLS).map(|i| {
+        let call = call(i);
+        async move {
+            if i % 2 == 1 {
+                leave_after_first_poll(call).await;
+                None
+            } else {
+                Some(call.await)
+            }
+        }
+    }))
+    .await
+}
+
+/// Checks burst `b` of `what` against the rows it left: a caller that stayed was answered
+/// `answered` and its branch is in phase `stayed`; a left caller's branch is in one of `left`.
+async fn check<A: PartialEq + Debug>(
+    pool: &SqlitePool,
+    (b, what): (usize, &str),
+    answers: Vec<Option<Result<A, ResourceError>>>,
+    (answered, stayed): (A, &str),
+    left: &[Option<&str>],
+) {
+    for (i, answer) in answers.into_iter().enumerate() {
+        let row = phase(pool, &branch(b, i).key).await;
+        match answer {
+            Some(answer) => {
+                let answer = answer.expect("a caller that stayed is answered");
+                assert_eq!(answer, answered, "burst {b}, {what} {i}");
+                assert_eq!(row.as_deref(), Some(stayed), "burst {b}, {what} {i}");
+            }
+            None => assert!(
+                left.contains(&row.as_deref()),
+                "burst {b}, left {what} {i}: {row:?}"
+            ),
+        }
     }
-    answers
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callers_that_leave_fail_no_other_barrier_write() {
-    let path = std::env::temp_dir().join(format!(
-        "holdfast-participants-leaving-{}.db",
-        uuid::Uuid::new_v4().simple()
-    ));
-    let pool = holdfast::db::open_sqlite(&format!("sqlite://{}", path.display()), 8)
-        .await
-        .expect("sqlite");
-    holdfast::participants::SQLITE_MIGRATOR
-        .run(&pool)
-        .await
-        .expect("sqlite migrations");
+    let pool = fresh_sqlite().await;
     let service: ParticipantService<Noop, Sqlite> =
         ParticipantService::new("noop", Noop::new("noop"), pool.clone());
     for b in 0..BURSTS {
@@ -96,44 +105,16 @@ async fn callers_that_leave_fail_no_other_barrier_write() {
             async move { service.try_branch(branch(b, i)).await }
         })
         .await;
-        for (i, answer) in tries.into_iter().enumerate() {
-            let key = branch(b, i).key;
-            let row = phase(&pool, &key).await;
-            match answer {
-                Some(answer) => {
-                    assert_eq!(
-                        answer.expect("a caller that stayed is answered"),
-                        TryAnswer::Held
-                    );
-                    assert_eq!(row.as_deref(), Some("held"), "burst {b}, Try {i}");
-                }
-                None => assert!(
-                    matches!(row.as_deref(), None | Some("held")),
-                    "burst {b}, left Try {i}: {row:?}"
-                ),
-            }
-        }
+        let held = (TryAnswer::Held, "held");
+        check(&pool, (b, "Try"), tries, held, &[None, Some("held")]).await;
         let confirms = burst(|i| {
             let service = service.clone();
             async move { service.confirm_branch(&branch(b, i).key).await }
         })
         .await;
-        for (i, answer) in confirms.into_iter().enumerate() {
-            let key = branch(b, i).key;
-            let row = phase(&pool, &key).await;
-            match answer {
-                Some(answer) => {
-                    let answer = answer.expect("a caller that stayed is answered");
-                    assert_eq!(answer, BranchAnswer::Confirmed, "burst {b}, Confirm {i}");
-                    assert_eq!(row.as_deref(), Some("confirmed"), "burst {b}, Confirm {i}");
-                }
-                None => assert!(
-                    matches!(row.as_deref(), None | Some("held") | Some("confirmed")),
-                    "burst {b}, left Confirm {i}: {row:?}"
-                ),
-            }
-        }
+        let confirmed = (BranchAnswer::Confirmed, "confirmed");
+        let left = [None, Some("held"), Some("confirmed")];
+        check(&pool, (b, "Confirm"), confirms, confirmed, &left).await;
     }
     pool.close().await;
-    let _ = std::fs::remove_file(&path);
 }

@@ -2,7 +2,9 @@
 //! runtime, where "concurrent" clients, servers and the coordinator take turns on one thread.
 //! `parallel_test!(name => body)` declares the test `name` with `#[sqlx::test]`'s fresh
 //! database but runs `body(pool)` on a multi-threaded runtime of its own (its pool connected
-//! there), so contenders really run at once. Included by each test binary with `#[path]`.
+//! there), so contenders really run at once. [`together`] releases many contenders at once;
+//! [`leave_after_first_poll`] is a caller that goes away once its call has started. Included by
+//! each test binary with `#[path]`.
 
 use std::future::Future;
 
@@ -58,3 +60,37 @@ macro_rules! parallel_test {
     };
 }
 pub(crate) use parallel_test;
+
+/// Runs each future in a task of its own, all released together by a barrier (real contenders
+/// on the multi-threaded runtime); the answers in the futures' order.
+#[allow(dead_code)] // not every binary that includes this file uses it
+pub async fn together<T, F>(futures: impl IntoIterator<Item = F>) -> Vec<T>
+where
+    F: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let futures: Vec<F> = futures.into_iter().collect();
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(futures.len()));
+    let tasks: Vec<_> = futures
+        .into_iter()
+        .map(|f| {
+            let start = start.clone();
+            tokio::spawn(async move {
+                start.wait().await;
+                f.await
+            })
+        })
+        .collect();
+    let mut answers = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        answers.push(task.await.expect("a contender panicked"));
+    }
+    answers
+}
+
+/// A caller that leaves once its call has started (a client gone, a deadline passed): `call`
+/// is polled once, then dropped, whether its work had begun or not.
+#[allow(dead_code)] // not every binary that includes this file uses it
+pub async fn leave_after_first_poll<F: Future>(call: F) {
+    let _ = tokio::time::timeout(std::time::Duration::ZERO, call).await;
+}

@@ -1,6 +1,7 @@
 //! Every write answers with its after-image: each answer equals a later read, alone and when
 //! many concurrent writes are group-committed into shared statements.
 
+use crate::parallel::{leave_after_first_poll, together};
 use holdfast::domain::LatePaymentPolicy;
 use holdfast::domain::{BranchState, Rejection, State};
 use holdfast::store::{BranchReport, Created, Decided};
@@ -114,8 +115,7 @@ async fn confirms_half_left_behind(store: &S, burst: usize) {
         async move {
             let call = async { store.decide(id, None, &token, &confirm(), lease()).await };
             if i % 2 == 0 {
-                // Polled once, then dropped: its write may have started or not.
-                let _ = tokio::time::timeout(std::time::Duration::ZERO, call).await;
+                leave_after_first_poll(call).await;
                 None
             } else {
                 Some(call.await)
@@ -140,32 +140,6 @@ async fn confirms_half_left_behind(store: &S, burst: usize) {
             other => panic!("a caller that stayed was not answered its Confirm: {other:?}"),
         }
     }
-}
-
-/// Runs each future in a task of its own, all released together by a barrier (real contenders
-/// on the multi-threaded runtime); the answers in the futures' order.
-async fn together<T, F>(futures: impl IntoIterator<Item = F>) -> Vec<T>
-where
-    F: std::future::Future<Output = T> + Send + 'static,
-    T: Send + 'static,
-{
-    let futures: Vec<F> = futures.into_iter().collect();
-    let start = std::sync::Arc::new(tokio::sync::Barrier::new(futures.len()));
-    let tasks: Vec<_> = futures
-        .into_iter()
-        .map(|f| {
-            let start = start.clone();
-            tokio::spawn(async move {
-                start.wait().await;
-                f.await
-            })
-        })
-        .collect();
-    let mut answers = Vec::with_capacity(tasks.len());
-    for task in tasks {
-        answers.push(task.await.expect("a contender panicked"));
-    }
-    answers
 }
 
 /// Many concurrent `record_held` and `record_phase` calls (the Postgres store group-commits
