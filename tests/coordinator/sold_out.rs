@@ -1,8 +1,9 @@
 //! The sold-out fast path against the real stack: a loser refused after a participant's
 //! refusal records nothing (`recorded` = `false`, no reservation id), a release of a held unit
 //! makes it reservable at once, units added through `ResourceAdmin` (which the coordinator does
-//! not see) are offered again within the hint's bound, and many concurrent clients never
-//! oversell nor leave a unit held.
+//! not see) are offered again within the hint's bound, a lapsed hint is asked again by one
+//! Reserve while the others wait for its answer, and many concurrent clients never oversell
+//! nor leave a unit held.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -273,6 +274,55 @@ async fn units_added_out_of_sight_are_offered_within_the_bound_on(pool: PgPool) 
             .expect("cancel");
     }
     stack.wait_counts(Stock, "more", (2, 0, 0)).await;
+    stack.stop().await;
+}
+
+crate::parallel::parallel_test!(a_lapsed_hint_is_asked_again_by_one_reserve_of_a_wave => a_lapsed_hint_is_asked_again_by_one_reserve_of_a_wave_on);
+async fn a_lapsed_hint_is_asked_again_by_one_reserve_of_a_wave_on(pool: PgPool) {
+    const WAVE: usize = 40;
+    const BOUND: Duration = Duration::from_secs(2);
+    let stack = stack_with_hint(pool, BOUND).await;
+    stack.put(Stock, &[("last", 1)]).await;
+    let mut client = stack.client();
+    let buy = |holder: &str| reserve("buy", holder, None, vec![hold(Stock, "last", 1)]);
+    let first = client
+        .reserve(buy("h0"))
+        .await
+        .expect("h0 wins")
+        .into_inner();
+    let err = client.reserve(buy("h1")).await.expect_err("sold out");
+    assert_eq!(refusal(&stack, &err, "last").await, Refusal::Recorded);
+
+    // The hint's bound passes (nothing to await but time). A wave arrives: one of its
+    // Reserves asks the participant again, the others wait for that answer and are refused
+    // by it - one recorded refusal per lapse, not one per Reserve in flight.
+    tokio::time::sleep(BOUND + Duration::from_millis(100)).await;
+    let before = reservations_recorded(&stack).await;
+    let (won, recorded, unrecorded) =
+        tally(&stack, storm(&stack, "lapsed", WAVE, "last").await, "last").await;
+    assert!(won.is_empty(), "{won:?}");
+    assert_eq!(
+        (recorded, unrecorded),
+        (1, WAVE - 1),
+        "one Reserve asked again"
+    );
+    assert_eq!(reservations_recorded(&stack).await, before + 1);
+
+    // Two units added out of sight, the bound passed again: the Reserve asking again is
+    // held, so the ones waiting on it go on to the participant, and exactly the two sell.
+    stack.put(Stock, &[("last", 3)]).await;
+    tokio::time::sleep(BOUND + Duration::from_millis(100)).await;
+    let (mut won, _, _) = tally(&stack, storm(&stack, "added", WAVE, "last").await, "last").await;
+    assert_eq!(won.len(), 2, "the added units sell, no more");
+    assert_eq!(stack.counts(Stock, "last").await, (0, 3, 0));
+    won.push(first);
+    for r in &won {
+        client
+            .cancel(Decide::on(r).cancel_because("sold-out test"))
+            .await
+            .expect("cancel");
+    }
+    stack.wait_counts(Stock, "last", (3, 0, 0)).await;
     stack.stop().await;
 }
 

@@ -126,26 +126,36 @@ impl Coordinator {
         // the reservation joins the queue. A repeat of a recorded request answers its
         // reservation as always (`sold_out`, `waitlist`).
         let mut join_now = None;
-        if let Some((hit, refused)) = self.refused_now(&new.holds)
-            && !self
-                .store
-                .request_recorded(&new.owner, &new.holder, &new.request_id)
-                .await?
-        {
-            if new.queue_wait.is_none() {
-                crate::telemetry::sold_out_refused(&hit.participant);
-                return Err(Error::SoldOut(hit));
+        let probe = match self.admit(&new.holds).await {
+            Ok(probe) => probe,
+            Err((hit, refused)) => {
+                if !self
+                    .store
+                    .request_recorded(&new.owner, &new.holder, &new.request_id)
+                    .await?
+                {
+                    if new.queue_wait.is_none() {
+                        crate::telemetry::sold_out_refused(&hit.participant);
+                        return Err(Error::SoldOut(hit));
+                    }
+                    join_now = Some(refused);
+                }
+                None
             }
-            join_now = Some(refused);
-        }
+        };
         // From here the caller may go away (its deadline passes, its connection drops) at any
         // point: recording and placing run in a task of their own that the handler only
         // awaits, so the reservation still ends HELD or REJECTED (never TRYING for the sweep,
         // with Cancel tombstones at every participant), and a repeat answers that outcome.
+        // A probe of lapsed sold-out hints ends with the placement (`sold_out`).
         let this = self.clone();
         tokio::spawn(
-            async move { this.record_and_place(new, token, order, join_now).await }
-                .instrument(tracing::Span::current()),
+            async move {
+                let placed = this.record_and_place(new, token, order, join_now).await;
+                drop(probe);
+                placed
+            }
+            .instrument(tracing::Span::current()),
         )
         .await
         .map_err(|e| Error::Internal(format!("placing reservation {id} failed: {e}")))?

@@ -17,10 +17,19 @@
 //! another path; it never places a hold, so it can neither oversell nor leave one behind.
 //! It assumes a participant refuses a hold for the resource's state, not for who asks:
 //! a participant whose refusals depend on the holder needs `--sold-out-hint 0s`.
+//!
+//! When a hint lapses, one Reserve asks the participant again (the probe) and the others
+//! asking for that hold wait for its answer, at most the hint's lifetime: refused, they are
+//! refused by the fresh refusal; anything else (held, an error, a release meanwhile) and the
+//! hint is gone and they go on. So a lapse costs a sale one recorded refusal, not one per
+//! Reserve in flight, and no Reserve is refused on a refusal older than the lifetime.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
 
 use crate::domain::{Hold, Interval};
 
@@ -50,13 +59,63 @@ struct Hint {
     quantity: i64,
     reason: String,
     seen: Instant,
+    /// The Reserve asking again since the hint lapsed, if any.
+    probe: Option<Probing>,
+}
+
+/// A lapsed hint's probe in flight. Its waiters are woken when it is dropped: when the probe
+/// is refused (the hint is fresh again), ends otherwise (the hint goes), or the hint goes.
+#[derive(Debug)]
+struct Probing {
+    id: u64,
+    since: Instant,
+    waiters: watch::Sender<()>,
+}
+
+type HintKey = (String, Option<Interval>);
+
+/// What [`SoldOutHints::check`] finds for a Reserve's holds.
+#[derive(Debug)]
+pub(crate) enum Check {
+    /// No hint refuses them. `Some` when this Reserve is the probe of lapsed hints: it holds
+    /// the [`Probe`] until its placement has ended.
+    Clear(Option<Probe>),
+    /// A live hint refuses one of them.
+    Refused(SoldOutHit),
+    /// Another Reserve is asking about a lapsed hint of one of them: changed (closed) when
+    /// its answer is known.
+    Wait(watch::Receiver<()>),
+}
+
+/// A Reserve asking the participant again about lapsed hints. Dropped without a refusal
+/// having been remembered (the hold was placed, the Try failed otherwise, the Reserve ended
+/// before its Try), the hints go and the Reserves waiting on them go on.
+#[derive(Debug)]
+pub(crate) struct Probe {
+    hints: Arc<SoldOutHints>,
+    id: u64,
+    keys: Vec<(String, HintKey)>,
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        let mut all = self.hints.lock();
+        for k in &self.keys {
+            let mine = probe_of(&mut all, k)
+                .and_then(|p| p.as_ref())
+                .is_some_and(|p| p.id == self.id);
+            if let (true, Some(at)) = (mine, all.get_mut(&k.0)) {
+                at.hints.remove(&k.1);
+            }
+        }
+    }
 }
 
 #[derive(Debug, Default)]
 struct AtParticipant {
     /// Bumped at the start and end of every release at this participant.
     epoch: u64,
-    hints: HashMap<(String, Option<Interval>), Hint>,
+    hints: HashMap<HintKey, Hint>,
 }
 
 /// The sold-out hints of one coordinator process.
@@ -64,6 +123,7 @@ struct AtParticipant {
 pub struct SoldOutHints {
     lifetime: Duration,
     inner: Mutex<HashMap<String, AtParticipant>>,
+    probes: AtomicU64,
 }
 
 impl SoldOutHints {
@@ -72,6 +132,7 @@ impl SoldOutHints {
         SoldOutHints {
             lifetime,
             inner: Mutex::new(HashMap::new()),
+            probes: AtomicU64::new(0),
         }
     }
 
@@ -120,6 +181,8 @@ impl SoldOutHints {
                 h.reason = reason;
                 h.seen = now;
             }
+            // A lapsed hint asked again and refused again (its probe's waiters wake with the
+            // fresh refusal), or a new one.
             _ => {
                 at.hints.insert(
                     key,
@@ -127,6 +190,7 @@ impl SoldOutHints {
                         quantity: hold.quantity,
                         reason,
                         seen: now,
+                        probe: None,
                     },
                 );
             }
@@ -159,28 +223,27 @@ impl SoldOutHints {
         at.hints.clear();
     }
 
-    /// The first of `holds` a live hint refuses, if any.
-    pub fn check(&self, holds: &[Hold]) -> Option<SoldOutHit> {
+    /// What the hints say of `holds`: the first a live hint refuses; else, when some of
+    /// their hints lapsed, whether another Reserve is asking about them (wait for it) or
+    /// this one does (it is their probe).
+    pub(crate) fn check(self: &Arc<Self>, holds: &[Hold]) -> Check {
         if self.lifetime.is_zero() {
-            return None;
+            return Check::Clear(None);
         }
         let now = Instant::now();
         let mut all = self.lock();
+        let mut lapsed = Vec::new();
         for hold in holds {
-            let Some(at) = all.get_mut(&hold.participant) else {
-                continue;
-            };
             let key = (hold.resource.clone(), hold.during);
-            let Some(hint) = at.hints.get(&key) else {
+            let Some(hint) = all.get(&hold.participant).and_then(|at| at.hints.get(&key)) else {
                 continue;
             };
-            let age = now.duration_since(hint.seen);
-            if age >= self.lifetime {
-                at.hints.remove(&key);
+            if hold.quantity < hint.quantity {
                 continue;
             }
-            if hold.quantity >= hint.quantity {
-                return Some(SoldOutHit {
+            let age = now.duration_since(hint.seen);
+            if age < self.lifetime {
+                return Check::Refused(SoldOutHit {
                     participant: hold.participant.clone(),
                     resource: hold.resource.clone(),
                     quantity: hint.quantity,
@@ -188,9 +251,70 @@ impl SoldOutHints {
                     age,
                 });
             }
+            lapsed.push((hold.participant.clone(), key));
         }
-        None
+        if lapsed.is_empty() {
+            return Check::Clear(None);
+        }
+        for k in &lapsed {
+            // A probe older than the lifetime is taken over: it may never answer.
+            if let Some(Some(p)) = probe_of(&mut all, k)
+                && now.duration_since(p.since) < self.lifetime
+            {
+                return Check::Wait(p.waiters.subscribe());
+            }
+        }
+        let id = self.probes.fetch_add(1, Ordering::Relaxed);
+        for k in &lapsed {
+            if let Some(probe) = probe_of(&mut all, k) {
+                *probe = Some(Probing {
+                    id,
+                    since: now,
+                    waiters: watch::channel(()).0,
+                });
+            }
+        }
+        drop(all);
+        Check::Clear(Some(Probe {
+            hints: self.clone(),
+            id,
+            keys: lapsed,
+        }))
     }
+
+    /// [`check`](Self::check), waiting while another Reserve asks about a lapsed hint (at
+    /// most the hints' lifetime in all, then it asks too): the refusal, or this Reserve's
+    /// probe if it is one.
+    pub(crate) async fn admit(
+        self: &Arc<Self>,
+        holds: &[Hold],
+    ) -> Result<Option<Probe>, SoldOutHit> {
+        let until = tokio::time::Instant::now() + self.lifetime;
+        loop {
+            match self.check(holds) {
+                Check::Clear(probe) => return Ok(probe),
+                Check::Refused(hit) => return Err(hit),
+                Check::Wait(mut answered) => {
+                    // Closed (an error) when the probe ends, whichever way.
+                    if tokio::time::timeout_at(until, answered.changed())
+                        .await
+                        .is_err()
+                    {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The probe slot of the hint at `participant`, `key`, if there is one.
+fn probe_of<'a>(
+    all: &'a mut HashMap<String, AtParticipant>,
+    (participant, key): &(String, HintKey),
+) -> Option<&'a mut Option<Probing>> {
+    let hint = all.get_mut(participant)?.hints.get_mut(key)?;
+    Some(&mut hint.probe)
 }
 
 /// `reason` cut to at most [`MAX_REASON`] bytes, on a character boundary.
@@ -215,53 +339,143 @@ mod tests {
         }
     }
 
+    /// The refusal `check` answers, if it refuses.
+    fn refusal(hints: &Arc<SoldOutHints>, holds: &[Hold]) -> Option<SoldOutHit> {
+        match hints.check(holds) {
+            Check::Refused(hit) => Some(hit),
+            Check::Clear(_) | Check::Wait(_) => None,
+        }
+    }
+
+    /// A hint of `sku` refused at quantity 1, lapsed.
+    fn lapsed(lifetime: Duration) -> Arc<SoldOutHints> {
+        let hints = Arc::new(SoldOutHints::new(lifetime));
+        hints.refused(&hold("sku", 1), "sold out", hints.epoch("stock"));
+        std::thread::sleep(lifetime + Duration::from_millis(5));
+        hints
+    }
+
+    #[tokio::test]
+    async fn a_lapsed_hint_is_asked_again_by_one_reserve_while_the_others_wait() {
+        let hints = lapsed(Duration::from_millis(200));
+        let Check::Clear(Some(probe)) = hints.check(&[hold("sku", 1)]) else {
+            panic!("the first Reserve after the lapse asks the participant again");
+        };
+        // A smaller quantity than the refused one was never refused: it goes on.
+        let Check::Clear(None) = hints.check(&[hold("sku", 0)]) else {
+            panic!("a quantity the hint never covered");
+        };
+        let Check::Wait(mut answered) = hints.check(&[hold("sku", 2)]) else {
+            panic!("the others wait for the probe's answer");
+        };
+        let waiting = tokio::spawn(async move { answered.changed().await.is_err() });
+        // The probe is refused again: the waiters wake to a fresh refusal.
+        hints.refused(&hold("sku", 1), "sold out", hints.epoch("stock"));
+        assert!(waiting.await.unwrap(), "woken by the probe's end");
+        let hit = refusal(&hints, &[hold("sku", 2)]).expect("refused by the fresh refusal");
+        assert!(hit.age < Duration::from_millis(200), "{hit:?}");
+        drop(probe);
+        assert!(
+            refusal(&hints, &[hold("sku", 1)]).is_some(),
+            "a probe that was refused leaves the fresh hint"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_probe_that_ends_unrefused_takes_its_hint_away() {
+        let hints = lapsed(Duration::from_millis(50));
+        let Check::Clear(Some(probe)) = hints.check(&[hold("sku", 1)]) else {
+            panic!("a probe");
+        };
+        let waiter = {
+            let hints = hints.clone();
+            tokio::spawn(async move { hints.admit(&[hold("sku", 1)]).await })
+        };
+        // Held (or failed otherwise): the hint goes, and so does the waiter, not a probe.
+        drop(probe);
+        assert!(matches!(waiter.await.unwrap(), Ok(None)));
+        assert!(matches!(hints.check(&[hold("sku", 1)]), Check::Clear(None)));
+        // A release while a probe is out wakes its waiters alike.
+        hints.refused(&hold("sku", 1), "sold out", hints.epoch("stock"));
+        std::thread::sleep(Duration::from_millis(55));
+        let Check::Clear(Some(_probe)) = hints.check(&[hold("sku", 1)]) else {
+            panic!("a probe");
+        };
+        let Check::Wait(mut answered) = hints.check(&[hold("sku", 1)]) else {
+            panic!("a waiter");
+        };
+        hints.released("stock", ["sku"]);
+        assert!(answered.changed().await.is_err());
+        assert!(matches!(hints.check(&[hold("sku", 1)]), Check::Clear(None)));
+    }
+
+    #[tokio::test]
+    async fn a_probe_that_never_answers_is_waited_for_at_most_the_lifetime() {
+        let hints = lapsed(Duration::from_millis(100));
+        let Check::Clear(Some(_stuck)) = hints.check(&[hold("sku", 1)]) else {
+            panic!("a probe");
+        };
+        let asked = Instant::now();
+        assert!(matches!(hints.admit(&[hold("sku", 1)]).await, Ok(None)));
+        assert!(
+            asked.elapsed() >= Duration::from_millis(90),
+            "{:?}",
+            asked.elapsed()
+        );
+        // Past its lifetime the stuck probe is taken over by the next Reserve.
+        assert!(matches!(
+            hints.check(&[hold("sku", 1)]),
+            Check::Clear(Some(_))
+        ));
+    }
+
     #[test]
     fn a_refusal_covers_larger_quantities_until_a_release() {
-        let hints = SoldOutHints::new(Duration::from_secs(60));
+        let hints = Arc::new(SoldOutHints::new(Duration::from_secs(60)));
         let e = hints.epoch("stock");
         hints.refused(&hold("sku", 2), "sold out", e);
-        assert_eq!(hints.check(&[hold("sku", 1)]), None);
-        assert_eq!(hints.check(&[hold("other", 5)]), None);
-        let hit = hints.check(&[hold("other", 1), hold("sku", 3)]).unwrap();
+        assert_eq!(refusal(&hints, &[hold("sku", 1)]), None);
+        assert_eq!(refusal(&hints, &[hold("other", 5)]), None);
+        let hit = refusal(&hints, &[hold("other", 1), hold("sku", 3)]).unwrap();
         assert_eq!((hit.resource.as_str(), hit.quantity), ("sku", 2));
         hints.released("stock", ["sku"]);
-        assert_eq!(hints.check(&[hold("sku", 3)]), None);
+        assert_eq!(refusal(&hints, &[hold("sku", 3)]), None);
     }
 
     #[test]
     fn a_refusal_answered_across_a_release_is_not_remembered() {
-        let hints = SoldOutHints::new(Duration::from_secs(60));
+        let hints = Arc::new(SoldOutHints::new(Duration::from_secs(60)));
         let e = hints.epoch("stock");
         hints.released("stock", ["elsewhere"]);
         hints.refused(&hold("sku", 1), "sold out", e);
-        assert_eq!(hints.check(&[hold("sku", 1)]), None);
+        assert_eq!(refusal(&hints, &[hold("sku", 1)]), None);
         let e = hints.epoch("stock");
         hints.refused(&hold("sku", 1), "sold out", e);
-        assert!(hints.check(&[hold("sku", 1)]).is_some());
+        assert!(refusal(&hints, &[hold("sku", 1)]).is_some());
         hints.released_all("stock");
-        assert_eq!(hints.check(&[hold("sku", 1)]), None);
+        assert_eq!(refusal(&hints, &[hold("sku", 1)]), None);
     }
 
     #[test]
     fn hints_lapse_and_a_zero_lifetime_turns_them_off() {
-        let hints = SoldOutHints::new(Duration::from_millis(1));
+        let hints = Arc::new(SoldOutHints::new(Duration::from_millis(1)));
         hints.refused(&hold("sku", 1), "sold out", hints.epoch("stock"));
         std::thread::sleep(Duration::from_millis(5));
-        assert_eq!(hints.check(&[hold("sku", 1)]), None);
-        let off = SoldOutHints::new(Duration::ZERO);
+        assert_eq!(refusal(&hints, &[hold("sku", 1)]), None);
+        let off = Arc::new(SoldOutHints::new(Duration::ZERO));
         off.refused(&hold("sku", 1), "sold out", off.epoch("stock"));
-        assert_eq!(off.check(&[hold("sku", 1)]), None);
+        assert_eq!(refusal(&off, &[hold("sku", 1)]), None);
     }
 
     #[test]
     fn memory_is_bounded() {
-        let hints = SoldOutHints::new(Duration::from_secs(60));
+        let hints = Arc::new(SoldOutHints::new(Duration::from_secs(60)));
         for i in 0..MAX_HINTS + 10 {
             hints.refused(&hold(&format!("r{i}"), 1), "sold out", 0);
         }
-        assert!(hints.check(&[hold("r0", 1)]).is_some());
+        assert!(refusal(&hints, &[hold("r0", 1)]).is_some());
         assert_eq!(
-            hints.check(&[hold(&format!("r{}", MAX_HINTS + 5), 1)]),
+            refusal(&hints, &[hold(&format!("r{}", MAX_HINTS + 5), 1)]),
             None
         );
     }

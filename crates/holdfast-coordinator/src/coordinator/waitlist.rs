@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 
-use super::sold_out::SoldOutHit;
+use super::sold_out::{Probe, SoldOutHit};
 use super::{Coordinator, Error, entered, faults};
 use crate::domain::waitlist::{QueueKey, QueuePage};
 use crate::domain::{BranchState, Hold, Reservation, State};
@@ -199,9 +199,14 @@ impl Coordinator {
     }
 
     /// Whether `holds` are refused without a Try: a resource with a waitlist this process
-    /// knows of (nobody gets ahead of it), or a sold-out hint. The refusal, and the holds whose
-    /// queues a Reserve with `queue` joins instead.
-    pub(super) fn refused_now(&self, holds: &[Hold]) -> Option<(SoldOutHit, Vec<Hold>)> {
+    /// knows of (nobody gets ahead of it), or a sold-out hint (waited for while another
+    /// Reserve asks about a lapsed one, `sold_out`). `Err`: the refusal, and the holds whose
+    /// queues a Reserve with `queue` joins instead; `Ok`: this Reserve's probe of lapsed
+    /// hints, if it is one, to hold until its placement has ended.
+    pub(super) async fn admit(
+        &self,
+        holds: &[Hold],
+    ) -> Result<Option<Probe>, (SoldOutHit, Vec<Hold>)> {
         if let Some(key) = self.waitlist.queued(holds) {
             let refused: Vec<Hold> = holds.iter().filter(|h| key.holds(h)).cloned().collect();
             let hit = SoldOutHit {
@@ -213,15 +218,16 @@ impl Coordinator {
                     .into(),
                 age: Duration::ZERO,
             };
-            return Some((hit, refused));
+            return Err((hit, refused));
         }
-        let hit = self.sold_out.check(holds)?;
-        let refused = holds
-            .iter()
-            .filter(|h| h.participant == hit.participant && h.resource == hit.resource)
-            .cloned()
-            .collect();
-        Some((hit, refused))
+        self.sold_out.admit(holds).await.map_err(|hit| {
+            let refused = holds
+                .iter()
+                .filter(|h| h.participant == hit.participant && h.resource == hit.resource)
+                .cloned()
+                .collect();
+            (hit, refused)
+        })
     }
 
     /// Answers `r` with where it waits, while it is `QUEUED`.
