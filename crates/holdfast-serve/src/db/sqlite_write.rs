@@ -42,10 +42,14 @@ use std::time::Duration;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 use sqlx::{ConnectOptions, Executor};
-use tokio::sync::{OwnedMappedMutexGuard, OwnedMutexGuard, watch};
+use tokio::sync::{OwnedMappedMutexGuard, OwnedMutexGuard};
 
 mod deferred;
+mod group;
+mod guards;
 pub use deferred::{FirstQuery, SqliteWriteAhead};
+use group::{Group, Unpublished, await_group, group_failed};
+use guards::{Abandon, Queued};
 
 /// The most members one group commit serves: a bound on how long the first member waits.
 const GROUP_MAX: usize = 64;
@@ -107,99 +111,6 @@ enum Opened {
     No,
     /// Sent with a first query that did not answer (cancelled, or the connection failed).
     Unknown,
-}
-
-/// One group transaction: its COMMIT's outcome, published once for every member.
-struct Group {
-    outcome: watch::Sender<Option<Result<(), String>>>,
-}
-
-impl Group {
-    fn new() -> Arc<Group> {
-        Arc::new(Group {
-            outcome: watch::Sender::new(None),
-        })
-    }
-
-    fn publish(&self, outcome: &Result<(), sqlx::Error>) {
-        let outcome = outcome.as_ref().map(|_| ()).map_err(ToString::to_string);
-        self.outcome.send_replace(Some(outcome));
-    }
-}
-
-/// Publishes "outcome unknown" to a group's members if the COMMIT's caller is cancelled before
-/// it could publish the real outcome (a member never waits for an answer that cannot come).
-/// The transaction may then still be open on the connection: it is ended soon
-/// ([`Writer::clean_up_soon`]).
-struct Unpublished {
-    group: Option<Arc<Group>>,
-    writer: Arc<Writer>,
-}
-
-impl Unpublished {
-    fn publish(mut self, outcome: &Result<(), sqlx::Error>) {
-        if let Some(group) = self.group.take() {
-            group.publish(outcome);
-        }
-    }
-}
-
-impl Drop for Unpublished {
-    fn drop(&mut self) {
-        if let Some(group) = self.group.take() {
-            group.publish(&Err(group_failed(
-                "its COMMIT was cancelled; the outcome is unknown",
-            )));
-            self.writer.clean_up_soon();
-        }
-    }
-}
-
-/// The error a member sees when the group it finished in did not commit.
-fn group_failed(reason: &str) -> sqlx::Error {
-    sqlx::Error::Io(std::io::Error::other(format!(
-        "the SQLite group commit this write was part of failed: {reason}"
-    )))
-}
-
-/// Counts a write queued for the lock until it has it. Giving up instead (its wait timed out
-/// or its task was cancelled), it may be the write a finishing member handed the group to: the
-/// writer is told to clean up ([`Writer::clean_up_soon`]), which commits a group nobody is left
-/// to commit.
-struct Queued<'w>(&'w Arc<Writer>);
-
-impl<'w> Queued<'w> {
-    fn new(writer: &'w Arc<Writer>) -> Queued<'w> {
-        writer.queued.fetch_add(1, Ordering::AcqRel);
-        Queued(writer)
-    }
-
-    fn arrived(self) {
-        self.0.queued.fetch_sub(1, Ordering::AcqRel);
-        std::mem::forget(self);
-    }
-}
-
-impl Drop for Queued<'_> {
-    fn drop(&mut self) {
-        self.0.queued.fetch_sub(1, Ordering::AcqRel);
-        self.0.clean_up_soon();
-    }
-}
-
-/// A write dropped unfinished: the writer undoes its part and, if it was in a group nobody else
-/// will commit, commits the group ([`Writer::clean_up_soon`]).
-struct Abandon {
-    writer: Arc<Writer>,
-    armed: bool,
-}
-
-impl Drop for Abandon {
-    fn drop(&mut self) {
-        if self.armed {
-            self.writer.clean_up_soon();
-        }
-    }
 }
 
 /// The writer's connection, held.
@@ -498,17 +409,6 @@ impl Writer {
         }
     }
 
-    /// Waits for `group`'s COMMIT: by its last member, or by the clean-up should the queue
-    /// have emptied without one ([`Writer::clean_up_soon`]).
-    async fn await_group(group: Arc<Group>) -> Result<(), sqlx::Error> {
-        let mut outcome = group.outcome.subscribe();
-        match outcome.wait_for(Option::is_some).await.as_deref() {
-            Ok(Some(Ok(()))) => Ok(()),
-            Ok(Some(Err(reason))) => Err(group_failed(reason)),
-            Ok(None) | Err(_) => Err(group_failed("no outcome was published")),
-        }
-    }
-
     /// Before a member's part ends with no write queued: yields to the scheduler up to
     /// `GATHER_PASSES` times, until a write queues or the group is full, so that writes whose
     /// tasks were about to begin join this group instead of opening the next (one COMMIT, one
@@ -550,7 +450,7 @@ impl SqliteWrite {
             Some(Err(reason)) => Err(group_failed(&reason)),
             None => {
                 drop(self.conn);
-                Writer::await_group(self.group).await
+                await_group(self.group).await
             }
         }
     }
