@@ -1,10 +1,11 @@
 //! Subscribe on both databases: a reader resuming after any sequence gets exactly the rest,
-//! then live events; each filter picks its events and a reader whose filter matches nothing
+//! then live events, each event's branches as its change left them; each filter picks its events and a reader whose filter matches nothing
 //! still moves on; heartbeats while nothing happens; GetLatestSequence; bad input.
 
 use std::time::Duration;
 
 use holdfast::proto;
+use holdfast::proto::branch::State as BranchState;
 use holdfast::proto::event::Type;
 use tonic::Code;
 
@@ -102,6 +103,20 @@ fn types_of(events: &[proto::Event], reservation: &proto::Reservation) -> Vec<Ty
         .collect()
 }
 
+/// Each of `reservation`'s events: its type and its branches' states.
+fn branch_states_of(
+    events: &[proto::Event],
+    reservation: &proto::Reservation,
+) -> Vec<(Type, Vec<BranchState>)> {
+    events
+        .iter()
+        .filter_map(|e| {
+            let r = e.reservation.as_ref().filter(|r| r.id == reservation.id)?;
+            Some((type_of(e), r.branches.iter().map(|b| b.state()).collect()))
+        })
+        .collect()
+}
+
 async fn latest(app: &EventsApp) -> i64 {
     app.events
         .clone()
@@ -135,6 +150,23 @@ async fn resume_from_any_sequence_gives_exactly_the_rest_then_live_events(databa
     assert_eq!(
         types_of(&all, &script.cancelled).last(),
         Some(&Type::ReservationCancelled)
+    );
+    // Read after the Confirm, each event still shows the branches as its change left them.
+    assert_eq!(
+        branch_states_of(&all, &script.confirmed),
+        [
+            (Type::ReservationTrying, vec![BranchState::Pending]),
+            (Type::ReservationHeld, vec![BranchState::Held]),
+            (Type::ReservationConfirming, vec![BranchState::Held]),
+            (Type::ReservationConfirmed, vec![BranchState::Confirmed]),
+        ]
+    );
+    assert_eq!(
+        branch_states_of(&all, &script.cancelled)[..2],
+        [
+            (Type::ReservationTrying, vec![BranchState::Pending]),
+            (Type::ReservationHeld, vec![BranchState::Held]),
+        ]
     );
     let held = all.last().unwrap();
     assert_eq!(held.owner, "", "authentication is off");

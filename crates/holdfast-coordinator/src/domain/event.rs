@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::Reservation;
+use super::{BranchState, Reservation};
 
 /// What an event says happened. The names are SPEC 10's (`tcc.v1.Event.Type`), stored as
 /// they are shown.
@@ -99,13 +99,35 @@ pub struct Event {
     pub event_type: EventType,
     /// When the change was written (database clock).
     pub occurred_at: DateTime<Utc>,
-    /// The reservation as the change left it (its branches as read with the event). Its
-    /// `state` is the stored state, not the lazily expired one.
+    /// The reservation as the change left it. Its `state` is the stored state, not the lazily
+    /// expired one; its branches are read with the event, their states as the change left
+    /// them where the lifecycle fixes them ([`Event::with_branch_states_of_its_change`]).
     pub reservation: Reservation,
     /// The principal the reservation belongs to (SPEC 7.2).
     pub owner: String,
     /// On a `RESERVATION_HELD`: a waitlist offer placed it.
     pub from_queue: bool,
+}
+
+impl Event {
+    /// The event with its branches' states as its change left them where the lifecycle fixes
+    /// them, since a reader reads the branches when it reads the event, maybe after later
+    /// changes: `TRYING`, every branch `PENDING` (nothing tried yet); `HELD`, `CONFIRMING`,
+    /// `EXTENDED`, every branch `HELD` (each happens only while every branch holds). Other
+    /// types keep the states as read: a terminal reservation's branches no longer change, and
+    /// the rest (`CANCELLING`, payments, refunds, operator actions) show what they led to.
+    /// `attempts` and `last_error` are always as read.
+    pub fn with_branch_states_of_its_change(mut self) -> Event {
+        let state = match self.event_type {
+            EventType::Trying => BranchState::Pending,
+            EventType::Held | EventType::Confirming | EventType::Extended => BranchState::Held,
+            _ => return self,
+        };
+        for branch in &mut self.reservation.branches {
+            branch.state = state;
+        }
+        self
+    }
 }
 
 /// What a reader wants: every given criterion must match; an empty one matches everything.

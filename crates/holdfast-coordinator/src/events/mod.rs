@@ -66,7 +66,8 @@ impl EventFeed {
     }
 
     /// Up to `limit` (at most [`MAX_PAGE`]) events after `after`, of `owner`'s reservations
-    /// only when given.
+    /// only when given, their branches' states as each change left them where the lifecycle
+    /// fixes them ([`Event::with_branch_states_of_its_change`]).
     pub async fn page(
         &self,
         after: i64,
@@ -78,7 +79,11 @@ impl EventFeed {
             owner,
             limit: limit.clamp(1, MAX_PAGE),
         };
-        self.store.event_log().events_after(&page).await
+        let events = self.store.event_log().events_after(&page).await?;
+        Ok(events
+            .into_iter()
+            .map(Event::with_branch_states_of_its_change)
+            .collect())
     }
 
     /// The store's log: the latest sequence as stored, the sinks' cursors and leases.
