@@ -66,6 +66,7 @@ pub fn start(
     let owner = Uuid::new_v4();
     let mut loops = tokio::task::JoinSet::new();
     for sink in sinks {
+        let task = tasks::sink(sink.name());
         let lease = coordinator.lease_duration();
         let (coordinator, stop) = (coordinator.clone(), stopping.clone());
         // A loop that panics is started again (its lease is this process's still, its cursor
@@ -83,7 +84,7 @@ pub fn start(
             }
             .run()
         };
-        loops.spawn(keep_running(tasks::SINK, stopping.clone(), delivery));
+        loops.spawn(keep_running(task, stopping.clone(), delivery));
     }
     tokio::spawn(async move { while loops.join_next().await.is_some() {} })
 }

@@ -388,6 +388,18 @@ async fn a_panic_in_a_background_loop_leaves_it_running(pool: PgPool) {
     );
     let violations = stack.events.check(&stack.pool).await;
     assert!(violations.is_empty(), "webhook: {violations:?}");
+    // Each restart is counted under its loop's own name: the webhook's sink by its name.
+    let metrics = holdfast::telemetry::metrics_handle().render();
+    let restarted = |task: &str| {
+        metrics.lines().any(|l| {
+            l.starts_with("holdfast_background_restarts_total{")
+                && l.contains(&format!("task=\"{task}"))
+                && l.rsplit(' ').next().is_some_and(|n| n != "0")
+        })
+    };
+    for task in ["recovery", "events", "sink:webhook:"] {
+        assert!(restarted(task), "{task} restarts not counted:\n{metrics}");
+    }
     drop(coordinator);
     stack.stop().await;
 }

@@ -34,11 +34,15 @@ const HEALTHY_RUN: Duration = Duration::from_secs(60);
 /// dropped (the loop's task is aborted with it). A loop that panics is started again after a
 /// pause; `task` names it in the log and the metric. A `stop` whose sender is gone never
 /// turns true: such a loop runs until its task is aborted.
-pub async fn keep_running<F, L>(task: &'static str, mut stop: watch::Receiver<bool>, start: F)
-where
+pub async fn keep_running<F, L>(
+    task: impl Into<String> + Send,
+    mut stop: watch::Receiver<bool>,
+    start: F,
+) where
     F: Fn() -> L,
     L: Future<Output = ()> + Send + 'static,
 {
+    let task: String = task.into();
     let mut pause = FIRST_PAUSE;
     loop {
         let started = Instant::now();
@@ -52,8 +56,8 @@ where
         if started.elapsed() >= HEALTHY_RUN {
             pause = FIRST_PAUSE;
         }
-        metrics::counter!(BACKGROUND_RESTARTS, "task" => task).increment(1);
-        tracing::error!(task, error = %panic, restart_in = ?pause, "background task panicked; starting it again");
+        metrics::counter!(BACKGROUND_RESTARTS, "task" => task.clone()).increment(1);
+        tracing::error!(task = %task, error = %panic, restart_in = ?pause, "background task panicked; starting it again");
         let stopped = async {
             if stop.wait_for(|stopping| *stopping).await.is_err() {
                 std::future::pending::<()>().await;
@@ -69,7 +73,10 @@ where
 
 /// Spawns [`keep_running`] for a loop without a stop: it runs until the returned handle is
 /// aborted (which aborts the loop's task too).
-pub fn spawn_until_aborted<F, L>(task: &'static str, start: F) -> JoinHandle<()>
+pub fn spawn_until_aborted<F, L>(
+    task: impl Into<String> + Send + 'static,
+    start: F,
+) -> JoinHandle<()>
 where
     F: Fn() -> L + Send + 'static,
     L: Future<Output = ()> + Send + 'static,
@@ -80,8 +87,8 @@ where
 
 /// `task`'s series of [`BACKGROUND_RESTARTS`] at zero (an alert has a series to read before the
 /// first restart).
-pub fn restarts_at_zero(task: &'static str) {
-    metrics::counter!(BACKGROUND_RESTARTS, "task" => task).increment(0);
+pub fn restarts_at_zero(task: impl Into<String>) {
+    metrics::counter!(BACKGROUND_RESTARTS, "task" => task.into()).increment(0);
 }
 
 /// A loop's task, aborted when whoever waits for it goes away.

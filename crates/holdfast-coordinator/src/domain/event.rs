@@ -117,7 +117,7 @@ impl Event {
     /// types keep the states as read: a terminal reservation's branches no longer change, and
     /// the rest (`CANCELLING`, payments, refunds, operator actions) show what they led to.
     /// `attempts` and `last_error` are always as read.
-    pub fn with_branch_states_of_its_change(mut self) -> Event {
+    pub(crate) fn with_branch_states_of_its_change(mut self) -> Event {
         let state = match self.event_type {
             EventType::Trying => BranchState::Pending,
             EventType::Held | EventType::Confirming | EventType::Extended => BranchState::Held,

@@ -35,7 +35,10 @@ pub mod tasks {
     pub(crate) const RECOVERY: &str = "recovery";
     pub(crate) const RETENTION: &str = "retention";
     pub(crate) const EVENTS: &str = "events";
-    pub const SINK: &str = "sink";
+    /// A sink's delivery loop: `sink:` and the sink's name (`sink:nats`, `sink:webhook:orders`).
+    pub fn sink(name: &str) -> String {
+        format!("sink:{name}")
+    }
     pub const RECONCILER: &str = "reconciler";
 }
 
@@ -56,6 +59,7 @@ pub fn sink_started(sink: &str) {
     metrics::counter!(EVENTS_DELIVERED, "sink" => sink.to_owned()).increment(0);
     metrics::gauge!(EVENTS_LAG, "sink" => sink.to_owned()).set(0.0);
     metrics::gauge!(SINK_PAUSED, "sink" => sink.to_owned()).set(0.0);
+    holdfast_serve::background::restarts_at_zero(tasks::sink(sink));
 }
 
 /// `n` events were taken for good by `sink`.
@@ -132,12 +136,7 @@ pub(crate) fn coordinator_started() {
     metrics::gauge!(names::HOLD_TO_CONFIRM).increment(0.0);
     metrics::gauge!(OLDEST_WORK_AGE).increment(0.0);
     metrics::counter!(names::WATCH_POLLS).increment(0);
-    for task in [
-        tasks::RECOVERY,
-        tasks::RETENTION,
-        tasks::EVENTS,
-        tasks::SINK,
-    ] {
+    for task in [tasks::RECOVERY, tasks::RETENTION, tasks::EVENTS] {
         holdfast_serve::background::restarts_at_zero(task);
     }
     for action in [
