@@ -19,7 +19,7 @@
 //! a participant whose refusals depend on the holder needs `--sold-out-hint 0s`.
 //!
 //! When a hint lapses, one Reserve asks the participant again (the probe) and the others
-//! asking for that hold wait for its answer, at most the hint's lifetime: refused, they are
+//! asking for that hold wait for its answer, at most the hint's lifetime or 2 s: refused, they are
 //! refused by the fresh refusal; anything else (held, an error, a release meanwhile) and the
 //! hint is gone and they go on. So a lapse costs a sale one recorded refusal, not one per
 //! Reserve in flight, and no Reserve is refused on a refusal older than the lifetime.
@@ -37,6 +37,11 @@ use crate::domain::{Hold, Interval};
 /// without bound); when full, expired ones are dropped and, if none are, a refusal is not
 /// remembered.
 const MAX_HINTS: usize = 4096;
+
+/// The longest a Reserve waits for another's probe of a lapsed hint (or the hints' lifetime,
+/// if shorter), and the age at which a probe that has not answered is taken over. A probe
+/// answers within one Reserve's time, tens of milliseconds; this bounds a stuck one.
+const PROBE_PATIENCE: Duration = Duration::from_secs(2);
 
 /// The longest refusal reason a hint keeps (a participant's reason is free text).
 const MAX_REASON: usize = 256;
@@ -139,6 +144,11 @@ impl SoldOutHints {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, AtParticipant>> {
         // A panic while holding this lock leaves only hints behind: still usable.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How long a probe of a lapsed hint is waited for ([`PROBE_PATIENCE`]).
+    fn patience(&self) -> Duration {
+        self.lifetime.min(PROBE_PATIENCE)
     }
 
     /// The participant's release epoch, taken before a Try is sent.
@@ -259,7 +269,7 @@ impl SoldOutHints {
         for k in &lapsed {
             // A probe older than the lifetime is taken over: it may never answer.
             if let Some(Some(p)) = probe_of(&mut all, k)
-                && now.duration_since(p.since) < self.lifetime
+                && now.duration_since(p.since) < self.patience()
             {
                 return Check::Wait(p.waiters.subscribe());
             }
@@ -283,13 +293,13 @@ impl SoldOutHints {
     }
 
     /// [`check`](Self::check), waiting while another Reserve asks about a lapsed hint (at
-    /// most the hints' lifetime in all, then it asks too): the refusal, or this Reserve's
-    /// probe if it is one.
+    /// most [`PROBE_PATIENCE`] or the hints' lifetime in all, then it goes on): the refusal,
+    /// or this Reserve's probe if it is one.
     pub(crate) async fn admit(
         self: &Arc<Self>,
         holds: &[Hold],
     ) -> Result<Option<Probe>, SoldOutHit> {
-        let until = tokio::time::Instant::now() + self.lifetime;
+        let until = tokio::time::Instant::now() + self.patience();
         loop {
             match self.check(holds) {
                 Check::Clear(probe) => return Ok(probe),
