@@ -116,6 +116,40 @@ async fn reservations_recorded(stack: &Stack) -> i64 {
         .expect("count reservations")
 }
 
+/// A stack whose hints live `bound`, the one unit of `resource` held by h0 and then refused
+/// to h1 (recorded: the hint is set): the stack and h0's reservation.
+async fn sold_out_once(
+    pool: PgPool,
+    bound: Duration,
+    resource: &str,
+) -> (Stack, proto::Reservation) {
+    let stack = stack_with_hint(pool, bound).await;
+    stack.put(Stock, &[(resource, 1)]).await;
+    let mut client = stack.client();
+    let buy = |holder: &str| reserve("buy", holder, None, vec![hold(Stock, resource, 1)]);
+    let first = client
+        .reserve(buy("h0"))
+        .await
+        .expect("h0 wins")
+        .into_inner();
+    let err = client.reserve(buy("h1")).await.expect_err("sold out");
+    assert_eq!(refusal(&stack, &err, resource).await, Refusal::Recorded);
+    (stack, first)
+}
+
+/// Cancels `held`, waits until all `units` of `resource` are available again and stops.
+async fn release_and_stop(stack: Stack, held: &[proto::Reservation], resource: &str, units: i64) {
+    for r in held {
+        stack
+            .client()
+            .cancel(Decide::on(r).cancel_because("sold-out test"))
+            .await
+            .expect("cancel");
+    }
+    stack.wait_counts(Stock, resource, (units, 0, 0)).await;
+    stack.stop().await;
+}
+
 crate::parallel::parallel_test!(flash_sale_losers_record_nothing_and_releases_sell_again => flash_sale_losers_record_nothing_and_releases_sell_again_on);
 async fn flash_sale_losers_record_nothing_and_releases_sell_again_on(pool: PgPool) {
     const WAVE: usize = 40;
@@ -233,17 +267,9 @@ async fn a_recorded_request_repeats_and_an_unrecorded_one_is_evaluated_afresh_on
 crate::parallel::parallel_test!(units_added_out_of_sight_are_offered_within_the_bound => units_added_out_of_sight_are_offered_within_the_bound_on);
 async fn units_added_out_of_sight_are_offered_within_the_bound_on(pool: PgPool) {
     const BOUND: Duration = Duration::from_millis(500);
-    let stack = stack_with_hint(pool, BOUND).await;
-    stack.put(Stock, &[("more", 1)]).await;
+    let (stack, first) = sold_out_once(pool, BOUND, "more").await;
     let mut client = stack.client();
     let buy = |holder: &str| reserve("buy", holder, None, vec![hold(Stock, "more", 1)]);
-    let first = client
-        .reserve(buy("h0"))
-        .await
-        .expect("h0 wins")
-        .into_inner();
-    let err = client.reserve(buy("h1")).await.expect_err("sold out");
-    assert_eq!(refusal(&stack, &err, "more").await, Refusal::Recorded);
 
     // A unit added at the participant, not through the coordinator: it cannot know, so the
     // hint may refuse for at most its bound, then the participant is asked again.
@@ -267,31 +293,14 @@ async fn units_added_out_of_sight_are_offered_within_the_bound_on(pool: PgPool) 
     };
     assert_eq!(state_of(&second), State::Held);
     assert_eq!(stack.counts(Stock, "more").await, (0, 2, 0));
-    for r in [&first, &second] {
-        client
-            .cancel(Decide::on(r).cancel_because("sold-out test"))
-            .await
-            .expect("cancel");
-    }
-    stack.wait_counts(Stock, "more", (2, 0, 0)).await;
-    stack.stop().await;
+    release_and_stop(stack, &[first, second], "more", 2).await;
 }
 
 crate::parallel::parallel_test!(a_lapsed_hint_is_asked_again_by_one_reserve_of_a_wave => a_lapsed_hint_is_asked_again_by_one_reserve_of_a_wave_on);
 async fn a_lapsed_hint_is_asked_again_by_one_reserve_of_a_wave_on(pool: PgPool) {
     const WAVE: usize = 40;
     const BOUND: Duration = Duration::from_secs(2);
-    let stack = stack_with_hint(pool, BOUND).await;
-    stack.put(Stock, &[("last", 1)]).await;
-    let mut client = stack.client();
-    let buy = |holder: &str| reserve("buy", holder, None, vec![hold(Stock, "last", 1)]);
-    let first = client
-        .reserve(buy("h0"))
-        .await
-        .expect("h0 wins")
-        .into_inner();
-    let err = client.reserve(buy("h1")).await.expect_err("sold out");
-    assert_eq!(refusal(&stack, &err, "last").await, Refusal::Recorded);
+    let (stack, first) = sold_out_once(pool, BOUND, "last").await;
 
     // The hint's bound passes (nothing to await but time). A wave arrives: one of its
     // Reserves asks the participant again, the others wait for that answer and are refused
@@ -316,14 +325,7 @@ async fn a_lapsed_hint_is_asked_again_by_one_reserve_of_a_wave_on(pool: PgPool) 
     assert_eq!(won.len(), 2, "the added units sell, no more");
     assert_eq!(stack.counts(Stock, "last").await, (0, 3, 0));
     won.push(first);
-    for r in &won {
-        client
-            .cancel(Decide::on(r).cancel_because("sold-out test"))
-            .await
-            .expect("cancel");
-    }
-    stack.wait_counts(Stock, "last", (3, 0, 0)).await;
-    stack.stop().await;
+    release_and_stop(stack, &won, "last", 3).await;
 }
 
 crate::parallel::parallel_test!(a_resource_that_does_not_exist_never_reads_as_sold_out => a_resource_that_does_not_exist_never_reads_as_sold_out_on);
