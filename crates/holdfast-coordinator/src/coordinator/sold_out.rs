@@ -81,7 +81,7 @@ type HintKey = (String, Option<Interval>);
 
 /// What [`SoldOutHints::check`] finds for a Reserve's holds.
 #[derive(Debug)]
-pub(crate) enum Check {
+enum Check {
     /// No hint refuses them. `Some` when this Reserve is the probe of lapsed hints: it holds
     /// the [`Probe`] until its placement has ended.
     Clear(Option<Probe>),
@@ -236,7 +236,7 @@ impl SoldOutHints {
     /// What the hints say of `holds`: the first a live hint refuses; else, when some of
     /// their hints lapsed, whether another Reserve is asking about them (wait for it) or
     /// this one does (it is their probe).
-    pub(crate) fn check(self: &Arc<Self>, holds: &[Hold]) -> Check {
+    fn check(self: &Arc<Self>, holds: &[Hold]) -> Check {
         if self.lifetime.is_zero() {
             return Check::Clear(None);
         }
@@ -244,8 +244,12 @@ impl SoldOutHints {
         let mut all = self.lock();
         let mut lapsed = Vec::new();
         for hold in holds {
+            // No key is built for a participant without hints: the common case, every Reserve.
+            let Some(at) = all.get(&hold.participant).filter(|at| !at.hints.is_empty()) else {
+                continue;
+            };
             let key = (hold.resource.clone(), hold.during);
-            let Some(hint) = all.get(&hold.participant).and_then(|at| at.hints.get(&key)) else {
+            let Some(hint) = at.hints.get(&key) else {
                 continue;
             };
             if hold.quantity < hint.quantity {
@@ -267,7 +271,7 @@ impl SoldOutHints {
             return Check::Clear(None);
         }
         for k in &lapsed {
-            // A probe older than the lifetime is taken over: it may never answer.
+            // A probe unanswered for longer than the patience is taken over: it may never answer.
             if let Some(Some(p)) = probe_of(&mut all, k)
                 && now.duration_since(p.since) < self.patience()
             {
@@ -425,6 +429,12 @@ mod tests {
         let Check::Clear(Some(_stuck)) = hints.check(&[hold("sku", 1)]) else {
             panic!("a probe");
         };
+        // However long hints live, a probe is waited for at most PROBE_PATIENCE.
+        assert_eq!(
+            SoldOutHints::new(Duration::from_secs(3600)).patience(),
+            PROBE_PATIENCE
+        );
+        assert_eq!(hints.patience(), Duration::from_millis(100));
         let asked = Instant::now();
         assert!(matches!(hints.admit(&[hold("sku", 1)]).await, Ok(None)));
         assert!(
