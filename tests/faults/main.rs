@@ -303,7 +303,10 @@ impl Drop for BackgroundHealed {
 /// by recovery), a Subscribe stream opened and caught up before the Reserve still receives its
 /// events (woken by the follower), and the webhook still receives every event of the log.
 /// Before, each loop ended with its panic: the hold stayed `HELD` in the database, the stream
-/// got heartbeats only, the webhook nothing.
+/// got heartbeats only, the webhook nothing. The follower started again counts the events
+/// written while it was paused (`holdfast_events_appended_total`): it goes on from where the
+/// process started, which it read before serving (before, the restarted loop began at the log's
+/// end and the Reserve's events, written during the pause, were never counted).
 #[sqlx::test(migrations = false)]
 async fn a_panic_in_a_background_loop_leaves_it_running(pool: PgPool) {
     use futures_util::StreamExt;
@@ -316,6 +319,10 @@ async fn a_panic_in_a_background_loop_leaves_it_running(pool: PgPool) {
     for name in BACKGROUND_PASSES {
         fail::cfg(name, "1*panic").expect("arm the failpoint");
     }
+    let (held_before, expired_before) = (
+        appended("RESERVATION_HELD"),
+        appended("RESERVATION_EXPIRED"),
+    );
     let coordinator =
         Coordinator::start(&stack.pool, stack.settings(false), &stack.events.url).await;
     let mut events =
@@ -400,8 +407,31 @@ async fn a_panic_in_a_background_loop_leaves_it_running(pool: PgPool) {
     for task in ["recovery", "events", "sink:webhook:"] {
         assert!(restarted(task), "{task} restarts not counted:\n{metrics}");
     }
+    // The follower counts an event before readers learn of it: once it counted the expiry, it
+    // went past the Reserve's events.
+    let counted = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while appended("RESERVATION_EXPIRED") <= expired_before {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(counted.is_ok(), "the expiry was never counted:\n{metrics}");
+    assert!(
+        appended("RESERVATION_HELD") > held_before,
+        "the Reserve's RESERVATION_HELD was not counted:\n{metrics}"
+    );
     drop(coordinator);
     stack.stop().await;
+}
+
+/// This process's `holdfast_events_appended_total` for `event_type` (0 before it counted one).
+fn appended(event_type: &str) -> u64 {
+    let series = format!("holdfast_events_appended_total{{type=\"{event_type}\"}} ");
+    holdfast::telemetry::metrics_handle()
+        .render()
+        .lines()
+        .find_map(|l| l.strip_prefix(&series)?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// A panic in a participant's orphan reclaimer does not end it: with its first pass made to

@@ -295,6 +295,7 @@ async fn start_coordinator(
         policy,
         tokens,
     );
+    coordinator.start_events().await?;
     // Work waiting on a participant removed from the configuration: said at start.
     if let Err(e) = coordinator.report_unregistered_backlog().await {
         tracing::warn!(error = %e, "counting work waiting on unregistered participants failed");

@@ -303,22 +303,31 @@ async fn dashboards_and_alerts_name_only_exported_metrics() {
         }
     }
 
-    let mut live = BTreeSet::new();
-    for addr in [&m_stock, &m_redis, &m_coord] {
-        live.extend(exported(&scrape(addr.parse().unwrap()).await));
-    }
-    let mut missing = Vec::new();
     let mut named = BTreeSet::new();
     for (whose, expr) in &exprs {
         let names = names_in(expr);
         assert!(!names.is_empty(), "{whose}: no holdfast metric in {expr}");
-        for name in names {
-            if !live.contains(&name) {
-                missing.push(format!("{whose}: {name} in {expr}"));
-            }
-            named.insert(name);
-        }
+        named.extend(names.into_iter().map(|name| (whose, expr, name)));
     }
+    // Some series appear once a loop has seen the calls above (the event follower counts the
+    // events after they commit): scraped again until each is there, for at most 30 s.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let (live, missing) = loop {
+        let mut live = BTreeSet::new();
+        for addr in [&m_stock, &m_redis, &m_coord] {
+            live.extend(exported(&scrape(addr.parse().unwrap()).await));
+        }
+        let missing: Vec<String> = named
+            .iter()
+            .filter(|(_, _, name)| !live.contains(name))
+            .map(|(whose, expr, name)| format!("{whose}: {name} in {expr}"))
+            .collect();
+        if missing.is_empty() || tokio::time::Instant::now() >= deadline {
+            break (live, missing);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let named: BTreeSet<String> = named.into_iter().map(|(_, _, name)| name).collect();
     assert!(
         missing.is_empty(),
         "metrics no live process exports:\n{}\n\nexported: {live:?}",

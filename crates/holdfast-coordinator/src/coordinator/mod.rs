@@ -129,8 +129,18 @@ impl Coordinator {
         &self.events
     }
 
+    /// Reads where the event log stands, before this process serves: the feed starts there and
+    /// [`Coordinator::run_events`] counts every event appended after it, the first RPC's
+    /// included (were it read by the loop's first pass, events written before that pass would
+    /// never count). What was appended before this process started is not counted again.
+    pub(crate) async fn start_events(&self) -> Result<(), crate::store::StoreError> {
+        let latest = self.store.event_log().latest_sequence().await?;
+        self.events_latest.send_replace(latest);
+        Ok(())
+    }
+
     /// Follows the event log's latest sequence (and counts what is appended) until `stop`
-    /// turns true; one loop per process.
+    /// turns true; one loop per process, started after [`Coordinator::start_events`].
     pub async fn run_events(self, stop: tokio::sync::watch::Receiver<bool>) {
         crate::events::run_follower(
             self.store.clone(),

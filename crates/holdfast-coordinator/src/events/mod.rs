@@ -54,8 +54,8 @@ impl EventFeed {
         (EventFeed { store, latest }, sender)
     }
 
-    /// The latest sequence known to be readable (0 before the first pass or while the log is
-    /// empty).
+    /// The latest sequence known to be readable (from the log's end when the process started;
+    /// 0 while the log is empty).
     pub fn latest(&self) -> i64 {
         *self.latest.borrow()
     }
@@ -103,7 +103,9 @@ pub(crate) async fn run_follower(
     written: Arc<Notify>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut known = None;
+    // Where the feed stands: what the process read before serving (`Coordinator::
+    // start_events`), or what this loop had published before a panic restarted it.
+    let mut known = *latest.borrow();
     loop {
         if *stop.borrow() {
             return;
@@ -134,26 +136,23 @@ pub(crate) async fn run_follower(
     }
 }
 
-/// One pass from `known` (the first only learns the latest sequence: what was appended before
-/// this process started is not counted again); `true` when a full batch was read.
+/// One pass from `known`: counts the events appended after it and moves it (and the feed) to
+/// the last of them; `true` when a full batch was read.
 async fn pass(
     store: &dyn Store,
     latest: &watch::Sender<i64>,
-    known: &mut Option<i64>,
+    known: &mut i64,
 ) -> Result<bool, StoreError> {
-    let log = store.event_log();
-    let (now, full) = match *known {
-        None => (log.latest_sequence().await?, false),
-        Some(after) => {
-            let appended = log.appended_after(after, FOLLOW_BATCH).await?;
-            for (_, event_type) in &appended {
-                crate::telemetry::ops::event_appended(event_type.as_str());
-            }
-            let now = appended.last().map_or(after, |(sequence, _)| *sequence);
-            (now, appended.len() >= FOLLOW_BATCH as usize)
-        }
-    };
-    *known = Some(now);
+    let appended = store
+        .event_log()
+        .appended_after(*known, FOLLOW_BATCH)
+        .await?;
+    for (_, event_type) in &appended {
+        crate::telemetry::ops::event_appended(event_type.as_str());
+    }
+    let now = appended.last().map_or(*known, |(sequence, _)| *sequence);
+    let full = appended.len() >= FOLLOW_BATCH as usize;
+    *known = now;
     latest.send_if_modified(|known| {
         let moved = now > *known;
         if moved {
