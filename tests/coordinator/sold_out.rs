@@ -217,24 +217,16 @@ async fn flash_sale_losers_record_nothing_and_releases_sell_again_on(pool: PgPoo
 
 crate::parallel::parallel_test!(a_recorded_request_repeats_and_an_unrecorded_one_is_evaluated_afresh => a_recorded_request_repeats_and_an_unrecorded_one_is_evaluated_afresh_on);
 async fn a_recorded_request_repeats_and_an_unrecorded_one_is_evaluated_afresh_on(pool: PgPool) {
-    let stack = stack_with_hint(pool, Duration::from_secs(3600)).await;
-    stack.put(Stock, &[("one", 1)]).await;
+    // h0 holds the one unit; h1's refusal was recorded (it set the hint).
+    let (stack, winner) = sold_out_once(pool, Duration::from_secs(3600), "one").await;
     let mut client = stack.client();
     let buy = |holder: &str| reserve("buy", holder, None, vec![hold(Stock, "one", 1)]);
-
-    let winner = client
-        .reserve(buy("ann"))
-        .await
-        .expect("ann wins")
-        .into_inner();
-    let err = client.reserve(buy("bob")).await.expect_err("sold out");
-    assert_eq!(refusal(&stack, &err, "one").await, Refusal::Recorded);
     let err = client.reserve(buy("cat")).await.expect_err("sold out");
     assert_eq!(refusal(&stack, &err, "one").await, Refusal::Unrecorded);
 
-    // Ann's request repeated while the hint stands answers her reservation, token included.
+    // h0's request repeated while the hint stands answers its reservation, token included.
     let again = client
-        .reserve(buy("ann"))
+        .reserve(buy("h0"))
         .await
         .expect("a repeat")
         .into_inner();
@@ -244,7 +236,7 @@ async fn a_recorded_request_repeats_and_an_unrecorded_one_is_evaluated_afresh_on
     );
     assert_eq!(again.hold_token, winner.hold_token);
 
-    // Ann cancels: Cat's same request, refused without a record before, now gets the unit.
+    // h0 cancels: Cat's same request, refused without a record before, now gets the unit.
     client
         .cancel(Decide::on(&winner).cancel_because("sold-out test"))
         .await
@@ -256,12 +248,7 @@ async fn a_recorded_request_repeats_and_an_unrecorded_one_is_evaluated_afresh_on
         .into_inner();
     assert_eq!(state_of(&cat), State::Held);
     assert_eq!(stack.counts(Stock, "one").await, (0, 1, 0));
-    client
-        .cancel(Decide::on(&cat).cancel_because("sold-out test"))
-        .await
-        .expect("cancel");
-    stack.wait_counts(Stock, "one", (1, 0, 0)).await;
-    stack.stop().await;
+    release_and_stop(stack, &[cat], "one", 1).await;
 }
 
 crate::parallel::parallel_test!(units_added_out_of_sight_are_offered_within_the_bound => units_added_out_of_sight_are_offered_within_the_bound_on);

@@ -1,6 +1,7 @@
 //! Subscribe on both databases: a reader resuming after any sequence gets exactly the rest,
-//! then live events, each event's branches as its change left them; each filter picks its events and a reader whose filter matches nothing
-//! still moves on; heartbeats while nothing happens; GetLatestSequence; bad input.
+//! then live events, each event's branches as its change left them; each filter picks its
+//! events and a reader whose filter matches nothing still moves on; heartbeats while nothing
+//! happens; GetLatestSequence; bad input.
 
 use std::time::Duration;
 

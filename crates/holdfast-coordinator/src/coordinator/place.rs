@@ -126,23 +126,22 @@ impl Coordinator {
         // the reservation joins the queue. A repeat of a recorded request answers its
         // reservation as always (`sold_out`, `waitlist`).
         let mut join_now = None;
-        let probe = match self.admit(&new.holds).await {
-            Ok(probe) => probe,
-            Err((hit, refused)) => {
-                if !self
-                    .store
-                    .request_recorded(&new.owner, &new.holder, &new.request_id)
-                    .await?
-                {
-                    if new.queue_wait.is_none() {
-                        crate::telemetry::sold_out_refused(&hit.participant);
-                        return Err(Error::SoldOut(hit));
-                    }
-                    join_now = Some(refused);
-                }
-                None
-            }
+        let (probe, refused) = match self.admit(&new.holds).await {
+            Ok(probe) => (probe, None),
+            Err(refused) => (None, Some(refused)),
         };
+        if let Some((hit, refused)) = refused
+            && !self
+                .store
+                .request_recorded(&new.owner, &new.holder, &new.request_id)
+                .await?
+        {
+            if new.queue_wait.is_none() {
+                crate::telemetry::sold_out_refused(&hit.participant);
+                return Err(Error::SoldOut(hit));
+            }
+            join_now = Some(refused);
+        }
         // From here the caller may go away (its deadline passes, its connection drops) at any
         // point: recording and placing run in a task of their own that the handler only
         // awaits, so the reservation still ends HELD or REJECTED (never TRYING for the sweep,
