@@ -1,7 +1,10 @@
 //! The lookups and counts the console reads walk an index, never the whole table: an id
-//! prefix the primary key, a request id `reservations_by_request_id` (migration 0014), the live
+//! prefix the primary key, a request id the request key's index (PostgreSQL
+//! `reservations_request_key`, migration 0018; SQLite `reservations_by_request_id`), the live
 //! counts `reservations_open`, the last hour's `reservations_by_created`. PostgreSQL under a
-//! forced generic plan on 120k rows spread over 33 hours; SQLite by `EXPLAIN QUERY PLAN`.
+//! forced generic plan on 120k rows spread over 33 hours; SQLite by `EXPLAIN QUERY PLAN`. And a
+//! Reserve's request key is looked up by all of its columns, however many holders share a
+//! request id.
 
 use holdfast::store::PgStore;
 use holdfast::store::{postgres, sqlite};
@@ -21,7 +24,7 @@ fn postgres_statements() -> [(&'static str, &'static str, &'static str, &'static
             postgres::find::BY_REQUEST_ID,
             "(timestamptz, uuid, bigint, text, text)",
             "('9999-12-31', 'ffffffff-ffff-ffff-ffff-ffffffffffff', 11, 'tiny', 'r77')",
-            "reservations_by_request_id",
+            "reservations_request_key",
         ),
         (postgres::counts::LIVE, "", "", "reservations_open"),
         (
@@ -67,6 +70,73 @@ async fn lookups_and_counts_walk_an_index_on_postgres_under_a_generic_plan(pool:
         let plan: String = plan.into_iter().map(|(l,)| l + "\n").collect();
         if plan.contains("Seq Scan") || !plan.contains(index) {
             wrong.push(format!("{sql}\nwalks no {index}:\n{plan}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// 3,000 holders of one principal, each with a reservation under the same request id (SPEC 3.1
+/// scopes a request id to its holder), on top of [`crate::plans::FILL_PG`].
+const SHARED_REQUEST_ID: &str = "
+INSERT INTO reservations (id, request_id, holder, owner, state, token_digest, ttl_ms, expires_at)
+SELECT gen_random_uuid(), 'checkout', 'buyer-' || g, 'shop', 'REJECTED', sha256(int8send(g)),
+       600000, now()
+FROM generate_series(1, 3000) g;
+ANALYZE reservations;
+";
+
+/// The request key's lookups - whether a request is recorded (every Reserve the sold-out fast
+/// path refuses asks) and the create's admission - go down the key's index by all three of its
+/// columns. Before migration 0018 the generic plan took the request id's search index and
+/// walked every holder's reservation under that id (0.25 ms a lookup in a flash sale).
+#[sqlx::test(migrations = false)]
+async fn the_request_key_is_looked_up_by_all_its_columns_on_postgres(pool: PgPool) {
+    PgStore::from_pool(pool.clone()).migrate().await.unwrap();
+    let mut conn = pool.acquire().await.unwrap();
+    let fill = format!("{}{SHARED_REQUEST_ID}", crate::plans::FILL_PG);
+    sqlx::raw_sql(AssertSqlSafe(fill))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::raw_sql("SET plan_cache_mode = force_generic_plan")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let mut wrong = Vec::new();
+    for (i, (sql, args)) in [
+        (
+            postgres::REQUEST_RECORDED,
+            "('shop', 'buyer-77', 'checkout')",
+        ),
+        (postgres::FIND_REQUEST, "('buyer-77', 'checkout', 'shop')"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        // The store's own statement text and fixed literals: nothing from outside.
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "PREPARE key{i} (text, text, text) AS {sql}"
+        )))
+        .execute(&mut *conn)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let plan: Vec<(String,)> = sqlx::query_as(AssertSqlSafe(format!(
+            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE key{i} {args}"
+        )))
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap();
+        let plan: String = plan.into_iter().map(|(l,)| l + "\n").collect();
+        let by_whole_key = plan.lines().any(|l| {
+            l.contains("Index Cond")
+                && ["request_id = ", "owner = ", "holder = "]
+                    .iter()
+                    .all(|c| l.contains(c))
+        });
+        if !by_whole_key || !plan.contains("reservations_request_key") {
+            wrong.push(format!(
+                "{sql}\nlooks the key up by less than its columns:\n{plan}"
+            ));
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
@@ -124,6 +194,62 @@ async fn lookups_and_counts_search_an_index_on_sqlite() {
             if !searched || plan.lines().any(|l| l.starts_with("SCAN reservations")) {
                 wrong.push(format!(
                     "{sql}\n(analyzed: {analyzed}) searches no {index}:\n{plan}"
+                ));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+}
+
+/// SQLite's request key lookups alike: one search of the key's index by all three columns,
+/// with and without statistics, 3,000 holders sharing one request id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_key_is_looked_up_by_all_its_columns_on_sqlite() {
+    let db = crate::TempDb::fresh();
+    drop(db.store().await);
+    let mut conn = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
+    let shared = "
+        WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 3000)
+        INSERT INTO reservations (id, request_id, holder, owner, state, token_digest, ttl_ms,
+                                  created_at, expires_at)
+        SELECT randomblob(16), 'checkout', 'buyer-' || n, 'shop', 'REJECTED', randomblob(32),
+               600000, 1700000000000000, 1700000600000000
+        FROM g;";
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "{}{shared}",
+        crate::plans::FILL_SQLITE
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    for analyzed in [false, true] {
+        if analyzed {
+            sqlx::raw_sql("ANALYZE").execute(&mut conn).await.unwrap();
+        }
+        let mut wrong = Vec::new();
+        for (sql, binds) in [
+            (sqlite::REQUEST_RECORDED, ["shop", "buyer-77", "checkout"]),
+            (sqlite::FIND_REQUEST, ["buyer-77", "checkout", "shop"]),
+        ] {
+            // The store's own statement text: nothing from outside.
+            let plan: Vec<(i64, i64, i64, String)> =
+                sqlx::query_as(AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
+                    .bind(binds[0])
+                    .bind(binds[1])
+                    .bind(binds[2])
+                    .fetch_all(&mut conn)
+                    .await
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            let plan: String = plan.into_iter().map(|(.., d)| d + "\n").collect();
+            let by_whole_key = plan.lines().any(|l| {
+                l.starts_with("SEARCH reservations")
+                    && ["request_id=?", "owner=?", "holder=?"]
+                        .iter()
+                        .all(|c| l.contains(c))
+            });
+            if !by_whole_key {
+                wrong.push(format!(
+                    "{sql}\n(analyzed: {analyzed}) looks the key up by less than its columns:\n{plan}"
                 ));
             }
         }

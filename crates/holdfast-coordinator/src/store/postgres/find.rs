@@ -1,6 +1,7 @@
 //! List's lookups on PostgreSQL ([`Find`]): an id prefix walks the primary key over its range,
-//! a request id the index `reservations_by_request_id` (migration `0014`); both bounded by the
-//! page's limit, the owner (NULL: everyone's) checked on each row walked.
+//! a request id the request key's index `reservations_request_key` (migration `0018`, led by
+//! the request id); both bounded by the page's limit, the owner (NULL: everyone's) checked on
+//! each row walked, a request id's rows sorted newest first.
 
 use sqlx::postgres::PgPool;
 use uuid::Uuid;

@@ -47,6 +47,19 @@ macro_rules! live_in_all {
     };
 }
 
+/// Whether the request key `(?1, ?2, ?3)` = (owner, holder, request id) is recorded: a Reserve
+/// the sold-out fast path would refuse answers its recorded reservation instead. One row of the
+/// key's index (`tests/store` `plans_find`).
+pub const REQUEST_RECORDED: &str = "SELECT EXISTS (SELECT 1 FROM reservations \
+       WHERE owner = ?1 AND holder = ?2 AND request_id = ?3)";
+
+/// The reservation recorded under the request key (owner `?3`, holder `?1`, request id `?2`), if
+/// any, and the holder's live holds: what [`admission`] judges a Reserve by.
+pub const FIND_REQUEST: &str = concat!(
+    "SELECT (SELECT id FROM reservations WHERE owner = ?3 AND holder = ?1 AND request_id = ?2), ",
+    live_of_holder!("?3", "?1")
+);
+
 #[async_trait]
 impl AdmissionSql for Sqlite {
     async fn find_request(
@@ -55,16 +68,12 @@ impl AdmissionSql for Sqlite {
         holder: &str,
         request_id: &RequestId,
     ) -> Result<(Option<Uuid>, i64), StoreError> {
-        Ok(sqlx::query_as(concat!(
-            "SELECT (SELECT id FROM reservations WHERE owner = ?3 AND holder = ?1 \
-                     AND request_id = ?2), ",
-            live_of_holder!("?3", "?1")
-        ))
-        .bind(holder)
-        .bind(request_id.as_str())
-        .bind(owner)
-        .fetch_one(&mut *conn)
-        .await?)
+        Ok(sqlx::query_as(FIND_REQUEST)
+            .bind(holder)
+            .bind(request_id.as_str())
+            .bind(owner)
+            .fetch_one(&mut *conn)
+            .await?)
     }
 
     async fn count_live(conn: &mut SqliteConnection) -> Result<i64, StoreError> {
