@@ -463,7 +463,7 @@ async fn the_sweep_and_the_work_gauges_search_the_work_indexes(
 }
 
 /// A migrated store on one connection (as [`one_connection`]) over the skewed 120k-row table.
-async fn skewed_store(
+pub(crate) async fn skewed_store(
     options: sqlx::postgres::PgPoolOptions,
     connect: sqlx::postgres::PgConnectOptions,
 ) -> (PgPool, std::sync::Arc<dyn holdfast::store::Store>) {

@@ -76,7 +76,7 @@ async fn lookups_and_counts_walk_an_index_on_postgres_under_a_generic_plan(pool:
 }
 
 /// 3,000 holders of one principal, each with a reservation under the same request id (SPEC 3.1
-/// scopes a request id to its holder), on top of [`crate::plans::FILL_PG`].
+/// scopes a request id to its holder).
 const SHARED_REQUEST_ID: &str = "
 INSERT INTO reservations (id, request_id, holder, owner, state, token_digest, ttl_ms, expires_at)
 SELECT gen_random_uuid(), 'checkout', 'buyer-' || g, 'shop', 'REJECTED', sha256(int8send(g)),
@@ -86,60 +86,65 @@ ANALYZE reservations;
 ";
 
 /// The request key's lookups - whether a request is recorded (every Reserve the sold-out fast
-/// path refuses asks) and the create's admission - go down the key's index by all three of its
-/// columns. Before migration 0018 the generic plan took the request id's search index and
-/// walked every holder's reservation under that id (0.25 ms a lookup in a flash sale).
+/// path refuses asks) and the create's admission of a repeated request - go down the key's
+/// index by all three of its columns: the store's own statements, on its own session, under a
+/// generic plan. Before migration 0018 that plan took the request id's search index and walked
+/// every holder's reservation under the id (0.25 ms a lookup in a flash sale).
 #[sqlx::test(migrations = false)]
-async fn the_request_key_is_looked_up_by_all_its_columns_on_postgres(pool: PgPool) {
-    PgStore::from_pool(pool.clone()).migrate().await.unwrap();
+async fn the_request_key_is_looked_up_by_all_its_columns_on_postgres(
+    options: sqlx::postgres::PgPoolOptions,
+    connect: sqlx::postgres::PgConnectOptions,
+) {
+    let (pool, store) = crate::plans::skewed_store(options, connect).await;
+    sqlx::raw_sql(SHARED_REQUEST_ID)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let checkout = crate::cases::request_id_of("checkout");
+    for (holder, recorded) in [("buyer-77", true), ("buyer-0", false)] {
+        let found = store.request_recorded("shop", holder, &checkout).await;
+        assert_eq!(found.unwrap(), recorded, "{holder}");
+    }
+    // A repeated Reserve is judged by the admission's read of its key.
+    crate::cases::create(&store, "walk-in", "checkout", crate::cases::LONG).await;
+    let again = crate::cases::new_res("walk-in", "checkout", crate::cases::LONG);
+    let again = store
+        .create(&again, crate::cases::lease(), crate::cases::NO_LIMITS)
+        .await
+        .unwrap();
+    assert!(
+        matches!(again, holdfast::store::Created::Existing(_)),
+        "{again:?}"
+    );
+
     let mut conn = pool.acquire().await.unwrap();
-    let fill = format!("{}{SHARED_REQUEST_ID}", crate::plans::FILL_PG);
-    sqlx::raw_sql(AssertSqlSafe(fill))
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    sqlx::raw_sql("SET plan_cache_mode = force_generic_plan")
-        .execute(&mut *conn)
-        .await
-        .unwrap();
     let mut wrong = Vec::new();
-    for (i, (sql, args)) in [
-        (
-            postgres::REQUEST_RECORDED,
-            "('shop', 'buyer-77', 'checkout')",
-        ),
-        (postgres::FIND_REQUEST, "('buyer-77', 'checkout', 'shop')"),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        // The store's own statement text and fixed literals: nothing from outside.
-        sqlx::raw_sql(AssertSqlSafe(format!(
-            "PREPARE key{i} (text, text, text) AS {sql}"
-        )))
-        .execute(&mut *conn)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-        let plan: Vec<(String,)> = sqlx::query_as(AssertSqlSafe(format!(
-            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE key{i} {args}"
-        )))
-        .fetch_all(&mut *conn)
-        .await
-        .unwrap();
-        let plan: String = plan.into_iter().map(|(l,)| l + "\n").collect();
-        let by_whole_key = plan.lines().any(|l| {
+    for pattern in [
+        "SELECT EXISTS (SELECT 1 FROM reservations%request_id%",
+        "SELECT (SELECT id FROM reservations%request_id%",
+    ] {
+        let found = crate::generic_plans::prepared(&mut conn, &[pattern]).await;
+        assert_eq!(found.len(), 1, "{pattern}: one statement prepared");
+        let by_whole_key = found[0].plan.lines().any(|l| {
             l.contains("Index Cond")
                 && ["request_id = ", "owner = ", "holder = "]
                     .iter()
                     .all(|c| l.contains(c))
         });
-        if !by_whole_key || !plan.contains("reservations_request_key") {
+        if !by_whole_key
+            || !found[0]
+                .indexes("reservations_")
+                .contains(&"reservations_request_key")
+        {
             wrong.push(format!(
-                "{sql}\nlooks the key up by less than its columns:\n{plan}"
+                "{}\nlooks the key up by less than its columns:\n{}",
+                found[0].statement, found[0].plan
             ));
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    drop(conn);
+    pool.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

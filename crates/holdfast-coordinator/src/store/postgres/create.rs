@@ -21,21 +21,6 @@ use crate::store::{Created, StoreError, WorkLease};
 /// Advisory lock key serialising Reserves while a global hold cap is configured.
 const GLOBAL_LIMIT_LOCK: i64 = 0x686f_6c64_6661_7374; // "holdfast"
 
-/// Whether the request key `($1, $2, $3)` = (owner, holder, request id) is recorded: a
-/// Reserve the sold-out fast path would refuse answers its recorded reservation instead. One
-/// row of the key's index (`reservations_request_key`, migration `0018`), however many holders
-/// use the request id (`tests/store` `plans_find`).
-pub const REQUEST_RECORDED: &str = "SELECT EXISTS (SELECT 1 FROM reservations \
-       WHERE owner = $1 AND holder = $2 AND request_id = $3)";
-
-/// The reservation recorded under the request key (owner `$3`, holder `$1`, request id `$2`), if
-/// any, and the holder's live holds: what [`admission`] judges a Reserve by.
-pub const FIND_REQUEST: &str = "SELECT \
-       (SELECT id FROM reservations WHERE owner = $3 AND holder = $1 AND request_id = $2), \
-       (SELECT count(*) FROM reservations WHERE owner = $3 AND holder = $1 \
-          AND state IN ('TRYING', 'HELD', 'QUEUED') \
-          AND (state <> 'HELD' OR expires_at > clock_timestamp()))";
-
 /// A Reserve to record.
 #[derive(Clone, Copy)]
 pub(super) struct NewRow<'a> {
@@ -52,12 +37,17 @@ impl AdmissionSql for Postgres {
         holder: &str,
         request_id: &RequestId,
     ) -> Result<(Option<Uuid>, i64), StoreError> {
-        Ok(sqlx::query_as(FIND_REQUEST)
-            .bind(holder)
-            .bind(request_id.as_str())
-            .bind(owner)
-            .fetch_one(&mut *conn)
-            .await?)
+        Ok(sqlx::query_as(
+            "SELECT (SELECT id FROM reservations WHERE owner = $3 AND holder = $1 AND request_id = $2), \
+                    (SELECT count(*) FROM reservations WHERE owner = $3 AND holder = $1 \
+                       AND state IN ('TRYING', 'HELD', 'QUEUED') \
+                       AND (state <> 'HELD' OR expires_at > clock_timestamp()))",
+        )
+        .bind(holder)
+        .bind(request_id.as_str())
+        .bind(owner)
+        .fetch_one(&mut *conn)
+        .await?)
     }
 
     async fn count_live(conn: &mut PgConnection) -> Result<i64, StoreError> {

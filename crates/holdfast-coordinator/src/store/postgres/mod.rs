@@ -38,8 +38,6 @@ mod retention;
 mod waiting;
 mod waitlist;
 
-pub use create::{FIND_REQUEST, REQUEST_RECORDED};
-
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -168,12 +166,15 @@ impl Store for PgStore {
         holder: &str,
         request_id: &RequestId,
     ) -> Result<bool, StoreError> {
-        Ok(sqlx::query_scalar(create::REQUEST_RECORDED)
-            .bind(owner)
-            .bind(holder)
-            .bind(request_id.as_str())
-            .fetch_one(&self.pool)
-            .await?)
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM reservations \
+               WHERE owner = $1 AND holder = $2 AND request_id = $3)",
+        )
+        .bind(owner)
+        .bind(holder)
+        .bind(request_id.as_str())
+        .fetch_one(&self.pool)
+        .await?)
     }
 
     async fn versions(&self, ids: &[Uuid]) -> Result<Vec<Stamp>, StoreError> {
